@@ -1,0 +1,1 @@
+"""Typed, frozen configuration validated once (TOML native, activemq.xml importer)."""

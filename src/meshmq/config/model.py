@@ -1,0 +1,132 @@
+"""The typed configuration model. Every option and its default lives here and in
+``docs/config.md`` (kept in step by ``tests/unit/test_config_docs.py``).
+
+Objects are frozen: the loaders build them once, validated, and the running
+broker only reads them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+KIB = 1024
+MIB = 1024 * 1024
+
+LISTENER_PROTOCOLS = ("stomp", "stomp+ssl", "tcp", "ssl", "nio")
+STORE_KINDS = ("journal", "memory")
+LIMIT_ACTIONS = ("block", "fail")
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerConfig:
+    """One transport connector, e.g. ``stomp://127.0.0.1:61613``."""
+
+    name: str = "stomp"
+    protocol: str = "stomp"  # one of LISTENER_PROTOCOLS
+    host: str = "127.0.0.1"
+    port: int = 61613  # 0 = let the OS choose (tests)
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    ssl_cafile: Path | None = None
+    max_connections: int = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class StompConfig:
+    """STOMP codec limits and timing. Sizes in bytes, times in milliseconds."""
+
+    max_frame_size: int = 100 * MIB  # ActiveMQ wireFormat.maxDataLength
+    max_headers: int = 1000
+    max_header_size: int = 64 * KIB  # whole header block, command line included
+    frame_timeout_ms: int = 30_000  # a started frame must complete within this
+    connect_timeout_ms: int = 30_000  # CONNECT must arrive within this after accept
+    heartbeat_grace: float = 1.5  # close a silent client after interval * grace
+    max_heartbeat_ms: int = 0  # 0: accept whatever the client proposes
+    server_heartbeat_ms: int = 10_000  # what we offer when the client wants heart-beats
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConfig:
+    kind: str = "journal"  # one of STORE_KINDS
+    directory: Path | None = None  # default: <data_directory>/journal
+    segment_size: int = 32 * MIB
+    fsync: bool = True  # False trades crash safety for speed (tests, benchmarks)
+    max_batch_bytes: int = 4 * MIB  # cap on one group-commit write
+    compact_live_ratio: float = 0.5  # rewrite the oldest segment once it is less live
+
+
+@dataclass(frozen=True, slots=True)
+class DestinationPolicy:
+    """Policy applied to destinations whose name matches ``match``.
+
+    ``match`` is a destination URI with wildcards, e.g. ``queue://>`` or
+    ``topic://prices.*``. The first matching policy wins.
+    """
+
+    match: str = "queue://>"
+    max_redeliveries: int = 6  # deliveries beyond 1 + this go to the DLQ
+    dead_letter_queue: str = "ActiveMQ.DLQ"
+    individual_dlq_prefix: str | None = None  # e.g. "DLQ." -> DLQ.<queue name>
+    expired_to_dlq: bool = True  # persistent messages that expire are dead-lettered
+    non_persistent_to_dlq: bool = False  # ActiveMQ's processNonPersistent
+    queue_prefetch: int = 1000
+    topic_prefetch: int = 32767
+    durable_topic_prefetch: int = 100
+    browser_prefetch: int = 500
+    memory_limit: int = 0  # per destination, bytes; 0 = only the broker-wide limit
+    page_size: int = 2000  # persistent messages kept in memory per queue before paging
+
+
+@dataclass(frozen=True, slots=True)
+class UsageConfig:
+    memory_limit: int = 64 * MIB  # in-memory message bytes, broker-wide
+    on_limit: str = "block"  # "block": producer flow control; "fail": ERROR to the sender
+    block_timeout_ms: int = 0  # with "block": fail the send after this long; 0 = wait forever
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    name: str
+    password: str
+    groups: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AuthConfig:
+    anonymous_access: bool = True
+    users: tuple[User, ...] = ()
+    anonymous_user: str = "anonymous"
+    anonymous_groups: tuple[str, ...] = ("anonymous",)
+
+
+@dataclass(frozen=True, slots=True)
+class ManagementConfig:
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = 8161  # 0 = let the OS choose
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    broker_name: str = "localhost"
+    data_directory: Path = Path("data")
+    persistent: bool = True  # False: memory store, nothing written to disk
+    advisory_support: bool = True
+    listeners: tuple[ListenerConfig, ...] = (ListenerConfig(),)
+    stomp: StompConfig = field(default_factory=StompConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    policies: tuple[DestinationPolicy, ...] = (
+        DestinationPolicy(match="queue://>"),
+        DestinationPolicy(match="topic://>"),
+    )
+    usage: UsageConfig = field(default_factory=UsageConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    management: ManagementConfig = field(default_factory=ManagementConfig)
+    expiry_check_interval_ms: int = 1000
+    duplicate_window: int = 10_000  # idempotent-producer window (message ids remembered)
+    source: str | None = None  # file this config came from, for messages
+
+    @property
+    def store_directory(self) -> Path:
+        return self.store.directory or (self.data_directory / "journal")

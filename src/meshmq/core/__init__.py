@@ -1,0 +1,1 @@
+"""The broker model: no sockets, no protocol syntax; time is passed in."""

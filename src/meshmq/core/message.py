@@ -1,0 +1,64 @@
+"""The broker's message: immutable once routed, shared by every subscriber.
+
+Delivery state (redelivered flag, delivery count, who holds it) lives in the
+queue entry that references the message, never in the message itself, so one
+``Message`` object can sit in many subscriptions without copies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from meshmq.core.destinations import Destination
+
+PropertyValue = str | int | float | bool | None
+
+DEFAULT_PRIORITY = 4
+MIN_PRIORITY = 0
+MAX_PRIORITY = 9
+
+
+@dataclass(slots=True, eq=False)
+class Message:
+    message_id: str
+    destination: Destination
+    body: bytes
+    properties: dict[str, PropertyValue] = field(default_factory=dict)
+    persistent: bool = False
+    priority: int = DEFAULT_PRIORITY
+    timestamp: int = 0  # ms since the epoch, set by the broker if the producer gave none
+    expiration: int = 0  # absolute ms since the epoch; 0 = never expires
+    correlation_id: str | None = None
+    reply_to: Destination | None = None
+    type: str | None = None
+    group_id: str | None = None
+    group_seq: int = 0
+    producer_id: str = ""
+    # Names of brokers this message has crossed, oldest first (loop prevention).
+    broker_path: tuple[str, ...] = ()
+    original_destination: Destination | None = None
+    user_id: str | None = None
+    # Protocol-specific hints preserved end to end (e.g. STOMP content-type, content-length).
+    content_type: str | None = None
+    # Cached wire encodings keyed by codec name; not part of the message's identity.
+    wire_cache: dict[str, bytes] = field(default_factory=dict, repr=False)
+
+    @property
+    def size(self) -> int:
+        """Approximate memory cost used for memory limits and statistics."""
+        return len(self.body) + 200 + 32 * len(self.properties)
+
+    def is_expired(self, now_ms: int) -> bool:
+        return self.expiration != 0 and now_ms >= self.expiration
+
+    def copy_to(self, destination: Destination, **changes: object) -> Message:
+        """A new message with another destination (DLQ, composite fan-out, network)."""
+        fields = {name: getattr(self, name) for name in _FIELDS}
+        fields["destination"] = destination
+        fields["properties"] = dict(self.properties)
+        fields["wire_cache"] = {}
+        fields.update(changes)
+        return Message(**fields)  # type: ignore[arg-type]
+
+
+_FIELDS = tuple(Message.__dataclass_fields__)

@@ -1,0 +1,1 @@
+"""Persistence behind one contract (``meshmq.store.base.Store``)."""

@@ -1,0 +1,132 @@
+"""The store contract every persistence implementation satisfies.
+
+The broker keeps *references* to messages under *keys*. A key is a string the
+broker chooses: ``"queue://orders"`` for a queue, ``"durable://client:sub"`` for
+a durable topic subscription. One message can be referenced by several keys
+(a topic message kept for three offline durable subscribers is stored once).
+Each reference has a per-key sequence number chosen by the broker; within a
+key, sequence numbers only grow, and recovery returns references in that order.
+
+Writes are grouped into atomic batches (``write``): after a crash either the
+whole batch is visible or none of it (transactions rely on this). ``write`` is
+cheap and non-blocking (it only queues the batch); ``sync`` completes once every
+batch written before the call is durable. Many writers share one fsync (group
+commit). Data written and not yet synced must be visible to ``load`` at once.
+
+Every implementation passes ``tests/store/test_contract.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from meshmq.core.message import Message
+
+
+@dataclass(frozen=True, slots=True)
+class AddMessage:
+    """Store ``message`` once and reference it as ``(key, seq)`` for every ref."""
+
+    message: Message
+    refs: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveRef:
+    """Drop one reference (an acknowledgement). Unknown refs are ignored."""
+
+    key: str
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class SetDeliveryCount:
+    """Record how often a reference was delivered, so ``redelivered`` survives restarts."""
+
+    key: str
+    seq: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class DurableSubscription:
+    """A durable topic subscription as the broker needs it back after a restart."""
+
+    key: str  # the store key of the subscription's references
+    client_id: str
+    subscription_name: str
+    destination: str  # Destination URI, e.g. "topic://a.b.>"
+    selector: str | None = None
+    no_local: bool = False
+    created_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PutDurableSubscription:
+    subscription: DurableSubscription
+
+
+@dataclass(frozen=True, slots=True)
+class DropKey:
+    """Forget a key: all its references and, if it is a durable subscription, the record."""
+
+    key: str
+
+
+StoreOp = AddMessage | RemoveRef | SetDeliveryCount | PutDurableSubscription | DropKey
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEntry:
+    seq: int
+    message: Message
+    delivery_count: int = 0
+
+
+@dataclass(slots=True)
+class KeyInfo:
+    count: int = 0  # live references
+    bytes: int = 0  # sum of the referenced messages' body sizes
+    first_seq: int = 0  # smallest live seq (0 when count == 0)
+    last_seq: int = 0  # largest seq ever written for the key (live or not)
+
+
+@dataclass(slots=True)
+class Recovery:
+    keys: dict[str, KeyInfo] = field(default_factory=dict)
+    durable_subscriptions: list[DurableSubscription] = field(default_factory=list)
+
+
+@runtime_checkable
+class Store(Protocol):
+    def open(self) -> Recovery:
+        """Open (or create) the store and return what it holds. Called once."""
+        ...
+
+    def write(self, ops: Sequence[StoreOp]) -> None:
+        """Queue one atomic batch. Never blocks on disk."""
+        ...
+
+    async def sync(self) -> None:
+        """Return once every batch written before this call is durable."""
+        ...
+
+    def load(self, key: str, after_seq: int, max_count: int,
+             max_bytes: int = 1 << 62) -> list[StoredEntry]:
+        """Live references of ``key`` with seq > ``after_seq``, ascending, at most
+        ``max_count`` of them; stops early once ``max_bytes`` of bodies were
+        returned (always returns at least one entry when one exists)."""
+        ...
+
+    def key_info(self, key: str) -> KeyInfo:
+        ...
+
+    def stats(self) -> dict[str, int | float | str]:
+        """Implementation figures for ``meshmq stat`` (files, bytes, syncs, ...)."""
+        ...
+
+    async def close(self) -> None:
+        """Flush, sync and release files. The store cannot be used afterwards."""
+        ...
