@@ -1,0 +1,263 @@
+"""Compact, versioned binary encoding of ``Message`` (store records, network bridges).
+
+Layout (little-endian), version 1::
+
+    u8  version (= 1)
+    u8  flags        bit0 persistent, bit1 correlation_id, bit2 reply_to, bit3 type,
+                     bit4 group_id, bit5 original_destination, bit6 user_id,
+                     bit7 content_type (a set bit means the optional field follows)
+    u8  priority
+    u8  destination kind (index into KIND_CODES)
+    u32 body length  (fixed offset 4 so a reader can size a message without decoding it)
+    i64 timestamp, i64 expiration, i64 group_seq
+    u16 property count, u16 broker_path length
+    str message_id, str destination name, str producer_id
+    optional fields in flag order (a destination is u8 kind + str)
+    str * broker_path
+    (str name, u8 tag, value) * properties
+    body
+
+``str`` is UTF-8 with a short length prefix: one byte when < 255, else 0xFF + u32.
+Property tags: 0 None, 1 False, 2 True, 3 i64, 4 f64, 5 str, 6 int outside i64
+(decimal text). ``wire_cache`` is never encoded.
+
+Plain ``struct`` and byte slicing, no json/pickle: this is on the persistent-send path.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from meshmq.core.destinations import Destination, DestKind
+from meshmq.core.message import Message, PropertyValue
+from meshmq.errors import CorruptStoreError, StoreError
+
+CODEC_VERSION = 1
+
+# Kinds are stored as small integers; the order is part of the format, append only.
+KIND_CODES: tuple[DestKind, ...] = (
+    DestKind.QUEUE, DestKind.TOPIC, DestKind.TEMP_QUEUE, DestKind.TEMP_TOPIC,
+)
+_KIND_INDEX = {kind: i for i, kind in enumerate(KIND_CODES)}
+
+# decode builds Message positionally (faster); fail at import if the field order changes.
+_POSITIONAL = ("message_id", "destination", "body", "properties", "persistent", "priority",
+               "timestamp", "expiration", "correlation_id", "reply_to", "type", "group_id",
+               "group_seq", "producer_id", "broker_path", "original_destination", "user_id",
+               "content_type")
+if tuple(Message.__dataclass_fields__)[:len(_POSITIONAL)] != _POSITIONAL:  # pragma: no cover
+    raise ImportError("meshmq.store.codec: Message fields changed; update the codec")
+
+_HEADER = struct.Struct("<BBBBIqqqHH")
+HEADER_SIZE = _HEADER.size
+_U32 = struct.Struct("<I")
+_I64 = struct.Struct("<q")
+_F64 = struct.Struct("<d")
+
+_F_PERSISTENT = 0x01
+_F_CORRELATION = 0x02
+_F_REPLY_TO = 0x04
+_F_TYPE = 0x08
+_F_GROUP = 0x10
+_F_ORIGINAL = 0x20
+_F_USER = 0x40
+_F_CONTENT_TYPE = 0x80
+
+_T_NONE, _T_FALSE, _T_TRUE, _T_INT, _T_FLOAT, _T_STR, _T_BIGINT = range(7)
+_I64_MIN = -(1 << 63)
+_I64_MAX = (1 << 63) - 1
+_MAX_COUNT = 0xFFFF
+
+
+_LEN1 = tuple(bytes((i,)) for i in range(255))
+
+
+def _put_str(out: list[bytes], text: str) -> None:
+    raw = text.encode("utf-8")
+    n = len(raw)
+    out.append(_LEN1[n] if n < 255 else b"\xff" + _U32.pack(n))
+    out.append(raw)
+
+
+def encode_message(msg: Message) -> bytes:
+    """Encode every field of ``msg`` except ``wire_cache``. Raises StoreError for values
+    the format cannot hold (unsupported property types, out-of-range numbers)."""
+    flags = _F_PERSISTENT if msg.persistent else 0
+    out: list[bytes] = []
+    props = msg.properties
+    path = msg.broker_path
+    if len(props) > _MAX_COUNT or len(path) > _MAX_COUNT:
+        raise StoreError("message has too many properties or broker_path entries to store")
+    try:
+        dest = msg.destination
+        out.append(b"")  # placeholder for the header
+        _put_str(out, msg.message_id)
+        _put_str(out, dest.name)
+        _put_str(out, msg.producer_id)
+        if msg.correlation_id is not None:
+            flags |= _F_CORRELATION
+            _put_str(out, msg.correlation_id)
+        if msg.reply_to is not None:
+            flags |= _F_REPLY_TO
+            out.append(bytes((_KIND_INDEX[msg.reply_to.kind],)))
+            _put_str(out, msg.reply_to.name)
+        if msg.type is not None:
+            flags |= _F_TYPE
+            _put_str(out, msg.type)
+        if msg.group_id is not None:
+            flags |= _F_GROUP
+            _put_str(out, msg.group_id)
+        if msg.original_destination is not None:
+            flags |= _F_ORIGINAL
+            out.append(bytes((_KIND_INDEX[msg.original_destination.kind],)))
+            _put_str(out, msg.original_destination.name)
+        if msg.user_id is not None:
+            flags |= _F_USER
+            _put_str(out, msg.user_id)
+        if msg.content_type is not None:
+            flags |= _F_CONTENT_TYPE
+            _put_str(out, msg.content_type)
+        for name in path:
+            _put_str(out, name)
+        for name, value in props.items():
+            _put_str(out, name)
+            _put_value(out, value)
+        body = msg.body
+        out[0] = _HEADER.pack(CODEC_VERSION, flags, msg.priority, _KIND_INDEX[dest.kind],
+                              len(body), msg.timestamp, msg.expiration, msg.group_seq,
+                              len(props), len(path))
+        out.append(body)
+        return b"".join(out)
+    except (struct.error, KeyError, AttributeError, TypeError, UnicodeEncodeError) as exc:
+        raise StoreError(f"cannot encode message {msg.message_id!r}: {exc}") from exc
+
+
+def _put_value(out: list[bytes], value: PropertyValue) -> None:
+    # bool before int: bool is an int subclass.
+    if value is None:
+        out.append(b"\x00")
+    elif value is True:
+        out.append(b"\x02")
+    elif value is False:
+        out.append(b"\x01")
+    elif type(value) is str:
+        out.append(b"\x05")
+        _put_str(out, value)
+    elif isinstance(value, int):
+        if _I64_MIN <= value <= _I64_MAX:
+            out.append(b"\x03" + _I64.pack(value))
+        else:
+            out.append(b"\x06")
+            _put_str(out, str(value))
+    elif isinstance(value, float):
+        out.append(b"\x04" + _F64.pack(value))
+    elif isinstance(value, str):
+        out.append(b"\x05")
+        _put_str(out, str(value))
+    else:
+        raise StoreError(f"unsupported property value type {type(value).__name__}")
+
+
+def body_length(data: bytes | memoryview, offset: int = 0) -> int:
+    """The body size of the message encoded at ``offset``, without decoding it."""
+    if len(data) < offset + HEADER_SIZE or data[offset] != CODEC_VERSION:
+        raise CorruptStoreError("not a version-1 encoded message")
+    return int(_U32.unpack_from(data, offset + 4)[0])
+
+
+def decode_message(data: bytes | memoryview) -> Message:
+    """Inverse of ``encode_message``. Raises CorruptStoreError, and nothing else, on bad input."""
+    try:
+        return _decode(bytes(data))
+    except CorruptStoreError:
+        raise
+    except Exception as exc:  # any malformation surfaces as one documented error
+        raise CorruptStoreError(f"malformed message encoding: {exc!r}") from exc
+
+
+def _str(buf: bytes, pos: int) -> tuple[str, int]:
+    n = buf[pos]
+    pos += 1
+    if n == 255:
+        n = _U32.unpack_from(buf, pos)[0]
+        pos += 4
+    end = pos + n
+    if end > len(buf):
+        raise CorruptStoreError("string runs past the end of the message")
+    return buf[pos:end].decode("utf-8"), end
+
+
+def _dest(buf: bytes, pos: int) -> tuple[Destination, int]:
+    kind = KIND_CODES[buf[pos]]
+    name, pos = _str(buf, pos + 1)
+    return Destination(kind, name), pos
+
+
+def _decode(buf: bytes) -> Message:
+    size = len(buf)
+    if size < HEADER_SIZE:
+        raise CorruptStoreError("message encoding too short")
+    (version, flags, priority, kind, body_len, timestamp, expiration, group_seq,
+     n_props, n_path) = _HEADER.unpack_from(buf, 0)
+    if version != CODEC_VERSION:
+        raise CorruptStoreError(f"unsupported message encoding version {version}")
+    message_id, pos = _str(buf, HEADER_SIZE)
+    dest_name, pos = _str(buf, pos)
+    producer_id, pos = _str(buf, pos)
+    correlation_id = mtype = group_id = user_id = content_type = None
+    reply_to = original = None
+    if flags & 0xFE:  # any optional field present
+        if flags & _F_CORRELATION:
+            correlation_id, pos = _str(buf, pos)
+        if flags & _F_REPLY_TO:
+            reply_to, pos = _dest(buf, pos)
+        if flags & _F_TYPE:
+            mtype, pos = _str(buf, pos)
+        if flags & _F_GROUP:
+            group_id, pos = _str(buf, pos)
+        if flags & _F_ORIGINAL:
+            original, pos = _dest(buf, pos)
+        if flags & _F_USER:
+            user_id, pos = _str(buf, pos)
+        if flags & _F_CONTENT_TYPE:
+            content_type, pos = _str(buf, pos)
+    path: tuple[str, ...] = ()
+    if n_path:
+        names = []
+        for _ in range(n_path):
+            name, pos = _str(buf, pos)
+            names.append(name)
+        path = tuple(names)
+    props: dict[str, PropertyValue] = {}
+    for _ in range(n_props):
+        name, pos = _str(buf, pos)
+        tag = buf[pos]
+        pos += 1
+        value: PropertyValue
+        if tag == _T_STR:
+            value, pos = _str(buf, pos)
+        elif tag == _T_INT:
+            value = _I64.unpack_from(buf, pos)[0]
+            pos += 8
+        elif tag == _T_TRUE:
+            value = True
+        elif tag == _T_FALSE:
+            value = False
+        elif tag == _T_NONE:
+            value = None
+        elif tag == _T_FLOAT:
+            value = _F64.unpack_from(buf, pos)[0]
+            pos += 8
+        elif tag == _T_BIGINT:
+            text, pos = _str(buf, pos)
+            value = int(text)
+        else:
+            raise CorruptStoreError(f"unknown property tag {tag}")
+        props[name] = value
+    if pos + body_len != size:
+        raise CorruptStoreError("message body length does not match the encoding")
+    # Positional: noticeably cheaper than keywords for a 19-field dataclass.
+    return Message(message_id, Destination(KIND_CODES[kind], dest_name), buf[pos:], props,
+                   bool(flags & _F_PERSISTENT), priority, timestamp, expiration,
+                   correlation_id, reply_to, mtype, group_id, group_seq, producer_id, path,
+                   original, user_id, content_type)
