@@ -44,6 +44,8 @@ class StompConfig:
     heartbeat_grace: float = 1.5  # close a silent client after interval * grace
     max_heartbeat_ms: int = 0  # 0: accept whatever the client proposes
     server_heartbeat_ms: int = 10_000  # what we offer when the client wants heart-beats
+    # heart-beat assumed for a CONNECT without one (ActiveMQ transport.defaultHeartBeat)
+    default_heartbeat: tuple[int, int] = (0, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,13 +71,15 @@ class DestinationPolicy:
     dead_letter_queue: str = "ActiveMQ.DLQ"
     individual_dlq_prefix: str | None = None  # e.g. "DLQ." -> DLQ.<queue name>
     expired_to_dlq: bool = True  # persistent messages that expire are dead-lettered
-    non_persistent_to_dlq: bool = False  # ActiveMQ's processNonPersistent
+    non_persistent_to_dlq: bool = True  # ActiveMQ default is false (silent drop)
     queue_prefetch: int = 1000
     topic_prefetch: int = 32767
     durable_topic_prefetch: int = 100
     browser_prefetch: int = 500
     memory_limit: int = 0  # per destination, bytes; 0 = only the broker-wide limit
     page_size: int = 2000  # persistent messages kept in memory per queue before paging
+    prioritized_messages: bool = False  # dispatch by message priority (strict order otherwise)
+    producer_flow_control: bool = True  # False: never block producers here; page to the store
 
 
 @dataclass(frozen=True, slots=True)

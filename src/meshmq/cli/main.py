@@ -1,0 +1,211 @@
+"""``meshmq``: a thin shell over configuration, the runtime and management."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from meshmq import __version__
+from meshmq.errors import ConfigError, MeshmqError
+
+
+def _hostport(text: str, default_port: int) -> tuple[str, int]:
+    parsed = urlparse(text if "://" in text else f"x://{text}")
+    return parsed.hostname or "127.0.0.1", parsed.port or default_port
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    from meshmq.config.model import BrokerConfig, ListenerConfig, ManagementConfig
+
+    if args.config:
+        from meshmq.config.load import load_config
+
+        config = load_config(Path(args.config))
+    else:
+        config = BrokerConfig()
+    changes: dict[str, Any] = {}
+    if args.data:
+        changes["data_directory"] = Path(args.data)
+    if args.stomp:
+        host, port = _hostport(args.stomp, 61613)
+        changes["listeners"] = (ListenerConfig(name="stomp", protocol="stomp", host=host,
+                                               port=port),)
+    if args.management is not None:
+        if args.management in ("off", "none", ""):
+            changes["management"] = ManagementConfig(enabled=False)
+        else:
+            host, port = _hostport(args.management, 8161)
+            changes["management"] = ManagementConfig(enabled=True, host=host, port=port)
+    if args.no_fsync:
+        changes["store"] = dataclasses.replace(config.store, fsync=False)
+    if args.memory_store:
+        changes["persistent"] = False
+    if changes:
+        config = dataclasses.replace(config, **changes)
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    import asyncio
+
+    from meshmq.transport.runtime import run_broker
+
+    asyncio.run(run_broker(config))
+    return 0
+
+
+def cmd_send(args: argparse.Namespace) -> int:
+    from meshmq.client.simple_stomp import SimpleStompClient
+
+    host, port = _hostport(args.url, 61613)
+    headers = dict(h.split("=", 1) for h in args.header)
+    if args.persistent:
+        headers["persistent"] = "true"
+    bodies: list[bytes]
+    if args.body is not None:
+        bodies = [args.body.encode()] * args.count
+    else:
+        bodies = [line.rstrip("\n").encode() for line in sys.stdin]
+    with SimpleStompClient(host, port, login=args.user, passcode=args.password) as client:
+        for body in bodies:
+            client.send(args.destination, body, headers, confirm=not args.no_receipt)
+    print(f"sent {len(bodies)} message(s) to {args.destination}", file=sys.stderr)
+    return 0
+
+
+def cmd_receive(args: argparse.Namespace) -> int:
+    from meshmq.client.simple_stomp import SimpleStompClient
+
+    host, port = _hostport(args.url, 61613)
+    received = 0
+    with SimpleStompClient(host, port, login=args.user, passcode=args.password,
+                           client_id=args.client_id) as client:
+        extra = {}
+        if args.selector:
+            extra["selector"] = args.selector
+        if args.durable:
+            extra["activemq.subscriptionName"] = args.durable
+        client.subscribe(args.destination, ack="client-individual", headers=extra)
+        while args.count <= 0 or received < args.count:
+            frame = client.receive(timeout=args.timeout)
+            if frame is None:
+                break
+            if args.json:
+                print(json.dumps({"headers": dict(frame.headers),
+                                  "body": frame.body.decode("utf-8", "replace")}))
+            else:
+                sys.stdout.write(frame.body.decode("utf-8", "replace") + "\n")
+            sys.stdout.flush()
+            client.ack(frame)
+            received += 1
+    print(f"received {received} message(s) from {args.destination}", file=sys.stderr)
+    return 0 if args.count <= 0 or received >= args.count else 1
+
+
+def fetch_stat(url: str) -> dict[str, Any]:
+    base = url if "://" in url else f"http://{url}"
+    with urllib.request.urlopen(base.rstrip("/") + "/api/stat", timeout=10) as resp:
+        data: dict[str, Any] = json.loads(resp.read())
+    return data
+
+
+def cmd_stat(args: argparse.Namespace) -> int:
+    try:
+        stat = fetch_stat(args.url)
+    except (urllib.error.URLError, OSError) as exc:
+        print(f"meshmq stat: cannot reach the management endpoint at {args.url}: {exc}",
+              file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(stat, indent=2))
+        return 0
+    print(f"broker {stat['broker']}  connections {stat['connections']}  memory "
+          f"{stat['memory']['used']}/{stat['memory']['limit']} ({stat['memory']['percent']}%)")
+    cols = ("type", "name", "depth", "enqueued", "dequeued", "consumers", "producers",
+            "inflight")
+    rows = [[str(d.get(c, "")) for c in cols] for d in stat["destinations"]]
+    widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c)
+              for i, c in enumerate(cols)]
+    print("  ".join(c.upper().ljust(w) for c, w in zip(cols, widths, strict=True)))
+    for r in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
+    for sub in stat.get("durable_subscriptions", []):
+        print(f"durable {sub['clientId']}:{sub['name']} on {sub['destination']} pending "
+              f"{sub['pending']} {'active' if sub['active'] else 'offline'}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="meshmq", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"meshmq {__version__}")
+    parser.add_argument("--log-level", default="INFO",
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    b = sub.add_parser("broker", help="run one broker in the foreground")
+    b.add_argument("--config", help="meshmq.toml or activemq.xml")
+    b.add_argument("--data", help="data directory (default ./data)")
+    b.add_argument("--stomp", help="STOMP listen address HOST:PORT (default 127.0.0.1:61613)")
+    b.add_argument("--management", help="management HOST:PORT, or 'off'")
+    b.add_argument("--no-fsync", action="store_true", help="do not fsync (unsafe; benchmarks)")
+    b.add_argument("--memory-store", action="store_true", help="keep nothing on disk")
+    b.set_defaults(func=cmd_broker)
+
+    for name, func, helptext in (("send", cmd_send, "send messages"),
+                                 ("receive", cmd_receive, "receive messages")):
+        p = sub.add_parser(name, help=helptext)
+        p.add_argument("destination", help="e.g. /queue/orders or /topic/prices")
+        p.add_argument("--url", default="127.0.0.1:61613", help="broker HOST:PORT")
+        p.add_argument("--user")
+        p.add_argument("--password")
+        p.set_defaults(func=func)
+        if name == "send":
+            p.add_argument("body", nargs="?", help="message body (default: one per stdin line)")
+            p.add_argument("--count", type=int, default=1)
+            p.add_argument("--persistent", action="store_true")
+            p.add_argument("--header", action="append", default=[], help="NAME=VALUE")
+            p.add_argument("--no-receipt", action="store_true")
+        else:
+            p.add_argument("--count", type=int, default=1, help="0 = until --timeout")
+            p.add_argument("--timeout", type=float, default=10.0)
+            p.add_argument("--selector")
+            p.add_argument("--durable", help="durable subscription name (needs --client-id)")
+            p.add_argument("--client-id")
+            p.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("stat", help="show destinations of a running broker")
+    s.add_argument("--url", default="127.0.0.1:8161", help="management HOST:PORT")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_stat)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        code: int = args.func(args)
+        return code
+    except ConfigError as exc:
+        print(f"meshmq: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except MeshmqError as exc:
+        print(f"meshmq: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Clients built on meshmq's own codecs (the failover client lands here)."""

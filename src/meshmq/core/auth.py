@@ -1,0 +1,45 @@
+"""Authentication against the users and groups of the configuration.
+
+Authorization by destination comes later; ``Principal.groups`` is what it will use.
+"""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass
+
+from meshmq.config.model import AuthConfig
+from meshmq.errors import AuthenticationError
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    user: str
+    groups: frozenset[str]
+    anonymous: bool = False
+
+
+class Authenticator:
+    def __init__(self, config: AuthConfig) -> None:
+        self._config = config
+        self._users = {u.name: u for u in config.users}
+
+    def authenticate(self, login: str | None, passcode: str | None) -> Principal:
+        """Return who connected, or raise ``AuthenticationError``.
+
+        No login at all means anonymous access, if allowed. A login that is given
+        must be valid even when anonymous access is on (a typo must not silently
+        downgrade a client to anonymous).
+        """
+        if not login:
+            if self._config.anonymous_access:
+                return Principal(self._config.anonymous_user,
+                                 frozenset(self._config.anonymous_groups), anonymous=True)
+            raise AuthenticationError("Authentication failed: credentials required")
+        user = self._users.get(login)
+        supplied = (passcode or "").encode()
+        expected = user.password.encode() if user is not None else b"\x00invalid"
+        # compare_digest even for unknown users, so timing does not reveal user names.
+        if not hmac.compare_digest(supplied, expected) or user is None:
+            raise AuthenticationError("Authentication failed")
+        return Principal(user.name, frozenset(user.groups))

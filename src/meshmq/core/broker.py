@@ -1,0 +1,802 @@
+"""The broker core: routes messages and returns its decisions as data.
+
+Nothing here touches a socket or a clock: protocol sessions call the methods
+below, then the runtime calls ``pump`` pieces (``dispatch_dirty``,
+``take_ops``, ``take_outcomes``) to write the store batch and hand deliveries
+to connections. All calls happen on one thread (the event loop), so the core
+needs no locks.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from meshmq.config.model import BrokerConfig, DestinationPolicy
+from meshmq.core import destinations as dst
+from meshmq.core.auth import Authenticator, Principal
+from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
+from meshmq.core.destinations import Destination, DestKind
+from meshmq.core.message import Message, PropertyValue
+from meshmq.core.queue import Entry, Outcome, Queue
+from meshmq.core.usage import MemoryUsage
+from meshmq.errors import DestinationError, MeshmqError, ProtocolError, TransactionError
+from meshmq.store.base import (
+    AddMessage,
+    DropKey,
+    DurableSubscription,
+    PutDurableSubscription,
+    Recovery,
+    Store,
+    StoreOp,
+)
+
+log = logging.getLogger("meshmq.broker")
+
+ADVISORY_PREFIX = "ActiveMQ.Advisory."
+_TYPE_NAMES = {DestKind.QUEUE: "Queue", DestKind.TOPIC: "Topic",
+               DestKind.TEMP_QUEUE: "TempQueue", DestKind.TEMP_TOPIC: "TempTopic"}
+
+
+@dataclass(slots=True)
+class Transaction:
+    id: str
+    sends: list[tuple[tuple[Destination, ...], Message]] = field(default_factory=list)
+    acks: list[tuple[Consumer, int, bool]] = field(default_factory=list)
+    nacks: list[tuple[Consumer, int, bool]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Connection:
+    id: str
+    principal: Principal
+    client_id: str | None = None
+    remote: str = ""
+    protocol: str = "stomp"
+    connected_ms: int = 0
+    consumers: dict[str, Consumer] = field(default_factory=dict)
+    transactions: dict[str, Transaction] = field(default_factory=dict)
+    temp_destinations: set[Destination] = field(default_factory=set)
+    producer_destinations: set[Destination] = field(default_factory=set)
+    closed: bool = False
+
+
+class TopicSubscription:
+    """A consumer's (or an offline durable subscriber's) interest in topics."""
+
+    __slots__ = ("connection_id", "consumer", "durable", "no_local", "patterns", "queue",
+                 "selector_text", "subscription")
+
+    def __init__(self, patterns: tuple[Destination, ...], queue: Queue, *,
+                 selector_text: str | None, no_local: bool, connection_id: str | None,
+                 durable: DurableSubscription | None) -> None:
+        self.patterns = patterns
+        self.queue = queue
+        self.selector_text = selector_text
+        self.no_local = no_local
+        self.connection_id = connection_id
+        self.durable = durable
+        self.consumer: Consumer | None = None
+        self.subscription = None
+
+    def matches(self, dest: Destination) -> bool:
+        return any(dst.matches(p, dest) for p in self.patterns)
+
+
+@dataclass(slots=True)
+class TopicStats:
+    enqueued: int = 0
+    dispatched: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerEvent:
+    """Interest stream for network bridges: a consumer appeared or went away."""
+
+    added: bool
+    consumer_id: str
+    destinations: tuple[Destination, ...]
+    selector: str | None
+    connection_id: str
+    client_id: str | None
+    durable_name: str | None
+    consumer_count: dict[Destination, int]
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig, store: Store, *,
+                 clock: Callable[[], int] | None = None) -> None:
+        self.config = config
+        self.name = config.broker_name
+        self.store = store
+        self._clock = clock or (lambda: time.time_ns() // 1_000_000)
+        self.usage = MemoryUsage(config.usage.memory_limit)
+        self.auth = Authenticator(config.auth)
+        self.queues: dict[Destination, Queue] = {}
+        self.topics: dict[Destination, TopicStats] = {}
+        self.connections: dict[str, Connection] = {}
+        self.client_ids: dict[str, str] = {}  # client id -> connection id
+        self.durables: dict[tuple[str, str], TopicSubscription] = {}
+        self._topic_subs: list[TopicSubscription] = []
+        self._topic_cache: dict[Destination, list[TopicSubscription]] = {}
+        self._queue_wildcards: list[Consumer] = []
+        self._dirty: dict[Queue, None] = {}
+        self._ops: list[StoreOp] = []
+        self._outbox: list[Outcome] = []
+        self._listeners: list[Callable[[ConsumerEvent], None]] = []
+        self._policies = [(Destination.parse_uri(p.match), p) for p in config.policies]
+        self._default_policy = DestinationPolicy()
+        self._boot = format(self._clock(), "x")
+        self._conn_seq = itertools.count(1)
+        self._msg_seq = itertools.count(1)
+        self._temp_seq = itertools.count(1)
+        self.started_ms = self._clock()
+
+    # ================================================================ plumbing
+    def now_ms(self) -> int:
+        return self._clock()
+
+    def store_op(self, op: StoreOp) -> None:
+        self._ops.append(op)
+
+    def emit(self, outcome: Outcome) -> None:
+        self._outbox.append(outcome)
+
+    def mark_dirty(self, queue: Queue) -> None:
+        self._dirty[queue] = None
+
+    def dispatch_dirty(self) -> None:
+        # Dispatching can dirty other queues (DLQ, redelivery); loop until quiet.
+        rounds = 0
+        while self._dirty and rounds < 100:
+            rounds += 1
+            dirty, self._dirty = self._dirty, {}
+            for queue in dirty:
+                queue.dispatch()
+
+    def take_ops(self) -> list[StoreOp]:
+        ops, self._ops = self._ops, []
+        return ops
+
+    def take_outcomes(self) -> list[Outcome]:
+        out, self._outbox = self._outbox, []
+        return out
+
+    def add_listener(self, listener: Callable[[ConsumerEvent], None]) -> None:
+        self._listeners.append(listener)
+
+    def policy_for(self, dest: Destination) -> DestinationPolicy:
+        for pattern, policy in self._policies:
+            if dst.matches(pattern, dest):
+                return policy
+        return self._default_policy
+
+    def new_message_id(self, connection_id: str) -> str:
+        return f"ID:{self.name}-{self._boot}-{connection_id}-{next(self._msg_seq)}"
+
+    # ================================================================ recovery
+    def recover(self, recovery: Recovery) -> None:
+        """Rebuild queues and durable subscriptions from what the store holds."""
+        durable_keys = {d.key for d in recovery.durable_subscriptions}
+        for key, info in recovery.keys.items():
+            if key in durable_keys:
+                continue
+            try:
+                dest = Destination.parse_uri(key)
+            except MeshmqError:
+                log.warning("store holds unknown key %r; ignored", key)
+                continue
+            if dest.kind is not DestKind.QUEUE:
+                log.warning("store holds non-queue key %r; dropped", key)
+                self._ops.append(DropKey(key))
+                continue
+            self.queues[dest] = Queue(dest, key, self.policy_for(dest), self, self.store,
+                                      last_seq=info.last_seq, stored_count=info.count)
+            self.mark_dirty(self.queues[dest])
+        for record in recovery.durable_subscriptions:
+            info = recovery.keys.get(record.key)
+            patterns = tuple(Destination.parse_uri(u) for u in record.destination.split(","))
+            queue = Queue(patterns[0], record.key, self._durable_policy(patterns[0]), self,
+                          self.store, last_seq=info.last_seq if info else 0,
+                          stored_count=info.count if info else 0, prefiltered=True)
+            sub = TopicSubscription(patterns, queue, selector_text=record.selector,
+                                    no_local=record.no_local, connection_id=None,
+                                    durable=record)
+            self.durables[(record.client_id, record.subscription_name)] = sub
+            self._add_topic_sub(sub)
+
+    def _durable_policy(self, dest: Destination) -> DestinationPolicy:
+        return self.policy_for(dest)
+
+    # ================================================================ connections
+    def authenticate(self, login: str | None, passcode: str | None) -> Principal:
+        return self.auth.authenticate(login, passcode)
+
+    def open_connection(self, principal: Principal, *, client_id: str | None = None,
+                        remote: str = "", protocol: str = "stomp") -> Connection:
+        if client_id is not None and client_id in self.client_ids:
+            raise MeshmqError(f"Broker: {self.name} - Client: {client_id} already connected",
+                              code="client-id-in-use", retriable=True)
+        conn = Connection(id=f"c{next(self._conn_seq)}", principal=principal,
+                          client_id=client_id, remote=remote, protocol=protocol,
+                          connected_ms=self.now_ms())
+        self.connections[conn.id] = conn
+        if client_id is not None:
+            self.client_ids[client_id] = conn.id
+        self._advise(dst.topic("ActiveMQ.Advisory.Connection"), "ConnectionAdded", {
+            "connectionId": conn.id, "clientId": client_id, "userName": principal.user,
+            "remoteAddress": remote, "protocol": protocol})
+        return conn
+
+    def close_connection(self, conn: Connection) -> None:
+        if conn.closed:
+            return
+        conn.closed = True
+        for consumer in list(conn.consumers.values()):
+            self.unsubscribe(conn, consumer)
+        conn.transactions.clear()
+        for temp in list(conn.temp_destinations):
+            self._delete_temp(conn, temp)
+        for pd in conn.producer_destinations:
+            self._advise(self._advisory_topic("Producer", pd), "ProducerRemoved",
+                         {"connectionId": conn.id, "destination": str(pd)})
+        self.connections.pop(conn.id, None)
+        if conn.client_id is not None and self.client_ids.get(conn.client_id) == conn.id:
+            del self.client_ids[conn.client_id]
+        self._advise(dst.topic("ActiveMQ.Advisory.Connection"), "ConnectionRemoved", {
+            "connectionId": conn.id, "clientId": conn.client_id})
+
+    # ================================================================ temp destinations
+    def create_temp(self, conn: Connection, kind: DestKind) -> Destination:
+        assert kind.is_temporary
+        dest = Destination(kind, f"ID:{self.name}-{self._boot}-{conn.id}:{next(self._temp_seq)}")
+        conn.temp_destinations.add(dest)
+        if kind is DestKind.TEMP_QUEUE:
+            self._get_queue(dest)
+        else:
+            self.topics.setdefault(dest, TopicStats())
+        self._advise(dst.topic(ADVISORY_PREFIX + _TYPE_NAMES[kind]), "TempDestinationAdded",
+                     {"destination": str(dest), "connectionId": conn.id})
+        return dest
+
+    def _delete_temp(self, conn: Connection, dest: Destination) -> None:
+        conn.temp_destinations.discard(dest)
+        queue = self.queues.pop(dest, None)
+        if queue is not None:
+            queue.purge()
+            queue.deleted = True
+        self.topics.pop(dest, None)
+        self._advise(dst.topic(ADVISORY_PREFIX + _TYPE_NAMES[dest.kind]),
+                     "TempDestinationRemoved", {"destination": str(dest),
+                                                "connectionId": conn.id})
+
+    def _temp_exists(self, dest: Destination) -> bool:
+        return dest in self.queues if dest.kind is DestKind.TEMP_QUEUE else dest in self.topics
+
+    # ================================================================ producing
+    def send(self, conn: Connection, destinations: tuple[Destination, ...], message: Message,
+             txn: str | None = None) -> bool:
+        """Route ``message`` to every destination. Returns True when a store sync
+        must complete before the send may be confirmed."""
+        for d in destinations:
+            if d.is_wildcard:
+                raise DestinationError(f"cannot send to a wildcard destination: {d}")
+            if d.is_temporary and not self._temp_exists(d):
+                raise DestinationError(f"temporary destination {d} does not exist "
+                                       "(its connection has closed)")
+            if d.is_advisory:
+                raise DestinationError(f"advisory topics are read-only: {d}")
+        if txn is not None:
+            self._txn(conn, txn).sends.append((destinations, message))
+            return False
+        return self._route(conn, destinations, message)
+
+    def _route(self, conn: Connection | None, destinations: tuple[Destination, ...],
+               message: Message) -> bool:
+        needs_sync = False
+        for i, d in enumerate(destinations):
+            msg = message if i == 0 and d == message.destination else message.copy_to(d)
+            if conn is not None and d not in conn.producer_destinations and not conn.closed:
+                conn.producer_destinations.add(d)
+                self._advise(self._advisory_topic("Producer", d), "ProducerAdded",
+                             {"connectionId": conn.id, "destination": str(d),
+                              "producerCount": self._producer_count(d)})
+            if d.is_queue:
+                needs_sync |= self._route_queue(self._get_queue(d), msg)
+            else:
+                needs_sync |= self._route_topic(d, msg)
+        return needs_sync
+
+    def _producer_count(self, d: Destination) -> int:
+        return sum(1 for c in self.connections.values() if d in c.producer_destinations)
+
+    def _route_queue(self, queue: Queue, msg: Message) -> bool:
+        seq = queue.allocate_seq()
+        persisted = msg.persistent and queue.key is not None
+        if persisted:
+            self._ops.append(AddMessage(msg, ((queue.key or "", seq),)))
+        queue.enqueue(msg, seq, persisted)
+        return persisted
+
+    def _route_topic(self, dest: Destination, msg: Message) -> bool:
+        stats = self.topics.get(dest)
+        if stats is None:
+            stats = self.topics[dest] = TopicStats()
+        stats.enqueued += 1
+        subs = self._subs_for(dest)
+        if not subs:
+            return False
+        refs: list[tuple[str, int]] = []
+        targets: list[tuple[Queue, int, bool]] = []
+        lookup = None
+        for sub in subs:
+            if sub.no_local and sub.connection_id is not None \
+                    and sub.connection_id == msg.producer_id:
+                continue
+            if sub.selector_text is not None:
+                if lookup is None:
+                    from meshmq.core.selector import message_lookup
+
+                    lookup = message_lookup(msg)
+                if not self._compiled(sub.selector_text).matches(lookup):
+                    continue
+            queue = sub.queue
+            seq = queue.allocate_seq()
+            persisted = sub.durable is not None and msg.persistent
+            if persisted:
+                refs.append((queue.key or "", seq))
+            targets.append((queue, seq, persisted))
+        if refs:
+            self._ops.append(AddMessage(msg, tuple(refs)))
+        for queue, seq, persisted in targets:
+            queue.enqueue(msg, seq, persisted)
+        stats.dispatched += len(targets)
+        return bool(refs)
+
+    @staticmethod
+    def _compiled(text: str) -> object:
+        from meshmq.core.selector import compile_selector
+
+        return compile_selector(text)
+
+    def _subs_for(self, dest: Destination) -> list[TopicSubscription]:
+        subs = self._topic_cache.get(dest)
+        if subs is None:
+            subs = [s for s in self._topic_subs if s.matches(dest)]
+            if len(self._topic_cache) > 10_000:
+                self._topic_cache.clear()
+            self._topic_cache[dest] = subs
+        return subs
+
+    def _add_topic_sub(self, sub: TopicSubscription) -> None:
+        self._topic_subs.append(sub)
+        self._topic_cache.clear()
+
+    def _remove_topic_sub(self, sub: TopicSubscription) -> None:
+        if sub in self._topic_subs:
+            self._topic_subs.remove(sub)
+        self._topic_cache.clear()
+
+    def _get_queue(self, dest: Destination) -> Queue:
+        queue = self.queues.get(dest)
+        if queue is None:
+            key = str(dest) if dest.kind is DestKind.QUEUE else None
+            queue = Queue(dest, key, self.policy_for(dest), self, self.store)
+            self.queues[dest] = queue
+            for consumer in self._queue_wildcards:
+                if any(dst.matches(p, dest) for p in consumer.spec.destinations):
+                    consumer.sources.append(queue)
+                    queue.add_consumer(consumer)
+        return queue
+
+    # ================================================================ consuming
+    def subscribe(self, conn: Connection, subscription_id: str, spec: ConsumerSpec) -> Consumer:
+        if subscription_id in conn.consumers:
+            raise ProtocolError(f"subscription id {subscription_id!r} is already in use "
+                                "on this connection", code="duplicate-subscription")
+        if not spec.destinations:
+            raise DestinationError("no destination")
+        selector = None
+        if spec.selector is not None:
+            from meshmq.core.selector import compile_selector
+
+            selector = compile_selector(spec.selector)  # raises SelectorError
+        queues = [d for d in spec.destinations if d.is_queue]
+        topics = [d for d in spec.destinations if d.is_topic]
+        for d in spec.destinations:
+            if d.is_temporary and not d.is_wildcard and not self._temp_exists(d):
+                raise DestinationError(f"temporary destination {d} does not exist")
+        if spec.browser and topics:
+            raise DestinationError("browsing is only possible on queues")
+        durable_key = None
+        if spec.subscription_name is not None and topics:
+            if conn.client_id is None:
+                raise ProtocolError("a durable subscription (activemq.subscriptionName) "
+                                    "needs a client-id on CONNECT", code="client-id-required")
+            durable_key = (conn.client_id, spec.subscription_name)
+            existing = self.durables.get(durable_key)
+            if existing is not None and existing.consumer is not None:
+                raise ProtocolError(f"durable subscription {spec.subscription_name!r} of "
+                                    f"client {conn.client_id!r} is already active",
+                                    code="durable-in-use")
+        policy = self.policy_for(spec.destinations[0])
+        if spec.prefetch is not None:
+            prefetch = spec.prefetch
+        elif spec.browser:
+            prefetch = policy.browser_prefetch
+        elif queues:
+            prefetch = policy.queue_prefetch
+        elif durable_key is not None:
+            prefetch = policy.durable_topic_prefetch
+        else:
+            prefetch = policy.topic_prefetch
+        consumer = Consumer(f"{conn.id}:{subscription_id}", conn.id, subscription_id, spec,
+                            prefetch, selector)
+        conn.consumers[subscription_id] = consumer
+        if spec.browser:
+            self._browse(consumer, queues)
+            return consumer
+        for d in queues:
+            if d.is_wildcard:
+                if consumer not in self._queue_wildcards:
+                    self._queue_wildcards.append(consumer)
+                for qd, queue in list(self.queues.items()):
+                    if dst.matches(d, qd) and queue not in consumer.sources:
+                        consumer.sources.append(queue)
+            else:
+                queue = self._get_queue(d)
+                if queue not in consumer.sources:
+                    consumer.sources.append(queue)
+        if topics:
+            consumer.sub_queue = self._topic_subscription(conn, consumer, tuple(topics),
+                                                          durable_key)
+            consumer.sources.append(consumer.sub_queue)
+        for queue in consumer.sources:
+            queue.add_consumer(consumer)
+        self._consumer_changed(conn, consumer, added=True)
+        return consumer
+
+    def _topic_subscription(self, conn: Connection, consumer: Consumer,
+                            topics: tuple[Destination, ...],
+                            durable_key: tuple[str, str] | None) -> Queue:
+        spec = consumer.spec
+        if durable_key is None:
+            policy = self.policy_for(topics[0])
+            queue = Queue(topics[0], None, policy, self, None, prefiltered=True)
+            sub = TopicSubscription(topics, queue, selector_text=spec.selector,
+                                    no_local=spec.no_local, connection_id=conn.id,
+                                    durable=None)
+            sub.consumer = consumer
+            self._add_topic_sub(sub)
+            return queue
+        client_id, name = durable_key
+        destination_text = ",".join(str(t) for t in topics)
+        sub = self.durables.get(durable_key)
+        if sub is not None and sub.durable is not None and (
+                sub.durable.destination != destination_text
+                or sub.durable.selector != spec.selector
+                or sub.durable.no_local != spec.no_local):
+            # JMS: changing topic or selector of a durable subscription replaces it.
+            self._drop_durable(durable_key)
+            sub = None
+        if sub is None:
+            key = f"durable://{client_id}:{name}"
+            record = DurableSubscription(key=key, client_id=client_id, subscription_name=name,
+                                         destination=destination_text, selector=spec.selector,
+                                         no_local=spec.no_local, created_ms=self.now_ms())
+            self._ops.append(PutDurableSubscription(record))
+            queue = Queue(topics[0], key, self.policy_for(topics[0]), self, self.store,
+                          prefiltered=True)
+            sub = TopicSubscription(topics, queue, selector_text=spec.selector,
+                                    no_local=spec.no_local, connection_id=conn.id,
+                                    durable=record)
+            self.durables[durable_key] = sub
+            self._add_topic_sub(sub)
+        sub.consumer = consumer
+        sub.connection_id = conn.id
+        return sub.queue
+
+    def _drop_durable(self, key: tuple[str, str]) -> None:
+        sub = self.durables.pop(key)
+        self._remove_topic_sub(sub)
+        sub.queue.purge()
+        sub.queue.deleted = True
+        self._ops.append(DropKey(sub.queue.key or ""))
+
+    def remove_durable(self, conn: Connection, name: str) -> None:
+        """UNSUBSCRIBE with activemq.subscriptionName: delete the durable subscription."""
+        if conn.client_id is None:
+            raise ProtocolError("removing a durable subscription needs a client-id",
+                                code="client-id-required")
+        key = (conn.client_id, name)
+        sub = self.durables.get(key)
+        if sub is None:
+            raise DestinationError(f"no durable subscription {name!r} for client "
+                                   f"{conn.client_id!r}")
+        if sub.consumer is not None:
+            raise ProtocolError(f"durable subscription {name!r} is active; unsubscribe its "
+                                "consumer first", code="durable-in-use")
+        self._drop_durable(key)
+
+    def _browse(self, consumer: Consumer, queues: list[Destination]) -> None:
+        from meshmq.core.queue import BrowseEnd, Delivery
+
+        for d in queues:
+            for qd, queue in list(self.queues.items()):
+                if not dst.matches(d, qd):
+                    continue
+                now = self.now_ms()
+                for msg, count in queue.browse():
+                    if msg.is_expired(now):
+                        continue
+                    tag = consumer.next_tag
+                    consumer.next_tag += 1
+                    self.emit(Delivery(consumer, msg, tag, count + 1 if count else 1))
+        self.emit(BrowseEnd(consumer))
+
+    def unsubscribe(self, conn: Connection, consumer: Consumer) -> None:
+        if consumer.closed:
+            return
+        consumer.closed = True
+        conn.consumers.pop(consumer.subscription_id, None)
+        if consumer in self._queue_wildcards:
+            self._queue_wildcards.remove(consumer)
+        # Unacked messages go back to their queues (counted as a delivery attempt).
+        for entry in list(consumer.dispatched.values()):
+            entry.queue.release(entry, cause="consumer closed with the message unacknowledged")
+        consumer.dispatched.clear()
+        consumer.by_message_id.clear()
+        for queue in consumer.sources:
+            queue.remove_consumer(consumer)
+        sub_queue = consumer.sub_queue
+        if sub_queue is not None:
+            durable = next((s for s in self.durables.values() if s.queue is sub_queue), None)
+            if durable is not None:
+                durable.consumer = None
+                durable.connection_id = None
+            else:
+                sub = next((s for s in self._topic_subs if s.queue is sub_queue), None)
+                if sub is not None:
+                    self._remove_topic_sub(sub)
+                sub_queue.purge()
+                sub_queue.deleted = True
+        if not consumer.spec.browser:
+            self._consumer_changed(conn, consumer, added=False)
+
+    def set_paused(self, conn: Connection, paused: bool) -> None:
+        """Transport back-pressure: stop (or resume) dispatching to this connection."""
+        for consumer in conn.consumers.values():
+            if consumer.paused != paused:
+                consumer.paused = paused
+                if not paused:
+                    for queue in consumer.sources:
+                        self.mark_dirty(queue)
+
+    # ================================================================ acknowledging
+    def _select(self, consumer: Consumer, tag: int, cumulative: bool) -> list[int]:
+        if tag not in consumer.dispatched:
+            raise ProtocolError(f"unexpected ACK/NACK: no unacknowledged message with that "
+                                f"id on subscription {consumer.subscription_id!r}",
+                                code="unknown-ack")
+        if not cumulative:
+            return [tag]
+        tags = []
+        for t in consumer.dispatched:
+            tags.append(t)
+            if t == tag:
+                break
+        return tags
+
+    def ack(self, conn: Connection, consumer: Consumer, tag: int, *, cumulative: bool,
+            txn: str | None = None) -> bool:
+        tags = self._select(consumer, tag, cumulative)
+        if txn is not None:
+            self._txn(conn, txn).acks.append((consumer, tag, cumulative))
+            return False
+        return self._apply_ack(consumer, tags)
+
+    def _apply_ack(self, consumer: Consumer, tags: Iterable[int]) -> bool:
+        persisted = False
+        for t in tags:
+            entry = consumer.dispatched.pop(t, None)
+            if entry is None:
+                continue
+            consumer.by_message_id.pop(entry.message.message_id, None)
+            consumer.acked_count += 1
+            persisted |= entry.persisted
+            entry.queue.ack_entry(entry)
+        for queue in consumer.sources:
+            self.mark_dirty(queue)
+        return persisted
+
+    def nack(self, conn: Connection, consumer: Consumer, tag: int, *, cumulative: bool,
+             txn: str | None = None) -> bool:
+        tags = self._select(consumer, tag, cumulative)
+        if txn is not None:
+            self._txn(conn, txn).nacks.append((consumer, tag, cumulative))
+            return False
+        return self._apply_nack(consumer, tags)
+
+    def _apply_nack(self, consumer: Consumer, tags: Iterable[int]) -> bool:
+        persisted = False
+        for t in tags:
+            entry = consumer.dispatched.pop(t, None)
+            if entry is None:
+                continue
+            consumer.by_message_id.pop(entry.message.message_id, None)
+            persisted |= entry.persisted
+            entry.queue.release(entry, cause="message was rejected (NACK) too many times")
+        for queue in consumer.sources:
+            self.mark_dirty(queue)
+        return persisted
+
+    # ================================================================ transactions
+    def _txn(self, conn: Connection, txn_id: str) -> Transaction:
+        txn = conn.transactions.get(txn_id)
+        if txn is None:
+            raise TransactionError(f"transaction {txn_id!r} has not been started")
+        return txn
+
+    def begin(self, conn: Connection, txn_id: str) -> None:
+        if txn_id in conn.transactions:
+            raise TransactionError(f"transaction {txn_id!r} is already started")
+        conn.transactions[txn_id] = Transaction(txn_id)
+
+    def commit(self, conn: Connection, txn_id: str) -> bool:
+        """Apply the transaction; its store writes form one atomic batch."""
+        txn = self._txn(conn, txn_id)
+        del conn.transactions[txn_id]
+        needs_sync = False
+        for destinations, message in txn.sends:
+            for d in destinations:
+                if d.is_temporary and not self._temp_exists(d):
+                    raise TransactionError(f"temporary destination {d} no longer exists")
+        for destinations, message in txn.sends:
+            needs_sync |= self._route(conn, destinations, message)
+        for consumer, tag, cumulative in txn.acks:
+            if consumer.closed:
+                continue
+            tags = self._select_lenient(consumer, tag, cumulative)
+            needs_sync |= self._apply_ack(consumer, tags)
+        for consumer, tag, cumulative in txn.nacks:
+            if consumer.closed:
+                continue
+            needs_sync |= self._apply_nack(consumer,
+                                           self._select_lenient(consumer, tag, cumulative))
+        return needs_sync
+
+    def _select_lenient(self, consumer: Consumer, tag: int, cumulative: bool) -> list[int]:
+        if tag not in consumer.dispatched:
+            return []
+        return self._select(consumer, tag, cumulative)
+
+    def abort(self, conn: Connection, txn_id: str) -> None:
+        self._txn(conn, txn_id)
+        del conn.transactions[txn_id]
+
+    # ================================================================ expiry and DLQ
+    def tick(self) -> None:
+        """Periodic housekeeping: sweep expired messages."""
+        for queue in list(self.queues.values()):
+            queue.expire_pending()
+        for sub in list(self._topic_subs):
+            sub.queue.expire_pending()
+
+    def expired(self, queue: Queue, entry: Entry) -> None:
+        queue.remove_entry(entry)
+        msg = entry.message
+        self._advise(self._advisory_topic("Expired", queue.destination), "MessageExpired",
+                     {"messageId": msg.message_id, "destination": str(queue.destination)})
+        if queue.policy.expired_to_dlq and msg.persistent:
+            self._to_dlq(queue, entry, "message expired")
+
+    def dead_letter(self, queue: Queue, entry: Entry, cause: str) -> None:
+        queue.remove_entry(entry)
+        msg = entry.message
+        if not msg.persistent and not queue.policy.non_persistent_to_dlq:
+            log.info("dropping non-persistent message %s from %s: %s",
+                     msg.message_id, queue.destination, cause)
+            return
+        self._to_dlq(queue, entry, cause)
+
+    def _to_dlq(self, queue: Queue, entry: Entry, cause: str) -> None:
+        policy = queue.policy
+        msg = entry.message
+        if policy.individual_dlq_prefix is not None:
+            name = policy.individual_dlq_prefix + queue.destination.name
+        else:
+            name = policy.dead_letter_queue
+        dlq = dst.queue(name)
+        if queue.destination == dlq:
+            log.warning("message %s failed in the dead letter queue %s itself; dropped",
+                        msg.message_id, name)
+            return
+        props: dict[str, PropertyValue] = dict(msg.properties)
+        props["dlqDeliveryFailureCause"] = cause
+        copy = msg.copy_to(dlq, properties=props, expiration=0,
+                           original_destination=msg.original_destination or msg.destination)
+        self._route_queue(self._get_queue(dlq), copy)
+        self._advise(self._advisory_topic("MessageDLQd", queue.destination), "MessageDLQd",
+                     {"messageId": msg.message_id, "destination": str(queue.destination),
+                      "cause": cause})
+
+    # ================================================================ advisories
+    @staticmethod
+    def _advisory_topic(kind: str, dest: Destination) -> Destination:
+        return Destination(DestKind.TOPIC, f"{ADVISORY_PREFIX}{kind}.{_TYPE_NAMES[dest.kind]}."
+                                           f"{dest.name}")
+
+    def _advise(self, topic: Destination, advisory_type: str,
+                fields: dict[str, PropertyValue]) -> None:
+        if not self.config.advisory_support or not self._subs_for(topic):
+            return
+        props: dict[str, PropertyValue] = {"advisoryType": advisory_type,
+                                           "originBrokerName": self.name}
+        props.update({k: v for k, v in fields.items() if v is not None})
+        msg = Message(message_id=self.new_message_id("advisory"), destination=topic,
+                      body=json.dumps(props, sort_keys=True).encode(), properties=props,
+                      timestamp=self.now_ms(), type="Advisory",
+                      content_type="application/json")
+        self._route_topic(topic, msg)
+
+    def consumer_count(self, dest: Destination) -> int:
+        count = 0
+        for conn in self.connections.values():
+            for c in conn.consumers.values():
+                if not c.closed and dest in c.spec.destinations:
+                    count += 1
+        return count
+
+    def _consumer_changed(self, conn: Connection, consumer: Consumer, *, added: bool) -> None:
+        spec = consumer.spec
+        counts = {d: self.consumer_count(d) for d in spec.destinations}
+        for d in spec.destinations:
+            if d.is_advisory:
+                continue
+            self._advise(self._advisory_topic("Consumer", d),
+                         "ConsumerAdded" if added else "ConsumerRemoved", {
+                             "consumerId": consumer.id, "connectionId": conn.id,
+                             "clientId": conn.client_id, "destination": str(d),
+                             "consumerCount": counts[d], "selector": spec.selector,
+                             "prefetchSize": consumer.prefetch, "priority": spec.priority,
+                             "exclusive": spec.exclusive, "noLocal": spec.no_local,
+                             "subscriptionName": spec.subscription_name,
+                             "ackMode": spec.ack_mode.value})
+        if self._listeners:
+            event = ConsumerEvent(added, consumer.id, spec.destinations, spec.selector, conn.id,
+                                  conn.client_id, spec.subscription_name, counts)
+            for listener in self._listeners:
+                listener(event)
+
+    # ================================================================ statistics
+    def statistics(self) -> dict[str, object]:
+        dests: list[dict[str, object]] = []
+        for d, q in sorted(self.queues.items(), key=lambda kv: str(kv[0])):
+            dests.append({"name": d.name, "type": d.kind.value, "depth": q.depth,
+                          "enqueued": q.stats.enqueued, "dequeued": q.stats.dequeued,
+                          "dispatched": q.stats.dispatched, "expired": q.stats.expired,
+                          "redelivered": q.stats.redelivered, "inflight": q.inflight,
+                          "consumers": len(q.consumers), "memory": q.in_memory_bytes,
+                          "producers": self._producer_count(d)})
+        for d, ts in sorted(self.topics.items(), key=lambda kv: str(kv[0])):
+            if d.is_advisory:
+                continue
+            dests.append({"name": d.name, "type": d.kind.value, "depth": 0,
+                          "enqueued": ts.enqueued, "dequeued": ts.dispatched,
+                          "dispatched": ts.dispatched, "expired": 0, "redelivered": 0,
+                          "inflight": 0, "consumers": len(self._subs_for(d)), "memory": 0,
+                          "producers": self._producer_count(d)})
+        durables = [{"clientId": cid, "name": name, "destination": sub.durable.destination
+                     if sub.durable else "", "pending": sub.queue.depth,
+                     "active": sub.consumer is not None}
+                    for (cid, name), sub in sorted(self.durables.items())]
+        return {"broker": self.name, "uptime_ms": self.now_ms() - self.started_ms,
+                "connections": len(self.connections), "destinations": dests,
+                "durable_subscriptions": durables,
+                "memory": {"used": self.usage.used, "limit": self.usage.limit,
+                           "peak": self.usage.peak, "percent": round(self.usage.percent, 1)},
+                "store": self.store.stats()}

@@ -1,0 +1,84 @@
+"""Consumers: what a subscription asked for and what it currently holds."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from meshmq.core.destinations import Destination
+
+if TYPE_CHECKING:
+    from meshmq.core.queue import Entry, Queue
+    from meshmq.core.selector import Selector
+
+
+class AckMode(enum.Enum):
+    AUTO = "auto"  # acknowledged when dispatched
+    CLIENT = "client"  # cumulative: acking one acks every earlier one of the subscription
+    CLIENT_INDIVIDUAL = "client-individual"
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerSpec:
+    """A subscription request, protocol-neutral."""
+
+    destinations: tuple[Destination, ...]
+    ack_mode: AckMode = AckMode.AUTO
+    prefetch: int | None = None  # None: the destination policy's default
+    priority: int = 0
+    exclusive: bool = False
+    selector: str | None = None
+    no_local: bool = False
+    browser: bool = False
+    subscription_name: str | None = None  # durable topic subscription (needs a client id)
+    retroactive: bool = False
+
+
+class Consumer:
+    """One subscription of one connection; may draw from several queues
+    (wildcards, composites, a topic subscription queue)."""
+
+    __slots__ = (
+        "acked_count", "by_message_id", "closed", "connection_id", "dispatched",
+        "dispatched_count", "id", "next_tag", "paused", "prefetch", "selector",
+        "sources", "spec", "subscription_id", "sub_queue",
+    )
+
+    def __init__(self, consumer_id: str, connection_id: str, subscription_id: str,
+                 spec: ConsumerSpec, prefetch: int, selector: Selector | None) -> None:
+        self.id = consumer_id
+        self.connection_id = connection_id
+        self.subscription_id = subscription_id  # the protocol's id (STOMP `id` header)
+        self.spec = spec
+        self.prefetch = max(1, prefetch)
+        self.selector = selector
+        self.sources: list[Queue] = []
+        # A private queue that receives topic messages for this consumer (topic or durable).
+        self.sub_queue: Queue | None = None
+        self.dispatched: dict[int, Entry] = {}  # delivery tag -> entry, in dispatch order
+        self.by_message_id: dict[str, int] = {}  # message id -> tag, for 1.0/1.1 acks
+        self.next_tag = 1
+        self.paused = False  # transport back-pressure: the socket's buffer is full
+        self.closed = False
+        self.dispatched_count = 0
+        self.acked_count = 0
+
+    @property
+    def ack_mode(self) -> AckMode:
+        return self.spec.ack_mode
+
+    @property
+    def priority(self) -> int:
+        return self.spec.priority
+
+    @property
+    def has_capacity(self) -> bool:
+        if self.paused or self.closed or self.spec.browser:
+            return False
+        if self.spec.ack_mode is AckMode.AUTO:
+            return True
+        return len(self.dispatched) < self.prefetch
+
+    def __repr__(self) -> str:
+        return f"<Consumer {self.id} {self.spec.ack_mode.value} inflight={len(self.dispatched)}>"

@@ -1,0 +1,444 @@
+"""A queue: competing consumers, prefetch windows, priorities, groups,
+redelivery, expiry and paging to the store.
+
+The same class backs named queues, a topic subscriber's private queue and a
+durable subscription, so there is one dispatch engine to get right.
+
+Pending entries sit in a heap ordered by (message priority desc, sequence):
+higher priorities first, FIFO per priority, and a redelivered entry goes back
+to its original place. Entries are never removed from the heap eagerly; their
+``state`` says whether a heap item is still live (lazy deletion).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from meshmq.config.model import DestinationPolicy
+from meshmq.core.consumer import AckMode, Consumer
+from meshmq.core.destinations import Destination
+from meshmq.core.message import Message
+from meshmq.core.usage import MemoryUsage
+from meshmq.store.base import RemoveRef, SetDeliveryCount, StoredEntry, StoreOp
+
+if TYPE_CHECKING:
+    from meshmq.store.base import Store
+
+PENDING = 0
+INFLIGHT = 1
+DONE = 2
+
+# How many undeliverable entries (selector or group mismatch) one dispatch pass
+# may step over before giving up until the next change.
+SCAN_LIMIT = 2000
+
+
+class Entry:
+    __slots__ = ("consumer", "delivery_count", "message", "persisted", "queue", "seq", "state")
+
+    def __init__(self, queue: Queue, seq: int, message: Message, persisted: bool,
+                 delivery_count: int = 0) -> None:
+        self.queue = queue
+        self.seq = seq
+        self.message = message
+        self.persisted = persisted
+        self.delivery_count = delivery_count
+        self.state = PENDING
+        self.consumer: Consumer | None = None
+
+    def __lt__(self, other: Entry) -> bool:  # heap tie-breaker; never reached in practice
+        return self.seq < other.seq
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """Decision: hand ``message`` to ``consumer`` under delivery ``tag``."""
+
+    consumer: Consumer
+    message: Message
+    tag: int
+    delivery_count: int
+
+    @property
+    def redelivered(self) -> bool:
+        return self.delivery_count > 1
+
+
+@dataclass(frozen=True, slots=True)
+class BrowseEnd:
+    """Decision: the queue browser ``consumer`` has seen every message."""
+
+    consumer: Consumer
+
+
+Outcome = Delivery | BrowseEnd
+
+
+class QueueContext(Protocol):
+    """What a queue needs from its broker (implemented by ``Broker``)."""
+
+    usage: MemoryUsage
+
+    def now_ms(self) -> int: ...
+    def store_op(self, op: StoreOp) -> None: ...
+    def emit(self, outcome: Outcome) -> None: ...
+    def mark_dirty(self, queue: Queue) -> None: ...
+    def dead_letter(self, queue: Queue, entry: Entry, cause: str) -> None: ...
+    def expired(self, queue: Queue, entry: Entry) -> None: ...
+
+
+class QueueStats:
+    __slots__ = ("dequeued", "dispatched", "enqueued", "expired", "redelivered")
+
+    def __init__(self) -> None:
+        self.enqueued = 0
+        self.dequeued = 0
+        self.dispatched = 0
+        self.expired = 0
+        self.redelivered = 0
+
+
+class Queue:
+    def __init__(self, destination: Destination, key: str | None, policy: DestinationPolicy,
+                 ctx: QueueContext, store: Store | None, *, last_seq: int = 0,
+                 stored_count: int = 0, prefiltered: bool = False) -> None:
+        self.destination = destination
+        self.key = key  # store key; None: memory only
+        self.policy = policy
+        self.ctx = ctx
+        self.store = store if key is not None else None
+        self.prefiltered = prefiltered  # selector already applied when routing (topic subs)
+        self.stats = QueueStats()
+        self.consumers: list[Consumer] = []
+        self._tiers: list[list[Consumer]] = []  # consumers grouped by priority, highest first
+        self._rr: list[int] = []
+        self._exclusive: Consumer | None = None
+        self.groups: dict[str, Consumer] = {}
+        self._heap: list[tuple[int, int, Entry]] = []
+        self._next_seq = last_seq + 1
+        self._count = stored_count  # live entries: pending + in flight + paged out
+        self._mem_pending = 0  # PENDING entries in the heap
+        self._mem_persisted_pending = 0
+        self._mem_bytes = 0
+        # Paging: persisted entries with seq > _mem_high live only in the store.
+        self._paging = stored_count > 0
+        self._mem_high = 0
+        self._expiring = 0  # in-memory entries that carry an expiration
+        self.deleted = False
+
+    # ------------------------------------------------------------ introspection
+    @property
+    def depth(self) -> int:
+        return self._count
+
+    @property
+    def in_memory_bytes(self) -> int:
+        return self._mem_bytes
+
+    @property
+    def inflight(self) -> int:
+        return sum(1 for c in self.consumers for e in c.dispatched.values() if e.queue is self)
+
+    def allocate_seq(self) -> int:
+        seq = self._next_seq
+        self._next_seq += 1
+        return seq
+
+    # ------------------------------------------------------------ consumers
+    def add_consumer(self, consumer: Consumer) -> None:
+        self.consumers.append(consumer)
+        self._rebuild_tiers()
+        self.ctx.mark_dirty(self)
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+        for gid in [g for g, c in self.groups.items() if c is consumer]:
+            del self.groups[gid]  # the group moves to another consumer
+        self._rebuild_tiers()
+        self.ctx.mark_dirty(self)
+
+    def _rebuild_tiers(self) -> None:
+        by_prio: dict[int, list[Consumer]] = {}
+        for c in self.consumers:
+            if not c.spec.browser:
+                by_prio.setdefault(c.priority, []).append(c)
+        self._tiers = [by_prio[p] for p in sorted(by_prio, reverse=True)]
+        self._rr = [0] * len(self._tiers)
+        self._exclusive = None
+        for tier in self._tiers:
+            for c in tier:
+                if c.spec.exclusive:
+                    self._exclusive = c
+                    break
+            if self._exclusive is not None:
+                break
+
+    # ------------------------------------------------------------ enqueue
+    def enqueue(self, message: Message, seq: int, persisted: bool) -> None:
+        """Add a routed message (already written to the store when ``persisted``)."""
+        self._count += 1
+        self.stats.enqueued += 1
+        if persisted and (self._paging or self._mem_persisted_pending >= self.policy.page_size
+                          or self.ctx.usage.full):
+            # Leave it in the store only; it is paged in when the queue drains.
+            self._paging = True
+        else:
+            if persisted:
+                self._mem_high = seq
+            self._push(Entry(self, seq, message, persisted))
+        self.ctx.mark_dirty(self)
+
+    def _push(self, entry: Entry) -> None:
+        self._charge(entry)
+        self._make_pending(entry)
+
+    def _charge(self, entry: Entry) -> None:
+        size = entry.message.size
+        self._mem_bytes += size
+        self.ctx.usage.charge(size)
+        if entry.message.expiration:
+            self._expiring += 1
+
+    def _refund(self, entry: Entry) -> None:
+        size = entry.message.size
+        self._mem_bytes -= size
+        self.ctx.usage.refund(size)
+        if entry.message.expiration:
+            self._expiring -= 1
+
+    def _make_pending(self, entry: Entry) -> None:
+        entry.state = PENDING
+        entry.consumer = None
+        self._mem_pending += 1
+        if entry.persisted:
+            self._mem_persisted_pending += 1
+        heapq.heappush(self._heap, (-entry.message.priority, entry.seq, entry))
+
+    def _leave_pending(self, entry: Entry, state: int) -> None:
+        entry.state = state
+        self._mem_pending -= 1
+        if entry.persisted:
+            self._mem_persisted_pending -= 1
+
+    # ------------------------------------------------------------ dispatch
+    def dispatch(self) -> None:
+        """Hand pending entries to consumers with room in their window."""
+        if self.deleted:
+            return
+        self._page_in()
+        if not self._tiers or not self._mem_pending:
+            return
+        heap = self._heap
+        now = self.ctx.now_ms()
+        skipped: list[tuple[int, int, Entry]] = []
+        budget = SCAN_LIMIT
+        while heap:
+            item = heap[0]
+            entry = item[2]
+            if entry.state != PENDING:
+                heapq.heappop(heap)
+                continue
+            msg = entry.message
+            if msg.expiration and now >= msg.expiration:
+                heapq.heappop(heap)
+                self._expire(entry)
+                continue
+            consumer = self._choose(entry)
+            if consumer is None:
+                if not self._any_capacity():
+                    break
+                skipped.append(heapq.heappop(heap))
+                budget -= 1
+                if budget <= 0:
+                    break
+                continue
+            heapq.heappop(heap)
+            self._deliver(entry, consumer)
+            if not self._mem_pending:
+                break
+        for item in skipped:
+            heapq.heappush(heap, item)
+        if self._paging and self._mem_persisted_pending < self.policy.page_size // 2:
+            self.ctx.mark_dirty(self)  # more to page in on the next pass
+
+    def _any_capacity(self) -> bool:
+        return any(c.has_capacity for tier in self._tiers for c in tier)
+
+    def _accepts(self, consumer: Consumer, entry: Entry) -> bool:
+        if self.prefiltered or consumer.selector is None:
+            return True
+        from meshmq.core.selector import message_lookup
+
+        return consumer.selector.matches(message_lookup(
+            entry.message, delivery_count=entry.delivery_count + 1,
+            redelivered=entry.delivery_count > 0))
+
+    def _choose(self, entry: Entry) -> Consumer | None:
+        exclusive = self._exclusive
+        if exclusive is not None:
+            if exclusive.has_capacity and self._accepts(exclusive, entry):
+                return exclusive
+            return None
+        gid = entry.message.group_id
+        if gid is not None:
+            owner = self.groups.get(gid)
+            if owner is not None and not owner.closed:
+                if owner.has_capacity and self._accepts(owner, entry):
+                    return owner
+                return None
+            chosen = self._pick(entry)
+            if chosen is not None:
+                self.groups[gid] = chosen
+            return chosen
+        return self._pick(entry)
+
+    def _pick(self, entry: Entry) -> Consumer | None:
+        for ti, tier in enumerate(self._tiers):
+            n = len(tier)
+            start = self._rr[ti]
+            for k in range(n):
+                c = tier[(start + k) % n]
+                if c.has_capacity and self._accepts(c, entry):
+                    self._rr[ti] = (start + k + 1) % n
+                    return c
+        return None
+
+    def _deliver(self, entry: Entry, consumer: Consumer) -> None:
+        self._leave_pending(entry, INFLIGHT)
+        entry.consumer = consumer
+        entry.delivery_count += 1
+        if entry.delivery_count > 1:
+            self.stats.redelivered += 1
+        msg = entry.message
+        tag = consumer.next_tag
+        consumer.next_tag = tag + 1
+        consumer.dispatched_count += 1
+        self.stats.dispatched += 1
+        if msg.group_id is not None and msg.group_seq == -1:
+            self.groups.pop(msg.group_id, None)  # JMSXGroupSeq -1 closes the group
+        self.ctx.emit(Delivery(consumer, msg, tag, entry.delivery_count))
+        if consumer.spec.ack_mode is AckMode.AUTO:
+            self.ack_entry(entry)
+        else:
+            consumer.dispatched[tag] = entry
+            consumer.by_message_id[msg.message_id] = tag
+            if entry.persisted:
+                # So a restart can flag this message redelivered.
+                self.ctx.store_op(SetDeliveryCount(self.key or "", entry.seq,
+                                                   entry.delivery_count))
+
+    # ------------------------------------------------------------ settle
+    def ack_entry(self, entry: Entry) -> None:
+        """The message is consumed: forget it here and in the store."""
+        if entry.state == DONE:
+            return
+        if entry.state == PENDING:
+            self._leave_pending(entry, DONE)
+        entry.state = DONE
+        entry.consumer = None
+        self._count -= 1
+        self.stats.dequeued += 1
+        self._refund(entry)
+        if entry.persisted and self.key is not None:
+            self.ctx.store_op(RemoveRef(self.key, entry.seq))
+
+    def remove_entry(self, entry: Entry) -> None:
+        """Drop without counting a dequeue (expiry, dead-lettering, purge)."""
+        if entry.state == DONE:
+            return
+        if entry.state == PENDING:
+            self._leave_pending(entry, DONE)
+        entry.state = DONE
+        entry.consumer = None
+        self._count -= 1
+        self._refund(entry)
+        if entry.persisted and self.key is not None:
+            self.ctx.store_op(RemoveRef(self.key, entry.seq))
+
+    def release(self, entry: Entry, *, count_delivery: bool = True, cause: str = "") -> None:
+        """Put an in-flight entry back (NACK, consumer gone); dead-letter it once it
+        has been delivered more than ``max_redeliveries`` times."""
+        if entry.state != INFLIGHT:
+            return
+        limit = self.policy.max_redeliveries
+        if not count_delivery:
+            entry.delivery_count = max(0, entry.delivery_count - 1)
+        if limit >= 0 and entry.delivery_count > limit:
+            self.ctx.dead_letter(self, entry, cause or
+                                 f"delivery count {entry.delivery_count} exceeds "
+                                 f"maximumRedeliveries {limit}")
+            return
+        self._make_pending(entry)
+        self.ctx.mark_dirty(self)
+
+    def _expire(self, entry: Entry) -> None:
+        self.stats.expired += 1
+        self.ctx.expired(self, entry)
+
+    def expire_pending(self) -> None:
+        """Sweep expired pending entries (called periodically by the broker)."""
+        if not self._expiring:
+            return
+        now = self.ctx.now_ms()
+        for _, _, entry in list(self._heap):
+            if entry.state == PENDING and entry.message.is_expired(now):
+                self._expire(entry)
+
+    # ------------------------------------------------------------ paging
+    def _page_in(self) -> None:
+        if not self._paging or self.store is None or self.key is None:
+            self._paging = False
+            return
+        want = self.policy.page_size - self._mem_persisted_pending
+        if want < self.policy.page_size // 2 or self.ctx.usage.full:
+            return
+        loaded = self.store.load(self.key, self._mem_high, want)
+        for stored in loaded:
+            self._mem_high = stored.seq
+            self._push(Entry(self, stored.seq, stored.message, True, stored.delivery_count))
+        if len(loaded) < want:
+            self._paging = False
+
+    # ------------------------------------------------------------ browsing
+    def browse(self, limit: int = 10_000) -> list[tuple[Message, int]]:
+        """A snapshot of the queue in dispatch order, paged-out messages included."""
+        live = sorted((item for item in self._heap if item[2].state != DONE),
+                      key=lambda item: (item[0], item[1]))
+        seen = {item[2].seq for item in live}
+        for c in self.consumers:
+            for e in c.dispatched.values():
+                if e.queue is self and e.seq not in seen:
+                    live.append((-e.message.priority, e.seq, e))
+                    seen.add(e.seq)
+        out = [(item[2].message, item[2].delivery_count) for item in live[:limit]]
+        if self._paging and self.store is not None and self.key is not None \
+                and len(out) < limit:
+            stored: list[StoredEntry] = self.store.load(self.key, self._mem_high,
+                                                        limit - len(out))
+            out.extend((s.message, s.delivery_count) for s in stored)
+        return out
+
+    def purge(self) -> int:
+        """Remove every pending message (admin operation); returns how many."""
+        removed = 0
+        for _, _, entry in list(self._heap):
+            if entry.state == PENDING:
+                self.remove_entry(entry)
+                removed += 1
+        self._heap = [item for item in self._heap if item[2].state != DONE]
+        heapq.heapify(self._heap)
+        if self._paging and self.store is not None and self.key is not None:
+            while True:
+                page = self.store.load(self.key, self._mem_high, 1000)
+                if not page:
+                    break
+                for s in page:
+                    self._mem_high = s.seq
+                    self._count -= 1
+                    removed += 1
+                    self.ctx.store_op(RemoveRef(self.key, s.seq))
+            self._paging = False
+        return removed

@@ -1,0 +1,1 @@
+"""Statistics snapshots and admin operations, served over a small HTTP endpoint."""

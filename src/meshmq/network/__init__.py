@@ -1,0 +1,1 @@
+"""Home of later work (see docs/design.md, 'Layout'); nothing here yet."""

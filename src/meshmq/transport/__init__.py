@@ -1,0 +1,1 @@
+"""Thin asyncio adapters: listeners, one protocol object per connection."""

@@ -1,0 +1,196 @@
+"""The broker runtime: wires the core, the store and the listeners to asyncio.
+
+Work is batched per event-loop turn: protocol callbacks only *request* a pump;
+the pump runs once per turn, dispatches every dirty queue, writes one store
+batch and flushes each touched connection's output with one write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import ssl
+import time
+from typing import TYPE_CHECKING
+
+from meshmq.config.model import BrokerConfig, ListenerConfig
+from meshmq.core.broker import Broker
+from meshmq.core.queue import BrowseEnd, Delivery
+from meshmq.store.base import Store
+from meshmq.store.factory import create_store
+
+if TYPE_CHECKING:
+    from meshmq.transport.stomp_server import StompSession
+
+log = logging.getLogger("meshmq.runtime")
+
+TIMER_INTERVAL = 0.5
+
+
+class BrokerRuntime:
+    def __init__(self, config: BrokerConfig, store: Store | None = None) -> None:
+        self.config = config
+        self.store = store if store is not None else create_store(config)
+        self.broker = Broker(config, self.store)
+        self.sessions: dict[str, StompSession] = {}  # by broker connection id
+        self._all_sessions: set[StompSession] = set()
+        self._to_flush: dict[StompSession, None] = {}
+        self._pump_scheduled = False
+        self._servers: list[asyncio.Server] = []
+        self.addresses: dict[str, tuple[str, int]] = {}  # listener name -> bound address
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopped = asyncio.Event()
+        self._management: object | None = None
+        self.started = False
+
+    # ------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        t0 = time.monotonic()
+        recovery = self.store.open()
+        self.broker.recover(recovery)
+        self.pump()
+        depth = sum(info.count for info in recovery.keys.values())
+        log.info("store recovered %d messages in %d destinations in %.2fs", depth,
+                 len(recovery.keys), time.monotonic() - t0)
+        for listener in self.config.listeners:
+            if listener.protocol in ("stomp", "stomp+ssl"):
+                await self._listen_stomp(listener)
+            else:
+                log.warning("listener %s (%s://) is not available yet: broker-to-broker "
+                            "transport arrives with network connectors", listener.name,
+                            listener.protocol)
+        if self.config.management.enabled:
+            from meshmq.management.http import ManagementServer
+
+            mgmt = ManagementServer(self)
+            await mgmt.start()
+            self._management = mgmt
+        self._timer = self._loop.call_later(TIMER_INTERVAL, self._on_timer)
+        self.started = True
+        log.info("meshmq broker %r started", self.config.broker_name)
+
+    async def _listen_stomp(self, listener: ListenerConfig) -> None:
+        from meshmq.transport.stomp_server import StompProtocol
+
+        assert self._loop is not None
+        ssl_ctx = None
+        if listener.protocol == "stomp+ssl":
+            ssl_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            assert listener.ssl_certfile is not None
+            ssl_ctx.load_cert_chain(listener.ssl_certfile, listener.ssl_keyfile)
+            if listener.ssl_cafile is not None:
+                ssl_ctx.load_verify_locations(listener.ssl_cafile)
+        server = await self._loop.create_server(
+            lambda: StompProtocol(self), listener.host, listener.port, ssl=ssl_ctx,
+            reuse_address=True, backlog=1024)
+        self._servers.append(server)
+        sock = server.sockets[0].getsockname()
+        self.addresses[listener.name] = (sock[0], sock[1])
+        log.info("listening for %s on %s://%s:%d", listener.name, listener.protocol,
+                 sock[0], sock[1])
+
+    async def stop(self) -> None:
+        if not self.started:
+            return
+        self.started = False
+        for server in self._servers:
+            server.close()
+        if self._timer is not None:
+            self._timer.cancel()
+        for session in list(self._all_sessions):
+            session.close()
+        if self._management is not None:
+            from meshmq.management.http import ManagementServer
+
+            assert isinstance(self._management, ManagementServer)
+            await self._management.stop()
+        for server in self._servers:
+            await server.wait_closed()
+        # Let connection_lost callbacks run, then persist what they produced.
+        await asyncio.sleep(0)
+        self.pump()
+        await self.store.close()
+        self._stopped.set()
+        log.info("meshmq broker %r stopped", self.config.broker_name)
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    def install_signal_handlers(self) -> None:
+        assert self._loop is not None
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                self._loop.add_signal_handler(sig, self._on_signal, sig)
+            except (NotImplementedError, RuntimeError):
+                pass
+
+    def _on_signal(self, sig: int) -> None:
+        log.info("received %s, shutting down", signal.Signals(sig).name)
+        assert self._loop is not None
+        self._loop.create_task(self.stop())
+
+    # ------------------------------------------------------------ sessions
+    def accepted(self, session: StompSession) -> None:
+        self._all_sessions.add(session)
+
+    def forget(self, session: StompSession) -> None:
+        self._all_sessions.discard(session)
+        self._to_flush.pop(session, None)
+
+    def register(self, session: StompSession) -> None:
+        assert session.conn is not None
+        self.sessions[session.conn.id] = session
+
+    def unregister(self, session: StompSession) -> None:
+        if session.conn is not None:
+            self.sessions.pop(session.conn.id, None)
+
+    def mark_flush(self, session: StompSession) -> None:
+        self._to_flush[session] = None
+
+    # ------------------------------------------------------------ pump
+    def request_pump(self) -> None:
+        if not self._pump_scheduled and self._loop is not None:
+            self._pump_scheduled = True
+            self._loop.call_soon(self.pump)
+
+    def write_ops(self) -> None:
+        ops = self.broker.take_ops()
+        if ops:
+            self.store.write(ops)
+
+    def pump(self) -> None:
+        self._pump_scheduled = False
+        broker = self.broker
+        broker.dispatch_dirty()
+        self.write_ops()
+        sessions = self.sessions
+        for outcome in broker.take_outcomes():
+            session = sessions.get(outcome.consumer.connection_id)
+            if session is not None:
+                assert isinstance(outcome, Delivery | BrowseEnd)
+                session.deliver(outcome)
+        if self._to_flush:
+            to_flush, self._to_flush = self._to_flush, {}
+            for session in to_flush:
+                session.flush()
+
+    def _on_timer(self) -> None:
+        assert self._loop is not None
+        now = time.monotonic()
+        for session in list(self._all_sessions):
+            session.check_timeouts(now)
+        self.broker.tick()
+        self.pump()
+        self._timer = self._loop.call_later(TIMER_INTERVAL, self._on_timer)
+
+
+async def run_broker(config: BrokerConfig) -> None:
+    """Run a broker until SIGTERM/SIGINT (the ``meshmq broker`` command)."""
+    runtime = BrokerRuntime(config)
+    await runtime.start()
+    runtime.install_signal_handlers()
+    await runtime.wait_stopped()

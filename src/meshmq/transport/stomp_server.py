@@ -1,0 +1,633 @@
+"""STOMP 1.0-1.2 server connections: frames in, broker calls, frames out.
+
+``StompSession`` holds a connection's protocol state and translates frames into
+core calls; ``StompProtocol`` is the thin asyncio adapter around it (read,
+feed, dispatch, write; pause reading under producer flow control; pause
+dispatch when the socket's write buffer is full).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING
+
+from meshmq import __version__
+from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
+from meshmq.core.destinations import Destination, DestKind
+from meshmq.core.message import MAX_PRIORITY, MIN_PRIORITY, Message, PropertyValue
+from meshmq.core.queue import BrowseEnd, Delivery
+from meshmq.errors import (
+    AuthenticationError,
+    MeshmqError,
+    ProtocolError,
+    RemoteProtocolError,
+    ResourceLimitError,
+)
+from meshmq.protocol.stomp import Frame, StompParser, encode_frame
+from meshmq.protocol.stomp.encoder import HEARTBEAT, encode_header_block, encode_message_frame
+from meshmq.protocol.stomp.negotiation import (
+    missing_headers,
+    negotiate_heartbeat,
+    negotiate_version,
+    parse_heartbeat,
+)
+from meshmq.transport import stomp_names
+
+if TYPE_CHECKING:
+    from meshmq.core.broker import Connection
+    from meshmq.transport.runtime import BrokerRuntime
+
+log = logging.getLogger("meshmq.stomp")
+
+# Headers of SEND that are not user properties.
+_SEND_RESERVED = frozenset({
+    "destination", "receipt", "transaction", "content-length", "content-type", "persistent",
+    "priority", "expires", "JMSXGroupID", "JMSXGroupSeq", "reply-to", "correlation-id", "type",
+    "message-id", "timestamp", "redelivered", "subscription", "ack", "JMSXUserID",
+    "original-destination", "amq-msg-type",
+})
+_ACK_MODES = {"auto": AckMode.AUTO, "client": AckMode.CLIENT,
+              "client-individual": AckMode.CLIENT_INDIVIDUAL}
+_TRUE = ("true", "1", "yes")
+WRITE_HIGH_WATER = 4 * 1024 * 1024
+WRITE_LOW_WATER = 1024 * 1024
+
+
+class StompSession:
+    """Per-connection STOMP state. Everything here runs on the event loop thread."""
+
+    def __init__(self, runtime: BrokerRuntime, transport: asyncio.Transport, remote: str) -> None:
+        self.runtime = runtime
+        self.broker = runtime.broker
+        self.transport = transport
+        self.remote = remote
+        cfg = runtime.config.stomp
+        self.cfg = cfg
+        self.parser = StompParser(max_frame_size=cfg.max_frame_size, max_headers=cfg.max_headers,
+                                  max_header_size=cfg.max_header_size)
+        self.version = "1.0"
+        self.conn: Connection | None = None
+        self.closing = False
+        self._out: list[bytes] = []
+        self._receipts: collections.deque[tuple[str, Awaitable[None] | None]] = \
+            collections.deque()
+        self._receipt_task: asyncio.Task[None] | None = None
+        self._consumer_index: dict[int, Consumer] = {}
+        self._consumer_numbers: dict[Consumer, int] = {}
+        self._next_consumer_number = 1
+        self._temp_names: dict[tuple[DestKind, str], Destination] = {}
+        self._local_names: dict[Destination, str] = {}
+        now = time.monotonic()
+        self.accepted_at = now
+        self.last_read = now
+        self.last_write = now
+        self.partial_since: float | None = None
+        self.send_interval = 0.0  # seconds; 0 = no heart-beats
+        self.recv_interval = 0.0
+        self._hb_handle: asyncio.TimerHandle | None = None
+        self.flow_blocked = False
+        self.write_paused = False
+
+    # ------------------------------------------------------------ input
+    def data_received(self, data: bytes) -> None:
+        self.last_read = time.monotonic()
+        if self.closing:
+            return
+        try:
+            frames = self.parser.feed(data)
+        except RemoteProtocolError as exc:
+            self.fail(str(exc))
+            return
+        self.partial_since = (self.partial_since or self.last_read) if self.parser.in_frame \
+            else None
+        for frame in frames:
+            if self.closing:
+                break
+            try:
+                self.handle(frame)
+            except MeshmqError as exc:
+                self.fail(exc.message, frame)
+            except Exception:
+                log.exception("internal error handling %s from %s", frame.command, self.remote)
+                self.fail("internal broker error", frame)
+        self.runtime.request_pump()
+        self.flush()
+        if not self.closing and self.conn is not None and self.broker.usage.full \
+                and not self.flow_blocked:
+            self._block_producer()
+
+    def handle(self, frame: Frame) -> None:
+        command = frame.command
+        if self.conn is None:
+            if command in ("CONNECT", "STOMP"):
+                self.on_connect(frame)
+                return
+            raise ProtocolError(f"{command} received before CONNECT: connection is not "
+                                "established")
+        handler = _HANDLERS.get(command)
+        if handler is None:
+            if command in ("CONNECT", "STOMP"):
+                raise ProtocolError("already connected")
+            raise ProtocolError(f"Unknown STOMP action: {command}")
+        missing = missing_headers(frame, self.version)
+        if missing:
+            raise ProtocolError(f"{command} frame is missing the required header "
+                                f"'{missing[0]}'")
+        handler(self, frame)
+
+    # ------------------------------------------------------------ CONNECT
+    def on_connect(self, frame: Frame) -> None:
+        version = negotiate_version(frame.get("accept-version"))
+        if version is None:
+            self._write(encode_frame("ERROR", [
+                ("version", "1.0,1.1,1.2"), ("content-type", "text/plain"),
+                ("message", "Supported protocol versions are 1.0,1.1,1.2")],
+                b"Supported protocol versions are 1.0,1.1,1.2", version="1.0"))
+            self.close()
+            return
+        self.version = version
+        self.parser.version = version
+        try:
+            principal = self.broker.authenticate(frame.get("login"), frame.get("passcode"))
+        except AuthenticationError as exc:
+            log.warning("authentication failed for %r from %s", frame.get("login"), self.remote)
+            raise MeshmqError("Authentication failed", code=exc.code) from None
+        client_id = frame.get("client-id")
+        self.conn = self.broker.open_connection(principal, client_id=client_id,
+                                                remote=self.remote, protocol="stomp")
+        self.runtime.register(self)
+        cx, cy = parse_heartbeat(frame.get("heart-beat")) if version != "1.0" else (0, 0)
+        server_cx = self.cfg.server_heartbeat_ms if cy else 0
+        server_cy = cx
+        if self.cfg.max_heartbeat_ms and server_cy:
+            server_cy = max(server_cy, 0)
+        send_ms, recv_ms = negotiate_heartbeat((cx, cy), (server_cx, server_cy))
+        self.send_interval = send_ms / 1000.0
+        self.recv_interval = recv_ms / 1000.0
+        headers = [("version", version), ("session", self.conn.id),
+                   ("server", f"meshmq/{__version__}")]
+        if version != "1.0":
+            headers.append(("heart-beat", f"{server_cx},{server_cy}"))
+        self._write(encode_frame("CONNECTED", headers, version=version))
+        receipt = frame.get("receipt")
+        if receipt:
+            self.receipt(receipt)
+        self._schedule_heartbeat()
+
+    # ------------------------------------------------------------ helpers
+    def _resolve_temp(self, kind: DestKind, name: str) -> Destination:
+        assert self.conn is not None
+        key = (kind, name)
+        dest = self._temp_names.get(key)
+        if dest is None or not self.broker._temp_exists(dest):
+            dest = self.broker.create_temp(self.conn, kind)
+            self._temp_names[key] = dest
+            self._local_names[dest] = name
+        return dest
+
+    def destinations(self, text: str) -> tuple[Destination, ...]:
+        return stomp_names.parse(text, self._resolve_temp)
+
+    def receipt(self, receipt_id: str, wait: Awaitable[None] | None = None) -> None:
+        """Send RECEIPT in order; ``wait`` (a store sync) must finish first."""
+        if wait is None and not self._receipts:
+            self._write(encode_frame("RECEIPT", [("receipt-id", receipt_id)],
+                                     version=self.version))
+            return
+        self._receipts.append((receipt_id, wait))
+        if self._receipt_task is None:
+            self._receipt_task = asyncio.get_running_loop().create_task(self._drain_receipts())
+
+    async def _drain_receipts(self) -> None:
+        try:
+            while self._receipts:
+                receipt_id, wait = self._receipts[0]
+                if wait is not None:
+                    try:
+                        await wait
+                    except Exception as exc:  # a store failure: never confirm
+                        log.error("store sync failed; receipt %s withheld: %s", receipt_id, exc)
+                        self.fail(f"message could not be stored: {exc}")
+                        return
+                self._receipts.popleft()
+                if self.closing and self.transport.is_closing():
+                    return
+                self._write(encode_frame("RECEIPT", [("receipt-id", receipt_id)],
+                                         version=self.version))
+                self.flush()
+        finally:
+            self._receipt_task = None
+
+    def _confirm(self, frame: Frame, needs_sync: bool) -> None:
+        receipt = frame.get("receipt")
+        if not receipt:
+            return  # the store batch is written by the next pump; nobody waits for it
+        if needs_sync:
+            self.runtime.write_ops()
+            self.receipt(receipt, self.runtime.store.sync())
+        else:
+            self.receipt(receipt)
+
+    # ------------------------------------------------------------ SEND
+    def on_send(self, frame: Frame) -> None:
+        assert self.conn is not None
+        headers = frame.header_map()
+        dests = self.destinations(headers["destination"])
+        message = self._message(headers, frame.body, dests[0])
+        needs_sync = self.broker.send(self.conn, dests, message, headers.get("transaction"))
+        self._confirm(frame, needs_sync)
+
+    def _message(self, headers: dict[str, str], body: bytes, dest: Destination) -> Message:
+        assert self.conn is not None
+        now = self.broker.now_ms()
+        priority = 4
+        if "priority" in headers:
+            priority = _int_header(headers, "priority")
+            if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+                raise ProtocolError(f"priority must be between 0 and 9, got {priority}")
+        expiration = _int_header(headers, "expires") if "expires" in headers else 0
+        if expiration < 0:
+            raise ProtocolError("expires must not be negative")
+        group_seq = _int_header(headers, "JMSXGroupSeq") if "JMSXGroupSeq" in headers else 0
+        reply_to = None
+        if headers.get("reply-to"):
+            reply_dests = self.destinations(headers["reply-to"])
+            reply_to = reply_dests[0]
+        props: dict[str, PropertyValue] = {k: v for k, v in headers.items()
+                                           if k not in _SEND_RESERVED}
+        return Message(
+            message_id=self.broker.new_message_id(self.conn.id),
+            destination=dest, body=body, properties=props,
+            persistent=headers.get("persistent", "").lower() in _TRUE,
+            priority=priority, timestamp=now, expiration=expiration,
+            correlation_id=headers.get("correlation-id"), reply_to=reply_to,
+            type=headers.get("type"), group_id=headers.get("JMSXGroupID"),
+            group_seq=group_seq, producer_id=self.conn.id,
+            user_id=self.conn.principal.user, content_type=headers.get("content-type"))
+
+    # ------------------------------------------------------------ SUBSCRIBE
+    def on_subscribe(self, frame: Frame) -> None:
+        assert self.conn is not None
+        h = frame.header_map()
+        dest_text = h["destination"]
+        sub_id = h.get("id") or dest_text  # STOMP 1.0 allows no id
+        ack_text = h.get("ack", "auto")
+        ack_mode = _ACK_MODES.get(ack_text)
+        if ack_mode is None:
+            raise ProtocolError(f"invalid ack mode {ack_text!r}: use auto, client or "
+                                "client-individual")
+        prefetch = _int_header(h, "activemq.prefetchSize") if "activemq.prefetchSize" in h \
+            else None
+        priority = _int_header(h, "activemq.priority") if "activemq.priority" in h else 0
+        selector = h.get("selector")
+        if selector is not None and not selector.strip():
+            selector = None
+        spec = ConsumerSpec(
+            destinations=self.destinations(dest_text), ack_mode=ack_mode, prefetch=prefetch,
+            priority=priority, exclusive=h.get("activemq.exclusive", "").lower() in _TRUE,
+            selector=selector, no_local=h.get("activemq.noLocal", "").lower() in _TRUE,
+            browser=h.get("browser", "").lower() in _TRUE,
+            subscription_name=h.get("activemq.subscriptionName")
+            or h.get("durable-subscription-name"),
+            retroactive=h.get("activemq.retroactive", "").lower() in _TRUE)
+        # RECEIPT goes out before any MESSAGE of the new subscription.
+        receipt = frame.get("receipt")
+        consumer = self.broker.subscribe(self.conn, sub_id, spec)
+        number = self._next_consumer_number
+        self._next_consumer_number += 1
+        self._consumer_index[number] = consumer
+        self._consumer_numbers[consumer] = number
+        if receipt:
+            self.receipt(receipt)
+        self.runtime.request_pump()
+
+    def on_unsubscribe(self, frame: Frame) -> None:
+        assert self.conn is not None
+        sub_id = frame.get("id") or frame.get("destination")
+        durable_name = frame.get("activemq.subscriptionName") or \
+            frame.get("durable-subscription-name")
+        consumer = self.conn.consumers.get(sub_id or "")
+        if consumer is None and durable_name is None:
+            raise ProtocolError(f"no subscription with id {sub_id!r}")
+        if consumer is not None:
+            self.broker.unsubscribe(self.conn, consumer)
+            number = self._consumer_numbers.pop(consumer, None)
+            if number is not None:
+                del self._consumer_index[number]
+        if durable_name is not None:
+            self.broker.remove_durable(self.conn, durable_name)
+        self._confirm(frame, False)
+
+    # ------------------------------------------------------------ ACK / NACK
+    def _find_ack(self, frame: Frame) -> tuple[Consumer, int]:
+        assert self.conn is not None
+        if self.version == "1.2":
+            ack_id = frame.get("id") or ""
+            number_text, _, tag_text = ack_id.partition("-")
+            try:
+                consumer = self._consumer_index[int(number_text)]
+                return consumer, int(tag_text)
+            except (KeyError, ValueError):
+                raise ProtocolError(f"unexpected ACK/NACK: unknown ack id {ack_id!r}",
+                                    code="unknown-ack") from None
+        message_id = frame.get("message-id") or ""
+        sub_id = frame.get("subscription")
+        candidates = [self.conn.consumers[sub_id]] if sub_id in self.conn.consumers else \
+            list(self.conn.consumers.values())
+        for consumer in candidates:
+            tag = consumer.by_message_id.get(message_id)
+            if tag is not None:
+                return consumer, tag
+        raise ProtocolError(f"unexpected ACK/NACK for message-id {message_id!r}: it is not "
+                            "awaiting acknowledgement", code="unknown-ack")
+
+    def on_ack(self, frame: Frame) -> None:
+        assert self.conn is not None
+        consumer, tag = self._find_ack(frame)
+        needs_sync = self.broker.ack(self.conn, consumer, tag,
+                                     cumulative=consumer.ack_mode is AckMode.CLIENT,
+                                     txn=frame.get("transaction"))
+        self._confirm(frame, needs_sync and bool(frame.get("receipt")))
+
+    def on_nack(self, frame: Frame) -> None:
+        assert self.conn is not None
+        if self.version == "1.0":
+            raise ProtocolError("Unknown STOMP action: NACK (not part of STOMP 1.0)")
+        consumer, tag = self._find_ack(frame)
+        needs_sync = self.broker.nack(self.conn, consumer, tag,
+                                      cumulative=consumer.ack_mode is AckMode.CLIENT,
+                                      txn=frame.get("transaction"))
+        self._confirm(frame, needs_sync and bool(frame.get("receipt")))
+
+    # ------------------------------------------------------------ transactions
+    def on_begin(self, frame: Frame) -> None:
+        assert self.conn is not None
+        self.broker.begin(self.conn, frame.get("transaction") or "")
+        self._confirm(frame, False)
+
+    def on_commit(self, frame: Frame) -> None:
+        assert self.conn is not None
+        needs_sync = self.broker.commit(self.conn, frame.get("transaction") or "")
+        self._confirm(frame, needs_sync)
+
+    def on_abort(self, frame: Frame) -> None:
+        assert self.conn is not None
+        self.broker.abort(self.conn, frame.get("transaction") or "")
+        self._confirm(frame, False)
+
+    def on_disconnect(self, frame: Frame) -> None:
+        receipt = frame.get("receipt")
+        if receipt:
+            self.receipt(receipt)
+        self.closing = True
+        if self._receipt_task is None:
+            self.flush()
+            self.transport.close()
+        else:
+            task = self._receipt_task
+            task.add_done_callback(lambda _t: (self.flush(), self.transport.close()))
+
+    # ------------------------------------------------------------ output
+    def deliver(self, outcome: Delivery | BrowseEnd) -> None:
+        if self.closing:
+            return
+        consumer = outcome.consumer
+        if isinstance(outcome, BrowseEnd):
+            self._write(encode_frame("MESSAGE", [
+                ("subscription", consumer.subscription_id), ("message-id", "BrowserDone"),
+                ("destination", stomp_names.render(consumer.spec.destinations[0],
+                                                   self._local_names)),
+                ("browser", "end")], version=self.version))
+            return
+        msg = outcome.message
+        fixed = self._fixed_headers(msg)
+        per: list[tuple[str, str]] = [("subscription", consumer.subscription_id),
+                                      ("message-id", msg.message_id)]
+        if self.version == "1.2" and consumer.ack_mode is not AckMode.AUTO \
+                and not consumer.spec.browser:
+            per.append(("ack", f"{self._consumer_numbers.get(consumer, 0)}-{outcome.tag}"))
+        if outcome.redelivered:
+            per.append(("redelivered", "true"))
+        if outcome.delivery_count > 1:
+            per.append(("JMSXDeliveryCount", str(outcome.delivery_count)))
+        self._write(encode_message_frame(fixed, per, msg.body, self.version))
+
+    def _fixed_headers(self, msg: Message) -> bytes:
+        temp = msg.destination.is_temporary or (msg.reply_to is not None
+                                                and msg.reply_to.is_temporary)
+        cache_key = f"stomp{self.version}"
+        if not temp:
+            cached = msg.wire_cache.get(cache_key)
+            if cached is not None:
+                return cached
+        headers: list[tuple[str, str]] = [
+            ("destination", stomp_names.render(msg.destination, self._local_names)),
+            ("timestamp", str(msg.timestamp)), ("expires", str(msg.expiration)),
+            ("priority", str(msg.priority))]
+        if msg.persistent:
+            headers.append(("persistent", "true"))
+        if msg.correlation_id is not None:
+            headers.append(("correlation-id", msg.correlation_id))
+        if msg.reply_to is not None:
+            headers.append(("reply-to", stomp_names.render(msg.reply_to, self._local_names)))
+        if msg.type is not None:
+            headers.append(("type", msg.type))
+        if msg.group_id is not None:
+            headers.append(("JMSXGroupID", msg.group_id))
+            headers.append(("JMSXGroupSeq", str(msg.group_seq)))
+        if msg.original_destination is not None:
+            headers.append(("original-destination",
+                            stomp_names.render(msg.original_destination, self._local_names)))
+        if msg.content_type is not None:
+            headers.append(("content-type", msg.content_type))
+        for key, value in msg.properties.items():
+            headers.append((key, _prop_text(value)))
+        block = encode_header_block(headers, self.version)
+        if not temp:
+            msg.wire_cache[cache_key] = block
+        return block
+
+    def _write(self, data: bytes) -> None:
+        self._out.append(data)
+        self.runtime.mark_flush(self)
+
+    def flush(self) -> None:
+        if not self._out:
+            return
+        data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
+        self._out.clear()
+        if self.transport.is_closing():
+            return
+        self.transport.write(data)
+        self.last_write = time.monotonic()
+
+    # ------------------------------------------------------------ failure and close
+    def fail(self, reason: str, frame: Frame | None = None) -> None:
+        """Send ERROR with ``reason`` and close; only this connection is affected."""
+        if self.closing:
+            return
+        log.info("closing STOMP connection %s: %s", self.remote, reason)
+        headers = [("message", reason.replace("\n", " ")), ("content-type", "text/plain")]
+        if frame is not None and frame.get("receipt"):
+            headers.append(("receipt-id", frame.get("receipt") or ""))
+        version = self.version if frame is None or frame.command not in ("CONNECT", "STOMP") \
+            else "1.0"
+        try:
+            self._write(encode_frame("ERROR", headers, reason.encode(), version=version))
+        except MeshmqError:
+            self._write(encode_frame("ERROR", [("message", "protocol error")], version="1.0"))
+        self.flush()
+        self.close()
+
+    def close(self) -> None:
+        if not self.closing:
+            self.closing = True
+        self.flush()
+        self.transport.close()
+
+    def connection_lost(self) -> None:
+        self.closing = True
+        if self._hb_handle is not None:
+            self._hb_handle.cancel()
+        if self._receipt_task is not None:
+            self._receipt_task.cancel()
+        if self.flow_blocked:
+            self.broker.usage.cancel_wait(self._unblock_producer)
+        if self.conn is not None:
+            self.broker.close_connection(self.conn)
+            self.runtime.unregister(self)
+            self.runtime.request_pump()
+
+    # ------------------------------------------------------------ timers
+    def check_timeouts(self, now: float) -> None:
+        """Called about every half second by the runtime."""
+        if self.closing:
+            return
+        if self.conn is None and now - self.accepted_at > self.cfg.connect_timeout_ms / 1000:
+            self.fail("no CONNECT frame received in time")
+            return
+        if self.partial_since is not None and \
+                now - self.partial_since > self.cfg.frame_timeout_ms / 1000:
+            self.fail("incomplete frame: timed out waiting for the rest of it")
+
+    def _schedule_heartbeat(self) -> None:
+        if not self.send_interval and not self.recv_interval:
+            return
+        candidates = [i for i in (self.send_interval,
+                                  self.recv_interval * self.cfg.heartbeat_grace) if i]
+        delay = max(0.01, min(candidates) / 2)
+        self._hb_handle = asyncio.get_running_loop().call_later(delay, self._heartbeat_tick)
+
+    def _heartbeat_tick(self) -> None:
+        if self.closing:
+            return
+        now = time.monotonic()
+        if self.recv_interval and now - self.last_read > self.recv_interval * \
+                self.cfg.heartbeat_grace:
+            self.fail("heart-beat timeout: no data received from the client for "
+                      f"{now - self.last_read:.1f}s")
+            return
+        if self.send_interval and now - self.last_write >= self.send_interval * 0.5:
+            self._write(HEARTBEAT)
+            self.flush()
+        self._schedule_heartbeat()
+
+    # ------------------------------------------------------------ flow control
+    def _block_producer(self) -> None:
+        """The broker's memory is full: stop reading (or fail the send)."""
+        if self.runtime.config.usage.on_limit == "fail":
+            raise_limit = ResourceLimitError(
+                f"broker memory limit reached ({self.broker.usage.limit} bytes); "
+                "send rejected")
+            self.fail(raise_limit.message)
+            return
+        self.flow_blocked = True
+        self.transport.pause_reading()
+        self.broker.usage.wait_for_space(self._unblock_producer)
+
+    def _unblock_producer(self) -> None:
+        self.flow_blocked = False
+        if not self.closing:
+            self.transport.resume_reading()
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        if self.conn is not None:
+            self.broker.set_paused(self.conn, True)
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        if self.conn is not None:
+            self.broker.set_paused(self.conn, False)
+            self.runtime.request_pump()
+
+
+def _int_header(headers: dict[str, str], name: str) -> int:
+    value = headers[name]
+    try:
+        return int(value.strip())
+    except ValueError:
+        raise ProtocolError(f"header {name!r} must be an integer, got {value!r}") from None
+
+
+def _prop_text(value: PropertyValue) -> str:
+    if value is None:
+        return ""
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    return str(value)
+
+
+_HANDLERS = {
+    "SEND": StompSession.on_send,
+    "SUBSCRIBE": StompSession.on_subscribe,
+    "UNSUBSCRIBE": StompSession.on_unsubscribe,
+    "ACK": StompSession.on_ack,
+    "NACK": StompSession.on_nack,
+    "BEGIN": StompSession.on_begin,
+    "COMMIT": StompSession.on_commit,
+    "ABORT": StompSession.on_abort,
+    "DISCONNECT": StompSession.on_disconnect,
+}
+
+
+class StompProtocol(asyncio.Protocol):
+    """The asyncio adapter: one per TCP connection."""
+
+    def __init__(self, runtime: BrokerRuntime) -> None:
+        self.runtime = runtime
+        self.session: StompSession | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        peer = transport.get_extra_info("peername")
+        remote = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
+        self.session = StompSession(self.runtime, transport, remote)
+        self.runtime.accepted(self.session)
+
+    def data_received(self, data: bytes) -> None:
+        if self.session is not None:
+            self.session.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return None  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.session is not None:
+            self.runtime.forget(self.session)
+            self.session.connection_lost()
+
+    def pause_writing(self) -> None:
+        if self.session is not None:
+            self.session.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.session is not None:
+            self.session.resume_writing()
