@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from meshmq.config.model import BrokerConfig, DestinationPolicy
 from meshmq.core import destinations as dst
@@ -34,6 +35,9 @@ from meshmq.store.base import (
     Store,
     StoreOp,
 )
+
+if TYPE_CHECKING:
+    from meshmq.core.selector import Selector
 
 log = logging.getLogger("meshmq.broker")
 
@@ -198,11 +202,11 @@ class Broker:
                                       last_seq=info.last_seq, stored_count=info.count)
             self.mark_dirty(self.queues[dest])
         for record in recovery.durable_subscriptions:
-            info = recovery.keys.get(record.key)
+            stored = recovery.keys.get(record.key)
             patterns = tuple(Destination.parse_uri(u) for u in record.destination.split(","))
             queue = Queue(patterns[0], record.key, self._durable_policy(patterns[0]), self,
-                          self.store, last_seq=info.last_seq if info else 0,
-                          stored_count=info.count if info else 0, prefiltered=True)
+                          self.store, last_seq=stored.last_seq if stored else 0,
+                          stored_count=stored.count if stored else 0, prefiltered=True)
             sub = TopicSubscription(patterns, queue, selector_text=record.selector,
                                     no_local=record.no_local, connection_id=None,
                                     durable=record)
@@ -358,7 +362,7 @@ class Broker:
         return bool(refs)
 
     @staticmethod
-    def _compiled(text: str) -> object:
+    def _compiled(text: str) -> Selector:
         from meshmq.core.selector import compile_selector
 
         return compile_selector(text)
@@ -467,15 +471,15 @@ class Broker:
         if durable_key is None:
             policy = self.policy_for(topics[0])
             queue = Queue(topics[0], None, policy, self, None, prefiltered=True)
-            sub = TopicSubscription(topics, queue, selector_text=spec.selector,
-                                    no_local=spec.no_local, connection_id=conn.id,
-                                    durable=None)
-            sub.consumer = consumer
-            self._add_topic_sub(sub)
+            plain = TopicSubscription(topics, queue, selector_text=spec.selector,
+                                      no_local=spec.no_local, connection_id=conn.id,
+                                      durable=None)
+            plain.consumer = consumer
+            self._add_topic_sub(plain)
             return queue
         client_id, name = durable_key
         destination_text = ",".join(str(t) for t in topics)
-        sub = self.durables.get(durable_key)
+        sub: TopicSubscription | None = self.durables.get(durable_key)
         if sub is not None and sub.durable is not None and (
                 sub.durable.destination != destination_text
                 or sub.durable.selector != spec.selector

@@ -58,7 +58,7 @@ class Message:
         fields["properties"] = dict(self.properties)
         fields["wire_cache"] = {}
         fields.update(changes)
-        return Message(**fields)  # type: ignore[arg-type]
+        return Message(**fields)
 
 
 _FIELDS = tuple(Message.__dataclass_fields__)

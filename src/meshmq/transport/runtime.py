@@ -18,7 +18,6 @@ from meshmq.config.model import BrokerConfig, ListenerConfig
 from meshmq.core.broker import Broker
 from meshmq.core.queue import BrowseEnd, Delivery
 from meshmq.store.base import Store
-from meshmq.store.factory import create_store
 
 if TYPE_CHECKING:
     from meshmq.transport.stomp_server import StompSession
@@ -31,7 +30,11 @@ TIMER_INTERVAL = 0.5
 class BrokerRuntime:
     def __init__(self, config: BrokerConfig, store: Store | None = None) -> None:
         self.config = config
-        self.store = store if store is not None else create_store(config)
+        if store is None:
+            from meshmq.store.factory import create_store
+
+            store = create_store(config)
+        self.store = store
         self.broker = Broker(config, self.store)
         self.sessions: dict[str, StompSession] = {}  # by broker connection id
         self._all_sessions: set[StompSession] = set()

@@ -105,7 +105,7 @@ class StompSession:
         self.partial_since = (self.partial_since or self.last_read) if self.parser.in_frame \
             else None
         for frame in frames:
-            if self.closing:
+            if self.is_closing():
                 break
             try:
                 self.handle(frame)
@@ -119,6 +119,9 @@ class StompSession:
         if not self.closing and self.conn is not None and self.broker.usage.full \
                 and not self.flow_blocked:
             self._block_producer()
+
+    def is_closing(self) -> bool:
+        return self.closing
 
     def handle(self, frame: Frame) -> None:
         command = frame.command
@@ -389,7 +392,7 @@ class StompSession:
             self.transport.close()
         else:
             task = self._receipt_task
-            task.add_done_callback(lambda _t: (self.flush(), self.transport.close()))
+            task.add_done_callback(lambda _t: self.close())
 
     # ------------------------------------------------------------ output
     def deliver(self, outcome: Delivery | BrowseEnd) -> None:

@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.brokers import ThreadBroker, make_config
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[ThreadBroker]:
+    """A fresh in-process broker with a journal store in tmp_path, STOMP on port 0."""
+    b = ThreadBroker(make_config(tmp_path / "data")).start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+@pytest.fixture
+def broker_factory(tmp_path: Path) -> Iterator[object]:
+    """Start brokers with custom config changes: ``broker_factory(usage=...)``."""
+    started: list[ThreadBroker] = []
+
+    def make(**changes: object) -> ThreadBroker:
+        b = ThreadBroker(make_config(tmp_path / f"data{len(started)}", **changes)).start()
+        started.append(b)
+        return b
+
+    try:
+        yield make
+    finally:
+        for b in started:
+            b.stop()

@@ -1,0 +1,166 @@
+"""Crash safety of the embedded journal store with a real subprocess broker.
+
+The broker is killed with SIGKILL while a producer streams persistent messages
+with receipts; after a restart every receipted message must be delivered exactly
+once, in order, and nothing that was never sent may appear. A second test checks
+that acked messages stay gone and unacked ones come back flagged redelivered.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+import stomp
+
+from tests.support.brokers import ProcessBroker, poll
+
+pytestmark = pytest.mark.slow
+
+
+def write_config(tmp_path: Path) -> Path:
+    cfg = tmp_path / "meshmq.toml"
+    cfg.write_text(f"""
+[broker]
+name = "crashy"
+data_directory = "{tmp_path / 'data'}"
+
+[[listeners]]
+name = "stomp"
+url = "stomp://127.0.0.1:0"
+
+[store]
+fsync = true
+
+[management]
+enabled = false
+""")
+    return cfg
+
+
+class Recorder(stomp.ConnectionListener):  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.receipts: set[str] = set()
+        self.messages: list[stomp.utils.Frame] = []
+        self.errors: list[stomp.utils.Frame] = []
+        self.disconnected = threading.Event()
+        self.lock = threading.Lock()
+
+    def on_receipt(self, frame: stomp.utils.Frame) -> None:
+        with self.lock:
+            self.receipts.add(frame.headers["receipt-id"])
+
+    def on_message(self, frame: stomp.utils.Frame) -> None:
+        with self.lock:
+            self.messages.append(frame)
+
+    def on_error(self, frame: stomp.utils.Frame) -> None:
+        self.errors.append(frame)
+
+    def on_disconnected(self) -> None:
+        self.disconnected.set()
+
+
+def connect(port: int) -> tuple[stomp.Connection12, Recorder]:
+    conn = stomp.Connection12([("127.0.0.1", port)], reconnect_attempts_max=1)
+    rec = Recorder()
+    conn.set_listener("rec", rec)
+    conn.connect(wait=True)
+    return conn, rec
+
+
+def drain(port: int, destination: str, marker: str, *, ack: bool = True
+          ) -> list[stomp.utils.Frame]:
+    """Receive everything queued on ``destination`` up to a marker message sent last."""
+    conn, rec = connect(port)
+    conn.send(destination, marker, headers={"persistent": "true"}, receipt="marker")
+    poll(lambda: "marker" in rec.receipts, 30, "the marker receipt")
+    conn.subscribe(destination, id="d", ack="client-individual")
+
+    def has_marker() -> bool:
+        with rec.lock:
+            return any(m.body == marker for m in rec.messages)
+
+    poll(has_marker, 60, "the marker message")
+    frames = [m for m in rec.messages if m.body != marker]
+    if ack:
+        for m in rec.messages:
+            conn.ack(m.headers["ack"])
+    conn.disconnect()
+    return frames
+
+
+def test_receipted_messages_survive_sigkill_exactly_once(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path)
+    broker = ProcessBroker(cfg, tmp_path / "broker.log").start()
+    conn, rec = connect(broker.port)
+    sent: list[str] = []
+    window = 50
+    # Stream with a window of outstanding receipts; kill once enough are confirmed.
+    i = 0
+    killed = False
+    while not killed:
+        body = f"m-{i:06d}"
+        conn.send("/queue/crash", body, headers={"persistent": "true"}, receipt=body)
+        sent.append(body)
+        i += 1
+        if i - len(rec.receipts) >= window:
+            poll(lambda i=i: i - len(rec.receipts) < window, 30, "receipts")
+        if len(rec.receipts) >= 400:
+            broker.kill9()  # mid-stream: sends are still in flight
+            killed = True
+    poll(rec.disconnected.is_set, 30, "the client to notice the broker died")
+    with rec.lock:
+        confirmed = set(rec.receipts)
+    assert len(confirmed) >= 400
+
+    broker = ProcessBroker(cfg, tmp_path / "broker.log").start()
+    try:
+        frames = drain(broker.port, "/queue/crash", "END")
+    finally:
+        assert broker.terminate() == 0
+    bodies = [f.body for f in frames]
+    sent_set = set(sent)
+    invented = [b for b in bodies if b not in sent_set]
+    assert not invented, f"messages that were never sent: {invented[:5]}"
+    assert len(bodies) == len(set(bodies)), "a message was delivered twice"
+    missing = confirmed - set(bodies)
+    assert not missing, f"{len(missing)} receipted messages lost, e.g. {sorted(missing)[:5]}"
+    assert bodies == sorted(bodies), "order per producer was not kept"
+
+
+def test_acked_stay_gone_and_unacked_come_back_redelivered(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path)
+    broker = ProcessBroker(cfg, tmp_path / "broker.log").start()
+    producer, prec = connect(broker.port)
+    for n in range(100):
+        producer.send("/queue/acks", f"a-{n:03d}", headers={"persistent": "true"},
+                      receipt=f"p{n}")
+    poll(lambda: len(prec.receipts) == 100, 30, "100 receipts")
+
+    consumer, crec = connect(broker.port)
+    consumer.subscribe("/queue/acks", id="s", ack="client-individual",
+                       headers={"activemq.prefetchSize": "10"})
+    acked = 0
+    while acked < 50:
+        poll(lambda: len(crec.messages) > acked, 30, "a message")
+        frame = crec.messages[acked]
+        consumer.ack(frame.headers["ack"], receipt=f"ack{acked}")
+        acked += 1
+    poll(lambda: "ack49" in crec.receipts, 30, "the last ack receipt")
+    poll(lambda: len(crec.messages) == 60, 30, "the next window of ten")
+    # A synced write after the deliveries makes their delivery counts durable.
+    producer.send("/queue/other", "barrier", headers={"persistent": "true"}, receipt="barrier")
+    poll(lambda: "barrier" in prec.receipts, 30, "the barrier receipt")
+    broker.kill9()
+
+    broker = ProcessBroker(cfg, tmp_path / "broker.log").start()
+    try:
+        frames = drain(broker.port, "/queue/acks", "END")
+    finally:
+        assert broker.terminate() == 0
+    bodies = [f.body for f in frames]
+    assert bodies == [f"a-{n:03d}" for n in range(50, 100)]
+    redelivered = [f.body for f in frames if f.headers.get("redelivered") == "true"]
+    assert redelivered == [f"a-{n:03d}" for n in range(50, 60)]

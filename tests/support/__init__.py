@@ -1,0 +1,1 @@
+"""Shared test helpers: in-process and subprocess brokers, polling, STOMP listeners."""

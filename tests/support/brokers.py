@@ -1,0 +1,166 @@
+"""Brokers for tests: in-process on a background event loop, or a real subprocess.
+
+Every port comes from the OS (port 0); subprocess brokers report theirs in their log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, TypeVar
+
+from meshmq.config.model import BrokerConfig, ListenerConfig, ManagementConfig, StoreConfig
+from meshmq.transport.runtime import BrokerRuntime
+
+T = TypeVar("T")
+
+
+def poll(predicate: Callable[[], T], timeout: float = 10.0, what: str = "condition") -> T:
+    """Return the first truthy value of ``predicate()``; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(delay)  # a short back-off inside a deadline poll, not a fixed wait
+        delay = min(delay * 2, 0.05)
+
+
+def make_config(data_dir: Path, **changes: Any) -> BrokerConfig:
+    config = BrokerConfig(
+        broker_name="test",
+        data_directory=data_dir,
+        listeners=(ListenerConfig(name="stomp", protocol="stomp", host="127.0.0.1", port=0),),
+        management=ManagementConfig(enabled=True, host="127.0.0.1", port=0),
+        store=StoreConfig(fsync=False),
+    )
+    return dataclasses.replace(config, **changes)
+
+
+class ThreadBroker:
+    """A broker running on its own event loop in a daemon thread."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.runtime: BrokerRuntime | None = None
+
+    def start(self) -> ThreadBroker:
+        self.thread.start()
+        self.runtime = BrokerRuntime(self.config)
+        self.call(self.runtime.start())
+        return self
+
+    def call(self, coro: Any, timeout: float = 30.0) -> Any:
+        fut: Future[Any] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return fut.result(timeout)
+
+    def run(self, fn: Callable[[], T], timeout: float = 30.0) -> T:
+        """Run ``fn`` on the broker's loop (to inspect state safely)."""
+        async def wrapper() -> T:
+            return fn()
+        result: T = self.call(wrapper(), timeout)
+        return result
+
+    @property
+    def port(self) -> int:
+        assert self.runtime is not None
+        return self.runtime.addresses["stomp"][1]
+
+    @property
+    def host(self) -> str:
+        return "127.0.0.1"
+
+    @property
+    def management_port(self) -> int:
+        assert self.runtime is not None
+        return self.runtime.addresses["management"][1]
+
+    def stats(self) -> dict[str, Any]:
+        assert self.runtime is not None
+        rt = self.runtime
+        return self.run(rt.broker.statistics)
+
+    def destination_stats(self, name: str) -> dict[str, Any]:
+        for d in self.stats()["destinations"]:
+            if d["name"] == name:
+                return d  # type: ignore[no-any-return]
+        raise KeyError(name)
+
+    def stop(self) -> None:
+        if self.runtime is not None and self.runtime.started:
+            self.call(self.runtime.stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+_LISTEN_RE = re.compile(r"listening for (\S+) on \S+://([\d.]+):(\d+)")
+
+
+class ProcessBroker:
+    """``meshmq broker`` as a real subprocess (for kill -9 tests)."""
+
+    def __init__(self, config_path: Path, log_path: Path) -> None:
+        self.config_path = config_path
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.ports: dict[str, int] = {}
+
+    def start(self, timeout: float = 30.0) -> ProcessBroker:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the process
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "meshmq.cli.main", "broker", "--config",
+             str(self.config_path)], stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        start_len = 0
+
+        def ready() -> bool:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(f"broker exited with {self.proc.returncode}:\n"
+                                     + self.log_path.read_text(errors="replace"))
+            text = self.log_path.read_text(errors="replace")[start_len:]
+            for name, _host, port in _LISTEN_RE.findall(text):
+                self.ports[name] = int(port)
+            return "started" in text and "stomp" in self.ports
+
+        start_len = len(self.log_path.read_text(errors="replace")) if self.log_path.exists() \
+            else 0
+        poll(ready, timeout, "the broker subprocess to start")
+        return self
+
+    @property
+    def port(self) -> int:
+        return self.ports["stomp"]
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def terminate(self, timeout: float = 20.0) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout)
+        self._log.close()
+        return code
+
+
+def iter_ports(broker: ThreadBroker) -> Iterator[int]:
+    yield broker.port
