@@ -1,0 +1,625 @@
+"""The native TOML loader, and the one validator both loaders share.
+
+Layout of a file (one section per nested dataclass of ``BrokerConfig``)::
+
+    [broker]          scalar fields of BrokerConfig (``name`` is ``broker_name``)
+    [[listeners]]     ListenerConfig, plus ``url = "stomp://host:port"``
+    [stomp]           StompConfig
+    [store]           StoreConfig
+    [[policies]]      DestinationPolicy
+    [usage]           UsageConfig
+    [auth]            AuthConfig; users as [[auth.users]] (User)
+    [management]      ManagementConfig
+
+The schema is derived from the dataclasses themselves, so a field added to the
+model is loadable at once (and ``test_config_docs`` insists it is documented).
+
+Validation happens once, in ``build_config``: the activemq.xml importer
+translates into the same raw shape and goes through the same checks, so both
+formats report the same mistakes the same way. ``tomllib`` keeps no positions,
+so ``toml_positions`` rescans the text to map each dotted option to its line.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import difflib
+import re
+import tomllib
+import types
+import urllib.parse
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
+
+from meshmq.config.model import (
+    LIMIT_ACTIONS,
+    LISTENER_PROTOCOLS,
+    STORE_KINDS,
+    BrokerConfig,
+    ListenerConfig,
+)
+from meshmq.config.sizes import parse_size
+from meshmq.core.destinations import Destination, is_wildcard_name, validate_name
+from meshmq.errors import ConfigError, DestinationError
+
+__all__ = [
+    "BROKER_SECTION",
+    "SECTIONS",
+    "Source",
+    "build_config",
+    "load_toml",
+    "loads_toml",
+    "option_key",
+    "split_listener_url",
+    "toml_positions",
+]
+
+_T = TypeVar("_T")
+
+BROKER_SECTION = "broker"
+# Nested sections of BrokerConfig: TOML name -> field name (they coincide).
+SECTIONS: dict[str, str] = {
+    f.name: f.name
+    for f in dataclasses.fields(BrokerConfig)
+    if f.name != "source" and (
+        dataclasses.is_dataclass(f.default_factory)
+        or isinstance(f.default, tuple)
+    )
+}
+# Model field -> TOML key where the two differ ([broker] name reads better than broker_name).
+_RENAMED: dict[tuple[type, str], str] = {(BrokerConfig, "broker_name"): "name"}
+_NOT_CONFIGURABLE: frozenset[tuple[type, str]] = frozenset({(BrokerConfig, "source")})
+
+# Int fields that also accept "64 mb"-style strings.
+SIZE_FIELDS: frozenset[str] = frozenset({
+    "StompConfig.max_frame_size", "StompConfig.max_header_size",
+    "StoreConfig.segment_size", "StoreConfig.max_batch_bytes",
+    "DestinationPolicy.memory_limit", "UsageConfig.memory_limit",
+})
+# Inclusive bounds; numbers not listed must merely be >= 0 (no option means anything below).
+_RANGES: dict[str, tuple[float | None, float | None]] = {
+    "ListenerConfig.port": (0, 65535),
+    "ManagementConfig.port": (0, 65535),
+    "ListenerConfig.max_connections": (1, None),
+    "StompConfig.max_frame_size": (1, None),
+    "StompConfig.max_headers": (1, None),
+    "StompConfig.max_header_size": (1, None),
+    "StompConfig.heartbeat_grace": (1.0, None),
+    "StoreConfig.segment_size": (1, None),
+    "StoreConfig.max_batch_bytes": (1, None),
+    "StoreConfig.compact_live_ratio": (0.0, 1.0),
+    "DestinationPolicy.page_size": (1, None),
+}
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "ListenerConfig.protocol": LISTENER_PROTOCOLS,
+    "StoreConfig.kind": STORE_KINDS,
+    "UsageConfig.on_limit": LIMIT_ACTIONS,
+}
+_NON_EMPTY: frozenset[str] = frozenset({
+    "BrokerConfig.broker_name", "ListenerConfig.name", "ListenerConfig.host",
+    "ManagementConfig.host", "User.name", "AuthConfig.anonymous_user",
+    "DestinationPolicy.dead_letter_queue",
+})
+_SSL_PROTOCOLS = frozenset({"ssl", "stomp+ssl"})
+# URL scheme spellings that mean the same listener protocol.
+_SCHEME_ALIASES = {"stomp+nio": "stomp", "stomp+nio+ssl": "stomp+ssl", "nio+ssl": "ssl"}
+
+
+def option_key(cls: type, field_name: str) -> str:
+    """The TOML key of a model field (its name unless renamed)."""
+    return _RENAMED.get((cls, field_name), field_name)
+
+
+# ---------------------------------------------------------------------------
+# Where things are: file, line and the option's display name
+
+
+@dataclasses.dataclass
+class Source:
+    """Locates options of one file for error messages.
+
+    ``lines`` maps dotted option paths (``listeners[0].port``) to lines; a path
+    that is missing falls back to its nearest ancestor (the table header).
+    ``labels`` renames a path for messages (the XML importer shows attribute
+    paths; a listener ``url`` stands in for the protocol/host/port it set).
+    """
+
+    file: str | None = None
+    base_dir: Path | None = None
+    lines: dict[str, int] = dataclasses.field(default_factory=dict)
+    labels: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def line_of(self, path: str) -> int | None:
+        return self._nearest(path, lambda p: self.lines.get(p) or self.lines.get(
+            self.labels.get(p, "")))
+
+    def label_of(self, path: str) -> str:
+        return self._nearest(path, self.labels.get) or path
+
+    def error(self, message: str, path: str) -> ConfigError:
+        return ConfigError(message, file=self.file, line=self.line_of(path),
+                           option=self.label_of(path) or None)
+
+    @staticmethod
+    def _nearest(path: str, get: Callable[[str], _T | None]) -> _T | None:
+        while path:
+            found = get(path)
+            if found is not None:
+                return found
+            path = _parent_path(path)
+        return None
+
+
+def _parent_path(path: str) -> str:
+    if path.endswith("]"):
+        return path[: path.rindex("[")]
+    cut = path.rfind(".")
+    return path[:cut] if cut > 0 else ""
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _unknown(kind: str, path: str, name: str, known: Iterable[str]) -> str:
+    msg = f"unknown {kind} {path!r}"
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+    # Also catch the model's field name used where the key is shorter (broker_name -> name).
+    close = close or [k for k in sorted(known) if len(k) >= 4 and name.endswith(k)][:1]
+    return f"{msg}; did you mean {close[0]!r}?" if close else msg
+
+
+# ---------------------------------------------------------------------------
+# Building and validating the model from a raw TOML-shaped mapping
+
+
+def build_config(raw: Mapping[str, Any], source: Source, *, from_strings: bool = False
+                 ) -> BrokerConfig:
+    """Validate ``raw`` (the shape of a parsed TOML file) and build the model.
+
+    ``from_strings``: scalar values may arrive as text ("true", "1000", "1.5"),
+    as XML attributes do; TOML values must already have the right type.
+    """
+    return _Builder(source, from_strings).root(raw)
+
+
+class _Builder:
+    def __init__(self, source: Source, from_strings: bool) -> None:
+        self.src = source
+        self.from_strings = from_strings
+
+    def root(self, raw: Mapping[str, Any]) -> BrokerConfig:
+        known = (BROKER_SECTION, *SECTIONS)
+        for name in raw:
+            if name not in known:
+                raise self.src.error(_unknown("section", name, name, known), name)
+        kwargs: dict[str, Any] = {}
+        if BROKER_SECTION in raw:
+            table = self._table(raw[BROKER_SECTION], BROKER_SECTION)
+            scalars = [f for f in dataclasses.fields(BrokerConfig) if f.name not in SECTIONS]
+            kwargs.update(self._fields(BrokerConfig, scalars, table, BROKER_SECTION))
+        hints = get_type_hints(BrokerConfig)
+        for name, field_name in SECTIONS.items():
+            if name in raw:
+                kwargs[field_name] = self._convert(raw[name], hints[field_name], name,
+                                                   f"BrokerConfig.{field_name}")
+        config = BrokerConfig(**kwargs, source=self.src.file)
+        self._check(config)
+        return config
+
+    # -- structure --------------------------------------------------------
+
+    def _table(self, value: Any, path: str) -> Mapping[str, Any]:
+        if not isinstance(value, Mapping):
+            raise self.src.error(f"expected a table, got {_describe(value)}", path)
+        return value
+
+    def _dataclass(self, cls: type, value: Any, path: str) -> Any:
+        table = dict(self._table(value, path))
+        if cls is ListenerConfig:
+            table = self._listener_url(table, path)
+        return cls(**self._fields(cls, dataclasses.fields(cls), table, path))
+
+    def _fields(self, cls: type, fields: Iterable[dataclasses.Field[Any]],
+                table: Mapping[str, Any], path: str) -> dict[str, Any]:
+        by_key = {option_key(cls, f.name): f for f in fields
+                  if (cls, f.name) not in _NOT_CONFIGURABLE}
+        for key in table:
+            if key not in by_key:
+                raise self.src.error(_unknown("option", _join(path, key), key, by_key),
+                                     _join(path, key))
+        hints = get_type_hints(cls)
+        out: dict[str, Any] = {}
+        for key, f in by_key.items():
+            if key in table:
+                out[f.name] = self._convert(table[key], hints[f.name], _join(path, key),
+                                            f"{cls.__name__}.{f.name}")
+            elif (f.default is dataclasses.MISSING
+                  and f.default_factory is dataclasses.MISSING):
+                raise self.src.error(f"missing required option {key!r}", _join(path, key))
+        return out
+
+    def _listener_url(self, table: dict[str, Any], path: str) -> dict[str, Any]:
+        if "url" not in table:
+            return table
+        url = table.pop("url")
+        url_path = _join(path, "url")
+        if not isinstance(url, str):
+            raise self.src.error(f"expected a string, got {_describe(url)}", url_path)
+        clash = [k for k in ("protocol", "host", "port") if k in table]
+        if clash:
+            raise self.src.error(f"give either 'url' or {clash[0]!r}, not both", url_path)
+        try:
+            protocol, host, port, query = split_listener_url(url)
+        except ValueError as exc:
+            raise self.src.error(str(exc), url_path) from None
+        if query:
+            raise self.src.error(
+                f"URL options ({query!r}) are not read here; set the listener's keys "
+                "(max_connections, ...) or the [stomp] section instead", url_path)
+        for key in ("protocol", "host", "port"):
+            self.src.labels.setdefault(_join(path, key), url_path)
+        return {**table, "protocol": protocol, "host": host, "port": port}
+
+    # -- values -----------------------------------------------------------
+
+    def _convert(self, value: Any, tp: Any, path: str, key: str) -> Any:
+        origin = get_origin(tp)
+        if origin in (Union, types.UnionType):  # only ``X | None`` occurs in the model
+            inner = [a for a in get_args(tp) if a is not type(None)]
+            return self._convert(value, inner[0], path, key)
+        if origin is tuple:
+            return self._tuple(value, get_args(tp), path, key)
+        if dataclasses.is_dataclass(tp):
+            return self._dataclass(tp, value, path)  # type: ignore[arg-type]
+        if tp is bool:
+            return self._bool(value, path)
+        if tp is int:
+            return self._check_number(self._int(value, path, key), path, key)
+        if tp is float:
+            return self._check_number(self._float(value, path), path, key)
+        if tp is str:
+            return self._str(value, path, key)
+        if tp is Path:
+            return self._path(value, path)
+        raise TypeError(f"unsupported model type {tp!r} for {key}")  # a model bug, not a user's
+
+    def _tuple(self, value: Any, args: tuple[Any, ...], path: str, key: str) -> tuple[Any, ...]:
+        if not isinstance(value, list):
+            raise self.src.error(f"expected an array, got {_describe(value)}", path)
+        if len(args) == 2 and args[1] is Ellipsis:
+            types_ = [args[0]] * len(value)
+        else:
+            if len(value) != len(args):
+                raise self.src.error(
+                    f"expected an array of {len(args)} values, got {len(value)}", path)
+            types_ = list(args)
+        return tuple(self._convert(v, t, f"{path}[{i}]", key)
+                     for i, (v, t) in enumerate(zip(value, types_, strict=True)))
+
+    def _bool(self, value: Any, path: str) -> bool:
+        if isinstance(value, bool):
+            return value
+        if self.from_strings and isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise self.src.error(f"expected true or false, got {_describe(value)}", path)
+
+    def _int(self, value: Any, path: str, key: str) -> int:
+        if key in SIZE_FIELDS and isinstance(value, str | int) and not isinstance(value, bool):
+            try:
+                return parse_size(value)
+            except ValueError as exc:
+                raise self.src.error(str(exc), path) from None
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if self.from_strings and isinstance(value, str):
+            try:
+                return int(value.strip())
+            except ValueError:
+                pass
+        raise self.src.error(f"expected an integer, got {_describe(value)}", path)
+
+    def _float(self, value: Any, path: str) -> float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if self.from_strings and isinstance(value, str):
+            try:
+                return float(value.strip())
+            except ValueError:
+                pass
+        raise self.src.error(f"expected a number, got {_describe(value)}", path)
+
+    def _check_number(self, value: float, path: str, key: str) -> Any:
+        low, high = _RANGES.get(key, (0, None))
+        if low is not None and value < low:
+            raise self.src.error(f"must be >= {low}, got {value}", path)
+        if high is not None and value > high:
+            raise self.src.error(f"must be <= {high}, got {value}", path)
+        return value
+
+    def _str(self, value: Any, path: str, key: str) -> str:
+        if not isinstance(value, str):
+            raise self.src.error(f"expected a string, got {_describe(value)}", path)
+        choices = _CHOICES.get(key)
+        if choices is not None and value not in choices:
+            raise self.src.error(
+                f"must be one of {', '.join(map(repr, choices))}, got {value!r}", path)
+        if key in _NON_EMPTY and not value.strip():
+            raise self.src.error("must not be empty", path)
+        return value
+
+    def _path(self, value: Any, path: str) -> Path:
+        if not isinstance(value, str) or not value:
+            raise self.src.error(f"expected a path, got {_describe(value)}", path)
+        p = Path(value).expanduser()
+        # Relative to the file, not the working directory: the broker may start anywhere.
+        if not p.is_absolute() and self.src.base_dir is not None:
+            p = self.src.base_dir / p
+        return p
+
+    # -- rules that span several options ------------------------------------
+
+    def _check(self, config: BrokerConfig) -> None:
+        names: set[str] = set()
+        addresses: set[tuple[str, int]] = set()
+        for i, lst in enumerate(config.listeners):
+            at = f"listeners[{i}]"
+            if lst.name in names:
+                raise self.src.error(f"duplicate listener name {lst.name!r}", f"{at}.name")
+            names.add(lst.name)
+            if lst.port != 0:  # port 0 means "any free port": never a clash
+                if (lst.host, lst.port) in addresses:
+                    raise self.src.error(
+                        f"another listener already uses {lst.host}:{lst.port}", f"{at}.port")
+                addresses.add((lst.host, lst.port))
+            if lst.protocol in _SSL_PROTOCOLS and lst.ssl_certfile is None:
+                raise self.src.error(
+                    f"{lst.protocol} listener {lst.name!r} needs ssl_certfile",
+                    f"{at}.ssl_certfile")
+        for i, pol in enumerate(config.policies):
+            at = f"policies[{i}]"
+            try:
+                Destination.parse_uri(pol.match)
+            except DestinationError as exc:
+                raise self.src.error(
+                    f"not a destination pattern like 'queue://orders.>': {exc.message}",
+                    f"{at}.match") from None
+            try:
+                validate_name(pol.dead_letter_queue)
+                if is_wildcard_name(pol.dead_letter_queue):
+                    raise DestinationError("a dead-letter queue cannot be a wildcard")
+            except DestinationError as exc:
+                raise self.src.error(exc.message, f"{at}.dead_letter_queue") from None
+            if pol.individual_dlq_prefix is not None:
+                try:
+                    validate_name(pol.individual_dlq_prefix + "q")
+                    if is_wildcard_name(pol.individual_dlq_prefix):
+                        raise DestinationError("a dead-letter prefix cannot hold wildcards")
+                except DestinationError as exc:
+                    raise self.src.error(exc.message, f"{at}.individual_dlq_prefix") from None
+        users: set[str] = set()
+        for i, user in enumerate(config.auth.users):
+            if user.name in users:
+                raise self.src.error(f"duplicate user {user.name!r}", f"auth.users[{i}].name")
+            users.add(user.name)
+
+
+def _describe(value: Any) -> str:
+    kind = {bool: "boolean", int: "integer", float: "number", str: "string",
+            list: "array", dict: "table"}.get(type(value), type(value).__name__)
+    if isinstance(value, dict | list):
+        return kind
+    return f"{kind} {value!r}"
+
+
+def split_listener_url(url: str) -> tuple[str, str, int, str]:
+    """``"stomp+nio://0.0.0.0:61613?a=b"`` -> ``("stomp", "0.0.0.0", 61613, "a=b")``.
+
+    The protocol is returned as written apart from aliases (``stomp+nio``);
+    callers validate it. Raises ``ValueError`` with a readable reason.
+    """
+    parts = urllib.parse.urlsplit(url.strip())
+    if not parts.scheme or not parts.netloc:
+        raise ValueError(f"not a listener URL like 'stomp://127.0.0.1:61613': {url!r}")
+    if parts.path not in ("", "/") or parts.fragment:
+        raise ValueError(f"a listener URL has no path or fragment: {url!r}")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"port out of range 0-65535 in {url!r}") from None
+    if port is None or not parts.hostname:
+        raise ValueError(f"listener URL needs host:port: {url!r}")
+    scheme = parts.scheme.lower()
+    return _SCHEME_ALIASES.get(scheme, scheme), parts.hostname, port, parts.query
+
+
+# ---------------------------------------------------------------------------
+# TOML
+
+
+def load_toml(path: Path) -> BrokerConfig:
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file: {exc.strerror}", file=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"not UTF-8 text: {exc.reason}", file=str(path)) from None
+    return loads_toml(text, file=str(path), base_dir=path.absolute().parent)
+
+
+_TOML_AT = re.compile(r"\s*\(at line (\d+), column \d+\)$")
+
+
+def loads_toml(text: str, *, file: str | None = None, base_dir: Path | None = None
+               ) -> BrokerConfig:
+    """Parse and validate TOML text; ``base_dir`` anchors relative paths."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        m = _TOML_AT.search(message)
+        # "(at end of document)": blame the last line that has something on it.
+        line = int(m.group(1)) if m else text.rstrip().count("\n") + 1
+        message = _TOML_AT.sub("", message).replace(" (at end of document)", "")
+        raise ConfigError(f"TOML syntax error: {message}", file=file, line=line) from None
+    source = Source(file=file, base_dir=base_dir, lines=toml_positions(text))
+    return build_config(raw, source)
+
+
+def toml_positions(text: str) -> dict[str, int]:
+    """Map each table and key of syntactically valid TOML to its 1-based line.
+
+    Paths look like ``stomp.max_frame_size``, ``listeners[1].port`` and
+    ``auth.anonymous_groups[0]``. Best effort: on anything unexpected the map
+    built so far is returned (tomllib has already vouched for the syntax).
+    """
+    scanner = _TomlScanner(text)
+    try:
+        scanner.document()
+    except (IndexError, ValueError):
+        pass
+    return scanner.lines
+
+
+class _TomlScanner:
+    """Walks TOML structure (tables, keys, nested values) without building values."""
+
+    def __init__(self, text: str) -> None:
+        self.s = text
+        self.i = 0
+        self.newlines = [m.start() for m in re.finditer("\n", text)]
+        self.lines: dict[str, int] = {}
+        self.array_tables: dict[str, int] = {}  # indexed path -> elements seen
+
+    def line(self) -> int:
+        return bisect.bisect_left(self.newlines, self.i) + 1
+
+    def record(self, path: str) -> None:
+        self.lines.setdefault(path, self.line())
+
+    def document(self) -> None:
+        table = ""
+        while True:
+            self.skip(newlines=True)
+            if self.i >= len(self.s):
+                return
+            if self.s[self.i] == "[":
+                double = self.s.startswith("[[", self.i)
+                self.i += 2 if double else 1
+                start_line = self.line()
+                table = self.header(self.keys(), double)
+                self.lines.setdefault(table, start_line)
+                self.i = self.s.index("]", self.i) + (2 if double else 1)
+            else:
+                path = self.dotted(table, self.keys())
+                self.record(path)
+                self.skip()
+                self.i += 1  # "="
+                self.value(path)
+
+    def header(self, keys: list[str], double: bool) -> str:
+        path = ""
+        for n, key in enumerate(keys):
+            path = _join(path, key)
+            if double and n == len(keys) - 1:
+                self.array_tables[path] = self.array_tables.get(path, 0) + 1
+                path = f"{path}[{self.array_tables[path] - 1}]"
+            elif path in self.array_tables:  # [a.b] after [[a]] is inside a's last element
+                path = f"{path}[{self.array_tables[path] - 1}]"
+        return path
+
+    @staticmethod
+    def dotted(table: str, keys: list[str]) -> str:
+        path = table
+        for key in keys:
+            path = _join(path, key)
+        return path
+
+    def skip(self, newlines: bool = False) -> None:
+        s = self.s
+        while self.i < len(s):
+            c = s[self.i]
+            if c in " \t\r" or (newlines and c == "\n"):
+                self.i += 1
+            elif c == "#":
+                end = s.find("\n", self.i)
+                self.i = len(s) if end < 0 else end
+            else:
+                return
+
+    def keys(self) -> list[str]:
+        keys = []
+        while True:
+            self.skip()
+            c = self.s[self.i]
+            if c in "\"'":
+                start = self.i + 1
+                self.string()
+                keys.append(self.s[start:self.i - 1])
+            else:
+                m = re.compile(r"[A-Za-z0-9_-]+").match(self.s, self.i)
+                if m is None:
+                    raise ValueError("bad key")
+                keys.append(m.group())
+                self.i = m.end()
+            self.skip()
+            if self.s[self.i] != ".":
+                return keys
+            self.i += 1
+
+    def string(self) -> None:
+        s, q = self.s, self.s[self.i]
+        if s.startswith(q * 3, self.i):
+            self.i += 3
+            while not s.startswith(q * 3, self.i):
+                self.i += 2 if (q == '"' and s[self.i] == "\\") else 1
+            self.i += 3
+            while self.i < len(s) and s[self.i] == q:  # up to two quotes may end the content
+                self.i += 1
+            return
+        self.i += 1
+        while s[self.i] != q:
+            self.i += 2 if (q == '"' and s[self.i] == "\\") else 1
+        self.i += 1
+
+    def value(self, path: str) -> None:
+        self.skip()
+        c = self.s[self.i]
+        if c in "\"'":
+            self.string()
+        elif c == "[":
+            self.i += 1
+            n = 0
+            while True:
+                self.skip(newlines=True)
+                if self.s[self.i] == "]":
+                    self.i += 1
+                    return
+                self.record(f"{path}[{n}]")
+                self.value(f"{path}[{n}]")
+                self.skip(newlines=True)
+                if self.s[self.i] == ",":
+                    self.i += 1
+                n += 1
+        elif c == "{":
+            self.i += 1
+            while True:
+                self.skip()
+                if self.s[self.i] == "}":
+                    self.i += 1
+                    return
+                key_path = self.dotted(path, self.keys())
+                self.record(key_path)
+                self.skip()
+                self.i += 1  # "="
+                self.value(key_path)
+                self.skip()
+                if self.s[self.i] == ",":
+                    self.i += 1
+        else:
+            m = re.compile(r"[^,\]}\n#]*").match(self.s, self.i)
+            assert m is not None  # the pattern matches the empty string at worst
+            self.i = m.end()
+
