@@ -1,0 +1,783 @@
+"""Import an ActiveMQ ``activemq.xml`` into the meshmq model.
+
+The file is parsed with expat so every element keeps its line. Spring wrapping
+(``<beans>``, placeholder configurers, ``<import>``) is skipped: the importer
+finds the one ``<broker>`` element wherever it sits, ignoring namespaces.
+
+What is read is translated into the raw shape of a TOML file and handed to
+``toml_loader.build_config``, so both formats are validated by the same code.
+Anything under ``<broker>`` is one of: supported (mapped), known but ignored
+(WARNING on the ``meshmq.config`` logger naming file:line), a later feature
+(WARNING "not supported yet, ignored") or unknown (``ConfigError``). Nothing is
+dropped silently.
+
+Placeholders: ``${activemq.base}``, ``${activemq.home}`` and ``${activemq.conf}``
+are the directory of the file, ``${activemq.data}`` is its ``data``
+subdirectory; properties files named by a Spring ``PropertyPlaceholderConfigurer``
+are read when they exist; ``properties`` passed by the caller win over both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import logging
+import re
+import urllib.parse
+import xml.parsers.expat
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from meshmq.config.model import BrokerConfig
+from meshmq.config.toml_loader import Source, build_config, split_listener_url
+from meshmq.core.destinations import name_matches
+from meshmq.errors import ConfigError
+
+__all__ = ["load_activemq_xml", "loads_activemq_xml"]
+
+log = logging.getLogger("meshmq.config")
+
+# ActiveMQ's maximumRedeliveries="-1" (never give up); the model counts, so use "forever".
+UNLIMITED_REDELIVERIES = 2**31 - 1
+
+# ActiveMQ scheme -> meshmq protocol. nio is only Java's I/O flavour of tcp.
+_SCHEMES = {
+    "stomp": "stomp", "stomp+nio": "stomp",
+    "stomp+ssl": "stomp+ssl", "stomp+nio+ssl": "stomp+ssl",
+    "tcp": "tcp", "nio": "tcp",
+    "ssl": "ssl", "nio+ssl": "ssl",
+}
+_LATER_SCHEMES = frozenset({"amqp", "mqtt", "ws", "wss", "auto", "http", "https", "udp",
+                            "vm", "multicast", "xmpp"})
+_STOMP_URI_OPTIONS = {
+    "wireFormat.maxFrameSize": "max_frame_size",
+    "wireFormat.maxDataLength": "max_frame_size",
+    "transport.defaultHeartBeat": "default_heartbeat",
+    "transport.hbGracePeriodMultiplier": "heartbeat_grace",
+}
+
+_BROKER_IGNORED = frozenset({
+    "useJmx", "schedulerSupport", "useShutdownHook", "start", "enableStatistics",
+    "populateJMSXUserID", "useAuthenticatedPrincipalForJMSXUserID",
+    "offlineDurableSubscriberTimeout", "offlineDurableSubscriberTaskSchedule",
+    "schedulePeriodForDestinationPurge", "maxPurgedDestinationsPerSweep", "useVirtualTopics",
+    "useMirroredQueues", "useTempMirroredQueues", "deleteAllMessagesOnStartup",
+    "restartAllowed", "brokerId", "tmpDataDirectory", "schedulerDirectory",
+    "useLocalHostBrokerName", "cacheTempDestinations", "timeBeforePurgeTempDestinations",
+    "splitSystemUsageForProducersConsumers", "producerSystemUsagePortion",
+    "consumerSystemUsagePortion", "dedicatedTaskRunner", "networkConnectorStartAsync",
+    "allowTempAutoCreationOnSend", "keepDurableSubsActive", "systemExitOnShutdown",
+    "rejectDurableConsumers", "anonymousProducerAdvisorySupport", "monitorConnectionSplits",
+    "persistenceThreadPriority", "shutdownOnMasterFailure", "shutdownOnSlaveFailure",
+    "waitForSlave", "waitForSlaveTimeout", "passiveSlave", "useLoggingForShutdownErrors",
+    "mbeanInvocationTimeout", "id", "storeOpenWireVersion", "maxUncommittedCount",
+})
+_BROKER_LATER = frozenset({
+    "networkConnectors", "managementContext", "shutdownHooks", "services",
+    "destinationInterceptors", "destinations", "proxyConnectors", "jmsBridgeConnectors",
+    "producerSystemUsage", "consumerSystemUsage", "tempDataStore", "ioExceptionHandler",
+    "persistenceFactory", "jobSchedulerStore", "brokerContext", "destinationFactory",
+    "networkConnectorURIs", "transportConnectorURIs", "taskRunnerFactory",
+    "persistenceTaskRunnerFactory", "messageAuthorizationPolicy", "masterConnector",
+    "adminView", "regionBroker", "startException", "jmsBridgeConnector",
+})
+_CONNECTOR_IGNORED = frozenset({
+    "updateClusterClients", "rebalanceClusterClients", "updateClusterClientsOnRemove",
+    "updateClusterFilter", "discoveryUri", "enableStatusMonitor", "allowLinkStealing",
+    "auditNetworkProducers", "maximumProducersAllowedPerConnection",
+    "maximumConsumersAllowedPerConnection", "warnOnRemoteClose", "disableAsyncDispatch",
+})
+_KAHADB_IGNORED = frozenset({
+    "indexWriteBatchSize", "indexCacheSize", "checkpointInterval", "cleanupInterval",
+    "concurrentStoreAndDispatchQueues", "concurrentStoreAndDispatchTopics",
+    "ignoreMissingJournalfiles", "checkForCorruptJournalFiles", "checksumJournalFiles",
+    "archiveDataLogs", "directoryArchive", "enableIndexWriteAsync", "preallocationStrategy",
+    "preallocationScope", "journalDiskSyncInterval", "compactAcksAfterNoGC",
+    "compactAcksIgnoresStoreGrowth", "enableAckCompaction", "lockKeepAlivePeriod",
+    "maxAsyncJobs", "forceRecoverIndex", "indexDirectory", "useIndexLFRUEviction",
+    "cleanupOnStop", "enableIndexDiskSyncs", "enableIndexRecoveryFile",
+    "enableIndexPageCaching", "archiveCorruptedIndex", "useLock", "failoverProducersAuditDepth",
+    "maxFailoverProducersToTrack", "databaseLockedWaitDelay", "brokerName", "id",
+})
+_LATER_STORES = frozenset({"jdbcPersistenceAdapter", "levelDB", "levelDBPersistenceAdapter",
+                           "replicatedLevelDB", "mKahaDB", "journalPersistenceAdapter",
+                           "amqPersistenceAdapter"})
+_LATER_PLUGINS = frozenset({
+    "authorizationPlugin", "jaasAuthenticationPlugin", "jaasCertificateAuthenticationPlugin",
+    "jaasDualAuthenticationPlugin", "timeStampingBrokerPlugin", "statisticsBrokerPlugin",
+    "loggingBrokerPlugin", "discardingDLQBrokerPlugin", "forcePersistencyModeBrokerPlugin",
+    "traceBrokerPathPlugin", "destinationPathSeparatorPlugin", "runtimeConfigurationPlugin",
+    "virtualSelectorCacheBrokerPlugin", "connectionDotFilePlugin", "destinationDotFilePlugin",
+    "multicastTraceBrokerPlugin", "udpTraceBrokerPlugin", "bean", "ref",
+})
+_POLICY_IGNORED = frozenset({
+    "useCache", "optimizedDispatch", "lazyDispatch", "advisoryForConsumed",
+    "advisoryForDelivery", "advisoryForFastProducers", "advisoryForSlowConsumers",
+    "advisoryWhenFull", "advisoryForDiscardingMessages", "gcInactiveDestinations",
+    "inactiveTimoutBeforeGC", "inactiveTimeoutBeforeGC", "expireMessagesPeriod",
+    "strictOrderDispatch", "enableAudit", "maxAuditDepth", "maxProducersToAudit",
+    "cursorMemoryHighWaterMark", "storeUsageHighWaterMark", "usePrefetchExtension",
+    "sendAdvisoryIfNoConsumers", "reduceMemoryFootprint", "persistJMSRedelivered",
+    "allConsumersExclusiveByDefault", "consumersBeforeDispatchStarts",
+    "timeBeforeDispatchStarts", "minimumMessageSize", "maxBrowsePageSize",
+    "maxExpirePageSize", "includeBodyForAdvisory", "alwaysRetroactive",
+    "blockedProducerWarningInterval", "doOptimzeMessageStorage",
+    "optimizeMessageStoreInFlightLimit", "gcWithNetworkConsumers",
+    "sendDuplicateFromStoreToDLQ", "maxQueueAuditDepth", "useConsumerPriority",
+    "messageGroupMapFactoryType",
+})
+_POLICY_LATER = frozenset({
+    "pendingMessageLimitStrategy", "messageEvictionStrategy", "subscriptionRecoveryPolicy",
+    "dispatchPolicy", "pendingQueuePolicy", "pendingDurableSubscriberPolicy",
+    "pendingSubscriberPolicy", "slowConsumerStrategy", "messageGroupMapFactory",
+    "networkBridgeFilterFactory",
+})
+_DLQ_IGNORED = frozenset({"expiration", "enableAudit", "maxProducersToAudit", "maxAuditDepth",
+                          "destinationPerDurableSubscriber", "queueSuffix", "topicSuffix",
+                          "useQueueForTopicMessages"})
+_REDELIVERY_IGNORED = frozenset({
+    "initialRedeliveryDelay", "redeliveryDelay", "maximumRedeliveryDelay",
+    "useExponentialBackOff", "backOffMultiplier", "useCollisionAvoidance",
+    "collisionAvoidancePercent", "preDispatchCheck", "id", "tempQueue", "tempTopic",
+})
+# ActiveMQ defaults that differ from (or might drift from) the model's.
+_AMQ_POLICY_DEFAULTS = {"expired_to_dlq": "true", "non_persistent_to_dlq": "false"}
+_DEST_ATTRS = {"queue": "queue", "topic": "topic", "tempQueue": "temp-queue",
+               "tempTopic": "temp-topic"}
+
+
+@dataclasses.dataclass
+class _Node:
+    tag: str  # local name, namespace dropped
+    attrs: dict[str, str]
+    line: int
+    path: str  # "broker/persistenceAdapter/kahaDB", for messages
+    children: list[_Node] = dataclasses.field(default_factory=list)
+    text: str = ""
+
+    def where(self, attr: str | None = None) -> str:
+        return self.path if attr is None else f"{self.path}@{attr}"
+
+
+def load_activemq_xml(path: Path, *, properties: Mapping[str, str] | None = None
+                      ) -> BrokerConfig:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file: {exc.strerror}", file=str(path)) from None
+    return loads_activemq_xml(data, file=str(path), base_dir=path.absolute().parent,
+                              properties=properties)
+
+
+def loads_activemq_xml(data: bytes | str, *, file: str | None = None,
+                       base_dir: Path | None = None,
+                       properties: Mapping[str, str] | None = None) -> BrokerConfig:
+    base = base_dir if base_dir is not None else Path.cwd()
+    document = _parse(data.encode() if isinstance(data, str) else data, file)
+    importer = _Importer(file, base, document, properties or {})
+    return importer.run()
+
+
+def _parse(data: bytes, file: str | None) -> _Node:
+    # Namespace processing turns "{uri}local" into "uri local": we keep the local part.
+    parser = xml.parsers.expat.ParserCreate(namespace_separator=" ")
+    root = _Node("#document", {}, 1, "")
+    stack = [root]
+
+    def start(name: str, attrs: dict[str, str]) -> None:
+        local = name.rsplit(" ", 1)[-1]
+        parent = stack[-1]
+        # Paths in messages start at <broker>; the Spring wrapping around it is noise.
+        inside = parent.path == "broker" or parent.path.startswith("broker/")
+        path = f"{parent.path}/{local}" if inside and local != "broker" else local
+        node = _Node(local, {k.rsplit(" ", 1)[-1]: v for k, v in attrs.items()},
+                     parser.CurrentLineNumber, path)
+        parent.children.append(node)
+        stack.append(node)
+
+    def end(name: str) -> None:
+        stack.pop()
+
+    def chars(text: str) -> None:
+        stack[-1].text += text
+
+    parser.StartElementHandler = start
+    parser.EndElementHandler = end
+    parser.CharacterDataHandler = chars
+    try:
+        parser.Parse(data, True)
+    except xml.parsers.expat.ExpatError as exc:
+        reason = xml.parsers.expat.ErrorString(exc.code) or "malformed XML"
+        raise ConfigError(f"malformed XML: {reason}", file=file, line=exc.lineno) from None
+    return root
+
+
+def _iter(node: _Node) -> list[_Node]:
+    out = [node]
+    for child in node.children:
+        out.extend(_iter(child))
+    return out
+
+
+class _Importer:
+    def __init__(self, file: str | None, base_dir: Path, document: _Node,
+                 overrides: Mapping[str, str]) -> None:
+        self.file = file
+        self.base_dir = base_dir
+        self.document = document
+        self.src = Source(file=file, base_dir=base_dir)
+        self.props = {
+            "activemq.base": str(base_dir), "activemq.home": str(base_dir),
+            "activemq.conf": str(base_dir), "activemq.data": str(base_dir / "data"),
+        }
+        self.overrides = dict(overrides)
+        self.raw: dict[str, Any] = {}
+        self.listeners: list[dict[str, Any]] = []
+        self.policies: list[tuple[dict[str, Any], _Node]] = []
+        self.default_redeliveries: tuple[str, _Node] | None = None
+        self.redeliveries: list[tuple[str, str, _Node]] = []  # (match, count, node)
+        self.ssl: dict[str, tuple[str, str]] = {}  # listener key -> (file, attribute)
+        self.ssl_node: _Node | None = None
+
+    # -- plumbing -----------------------------------------------------------
+
+    def warn(self, node: _Node, message: str) -> None:
+        log.warning("%s:%d: %s", self.file or "<activemq.xml>", node.line, message)
+
+    def fail(self, node: _Node, message: str, attr: str | None = None) -> ConfigError:
+        return ConfigError(message, file=self.file, line=node.line, option=node.where(attr))
+
+    def value(self, node: _Node, attr: str) -> str:
+        """The attribute with ``${...}`` placeholders resolved."""
+        def sub(m: re.Match[str]) -> str:
+            name = m.group(1)
+            props = {**self.props, **self.overrides}
+            if name not in props:
+                raise self.fail(node, f"unknown placeholder ${{{name}}} "
+                                f"(known: {', '.join(sorted(props))})", attr)
+            return props[name]
+        return re.sub(r"\$\{([^}]*)\}", sub, node.attrs[attr])
+
+    def put(self, path: str, value: Any, node: _Node, attr: str | None) -> None:
+        """Set raw option ``path`` (``stomp.heartbeat_grace``), remembering where it came from."""
+        parts = path.split(".")
+        table = self.raw
+        for part in parts[:-1]:
+            table = table.setdefault(part, {})
+        table[parts[-1]] = value
+        self.src.lines[path] = node.line
+        self.src.labels[path] = node.where(attr)
+
+    def attributes(self, node: _Node, handlers: Mapping[str, Callable[[str], None]],
+                   ignored: frozenset[str] = frozenset()) -> None:
+        for attr in node.attrs:
+            if attr in handlers:
+                handlers[attr](attr)
+            elif attr in ignored:
+                self.warn(node, f"<{node.tag}> attribute {attr!r} is ignored by meshmq")
+            else:
+                raise self.fail(node, _unknown(f"<{node.tag}> attribute", attr,
+                                               [*handlers, *ignored]), attr)
+
+    def elements(self, node: _Node, handlers: Mapping[str, Callable[[_Node], None]],
+                 later: frozenset[str] = frozenset()) -> None:
+        for child in node.children:
+            if child.tag in handlers:
+                handlers[child.tag](child)
+            elif child.tag in later:
+                self.warn(child, f"<{child.tag}> is not supported yet, ignored")
+            else:
+                raise self.fail(child, _unknown(f"element <{child.tag}> in <{node.tag}>",
+                                                child.tag, [*handlers, *later]))
+
+    def bean(self, wrapper: _Node, expected: str) -> _Node | None:
+        """Spring property wrappers hold one bean: ``<systemUsage><systemUsage .../>``."""
+        self.attributes(wrapper, {})
+        found: list[_Node] = []
+        self.elements(wrapper, {expected: found.append})
+        if len(found) > 1:
+            raise self.fail(found[1], f"more than one <{expected}> in <{wrapper.tag}>")
+        return found[0] if found else None
+
+    # -- document -----------------------------------------------------------
+
+    def run(self) -> BrokerConfig:
+        nodes = _iter(self.document)
+        brokers = [n for n in nodes if n.tag == "broker"]
+        if not brokers:
+            raise ConfigError("no <broker> element found", file=self.file, line=None)
+        if len(brokers) > 1:
+            raise self.fail(brokers[1], "more than one <broker> element; meshmq runs one "
+                            "broker per file")
+        self.placeholder_files(nodes)
+        for imported in (n for n in nodes if n.tag == "import"):
+            self.warn(imported, f"<import resource={imported.attrs.get('resource', '')!r}> is "
+                      "not followed (the web console is set in meshmq's [management])")
+        broker = brokers[0]
+        self.broker(broker)
+        self.finish(broker)
+        return build_config(self.raw, self.src, from_strings=True)
+
+    def placeholder_files(self, nodes: list[_Node]) -> None:
+        for bean in nodes:
+            if bean.tag != "bean" or not bean.attrs.get("class", "").endswith(
+                    "PropertyPlaceholderConfigurer"):
+                continue
+            for value in (n for n in _iter(bean) if n.tag == "value"):
+                holder = _Node("value", {"value": value.text.strip()}, value.line, "value")
+                location = self.value(holder, "value").removeprefix("file:")
+                target = Path(location)
+                target = target if target.is_absolute() else self.base_dir / target
+                try:
+                    self.props.update(_read_properties(target.read_text("utf-8")))
+                except OSError:
+                    self.warn(value, f"placeholder properties file {location} not found, "
+                              "its ${...} names are unknown")
+
+    def broker(self, node: _Node) -> None:
+        self.attributes(node, {
+            "brokerName": lambda a: self.put("broker.name", self.value(node, a), node, a),
+            "dataDirectory": lambda a: self.put("broker.data_directory", self.value(node, a),
+                                                node, a),
+            "persistent": lambda a: self.put("broker.persistent", self.value(node, a), node, a),
+            "advisorySupport": lambda a: self.put("broker.advisory_support",
+                                                  self.value(node, a), node, a),
+        }, _BROKER_IGNORED)
+        self.elements(node, {
+            "transportConnectors": self.transport_connectors,
+            "persistenceAdapter": self.persistence_adapter,
+            "plugins": self.plugins,
+            "destinationPolicy": self.destination_policy,
+            "systemUsage": self.system_usage,
+            "sslContext": self.ssl_context,
+        }, _BROKER_LATER)
+
+    # -- transport connectors ----------------------------------------------
+
+    def transport_connectors(self, node: _Node) -> None:
+        self.attributes(node, {})
+        self.elements(node, {"transportConnector": self.transport_connector})
+
+    def transport_connector(self, node: _Node) -> None:
+        self.attributes(node, {"name": lambda a: None, "uri": lambda a: None},
+                        _CONNECTOR_IGNORED)
+        if "uri" not in node.attrs:
+            raise self.fail(node, "<transportConnector> needs a uri", "uri")
+        uri = self.value(node, "uri")
+        scheme = uri.partition("://")[0].lower()
+        if scheme not in _SCHEMES:
+            if scheme.split("+")[0] in _LATER_SCHEMES:
+                self.warn(node, f"{scheme}:// transport connectors are not supported yet, "
+                          "ignored")
+                return
+            raise self.fail(node, _unknown("transport scheme", scheme, _SCHEMES), "uri")
+        try:
+            _, host, port, query = split_listener_url(uri)
+        except ValueError as exc:
+            raise self.fail(node, str(exc), "uri") from None
+        protocol = _SCHEMES[scheme]
+        index = len(self.listeners)
+        at = f"listeners[{index}]"
+        listener: dict[str, Any] = {
+            "name": self.value(node, "name") if "name" in node.attrs else f"{scheme}-{port}",
+            "protocol": protocol, "host": host, "port": str(port),
+        }
+        self.listeners.append(listener)
+        for key in listener:
+            self.src.lines[f"{at}.{key}"] = node.line
+            self.src.labels[f"{at}.{key}"] = node.where("name" if key == "name" else "uri")
+        self.src.lines[at] = node.line
+        self.src.labels[at] = node.where()
+        for option, value in urllib.parse.parse_qsl(query, keep_blank_values=True):
+            self.uri_option(node, listener, at, option, value)
+
+    def uri_option(self, node: _Node, listener: dict[str, Any], at: str, option: str,
+                   value: str) -> None:
+        if option == "maximumConnections":
+            listener["max_connections"] = value
+            self.src.lines[f"{at}.max_connections"] = node.line
+            self.src.labels[f"{at}.max_connections"] = node.where("uri")
+        elif option in _STOMP_URI_OPTIONS:
+            if not listener["protocol"].startswith("stomp"):
+                self.warn(node, f"URI option {option} only applies to STOMP connectors in "
+                          "meshmq, ignored")
+                return
+            key = _STOMP_URI_OPTIONS[option]
+            parsed: Any = value.split(",") if key == "default_heartbeat" else value
+            current = self.raw.get("stomp", {}).get(key)
+            # One STOMP codec serves every STOMP listener: the first connector decides.
+            if current is None:
+                self.put(f"stomp.{key}", parsed, node, "uri")
+            elif current != parsed:
+                self.warn(node, f"URI option {option}={value} conflicts with an earlier STOMP "
+                          "connector; the first one wins")
+        else:
+            self.warn(node, f"URI option {option} is ignored by meshmq")
+
+    def ssl_context(self, node: _Node) -> None:
+        ctx = self.bean(node, "sslContext")
+        if ctx is None:
+            return
+
+        def pem(attr: str, *keys: str) -> None:
+            location = self.value(ctx, attr)
+            if not location.lower().endswith((".pem", ".crt", ".cer")):
+                self.warn(ctx, f"{attr} {location!r}: only PEM files are supported "
+                          "(convert JKS/PKCS12 with keytool and openssl), ignored")
+                return
+            for key in keys:
+                self.ssl[key] = (location, attr)
+
+        self.attributes(ctx, {
+            "keyStore": lambda a: pem(a, "ssl_certfile", "ssl_keyfile"),
+            "trustStore": lambda a: pem(a, "ssl_cafile"),
+        }, frozenset({"keyStorePassword", "keyStoreKeyPassword", "trustStorePassword",
+                      "keyStoreType", "trustStoreType", "keyStoreAlgorithm",
+                      "trustStoreAlgorithm", "protocol", "provider", "secureRandomAlgorithm"}))
+        self.ssl_node = ctx
+
+    # -- persistence --------------------------------------------------------
+
+    def persistence_adapter(self, node: _Node) -> None:
+        self.attributes(node, {})
+        self.elements(node, {
+            "kahaDB": self.kahadb,
+            "memoryPersistenceAdapter": lambda n: self.put("store.kind", "memory", n, None),
+        }, _LATER_STORES)
+
+    def kahadb(self, node: _Node) -> None:
+        self.put("store.kind", "journal", node, None)
+
+        def sync_strategy(a: str) -> None:
+            strategy = self.value(node, a).lower()
+            if strategy == "periodic":
+                self.warn(node, "journalDiskSyncStrategy periodic: meshmq syncs every group "
+                          "commit instead")
+            self.put("store.fsync", "false" if strategy == "never" else "true", node, a)
+
+        self.attributes(node, {
+            "directory": lambda a: self.put("store.directory", self.value(node, a), node, a),
+            "journalMaxFileLength": lambda a: self.put("store.segment_size",
+                                                       self.value(node, a), node, a),
+            "journalMaxWriteBatchSize": lambda a: self.put("store.max_batch_bytes",
+                                                           self.value(node, a), node, a),
+            "enableJournalDiskSyncs": lambda a: self.put("store.fsync", self.value(node, a),
+                                                         node, a),
+            "journalDiskSyncStrategy": sync_strategy,
+        }, _KAHADB_IGNORED)
+        self.elements(node, {}, frozenset({"locker"}))
+
+    # -- plugins ------------------------------------------------------------
+
+    def plugins(self, node: _Node) -> None:
+        self.attributes(node, {})
+        self.elements(node, {
+            "simpleAuthenticationPlugin": self.simple_authentication,
+            "redeliveryPlugin": self.redelivery_plugin,
+        }, _LATER_PLUGINS)
+
+    def simple_authentication(self, node: _Node) -> None:
+        # Unlike having no plugin at all, the plugin refuses anonymous users by default.
+        self.put("auth.anonymous_access", "false", node, None)
+        self.attributes(node, {
+            "anonymousAccessAllowed": lambda a: self.put("auth.anonymous_access",
+                                                         self.value(node, a), node, a),
+            "anonymousUser": lambda a: self.put("auth.anonymous_user", self.value(node, a),
+                                                node, a),
+            "anonymousGroup": lambda a: self.put("auth.anonymous_groups",
+                                                 _split(self.value(node, a)), node, a),
+        })
+        users: list[dict[str, Any]] = self.raw.setdefault("auth", {}).setdefault("users", [])
+
+        def user(n: _Node) -> None:
+            at = f"auth.users[{len(users)}]"
+            entry: dict[str, Any] = {}
+            self.src.lines[at] = n.line
+            self.src.labels[at] = n.where()
+
+            def keep(key: str, value: Any, a: str) -> None:
+                entry[key] = value
+                self.src.lines[f"{at}.{key}"] = n.line
+                self.src.labels[f"{at}.{key}"] = n.where(a)
+
+            self.attributes(n, {
+                "username": lambda a: keep("name", self.value(n, a), a),
+                "password": lambda a: keep("password", self.value(n, a), a),
+                "groups": lambda a: keep("groups", _split(self.value(n, a)), a),
+            })
+            self.elements(n, {})
+            users.append(entry)
+
+        def user_list(n: _Node) -> None:
+            self.attributes(n, {})
+            self.elements(n, {"authenticationUser": user})
+
+        self.elements(node, {"users": user_list})
+
+    def redelivery_plugin(self, node: _Node) -> None:
+        self.attributes(node, {}, frozenset({"fallbackToDeadLetter",
+                                             "sendToDlqIfMaxRetriesExceeded"}))
+
+        def policy(n: _Node, default: bool) -> None:
+            dests = [(a, _DEST_ATTRS[a]) for a in n.attrs if a in ("queue", "topic")]
+            self.attributes(n, {"maximumRedeliveries": lambda a: None, "queue": lambda a: None,
+                                "topic": lambda a: None}, _REDELIVERY_IGNORED)
+            count = (self.value(n, "maximumRedeliveries") if "maximumRedeliveries" in n.attrs
+                     else "6")
+            if count.strip() == "-1":
+                count = str(UNLIMITED_REDELIVERIES)
+            if default:
+                self.default_redeliveries = (count, n)
+            elif not dests:
+                raise self.fail(n, "a redeliveryPolicy entry needs queue= or topic=")
+            for attr, kind in dests:
+                self.redeliveries.append((f"{kind}://{self.value(n, attr)}", count, n))
+
+        def entries(n: _Node) -> None:
+            self.attributes(n, {})
+            self.elements(n, {"redeliveryPolicy": lambda p: policy(p, False)})
+
+        def default_entry(n: _Node) -> None:
+            self.attributes(n, {})
+            self.elements(n, {"redeliveryPolicy": lambda p: policy(p, True)})
+
+        def policy_map(n: _Node) -> None:
+            inner = self.bean(n, "redeliveryPolicyMap")
+            if inner is not None:
+                self.attributes(inner, {})
+                self.elements(inner, {"defaultEntry": default_entry,
+                                      "redeliveryPolicyEntries": entries})
+
+        self.elements(node, {"redeliveryPolicyMap": policy_map})
+
+    # -- destination policies -------------------------------------------------
+
+    def destination_policy(self, node: _Node) -> None:
+        policy_map = self.bean(node, "policyMap")
+        if policy_map is None:
+            return
+        self.attributes(policy_map, {})
+
+        def entries(n: _Node) -> None:
+            self.attributes(n, {})
+            self.elements(n, {"policyEntry": lambda e: self.policy_entry(e, None)})
+
+        def default_entry(n: _Node) -> None:
+            entry = self.bean(n, "policyEntry")
+            if entry is not None:  # the default entry covers every queue and topic
+                self.policy_entry(entry, "queue://>")
+                self.policy_entry(entry, "topic://>")
+
+        self.elements(policy_map, {"policyEntries": entries, "defaultEntry": default_entry})
+
+    def policy_entry(self, node: _Node, match: str | None) -> None:
+        policy: dict[str, Any] = dict(_AMQ_POLICY_DEFAULTS)
+        labels: dict[str, tuple[_Node, str | None]] = {}
+
+        def keep(key: str, n: _Node = node) -> Callable[[str], None]:
+            def handler(a: str) -> None:
+                policy[key] = self.value(n, a)
+                labels[key] = (n, a)
+            return handler
+
+        dests = [a for a in node.attrs if a in _DEST_ATTRS]
+        if match is None:
+            if len(dests) != 1:
+                raise self.fail(node, "a <policyEntry> needs exactly one of queue=, topic=, "
+                                "tempQueue= or tempTopic=")
+            match = f"{_DEST_ATTRS[dests[0]]}://{self.value(node, dests[0])}"
+            labels["match"] = (node, dests[0])
+        policy["match"] = match
+        self.attributes(node, {
+            **{a: (lambda a: None) for a in _DEST_ATTRS},
+            "memoryLimit": keep("memory_limit"),
+            "prioritizedMessages": keep("prioritized_messages"),
+            "producerFlowControl": keep("producer_flow_control"),
+            "queuePrefetch": keep("queue_prefetch"),
+            "topicPrefetch": keep("topic_prefetch"),
+            "durableTopicPrefetch": keep("durable_topic_prefetch"),
+            "queueBrowserPrefetch": keep("browser_prefetch"),
+            "maxPageSize": keep("page_size"),
+        }, _POLICY_IGNORED)
+        is_topic = match.startswith(("topic://", "temp-topic://"))
+
+        def individual(n: _Node) -> None:
+            prefix_attr = "topicPrefix" if is_topic else "queuePrefix"
+            policy["individual_dlq_prefix"] = ("ActiveMQ.DLQ.Topic." if is_topic
+                                               else "ActiveMQ.DLQ.Queue.")
+            labels["individual_dlq_prefix"] = (n, None)
+
+            def use_queue(a: str) -> None:
+                if self.value(n, a).lower() == "false":
+                    self.warn(n, "useQueueForQueueMessages=false (dead-letter topics) is not "
+                              "supported, a queue is used")
+
+            self.attributes(n, {
+                prefix_attr: keep("individual_dlq_prefix", n=n),
+                "queuePrefix" if is_topic else "topicPrefix": lambda a: None,
+                "useQueueForQueueMessages": use_queue,
+                "processExpired": keep("expired_to_dlq", n=n),
+                "processNonPersistent": keep("non_persistent_to_dlq", n=n),
+            }, _DLQ_IGNORED)
+            self.elements(n, {})
+
+        def shared(n: _Node) -> None:
+            self.attributes(n, {
+                "processExpired": keep("expired_to_dlq", n=n),
+                "processNonPersistent": keep("non_persistent_to_dlq", n=n),
+            }, _DLQ_IGNORED)
+
+            def dlq(d: _Node) -> None:
+                queue = self.bean(d, "queue")
+                if queue is not None:
+                    self.attributes(queue, {"physicalName": keep("dead_letter_queue", n=queue)})
+
+            self.elements(n, {"deadLetterQueue": dlq})
+
+        def strategy(n: _Node) -> None:
+            self.attributes(n, {})
+            self.elements(n, {"individualDeadLetterStrategy": individual,
+                              "sharedDeadLetterStrategy": shared},
+                          frozenset({"discarding", "discardingDeadLetterStrategy"}))
+
+        self.elements(node, {"deadLetterStrategy": strategy}, _POLICY_LATER)
+        self.policies.append((policy, node))
+        self.src.lines[_scratch(policy)] = node.line
+        self.src.labels[_scratch(policy)] = node.where()
+        for key, (n, a) in labels.items():
+            self.src.labels[f"{_scratch(policy)}.{key}"] = n.where(a)
+            self.src.lines[f"{_scratch(policy)}.{key}"] = n.line
+
+    # -- usage ----------------------------------------------------------------
+
+    def system_usage(self, node: _Node) -> None:
+        usage = self.bean(node, "systemUsage")
+        if usage is None:
+            return
+
+        def fail_if_no_space(a: str) -> None:
+            on = self.value(usage, a).lower() == "true"
+            self.put("usage.on_limit", "fail" if on else "block", usage, a)
+
+        self.attributes(usage, {
+            "sendFailIfNoSpace": fail_if_no_space,
+            # ActiveMQ blocks, then fails after this long: our "block" with a timeout.
+            "sendFailIfNoSpaceAfterTimeout": lambda a: self.put(
+                "usage.block_timeout_ms", self.value(usage, a), usage, a),
+        }, frozenset({"id", "name", "checkLimitsLogLevel"}))
+
+        def memory(n: _Node) -> None:
+            inner = self.bean(n, "memoryUsage")
+            if inner is None:
+                return
+            self.attributes(inner, {
+                "limit": lambda a: self.put("usage.memory_limit", self.value(inner, a),
+                                            inner, a),
+            }, frozenset({"percentOfJvmHeap", "percentUsageMinDelta", "name",
+                          "pollingTime"}))
+
+        self.elements(usage, {"memoryUsage": memory},
+                      frozenset({"storeUsage", "tempUsage", "jobSchedulerUsage"}))
+
+    # -- assembling -------------------------------------------------------------
+
+    def finish(self, broker: _Node) -> None:
+        # <sslContext> is broker-wide in ActiveMQ: every TLS connector shares it.
+        for i, listener in enumerate(self.listeners):
+            if listener["protocol"] not in ("ssl", "stomp+ssl") or self.ssl_node is None:
+                continue
+            for key, (location, attr) in self.ssl.items():
+                listener[key] = location
+                self.src.lines[f"listeners[{i}].{key}"] = self.ssl_node.line
+                self.src.labels[f"listeners[{i}].{key}"] = self.ssl_node.where(attr)
+        if not self.listeners:
+            self.warn(broker, "no supported transport connector: the broker will accept no "
+                      "connections")
+        self.raw["listeners"] = self.listeners
+        self.src.lines["listeners"] = broker.line
+        if self.policies or self.redeliveries or self.default_redeliveries:
+            self.raw["policies"] = self.assemble_policies(broker)
+
+    def assemble_policies(self, broker: _Node) -> list[dict[str, Any]]:
+        """Order entries the way ActiveMQ picks them (most specific first) and fold in
+        redelivery settings, since meshmq keeps both in one first-match-wins list."""
+        policies = [p for p, _ in self.policies]
+        for kind in ("queue", "topic"):
+            if not any(p["match"] == f"{kind}://>" for p in policies):
+                policies.append({**_AMQ_POLICY_DEFAULTS, "match": f"{kind}://>"})
+        for match, count, node in self.redeliveries:
+            same = [p for p in policies if p["match"] == match]
+            if not same:
+                # Inherit what the policy map would give this destination.
+                covering = sorted((p for p in policies if _covers(p["match"], match)),
+                                  key=_specificity)
+                base = dict(covering[0]) if covering else dict(_AMQ_POLICY_DEFAULTS)
+                base["match"] = match
+                policies.append(base)
+                same = [base]
+                self.src.lines[_scratch(base)] = node.line
+                self.src.labels[_scratch(base)] = node.where()
+            for policy in same:
+                self.redelivery(policy, count, node)
+        if self.default_redeliveries is not None:
+            count, node = self.default_redeliveries
+            for policy in policies:
+                if "max_redeliveries" not in policy:
+                    self.redelivery(policy, count, node)
+        policies.sort(key=_specificity)
+        # Policies were located under scratch names while their order was unknown.
+        for i, policy in enumerate(policies):
+            scratch = _scratch(policy)
+            for key in [k for k in self.src.lines if k.split(".")[0] == scratch]:
+                final = f"policies[{i}]{key[len(scratch):]}"
+                self.src.lines[final] = self.src.lines.pop(key)
+                if key in self.src.labels:
+                    self.src.labels[final] = self.src.labels.pop(key)
+            self.src.lines.setdefault(f"policies[{i}]", broker.line)
+        return policies
+
+    def redelivery(self, policy: dict[str, Any], count: str, node: _Node) -> None:
+        policy["max_redeliveries"] = count
+        self.src.lines[f"{_scratch(policy)}.max_redeliveries"] = node.line
+        self.src.labels[f"{_scratch(policy)}.max_redeliveries"] = node.where(
+            "maximumRedeliveries")
+
+
+def _scratch(policy: Mapping[str, Any]) -> str:
+    return f"#policy{id(policy)}"
+
+
+def _specificity(policy: Mapping[str, Any]) -> tuple[int, int, int]:
+    """Sort key: exact names first, then patterns with more literal segments, ``>`` last."""
+    name = str(policy["match"]).partition("://")[2]
+    segments = name.split(".")
+    literal = sum(1 for s in segments if s not in ("*", ">"))
+    return (1 if ">" in segments or "*" in segments else 0, -literal,
+            1 if segments[-1] == ">" else 0)
+
+
+def _covers(pattern: str, match: str) -> bool:
+    p_kind, _, p_name = pattern.partition("://")
+    m_kind, _, m_name = match.partition("://")
+    return p_kind == m_kind and name_matches(p_name, m_name)
+
+
+def _split(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _unknown(kind: str, name: str, known: Any) -> str:
+    msg = f"unknown {kind}"
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+    return f"{msg}; did you mean {close[0]!r}?" if close else msg
+
+
+def _read_properties(text: str) -> dict[str, str]:
+    """The subset of Java .properties that credentials files use: key=value lines."""
+    props = {}
+    for line in text.splitlines():
+        m = re.match(r"\s*([^#!\s=:][^\s=:]*)\s*[=:\s]\s*(.*)", line)
+        if m:
+            props[m.group(1)] = m.group(2).strip()
+    return props
