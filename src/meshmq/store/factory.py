@@ -1,0 +1,22 @@
+"""Build the configured store."""
+
+from __future__ import annotations
+
+from meshmq.config.model import BrokerConfig
+from meshmq.errors import ConfigError
+from meshmq.store.base import Store
+from meshmq.store.journal import JournalStore
+from meshmq.store.memory import MemoryStore
+
+
+def create_store(config: BrokerConfig) -> Store:
+    """Memory when the broker is not persistent or ``store.kind == "memory"``, otherwise
+    the journal in ``config.store_directory``. The store is returned unopened."""
+    store = config.store
+    if not config.persistent or store.kind == "memory":
+        return MemoryStore()
+    if store.kind == "journal":
+        return JournalStore(config.store_directory, segment_size=store.segment_size,
+                            fsync=store.fsync, max_batch_bytes=store.max_batch_bytes,
+                            compact_live_ratio=store.compact_live_ratio)
+    raise ConfigError(f"unknown store kind {store.kind!r}", option="store.kind")

@@ -1,0 +1,890 @@
+"""``JournalStore``: the embedded default store (append-only segments, group commit).
+
+Threads. The event-loop thread owns the index and every decision: ``write`` encodes a
+batch into one record, assigns its file position, updates the index and queues the
+record. One writer thread takes what is queued, writes it (one ``write`` call per
+group), fsyncs once and resolves the ``sync`` futures waiting on that group. They
+share only the queue, the durability counter, the waiter list and a few counters
+(under ``_lock``) plus ``_unwritten``, whose single-key get/pop are atomic under the GIL.
+
+Data written but not yet on disk is served from ``_unwritten`` (message objects, or
+for compaction copies a pointer to the original bytes), so ``load`` sees it at once.
+
+Space reclaim copies the live contents of the OLDEST segment forward and deletes it
+once the copies are durable; see docs/store-format.md for why only the oldest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import struct
+import threading
+import zlib
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from meshmq.core.message import Message
+from meshmq.errors import CorruptStoreError, StoreError
+from meshmq.store import codec
+from meshmq.store.base import (
+    AddMessage,
+    DropKey,
+    DurableSubscription,
+    KeyInfo,
+    PutDurableSubscription,
+    Recovery,
+    RemoveRef,
+    SetDeliveryCount,
+    StoredEntry,
+    StoreOp,
+)
+from meshmq.store.journal import format as fmt
+from meshmq.store.journal.index import KeyIndex
+
+log = logging.getLogger("meshmq.store")
+
+MIB = 1024 * 1024
+_COMPACT_STEP_BYTES = 1 * MIB  # message bytes copied per compaction step
+_COMPACT_CHECK_EVERY = 64  # writes between checks for a segment worth compacting
+
+# A part of a record body: bytes, or (segment, offset, length) the writer copies from disk.
+Part = bytes | tuple[int, int, int]
+
+
+@dataclass(slots=True)
+class _SegInfo:
+    size: int = fmt.HEADER_SIZE  # file bytes (records queued but unwritten included)
+    live_refs: int = 0
+    live_bytes: int = 0  # message bytes per live ref
+    total_bytes: int = 0  # message bytes per ref ever added here
+    keys: dict[str, int] = field(default_factory=dict)  # key -> live refs here
+
+
+@dataclass(slots=True)
+class _Item:
+    """One record for the writer thread, or (``delete``) a segment to unlink once durable."""
+
+    batch_no: int
+    seg: int = 0
+    off: int = 0
+    parts: list[Part] = field(default_factory=list)
+    size: int = 0  # body bytes (type + payload)
+    unwritten: list[tuple[int, int]] = field(default_factory=list)
+    delete: int | None = None
+
+
+@dataclass(slots=True)
+class _Plan:
+    """Live contents of the segment being compacted, copied forward step by step."""
+
+    seg: int
+    messages: list[tuple[int, int, list[tuple[str, int]]]]  # (offset, length, refs)
+    pos: int = 0
+    carried: bool = False  # subscriptions and last_seq watermarks copied
+
+
+class JournalStore:
+    def __init__(self, directory: Path, *, segment_size: int = 32 * MIB, fsync: bool = True,
+                 max_batch_bytes: int = 4 * MIB, compact_live_ratio: float = 0.5) -> None:
+        if segment_size < 4096 or segment_size > (1 << 40):
+            raise StoreError(f"segment_size {segment_size} out of range [4096, 2**40]")
+        if max_batch_bytes < 1:
+            raise StoreError("max_batch_bytes must be positive")
+        if not 0.0 <= compact_live_ratio <= 1.0:
+            raise StoreError("compact_live_ratio must be within [0, 1]")
+        self.directory = Path(directory)
+        self._segment_size = segment_size
+        self._fsync = fsync
+        self._max_batch_bytes = max_batch_bytes
+        self._ratio = compact_live_ratio
+        # --- event-loop thread state
+        self._index: dict[str, KeyIndex] = {}
+        self._subs: dict[str, DurableSubscription] = {}
+        self._sub_seg: dict[str, int] = {}  # segment holding the newest record of each sub
+        self._last_seq_seg: dict[str, int] = {}  # segment whose record set each last_seq
+        self._segs: dict[int, _SegInfo] = {}  # ascending ids; excludes segments being deleted
+        self._key_ids: dict[str, int] = {}
+        self._defined: set[int] = set()  # key ids defined in the active segment
+        self._active = 0
+        self._tail = fmt.HEADER_SIZE
+        self._read_fds: dict[int, int] = {}
+        self._unwritten: dict[tuple[int, int], Message | tuple[int, int]] = {}
+        self._batch_no = 0
+        self._plan: _Plan | None = None
+        self._writes_since_check = 0
+        self._lock_fd: int | None = None
+        self._opened = False
+        self._closed = False
+        self._segments_deleted = 0
+        self._bytes_copied = 0
+        # --- shared with the writer thread (under _lock)
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._queue: deque[_Item] = deque()
+        self._durable_no = 0
+        self._waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._failed: StoreError | None = None
+        self._stopping = False
+        self._deleted: list[int] = []
+        self._syncs = 0
+        self._bytes_written = 0
+        self._groups = 0
+        self._records_written = 0
+        # --- writer thread state
+        self._thread: threading.Thread | None = None
+        self._w_fd: int | None = None
+        self._w_seg = 0
+        self._w_off = 0
+        self._w_read_fds: dict[int, int] = {}
+
+    # ------------------------------------------------------------------ open / replay
+
+    def open(self) -> Recovery:
+        if self._opened:
+            raise StoreError("store already opened")
+        self._opened = True
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._take_lock()
+        try:
+            self._recover()
+        except BaseException:
+            self._release_files()
+            raise
+        self._active = (max(self._segs) if self._segs else 0) + 1
+        self._segs[self._active] = _SegInfo()
+        self._tail = fmt.HEADER_SIZE
+        self._thread = threading.Thread(target=self._writer_main, name="meshmq-journal-writer",
+                                        daemon=True)
+        self._thread.start()
+        keys = {k: self.key_info(k) for k, idx in self._index.items()
+                if idx.live or idx.last_seq}
+        return Recovery(keys, list(self._subs.values()))
+
+    def _take_lock(self) -> None:
+        path = self.directory / "lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise StoreError(f"store directory {self.directory} is locked by another broker",
+                             retriable=True) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd
+
+    def _segment_path(self, seg: int) -> Path:
+        return self.directory / fmt.segment_name(seg)
+
+    def _recover(self) -> None:
+        ids = sorted(sid for p in self.directory.iterdir()
+                     if (sid := fmt.parse_segment_name(p.name)) is not None)
+        for n, sid in enumerate(ids):
+            last = n == len(ids) - 1
+            path = self._segment_path(sid)
+            data = path.read_bytes()
+            if last and (len(data) < fmt.HEADER_SIZE
+                         or data[:fmt.HEADER_SIZE] == bytes(fmt.HEADER_SIZE)):
+                # Crash while creating the newest segment: nothing in it was ever synced.
+                log.warning("journal: removing %s, its header is incomplete (%d bytes)",
+                            path, len(data))
+                path.unlink()
+                continue
+            fmt.check_segment_header(data, str(path), sid)
+            scan = fmt.scan_records(data)
+            if scan.problem is not None:
+                if not last:
+                    raise CorruptStoreError(
+                        f"{path}: {scan.problem}. This is not the newest segment, so the "
+                        f"damage is not a torn write; refusing to start. See "
+                        f"docs/store-format.md (recovery) before repairing or removing it.")
+                log.warning("journal: %s: %s; discarding %d bytes of torn tail "
+                            "(batches never acknowledged as synced)",
+                            path, scan.problem, len(data) - scan.good_end)
+                with open(path, "r+b") as f:
+                    f.truncate(scan.good_end)
+                    f.flush()
+                    os.fsync(f.fileno())
+            if not scan.records:
+                # A segment without records holds nothing; removing it is always safe.
+                path.unlink()
+                continue
+            self._segs[sid] = _SegInfo(size=scan.good_end)
+            key_names: dict[int, str] = {}
+            for off, body in scan.records:
+                if body[0] != fmt.REC_BATCH:
+                    raise CorruptStoreError(f"{path}: unknown record type {body[0]} at offset "
+                                            f"{off} (written by a newer meshmq?)")
+                try:
+                    self._replay_batch(sid, off + fmt.RECORD_HEADER_SIZE, body, key_names)
+                except CorruptStoreError as exc:
+                    raise CorruptStoreError(f"{path}: record at offset {off}: {exc}") from exc
+                except (struct.error, IndexError, KeyError, ValueError) as exc:
+                    raise CorruptStoreError(f"{path}: record at offset {off} is malformed: "
+                                            f"{exc!r}") from exc
+        for idx in self._index.values():
+            idx.normalize()
+
+    def _replay_batch(self, seg: int, base: int, body: memoryview,
+                      key_names: dict[int, str]) -> None:
+        for op in fmt.iter_batch_ops(body):
+            code = op[0]
+            if code == fmt.OP_KEY:
+                key_names[op[1]] = op[2]
+            elif code in (fmt.OP_ADD, fmt.OP_COPY):
+                _, moff, mlen, msize, refs = op
+                for kid, seq, dc in refs:
+                    self._add_ref(_key(key_names, kid), seq, seg, base + moff, mlen, msize, dc)
+            else:
+                key = _key(key_names, op[1])
+                if code == fmt.OP_REMOVE:
+                    self._remove_ref(key, op[2])
+                elif code == fmt.OP_DELIVERY:
+                    idx = self._index.get(key)
+                    if idx is not None:
+                        idx.set_delivery_count(op[2], op[3])
+                elif code == fmt.OP_SUB:
+                    sub: DurableSubscription = op[2]
+                    self._put_sub(DurableSubscription(
+                        key, sub.client_id, sub.subscription_name, sub.destination,
+                        sub.selector, sub.no_local, sub.created_ms), seg)
+                elif code == fmt.OP_DROP:
+                    self._drop_key(key)
+                elif code == fmt.OP_LAST_SEQ:
+                    self._raise_last_seq(key, op[2], seg)
+
+    # ------------------------------------------------------------------ index updates
+
+    def _add_ref(self, key: str, seq: int, seg: int, off: int,  # noqa: PLR0917
+                 length: int, size: int, dc: int) -> None:
+        idx = self._index.get(key)
+        if idx is None:
+            idx = self._index[key] = KeyIndex()
+        old = idx.add(seq, seg, off, length, size, dc)
+        if old is not None:
+            self._unaccount(key, old[1], old[3])
+        info = self._segs[seg]
+        info.live_refs += 1
+        info.live_bytes += length
+        info.total_bytes += length
+        info.keys[key] = info.keys.get(key, 0) + 1
+        if idx.last_seq == seq:
+            self._last_seq_seg[key] = seg
+
+    def _unaccount(self, key: str, seg: int, length: int) -> None:
+        info = self._segs.get(seg)
+        if info is None:  # pragma: no cover - refs never point at deleted segments
+            return
+        info.live_refs -= 1
+        info.live_bytes -= length
+        left = info.keys[key] - 1
+        if left:
+            info.keys[key] = left
+        else:
+            del info.keys[key]
+
+    def _remove_ref(self, key: str, seq: int) -> None:
+        idx = self._index.get(key)
+        if idx is not None:
+            old = idx.remove(seq)
+            if old is not None:
+                self._unaccount(key, old[1], old[3])
+
+    def _put_sub(self, sub: DurableSubscription, seg: int) -> None:
+        self._subs[sub.key] = sub
+        self._sub_seg[sub.key] = seg
+
+    def _drop_key(self, key: str) -> None:
+        idx = self._index.pop(key, None)
+        if idx is not None:
+            for _seq, seg, _off, length, _size, _dc in idx.entries():
+                self._unaccount(key, seg, length)
+        self._subs.pop(key, None)
+        self._sub_seg.pop(key, None)
+        self._last_seq_seg.pop(key, None)
+
+    def _raise_last_seq(self, key: str, seq: int, seg: int) -> None:
+        idx = self._index.get(key)
+        if idx is None:
+            idx = self._index[key] = KeyIndex()
+        if seq >= idx.last_seq:
+            idx.last_seq = seq
+            self._last_seq_seg[key] = seg
+
+    # ------------------------------------------------------------------ write path
+
+    def _check_writable(self) -> None:
+        if not self._opened or self._closed:
+            raise StoreError("journal store is not open")
+        if self._failed is not None:
+            raise StoreError(f"journal store refuses writes after an I/O failure: "
+                             f"{self._failed.message}")
+
+    def _key_id(self, key: str) -> int:
+        kid = self._key_ids.get(key)
+        if kid is None:
+            kid = self._key_ids[key] = len(self._key_ids) + 1
+        return kid
+
+    def _roll_if_full(self) -> None:
+        if self._tail >= self._segment_size:
+            self._active += 1
+            self._segs[self._active] = _SegInfo()
+            self._tail = fmt.HEADER_SIZE
+            self._defined = set()
+
+    def write(self, ops: Sequence[StoreOp]) -> None:
+        self._check_writable()
+        if not ops:
+            return
+        self._reap_deleted()
+        self._roll_if_full()
+        seg = self._active
+        defined = self._defined
+        new_defs: set[int] = set()
+        parts: list[Part] = [b"\x01"]  # REC_BATCH
+        pos = 1
+        msg_offsets: list[int] = []
+        encoded: list[bytes] = []
+
+        def kid_for(key: str) -> int:
+            nonlocal pos
+            kid = self._key_id(key)
+            if kid not in defined and kid not in new_defs:
+                raw = key.encode("utf-8")
+                piece = fmt.OP_U32.pack(fmt.OP_KEY, kid) + fmt.U32.pack(len(raw)) + raw
+                parts.append(piece)
+                pos += len(piece)
+                new_defs.add(kid)
+            return kid
+
+        # Pass 1: encode the whole batch. Any error leaves store state untouched.
+        try:
+            for op in ops:
+                if isinstance(op, AddMessage):
+                    refs = [fmt.KEY_SEQ.pack(kid_for(k), s) for k, s in op.refs]
+                    data = codec.encode_message(op.message)
+                    head = fmt.OP_U32.pack(fmt.OP_ADD, len(data))
+                    msg_offsets.append(pos + len(head))
+                    encoded.append(data)
+                    tail = fmt.U32.pack(len(refs)) + b"".join(refs)
+                    parts.append(head)
+                    parts.append(data)
+                    parts.append(tail)
+                    pos += len(head) + len(data) + len(tail)
+                elif isinstance(op, RemoveRef):
+                    piece = fmt.OP_KEY_SEQ.pack(fmt.OP_REMOVE, kid_for(op.key), op.seq)
+                    parts.append(piece)
+                    pos += len(piece)
+                elif isinstance(op, SetDeliveryCount):
+                    piece = fmt.OP_KEY_SEQ_DC.pack(fmt.OP_DELIVERY, kid_for(op.key), op.seq,
+                                                   op.count)
+                    parts.append(piece)
+                    pos += len(piece)
+                elif isinstance(op, PutDurableSubscription):
+                    piece = self._sub_bytes(op.subscription, kid_for(op.subscription.key))
+                    parts.append(piece)
+                    pos += len(piece)
+                elif isinstance(op, DropKey):
+                    piece = fmt.OP_U32.pack(fmt.OP_DROP, kid_for(op.key))
+                    parts.append(piece)
+                    pos += len(piece)
+                else:
+                    raise StoreError(f"unknown store operation {op!r}")
+        except struct.error as exc:
+            raise StoreError(f"cannot encode store batch: {exc}") from exc
+
+        # Pass 2: the batch is accepted; apply it to the index in order.
+        defined |= new_defs
+        rec_off = self._tail
+        base = rec_off + fmt.RECORD_HEADER_SIZE
+        unwritten = self._unwritten
+        keys: list[tuple[int, int]] = []
+        n_msg = 0
+        for op in ops:
+            if isinstance(op, AddMessage):
+                off = base + msg_offsets[n_msg]
+                data = encoded[n_msg]
+                n_msg += 1
+                unwritten[(seg, off)] = op.message
+                keys.append((seg, off))
+                size = len(op.message.body)
+                for k, s in op.refs:
+                    self._add_ref(k, s, seg, off, len(data), size, 0)
+            elif isinstance(op, RemoveRef):
+                self._remove_ref(op.key, op.seq)
+            elif isinstance(op, SetDeliveryCount):
+                idx = self._index.get(op.key)
+                if idx is not None:
+                    idx.set_delivery_count(op.seq, op.count)
+            elif isinstance(op, PutDurableSubscription):
+                self._put_sub(op.subscription, seg)
+            else:
+                self._drop_key(op.key)
+        self._enqueue_record(seg, rec_off, parts, pos, keys)
+        self._writes_since_check += 1
+        if self._plan is not None or self._writes_since_check >= _COMPACT_CHECK_EVERY:
+            self.compact_step()
+
+    @staticmethod
+    def _sub_bytes(sub: DurableSubscription, kid: int) -> bytes:
+        flags = (fmt.SUB_NO_LOCAL if sub.no_local else 0) | (
+            fmt.SUB_HAS_SELECTOR if sub.selector is not None else 0)
+        out = [fmt.SUB_FIXED.pack(fmt.OP_SUB, kid, flags, sub.created_ms)]
+        fmt.put_str(out, sub.client_id)
+        fmt.put_str(out, sub.subscription_name)
+        fmt.put_str(out, sub.destination)
+        if sub.selector is not None:
+            fmt.put_str(out, sub.selector)
+        return b"".join(out)
+
+    def _enqueue_record(self, seg: int, off: int, parts: list[Part], size: int,
+                        unwritten: list[tuple[int, int]]) -> None:
+        self._batch_no += 1
+        item = _Item(self._batch_no, seg, off, parts, size, unwritten)
+        self._tail = off + fmt.RECORD_HEADER_SIZE + size
+        self._segs[seg].size = self._tail
+        with self._cond:
+            self._queue.append(item)
+            self._cond.notify()
+
+    def _enqueue_delete(self, seg: int) -> None:
+        self._batch_no += 1
+        with self._cond:
+            self._queue.append(_Item(self._batch_no, delete=seg))
+            self._cond.notify()
+
+    async def sync(self) -> None:
+        if self._failed is not None:
+            raise StoreError(f"journal store failed: {self._failed.message}")
+        if not self._opened or self._closed:
+            raise StoreError("journal store is not open")
+        target = self._batch_no
+        if self._plan is not None:
+            self.compact_step()  # keep reclaiming between syncs; not waited for here
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if self._failed is not None:
+                raise StoreError(f"journal store failed: {self._failed.message}")
+            if self._durable_no >= target:
+                return
+            fut: asyncio.Future[None] = loop.create_future()
+            self._waiters.append((target, loop, fut))
+        await fut
+
+    # ------------------------------------------------------------------ read path
+
+    def _reap_deleted(self) -> None:
+        if self._deleted:
+            with self._lock:
+                gone, self._deleted = self._deleted, []
+            for seg in gone:
+                fd = self._read_fds.pop(seg, None)
+                if fd is not None:
+                    os.close(fd)
+
+    def _read_fd(self, seg: int) -> int:
+        fd = self._read_fds.get(seg)
+        if fd is None:
+            fd = self._read_fds[seg] = os.open(self._segment_path(seg), os.O_RDONLY)
+        return fd
+
+    def _read_message(self, seg: int, off: int, length: int) -> Message:
+        try:
+            data = os.pread(self._read_fd(seg), length, off)
+        except OSError as exc:
+            raise StoreError(f"cannot read {self._segment_path(seg)}: {exc}") from exc
+        if len(data) != length:
+            raise CorruptStoreError(f"{self._segment_path(seg)}: message at offset {off} "
+                                    f"is truncated")
+        return codec.decode_message(data)
+
+    def load(self, key: str, after_seq: int, max_count: int,
+             max_bytes: int = 1 << 62) -> list[StoredEntry]:
+        idx = self._index.get(key)
+        out: list[StoredEntry] = []
+        if idx is None or max_count <= 0 or not idx.live:
+            return out
+        self._reap_deleted()
+        unwritten = self._unwritten
+        total = 0
+        for seq, seg, off, length, size, dc in idx.iter_after(after_seq):
+            found = unwritten.get((seg, off))
+            if found is None:
+                msg = self._read_message(seg, off, length)
+            elif isinstance(found, tuple):  # a compaction copy still queued
+                msg = self._read_message(found[0], found[1], length)
+            else:
+                msg = found
+            out.append(StoredEntry(seq, msg, dc))
+            total += size
+            if len(out) >= max_count or total >= max_bytes:
+                break
+        return out
+
+    def key_info(self, key: str) -> KeyInfo:
+        idx = self._index.get(key)
+        if idx is None:
+            return KeyInfo()
+        return KeyInfo(idx.live, idx.bytes, idx.first_seq(), idx.last_seq)
+
+    # ------------------------------------------------------------------ compaction
+
+    def _compaction_candidate(self) -> int | None:
+        if len(self._segs) < 2:
+            return None
+        oldest = next(iter(self._segs))
+        if oldest == self._active:  # pragma: no cover - the active segment is the newest
+            return None
+        info = self._segs[oldest]
+        if info.live_refs == 0 or info.live_bytes < self._ratio * info.total_bytes:
+            return oldest
+        # Mostly-dead younger segments pinned behind a live oldest one: copying the
+        # oldest forward lets the dead ones go too.
+        live = total = 0
+        for seg, si in self._segs.items():
+            if seg != self._active:
+                live += si.live_bytes
+                total += si.size
+        return oldest if live < self._ratio * total else None
+
+    def compact_step(self) -> bool:
+        """Do a bounded slice of space reclaim; True while more work is pending.
+
+        Called from ``write``/``sync``; the broker may also call it from a timer."""
+        self._check_writable()
+        self._writes_since_check = 0
+        plan = self._plan
+        if plan is None:
+            seg = self._compaction_candidate()
+            if seg is None:
+                return False
+            plan = self._plan = self._make_plan(seg)
+            self._read_fd(seg)  # keep it readable for queued copies even once unlinked
+        self._roll_if_full()
+        src = plan.seg
+        seg = self._active
+        parts: list[Part] = [b"\x01"]
+        pos = 1
+        new_defs: set[int] = set()
+        moves: list[tuple[str, int, int, int, int]] = []  # key, seq, old off, new off, len
+
+        def kid_for(key: str) -> int:
+            nonlocal pos
+            kid = self._key_id(key)
+            if kid not in self._defined and kid not in new_defs:
+                raw = key.encode("utf-8")
+                piece = fmt.OP_U32.pack(fmt.OP_KEY, kid) + fmt.U32.pack(len(raw)) + raw
+                parts.append(piece)
+                pos += len(piece)
+                new_defs.add(kid)
+            return kid
+
+        if not plan.carried:
+            plan.carried = True
+            for key, sseg in list(self._sub_seg.items()):
+                if sseg == src:
+                    piece = self._sub_bytes(self._subs[key], kid_for(key))
+                    parts.append(piece)
+                    pos += len(piece)
+                    self._sub_seg[key] = seg
+            for key, lseg in list(self._last_seq_seg.items()):
+                if lseg == src:
+                    piece = fmt.OP_KEY_SEQ.pack(fmt.OP_LAST_SEQ, kid_for(key),
+                                                self._index[key].last_seq)
+                    parts.append(piece)
+                    pos += len(piece)
+                    self._last_seq_seg[key] = seg
+        budget = min(_COMPACT_STEP_BYTES, self._max_batch_bytes)
+        copied = 0
+        rec_base = self._tail + fmt.RECORD_HEADER_SIZE
+        while plan.pos < len(plan.messages) and copied < budget:
+            off, length, refs = plan.messages[plan.pos]
+            plan.pos += 1
+            live: list[tuple[str, int, int]] = []
+            for key, seq in refs:
+                idx = self._index.get(key)
+                entry = idx.get(seq) if idx is not None else None
+                if entry is not None and entry[1] == src and entry[2] == off:
+                    live.append((key, seq, entry[5]))
+            if not live:
+                continue
+            packed = b"".join([fmt.KEY_SEQ_DC.pack(kid_for(k), q, dc) for k, q, dc in live])
+            # After kid_for: key definitions go before this operation.
+            moves.extend((k, q, off, rec_base + pos + 5, length) for k, q, _ in live)
+            parts.append(fmt.OP_U32.pack(fmt.OP_COPY, length))
+            parts.append((src, off, length))
+            tail = fmt.U32.pack(len(live)) + packed
+            parts.append(tail)
+            pos += 5 + length + len(tail)
+            copied += length
+        if pos > 1:
+            self._defined |= new_defs
+            unwritten_keys: list[tuple[int, int]] = []
+            for key, seq, old_off, new_off, length in moves:
+                idx = self._index[key]
+                if idx.relocate(seq, src, old_off, seg, new_off):
+                    self._unaccount(key, src, length)
+                    info = self._segs[seg]
+                    info.live_refs += 1
+                    info.live_bytes += length
+                    info.total_bytes += length
+                    info.keys[key] = info.keys.get(key, 0) + 1
+                    if (seg, new_off) not in self._unwritten:
+                        self._unwritten[(seg, new_off)] = (src, old_off)
+                        unwritten_keys.append((seg, new_off))
+            self._bytes_copied += copied
+            self._enqueue_record(seg, self._tail, parts, pos, unwritten_keys)
+        if plan.pos < len(plan.messages):
+            return True
+        info = self._segs[src]
+        if info.live_refs:  # pragma: no cover - a bug, never delete live data
+            log.error("journal: segment %d still has %d live refs after compaction; kept",
+                      src, info.live_refs)
+            self._plan = None
+            return False
+        del self._segs[src]
+        self._enqueue_delete(src)
+        self._segments_deleted += 1
+        self._plan = None
+        return self._compaction_candidate() is not None
+
+    def _make_plan(self, seg: int) -> _Plan:
+        by_offset: dict[int, tuple[int, list[tuple[str, int]]]] = {}
+        for key, count in self._segs[seg].keys.items():
+            idx = self._index[key]
+            found = 0
+            for seq, eseg, off, length, _size, _dc in idx.entries():
+                if eseg == seg:
+                    slot = by_offset.get(off)
+                    if slot is None:
+                        by_offset[off] = (length, [(key, seq)])
+                    else:
+                        slot[1].append((key, seq))
+                    found += 1
+                    if found == count:
+                        break
+        messages = [(off, length, refs) for off, (length, refs) in sorted(by_offset.items())]
+        return _Plan(seg, messages)
+
+    # ------------------------------------------------------------------ writer thread
+
+    def _writer_main(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    while not self._queue and not self._stopping:
+                        self._cond.wait()
+                    if not self._queue:
+                        return
+                    items = [self._queue.popleft()]
+                    nbytes = items[0].size
+                    while self._queue and nbytes + self._queue[0].size <= self._max_batch_bytes:
+                        nbytes += self._queue[0].size
+                        items.append(self._queue.popleft())
+                self._write_group(items)
+        except BaseException as exc:
+            self._fail(exc)
+        finally:
+            if self._w_fd is not None:
+                os.close(self._w_fd)
+                self._w_fd = None
+            for fd in self._w_read_fds.values():
+                os.close(fd)
+            self._w_read_fds.clear()
+
+    def _materialize(self, item: _Item) -> bytes:
+        chunks: list[bytes] = []
+        for part in item.parts:
+            if isinstance(part, bytes):
+                chunks.append(part)
+            else:
+                seg, off, length = part
+                fd = self._w_read_fds.get(seg)
+                if fd is None:
+                    fd = self._w_read_fds[seg] = os.open(self._segment_path(seg), os.O_RDONLY)
+                data = os.pread(fd, length, off)
+                if len(data) != length:
+                    raise CorruptStoreError(f"{self._segment_path(seg)}: short read at {off}")
+                chunks.append(data)
+        body = b"".join(chunks)
+        if len(body) != item.size:
+            raise StoreError("internal error: record size changed while queued")
+        return body
+
+    def _write_all(self, chunks: list[bytes]) -> None:
+        if not chunks or self._w_fd is None:
+            return
+        buf = memoryview(b"".join(chunks))
+        while buf:
+            n = os.write(self._w_fd, buf)
+            buf = buf[n:]
+        chunks.clear()
+
+    def _sync_fd(self, fd: int) -> None:
+        if self._fsync:
+            os.fdatasync(fd)
+
+    def _write_group(self, items: list[_Item]) -> None:
+        chunks: list[bytes] = []
+        deletes: list[int] = []
+        created = False
+        nbytes = 0
+        records = 0
+        for item in items:
+            if item.delete is not None:
+                deletes.append(item.delete)
+                continue
+            if item.seg != self._w_seg:
+                if self._w_fd is not None:
+                    # The old segment must be complete on disk before a newer one exists,
+                    # so only the newest segment can ever have a torn tail.
+                    self._write_all(chunks)
+                    self._sync_fd(self._w_fd)
+                    os.close(self._w_fd)
+                    self._w_fd = None
+                path = self._segment_path(item.seg)
+                self._w_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                self._w_seg = item.seg
+                chunks.append(fmt.pack_segment_header(item.seg))
+                nbytes += fmt.HEADER_SIZE
+                self._w_off = fmt.HEADER_SIZE
+                created = True
+            if item.off != self._w_off:
+                raise StoreError(f"internal error: record for offset {item.off} "
+                                 f"arrived at {self._w_off}")
+            body = self._materialize(item)
+            chunks.append(fmt.RECORD_HEADER.pack(len(body), zlib.crc32(body)))
+            chunks.append(body)
+            self._w_off += fmt.RECORD_HEADER_SIZE + len(body)
+            nbytes += fmt.RECORD_HEADER_SIZE + len(body)
+            records += 1
+        self._write_all(chunks)
+        # Written: reads now find the data in the file.
+        for item in items:
+            for k in item.unwritten:
+                self._unwritten.pop(k, None)
+        if self._w_fd is not None and records:
+            self._sync_fd(self._w_fd)
+        if created and self._fsync:
+            dfd = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        for seg in deletes:
+            fd = self._w_read_fds.pop(seg, None)
+            if fd is not None:
+                os.close(fd)
+            with contextlib.suppress(FileNotFoundError):
+                self._segment_path(seg).unlink()
+        with self._lock:
+            self._durable_no = items[-1].batch_no
+            self._syncs += 1 if records else 0
+            self._groups += 1
+            self._records_written += records
+            self._bytes_written += nbytes
+            self._deleted.extend(deletes)
+            ready = [w for w in self._waiters if w[0] <= self._durable_no]
+            if ready:
+                self._waiters = [w for w in self._waiters if w[0] > self._durable_no]
+        _notify(ready, None)
+
+    def _fail(self, exc: BaseException) -> None:
+        log.error("journal: write failed, store now refuses writes: %r", exc)
+        with self._lock:
+            self._failed = StoreError(f"journal write failed: {exc!r}")
+            waiters, self._waiters = self._waiters, []
+            self._queue.clear()
+        _notify(waiters, self._failed)
+
+    # ------------------------------------------------------------------ close / stats
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        error: StoreError | None = None
+        if self._opened and self._failed is None:
+            try:
+                await self.sync()
+            except StoreError as exc:
+                error = exc
+        self._closed = True
+        if self._thread is not None:
+            with self._cond:
+                self._stopping = True
+                self._cond.notify()
+            self._thread.join()  # the queue is drained, so this returns promptly
+        self._release_files()
+        if error is not None:
+            raise error
+        if self._failed is not None:
+            raise StoreError(f"journal store failed: {self._failed.message}")
+
+    def _release_files(self) -> None:
+        for fd in self._read_fds.values():
+            os.close(fd)
+        self._read_fds.clear()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
+
+    def index_bytes(self) -> int:
+        return sum(idx.memory_bytes() for idx in self._index.values())
+
+    def stats(self) -> dict[str, int | float | str]:
+        with self._lock:
+            syncs, groups, records = self._syncs, self._groups, self._records_written
+            written, durable = self._bytes_written, self._durable_no
+        return {
+            "kind": "journal",
+            "directory": str(self.directory),
+            "segments": len(self._segs),
+            "active_segment": self._active,
+            "disk_bytes": sum(si.size for si in self._segs.values()),
+            "keys": len(self._index),
+            "live_refs": sum(idx.live for idx in self._index.values()),
+            "syncs": syncs,
+            "write_groups": groups,
+            "bytes_written": written,
+            "records_written": records,
+            "mean_batch_size": records / syncs if syncs else 0.0,
+            "mean_sync_bytes": written / syncs if syncs else 0.0,
+            "pending_batches": self._batch_no - durable,
+            "segments_deleted": self._segments_deleted,
+            "bytes_copied": self._bytes_copied,
+            "compacting": self._plan.seg if self._plan is not None else 0,
+        }
+
+
+def _key(names: dict[int, str], kid: int) -> str:
+    key = names.get(kid)
+    if key is None:
+        raise CorruptStoreError(f"key id {kid} used before its definition in this segment")
+    return key
+
+
+def _notify(waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]],
+            error: StoreError | None) -> None:
+    by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
+    for _, loop, fut in waiters:
+        by_loop.setdefault(loop, []).append(fut)
+    for loop, futs in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # that loop is closed: nobody is waiting
+            loop.call_soon_threadsafe(_complete, futs, error)
+
+
+def _complete(futs: list[asyncio.Future[None]], error: StoreError | None) -> None:
+    for fut in futs:
+        if fut.done():
+            continue
+        if error is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(StoreError(error.message))
