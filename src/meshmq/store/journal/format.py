@@ -83,7 +83,8 @@ def check_segment_header(data: bytes | memoryview, where: str, expect_id: int) -
     magic, version, _flags, seg_id = SEGMENT_HEADER.unpack_from(data, 0)
     if magic != MAGIC:
         raise CorruptStoreError(f"{where}: not a meshmq journal segment (bad magic {magic!r})")
-    if zlib.crc32(data[:SEGMENT_HEADER.size]) != HEADER_CRC.unpack_from(data, SEGMENT_HEADER.size)[0]:
+    stored_crc = HEADER_CRC.unpack_from(data, SEGMENT_HEADER.size)[0]
+    if zlib.crc32(data[:SEGMENT_HEADER.size]) != stored_crc:
         raise CorruptStoreError(f"{where}: segment header checksum mismatch")
     if version > FORMAT_VERSION:
         raise CorruptStoreError(
