@@ -483,6 +483,10 @@ def toml_positions(text: str) -> dict[str, int]:
     return scanner.lines
 
 
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_SCALAR = re.compile(r"[^,\]}\n#]*")  # numbers, booleans, dates: up to the next delimiter
+
+
 class _TomlScanner:
     """Walks TOML structure (tables, keys, nested values) without building values."""
 
@@ -559,7 +563,7 @@ class _TomlScanner:
                 self.string()
                 keys.append(self.s[start:self.i - 1])
             else:
-                m = re.compile(r"[A-Za-z0-9_-]+").match(self.s, self.i)
+                m = _BARE_KEY.match(self.s, self.i)
                 if m is None:
                     raise ValueError("bad key")
                 keys.append(m.group())
@@ -619,7 +623,7 @@ class _TomlScanner:
                 if self.s[self.i] == ",":
                     self.i += 1
         else:
-            m = re.compile(r"[^,\]}\n#]*").match(self.s, self.i)
+            m = _SCALAR.match(self.s, self.i)
             assert m is not None  # the pattern matches the empty string at worst
             self.i = m.end()
 
