@@ -279,7 +279,7 @@ def test_unreadable_and_non_utf8_files(tmp_path: Path) -> None:
 
 
 def test_unknown_suffix(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="expected .toml") as info:
+    with pytest.raises(ConfigError, match=r"expected \.toml") as info:
         load_config(tmp_path / "meshmq.yaml")
     assert info.value.file == str(tmp_path / "meshmq.yaml")
 
