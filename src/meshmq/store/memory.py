@@ -26,6 +26,9 @@ from meshmq.store.base import (
 )
 
 
+_OP_TYPES = (AddMessage, RemoveRef, SetDeliveryCount, PutDurableSubscription, DropKey)
+
+
 class _Ref:
     __slots__ = ("delivery_count", "message")
 
@@ -99,6 +102,9 @@ class MemoryStore:
     def write(self, ops: Sequence[StoreOp]) -> None:
         if self._closed:
             raise StoreError("store is closed")
+        for op in ops:  # reject a bad batch before applying any of it
+            if not isinstance(op, _OP_TYPES):
+                raise StoreError(f"unknown store operation {op!r}")
         self._batches += 1
         for op in ops:
             if isinstance(op, AddMessage):
@@ -119,11 +125,9 @@ class MemoryStore:
                         ref.delivery_count = op.count
             elif isinstance(op, PutDurableSubscription):
                 self._subs[op.subscription.key] = op.subscription
-            elif isinstance(op, DropKey):
+            else:
                 self._keys.pop(op.key, None)
                 self._subs.pop(op.key, None)
-            else:
-                raise StoreError(f"unknown store operation {op!r}")
 
     async def sync(self) -> None:
         if self._closed:
