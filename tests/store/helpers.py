@@ -11,7 +11,7 @@ from typing import Any, ParamSpec
 
 from hypothesis import strategies as st
 
-from meshmq.core.destinations import DestKind, Destination, queue, topic
+from meshmq.core.destinations import Destination, DestKind, queue, topic
 from meshmq.core.message import Message
 from meshmq.store.base import DurableSubscription, Store, StoredEntry
 from meshmq.store.journal import JournalStore

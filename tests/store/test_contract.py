@@ -141,7 +141,8 @@ async def test_unknown_refs_and_keys_are_ignored(h: Harness) -> None:
 @run_async
 async def test_delivery_counts(h: Harness) -> None:
     h.store.write([AddMessage(msg(i), ((Q, i), (Q2, i))) for i in (1, 2, 3)])
-    h.store.write([SetDeliveryCount(Q, 2, 1), SetDeliveryCount(Q, 2, 4), SetDeliveryCount(Q2, 3, 2)])
+    h.store.write([SetDeliveryCount(Q, 2, 1), SetDeliveryCount(Q, 2, 4),
+                   SetDeliveryCount(Q2, 3, 2)])
     assert [e.delivery_count for e in h.store.load(Q, 0, 10)] == [0, 4, 0]
     assert [e.delivery_count for e in h.store.load(Q2, 0, 10)] == [0, 0, 2]
     await h.store.sync()

@@ -25,7 +25,6 @@ from meshmq.store.base import (
     StoreOp,
 )
 
-
 _OP_TYPES = (AddMessage, RemoveRef, SetDeliveryCount, PutDurableSubscription, DropKey)
 
 
