@@ -92,8 +92,8 @@ class _Plan:
 class JournalStore:
     def __init__(self, directory: Path, *, segment_size: int = 32 * MIB, fsync: bool = True,
                  max_batch_bytes: int = 4 * MIB, compact_live_ratio: float = 0.5) -> None:
-        if segment_size < 4096 or segment_size > (1 << 40):
-            raise StoreError(f"segment_size {segment_size} out of range [4096, 2**40]")
+        if segment_size < 512 or segment_size > (1 << 40):
+            raise StoreError(f"segment_size {segment_size} out of range [512, 2**40]")
         if max_batch_bytes < 1:
             raise StoreError("max_batch_bytes must be positive")
         if not 0.0 <= compact_live_ratio <= 1.0:

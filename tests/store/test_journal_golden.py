@@ -1,0 +1,109 @@
+"""Golden journal files: the committed bytes must keep reading to the committed state,
+damaged copies must behave as docs/store-format.md says, and the writer must still
+produce exactly those bytes (no silent format change)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from meshmq.errors import CorruptStoreError
+from meshmq.store.journal import JournalStore
+from tests.store.golden.make_golden import generate, state, subs_view
+
+GOLDEN = Path(__file__).parent / "golden"
+EXPECTED: dict[str, Any] = json.loads((GOLDEN / "v1" / "expected.json").read_text())
+
+
+def open_copy(name: str, tmp_path: Path) -> tuple[JournalStore, Any]:
+    d = tmp_path / name
+    shutil.copytree(GOLDEN / "v1" / name, d)
+    store = JournalStore(d, segment_size=1024)
+    return store, store.open()
+
+
+def check(store: JournalStore, recovery: Any, expected: dict[str, Any]) -> None:
+    assert json.loads(json.dumps(state(store))) == expected["keys"]
+    assert json.loads(json.dumps(subs_view(recovery.durable_subscriptions))) == \
+        expected["subscriptions"]
+    for key, info in recovery.keys.items():
+        assert [info.count, info.bytes, info.first_seq, info.last_seq] == \
+            expected["keys"][key]["info"]
+
+
+def close(store: JournalStore) -> None:
+    asyncio.run(store.close())
+
+
+def test_basic_reads_to_expected_state(tmp_path: Path) -> None:
+    store, rec = open_copy("basic", tmp_path)
+    try:
+        check(store, rec, EXPECTED["all"])
+    finally:
+        close(store)
+
+
+@pytest.mark.parametrize("name", ["torn_tail", "bad_crc_tail"])
+def test_damaged_tail_drops_only_the_last_batch(name: str, tmp_path: Path,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="meshmq.store")
+    store, rec = open_copy(name, tmp_path)
+    try:
+        check(store, rec, EXPECTED["all_but_last"])
+    finally:
+        close(store)
+    assert any("torn tail" in r.getMessage() for r in caplog.records)
+    # The file was cut back to the last intact record: a second open is clean.
+    caplog.clear()
+    store = JournalStore(tmp_path / name, segment_size=1024)
+    check(store, store.open(), EXPECTED["all_but_last"])
+    close(store)
+    assert not caplog.records
+
+
+def test_torn_new_segment_is_removed(tmp_path: Path) -> None:
+    store, rec = open_copy("torn_new_segment", tmp_path)
+    try:
+        check(store, rec, EXPECTED["all"])
+    finally:
+        close(store)
+    assert not (tmp_path / "torn_new_segment" / "seg-0000000000000006.log").exists()
+
+
+@pytest.mark.parametrize(("name", "match"), [
+    ("bad_crc_middle", r"seg-0000000000000001\.log: record checksum mismatch at offset 24"),
+    ("bad_magic", r"seg-0000000000000001\.log: not a meshmq journal segment"),
+    ("future_version", r"format version 2 is newer than this broker supports"),
+])
+def test_damage_outside_the_tail_refuses_to_open(name: str, match: str,
+                                                 tmp_path: Path) -> None:
+    d = tmp_path / name
+    shutil.copytree(GOLDEN / "v1" / name, d)
+    before = {p.name: p.read_bytes() for p in d.iterdir()}
+    with pytest.raises(CorruptStoreError, match=match):
+        JournalStore(d).open()
+    # Nothing was "repaired": the operator gets the files exactly as they were.
+    after = {p.name: p.read_bytes() for p in d.iterdir() if p.name != "lock"}
+    assert after == before
+    JournalStore(d)  # and the directory lock was released
+    store = JournalStore(d)
+    with pytest.raises(CorruptStoreError):
+        store.open()
+
+
+def test_generator_reproduces_committed_bytes(tmp_path: Path) -> None:
+    generate(tmp_path)
+    committed = sorted(p.relative_to(GOLDEN) for p in GOLDEN.rglob("*")
+                       if p.is_file() and p.suffix != ".py" and "__pycache__" not in p.parts)
+    produced = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
+    assert produced == committed
+    for rel in committed:
+        assert (tmp_path / rel).read_bytes() == (GOLDEN / rel).read_bytes(), (
+            f"{rel} changed: the on-disk format moved. Bump FORMAT_VERSION/CODEC_VERSION, keep "
+            f"reading the old version, and regenerate the golden files on purpose.")
