@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import stomp
-
 from tests.support.brokers import ProcessBroker, poll
 
 pytestmark = pytest.mark.slow
@@ -144,7 +143,7 @@ def test_acked_stay_gone_and_unacked_come_back_redelivered(tmp_path: Path) -> No
                        headers={"activemq.prefetchSize": "10"})
     acked = 0
     while acked < 50:
-        poll(lambda: len(crec.messages) > acked, 30, "a message")
+        poll(lambda n=acked: len(crec.messages) > n, 30, "a message")
         frame = crec.messages[acked]
         consumer.ack(frame.headers["ack"], receipt=f"ack{acked}")
         acked += 1

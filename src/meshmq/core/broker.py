@@ -20,12 +20,18 @@ from typing import TYPE_CHECKING
 from meshmq.config.model import BrokerConfig, DestinationPolicy
 from meshmq.core import destinations as dst
 from meshmq.core.auth import Authenticator, Principal
-from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
+from meshmq.core.consumer import Consumer, ConsumerSpec
 from meshmq.core.destinations import Destination, DestKind
 from meshmq.core.message import Message, PropertyValue
 from meshmq.core.queue import Entry, Outcome, Queue
 from meshmq.core.usage import MemoryUsage
-from meshmq.errors import DestinationError, MeshmqError, ProtocolError, TransactionError
+from meshmq.errors import (
+    DestinationError,
+    MeshmqError,
+    ProtocolError,
+    ResourceLimitError,
+    TransactionError,
+)
 from meshmq.store.base import (
     AddMessage,
     DropKey,
@@ -294,6 +300,13 @@ class Broker:
                                        "(its connection has closed)")
             if d.is_advisory:
                 raise DestinationError(f"advisory topics are read-only: {d}")
+        if self.usage.full and not message.persistent:
+            for d in destinations:
+                if self.config.usage.on_limit == "fail" or \
+                        not self.policy_for(d).producer_flow_control:
+                    raise ResourceLimitError(
+                        f"broker memory limit reached ({self.usage.limit} bytes); send to "
+                        f"{d} rejected")
         if txn is not None:
             self._txn(conn, txn).sends.append((destinations, message))
             return False
@@ -655,7 +668,7 @@ class Broker:
         txn = self._txn(conn, txn_id)
         del conn.transactions[txn_id]
         needs_sync = False
-        for destinations, message in txn.sends:
+        for destinations, _ in txn.sends:
             for d in destinations:
                 if d.is_temporary and not self._temp_exists(d):
                     raise TransactionError(f"temporary destination {d} no longer exists")

@@ -40,9 +40,21 @@ class Consumer:
     (wildcards, composites, a topic subscription queue)."""
 
     __slots__ = (
-        "acked_count", "by_message_id", "closed", "connection_id", "dispatched",
-        "dispatched_count", "id", "next_tag", "paused", "prefetch", "selector",
-        "sources", "spec", "subscription_id", "sub_queue",
+        "acked_count",
+        "by_message_id",
+        "closed",
+        "connection_id",
+        "dispatched",
+        "dispatched_count",
+        "id",
+        "next_tag",
+        "paused",
+        "prefetch",
+        "selector",
+        "sources",
+        "spec",
+        "sub_queue",
+        "subscription_id",
     )
 
     def __init__(self, consumer_id: str, connection_id: str, subscription_id: str,

@@ -215,7 +215,9 @@ class Queue:
         self._mem_pending += 1
         if entry.persisted:
             self._mem_persisted_pending += 1
-        heapq.heappush(self._heap, (-entry.message.priority, entry.seq, entry))
+        # Without prioritizedMessages (ActiveMQ's default) the queue is plain FIFO.
+        prio = -entry.message.priority if self.policy.prioritized_messages else 0
+        heapq.heappush(self._heap, (prio, entry.seq, entry))
 
     def _leave_pending(self, entry: Entry, state: int) -> None:
         entry.state = state

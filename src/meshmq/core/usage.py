@@ -31,8 +31,7 @@ class MemoryUsage:
 
     def charge(self, size: int) -> None:
         self.used += size
-        if self.used > self.peak:
-            self.peak = self.used
+        self.peak = max(self.peak, self.used)
 
     def refund(self, size: int) -> None:
         self.used -= size

@@ -25,7 +25,6 @@ from meshmq.errors import (
     MeshmqError,
     ProtocolError,
     RemoteProtocolError,
-    ResourceLimitError,
 )
 from meshmq.protocol.stomp import Frame, StompParser, encode_frame
 from meshmq.protocol.stomp.encoder import HEARTBEAT, encode_header_block, encode_message_frame
@@ -163,7 +162,13 @@ class StompSession:
         self.conn = self.broker.open_connection(principal, client_id=client_id,
                                                 remote=self.remote, protocol="stomp")
         self.runtime.register(self)
-        cx, cy = parse_heartbeat(frame.get("heart-beat")) if version != "1.0" else (0, 0)
+        hb = frame.get("heart-beat")
+        if version == "1.0":
+            cx, cy = 0, 0
+        elif hb is None:
+            cx, cy = self.cfg.default_heartbeat  # ActiveMQ's transport.defaultHeartBeat
+        else:
+            cx, cy = parse_heartbeat(hb)
         server_cx = self.cfg.server_heartbeat_ms if cy else 0
         server_cy = cx
         if self.cfg.max_heartbeat_ms and server_cy:
@@ -541,12 +546,9 @@ class StompSession:
 
     # ------------------------------------------------------------ flow control
     def _block_producer(self) -> None:
-        """The broker's memory is full: stop reading (or fail the send)."""
+        """The broker's memory is full: stop reading this connection until it drains.
+        (With ``on_limit = "fail"`` the broker rejects the next send instead.)"""
         if self.runtime.config.usage.on_limit == "fail":
-            raise_limit = ResourceLimitError(
-                f"broker memory limit reached ({self.broker.usage.limit} bytes); "
-                "send rejected")
-            self.fail(raise_limit.message)
             return
         self.flow_blocked = True
         self.transport.pause_reading()
