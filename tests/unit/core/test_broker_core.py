@@ -1,0 +1,306 @@
+"""The broker core without sockets: decisions are data, time is injected."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from meshmq.config.model import BrokerConfig, DestinationPolicy, UsageConfig
+from meshmq.core import destinations as dst
+from meshmq.core.broker import Broker, Connection
+from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
+from meshmq.core.message import Message
+from meshmq.core.queue import Delivery
+from meshmq.errors import DestinationError, ProtocolError, ResourceLimitError
+from meshmq.store.base import AddMessage, RemoveRef, SetDeliveryCount
+from meshmq.store.memory import MemoryStore
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def make_broker(**changes: object) -> tuple[Broker, Clock, MemoryStore]:
+    clock = Clock()
+    store = MemoryStore()
+    config = dataclasses.replace(BrokerConfig(broker_name="unit"), **changes)  # type: ignore[arg-type]
+    broker = Broker(config, store, clock=clock)
+    broker.recover(store.open())
+    return broker, clock, store
+
+
+def pump(broker: Broker, store: MemoryStore) -> list[Delivery]:
+    broker.dispatch_dirty()
+    ops = broker.take_ops()
+    if ops:
+        store.write(ops)
+    return [o for o in broker.take_outcomes() if isinstance(o, Delivery)]
+
+
+def connect(broker: Broker, client_id: str | None = None) -> Connection:
+    return broker.open_connection(broker.authenticate(None, None), client_id=client_id)
+
+
+def send(broker: Broker, conn: Connection, name: str, body: str, **fields: object) -> None:
+    dest = dst.queue(name) if not name.startswith("topic:") else dst.topic(name[6:])
+    msg = Message(message_id=broker.new_message_id(conn.id), destination=dest,
+                  body=body.encode(), producer_id=conn.id, **fields)  # type: ignore[arg-type]
+    broker.send(conn, (dest,), msg)
+
+
+def sub(broker: Broker, conn: Connection, sid: str, name: str, **spec: object) -> Consumer:
+    dests = tuple(dst.queue(n) if not n.startswith("topic:") else dst.topic(n[6:])
+                  for n in name.split(","))
+    return broker.subscribe(conn, sid, ConsumerSpec(destinations=dests, **spec))  # type: ignore[arg-type]
+
+
+def bodies(deliveries: list[Delivery]) -> list[str]:
+    return [d.message.body.decode() for d in deliveries]
+
+
+def test_round_robin_between_competing_consumers() -> None:
+    broker, _, store = make_broker()
+    conn = connect(broker)
+    a = sub(broker, conn, "a", "q")
+    b = sub(broker, conn, "b", "q")
+    for i in range(6):
+        send(broker, conn, "q", f"m{i}")
+    out = pump(broker, store)
+    assert [d.consumer for d in out] == [a, b, a, b, a, b]
+    assert bodies(out) == [f"m{i}" for i in range(6)]
+
+
+def test_highest_consumer_priority_wins_until_its_window_is_full() -> None:
+    broker, _, store = make_broker()
+    conn = connect(broker)
+    low = sub(broker, conn, "low", "q", ack_mode=AckMode.CLIENT_INDIVIDUAL, prefetch=10)
+    high = sub(broker, conn, "high", "q", ack_mode=AckMode.CLIENT_INDIVIDUAL, prefetch=2,
+               priority=5)
+    for i in range(4):
+        send(broker, conn, "q", f"m{i}")
+    out = pump(broker, store)
+    assert [d.consumer for d in out] == [high, high, low, low]
+
+
+def test_prefetch_window_limits_unacked_and_ack_opens_it() -> None:
+    broker, _, store = make_broker()
+    conn = connect(broker)
+    c = sub(broker, conn, "c", "q", ack_mode=AckMode.CLIENT_INDIVIDUAL, prefetch=3)
+    for i in range(5):
+        send(broker, conn, "q", f"m{i}")
+    out = pump(broker, store)
+    assert bodies(out) == ["m0", "m1", "m2"]
+    broker.ack(conn, c, out[1].tag, cumulative=False)
+    assert bodies(pump(broker, store)) == ["m3"]
+
+
+def test_client_ack_is_cumulative() -> None:
+    broker, _, store = make_broker()
+    conn = connect(broker)
+    c = sub(broker, conn, "c", "q", ack_mode=AckMode.CLIENT)
+    for i in range(3):
+        send(broker, conn, "q", f"m{i}")
+    out = pump(broker, store)
+    broker.ack(conn, c, out[1].tag, cumulative=True)
+    assert list(c.dispatched) == [out[2].tag]
+
+
+def test_nack_redelivers_then_dead_letters_after_max_redeliveries() -> None:
+    broker, _, store = make_broker(policies=(DestinationPolicy(match="queue://>",
+                                                               max_redeliveries=2),))
+    conn = connect(broker)
+    c = sub(broker, conn, "c", "q", ack_mode=AckMode.CLIENT_INDIVIDUAL)
+    send(broker, conn, "q", "poison", persistent=True)
+    counts = []
+    for _ in range(3):
+        (d,) = pump(broker, store)
+        counts.append((d.delivery_count, d.redelivered))
+        broker.nack(conn, c, d.tag, cumulative=False)
+    assert counts == [(1, False), (2, True), (3, True)]
+    assert pump(broker, store) == []
+    dlq = broker.queues[dst.queue("ActiveMQ.DLQ")]
+    assert dlq.depth == 1
+    (msg, _), = dlq.browse()
+    assert msg.original_destination == dst.queue("q")
+    assert "dlqDeliveryFailureCause" in msg.properties
+    # The queue's store reference is gone and the DLQ holds one.
+    assert store.key_info("queue://q").count == 0
+    assert store.key_info("queue://ActiveMQ.DLQ").count == 1
+
+
+def test_consumer_close_returns_unacked_messages_flagged_redelivered() -> None:
+    broker, _, store = make_broker()
+    conn = connect(broker)
+    c = sub(broker, conn, "c", "q", ack_mode=AckMode.CLIENT_INDIVIDUAL)
+    send(broker, conn, "q", "m0")
+    pump(broker, store)
+    broker.unsubscribe(conn, c)
+    c2 = sub(broker, conn, "c2", "q", ack_mode=AckMode.CLIENT_INDIVIDUAL)
+    (d,) = pump(broker, store)
+    assert d.consumer is c2 and d.redelivered
+
+
+def test_message_groups_stick_to_one_consumer_and_move_when_it_leaves() -> None:
+    broker, _, store = make_broker()
+    conn = connect(broker)
+    a = sub(broker, conn, "a", "q")
+    b = sub(broker, conn, "b", "q")
+    for i in range(4):
+        send(broker, conn, "q", f"g{i}", group_id="G")
+    out = pump(broker, store)
+    assert {d.consumer for d in out} == {a}
+    broker.unsubscribe(conn, a)
+    send(broker, conn, "q", "after", group_id="G")
+    (d,) = pump(broker, store)
+    assert d.consumer is b
+
+
+def test_exclusive_consumer_gets_everything_and_fails_over() -> None:
+    broker, _, store = make_broker()
+    conn = connect(broker)
+    sub(broker, conn, "plain", "q")
+    ex = sub(broker, conn, "ex", "q", exclusive=True)
+    for i in range(3):
+        send(broker, conn, "q", f"m{i}")
+    assert {d.consumer for d in pump(broker, store)} == {ex}
+    broker.unsubscribe(conn, ex)
+    send(broker, conn, "q", "next")
+    (d,) = pump(broker, store)
+    assert d.consumer.subscription_id == "plain"
+
+
+def test_expired_messages_are_never_delivered() -> None:
+    broker, clock, store = make_broker()
+    conn = connect(broker)
+    send(broker, conn, "q", "old", expiration=clock.now + 10)
+    send(broker, conn, "q", "fresh")
+    clock.now += 11
+    sub(broker, conn, "c", "q")
+    assert bodies(pump(broker, store)) == ["fresh"]
+
+
+def test_priority_ordering_only_with_prioritized_messages() -> None:
+    broker, _, store = make_broker(policies=(DestinationPolicy(match="queue://>",
+                                                               prioritized_messages=True),))
+    conn = connect(broker)
+    for p in (1, 9, 4):
+        send(broker, conn, "q", f"p{p}", priority=p)
+    sub(broker, conn, "c", "q")
+    assert bodies(pump(broker, store)) == ["p9", "p4", "p1"]
+
+
+def test_selector_consumers_skip_non_matching_messages() -> None:
+    broker, _, store = make_broker()
+    conn = connect(broker)
+    red = sub(broker, conn, "red", "q", selector="color = 'red'")
+    for color in ("blue", "red", "blue", "red"):
+        send(broker, conn, "q", color, properties={"color": color})
+    out = pump(broker, store)
+    assert bodies(out) == ["red", "red"]
+    assert all(d.consumer is red for d in out)
+    assert broker.queues[dst.queue("q")].depth == 2
+
+
+def test_topic_fan_out_with_wildcards_and_durable_kept_offline() -> None:
+    broker, _, store = make_broker()
+    conn = connect(broker, client_id="C1")
+    s1 = sub(broker, conn, "s1", "topic:prices.*")
+    durable = sub(broker, conn, "d", "topic:prices.>", subscription_name="dur")
+    send(broker, conn, "topic:prices.ibm", "ibm", persistent=True)
+    out = pump(broker, store)
+    assert {d.consumer for d in out} == {s1, durable}
+    broker.unsubscribe(conn, durable)
+    send(broker, conn, "topic:prices.ibm.nyse", "kept", persistent=True)
+    out = pump(broker, store)
+    assert out == []  # s1's '*' does not match two segments; durable is offline
+    again = sub(broker, conn, "d2", "topic:prices.>", subscription_name="dur")
+    assert bodies(pump(broker, store)) == ["kept"]
+    assert again.sub_queue is not None
+
+
+def test_persistent_topic_message_is_stored_once_for_many_durables() -> None:
+    broker, _, _store = make_broker()
+    conn = connect(broker, client_id="C1")
+    for i in range(3):
+        broker.unsubscribe(conn, sub(broker, conn, f"d{i}", "topic:t", subscription_name=f"n{i}"))
+    broker.take_ops()
+    send(broker, conn, "topic:t", "x", persistent=True)
+    adds = [op for op in broker.take_ops() if isinstance(op, AddMessage)]
+    assert len(adds) == 1 and len(adds[0].refs) == 3
+
+
+def test_client_ack_dispatch_records_delivery_count_and_ack_removes() -> None:
+    broker, _, store = make_broker()
+    conn = connect(broker)
+    c = sub(broker, conn, "c", "q", ack_mode=AckMode.CLIENT_INDIVIDUAL)
+    send(broker, conn, "q", "m", persistent=True)
+    broker.dispatch_dirty()
+    ops = broker.take_ops()
+    assert [type(op) for op in ops] == [AddMessage, SetDeliveryCount]
+    store.write(ops)
+    (d,) = [o for o in broker.take_outcomes() if isinstance(o, Delivery)]
+    broker.ack(conn, c, d.tag, cumulative=False)
+    assert [type(op) for op in broker.take_ops()] == [RemoveRef]
+
+
+def test_transaction_applies_sends_and_acks_only_on_commit() -> None:
+    broker, _, store = make_broker()
+    conn = connect(broker)
+    c = sub(broker, conn, "c", "q", ack_mode=AckMode.CLIENT_INDIVIDUAL)
+    broker.begin(conn, "tx")
+    dest = dst.queue("q")
+    broker.send(conn, (dest,), Message("m1", dest, b"a"), txn="tx")
+    assert pump(broker, store) == []
+    assert broker.commit(conn, "tx") is False
+    (d,) = pump(broker, store)
+    broker.begin(conn, "tx2")
+    broker.ack(conn, c, d.tag, cumulative=False, txn="tx2")
+    broker.abort(conn, "tx2")
+    assert d.tag in c.dispatched  # abort undid the ack
+
+
+def test_paging_keeps_a_bounded_window_in_memory() -> None:
+    page = 50
+    broker, _, store = make_broker(policies=(DestinationPolicy(match="queue://>",
+                                                               page_size=page),))
+    conn = connect(broker)
+    for i in range(1000):
+        send(broker, conn, "q", f"m{i:04d}", persistent=True)
+    store.write(broker.take_ops())
+    queue = broker.queues[dst.queue("q")]
+    assert queue.depth == 1000
+    assert queue.in_memory_bytes <= page * Message("x", dst.queue("q"), b"m0000").size
+    sub(broker, conn, "c", "q")
+    got: list[str] = []
+    for _ in range(100):
+        got += bodies(pump(broker, store))
+        if len(got) == 1000:
+            break
+    assert got == [f"m{i:04d}" for i in range(1000)]
+
+
+def test_memory_limit_rejects_when_configured_to_fail() -> None:
+    broker, _, _store = make_broker(usage=UsageConfig(memory_limit=2000, on_limit="fail"))
+    conn = connect(broker)
+    with pytest.raises(ResourceLimitError):
+        for i in range(100):
+            send(broker, conn, "q", "x" * 100 + str(i))
+    assert broker.usage.used >= 2000
+
+
+def test_bad_requests_raise_documented_errors() -> None:
+    broker, _, _ = make_broker()
+    conn = connect(broker)
+    dest = dst.queue("a.>")
+    with pytest.raises(DestinationError):
+        broker.send(conn, (dest,), Message("m", dest, b""))
+    sub(broker, conn, "x", "q")
+    with pytest.raises(ProtocolError):
+        sub(broker, conn, "x", "q")
+    with pytest.raises(ProtocolError):
+        sub(broker, conn, "d", "topic:t", subscription_name="needs-client-id")
