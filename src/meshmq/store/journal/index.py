@@ -72,7 +72,7 @@ class KeyIndex:
 
     # -- mutations (each returns the replaced/removed entry for space accounting) ---
 
-    def add(self, seq: int, seg: int, off: int, length: int, size: int,  # noqa: PLR0917
+    def add(self, seq: int, seg: int, off: int, length: int, size: int,
             dc: int = 0) -> Entry | None:
         """Add (or replace in place) the ref ``seq``; returns the entry it replaced."""
         old: Entry | None = None

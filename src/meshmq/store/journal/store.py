@@ -261,7 +261,7 @@ class JournalStore:
 
     # ------------------------------------------------------------------ index updates
 
-    def _add_ref(self, key: str, seq: int, seg: int, off: int,  # noqa: PLR0917
+    def _add_ref(self, key: str, seq: int, seg: int, off: int,
                  length: int, size: int, dc: int) -> None:
         idx = self._index.get(key)
         if idx is None:
@@ -731,6 +731,14 @@ class JournalStore:
         if self._fsync:
             os.fdatasync(fd)
 
+    def _sync_directory(self) -> None:
+        if self._fsync:
+            dfd = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+
     def _write_group(self, items: list[_Item]) -> None:
         chunks: list[bytes] = []
         deletes: list[int] = []
@@ -772,18 +780,17 @@ class JournalStore:
                 self._unwritten.pop(k, None)
         if self._w_fd is not None and records:
             self._sync_fd(self._w_fd)
-        if created and self._fsync:
-            dfd = os.open(self.directory, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+        if created:
+            self._sync_directory()
         for seg in deletes:
             fd = self._w_read_fds.pop(seg, None)
             if fd is not None:
                 os.close(fd)
             with contextlib.suppress(FileNotFoundError):
                 self._segment_path(seg).unlink()
+            # Deletions must reach the disk oldest first: a crash may then leave an old
+            # segment that was meant to go, never a hole before a surviving older one.
+            self._sync_directory()
         with self._lock:
             self._durable_no = items[-1].batch_no
             self._syncs += 1 if records else 0

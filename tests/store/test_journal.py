@@ -1,0 +1,368 @@
+"""Journal-specific behaviour: crashes, damage, compaction, segments, lock, I/O failure."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from meshmq.errors import CorruptStoreError, StoreError
+from meshmq.store.base import (
+    AddMessage,
+    KeyInfo,
+    PutDurableSubscription,
+    RemoveRef,
+    SetDeliveryCount,
+    Store,
+    StoreOp,
+)
+from meshmq.store.journal import JournalStore
+from meshmq.store.journal import format as fmt
+from meshmq.store.journal.index import KeyIndex
+from meshmq.store.memory import MemoryStore
+from tests.store.helpers import entry_view, msg, run_async, sub
+
+Q = "queue://orders"
+Q2 = "queue://other"
+D = "durable://client-1:s"
+KEYS = (Q, Q2, D)
+
+
+def state(store: Store) -> dict[str, Any]:
+    return {k: (entry_view(store.load(k, 0, 1 << 30)), store.key_info(k)) for k in KEYS}
+
+
+def segments(d: Path) -> list[Path]:
+    return sorted(d.glob("seg-*.log"))
+
+
+def copy_dir(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("lock"))
+    return dst
+
+
+async def reopen_state(d: Path, **kw: Any) -> dict[str, Any]:
+    store = JournalStore(d, **kw)
+    store.open()
+    try:
+        return state(store)
+    finally:
+        await store.close()
+
+
+def batch(i: int) -> list[StoreOp]:
+    ops: list[StoreOp] = [AddMessage(msg(i, b"b" * (i % 7 * 20)), ((Q, i), (D, i)))]
+    if i > 2:
+        ops.append(RemoveRef(Q, i - 2))
+    if i % 2:
+        ops.append(SetDeliveryCount(D, i, i))
+    return ops
+
+
+# ---------------------------------------------------------------- crashes and damage
+
+
+@run_async
+async def test_truncation_at_every_byte_of_the_last_record(tmp_path: Path) -> None:
+    d = tmp_path / "j"
+    store = JournalStore(d, fsync=False)
+    store.open()
+    model = MemoryStore()
+    model.open()
+    states = [state(model)]
+    for i in range(1, 6):
+        store.write(batch(i))
+        model.write(batch(i))
+        states.append(state(model))
+    await store.sync()
+    await store.close()
+    [seg] = segments(d)
+    data = seg.read_bytes()
+    last = fmt.scan_records(data).records[-1][0]
+    for cut in range(last, len(data) + 1):
+        c = copy_dir(d, tmp_path / f"cut{cut}")
+        (c / seg.name).write_bytes(data[:cut])
+        assert await reopen_state(c) == (states[5] if cut == len(data) else states[4]), cut
+        assert (c / seg.name).stat().st_size == (len(data) if cut == len(data) else last)
+        shutil.rmtree(c)
+
+
+@run_async
+async def test_copy_while_writing_recovers_a_prefix_of_batches(tmp_path: Path) -> None:
+    """Snapshot the files at arbitrary moments while the writer thread runs (a crash):
+    the copy holds a whole prefix of the batches, at least everything synced."""
+    d = tmp_path / "j"
+    store = JournalStore(d, segment_size=2048)
+    store.open()
+    model = MemoryStore()
+    model.open()
+    states = [state(model)]
+    snapshots: list[tuple[Path, int]] = []
+    synced = 0
+    for i in range(1, 61):
+        store.write(batch(i))
+        model.write(batch(i))
+        states.append(state(model))
+        if i % 7 == 0:
+            await store.sync()
+            synced = i
+        if i % 4 == 0:
+            snapshots.append((copy_dir(d, tmp_path / f"snap{i}"), synced))
+    await store.sync()
+    await store.close()
+    for snap, synced_then in snapshots:
+        got = await reopen_state(snap)
+        assert got in states[synced_then:], snap.name
+
+
+@run_async
+async def test_crc_flip_in_the_tail_is_truncated_and_logged(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="meshmq.store")
+    d = tmp_path / "j"
+    store = JournalStore(d)
+    store.open()
+    model = MemoryStore()
+    model.open()
+    for i in range(1, 4):
+        store.write(batch(i))
+        model.write(batch(i))
+    expect = state(model)
+    store.write(batch(4))
+    await store.sync()
+    await store.close()
+    [seg] = segments(d)
+    data = bytearray(seg.read_bytes())
+    last = fmt.scan_records(bytes(data)).records[-1][0]
+    data[last + 12] ^= 0xFF
+    seg.write_bytes(bytes(data))
+    assert await reopen_state(d) == expect
+    assert "record checksum mismatch" in caplog.text
+    assert seg.stat().st_size == last
+
+
+@run_async
+async def test_corruption_in_an_older_segment_refuses_to_open(tmp_path: Path) -> None:
+    d = tmp_path / "j"
+    store = JournalStore(d, segment_size=1024)
+    store.open()
+    for i in range(1, 40):
+        store.write(batch(i))
+    await store.sync()
+    await store.close()
+    segs = segments(d)
+    assert len(segs) >= 3
+    victim = segs[1]
+    data = bytearray(victim.read_bytes())
+    second = fmt.scan_records(bytes(data)).records[1][0]
+    data[second + 9] ^= 0x01
+    victim.write_bytes(bytes(data))
+    with pytest.raises(CorruptStoreError, match=rf"{victim.name}: .*offset {second}"):
+        JournalStore(d).open()
+    # A short record in an older segment is corruption too, not a torn tail.
+    victim.write_bytes(bytes(data[:second + 3]))
+    with pytest.raises(CorruptStoreError, match=rf"{victim.name}: short record header"):
+        JournalStore(d).open()
+
+
+@run_async
+async def test_unknown_record_type_is_refused(tmp_path: Path) -> None:
+    d = tmp_path / "j"
+    store = JournalStore(d)
+    store.open()
+    store.write(batch(1))
+    await store.close()
+    [seg] = segments(d)
+    with seg.open("ab") as f:
+        f.write(fmt.pack_record(99, b"from the future"))
+    with pytest.raises(CorruptStoreError, match="unknown record type 99"):
+        JournalStore(d).open()
+
+
+@run_async
+async def test_empty_segments_are_not_kept(tmp_path: Path) -> None:
+    d = tmp_path / "j"
+    for _ in range(3):
+        store = JournalStore(d)
+        store.open()
+        await store.close()
+    assert segments(d) == []
+    store = JournalStore(d)
+    store.open()
+    store.write(batch(1))
+    await store.close()
+    assert [p.name for p in segments(d)] == ["seg-0000000000000001.log"]
+
+
+# ---------------------------------------------------------------- segments and compaction
+
+
+@run_async
+async def test_segments_roll_at_segment_size(tmp_path: Path) -> None:
+    d = tmp_path / "j"
+    store = JournalStore(d, segment_size=2048, compact_live_ratio=0.0)
+    store.open()
+    for i in range(1, 80):
+        store.write([AddMessage(msg(i, b"z" * 100), ((Q, i),))])
+    await store.sync()
+    segs = segments(d)
+    assert [fmt.parse_segment_name(p.name) for p in segs] == list(range(1, len(segs) + 1))
+    assert len(segs) >= 4
+    for p in segs[:-1]:
+        size = p.stat().st_size
+        assert 2048 <= size < 2048 + 300  # rolls once past the size, never mid-record
+    assert store.stats()["segments"] == len(segs)
+    await store.close()
+
+
+@run_async
+async def test_compaction_reclaims_space_and_keeps_order_and_counts(tmp_path: Path) -> None:
+    d = tmp_path / "j"
+    store = JournalStore(d, segment_size=4096)
+    store.open()
+    model = MemoryStore()
+    model.open()
+
+    def both(ops: list[StoreOp]) -> None:
+        store.write(ops)
+        model.write(ops)
+
+    both([PutDurableSubscription(sub(D))])
+    for i in range(1, 401):
+        both([AddMessage(msg(i, b"p" * 150), ((Q, i), (D, i)) if i % 50 == 0 else ((Q, i),))])
+        both([AddMessage(msg(1000 + i), ((Q2, i),)), RemoveRef(Q2, i)])
+    both([SetDeliveryCount(Q, i, 3) for i in range(5, 401, 10)])
+    await store.sync()
+    disk_before = sum(p.stat().st_size for p in segments(d))
+    files_before = len(segments(d))
+    both([RemoveRef(Q, i) for i in range(1, 401) if i % 10])
+    steps = 0
+    while store.compact_step():
+        steps += 1
+    await store.sync()
+    disk_after = sum(p.stat().st_size for p in segments(d))
+    assert disk_after < disk_before / 3
+    assert len(segments(d)) < files_before
+    assert store.stats()["segments_deleted"] >= files_before - 2
+    assert state(store) == state(model)
+    await store.close()
+    store = JournalStore(d, segment_size=4096)
+    rec = store.open()
+    assert state(store) == state(model)
+    assert rec.durable_subscriptions == [sub(D)]
+    assert rec.keys[Q2] == KeyInfo(0, 0, 0, 400)  # last_seq survives its records' deletion
+    await store.close()
+
+
+@run_async
+async def test_lost_delete_after_compaction_replays_without_duplicates(tmp_path: Path) -> None:
+    """Crash after the copies were synced but before the old segment was unlinked."""
+    d = tmp_path / "j"
+    store = JournalStore(d, segment_size=2048)
+    store.open()
+    model = MemoryStore()
+    model.open()
+    for i in range(1, 60):
+        ops: list[StoreOp] = [AddMessage(msg(i, b"q" * 80), ((Q, i), (D, i)))]
+        store.write(ops)
+        model.write(ops)
+    ops = [RemoveRef(Q, i) for i in range(1, 60) if i % 3]
+    ops += [RemoveRef(D, i) for i in range(1, 60) if i % 4] + [SetDeliveryCount(D, 4, 5)]
+    store.write(ops)
+    model.write(ops)
+    await store.sync()
+    saved = {p.name: p.read_bytes() for p in segments(d)}  # final contents
+    while store.compact_step():
+        pass
+    await store.sync()
+    await store.close()
+    deleted = set(saved) - {p.name for p in segments(d)}
+    assert deleted
+    for name in deleted:
+        (d / name).write_bytes(saved[name])
+    store = JournalStore(d, segment_size=2048)
+    store.open()
+    assert state(store) == state(model)
+    assert store.stats()["live_refs"] == model.stats()["live_refs"]
+    while store.compact_step():  # the resurrected segments hold nothing live now
+        pass
+    await store.sync()
+    assert not deleted & {p.name for p in segments(d)}
+    assert state(store) == state(model)
+    await store.close()
+
+
+def test_index_memory_per_reference() -> None:
+    idx = KeyIndex()
+    n = 200_000
+    for i in range(1, n + 1):
+        idx.add(i, 1 + i // 50_000, i * 100, 300, 200)
+    per_ref = idx.memory_bytes() / n
+    assert per_ref <= 40  # 1M refs well under 100 MB
+    for i in range(1, 3 * n // 4):
+        idx.remove(i)
+    # in-order acks give the memory back (columns are rebuilt once half of them are dead)
+    assert idx.memory_bytes() / idx.live <= 2 * 40
+    assert [e[0] for e in idx.iter_after(0)] == list(range(3 * n // 4, n + 1))
+
+
+# ---------------------------------------------------------------- lock and failures
+
+
+@run_async
+async def test_directory_lock_is_exclusive(tmp_path: Path) -> None:
+    d = tmp_path / "j"
+    first = JournalStore(d)
+    first.open()
+    with pytest.raises(StoreError, match="is locked by another broker"):
+        JournalStore(d).open()
+    await first.close()
+    second = JournalStore(d)
+    second.open()
+    await second.close()
+
+
+@run_async
+async def test_io_failure_fails_waiters_and_refuses_writes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = JournalStore(tmp_path / "j")
+    store.open()
+    store.write(batch(1))
+    await store.sync()
+
+    def broken(fd: int) -> None:
+        raise OSError(errno.EIO, "simulated disk failure")
+
+    monkeypatch.setattr(os, "fdatasync", broken)
+    store.write(batch(2))
+    with pytest.raises(StoreError, match="simulated disk failure"):
+        await store.sync()
+    with pytest.raises(StoreError, match="refuses writes"):
+        store.write(batch(3))
+    with pytest.raises(StoreError):
+        await store.sync()
+    assert [e.seq for e in store.load(D, 0, 10)] == [1, 2]  # what it has is still readable
+    with pytest.raises(StoreError):
+        await store.close()
+    JournalStore(tmp_path / "j")  # the lock is released after close
+
+
+@run_async
+async def test_group_commit_shares_fsyncs(tmp_path: Path) -> None:
+    store = JournalStore(tmp_path / "j")
+    store.open()
+    for i in range(1, 201):
+        store.write(batch(i))
+    await asyncio.gather(*(store.sync() for _ in range(50)))
+    stats = store.stats()
+    assert stats["records_written"] == 200
+    assert stats["syncs"] < 200
+    assert stats["pending_batches"] == 0
+    await store.sync()  # everything durable: returns at once
+    await store.close()
