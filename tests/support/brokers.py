@@ -152,6 +152,7 @@ class ProcessBroker:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
+        self._log.close()
 
     def terminate(self, timeout: float = 20.0) -> int:
         assert self.proc is not None

@@ -13,7 +13,7 @@ import collections
 import logging
 import time
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from meshmq import __version__
 from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
@@ -610,7 +610,8 @@ class StompProtocol(asyncio.Protocol):
         self.session: StompSession | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # uvloop's transports do not subclass asyncio.Transport; cast, don't assert.
+        transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         remote = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
