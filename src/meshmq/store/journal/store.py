@@ -496,14 +496,35 @@ class JournalStore:
         return fd
 
     def _read_message(self, seg: int, off: int, length: int) -> Message:
+        """Bytes written to ``seg`` (FileNotFoundError passes through for ``_fetch``)."""
         try:
             data = os.pread(self._read_fd(seg), length, off)
+        except FileNotFoundError:
+            raise
         except OSError as exc:
             raise StoreError(f"cannot read {self._segment_path(seg)}: {exc}") from exc
         if len(data) != length:
             raise CorruptStoreError(f"{self._segment_path(seg)}: message at offset {off} "
                                     f"is truncated")
         return codec.decode_message(data)
+
+    def _fetch(self, seg: int, off: int, length: int) -> Message:
+        # The writer pops an _unwritten entry only after writing it, and unlinks a
+        # compacted segment only after its copies are written (and popped). So: an entry
+        # absent from _unwritten is in its file; a redirect whose source vanished has
+        # been written at its new place, found on the next look.
+        while True:
+            found = self._unwritten.get((seg, off))
+            if found is None:
+                return self._read_message(seg, off, length)
+            if not isinstance(found, tuple):
+                return found
+            try:
+                return self._fetch(found[0], found[1], length)
+            except FileNotFoundError:
+                if (seg, off) in self._unwritten:  # pragma: no cover - impossible by ordering
+                    raise StoreError(f"journal lost segment {found[0]} while still needed")\
+                        from None
 
     def load(self, key: str, after_seq: int, max_count: int,
              max_bytes: int = 1 << 62) -> list[StoredEntry]:
@@ -512,16 +533,12 @@ class JournalStore:
         if idx is None or max_count <= 0 or not idx.live:
             return out
         self._reap_deleted()
-        unwritten = self._unwritten
         total = 0
         for seq, seg, off, length, size, dc in idx.iter_after(after_seq):
-            found = unwritten.get((seg, off))
-            if found is None:
-                msg = self._read_message(seg, off, length)
-            elif isinstance(found, tuple):  # a compaction copy still queued
-                msg = self._read_message(found[0], found[1], length)
-            else:
-                msg = found
+            try:
+                msg = self._fetch(seg, off, length)
+            except FileNotFoundError as exc:
+                raise StoreError(f"journal segment missing: {exc}") from exc
             out.append(StoredEntry(seq, msg, dc))
             total += size
             if len(out) >= max_count or total >= max_bytes:
@@ -566,7 +583,6 @@ class JournalStore:
             if seg is None:
                 return False
             plan = self._plan = self._make_plan(seg)
-            self._read_fd(seg)  # keep it readable for queued copies even once unlinked
         self._roll_if_full()
         src = plan.seg
         seg = self._active
