@@ -188,6 +188,10 @@ class BrokerRuntime:
             session.check_timeouts(now)
         self.broker.tick()
         self.pump()
+        # Reclaim journal space while idle too (the journal also compacts on writes).
+        compact = getattr(self.store, "compact_step", None)
+        if compact is not None:
+            compact()
         self._timer = self._loop.call_later(TIMER_INTERVAL, self._on_timer)
 
 
