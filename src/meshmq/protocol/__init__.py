@@ -1,0 +1,1 @@
+"""Sans-I/O protocol codecs (bytes in, events out, bytes back); no asyncio, socket or time."""

@@ -1,0 +1,296 @@
+"""Incremental sans-I/O STOMP 1.0/1.1/1.2 frame parser.
+
+Feed it bytes as they arrive; it returns every complete frame and keeps the
+partial rest buffered. It never blocks, never touches a socket or a clock: the
+transport adapter owns those (and runs a frame timeout while ``in_frame``).
+
+Hot-path notes: the buffer is a ``bytearray`` read through an offset and
+compacted once per ``feed`` call; the end of the header block and the body's NUL
+are located with ``bytearray.find`` (resuming where the last search stopped, so
+byte-at-a-time feeding stays linear); the header block is decoded as UTF-8 in
+one call and split in C; un-escaping only runs when a backslash is present.
+"""
+
+from __future__ import annotations
+
+import re
+
+from meshmq.errors import FrameTooLargeError, RemoteProtocolError
+
+from .frames import Frame
+
+__all__ = ["StompParser"]
+
+_VERSIONS = ("1.0", "1.1", "1.2")
+# The spec exempts these from escaping so 1.0-only peers can still negotiate.
+_UNESCAPED_COMMANDS = frozenset({"CONNECT", "CONNECTED"})
+_ESCAPES_11 = {"n": "\n", "c": ":", "\\": "\\"}
+_ESCAPES_12 = {**_ESCAPES_11, "r": "\r"}
+# ".?" so a trailing lone backslash is matched too (and rejected).
+_ESCAPE_RE = re.compile(r"\\(.?)", re.DOTALL)
+# content-length beyond this many digits exceeds any sane frame limit; checking the
+# length first also keeps int() away from its huge-number ValueError.
+_MAX_CONTENT_LENGTH_DIGITS = 18
+
+
+def _show(text: str, limit: int = 64) -> str:
+    """Render peer-controlled text for a one-line error message."""
+    if len(text) > limit:
+        text = text[:limit] + "..."
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _unescape(text: str, table: dict[str, str], header: str) -> str:
+    # Fast path for the usual case, ':' in ActiveMQ ids ("ID\\chost-1..."): if every
+    # backslash starts a "\\c", a plain replace is exact.
+    if "\\" not in text.replace("\\c", ""):
+        return text.replace("\\c", ":")
+
+    def replace(match: re.Match[str]) -> str:
+        char = match.group(1)
+        result = table.get(char)
+        if result is None:
+            if char:
+                raise RemoteProtocolError(
+                    f"invalid escape sequence '\\{_show(char)}' in header '{_show(header)}'")
+            raise RemoteProtocolError(
+                f"invalid escape sequence '\\' at end of header '{_show(header)}'")
+        return result
+
+    return _ESCAPE_RE.sub(replace, text)
+
+
+class StompParser:
+    """Turns a byte stream into :class:`Frame` objects.
+
+    Errors are :class:`RemoteProtocolError` (:class:`FrameTooLargeError` for the
+    size limits) with a one-line message fit for an ERROR frame's ``message``
+    header. After an error the parser is dead: every later ``feed`` raises again.
+    Frames completed earlier in the failing ``feed`` call are kept in
+    ``frames_before_error`` so an adapter may still act on them.
+
+    ``max_header_size`` bounds the command line plus header lines (including
+    their EOLs, excluding the blank line); ``max_frame_size`` bounds a whole frame
+    from its command through its terminating NUL.
+    """
+
+    __slots__ = (
+        "_body_start",
+        "_buf",
+        "_clen",
+        "_command",
+        "_error",
+        "_headers",
+        "_scan",
+        "_version",
+        "frames_before_error",
+        "max_frame_size",
+        "max_header_size",
+        "max_headers",
+    )
+
+    def __init__(self, *, max_frame_size: int = 100 * 1024 * 1024, max_headers: int = 1000,
+                 max_header_size: int = 64 * 1024, version: str = "1.0") -> None:
+        self.max_frame_size = max_frame_size
+        self.max_headers = max_headers
+        self.max_header_size = max_header_size
+        self.version = version
+        self._buf = bytearray()
+        self._error: RemoteProtocolError | None = None
+        # Where the next search for the header end or the body NUL resumes, as an
+        # index into _buf; the partial frame (if any) always starts at index 0.
+        self._scan = 0
+        # Set once a frame's header block is parsed and its body is still awaited.
+        self._command: str | None = None
+        self._headers: list[tuple[str, str]] = []
+        self._body_start = 0
+        self._clen = -1
+        self.frames_before_error: list[Frame] = []
+
+    @property
+    def version(self) -> str:
+        """STOMP version used to un-escape headers; set it after CONNECT negotiation."""
+        return self._version
+
+    @version.setter
+    def version(self, value: str) -> None:
+        if value not in _VERSIONS:
+            raise ValueError(f"unsupported STOMP version {value!r}")
+        self._version = value
+
+    @property
+    def in_frame(self) -> bool:
+        """True while part of a frame (not just heart-beat EOLs) is buffered."""
+        if self._command is not None:
+            return True
+        buf = self._buf
+        # Leading EOLs were consumed, except a CR whose LF has not arrived yet.
+        return bool(buf) and buf != b"\r"
+
+    @property
+    def buffered(self) -> int:
+        """Number of received bytes not yet returned as frames."""
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> list[Frame]:
+        """Add ``data`` and return every frame it completed, in order."""
+        if self._error is not None:
+            raise type(self._error)(self._error.message)
+        buf = self._buf
+        if data:
+            buf += data
+        frames: list[Frame] = []
+        pos = 0  # start of the frame being parsed
+        try:
+            while True:
+                command = self._command
+                if command is None:
+                    end = len(buf)
+                    # EOLs between frames are heart-beats.
+                    while pos < end:
+                        byte = buf[pos]
+                        if byte == 10:
+                            pos += 1
+                        elif byte == 13 and pos + 1 < end and buf[pos + 1] == 10:
+                            pos += 2
+                        else:
+                            break
+                    if pos == end or (pos + 1 == end and buf[pos] == 13):
+                        break
+                    command = self._parse_head(buf, pos)
+                    if command is None:
+                        break
+                clen = self._clen
+                body_start = self._body_start
+                if clen >= 0:
+                    stop = body_start + clen
+                    if len(buf) <= stop:
+                        break
+                    if buf[stop] != 0:
+                        raise RemoteProtocolError(
+                            f"frame body not terminated by NUL after content-length {clen}")
+                else:
+                    limit = pos + self.max_frame_size  # the NUL must sit below this index
+                    stop = buf.find(0, max(self._scan, body_start), limit)
+                    if stop < 0:
+                        if len(buf) >= limit:
+                            raise FrameTooLargeError(
+                                f"frame larger than {self.max_frame_size} bytes")
+                        self._scan = len(buf)
+                        break
+                # One copy straight out of the buffer (a bytearray slice would copy twice).
+                body = bytes(memoryview(buf)[body_start:stop]) if stop > body_start else b""
+                frames.append(Frame(command, self._headers, body))
+                self._command = None
+                self._headers = []
+                self._clen = -1
+                pos = self._scan = stop + 1
+        except RemoteProtocolError as exc:
+            self._die(exc, frames)
+            raise
+        except Exception as exc:  # pragma: no cover - a parser bug must not leak raw errors
+            error = RemoteProtocolError(f"unparseable frame ({type(exc).__name__})")
+            self._die(error, frames)
+            raise error from exc
+        if pos:
+            # Compact once per feed: the partial frame moves to index 0.
+            del buf[:pos]
+            self._scan = max(0, self._scan - pos)
+            self._body_start -= pos
+        return frames
+
+    def _die(self, exc: RemoteProtocolError, frames: list[Frame]) -> None:
+        self._error = exc
+        self.frames_before_error = frames
+        self._buf.clear()
+        self._command = None
+
+    def _parse_head(self, buf: bytearray, pos: int) -> str | None:
+        """Parse the command and header block of the frame at ``pos``.
+
+        Returns None if the block is not complete yet. On success returns the
+        command and stores it, the headers, body start and content-length on ``self``.
+        """
+        max_header = self.max_header_size
+        avail = len(buf)
+        # A terminator that starts beyond this index means an oversized header block.
+        limit = min(avail, pos + max_header + 3)
+        scan = max(pos, self._scan - 2)  # a terminator may straddle the previous end
+        first_nl = buf.find(b"\n", pos, limit)
+        if first_nl >= 0 and first_nl > pos and buf[first_nl - 1] == 13:
+            # CRLF style: look for "\n\r\n" first so neither search runs past the block.
+            end = buf.find(b"\n\r\n", scan, limit)
+            alt = buf.find(b"\n\n", scan, end + 2 if end >= 0 else limit)
+        else:
+            end = buf.find(b"\n\n", scan, limit)
+            alt = buf.find(b"\n\r\n", scan, end + 2 if end >= 0 else limit)
+        if alt >= 0 and (end < 0 or alt < end):
+            end = alt
+        if end < 0:
+            if avail - pos >= max_header + 3:
+                raise FrameTooLargeError(f"header block larger than {max_header} bytes")
+            if avail - pos > self.max_frame_size:
+                raise FrameTooLargeError(f"frame larger than {self.max_frame_size} bytes")
+            self._scan = avail
+            return None
+        # The block spans buf[pos:end + 1] (last line's LF included); the blank line
+        # after it is "\n" or "\r\n".
+        if end + 1 - pos > max_header:
+            raise FrameTooLargeError(f"header block larger than {max_header} bytes")
+        body_start = end + 2 if buf[end + 1] == 10 else end + 3
+        try:
+            text = str(memoryview(buf)[pos:end], "utf-8")
+        except UnicodeDecodeError as exc:
+            line = buf.count(b"\n", pos, pos + exc.start)
+            if line == 0:
+                raise RemoteProtocolError("malformed command line") from None
+            raise RemoteProtocolError(f"invalid UTF-8 in header line {line}") from None
+        lines = text.split("\n")
+        if "\r" in text:
+            lines = [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+        command = lines[0]
+        if not (command.isascii() and command.isalpha() and command.isupper()):
+            raise RemoteProtocolError("malformed command line")
+        if len(lines) - 1 > self.max_headers:
+            raise FrameTooLargeError(f"too many headers (limit {self.max_headers})")
+        # Two C-driven comprehensions beat a Python loop with checks per header; the
+        # slow path only runs to name the offending line.
+        parts = [line.partition(":") for line in lines[1:]]
+        headers = [(name, value) for name, sep, value in parts if sep and name]
+        if len(headers) != len(parts):
+            for number, (name, sep, _) in enumerate(parts, 1):
+                if not sep:
+                    raise RemoteProtocolError(f"missing ':' in header line {number}")
+                if not name:
+                    raise RemoteProtocolError(f"empty header name in header line {number}")
+        if "\\" in text and self._version != "1.0" and command not in _UNESCAPED_COMMANDS:
+            table = _ESCAPES_12 if self._version == "1.2" else _ESCAPES_11
+            headers = [
+                (_unescape(name, table, name) if "\\" in name else name,
+                 _unescape(value, table, name) if "\\" in value else value)
+                for name, value in headers
+            ]
+        clen = -1
+        # No escape sequence can produce these letters, so the raw text check is exact.
+        if "content-length" in text:
+            for name, value in headers:
+                if name == "content-length":
+                    clen = self._content_length(value, body_start - pos)
+                    break
+        self._command = command
+        self._headers = headers
+        self._body_start = body_start
+        self._clen = clen
+        self._scan = body_start
+        return command
+
+    def _content_length(self, value: str, head_size: int) -> int:
+        digits = value.strip()
+        if not (digits.isascii() and digits.isdigit()):
+            raise RemoteProtocolError(f"invalid content-length '{_show(value)}'")
+        if (len(digits) > _MAX_CONTENT_LENGTH_DIGITS
+                or head_size + int(digits) + 1 > self.max_frame_size):
+            raise FrameTooLargeError(f"frame larger than {self.max_frame_size} bytes")
+        return int(digits)
