@@ -1,0 +1,482 @@
+"""Helpers for the interop suite: a stomp.py client wrapper that records what it
+receives, and a raw-socket STOMP client for byte-level edge cases.
+
+Nothing here sleeps to wait for something: every wait is a condition wait or a
+socket read with a deadline, and it fails loudly when the deadline passes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import stomp
+from stomp.utils import Frame as StompPyFrame
+
+from tests.support.brokers import ThreadBroker
+
+TIMEOUT = 10.0
+_ids = itertools.count(1)
+
+
+def uid(prefix: str = "x") -> str:
+    """A name unique within this test process."""
+    return f"{prefix}{next(_ids)}"
+
+
+# ---------------------------------------------------------------------------- stomp.py
+
+
+class Collector(stomp.ConnectionListener):
+    """Records every frame a stomp.py connection receives, under one condition."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.messages: list[StompPyFrame] = []
+        self.receipts: list[str] = []
+        self.errors: list[StompPyFrame] = []
+        self.connected: list[StompPyFrame] = []
+        self.heartbeats = 0
+        self.sent_heartbeats = 0
+        self.disconnected = False
+
+    def _add(self, fn: Callable[[], None]) -> None:
+        with self.cond:
+            fn()
+            self.cond.notify_all()
+
+    def on_connected(self, frame: StompPyFrame) -> None:
+        self._add(lambda: self.connected.append(frame))
+
+    def on_message(self, frame: StompPyFrame) -> None:
+        self._add(lambda: self.messages.append(frame))
+
+    def on_receipt(self, frame: StompPyFrame) -> None:
+        self._add(lambda: self.receipts.append(frame.headers["receipt-id"]))
+
+    def on_error(self, frame: StompPyFrame) -> None:
+        self._add(lambda: self.errors.append(frame))
+
+    def on_heartbeat(self) -> None:
+        def inc() -> None:
+            self.heartbeats += 1
+        self._add(inc)
+
+    def on_send(self, frame: StompPyFrame) -> None:
+        if not frame.cmd:  # stomp.py sends a heart-beat as a frame without a command
+            def inc() -> None:
+                self.sent_heartbeats += 1
+            self._add(inc)
+
+    def on_disconnected(self) -> None:
+        def mark() -> None:
+            self.disconnected = True
+        self._add(mark)
+
+    def wait(self, predicate: Callable[[], Any], timeout: float = TIMEOUT,
+             what: str = "condition") -> Any:
+        with self.cond:
+            ok = self.cond.wait_for(predicate, timeout)
+            if not ok:
+                raise AssertionError(
+                    f"timed out after {timeout}s waiting for {what}; have "
+                    f"{len(self.messages)} messages, receipts={self.receipts}, "
+                    f"errors={[e.headers for e in self.errors]}, "
+                    f"disconnected={self.disconnected}")
+            return ok
+
+    def wait_messages(self, n: int, timeout: float = TIMEOUT) -> list[StompPyFrame]:
+        self.wait(lambda: len(self.messages) >= n, timeout, f"{n} messages")
+        with self.cond:
+            return list(self.messages)
+
+    def wait_receipt(self, receipt_id: str, timeout: float = TIMEOUT) -> None:
+        self.wait(lambda: receipt_id in self.receipts, timeout, f"receipt {receipt_id}")
+
+    def wait_error(self, timeout: float = TIMEOUT) -> StompPyFrame:
+        self.wait(lambda: bool(self.errors), timeout, "an ERROR frame")
+        return self.errors[0]
+
+    def wait_disconnected(self, timeout: float = TIMEOUT) -> None:
+        self.wait(lambda: self.disconnected, timeout, "the connection to close")
+
+    def bodies(self) -> list[str]:
+        with self.cond:
+            return [m.body for m in self.messages]
+
+
+_CONNECTIONS = {"1.0": stomp.Connection10, "1.1": stomp.Connection11,
+                "1.2": stomp.Connection12}
+
+
+class Client:
+    """A stomp.py connection with a :class:`Collector` and receipt-confirmed helpers."""
+
+    def __init__(self, broker: ThreadBroker, version: str = "1.2", *,
+                 login: str | None = None, passcode: str | None = None,
+                 client_id: str | None = None, heartbeats: tuple[int, int] = (0, 0),
+                 auto_decode: bool = True, connect: bool = True,
+                 headers: dict[str, str] | None = None) -> None:
+        self.version = version
+        kwargs: dict[str, Any] = {"reconnect_attempts_max": 1, "auto_decode": auto_decode,
+                                  "timeout": TIMEOUT}
+        if version != "1.0":
+            kwargs["heartbeats"] = heartbeats
+        self.conn = _CONNECTIONS[version]([(broker.host, broker.port)], **kwargs)
+        self.listener = Collector()
+        self.conn.set_listener("collector", self.listener)
+        self._headers = dict(headers or {})
+        if client_id is not None:
+            self._headers["client-id"] = client_id
+        self._login = login
+        self._passcode = passcode
+        if connect:
+            self.connect()
+
+    def connect(self, wait: bool = True) -> None:
+        self.conn.connect(self._login, self._passcode, wait=wait, headers=self._headers)
+
+    # -- frames with receipts ------------------------------------------------
+    def send(self, destination: str, body: str | bytes = "",
+             headers: dict[str, Any] | None = None, *, receipt: bool = True) -> None:
+        hdrs = {k: str(v) for k, v in (headers or {}).items()}
+        rid = uid("send-") if receipt else None
+        if rid:
+            hdrs["receipt"] = rid
+        self.conn.send(destination, body, headers=hdrs)
+        if rid:
+            self.listener.wait_receipt(rid)
+
+    def subscribe(self, destination: str, sub_id: str | None = None, *, ack: str = "auto",
+                  receipt: bool = True, headers: dict[str, str] | None = None) -> str:
+        sub_id = sub_id or uid("sub-")
+        hdrs = dict(headers or {})
+        rid = uid("sub-r-") if receipt else None
+        if rid:
+            hdrs["receipt"] = rid
+        if self.version == "1.0":
+            hdrs["id"] = sub_id
+            self.conn.subscribe(destination, ack=ack, headers=hdrs)
+        else:
+            self.conn.subscribe(destination, sub_id, ack=ack, headers=hdrs)
+        if rid:
+            self.listener.wait_receipt(rid)
+        return sub_id
+
+    def unsubscribe(self, sub_id: str, *, headers: dict[str, str] | None = None) -> None:
+        hdrs = dict(headers or {})
+        rid = uid("unsub-r-")
+        hdrs["receipt"] = rid
+        if self.version == "1.0":
+            self.conn.unsubscribe(id=sub_id, headers=hdrs)
+        else:
+            self.conn.unsubscribe(sub_id, headers=hdrs)
+        self.listener.wait_receipt(rid)
+
+    def ack(self, message: StompPyFrame, *, transaction: str | None = None,
+            receipt: bool = True) -> None:
+        rid = uid("ack-r-") if receipt else None
+        h = message.headers
+        if self.version == "1.2":
+            self.conn.ack(h["ack"], transaction=transaction, receipt=rid)
+        elif self.version == "1.1":
+            self.conn.ack(h["message-id"], h["subscription"], transaction=transaction,
+                          receipt=rid)
+        else:
+            self.conn.ack(h["message-id"], transaction=transaction, receipt=rid)
+        if rid:
+            self.listener.wait_receipt(rid)
+
+    def nack(self, message: StompPyFrame, *, transaction: str | None = None,
+             receipt: bool = True) -> None:
+        rid = uid("nack-r-") if receipt else None
+        h = message.headers
+        if self.version == "1.2":
+            self.conn.nack(h["ack"], transaction=transaction, receipt=rid)
+        else:
+            self.conn.nack(h["message-id"], h["subscription"], transaction=transaction,
+                           receipt=rid)
+        if rid:
+            self.listener.wait_receipt(rid)
+
+    def begin(self, txn: str) -> None:
+        rid = uid("begin-r-")
+        self.conn.begin(txn, headers={"receipt": rid})
+        self.listener.wait_receipt(rid)
+
+    def commit(self, txn: str) -> None:
+        rid = uid("commit-r-")
+        self.conn.commit(txn, headers={"receipt": rid})
+        self.listener.wait_receipt(rid)
+
+    def abort(self, txn: str) -> None:
+        rid = uid("abort-r-")
+        self.conn.abort(txn, headers={"receipt": rid})
+        self.listener.wait_receipt(rid)
+
+    def barrier(self) -> None:
+        """A RECEIPT round trip: everything the broker decided before it is on our side.
+
+        Deliveries are written before any later frame of ours is handled, and TCP keeps
+        order, so once the receipt is here every earlier MESSAGE is here too.
+        """
+        txn = uid("barrier-")
+        self.begin(txn)
+        self.abort(txn)
+
+    def disconnect(self, timeout: float = 2.0) -> None:
+        """DISCONNECT with a receipt (waited for up to ``timeout``), then close the socket.
+
+        Never blocks forever: stomp.py's own disconnect() waits for its reader thread
+        without a deadline, which hangs when the broker stops reading this connection.
+        """
+        if self.conn.transport.is_connected() and not self.listener.disconnected:
+            rid = uid("disc-")
+            try:
+                self.conn.send_frame("DISCONNECT", {"receipt": rid})
+                self.listener.wait(lambda: rid in self.listener.receipts
+                                   or self.listener.disconnected, timeout, "DISCONNECT receipt")
+            except Exception:
+                pass
+        self.close()
+
+    def close(self) -> None:
+        transport = self.conn.transport
+        try:
+            transport.disconnect_socket()
+        except Exception:
+            pass
+        thread = getattr(transport, "io_thread", None)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(5)
+
+    # -- reading -----------------------------------------------------------------
+    def wait_messages(self, n: int, timeout: float = TIMEOUT) -> list[StompPyFrame]:
+        return self.listener.wait_messages(n, timeout)
+
+    @property
+    def messages(self) -> list[StompPyFrame]:
+        with self.listener.cond:
+            return list(self.listener.messages)
+
+    def bodies(self) -> list[str]:
+        return self.listener.bodies()
+
+
+# ---------------------------------------------------------------------------- raw sockets
+
+
+@dataclass
+class RawFrame:
+    command: str
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    body: bytes = b""
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        for k, v in self.headers:
+            if k == name:
+                return v
+        return default
+
+    def __getitem__(self, name: str) -> str:
+        value = self.get(name)
+        if value is None:
+            raise KeyError(f"{name!r} not in {self.command} headers {self.headers}")
+        return value
+
+
+_UNESCAPE = {"\\n": "\n", "\\c": ":", "\\\\": "\\", "\\r": "\r"}
+
+
+def unescape(text: str, version: str) -> str:
+    if version == "1.0" or "\\" not in text:
+        return text
+    return re.sub(r"\\.", lambda m: _UNESCAPE.get(m.group(0), m.group(0)), text)
+
+
+def escape(text: str) -> str:
+    return (text.replace("\\", "\\\\").replace("\n", "\\n").replace(":", "\\c")
+            .replace("\r", "\\r"))
+
+
+def frame_bytes(command: str, headers: Iterable[tuple[str, str]] = (), body: bytes = b"",
+                eol: bytes = b"\n") -> bytes:
+    """Encode a frame verbatim: no escaping, no content-length unless given."""
+    lines = [command.encode()] + [f"{k}:{v}".encode() for k, v in headers]
+    return eol.join(lines) + eol + eol + body + b"\x00"
+
+
+class ClosedError(Exception):
+    """The broker closed the socket."""
+
+
+class RawClient:
+    """A STOMP client on a bare socket; reads frames exactly as they arrive."""
+
+    def __init__(self, broker: ThreadBroker, timeout: float = TIMEOUT) -> None:
+        self.sock = socket.create_connection((broker.host, broker.port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = bytearray()
+        self.version = "1.0"
+        self.heartbeats = 0
+        self.eof = False
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writing -------------------------------------------------------------
+    def send_bytes(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def send_frame(self, command: str, headers: Iterable[tuple[str, str]] = (),
+                   body: bytes = b"", eol: bytes = b"\n") -> None:
+        self.send_bytes(frame_bytes(command, headers, body, eol))
+
+    def connect(self, version: str | None = "1.2", *, command: str = "CONNECT",
+                heartbeat: str | None = None, extra: Iterable[tuple[str, str]] = ()) -> RawFrame:
+        headers: list[tuple[str, str]] = []
+        if version is not None:
+            headers.append(("accept-version", version))
+        headers.append(("host", "localhost"))
+        if heartbeat is not None:
+            headers.append(("heart-beat", heartbeat))
+        headers.extend(extra)
+        self.send_frame(command, headers)
+        frame = self.read_frame()
+        assert frame.command == "CONNECTED", f"expected CONNECTED, got {frame}"
+        self.version = frame.get("version", "1.0") or "1.0"
+        return frame
+
+    # -- reading -------------------------------------------------------------
+    def _fill(self, deadline: float) -> None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("timed out waiting for data from the broker")
+        self.sock.settimeout(remaining)
+        try:
+            data = self.sock.recv(65536)
+        except TimeoutError:
+            raise TimeoutError("timed out waiting for data from the broker") from None
+        except ConnectionResetError:
+            data = b""
+        if not data:
+            self.eof = True
+            raise ClosedError("the broker closed the connection")
+        self.buf += data
+
+    def _skip_heartbeats(self) -> None:
+        while self.buf:
+            if self.buf[:1] == b"\n":
+                del self.buf[:1]
+                self.heartbeats += 1
+            elif self.buf[:2] == b"\r\n":
+                del self.buf[:2]
+                self.heartbeats += 1
+            else:
+                break
+
+    def read_frame(self, timeout: float = TIMEOUT) -> RawFrame:
+        """The next frame (heart-beats are counted and skipped); raises ClosedError on EOF."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._skip_heartbeats()
+            frame = self._try_parse()
+            if frame is not None:
+                return frame
+            self._fill(deadline)
+
+    def _try_parse(self) -> RawFrame | None:
+        buf = self.buf
+        if not buf or buf == b"\r":
+            return None
+        m = re.search(rb"\r?\n\r?\n", buf)
+        if m is None:
+            return None
+        head = bytes(buf[:m.start()]).decode("utf-8")
+        body_start = m.end()
+        lines = [ln[:-1] if ln.endswith("\r") else ln for ln in head.split("\n")]
+        command = lines[0]
+        version = "1.0" if command == "CONNECTED" else self.version
+        headers = []
+        for line in lines[1:]:
+            k, _, v = line.partition(":")
+            headers.append((unescape(k, version), unescape(v, version)))
+        clen = next((int(v) for k, v in headers if k == "content-length"), None)
+        if clen is not None:
+            if len(buf) < body_start + clen + 1:
+                return None
+            assert buf[body_start + clen] == 0, "frame not NUL-terminated after content-length"
+            body = bytes(buf[body_start:body_start + clen])
+            end = body_start + clen + 1
+        else:
+            nul = buf.find(b"\x00", body_start)
+            if nul < 0:
+                return None
+            body = bytes(buf[body_start:nul])
+            end = nul + 1
+        del buf[:end]
+        return RawFrame(command, headers, body)
+
+    def read_until(self, command: str, timeout: float = TIMEOUT) -> tuple[RawFrame,
+                                                                          list[RawFrame]]:
+        """Read frames until one with ``command``; returns it and the frames before it."""
+        deadline = time.monotonic() + timeout
+        before: list[RawFrame] = []
+        while True:
+            frame = self.read_frame(max(0.001, deadline - time.monotonic()))
+            if frame.command == command:
+                return frame, before
+            before.append(frame)
+
+    def expect_closed(self, timeout: float = TIMEOUT) -> list[RawFrame]:
+        """Read until the broker closes the socket; return the frames read on the way."""
+        deadline = time.monotonic() + timeout
+        frames: list[RawFrame] = []
+        while True:
+            try:
+                frames.append(self.read_frame(max(0.001, deadline - time.monotonic())))
+            except ClosedError:
+                return frames
+
+    def expect_error_and_close(self, timeout: float = TIMEOUT) -> RawFrame:
+        """The next frames end with exactly one ERROR, then the socket closes."""
+        frames = self.expect_closed(timeout)
+        errors = [f for f in frames if f.command == "ERROR"]
+        assert len(errors) == 1, f"expected one ERROR before close, got {frames}"
+        assert frames[-1].command == "ERROR", f"ERROR must be the last frame: {frames}"
+        assert errors[0].get("message"), f"ERROR without a message header: {errors[0]}"
+        return errors[0]
+
+    def receipt_roundtrip(self, timeout: float = TIMEOUT) -> list[RawFrame]:
+        """Barrier: a frame with a receipt; returns the frames that arrived before it."""
+        rid = uid("raw-barrier-")
+        txn = uid("raw-tx-")
+        self.send_frame("BEGIN", [("transaction", txn), ("receipt", rid)])
+        before = self.read_until_receipt(rid, timeout)
+        self.send_frame("ABORT", [("transaction", txn)])
+        return before
+
+    def read_until_receipt(self, rid: str, timeout: float = TIMEOUT) -> list[RawFrame]:
+        """Read until RECEIPT ``rid``; returns every other frame read on the way."""
+        deadline = time.monotonic() + timeout
+        before: list[RawFrame] = []
+        while True:
+            frame = self.read_frame(max(0.001, deadline - time.monotonic()))
+            if frame.command == "RECEIPT" and frame.get("receipt-id") == rid:
+                return before
+            before.append(frame)
