@@ -550,6 +550,12 @@ class Broker:
                 for msg, count in queue.browse():
                     if msg.is_expired(now):
                         continue
+                    if consumer.selector is not None:
+                        from meshmq.core.selector import message_lookup
+
+                        if not consumer.selector.matches(message_lookup(
+                                msg, delivery_count=count + 1, redelivered=count > 0)):
+                            continue
                     tag = consumer.next_tag
                     consumer.next_tag += 1
                     self.emit(Delivery(consumer, msg, tag, count + 1 if count else 1))

@@ -89,6 +89,7 @@ class StompSession:
         self.recv_interval = 0.0
         self._hb_handle: asyncio.TimerHandle | None = None
         self.flow_blocked = False
+        self._held: list[Frame] = []  # frames parsed but not handled while flow-blocked
         self.write_paused = False
 
     # ------------------------------------------------------------ input
@@ -103,7 +104,13 @@ class StompSession:
             return
         self.partial_since = (self.partial_since or self.last_read) if self.parser.in_frame \
             else None
-        for frame in frames:
+        if self._held:
+            self._held.extend(frames)  # still blocked: keep order behind held frames
+            return
+        self._process(frames)
+
+    def _process(self, frames: list[Frame]) -> None:
+        for i, frame in enumerate(frames):
             if self.is_closing():
                 break
             try:
@@ -113,11 +120,15 @@ class StompSession:
             except Exception:
                 log.exception("internal error handling %s from %s", frame.command, self.remote)
                 self.fail("internal broker error", frame)
+            if frame.command == "SEND" and self.broker.usage.full and not self.is_closing() \
+                    and self.runtime.config.usage.on_limit == "block":
+                # Producer flow control: hold this connection's remaining frames and stop
+                # reading it until memory drains. Other connections are unaffected.
+                self._held = list(frames[i + 1:])
+                self._block_producer()
+                break
         self.runtime.request_pump()
         self.flush()
-        if not self.closing and self.conn is not None and self.broker.usage.full \
-                and not self.flow_blocked:
-            self._block_producer()
 
     def is_closing(self) -> bool:
         return self.closing
@@ -171,9 +182,13 @@ class StompSession:
             cx, cy = parse_heartbeat(hb)
         server_cx = self.cfg.server_heartbeat_ms if cy else 0
         server_cy = cx
-        if self.cfg.max_heartbeat_ms and server_cy:
-            server_cy = max(server_cy, 0)
+        cap = self.cfg.max_heartbeat_ms
+        if cap and server_cy:
+            server_cy = min(server_cy, cap)
         send_ms, recv_ms = negotiate_heartbeat((cx, cy), (server_cx, server_cy))
+        if cap and recv_ms:
+            # A client may not ask to stay silent longer than the operator allows.
+            recv_ms = min(recv_ms, cap)
         self.send_interval = send_ms / 1000.0
         self.recv_interval = recv_ms / 1000.0
         headers = [("version", version), ("session", self.conn.id),
@@ -546,17 +561,25 @@ class StompSession:
 
     # ------------------------------------------------------------ flow control
     def _block_producer(self) -> None:
-        """The broker's memory is full: stop reading this connection until it drains.
-        (With ``on_limit = "fail"`` the broker rejects the next send instead.)"""
-        if self.runtime.config.usage.on_limit == "fail":
-            return
+        """The broker's memory is full after this connection's SEND: stop reading it
+        until memory drains. (With ``on_limit = "fail"`` the core rejects sends.)"""
         self.flow_blocked = True
         self.transport.pause_reading()
         self.broker.usage.wait_for_space(self._unblock_producer)
 
     def _unblock_producer(self) -> None:
+        # Called from inside the core (a refund during someone else's ack): never
+        # re-enter the broker from here; continue on the next loop turn.
+        asyncio.get_running_loop().call_soon(self._resume_after_block)
+
+    def _resume_after_block(self) -> None:
         self.flow_blocked = False
-        if not self.closing:
+        if self.closing:
+            return
+        held, self._held = self._held, []
+        if held:
+            self._process(held)
+        if not self.flow_blocked and not self.closing:
             self.transport.resume_reading()
 
     def pause_writing(self) -> None:
