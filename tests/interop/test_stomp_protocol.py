@@ -210,7 +210,8 @@ def test_disconnect_receipt_then_close_stomppy(broker, client, version):
     c = client(version)
     rid = uid("bye-")
     c.conn.disconnect(receipt=rid)
-    assert rid in c.listener.receipts
+    # stomp.py may return from disconnect() before its listener thread has run.
+    poll(lambda: rid in c.listener.receipts, 10, "the DISCONNECT receipt")
     c.listener.wait_disconnected()
 
 
