@@ -623,15 +623,22 @@ class Broker:
         return self._apply_ack(consumer, tags)
 
     def _apply_ack(self, consumer: Consumer, tags: Iterable[int]) -> bool:
+        return self._settle(consumer, tags, acked=True)
+
+    def _settle(self, consumer: Consumer, tags: Iterable[int], *, acked: bool) -> bool:
+        """Take entries out of the consumer's window: consumed (ack) or returned (nack)."""
         persisted = False
         for t in tags:
             entry = consumer.dispatched.pop(t, None)
             if entry is None:
                 continue
             consumer.by_message_id.pop(entry.message.message_id, None)
-            consumer.acked_count += 1
             persisted |= entry.persisted
-            entry.queue.ack_entry(entry)
+            if acked:
+                consumer.acked_count += 1
+                entry.queue.ack_entry(entry)
+            else:
+                entry.queue.release(entry, cause="message was rejected (NACK) too many times")
         for queue in consumer.sources:
             self.mark_dirty(queue)
         return persisted
@@ -645,17 +652,7 @@ class Broker:
         return self._apply_nack(consumer, tags)
 
     def _apply_nack(self, consumer: Consumer, tags: Iterable[int]) -> bool:
-        persisted = False
-        for t in tags:
-            entry = consumer.dispatched.pop(t, None)
-            if entry is None:
-                continue
-            consumer.by_message_id.pop(entry.message.message_id, None)
-            persisted |= entry.persisted
-            entry.queue.release(entry, cause="message was rejected (NACK) too many times")
-        for queue in consumer.sources:
-            self.mark_dirty(queue)
-        return persisted
+        return self._settle(consumer, tags, acked=False)
 
     # ================================================================ transactions
     def _txn(self, conn: Connection, txn_id: str) -> Transaction:

@@ -335,20 +335,11 @@ class Queue:
     # ------------------------------------------------------------ settle
     def ack_entry(self, entry: Entry) -> None:
         """The message is consumed: forget it here and in the store."""
-        if entry.state == DONE:
-            return
-        if entry.state == PENDING:
-            self._leave_pending(entry, DONE)
-        entry.state = DONE
-        entry.consumer = None
-        self._count -= 1
-        self.stats.dequeued += 1
-        self._refund(entry)
-        if entry.persisted and self.key is not None:
-            self.ctx.store_op(RemoveRef(self.key, entry.seq))
+        self.remove_entry(entry, consumed=True)
 
-    def remove_entry(self, entry: Entry) -> None:
-        """Drop without counting a dequeue (expiry, dead-lettering, purge)."""
+    def remove_entry(self, entry: Entry, *, consumed: bool = False) -> None:
+        """Forget an entry here and in the store; only a consumption counts as a
+        dequeue (expiry, dead-lettering and purges do not)."""
         if entry.state == DONE:
             return
         if entry.state == PENDING:
@@ -356,6 +347,8 @@ class Queue:
         entry.state = DONE
         entry.consumer = None
         self._count -= 1
+        if consumed:
+            self.stats.dequeued += 1
         self._refund(entry)
         if entry.persisted and self.key is not None:
             self.ctx.store_op(RemoveRef(self.key, entry.seq))
