@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from meshmq.config.model import BrokerConfig, ListenerConfig, ManagementConfig, StoreConfig
+from meshmq.store.base import Store
 from meshmq.transport.runtime import BrokerRuntime
 
 T = TypeVar("T")
@@ -53,15 +54,16 @@ def make_config(data_dir: Path, **changes: Any) -> BrokerConfig:
 class ThreadBroker:
     """A broker running on its own event loop in a daemon thread."""
 
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, store: Store | None = None) -> None:
         self.config = config
+        self.store = store
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.runtime: BrokerRuntime | None = None
 
     def start(self) -> ThreadBroker:
         self.thread.start()
-        self.runtime = BrokerRuntime(self.config)
+        self.runtime = BrokerRuntime(self.config, self.store)
         self.call(self.runtime.start())
         return self
 

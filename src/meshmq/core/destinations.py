@@ -21,7 +21,7 @@ SEPARATOR = "."
 MAX_NAME_LENGTH = 1024
 
 
-class DestKind(enum.Enum):
+class DestKind(enum.StrEnum):  # StrEnum: C-level hashing on the hot path
     QUEUE = "queue"
     TOPIC = "topic"
     TEMP_QUEUE = "temp-queue"

@@ -40,13 +40,16 @@ class Message:
     user_id: str | None = None
     # Protocol-specific hints preserved end to end (e.g. STOMP content-type, content-length).
     content_type: str | None = None
-    # Cached wire encodings keyed by codec name; not part of the message's identity.
-    wire_cache: dict[str, bytes] = field(default_factory=dict, repr=False)
+    # Cached wire encodings keyed by codec name, created on first use; not part of the
+    # message's identity.
+    wire_cache: dict[str, bytes] | None = field(default=None, repr=False)
 
     @property
     def size(self) -> int:
-        """Approximate memory cost used for memory limits and statistics."""
-        return len(self.body) + 200 + 32 * len(self.properties)
+        """Memory cost used for memory limits and statistics: the body plus what one
+        in-memory message and its queue entry measured (tracemalloc, CPython 3.11) on
+        top of it, so ``memory_limit`` means real RAM, not just payload bytes."""
+        return len(self.body) + 700 + 120 * len(self.properties)
 
     def is_expired(self, now_ms: int) -> bool:
         return self.expiration != 0 and now_ms >= self.expiration
@@ -56,7 +59,7 @@ class Message:
         fields = {name: getattr(self, name) for name in _FIELDS}
         fields["destination"] = destination
         fields["properties"] = dict(self.properties)
-        fields["wire_cache"] = {}
+        fields["wire_cache"] = None
         fields.update(changes)
         return Message(**fields)
 

@@ -52,6 +52,7 @@ _SEND_RESERVED = frozenset({
 _ACK_MODES = {"auto": AckMode.AUTO, "client": AckMode.CLIENT,
               "client-individual": AckMode.CLIENT_INDIVIDUAL}
 _TRUE = ("true", "1", "yes")
+UNSYNCED_LIMIT = 8 * 1024 * 1024
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 WRITE_LOW_WATER = 1024 * 1024
 
@@ -90,6 +91,9 @@ class StompSession:
         self._hb_handle: asyncio.TimerHandle | None = None
         self.flow_blocked = False
         self._held: list[Frame] = []  # frames parsed but not handled while flow-blocked
+        self._dest_cache: dict[str, tuple[Destination, ...]] = {}
+        self._unsynced = 0  # bytes of persistent sends without receipt since the last sync
+        self._store_waits = 0
         self.write_paused = False
 
     # ------------------------------------------------------------ input
@@ -146,7 +150,8 @@ class StompSession:
             if command in ("CONNECT", "STOMP"):
                 raise ProtocolError("already connected")
             raise ProtocolError(f"Unknown STOMP action: {command}")
-        missing = missing_headers(frame, self.version)
+        # SEND is the hot path: on_send checks its one required header itself.
+        missing = missing_headers(frame, self.version) if command != "SEND" else None
         if missing:
             raise ProtocolError(f"{command} frame is missing the required header "
                                 f"'{missing[0]}'")
@@ -213,7 +218,16 @@ class StompSession:
         return dest
 
     def destinations(self, text: str) -> tuple[Destination, ...]:
-        return stomp_names.parse(text, self._resolve_temp)
+        cached = self._dest_cache.get(text)
+        if cached is not None:
+            return cached
+        dests = stomp_names.parse(text, self._resolve_temp)
+        # Temporary destinations can be deleted and re-created; only cache the others.
+        if not any(d.is_temporary for d in dests):
+            if len(self._dest_cache) > 1000:
+                self._dest_cache.clear()
+            self._dest_cache[text] = dests
+        return dests
 
     def receipt(self, receipt_id: str, wait: Awaitable[None] | None = None) -> None:
         """Send RECEIPT in order; ``wait`` (a store sync) must finish first."""
@@ -259,10 +273,39 @@ class StompSession:
     def on_send(self, frame: Frame) -> None:
         assert self.conn is not None
         headers = frame.header_map()
-        dests = self.destinations(headers["destination"])
+        dest_text = headers.get("destination")
+        if dest_text is None:
+            raise ProtocolError("SEND frame is missing the required header 'destination'")
+        dests = self.destinations(dest_text)
         message = self._message(headers, frame.body, dests[0])
         needs_sync = self.broker.send(self.conn, dests, message, headers.get("transaction"))
         self._confirm(frame, needs_sync)
+        if needs_sync and "receipt" not in headers:
+            self._unsynced += len(frame.body) + 256
+            if self._unsynced > UNSYNCED_LIMIT:
+                self._wait_for_store()
+
+    def _wait_for_store(self) -> None:
+        """Back-pressure for persistent sends without receipts: once a connection has
+        this much unconfirmed data in the store's write queue, stop reading it until the
+        store has caught up, so a disk slower than the producer cannot grow memory."""
+        self._unsynced = 0
+        self.runtime.write_ops()
+        self.transport.pause_reading()
+        self._store_waits += 1
+
+        async def resume() -> None:
+            try:
+                await self.runtime.store.sync()
+            except Exception as exc:
+                self.fail(f"message could not be stored: {exc}")
+                return
+            finally:
+                self._store_waits -= 1
+            if not self.closing and not self.flow_blocked and not self._store_waits:
+                self.transport.resume_reading()
+
+        asyncio.get_running_loop().create_task(resume())
 
     def _message(self, headers: dict[str, str], body: bytes, dest: Destination) -> Message:
         assert self.conn is not None
@@ -444,7 +487,7 @@ class StompSession:
                                                 and msg.reply_to.is_temporary)
         cache_key = f"stomp{self.version}"
         if not temp:
-            cached = msg.wire_cache.get(cache_key)
+            cached = msg.wire_cache.get(cache_key) if msg.wire_cache is not None else None
             if cached is not None:
                 return cached
         headers: list[tuple[str, str]] = [
@@ -471,6 +514,8 @@ class StompSession:
             headers.append((key, _prop_text(value)))
         block = encode_header_block(headers, self.version)
         if not temp:
+            if msg.wire_cache is None:
+                msg.wire_cache = {}
             msg.wire_cache[cache_key] = block
         return block
 
@@ -579,7 +624,7 @@ class StompSession:
         held, self._held = self._held, []
         if held:
             self._process(held)
-        if not self.flow_blocked and not self.closing:
+        if not self.flow_blocked and not self.closing and not self._store_waits:
             self.transport.resume_reading()
 
     def pause_writing(self) -> None:

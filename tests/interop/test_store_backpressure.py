@@ -1,0 +1,58 @@
+"""Persistent sends without receipts cannot outrun the store: the connection stops
+being read once too much unconfirmed data is queued, and resumes when the store syncs."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+from meshmq.store.memory import MemoryStore
+from meshmq.transport.stomp_server import UNSYNCED_LIMIT
+from tests.interop.stomp_helpers import RawClient, frame_bytes
+from tests.support.brokers import ThreadBroker, make_config, poll
+
+
+class GatedStore(MemoryStore):
+    """A memory store whose sync() waits until the test opens the gate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.syncs_waiting = 0
+
+    async def sync(self) -> None:
+        self.syncs_waiting += 1
+        while not self.gate.is_set():
+            await asyncio.sleep(0.005)  # the store "disk" is busy; the loop keeps running
+        await super().sync()
+
+
+def test_unconfirmed_persistent_sends_pause_the_producer(tmp_path: Path) -> None:
+    store = GatedStore()
+    broker = ThreadBroker(make_config(tmp_path / "data"), store=store).start()
+    try:
+        with RawClient(broker) as producer, RawClient(broker) as other:
+            producer.connect("1.2")
+            other.connect("1.2")
+            body = b"x" * 64 * 1024
+            count = UNSYNCED_LIMIT // len(body) + 2
+            producer.sock.sendall(b"".join(
+                frame_bytes("SEND", [("destination", "/queue/bp"), ("persistent", "true")], body)
+                for _ in range(count)))
+            poll(lambda: store.syncs_waiting > 0, 10, "the producer to wait for the store")
+            # A non-persistent SEND with receipt on the same connection is not read yet...
+            producer.sock.sendall(frame_bytes("SEND", [("destination", "/queue/np"),
+                                                       ("receipt", "held")], b"later"))
+            # ...while another connection is served normally.
+            other.sock.sendall(frame_bytes("SEND", [("destination", "/queue/np"),
+                                                    ("receipt", "other")], b"ok"))
+            other.read_until_receipt("other")
+            depth_before = broker.destination_stats("np")["depth"]
+            assert depth_before == 1
+            store.gate.set()
+            producer.read_until_receipt("held")
+            assert broker.destination_stats("bp")["depth"] == count
+            assert broker.destination_stats("np")["depth"] == 2
+    finally:
+        broker.stop()
