@@ -38,6 +38,7 @@ from meshmq.store.base import (
     DurableSubscription,
     PutDurableSubscription,
     Recovery,
+    RemoveRef,
     Store,
     StoreOp,
 )
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("meshmq.broker")
 
 ADVISORY_PREFIX = "ActiveMQ.Advisory."
+RETAINED_PREFIX = "retained://"
 _TYPE_NAMES = {DestKind.QUEUE: "Queue", DestKind.TOPIC: "Topic",
                DestKind.TEMP_QUEUE: "TempQueue", DestKind.TEMP_TOPIC: "TempTopic"}
 
@@ -134,6 +136,11 @@ class Broker:
         self._topic_subs: list[TopicSubscription] = []
         self._topic_cache: dict[Destination, list[TopicSubscription]] = {}
         self._queue_wildcards: list[Consumer] = []
+        self._shared: dict[tuple[str, tuple[Destination, ...], str | None],
+                           TopicSubscription] = {}
+        # Retained messages (MQTT): the last retained message per topic, and its store seq.
+        self.retained: dict[Destination, tuple[int, Message]] = {}
+        self._retained_seq = itertools.count(1)
         self._dirty: dict[Queue, None] = {}
         self._ops: list[StoreOp] = []
         self._outbox: list[Outcome] = []
@@ -195,6 +202,9 @@ class Broker:
         for key, info in recovery.keys.items():
             if key in durable_keys:
                 continue
+            if key.startswith(RETAINED_PREFIX):
+                self._recover_retained(key, info.last_seq)
+                continue
             try:
                 dest = Destination.parse_uri(key)
             except MeshmqError:
@@ -218,6 +228,31 @@ class Broker:
                                     durable=record)
             self.durables[(record.client_id, record.subscription_name)] = sub
             self._add_topic_sub(sub)
+
+    def _recover_retained(self, key: str, last_seq: int) -> None:
+        self._retained_seq = itertools.count(max(last_seq + 1, next(self._retained_seq)))
+        for stored in self.store.load(key, 0, 10):
+            self.retained[stored.message.destination] = (stored.seq, stored.message)
+
+    # ================================================================ retained messages
+    def retain(self, message: Message) -> None:
+        """Keep ``message`` as its topic's retained message (an empty body clears it).
+        Retained messages are always stored, whatever their persistence."""
+        dest = message.destination
+        key = RETAINED_PREFIX + dest.name
+        old = self.retained.pop(dest, None)
+        if old is not None:
+            self._ops.append(RemoveRef(key, old[0]))
+        if message.body:
+            seq = next(self._retained_seq)
+            self.retained[dest] = (seq, message)
+            self._ops.append(AddMessage(message, ((key, seq),)))
+
+    def retained_for(self, patterns: Iterable[Destination]) -> list[Message]:
+        pats = tuple(patterns)
+        return [msg for dest, (_, msg) in sorted(self.retained.items(),
+                                                 key=lambda kv: kv[0].name)
+                if any(dst.matches(p, dest) for p in pats)]
 
     def _durable_policy(self, dest: Destination) -> DestinationPolicy:
         return self.policy_for(dest)
@@ -481,6 +516,17 @@ class Broker:
                             topics: tuple[Destination, ...],
                             durable_key: tuple[str, str] | None) -> Queue:
         spec = consumer.spec
+        if spec.shared_group is not None and durable_key is None:
+            shared_key = (spec.shared_group, topics, spec.selector)
+            shared = self._shared.get(shared_key)
+            if shared is None:
+                queue = Queue(topics[0], None, self.policy_for(topics[0]), self, None,
+                              prefiltered=True)
+                shared = TopicSubscription(topics, queue, selector_text=spec.selector,
+                                           no_local=False, connection_id=None, durable=None)
+                self._shared[shared_key] = shared
+                self._add_topic_sub(shared)
+            return shared.queue
         if durable_key is None:
             policy = self.policy_for(topics[0])
             queue = Queue(topics[0], None, policy, self, None, prefiltered=True)
@@ -578,9 +624,17 @@ class Broker:
         sub_queue = consumer.sub_queue
         if sub_queue is not None:
             durable = next((s for s in self.durables.values() if s.queue is sub_queue), None)
+            shared_key = next((k for k, s in self._shared.items() if s.queue is sub_queue),
+                              None)
             if durable is not None:
                 durable.consumer = None
                 durable.connection_id = None
+            elif shared_key is not None:
+                if not sub_queue.consumers:  # the group's last member left
+                    shared = self._shared.pop(shared_key)
+                    self._remove_topic_sub(shared)
+                    sub_queue.purge()
+                    sub_queue.deleted = True
             else:
                 sub = next((s for s in self._topic_subs if s.queue is sub_queue), None)
                 if sub is not None:

@@ -33,6 +33,9 @@ class ConsumerSpec:
     browser: bool = False
     subscription_name: str | None = None  # durable topic subscription (needs a client id)
     retroactive: bool = False
+    # MQTT 5 shared subscription ($share/<group>/<filter>): the group's consumers
+    # compete for the topic's messages like queue consumers.
+    shared_group: str | None = None
 
 
 class Consumer:

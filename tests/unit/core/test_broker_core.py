@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +16,7 @@ from meshmq.core.message import Message
 from meshmq.core.queue import Delivery
 from meshmq.errors import DestinationError, ProtocolError, ResourceLimitError
 from meshmq.store.base import AddMessage, RemoveRef, SetDeliveryCount
+from meshmq.store.journal import JournalStore
 from meshmq.store.memory import MemoryStore
 
 
@@ -304,3 +307,43 @@ def test_bad_requests_raise_documented_errors() -> None:
         sub(broker, conn, "x", "q")
     with pytest.raises(ProtocolError):
         sub(broker, conn, "d", "topic:t", subscription_name="needs-client-id")
+
+
+def test_retained_messages_replace_clear_and_survive_recovery(tmp_path: Path) -> None:
+    store = JournalStore(tmp_path / "j", fsync=False)
+    broker = Broker(BrokerConfig(broker_name="unit"), store)
+    broker.recover(store.open())
+    t = dst.topic("sensors.temp")
+    broker.retain(Message("m1", t, b"20"))
+    broker.retain(Message("m2", t, b"21"))
+    broker.retain(Message("m3", dst.topic("sensors.hum"), b"40"))
+    store.write(broker.take_ops())
+    assert [m.body for m in broker.retained_for([dst.topic("sensors.*")])] == [b"40", b"21"]
+    asyncio.run(store.close())
+    store = JournalStore(tmp_path / "j", fsync=False)
+    again = Broker(BrokerConfig(broker_name="unit"), store)
+    again.recover(store.open())
+    assert [m.body for m in again.retained_for([dst.topic("sensors.temp")])] == [b"21"]
+    again.retain(Message("m4", t, b""))  # an empty body clears
+    assert again.retained_for([t]) == []
+    store.write(again.take_ops())
+    asyncio.run(store.close())
+
+
+def test_shared_subscription_group_competes_for_topic_messages() -> None:
+    broker, _, store = make_broker()
+    conn = connect(broker)
+    a = sub(broker, conn, "a", "topic:t", shared_group="g")
+    b = sub(broker, conn, "b", "topic:t", shared_group="g")
+    solo = sub(broker, conn, "solo", "topic:t")
+    for i in range(4):
+        send(broker, conn, "topic:t", f"m{i}")
+    out = pump(broker, store)
+    group = [d for d in out if d.consumer in (a, b)]
+    assert bodies(group) == ["m0", "m1", "m2", "m3"]
+    assert {d.consumer for d in group} == {a, b}
+    assert bodies([d for d in out if d.consumer is solo]) == ["m0", "m1", "m2", "m3"]
+    broker.unsubscribe(conn, a)
+    broker.unsubscribe(conn, b)
+    send(broker, conn, "topic:t", "after")
+    assert [d.consumer for d in pump(broker, store)] == [solo]
