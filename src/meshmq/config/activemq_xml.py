@@ -47,9 +47,11 @@ _SCHEMES = {
     "stomp+ssl": "stomp+ssl", "stomp+nio+ssl": "stomp+ssl",
     "tcp": "tcp", "nio": "tcp",
     "ssl": "ssl", "nio+ssl": "ssl",
+    "mqtt": "mqtt", "mqtt+nio": "mqtt", "mqtt+ssl": "mqtt+ssl", "mqtt+nio+ssl": "mqtt+ssl",
+    "ws": "ws", "wss": "wss",
 }
-_LATER_SCHEMES = frozenset({"amqp", "mqtt", "ws", "wss", "auto", "http", "https", "udp",
-                            "vm", "multicast", "xmpp"})
+_LATER_SCHEMES = frozenset({"amqp", "auto", "http", "https", "udp", "vm", "multicast",
+                            "xmpp"})
 _STOMP_URI_OPTIONS = {
     "wireFormat.maxFrameSize": "max_frame_size",
     "wireFormat.maxDataLength": "max_frame_size",

@@ -13,7 +13,8 @@ from pathlib import Path
 KIB = 1024
 MIB = 1024 * 1024
 
-LISTENER_PROTOCOLS = ("stomp", "stomp+ssl", "tcp", "ssl", "nio")
+LISTENER_PROTOCOLS = ("stomp", "stomp+ssl", "mqtt", "mqtt+ssl", "ws", "wss", "tcp", "ssl",
+                      "nio")
 STORE_KINDS = ("journal", "memory")
 LIMIT_ACTIONS = ("block", "fail")
 
@@ -46,6 +47,20 @@ class StompConfig:
     server_heartbeat_ms: int = 10_000  # what we offer when the client wants heart-beats
     # heart-beat assumed for a CONNECT without one (ActiveMQ transport.defaultHeartBeat)
     default_heartbeat: tuple[int, int] = (0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class MqttConfig:
+    """MQTT 3.1.1/5 limits and timing. Sizes in bytes, times in milliseconds."""
+
+    max_packet_size: int = 100 * MIB  # largest packet accepted (announced to v5 clients)
+    receive_maximum: int = 1024  # inbound QoS 1/2 publishes a client may have unacked
+    max_inflight: int = 1024  # outbound QoS 1/2 unacked per client (v5 clients may ask less)
+    keepalive_grace: float = 1.5  # close a client silent for keep-alive x this
+    connect_timeout_ms: int = 30_000  # CONNECT must arrive within this after accept
+    max_session_expiry_s: int = 0xFFFFFFFF  # cap on a v5 session expiry interval
+    sys_interval_ms: int = 10_000  # how often $SYS/broker/... topics are published; 0 = off
+    retain_available: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +134,7 @@ class BrokerConfig:
     advisory_support: bool = True
     listeners: tuple[ListenerConfig, ...] = (ListenerConfig(),)
     stomp: StompConfig = field(default_factory=StompConfig)
+    mqtt: MqttConfig = field(default_factory=MqttConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     policies: tuple[DestinationPolicy, ...] = (
         DestinationPolicy(match="queue://>"),

@@ -74,7 +74,7 @@ _NOT_CONFIGURABLE: frozenset[tuple[type, str]] = frozenset({(BrokerConfig, "sour
 
 # Int fields that also accept "64 mb"-style strings.
 SIZE_FIELDS: frozenset[str] = frozenset({
-    "StompConfig.max_frame_size", "StompConfig.max_header_size",
+    "StompConfig.max_frame_size", "StompConfig.max_header_size", "MqttConfig.max_packet_size",
     "StoreConfig.segment_size", "StoreConfig.max_batch_bytes",
     "DestinationPolicy.memory_limit", "UsageConfig.memory_limit",
 })
@@ -102,9 +102,10 @@ _NON_EMPTY: frozenset[str] = frozenset({
     "ManagementConfig.host", "User.name", "AuthConfig.anonymous_user",
     "DestinationPolicy.dead_letter_queue",
 })
-_SSL_PROTOCOLS = frozenset({"ssl", "stomp+ssl"})
+_SSL_PROTOCOLS = frozenset({"ssl", "stomp+ssl", "mqtt+ssl", "wss"})
 # URL scheme spellings that mean the same listener protocol.
-_SCHEME_ALIASES = {"stomp+nio": "stomp", "stomp+nio+ssl": "stomp+ssl", "nio+ssl": "ssl"}
+_SCHEME_ALIASES = {"stomp+nio": "stomp", "stomp+nio+ssl": "stomp+ssl", "nio+ssl": "ssl",
+                   "mqtt+nio": "mqtt", "mqtt+nio+ssl": "mqtt+ssl"}
 
 
 def option_key(cls: type, field_name: str) -> str:

@@ -46,6 +46,8 @@ class BrokerRuntime:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped = asyncio.Event()
         self._management: object | None = None
+        self._limits: dict[str, int] = {}  # listener -> max_connections
+        self._counts: dict[str, int] = {}  # listener -> open connections
         self.started = False
 
     # ------------------------------------------------------------ lifecycle
@@ -61,10 +63,13 @@ class BrokerRuntime:
         for listener in self.config.listeners:
             if listener.protocol in ("stomp", "stomp+ssl"):
                 await self._listen_stomp(listener)
-            else:
-                log.warning("listener %s (%s://) is not available yet: broker-to-broker "
+            elif listener.protocol in ("tcp", "ssl", "nio"):
+                log.warning("listener %s (%s://) is not available yet: the broker-to-broker "
                             "transport arrives with network connectors", listener.name,
                             listener.protocol)
+            else:
+                log.warning("listener %s (%s://) is not available yet: MQTT and WebSocket "
+                            "listeners are being built", listener.name, listener.protocol)
         if self.config.management.enabled:
             from meshmq.management.http import ManagementServer
 
@@ -86,9 +91,11 @@ class BrokerRuntime:
             ssl_ctx.load_cert_chain(listener.ssl_certfile, listener.ssl_keyfile)
             if listener.ssl_cafile is not None:
                 ssl_ctx.load_verify_locations(listener.ssl_cafile)
+        self._limits[listener.name] = listener.max_connections
+        self._counts[listener.name] = 0
         server = await self._loop.create_server(
-            lambda: StompProtocol(self), listener.host, listener.port, ssl=ssl_ctx,
-            reuse_address=True, backlog=1024)
+            lambda: StompProtocol(self, listener.name), listener.host, listener.port,
+            ssl=ssl_ctx, reuse_address=True, backlog=1024)
         self._servers.append(server)
         sock = server.sockets[0].getsockname()
         self.addresses[listener.name] = (sock[0], sock[1])
@@ -136,6 +143,19 @@ class BrokerRuntime:
         self._loop.create_task(self.stop())
 
     # ------------------------------------------------------------ sessions
+    def admit(self, listener: str) -> bool:
+        """Count a new connection on ``listener``; False once it is at max_connections."""
+        count = self._counts.get(listener, 0)
+        if count >= self._limits.get(listener, 1 << 62):
+            log.warning("listener %s refused a connection: max_connections (%d) reached",
+                        listener, count)
+            return False
+        self._counts[listener] = count + 1
+        return True
+
+    def release(self, listener: str) -> None:
+        self._counts[listener] = self._counts.get(listener, 1) - 1
+
     def accepted(self, session: StompSession) -> None:
         self._all_sessions.add(session)
 

@@ -673,13 +673,20 @@ _HANDLERS = {
 class StompProtocol(asyncio.Protocol):
     """The asyncio adapter: one per TCP connection."""
 
-    def __init__(self, runtime: BrokerRuntime) -> None:
+    def __init__(self, runtime: BrokerRuntime, listener: str | None = None) -> None:
         self.runtime = runtime
+        self.listener = listener  # counts against this listener's max_connections
+        self.admitted = False
         self.session: StompSession | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports do not subclass asyncio.Transport; cast, don't assert.
         transport = cast(asyncio.Transport, transport)
+        if self.listener is not None:
+            if not self.runtime.admit(self.listener):
+                transport.close()
+                return
+            self.admitted = True
         peer = transport.get_extra_info("peername")
         remote = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
@@ -694,6 +701,9 @@ class StompProtocol(asyncio.Protocol):
         return None  # close our side too
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.admitted and self.listener is not None:
+            self.runtime.release(self.listener)
+            self.admitted = False
         if self.session is not None:
             self.runtime.forget(self.session)
             self.session.connection_lost()

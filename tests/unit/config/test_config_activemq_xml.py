@@ -42,6 +42,10 @@ def test_stock_example_imports(caplog: pytest.LogCaptureFixture) -> None:
                        max_connections=1000),
         ListenerConfig(name="stomp", protocol="stomp", host="0.0.0.0", port=61613,
                        max_connections=1000),
+        ListenerConfig(name="mqtt", protocol="mqtt", host="0.0.0.0", port=1883,
+                       max_connections=1000),
+        ListenerConfig(name="ws", protocol="ws", host="0.0.0.0", port=61614,
+                       max_connections=1000),
     )
     assert config.stomp.max_frame_size == 100 * MIB
     assert config.stomp.heartbeat_grace == 1.5
@@ -114,7 +118,7 @@ def test_connector_schemes_and_uri_options(tmp_path: Path,
     assert [(lst.name, lst.protocol, lst.host, lst.port) for lst in config.listeners] == [
         ("s", "stomp", "0.0.0.0", 61613), ("s2", "stomp", "127.0.0.1", 61614),
         ("t", "tcp", "0.0.0.0", 61616), ("tls", "stomp+ssl", "0.0.0.0", 61612),
-        ("bridge", "ssl", "0.0.0.0", 61617)]
+        ("bridge", "ssl", "0.0.0.0", 61617), ("m", "mqtt", "0.0.0.0", 1883)]
     assert config.listeners[0].max_connections == 7
     assert config.stomp.max_frame_size == MIB  # the first STOMP connector decides
     assert config.stomp.default_heartbeat == (5000, 0)
@@ -131,7 +135,7 @@ def test_connector_schemes_and_uri_options(tmp_path: Path,
     assert f"{file}:5: URI option transport.closeAsync is ignored by meshmq" in logged
     assert f"{file}:6: URI option wireFormat.maxFrameSize only applies to STOMP connectors " \
            "in meshmq, ignored" in logged
-    assert f"{file}:9: mqtt+nio:// transport connectors are not supported yet, ignored" in logged
+    assert not any("mqtt+nio://" in line for line in logged)  # MQTT connectors are imported
     assert f"{file}:11: <sslContext> attribute 'keyStorePassword' is ignored by meshmq" in logged
 
 

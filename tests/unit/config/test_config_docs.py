@@ -19,7 +19,7 @@ PREFIX: dict[type, str] = {
     model.StompConfig: "stomp", model.StoreConfig: "store",
     model.DestinationPolicy: "policies[]", model.UsageConfig: "usage",
     model.AuthConfig: "auth", model.User: "auth.users[]",
-    model.ManagementConfig: "management",
+    model.ManagementConfig: "management", model.MqttConfig: "mqtt",
 }
 NOT_OPTIONS = {"BrokerConfig.source"}  # set by the loader, not by users
 EXTRA_KEYS = {"listeners[].url"}  # accepted by the loader without being a field

@@ -201,7 +201,7 @@ ERRORS = [
                  id="store-kind-choice"),
     pytest.param("[[listeners]]\nname = 'x'\nprotocol = 'amqp'\n", 3, "listeners[0].protocol",
                  "must be one of 'stomp'", id="protocol-choice"),
-    pytest.param("[[listeners]]\nname = 'x'\nurl = 'mqtt://h:1883'\n", 3, "listeners[0].url",
+    pytest.param("[[listeners]]\nname = 'x'\nurl = 'amqp://h:5672'\n", 3, "listeners[0].url",
                  "must be one of", id="protocol-from-url"),
     pytest.param("[[listeners]]\nname = 'x'\nurl = 'stomp://h:99999'\n", 3, "listeners[0].url",
                  "port out of range", id="url-port-range"),

@@ -1,5 +1,6 @@
-"""Persistent sends without receipts cannot outrun the store: the connection stops
-being read once too much unconfirmed data is queued, and resumes when the store syncs."""
+"""Limits that protect the broker. Persistent sends without receipts cannot outrun the
+store: the connection stops being read once too much unconfirmed data is queued, and
+resumes when the store syncs. A listener refuses connections beyond max_connections."""
 
 from __future__ import annotations
 
@@ -54,5 +55,33 @@ def test_unconfirmed_persistent_sends_pause_the_producer(tmp_path: Path) -> None
             producer.read_until_receipt("held")
             assert broker.destination_stats("bp")["depth"] == count
             assert broker.destination_stats("np")["depth"] == 2
+    finally:
+        broker.stop()
+
+
+def test_listener_refuses_connections_beyond_max_connections(tmp_path: Path) -> None:
+    import dataclasses
+    import socket
+
+    from meshmq.config.model import ListenerConfig
+
+    config = dataclasses.replace(make_config(tmp_path / "data"), listeners=(
+        ListenerConfig(name="stomp", protocol="stomp", host="127.0.0.1", port=0,
+                       max_connections=2),))
+    broker = ThreadBroker(config).start()
+    try:
+        with RawClient(broker) as a, RawClient(broker) as b:
+            a.connect("1.2")
+            b.connect("1.2")
+            with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as c:
+                c.settimeout(10)
+                try:
+                    assert c.recv(10) == b""  # closed at once by the broker
+                except ConnectionResetError:
+                    pass
+        # Once they have gone, new connections are admitted again.
+        poll(lambda: broker.stats()["connections"] == 0, 10, "connections to close")
+        with RawClient(broker) as d:
+            d.connect("1.2")
     finally:
         broker.stop()

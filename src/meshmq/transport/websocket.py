@@ -1,0 +1,599 @@
+"""WebSocket listeners: STOMP and MQTT over RFC 6455, on one port.
+
+A thin asyncio adapter around wsproto (python-hyper's sans-I/O WebSocket codec).
+``WebSocketProtocol`` is the asyncio protocol of one TCP (or TLS) connection. It
+reads the HTTP upgrade request, picks a subprotocol, answers ``101 Switching
+Protocols`` and from then on hosts an *inner* protocol -- ``StompProtocol``, an
+MQTT protocol, any ``asyncio.Protocol`` -- exactly as if that protocol were on a
+plain socket: the inner protocol gets a ``WebSocketTransport`` whose ``write``
+wraps bytes in WebSocket data messages, and the payload of every incoming data
+message is handed to its ``data_received`` as a byte stream. STOMP and MQTT
+parsers are incremental, so messages are streamed as they arrive, never
+reassembled, and neither protocol assumes its frames align with WebSocket
+messages (MQTT 3.1.1 section 6 requires exactly that).
+
+Wiring (the runtime does this for ``ws://`` and ``wss://`` listeners)::
+
+    server = await start_websocket_listener(loop, host, port, {
+        "v12.stomp": lambda: StompProtocol(runtime),
+        "v11.stomp": lambda: StompProtocol(runtime),
+        "v10.stomp": lambda: StompProtocol(runtime),
+        "stomp": lambda: StompProtocol(runtime),
+        "mqtt": lambda: MqttProtocol(runtime),  # when MQTT arrives
+    }, ssl_context=ctx)
+
+Decisions, in the order a connection meets them:
+
+* **Handshake.** Bytes up to the blank line ending the request head are given to
+  wsproto (``ConnectionType.SERVER``); anything after it is kept and fed to the
+  WebSocket codec once the upgrade is accepted (a client that pipelines its first
+  frame is not punished). A head larger than ``max_handshake_size``, bytes that
+  are not HTTP, an HTTP request that is not a WebSocket upgrade, and a head not
+  complete within ``handshake_timeout`` seconds all get an HTTP error response
+  (400; 426 for an unsupported ``Sec-WebSocket-Version``; 408 on timeout) with a
+  plain-text body saying why, and the connection is closed. Nothing raised by a
+  peer's bytes escapes into the event loop.
+* **Path.** Any path is accepted (ActiveMQ serves ``ws://host:61614/``); pass
+  ``paths`` in ``WebSocketOptions`` to accept only those (404 for others).
+  The path is available as ``get_extra_info("path")``.
+* **Subprotocol.** The server's preference wins: the first name of the
+  ``protocols`` mapping (in its insertion order) that the client offers is chosen,
+  so a stomp.js client offering ``v10.stomp, v11.stomp, v12.stomp`` gets
+  ``v12.stomp``. Names match case-insensitively and the client's spelling is
+  echoed. A client that offers subprotocols but none we speak gets 400 with the
+  list we do speak. A client that offers *no* subprotocol at all (plain
+  ``new WebSocket(url)``) is served with ``default_subprotocol`` (``"stomp"``,
+  like ActiveMQ, which speaks STOMP to such clients) and no
+  ``Sec-WebSocket-Protocol`` header is sent back; set it to ``None`` to require a
+  subprotocol. The chosen mapping key is ``get_extra_info("subprotocol")``.
+* **Text or binary.** Names in ``text_subprotocols`` (the STOMP ones by default)
+  mirror the client: after the client's last data message was TEXT, writes go out
+  as TEXT messages (browser STOMP clients send and expect text), otherwise as
+  BINARY; a write that is not valid UTF-8 always goes out as BINARY, since a text
+  message must be UTF-8. Everything else -- MQTT -- is always BINARY, as MQTT over
+  WebSocket requires. One ``write`` is one message.
+* **Limits.** A data message larger than ``max_message_size`` bytes (100 MiB,
+  ActiveMQ's ``maxDataLength``) closes the connection with 1009. Protocol
+  violations (unmasked client frames, bad opcodes, invalid UTF-8 in text) close
+  with the code wsproto reports.
+* **Closing.** Pings are answered with pongs. A client's close frame is answered
+  and the TCP connection closed (RFC 6455: the server closes TCP first). When the
+  inner protocol closes its transport, a 1000 close frame is sent after what it
+  wrote, and TCP is closed when the client answers or after ``close_timeout``
+  seconds. The inner protocol's ``connection_lost`` is called exactly once, when
+  the TCP connection is gone.
+* **Back-pressure.** ``pause_reading``/``resume_reading`` stop and restart the TCP
+  transport; while paused, messages already received stay in wsproto's buffer and
+  are delivered after ``resume_reading``. The TCP transport's ``pause_writing``/
+  ``resume_writing`` are forwarded to the inner protocol, and its
+  ``set_write_buffer_limits``/``get_write_buffer_size`` act on the TCP buffer.
+
+wsproto does the handshake, parses every incoming frame and writes the control
+frames; outgoing *data* frames are serialized here (``frame_header``) because
+server frames are unmasked and a two-to-ten-byte header written in front of the
+payload spares wsproto's three copies of every (possibly 100 MiB) payload.
+Extensions (permessage-deflate) are not negotiated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import http
+import logging
+import re
+import ssl
+import struct
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+from urllib.parse import urlsplit
+
+from wsproto import ConnectionType, WSConnection
+from wsproto.connection import ConnectionState
+from wsproto.events import (
+    AcceptConnection,
+    BytesMessage,
+    CloseConnection,
+    Ping,
+    Request,
+    TextMessage,
+)
+from wsproto.frame_protocol import CloseReason
+from wsproto.utilities import RemoteProtocolError as WsRemoteProtocolError
+
+log = logging.getLogger("meshmq.websocket")
+
+ProtocolFactory = Callable[[], asyncio.Protocol]
+
+MIB = 1024 * 1024
+STOMP_SUBPROTOCOLS = frozenset({"v10.stomp", "v11.stomp", "v12.stomp", "stomp"})
+
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
+_OP_TEXT = 0x1
+_OP_BINARY = 0x2
+
+
+@dataclass(frozen=True, slots=True)
+class WebSocketOptions:
+    """Limits and choices of one WebSocket listener. Sizes in bytes, times in seconds."""
+
+    max_message_size: int = 100 * MIB  # largest incoming data message (ActiveMQ maxDataLength)
+    max_handshake_size: int = 16 * 1024  # the HTTP upgrade request head
+    handshake_timeout: float = 10.0  # the upgrade request must be complete within this
+    close_timeout: float = 5.0  # wait this long for the client's close frame
+    # served to a client that offers no subprotocol at all; None: such clients get 400
+    default_subprotocol: str | None = "stomp"
+    # subprotocols whose replies mirror the client's text/binary choice; the rest are binary
+    text_subprotocols: frozenset[str] = STOMP_SUBPROTOCOLS
+    paths: frozenset[str] | None = None  # None: any path
+
+
+# ---------------------------------------------------------------- pure helpers
+
+
+@dataclass(frozen=True, slots=True)
+class Negotiated:
+    """The outcome of subprotocol negotiation."""
+
+    name: str  # the key of the protocols mapping that serves the connection
+    echo: str | None  # the Sec-WebSocket-Protocol value to answer with (None: no header)
+
+
+def negotiate_subprotocol(offered: Sequence[str], supported: Sequence[str],
+                          default: str | None) -> Negotiated | None:
+    """Choose a subprotocol: the first of ``supported`` (server preference order) that
+    the client ``offered``; ``default`` when it offered none; None when nothing fits."""
+    if not offered:
+        if default is not None and default in supported:
+            return Negotiated(default, None)
+        return None
+    by_lower: dict[str, str] = {}
+    for token in offered:
+        by_lower.setdefault(token.lower(), token)
+    for name in supported:
+        echo = by_lower.get(name.lower())
+        if echo is not None:
+            return Negotiated(name, echo)
+    return None
+
+
+def http_error(status: int, message: str,
+               headers: Sequence[tuple[bytes, bytes]] = ()) -> bytes:
+    """A complete ``Connection: close`` HTTP/1.1 error response with a text body."""
+    body = (message + "\n").encode("utf-8", "replace")
+    phrase = http.HTTPStatus(status).phrase if status in http.HTTPStatus._value2member_map_ \
+        else "Error"
+    lines = [f"HTTP/1.1 {status} {phrase}".encode(),
+             b"Content-Type: text/plain; charset=utf-8",
+             b"Content-Length: " + str(len(body)).encode(),
+             b"Connection: close"]
+    lines.extend(name + b": " + value for name, value in headers)
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body
+
+
+def frame_header(opcode: int, length: int) -> bytes:
+    """The header of a final, unmasked (server-to-client) frame of ``length`` bytes."""
+    if length < 126:
+        return bytes((0x80 | opcode, length))
+    if length < 0x10000:
+        return struct.pack("!BBH", 0x80 | opcode, 126, length)
+    return struct.pack("!BBQ", 0x80 | opcode, 127, length)
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------- the adapter
+
+
+class _Phase(enum.Enum):
+    HANDSHAKE = "handshake"  # reading the HTTP upgrade request
+    OPEN = "open"  # WebSocket open, inner protocol running
+    CLOSING = "closing"  # close frame sent or received, waiting for the TCP close
+    CLOSED = "closed"  # rejected, or the TCP connection is gone
+
+
+class WebSocketTransport(asyncio.Transport):
+    """What the inner protocol sees as its transport: writes become WebSocket data
+    messages; everything else is the TCP transport's."""
+
+    def __init__(self, owner: WebSocketProtocol) -> None:
+        super().__init__()
+        self._owner = owner
+
+    # -- writing
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self._owner._send_data(bytes(data))
+
+    def writelines(self, list_of_data: Any) -> None:
+        self.write(b"".join(list_of_data))
+
+    def can_write_eof(self) -> bool:
+        return False
+
+    def write_eof(self) -> None:
+        raise NotImplementedError("a WebSocket has no half-close; use close()")
+
+    def get_write_buffer_size(self) -> int:
+        return self._owner._tcp.get_write_buffer_size()
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        return self._owner._tcp.get_write_buffer_limits()
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        self._owner._tcp.set_write_buffer_limits(high, low)
+
+    # -- reading
+    def pause_reading(self) -> None:
+        self._owner._pause_reading()
+
+    def resume_reading(self) -> None:
+        self._owner._resume_reading()
+
+    def is_reading(self) -> bool:
+        return not self._owner._reading_paused and not self.is_closing()
+
+    # -- closing
+    def close(self) -> None:
+        self._owner._close_from_inner()
+
+    def abort(self) -> None:
+        self._owner._tcp.abort()
+
+    def is_closing(self) -> bool:
+        return self._owner._phase is not _Phase.OPEN or self._owner._tcp.is_closing()
+
+    # -- the rest
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        owner = self._owner
+        if name == "subprotocol":
+            return owner.subprotocol
+        if name == "path":
+            return owner.path
+        if name == "websocket_request":
+            return owner.request
+        return owner._tcp.get_extra_info(name, default)
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self._owner._inner = cast(asyncio.Protocol, protocol)
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        assert self._owner._inner is not None
+        return self._owner._inner
+
+
+class WebSocketProtocol(asyncio.Protocol):
+    """One WebSocket connection: handshake, then host the chosen inner protocol."""
+
+    def __init__(self, protocols: Mapping[str, ProtocolFactory],
+                 options: WebSocketOptions | None = None) -> None:
+        self.protocols = protocols
+        self.options = options or WebSocketOptions()
+        self.subprotocol: str | None = None  # the chosen key of ``protocols``
+        self.path: str | None = None
+        self.request: Request | None = None
+        self.remote = "?"
+        self._tcp: asyncio.Transport = cast(asyncio.Transport, None)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._phase = _Phase.HANDSHAKE
+        self._head = b""
+        self._ws = WSConnection(ConnectionType.SERVER)
+        self._inner: asyncio.Protocol | None = None
+        self._shim: WebSocketTransport | None = None
+        self._inner_lost = False
+        self._text_capable = False
+        self._client_text = True  # STOMP clients start with text until they show otherwise
+        self._message_size = 0
+        self._reading_paused = False  # by the inner protocol
+        self._tcp_paused = False
+        self._write_paused = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._drain_scheduled = False
+
+    # ------------------------------------------------------------ asyncio callbacks
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports do not subclass asyncio.Transport; cast, don't assert.
+        self._tcp = cast(asyncio.Transport, transport)
+        self._loop = asyncio.get_running_loop()
+        peer = transport.get_extra_info("peername")
+        self.remote = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self._timer = self._loop.call_later(self.options.handshake_timeout,
+                                            self._handshake_timed_out)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            if self._phase is _Phase.HANDSHAKE:
+                self._handshake_data(data)
+            elif self._phase is not _Phase.CLOSED:
+                self._ws.receive_data(data)
+                self._drain()
+        except Exception:
+            log.exception("internal error on WebSocket connection %s", self.remote)
+            self._phase = _Phase.CLOSED
+            self._tcp.abort()
+
+    def eof_received(self) -> bool | None:
+        return None  # the client went away without a close frame: close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._phase = _Phase.CLOSED
+        self._cancel_timer()
+        if self._inner is not None and not self._inner_lost:
+            self._inner_lost = True
+            try:
+                self._inner.connection_lost(exc)
+            except Exception:
+                log.exception("connection_lost of the %s protocol failed (%s)",
+                              self.subprotocol, self.remote)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        if self._inner is not None and not self._inner_lost:
+            self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self._inner is not None and not self._inner_lost:
+            self._inner.resume_writing()
+
+    # ------------------------------------------------------------ handshake
+    def _handshake_data(self, data: bytes) -> None:
+        self._head += data
+        limit = self.options.max_handshake_size
+        end = _HEAD_END.search(self._head, 0, limit + 4)
+        if end is None or end.end() > limit:
+            if len(self._head) > limit:
+                self._reject(400, f"the HTTP request head is larger than {limit} bytes")
+            return
+        head, rest = self._head[:end.end()], self._head[end.end():]
+        self._head = b""
+        try:
+            self._ws.receive_data(head)
+            request = next((e for e in self._ws.events() if isinstance(e, Request)), None)
+        except (UnicodeError, ValueError):
+            self._reject(400, "malformed HTTP request: this is a WebSocket endpoint")
+            return
+        except WsRemoteProtocolError as exc:
+            hint = exc.event_hint
+            status = getattr(hint, "status_code", 400)
+            headers = list(getattr(hint, "headers", ()))
+            self._reject(status, f"{exc}: this is a WebSocket endpoint, it expects an "
+                                 "HTTP/1.1 GET with 'Connection: Upgrade' and "
+                                 "'Upgrade: websocket'", headers)
+            return
+        if request is None:
+            self._reject(400, "not an HTTP request: this is a WebSocket endpoint")
+            return
+        self.request = request
+        try:
+            path = urlsplit(request.target).path or "/"
+        except ValueError:
+            path = ""
+        if not path.startswith("/"):
+            self._reject(400, f"invalid request target {request.target!r}")
+            return
+        self.path = path
+        paths = self.options.paths
+        if paths is not None and path not in paths:
+            self._reject(404, f"no WebSocket endpoint at {path}; try "
+                              f"{', '.join(sorted(paths))}")
+            return
+        supported = list(self.protocols)
+        chosen = negotiate_subprotocol(request.subprotocols, supported,
+                                       self.options.default_subprotocol)
+        if chosen is None:
+            offered = ", ".join(request.subprotocols) or "none"
+            self._reject(400, f"unsupported WebSocket subprotocol (offered: {offered}); "
+                              f"this endpoint speaks: {', '.join(supported)}")
+            return
+        self._accept(chosen, rest)
+
+    def _accept(self, chosen: Negotiated, rest: bytes) -> None:
+        self._cancel_timer()
+        self.subprotocol = chosen.name
+        self._text_capable = chosen.name in self.options.text_subprotocols
+        self._tcp.write(self._ws.send(AcceptConnection(subprotocol=chosen.echo)))
+        self._phase = _Phase.OPEN
+        log.debug("WebSocket %s from %s on %s", chosen.name, self.remote, self.path)
+        try:
+            inner = self.protocols[chosen.name]()
+            self._inner = inner
+            self._shim = WebSocketTransport(self)
+            inner.connection_made(self._shim)
+            if self._write_paused:
+                inner.pause_writing()
+        except Exception:
+            log.exception("the %s protocol failed to start (%s)", chosen.name, self.remote)
+            self._send_close(CloseReason.INTERNAL_ERROR, "internal broker error")
+            return
+        if rest and self._phase is _Phase.OPEN:
+            self._ws.receive_data(rest)
+            self._drain()
+
+    def _reject(self, status: int, message: str,
+                headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+        log.info("rejected WebSocket handshake from %s: %d %s", self.remote, status, message)
+        self._phase = _Phase.CLOSED
+        self._cancel_timer()
+        self._head = b""
+        self._tcp.write(http_error(status, message, headers))
+        self._tcp.close()
+
+    def _handshake_timed_out(self) -> None:
+        self._timer = None
+        if self._phase is _Phase.HANDSHAKE:
+            self._reject(408, "no complete WebSocket upgrade request within "
+                              f"{self.options.handshake_timeout:g}s")
+
+    # ------------------------------------------------------------ incoming messages
+    def _drain(self) -> None:
+        """Hand received events to the inner protocol until paused or out of events."""
+        ws = self._ws
+        for event in ws.events():
+            if isinstance(event, TextMessage | BytesMessage):
+                if self._phase is _Phase.OPEN:
+                    self._on_data(event)
+            elif isinstance(event, Ping):
+                if ws.state is ConnectionState.OPEN:
+                    self._tcp.write(ws.send(event.response()))
+            elif isinstance(event, CloseConnection):
+                self._on_close(event)
+                return
+            if self._reading_paused and self._phase is _Phase.OPEN:
+                return  # the rest waits in wsproto's buffer until resume_reading
+
+    def _on_data(self, event: TextMessage | BytesMessage) -> None:
+        data = event.data
+        if isinstance(data, str):
+            payload = data.encode("utf-8")
+            self._client_text = True
+        else:
+            payload = bytes(data)
+            self._client_text = False
+        self._message_size += len(payload)
+        if self._message_size > self.options.max_message_size:
+            log.info("closing WebSocket %s: message larger than %d bytes", self.remote,
+                     self.options.max_message_size)
+            self._send_close(CloseReason.MESSAGE_TOO_BIG, "message larger than "
+                             f"{self.options.max_message_size} bytes")
+            return
+        if event.message_finished:
+            self._message_size = 0
+        if payload and self._inner is not None:
+            self._inner.data_received(payload)
+
+    def _on_close(self, event: CloseConnection) -> None:
+        ws = self._ws
+        if ws.state is ConnectionState.REMOTE_CLOSING:  # the client closes: answer, drop TCP
+            self._phase = _Phase.CLOSING
+            self._tcp.write(ws.send(event.response()))
+            self._close_tcp()
+        elif ws.state is ConnectionState.CLOSED:  # the client answered our close frame
+            self._close_tcp()
+        else:  # wsproto found a protocol violation and reports it as a close event
+            log.info("closing WebSocket %s: %s (%s)", self.remote, event.reason, event.code)
+            if ws.state is ConnectionState.OPEN and not self._tcp.is_closing():
+                self._tcp.write(ws.send(CloseConnection(code=event.code,
+                                                        reason=event.reason)))
+            self._close_tcp()
+
+    # ------------------------------------------------------------ for the transport shim
+    def _send_data(self, data: bytes) -> None:
+        if not data or self._phase is not _Phase.OPEN or self._tcp.is_closing():
+            return
+        if self._text_capable and self._client_text and _is_utf8(data):
+            opcode = _OP_TEXT
+        else:
+            opcode = _OP_BINARY
+        header = frame_header(opcode, len(data))
+        if len(data) < 65536:
+            self._tcp.write(header + data)
+        else:  # no copy of a big payload
+            self._tcp.write(header)
+            self._tcp.write(data)
+
+    def _pause_reading(self) -> None:
+        self._reading_paused = True
+        if not self._tcp_paused and not self._tcp.is_closing():
+            self._tcp_paused = True
+            self._tcp.pause_reading()
+
+    def _resume_reading(self) -> None:
+        self._reading_paused = False
+        if self._tcp_paused and not self._tcp.is_closing():
+            self._tcp_paused = False
+            self._tcp.resume_reading()
+        if not self._drain_scheduled and self._loop is not None:
+            # Messages held in wsproto's buffer are delivered on the next loop turn,
+            # never from inside the inner protocol's own call.
+            self._drain_scheduled = True
+            self._loop.call_soon(self._drain_held)
+
+    def _drain_held(self) -> None:
+        self._drain_scheduled = False
+        if self._phase is _Phase.CLOSED or self._reading_paused:
+            return
+        try:
+            self._drain()
+        except Exception:
+            log.exception("internal error on WebSocket connection %s", self.remote)
+            self._phase = _Phase.CLOSED
+            self._tcp.abort()
+
+    def _close_from_inner(self) -> None:
+        if self._phase is _Phase.OPEN:
+            self._send_close(CloseReason.NORMAL_CLOSURE, "")
+        elif self._phase is _Phase.HANDSHAKE:
+            self._phase = _Phase.CLOSED
+            self._tcp.close()
+
+    def _send_close(self, code: int, reason: str) -> None:
+        """Send our close frame (if the state allows one) and wait for the client's."""
+        self._phase = _Phase.CLOSING
+        ws = self._ws
+        if ws.state is ConnectionState.OPEN and not self._tcp.is_closing():
+            self._tcp.write(ws.send(CloseConnection(code=code, reason=reason or None)))
+        else:
+            self._close_tcp()
+            return
+        # Keep reading (the inner protocol may have paused it) to see the answer.
+        self._reading_paused = False
+        if self._tcp_paused:
+            self._tcp_paused = False
+            self._tcp.resume_reading()
+        self._cancel_timer()
+        assert self._loop is not None
+        self._timer = self._loop.call_later(self.options.close_timeout, self._close_timed_out)
+
+    def _close_timed_out(self) -> None:
+        self._timer = None
+        if self._tcp.get_write_buffer_size():
+            self._tcp.abort()  # the client neither answers nor reads
+        else:
+            self._tcp.close()
+
+    def _close_tcp(self) -> None:
+        self._phase = _Phase.CLOSING if self._phase is not _Phase.CLOSED else self._phase
+        self._cancel_timer()
+        self._tcp.close()
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+async def start_websocket_listener(
+        loop: asyncio.AbstractEventLoop, host: str | None, port: int,
+        protocols: Mapping[str, ProtocolFactory], *,
+        ssl_context: ssl.SSLContext | None = None,
+        options: WebSocketOptions | None = None) -> asyncio.Server:
+    """Listen for WebSocket clients (``wss://`` when ``ssl_context`` is given) and serve
+    each with the protocol its negotiated subprotocol names. Port 0 lets the OS choose;
+    read the bound address from ``server.sockets[0].getsockname()``."""
+    if not protocols:
+        raise ValueError("a WebSocket listener needs at least one subprotocol")
+    opts = options or WebSocketOptions()
+    return await loop.create_server(
+        lambda: WebSocketProtocol(protocols, opts), host, port, ssl=ssl_context,
+        reuse_address=True, backlog=1024)
+
+
+__all__ = [
+    "Negotiated",
+    "ProtocolFactory",
+    "WebSocketOptions",
+    "WebSocketProtocol",
+    "WebSocketTransport",
+    "frame_header",
+    "http_error",
+    "negotiate_subprotocol",
+    "start_websocket_listener",
+]
+
