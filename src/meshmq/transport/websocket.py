@@ -31,7 +31,9 @@ Decisions, in the order a connection meets them:
   are not HTTP, an HTTP request that is not a WebSocket upgrade, and a head not
   complete within ``handshake_timeout`` seconds all get an HTTP error response
   (400; 426 for an unsupported ``Sec-WebSocket-Version``; 408 on timeout) with a
-  plain-text body saying why, and the connection is closed. Nothing raised by a
+  plain-text body saying why, and the connection is closed (lingering: our side
+  ends with EOF, further input is discarded, TCP is closed when the client closes
+  or after ``close_timeout``, so a reset cannot destroy the response). Nothing raised by a
   peer's bytes escapes into the event loop.
 * **Path.** Any path is accepted (ActiveMQ serves ``ws://host:61614/``); pass
   ``paths`` in ``WebSocketOptions`` to accept only those (404 for others).
@@ -112,6 +114,7 @@ STOMP_SUBPROTOCOLS = frozenset({"v10.stomp", "v11.stomp", "v12.stomp", "stomp"})
 _HEAD_END = re.compile(rb"\r?\n\r?\n")
 _OP_TEXT = 0x1
 _OP_BINARY = 0x2
+_READABLE = (ConnectionState.OPEN, ConnectionState.LOCAL_CLOSING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,7 +313,7 @@ class WebSocketProtocol(asyncio.Protocol):
         try:
             if self._phase is _Phase.HANDSHAKE:
                 self._handshake_data(data)
-            elif self._phase is not _Phase.CLOSED:
+            elif self._phase is not _Phase.CLOSED and self._ws.state in _READABLE:
                 self._ws.receive_data(data)
                 self._drain()
         except Exception:
@@ -423,7 +426,16 @@ class WebSocketProtocol(asyncio.Protocol):
         self._cancel_timer()
         self._head = b""
         self._tcp.write(http_error(status, message, headers))
-        self._tcp.close()
+        # Lingering close: closing a socket with unread input makes the kernel send a
+        # reset, which can destroy the response before the client reads it. So end our
+        # side with EOF, discard whatever the client still sends, and close when it
+        # closes or after close_timeout.
+        if self._tcp.can_write_eof():
+            self._tcp.write_eof()
+            assert self._loop is not None
+            self._timer = self._loop.call_later(self.options.close_timeout, self._tcp.close)
+        else:
+            self._tcp.close()
 
     def _handshake_timed_out(self) -> None:
         self._timer = None
