@@ -1,0 +1,125 @@
+"""Sans-I/O MQTT 3.1.1 (protocol level 4) and 5.0 (level 5) codec.
+
+Bytes in (:class:`MqttDecoder`), packets out (:mod:`.packets`), bytes back
+(:func:`encode`, :func:`encode_publish`). Errors from the peer are
+:class:`MqttProtocolError` subclasses carrying the MQTT 5 ``reason_code`` to
+answer with. :mod:`.topics` validates topic names and filters and maps them to
+meshmq destination names. Nothing here does I/O or reads a clock.
+"""
+
+from .decoder import DEFAULT_MAX_PACKET_SIZE, MqttDecoder
+from .encoder import encode, encode_publish, encode_subscription_options
+from .errors import (
+    MalformedPacketError,
+    MqttProtocolError,
+    PacketTooLargeError,
+    TopicError,
+    UnsupportedProtocolVersionError,
+)
+from .packets import (
+    PROTOCOL_LEVEL_5,
+    PROTOCOL_LEVEL_311,
+    Auth,
+    Connack,
+    Connect,
+    Disconnect,
+    Packet,
+    PacketType,
+    Pingreq,
+    Pingresp,
+    Puback,
+    Pubcomp,
+    Publish,
+    Pubrec,
+    Pubrel,
+    RetainHandling,
+    Suback,
+    Subscribe,
+    SubscriptionOptions,
+    Unsuback,
+    Unsubscribe,
+    Will,
+)
+from .properties import (
+    ALLOWED_PROPERTIES,
+    PROPERTY_TYPES,
+    WILL_CONTEXT,
+    Properties,
+    PropertyId,
+    PropertyType,
+    decode_properties,
+    encode_properties,
+)
+from .reason_codes import (
+    ConnackReturnCode,
+    ReasonCode,
+    connack_return_code_v311,
+    reason_code_from_v311_connack,
+)
+from .topics import (
+    DestinationFilter,
+    destination_name_to_mqtt_topic,
+    destination_pattern_to_mqtt_filter,
+    is_shared,
+    mqtt_filter_to_destination,
+    mqtt_topic_to_destination_name,
+    topic_matches,
+    validate_topic_filter,
+    validate_topic_name,
+)
+
+__all__ = [
+    "ALLOWED_PROPERTIES",
+    "DEFAULT_MAX_PACKET_SIZE",
+    "PROPERTY_TYPES",
+    "PROTOCOL_LEVEL_5",
+    "PROTOCOL_LEVEL_311",
+    "WILL_CONTEXT",
+    "Auth",
+    "Connack",
+    "ConnackReturnCode",
+    "Connect",
+    "DestinationFilter",
+    "Disconnect",
+    "MalformedPacketError",
+    "MqttDecoder",
+    "MqttProtocolError",
+    "Packet",
+    "PacketTooLargeError",
+    "PacketType",
+    "Pingreq",
+    "Pingresp",
+    "Properties",
+    "PropertyId",
+    "PropertyType",
+    "Puback",
+    "Pubcomp",
+    "Publish",
+    "Pubrec",
+    "Pubrel",
+    "ReasonCode",
+    "RetainHandling",
+    "Suback",
+    "Subscribe",
+    "SubscriptionOptions",
+    "TopicError",
+    "Unsuback",
+    "Unsubscribe",
+    "UnsupportedProtocolVersionError",
+    "Will",
+    "connack_return_code_v311",
+    "decode_properties",
+    "destination_name_to_mqtt_topic",
+    "destination_pattern_to_mqtt_filter",
+    "encode",
+    "encode_properties",
+    "encode_publish",
+    "encode_subscription_options",
+    "is_shared",
+    "mqtt_filter_to_destination",
+    "mqtt_topic_to_destination_name",
+    "reason_code_from_v311_connack",
+    "topic_matches",
+    "validate_topic_filter",
+    "validate_topic_name",
+]
