@@ -63,6 +63,8 @@ class BrokerRuntime:
         for listener in self.config.listeners:
             if listener.protocol in ("stomp", "stomp+ssl"):
                 await self._listen_stomp(listener)
+            elif listener.protocol in ("ws", "wss"):
+                await self._listen_ws(listener)
             elif listener.protocol in ("tcp", "ssl", "nio"):
                 log.warning("listener %s (%s://) is not available yet: the broker-to-broker "
                             "transport arrives with network connectors", listener.name,
@@ -80,22 +82,49 @@ class BrokerRuntime:
         self.started = True
         log.info("meshmq broker %r started", self.config.broker_name)
 
+    @staticmethod
+    def _ssl_context(listener: ListenerConfig) -> ssl.SSLContext | None:
+        if listener.protocol not in ("stomp+ssl", "mqtt+ssl", "wss"):
+            return None
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        assert listener.ssl_certfile is not None  # the config loader requires it
+        ctx.load_cert_chain(listener.ssl_certfile, listener.ssl_keyfile)
+        if listener.ssl_cafile is not None:
+            ctx.load_verify_locations(listener.ssl_cafile)
+        return ctx
+
     async def _listen_stomp(self, listener: ListenerConfig) -> None:
         from meshmq.transport.stomp_server import StompProtocol
 
         assert self._loop is not None
-        ssl_ctx = None
-        if listener.protocol == "stomp+ssl":
-            ssl_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            assert listener.ssl_certfile is not None
-            ssl_ctx.load_cert_chain(listener.ssl_certfile, listener.ssl_keyfile)
-            if listener.ssl_cafile is not None:
-                ssl_ctx.load_verify_locations(listener.ssl_cafile)
         self._limits[listener.name] = listener.max_connections
         self._counts[listener.name] = 0
         server = await self._loop.create_server(
             lambda: StompProtocol(self, listener.name), listener.host, listener.port,
-            ssl=ssl_ctx, reuse_address=True, backlog=1024)
+            ssl=self._ssl_context(listener), reuse_address=True, backlog=1024)
+        self._listening(listener, server)
+
+    async def _listen_ws(self, listener: ListenerConfig) -> None:
+        """STOMP (and, with the MQTT work, MQTT) over WebSocket, chosen by subprotocol."""
+        from meshmq.transport.stomp_server import StompProtocol
+        from meshmq.transport.websocket import WebSocketOptions, start_websocket_listener
+
+        assert self._loop is not None
+        self._limits[listener.name] = listener.max_connections
+        self._counts[listener.name] = 0
+
+        def stomp() -> asyncio.Protocol:
+            return StompProtocol(self, listener.name)
+
+        protocols = {"v12.stomp": stomp, "v11.stomp": stomp, "v10.stomp": stomp,
+                     "stomp": stomp}
+        server = await start_websocket_listener(
+            self._loop, listener.host, listener.port, protocols,
+            ssl_context=self._ssl_context(listener),
+            options=WebSocketOptions(max_message_size=self.config.stomp.max_frame_size))
+        self._listening(listener, server)
+
+    def _listening(self, listener: ListenerConfig, server: asyncio.Server) -> None:
         self._servers.append(server)
         sock = server.sockets[0].getsockname()
         self.addresses[listener.name] = (sock[0], sock[1])
