@@ -53,7 +53,7 @@ from .packets import (
     Unsubscribe,
     Will,
 )
-from .properties import WILL_CONTEXT, Properties, decode_properties
+from .properties import WILL_CONTEXT, decode_properties, new_properties
 from .reason_codes import (
     AUTH_REASON_CODES,
     CONNACK_REASON_CODES,
@@ -170,11 +170,12 @@ class MqttDecoder:
         "_error",
         "_level",
         "_need",
+        "_server_side",
+        "_valid_first",
         "max_packet_size",
         "maximum_qos",
         "packets_before_error",
         "retain_available",
-        "server_side",
     )
 
     def __init__(self, max_packet_size: int = DEFAULT_MAX_PACKET_SIZE,
@@ -187,13 +188,15 @@ class MqttDecoder:
         if max_packet_size < 2:
             raise ValueError("max_packet_size must be at least 2")
         self.max_packet_size = max_packet_size
-        self.server_side = server_side
+        self._server_side = server_side
         self.retain_available = retain_available
         self.maximum_qos = maximum_qos
         self._level = protocol_level
         self._connected = protocol_level is not None
         self._buf = bytearray()
         self._need = 1
+        self._valid_first: bytes = b""
+        self._update_valid_first()
         self._error: MqttProtocolError | None = None
         self.packets_before_error: list[Packet] = []
         self._decoders: tuple[_Decode | None, ...] = (
@@ -203,6 +206,10 @@ class MqttDecoder:
             self._subscribe, self._suback, self._unsubscribe, self._unsuback,
             self._pingreq, self._pingresp, self._disconnect, self._auth,
         )
+
+    @property
+    def server_side(self) -> bool:
+        return self._server_side
 
     @property
     def protocol_level(self) -> int | None:
@@ -238,11 +245,14 @@ class MqttDecoder:
         n = len(src)
         pos = 0
         ptype = None
+        valid_first = self._valid_first
         try:
             while pos < n:
                 first = src[pos]
                 ptype = first >> 4
-                self._check_first_byte(ptype, first & 0x0F)
+                if not valid_first[first]:
+                    # Raises, or accepts the first CONNECT (the table changes after it).
+                    self._check_first_byte(ptype, first & 0x0F)
                 # Remaining length: one byte in the common case.
                 if pos + 1 >= n:
                     self._need = n - pos + 1
@@ -265,6 +275,8 @@ class MqttDecoder:
                 decode = self._decoders[ptype]
                 assert decode is not None
                 packets.append(decode(src, first & 0x0F, start, end))
+                if ptype == 1:
+                    valid_first = self._valid_first
                 pos = end
                 ptype = None
             else:
@@ -287,6 +299,17 @@ class MqttDecoder:
         self._error = exc
         self.packets_before_error = packets
         self._buf.clear()
+
+    def _update_valid_first(self) -> None:
+        """Precompute which first bytes pass :meth:`_check_first_byte` in this state."""
+        valid = bytearray(256)
+        for byte in range(256):
+            try:
+                self._check_first_byte(byte >> 4, byte & 0x0F)
+            except MqttProtocolError:
+                continue
+            valid[byte] = byte >> 4 != 1  # CONNECT always takes the slow path
+        self._valid_first = bytes(valid)
 
     @staticmethod
     def _remaining_length(src: bytes, p: int, n: int) -> tuple[int, int]:
@@ -349,6 +372,7 @@ class MqttDecoder:
             raise UnsupportedProtocolVersionError(f"unsupported protocol level {level}")
         # Known from here on, so an error CONNACK can be written in the client's version.
         self._level = level
+        self._update_valid_first()
         v5 = level == PROTOCOL_LEVEL_5
         if p + 4 > end:
             raise MalformedPacketError("truncated CONNECT")
@@ -368,7 +392,7 @@ class MqttDecoder:
         has_username = cflags & 0x80
         if has_password and not has_username and not v5:
             raise MalformedPacketError("password without user name (MQTT 3.1.1)")
-        props = Properties()
+        props = new_properties()
         if v5:
             props, p = decode_properties(src, p, end, 1)
             if props.authentication_data is not None and props.authentication_method is None:
@@ -380,7 +404,7 @@ class MqttDecoder:
                                     reason_code=ReasonCode.CLIENT_IDENTIFIER_NOT_VALID)
         will = None
         if will_flag:
-            will_props = Properties()
+            will_props = new_properties()
             if v5:
                 will_props, p = decode_properties(src, p, end, WILL_CONTEXT)
             will_topic, p = _str(src, p, end, "will topic")
@@ -402,6 +426,7 @@ class MqttDecoder:
             password, p = _bin(src, p, end, "password")
         _end(p, end, "CONNECT")
         self._connected = True
+        self._update_valid_first()
         return Connect(client_id, clean, keep_alive, username, password, will, props,
                        name, level)
 
@@ -412,7 +437,7 @@ class MqttDecoder:
         byte = src[p + 1]
         if ack_flags & 0xFE:
             raise MalformedPacketError("reserved CONNACK flags set")
-        props = Properties()
+        props = new_properties()
         if self._level == PROTOCOL_LEVEL_5:
             code = _code(byte, CONNACK_REASON_CODES, "CONNACK")
             props, p = decode_properties(src, p + 2, end, 2)
@@ -452,7 +477,7 @@ class MqttDecoder:
             stop += 2
         if self._level == PROTOCOL_LEVEL_5:
             if stop < end and src[stop] == 0:
-                props = Properties()
+                props = new_properties()
                 stop += 1
             else:
                 props, stop = decode_properties(src, stop, end, 3)
@@ -465,7 +490,7 @@ class MqttDecoder:
             if not topic and props.topic_alias is None:
                 raise MqttProtocolError("empty topic without a topic alias")
         else:
-            props = Properties()
+            props = new_properties()
             if not topic:
                 raise TopicError("empty PUBLISH topic")
         retain = flags & 1
@@ -502,7 +527,7 @@ class MqttDecoder:
         p += 2
         level = self._level or PROTOCOL_LEVEL_5
         v5 = level == PROTOCOL_LEVEL_5
-        props = Properties()
+        props = new_properties()
         table = _OPTIONS_311
         if v5:
             props, p = decode_properties(src, p, end, 8)
@@ -530,7 +555,7 @@ class MqttDecoder:
     def _suback(self, src: bytes, flags: int, p: int, end: int) -> Suback:
         pid = _pid(src, p, end)
         p += 2
-        props = Properties()
+        props = new_properties()
         allowed = _SUBACK_311
         if self._level == PROTOCOL_LEVEL_5:
             props, p = decode_properties(src, p, end, 9)
@@ -544,7 +569,7 @@ class MqttDecoder:
         pid = _pid(src, p, end)
         p += 2
         level = self._level or PROTOCOL_LEVEL_5
-        props = Properties()
+        props = new_properties()
         if level == PROTOCOL_LEVEL_5:
             props, p = decode_properties(src, p, end, 10)
         filters: list[str] = []
@@ -582,7 +607,7 @@ class MqttDecoder:
         if self._level != PROTOCOL_LEVEL_5:
             raise MalformedPacketError("DISCONNECT with a body (MQTT 3.1.1)")
         code = _code(src[p], DISCONNECT_REASON_CODES, "DISCONNECT")
-        props = Properties()
+        props = new_properties()
         p += 1
         if p < end:
             props, p = decode_properties(src, p, end, 14)
@@ -595,7 +620,7 @@ class MqttDecoder:
         if p == end:
             return Auth()
         code = _code(src[p], AUTH_REASON_CODES, "AUTH")
-        props = Properties()
+        props = new_properties()
         p += 1
         if p < end:
             props, p = decode_properties(src, p, end, 15)

@@ -17,11 +17,15 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import attrgetter
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from meshmq.errors import LocalProtocolError
 
 from .errors import MalformedPacketError, MqttProtocolError
 from .reason_codes import ReasonCode
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "ALLOWED_PROPERTIES",
@@ -180,12 +184,50 @@ _BOOLEAN_BYTES = frozenset({
 _NON_ZERO = frozenset({_P.RECEIVE_MAXIMUM, _P.MAXIMUM_PACKET_SIZE})
 
 
-@dataclass(slots=True)
+class _Values(TypedDict, total=False):
+    payload_format_indicator: int | None
+    message_expiry_interval: int | None
+    content_type: str | None
+    response_topic: str | None
+    correlation_data: bytes | None
+    subscription_identifiers: list[int]
+    session_expiry_interval: int | None
+    assigned_client_identifier: str | None
+    server_keep_alive: int | None
+    authentication_method: str | None
+    authentication_data: bytes | None
+    request_problem_information: int | None
+    will_delay_interval: int | None
+    request_response_information: int | None
+    response_information: str | None
+    server_reference: str | None
+    reason_string: str | None
+    receive_maximum: int | None
+    topic_alias_maximum: int | None
+    topic_alias: int | None
+    maximum_qos: int | None
+    retain_available: int | None
+    user_properties: list[tuple[str, str]]
+    maximum_packet_size: int | None
+    wildcard_subscription_available: int | None
+    subscription_identifier_available: int | None
+    shared_subscription_available: int | None
+
+
+_LIST_FIELDS = frozenset({"user_properties", "subscription_identifiers"})
+
+
+@dataclass(init=False, repr=False)
 class Properties:
     """MQTT 5 properties of one packet (or of a will); ``None`` means absent.
 
-    Byte properties with a yes/no meaning (``retain_available``, ...) keep the
-    wire value 0 or 1. Order of fields = order of identifiers.
+    Construct with keywords: ``Properties(content_type="text/plain")``. Byte
+    properties with a yes/no meaning (``retain_available``, ...) keep the wire
+    value 0 or 1. Field order = identifier order.
+
+    Built for the hot path: every packet has a Properties, almost always empty,
+    so construction costs one object (defaults are class attributes, and the two
+    lists are created on first access); ``vars(props)`` holds only what was set.
     """
 
     payload_format_indicator: int | None = None
@@ -216,11 +258,33 @@ class Properties:
     subscription_identifier_available: int | None = None
     shared_subscription_available: int | None = None
 
+    def __init__(self, **values: Unpack[_Values]) -> None:
+        if values:
+            for name, value in values.items():
+                if name not in _FIELD_SET:
+                    raise TypeError(f"Properties got an unexpected keyword {name!r}")
+                setattr(self, name, value)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for attributes that are neither set nor class defaults.
+        if name in _LIST_FIELDS:
+            value: list[Any] = []
+            self.__dict__[name] = value
+            return value
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={value!r}" for name, value in zip(
+            _ORDER_NAMES, _values(self), strict=True) if value is not None and value != [])
+        return f"Properties({shown})"
+
     def is_empty(self) -> bool:
-        return _values(self) == _EMPTY_VALUES
+        return not self.__dict__ or _values(self) == _EMPTY_VALUES
 
     def present(self) -> list[PropertyId]:
         """The identifiers of the properties that are set, in identifier order."""
+        if not self.__dict__:
+            return []
         return [pid for pid, v in zip(_ORDER, _values(self), strict=True)
                 if v is not None and v != []]
 
@@ -228,6 +292,12 @@ class Properties:
 _ORDER: tuple[PropertyId, ...] = tuple(sorted(PropertyId))
 _ORDER_NAMES: tuple[str, ...] = tuple(_FIELD_NAMES[pid] for pid in _ORDER)
 assert tuple(Properties.__dataclass_fields__) == _ORDER_NAMES, "field order drifted"
+_FIELD_SET = frozenset(_ORDER_NAMES)
+
+
+def new_properties() -> Properties:
+    """An empty :class:`Properties`, skipping ``__init__`` (the decoders' hot path)."""
+    return object.__new__(Properties)
 
 
 _values: Callable[[Properties], tuple[object, ...]] = attrgetter(*_ORDER_NAMES)
@@ -313,7 +383,7 @@ def decode_properties(buf: bytes, pos: int, end: int, context: int) -> tuple[Pro
     properties and the position after the block.
     """
     length, pos = decode_varint(buf, pos, end)
-    props = Properties()
+    props = new_properties()
     if length == 0:
         return props, pos
     stop = pos + length
@@ -433,7 +503,7 @@ def encode_properties(props: Properties | None, context: int) -> bytes:
     Raises :class:`LocalProtocolError` for a property the context does not allow
     or a value that does not fit its wire type.
     """
-    if props is None:
+    if props is None or not props.__dict__:
         return _EMPTY_BLOCK
     values = _values(props)
     if values == _EMPTY_VALUES:
