@@ -539,3 +539,19 @@ def test_errors_pickle() -> None:
     copy = pickle.loads(pickle.dumps(err))
     assert (type(copy), copy.reason_code, copy.packet_type, copy.message) == (
         TopicError, R.TOPIC_FILTER_INVALID, 8, "bad")
+
+
+def test_codec_is_sans_io() -> None:
+    # Principle 1: the codec never imports asyncio, socket or time (nor the core).
+    import ast
+    from pathlib import Path
+
+    import meshmq.protocol.mqtt as package
+    forbidden = {"asyncio", "socket", "time", "selectors", "threading", "meshmq.core"}
+    for path in Path(package.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                assert not any(name == f or name.startswith(f + ".") for f in forbidden), (
+                    f"{path.name} imports {name}")
