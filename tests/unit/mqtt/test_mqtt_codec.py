@@ -555,3 +555,19 @@ def test_codec_is_sans_io() -> None:
             for name in names:
                 assert not any(name == f or name.startswith(f + ".") for f in forbidden), (
                     f"{path.name} imports {name}")
+
+
+def test_properties_lists_are_per_instance() -> None:
+    a = Properties()
+    a.user_properties.append(("k", "v"))
+    a.subscription_identifiers.append(1)
+    b = Properties()
+    assert b.user_properties == [] and b.subscription_identifiers == []
+    assert Publish("t").properties.user_properties == []
+    assert a == Properties(user_properties=[("k", "v")], subscription_identifiers=[1])
+    assert a != b and b == Properties() and b.is_empty() and not a.is_empty()
+    assert repr(Properties(topic_alias=2)) == "Properties(topic_alias=2)"
+    with pytest.raises(TypeError):
+        Properties(bogus=1)  # type: ignore[call-arg]
+    with pytest.raises(AttributeError):
+        b.bogus  # type: ignore[attr-defined]  # noqa: B018

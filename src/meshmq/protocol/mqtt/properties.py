@@ -265,13 +265,15 @@ class Properties:
                     raise TypeError(f"Properties got an unexpected keyword {name!r}")
                 setattr(self, name, value)
 
-    def __getattr__(self, name: str) -> Any:
-        # Only reached for attributes that are neither set nor class defaults.
-        if name in _LIST_FIELDS:
-            value: list[Any] = []
-            self.__dict__[name] = value
-            return value
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    if not TYPE_CHECKING:  # hidden from mypy, so a misspelt attribute stays an error
+        def __getattr__(self, name: str) -> Any:
+            # Only reached for attributes that are neither set nor class defaults.
+            if name in _LIST_FIELDS:
+                value: list[Any] = []
+                self.__dict__[name] = value
+                return value
+            raise AttributeError(
+                f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{name}={value!r}" for name, value in zip(
