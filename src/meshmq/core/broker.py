@@ -347,6 +347,12 @@ class Broker:
             return False
         return self._route(conn, destinations, message)
 
+    def publish_internal(self, message: Message, *, retain: bool = False) -> None:
+        """Route a message the broker itself produces (MQTT wills, $SYS statistics)."""
+        self._route(None, (message.destination,), message)
+        if retain:
+            self.retain(message)
+
     def _route(self, conn: Connection | None, destinations: tuple[Destination, ...],
                message: Message) -> bool:
         needs_sync = False

@@ -12,7 +12,7 @@ import logging
 import signal
 import ssl
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from meshmq.config.model import BrokerConfig, ListenerConfig
 from meshmq.core.broker import Broker
@@ -20,7 +20,20 @@ from meshmq.core.queue import BrowseEnd, Delivery
 from meshmq.store.base import Store
 
 if TYPE_CHECKING:
-    from meshmq.transport.stomp_server import StompSession
+    from meshmq.core.broker import Connection
+    from meshmq.core.message import Message
+    from meshmq.transport.mqtt_server import MqttSession, SessionState
+
+
+class Session(Protocol):
+    """What the runtime needs from a protocol session (STOMP or MQTT)."""
+
+    conn: Connection | None
+
+    def deliver(self, outcome: Delivery | BrowseEnd) -> None: ...
+    def flush(self) -> None: ...
+    def close(self) -> None: ...
+    def check_timeouts(self, now: float) -> None: ...
 
 log = logging.getLogger("meshmq.runtime")
 
@@ -36,9 +49,9 @@ class BrokerRuntime:
             store = create_store(config)
         self.store = store
         self.broker = Broker(config, self.store)
-        self.sessions: dict[str, StompSession] = {}  # by broker connection id
-        self._all_sessions: set[StompSession] = set()
-        self._to_flush: dict[StompSession, None] = {}
+        self.sessions: dict[str, Session] = {}  # by broker connection id
+        self._all_sessions: set[Session] = set()
+        self._to_flush: dict[Session, None] = {}
         self._pump_scheduled = False
         self._servers: list[asyncio.Server] = []
         self.addresses: dict[str, tuple[str, int]] = {}  # listener name -> bound address
@@ -46,6 +59,10 @@ class BrokerRuntime:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped = asyncio.Event()
         self._management: object | None = None
+        self.mqtt_sessions: dict[str, MqttSession] = {}  # MQTT client id -> live session
+        self.mqtt_states: dict[str, SessionState] = {}  # persistent MQTT sessions
+        self._wills: dict[str, asyncio.TimerHandle] = {}
+        self._sys_timer: asyncio.TimerHandle | None = None
         self._limits: dict[str, int] = {}  # listener -> max_connections
         self._counts: dict[str, int] = {}  # listener -> open connections
         self.started = False
@@ -65,6 +82,8 @@ class BrokerRuntime:
                 await self._listen_stomp(listener)
             elif listener.protocol in ("ws", "wss"):
                 await self._listen_ws(listener)
+            elif listener.protocol in ("mqtt", "mqtt+ssl"):
+                await self._listen_mqtt(listener)
             elif listener.protocol in ("tcp", "ssl", "nio"):
                 log.warning("listener %s (%s://) is not available yet: the broker-to-broker "
                             "transport arrives with network connectors", listener.name,
@@ -80,6 +99,10 @@ class BrokerRuntime:
             self._management = mgmt
         self._timer = self._loop.call_later(TIMER_INTERVAL, self._on_timer)
         self.started = True
+        if self.config.mqtt.sys_interval_ms > 0 and any(
+                lst.protocol in ("mqtt", "mqtt+ssl", "ws", "wss")
+                for lst in self.config.listeners):
+            self._publish_sys()
         log.info("meshmq broker %r started", self.config.broker_name)
 
     @staticmethod
@@ -116,13 +139,86 @@ class BrokerRuntime:
         def stomp() -> asyncio.Protocol:
             return StompProtocol(self, listener.name)
 
+        def mqtt() -> asyncio.Protocol:
+            from meshmq.transport.mqtt_server import MqttProtocol
+
+            return MqttProtocol(self, listener.name)
+
         protocols = {"v12.stomp": stomp, "v11.stomp": stomp, "v10.stomp": stomp,
-                     "stomp": stomp}
+                     "stomp": stomp, "mqtt": mqtt}
         server = await start_websocket_listener(
             self._loop, listener.host, listener.port, protocols,
             ssl_context=self._ssl_context(listener),
             options=WebSocketOptions(max_message_size=self.config.stomp.max_frame_size))
         self._listening(listener, server)
+
+    async def _listen_mqtt(self, listener: ListenerConfig) -> None:
+        from meshmq.transport.mqtt_server import MqttProtocol
+
+        assert self._loop is not None
+        self._limits[listener.name] = listener.max_connections
+        self._counts[listener.name] = 0
+        server = await self._loop.create_server(
+            lambda: MqttProtocol(self, listener.name), listener.host, listener.port,
+            ssl=self._ssl_context(listener), reuse_address=True, backlog=1024)
+        self._listening(listener, server)
+
+    # ------------------------------------------------------------ MQTT wills and $SYS
+    def schedule_will(self, client_id: str, message: Message, delay_s: int) -> None:
+        """Publish an MQTT will now, or after its delay unless the client comes back."""
+        from meshmq.transport.mqtt_server import RETAIN_PROPERTY
+
+        retain = message.properties.get(RETAIN_PROPERTY) is True
+
+        def publish() -> None:
+            self._wills.pop(client_id, None)
+            self.broker.publish_internal(message, retain=retain)
+            self.pump()
+
+        self.cancel_will(client_id)
+        if delay_s <= 0:
+            publish()
+        else:
+            assert self._loop is not None
+            self._wills[client_id] = self._loop.call_later(delay_s, publish)
+
+    def cancel_will(self, client_id: str) -> None:
+        handle = self._wills.pop(client_id, None)
+        if handle is not None:
+            handle.cancel()
+
+    def _publish_sys(self) -> None:
+        """Mosquitto-style $SYS/broker/... statistics as retained messages."""
+        from meshmq.core import destinations as dst
+        from meshmq.core.message import Message
+
+        broker = self.broker
+        queues = list(broker.queues.values())
+        received = sum(q.stats.enqueued for q in queues) + \
+            sum(t.enqueued for t in broker.topics.values())
+        sent = sum(q.stats.dispatched for q in queues) + \
+            sum(t.dispatched for t in broker.topics.values())
+        from meshmq import __version__
+
+        values = {
+            "version": f"meshmq {__version__}",
+            "uptime": f"{(broker.now_ms() - broker.started_ms) // 1000} seconds",
+            "clients/connected": str(len(broker.connections)),
+            "messages/received": str(received),
+            "messages/sent": str(sent),
+            "store/messages/count": str(sum(q.depth for q in queues)),
+            "heap/current": str(broker.usage.used),
+        }
+        for name, value in values.items():
+            topic = "$SYS.broker." + name.replace("/", ".")
+            msg = Message(message_id=self.broker.new_message_id("sys"),
+                          destination=dst.topic(topic), body=value.encode(),
+                          timestamp=self.broker.now_ms())
+            self.broker.publish_internal(msg, retain=True)
+        self.pump()
+        interval = self.config.mqtt.sys_interval_ms
+        if interval > 0 and self._loop is not None and self.started:
+            self._sys_timer = self._loop.call_later(interval / 1000, self._publish_sys)
 
     def _listening(self, listener: ListenerConfig, server: asyncio.Server) -> None:
         self._servers.append(server)
@@ -139,6 +235,10 @@ class BrokerRuntime:
             server.close()
         if self._timer is not None:
             self._timer.cancel()
+        if self._sys_timer is not None:
+            self._sys_timer.cancel()
+        for handle in self._wills.values():
+            handle.cancel()
         for session in list(self._all_sessions):
             session.close()
         if self._management is not None:
@@ -185,22 +285,22 @@ class BrokerRuntime:
     def release(self, listener: str) -> None:
         self._counts[listener] = self._counts.get(listener, 1) - 1
 
-    def accepted(self, session: StompSession) -> None:
+    def accepted(self, session: Session) -> None:
         self._all_sessions.add(session)
 
-    def forget(self, session: StompSession) -> None:
+    def forget(self, session: Session) -> None:
         self._all_sessions.discard(session)
         self._to_flush.pop(session, None)
 
-    def register(self, session: StompSession) -> None:
+    def register(self, session: Session) -> None:
         assert session.conn is not None
         self.sessions[session.conn.id] = session
 
-    def unregister(self, session: StompSession) -> None:
+    def unregister(self, session: Session) -> None:
         if session.conn is not None:
             self.sessions.pop(session.conn.id, None)
 
-    def mark_flush(self, session: StompSession) -> None:
+    def mark_flush(self, session: Session) -> None:
         self._to_flush[session] = None
 
     # ------------------------------------------------------------ pump

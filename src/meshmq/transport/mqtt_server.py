@@ -1,0 +1,817 @@
+"""MQTT 3.1.1 and 5 server sessions on the broker core.
+
+One destination model: the MQTT topic ``a/b`` is the topic ``a.b`` STOMP sees
+(``meshmq.protocol.mqtt.topics`` holds the mapping). A subscription is a core
+consumer on a topic pattern: QoS 0 subscriptions acknowledge on dispatch, QoS 1/2
+ones hold a window of unacknowledged messages. A persistent session (3.1.1 clean
+session 0, or MQTT 5 session expiry > 0) keeps its subscriptions as durable topic
+subscriptions named ``mqtt<qos><flags>:<filter>`` under the MQTT client id, as
+ActiveMQ does, so they and their queued messages survive disconnects and broker
+restarts. The publisher's QoS travels in the ``ActiveMQ.MQTT.QoS`` property and the
+retain flag in ``ActiveMQ.Retain`` (ActiveMQ's names).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import secrets
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
+
+from meshmq.core import destinations as dst
+from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
+from meshmq.core.destinations import Destination, DestKind
+from meshmq.core.message import Message, PropertyValue
+from meshmq.core.queue import BrowseEnd, Delivery
+from meshmq.errors import AuthenticationError, MeshmqError
+from meshmq.protocol.mqtt import (
+    PROTOCOL_LEVEL_5,
+    Auth,
+    Connack,
+    Connect,
+    Disconnect,
+    MqttDecoder,
+    MqttProtocolError,
+    Packet,
+    Pingreq,
+    Pingresp,
+    Properties,
+    Puback,
+    Pubcomp,
+    Publish,
+    Pubrec,
+    Pubrel,
+    ReasonCode,
+    RetainHandling,
+    Suback,
+    Subscribe,
+    SubscriptionOptions,
+    Unsuback,
+    Unsubscribe,
+    Will,
+    destination_name_to_mqtt_topic,
+    encode,
+    encode_publish,
+    is_shared,
+    mqtt_filter_to_destination,
+    mqtt_topic_to_destination_name,
+)
+
+if TYPE_CHECKING:
+    from meshmq.core.broker import Connection
+    from meshmq.transport.runtime import BrokerRuntime
+
+log = logging.getLogger("meshmq.mqtt")
+
+QOS_PROPERTY = "ActiveMQ.MQTT.QoS"
+RETAIN_PROPERTY = "ActiveMQ.Retain"
+_INTERNAL = frozenset({QOS_PROPERTY, RETAIN_PROPERTY, "dlqDeliveryFailureCause"})
+TOPIC_ALIAS_MAXIMUM = 64
+SERVER_SESSION_FOREVER = 0xFFFFFFFF
+WRITE_HIGH_WATER = 4 * 1024 * 1024
+WRITE_LOW_WATER = 1024 * 1024
+
+
+@dataclass(slots=True)
+class MqttSubscription:
+    filter: str
+    options: SubscriptionOptions
+    subscription_id: int | None
+    consumer: Consumer | None = None
+    exclude_dollar: bool = False
+    shared: bool = False
+
+
+@dataclass(slots=True)
+class SessionState:
+    """What outlives one network connection of a persistent session."""
+
+    client_id: str
+    subscriptions: dict[str, MqttSubscription] = field(default_factory=dict)
+    inbound_qos2: set[int] = field(default_factory=set)  # PUBREC sent, PUBREL awaited
+    outbound_pubrel: set[int] = field(default_factory=set)  # PUBREL sent, PUBCOMP awaited
+    expiry_s: int = 0
+    expiry_handle: asyncio.TimerHandle | None = None
+
+
+def durable_name(flt: str, options: SubscriptionOptions) -> str:
+    flags = ("n" if options.no_local else "") + ("r" if options.retain_as_published else "")
+    return f"mqtt{options.qos}{flags}:{flt}"
+
+
+def parse_durable_name(name: str) -> tuple[str, SubscriptionOptions] | None:
+    head, sep, flt = name.partition(":")
+    if not sep or not head.startswith("mqtt") or len(head) < 5 or not head[4].isdigit():
+        return None
+    flags = head[5:]
+    return flt, SubscriptionOptions(qos=int(head[4]), no_local="n" in flags,
+                                    retain_as_published="r" in flags)
+
+
+def _topic_dest(topic: str) -> Destination:
+    return dst.topic(mqtt_topic_to_destination_name(topic))
+
+
+class MqttSession:
+    """Per-connection MQTT state. Everything here runs on the event loop thread."""
+
+    def __init__(self, runtime: BrokerRuntime, transport: asyncio.Transport, remote: str) -> None:
+        self.runtime = runtime
+        self.broker = runtime.broker
+        self.cfg = runtime.config.mqtt
+        self.transport = transport
+        self.remote = remote
+        self.decoder = MqttDecoder(max_packet_size=self.cfg.max_packet_size,
+                                   retain_available=self.cfg.retain_available)
+        self.level = 4
+        self.conn: Connection | None = None
+        self.state: SessionState | None = None
+        self.persistent = False
+        self.closing = False
+        self.will: Will | None = None
+        self.keep_alive = 0
+        self._out: list[bytes] = []
+        self._acks: collections.deque[tuple[bytes, Awaitable[None] | None]] = \
+            collections.deque()
+        self._ack_task: asyncio.Task[None] | None = None
+        self._by_consumer: dict[Consumer, MqttSubscription] = {}
+        self._outbound: dict[int, tuple[Consumer | None, int]] = {}  # packet id -> (consumer, tag)
+        self._next_pid = 1
+        self._aliases: dict[int, str] = {}
+        self._client_max_packet = 0
+        self._client_receive_max = self.cfg.max_inflight
+        self._inbound_pending = 0
+        now = time.monotonic()
+        self.accepted_at = now
+        self.last_read = now
+        self.last_write = now
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    # ------------------------------------------------------------ input
+    def data_received(self, data: bytes) -> None:
+        self.last_read = time.monotonic()
+        if self.closing:
+            return
+        try:
+            packets = self.decoder.feed(data)
+        except MqttProtocolError as exc:
+            for packet in self.decoder.packets_before_error:
+                self._handle_safely(packet)
+            self.protocol_failure(exc)
+            self.runtime.request_pump()
+            return
+        for packet in packets:
+            if self.is_closing():
+                break
+            self._handle_safely(packet)
+        self.runtime.request_pump()
+        self.flush()
+
+    def _handle_safely(self, packet: Packet) -> None:
+        try:
+            self.handle(packet)
+        except MqttProtocolError as exc:
+            self.protocol_failure(exc)
+        except MeshmqError as exc:
+            self.disconnect(ReasonCode.UNSPECIFIED_ERROR, exc.message)
+        except Exception:
+            log.exception("internal error handling %s from %s", type(packet).__name__,
+                          self.remote)
+            self.disconnect(ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR, "internal broker error")
+
+    def handle(self, packet: Packet) -> None:
+        if isinstance(packet, Publish):
+            self.on_publish(packet)
+        elif isinstance(packet, Puback):
+            self._settle_outbound(packet.packet_id)
+        elif isinstance(packet, Pubrec):
+            self.on_pubrec(packet)
+        elif isinstance(packet, Pubcomp):
+            if self.state is not None:
+                self.state.outbound_pubrel.discard(packet.packet_id)
+            self._outbound.pop(packet.packet_id, None)
+        elif isinstance(packet, Pubrel):
+            self.on_pubrel(packet)
+        elif isinstance(packet, Subscribe):
+            self.on_subscribe(packet)
+        elif isinstance(packet, Unsubscribe):
+            self.on_unsubscribe(packet)
+        elif isinstance(packet, Pingreq):
+            self._write(encode(Pingresp(), self.level))
+        elif isinstance(packet, Disconnect):
+            self.on_disconnect(packet)
+        elif isinstance(packet, Connect):
+            self.on_connect(packet)
+        elif isinstance(packet, Auth):
+            raise MqttProtocolError("re-authentication is not supported",
+                                    reason_code=ReasonCode.BAD_AUTHENTICATION_METHOD)
+        else:  # the decoder only lets client-to-server packets through
+            raise MqttProtocolError(f"unexpected {type(packet).__name__}",
+                                    reason_code=ReasonCode.PROTOCOL_ERROR)
+
+    # ------------------------------------------------------------ CONNECT
+    def on_connect(self, packet: Connect) -> None:
+        self.level = packet.protocol_level
+        v5 = self.level == PROTOCOL_LEVEL_5
+        props = packet.properties
+        login = packet.username
+        password = packet.password.decode("utf-8", "replace") if packet.password else None
+        if v5 and props.authentication_method is not None:
+            if props.authentication_method.upper() != "PLAIN":
+                self._refuse(ReasonCode.BAD_AUTHENTICATION_METHOD,
+                             f"authentication method {props.authentication_method!r} is not "
+                             "supported (use PLAIN or username/password)")
+                return
+            # SASL PLAIN: [authzid] NUL authcid NUL passwd
+            parts = (props.authentication_data or b"").split(b"\0")
+            if len(parts) != 3:
+                self._refuse(ReasonCode.BAD_AUTHENTICATION_METHOD, "malformed PLAIN data")
+                return
+            login = parts[1].decode("utf-8", "replace")
+            password = parts[2].decode("utf-8", "replace")
+        try:
+            principal = self.broker.authenticate(login, password)
+        except AuthenticationError:
+            log.warning("MQTT authentication failed for %r from %s", login, self.remote)
+            self._refuse(ReasonCode.BAD_USER_NAME_OR_PASSWORD, "Authentication failed")
+            return
+        client_id = packet.client_id
+        assigned = None
+        if not client_id:
+            client_id = assigned = "meshmq-" + secrets.token_hex(8)
+        old = self.runtime.mqtt_sessions.get(client_id)
+        if old is not None and old is not self:
+            old.disconnect(ReasonCode.SESSION_TAKEN_OVER, "another connection took over")
+            old.connection_lost()
+        if client_id in self.broker.client_ids:
+            self._refuse(ReasonCode.CLIENT_IDENTIFIER_NOT_VALID,
+                         f"client id {client_id!r} is in use by a non-MQTT connection")
+            return
+        self.conn = self.broker.open_connection(principal, client_id=client_id,
+                                                remote=self.remote, protocol="mqtt")
+        self.runtime.register(self)
+        self.runtime.mqtt_sessions[client_id] = self
+        if v5:
+            expiry = min(props.session_expiry_interval or 0, self.cfg.max_session_expiry_s)
+        else:
+            expiry = 0 if packet.clean_start else SERVER_SESSION_FOREVER
+        self.persistent = expiry > 0
+        self.runtime.cancel_will(client_id)
+        session_present = self._restore_session(client_id, packet.clean_start, expiry)
+        self.will = packet.will
+        self.keep_alive = packet.keep_alive
+        if v5:
+            if props.receive_maximum:
+                self._client_receive_max = min(props.receive_maximum, self.cfg.max_inflight)
+            self._client_max_packet = props.maximum_packet_size or 0
+        ack_props = Properties()
+        if v5:
+            ack_props = Properties(
+                receive_maximum=self.cfg.receive_maximum,
+                maximum_packet_size=self.cfg.max_packet_size,
+                topic_alias_maximum=TOPIC_ALIAS_MAXIMUM,
+                retain_available=1 if self.cfg.retain_available else 0,
+                assigned_client_identifier=assigned,
+                session_expiry_interval=expiry if props.session_expiry_interval is not None
+                and expiry != props.session_expiry_interval else None)
+        self._write(encode(Connack(session_present=session_present,
+                                   reason_code=ReasonCode.SUCCESS, properties=ack_props),
+                           self.level))
+        self._resume_consumers()
+
+    def _refuse(self, code: ReasonCode, reason: str) -> None:
+        props = Properties(reason_string=reason) if self.level == PROTOCOL_LEVEL_5 \
+            else Properties()
+        self._write(encode(Connack(session_present=False, reason_code=code, properties=props),
+                           self.level))
+        self.close()
+
+    def _restore_session(self, client_id: str, clean_start: bool, expiry: int) -> bool:
+        """Attach the stored session of ``client_id`` (or discard it on clean start)."""
+        state = self.runtime.mqtt_states.get(client_id)
+        if state is not None and state.expiry_handle is not None:
+            state.expiry_handle.cancel()
+            state.expiry_handle = None
+        durable = [(name, sub) for (cid, name), sub in self.broker.durables.items()
+                   if cid == client_id and parse_durable_name(name) is not None]
+        present = False
+        if clean_start:
+            assert self.conn is not None
+            for name, _ in durable:
+                self.broker.remove_durable(self.conn, name)
+            self.runtime.mqtt_states.pop(client_id, None)
+            state = None
+        elif state is not None or durable:
+            present = True
+        if state is None:
+            state = SessionState(client_id)
+            for name, sub in durable:  # subscriptions recovered from the store
+                parsed = parse_durable_name(name)
+                assert parsed is not None
+                flt, options = parsed
+                state.subscriptions[flt] = MqttSubscription(flt, options, None)
+                del sub
+        state.expiry_s = expiry
+        self.state = state
+        if self.persistent:
+            self.runtime.mqtt_states[client_id] = state
+        return present
+
+    def _resume_consumers(self) -> None:
+        assert self.state is not None
+        for sub in list(self.state.subscriptions.values()):
+            self._open_consumer(sub)
+        # Resend PUBREL for QoS 2 deliveries interrupted after PUBREC.
+        for pid in sorted(self.state.outbound_pubrel):
+            self._outbound[pid] = (None, 0)
+            self._write(encode(Pubrel(pid), self.level))
+
+    # ------------------------------------------------------------ PUBLISH in
+    def on_publish(self, packet: Publish) -> None:
+        assert self.conn is not None
+        v5 = self.level == PROTOCOL_LEVEL_5
+        props = packet.properties
+        topic = packet.topic
+        if v5 and props.topic_alias is not None:
+            alias = props.topic_alias
+            if alias > TOPIC_ALIAS_MAXIMUM:
+                raise MqttProtocolError(f"topic alias {alias} above the maximum "
+                                        f"{TOPIC_ALIAS_MAXIMUM}",
+                                        reason_code=ReasonCode.TOPIC_ALIAS_INVALID)
+            if topic:
+                self._aliases[alias] = topic
+            else:
+                found = self._aliases.get(alias)
+                if found is None:
+                    raise MqttProtocolError(f"unknown topic alias {alias}",
+                                            reason_code=ReasonCode.PROTOCOL_ERROR)
+                topic = found
+        if packet.qos == 2 and self.state is not None \
+                and packet.packet_id in self.state.inbound_qos2:
+            # A retransmission of a QoS 2 message we already own: acknowledge only.
+            self._ack(encode(Pubrec(packet.packet_id or 0), self.level), None)
+            return
+        if packet.qos > 0:
+            self._inbound_pending += 1
+            if self._inbound_pending > self.cfg.receive_maximum:
+                raise MqttProtocolError("too many unacknowledged QoS 1/2 publishes",
+                                        reason_code=ReasonCode.RECEIVE_MAXIMUM_EXCEEDED)
+        dest = _topic_dest(topic)
+        message = self._message(packet, dest, topic)
+        needs_sync = self.broker.send(self.conn, (dest,), message)
+        if packet.retain:
+            self.broker.retain(message)
+            needs_sync = True
+        wait = None
+        if needs_sync and packet.qos > 0:
+            self.runtime.write_ops()
+            wait = self.runtime.store.sync()
+        if packet.qos == 1:
+            self._ack(encode(Puback(packet.packet_id or 0), self.level), wait)
+        elif packet.qos == 2:
+            assert self.state is not None
+            self.state.inbound_qos2.add(packet.packet_id or 0)
+            self._ack(encode(Pubrec(packet.packet_id or 0), self.level), wait)
+
+    def _message(self, packet: Publish, dest: Destination, topic: str) -> Message:
+        assert self.conn is not None
+        props = packet.properties
+        now = self.broker.now_ms()
+        properties: dict[str, PropertyValue] = {QOS_PROPERTY: packet.qos}
+        if packet.retain:
+            properties[RETAIN_PROPERTY] = True
+        reply_to = None
+        correlation = None
+        content_type = None
+        expiration = 0
+        if self.level == PROTOCOL_LEVEL_5:
+            for key, value in props.user_properties:
+                properties.setdefault(key, value)
+            if props.response_topic:
+                reply_to = _topic_dest(props.response_topic)
+            if props.correlation_data is not None:
+                # latin-1 maps bytes 1:1 to text, so binary correlation data survives.
+                correlation = props.correlation_data.decode("latin-1")
+            content_type = props.content_type
+            if props.message_expiry_interval is not None:
+                expiration = now + props.message_expiry_interval * 1000
+            if props.payload_format_indicator is not None:
+                properties["mqtt.payloadFormat"] = props.payload_format_indicator
+        del topic
+        return Message(message_id=self.broker.new_message_id(self.conn.id), destination=dest,
+                       body=packet.payload, properties=properties, persistent=packet.qos > 0,
+                       timestamp=now, expiration=expiration, correlation_id=correlation,
+                       reply_to=reply_to, producer_id=self.conn.id,
+                       user_id=self.conn.principal.user, content_type=content_type)
+
+    def on_pubrel(self, packet: Pubrel) -> None:
+        code = ReasonCode.SUCCESS
+        if self.state is None or packet.packet_id not in self.state.inbound_qos2:
+            code = ReasonCode.PACKET_IDENTIFIER_NOT_FOUND
+        else:
+            self.state.inbound_qos2.discard(packet.packet_id)
+        self._ack(encode(Pubcomp(packet.packet_id, reason_code=code), self.level), None)
+
+    def _ack(self, data: bytes, wait: Awaitable[None] | None) -> None:
+        """PUBACK/PUBREC in the order the PUBLISHes came, each after its store sync."""
+        if wait is None and not self._acks:
+            self._inbound_pending = max(0, self._inbound_pending - 1)
+            self._write(data)
+            return
+        self._acks.append((data, wait))
+        if self._ack_task is None:
+            self._ack_task = asyncio.get_running_loop().create_task(self._drain_acks())
+
+    async def _drain_acks(self) -> None:
+        try:
+            while self._acks:
+                data, wait = self._acks[0]
+                if wait is not None:
+                    try:
+                        await wait
+                    except Exception as exc:
+                        log.error("store sync failed; MQTT ack withheld: %s", exc)
+                        self.disconnect(ReasonCode.UNSPECIFIED_ERROR,
+                                        "message could not be stored")
+                        return
+                self._acks.popleft()
+                self._inbound_pending = max(0, self._inbound_pending - 1)
+                if self.closing:
+                    return
+                self._write(data)
+                self.flush()
+        finally:
+            self._ack_task = None
+
+    # ------------------------------------------------------------ SUBSCRIBE
+    def on_subscribe(self, packet: Subscribe) -> None:
+        assert self.state is not None and self.conn is not None
+        codes: list[ReasonCode] = []
+        fresh: list[MqttSubscription] = []
+        sub_id = packet.properties.subscription_identifiers[0] \
+            if packet.properties.subscription_identifiers else None
+        for flt, options in packet.subscriptions:
+            existing = self.state.subscriptions.get(flt)
+            if existing is not None:
+                self._close_consumer(existing, drop_durable=existing.options != options)
+            sub = MqttSubscription(flt, options, sub_id)
+            self.state.subscriptions[flt] = sub
+            self._open_consumer(sub)
+            codes.append(ReasonCode(min(options.qos, 2)))
+            if options.retain_handling == RetainHandling.SEND_ON_SUBSCRIBE or (
+                    options.retain_handling == RetainHandling.SEND_IF_NEW_SUBSCRIPTION
+                    and existing is None):
+                fresh.append(sub)
+        self._write(encode(Suback(packet.packet_id, codes), self.level))
+        for sub in fresh:
+            if not sub.shared:
+                self._send_retained(sub)
+
+    def _patterns(self, sub: MqttSubscription) -> tuple[tuple[Destination, ...], str | None]:
+        flt = sub.filter
+        group = None
+        shared = is_shared(flt) if self.level == PROTOCOL_LEVEL_5 else None
+        if shared is not None:
+            group, flt = shared
+        mapped = mqtt_filter_to_destination(flt)
+        sub.exclude_dollar = mapped.exclude_dollar_topics
+        pats = [dst.topic(mapped.pattern)]
+        if mapped.parent_pattern is not None:
+            pats.append(dst.topic(mapped.parent_pattern))
+        return tuple(pats), group
+
+    def _open_consumer(self, sub: MqttSubscription) -> None:
+        assert self.conn is not None
+        patterns, group = self._patterns(sub)
+        sub.shared = group is not None
+        options = sub.options
+        durable = durable_name(sub.filter, options) if self.persistent and group is None \
+            else None
+        spec = ConsumerSpec(
+            destinations=patterns,
+            ack_mode=AckMode.AUTO if options.qos == 0 else AckMode.CLIENT_INDIVIDUAL,
+            prefetch=self._client_receive_max, no_local=options.no_local,
+            subscription_name=durable, shared_group=group)
+        consumer = self.broker.subscribe(self.conn, sub.filter, spec)
+        sub.consumer = consumer
+        self._by_consumer[consumer] = sub
+
+    def _close_consumer(self, sub: MqttSubscription, *, drop_durable: bool) -> None:
+        assert self.conn is not None
+        consumer = sub.consumer
+        if consumer is not None:
+            self._by_consumer.pop(consumer, None)
+            for pid in [p for p, (c, _) in self._outbound.items() if c is consumer]:
+                del self._outbound[pid]
+            self.broker.unsubscribe(self.conn, consumer)
+            sub.consumer = None
+        if drop_durable:
+            name = durable_name(sub.filter, sub.options)
+            if (self.conn.client_id or "", name) in self.broker.durables:
+                self.broker.remove_durable(self.conn, name)
+
+    def _send_retained(self, sub: MqttSubscription) -> None:
+        patterns, _ = self._patterns(sub)
+        for msg in self.broker.retained_for(patterns):
+            topic = destination_name_to_mqtt_topic(msg.destination.name)
+            if sub.exclude_dollar and topic.startswith("$"):
+                continue
+            qos = min(sub.options.qos, self._message_qos(msg))
+            pid = self._allocate_pid(None, 0) if qos else None
+            self._write_publish(msg, topic, qos, pid, retain=True, dup=False, sub=sub)
+
+    def on_unsubscribe(self, packet: Unsubscribe) -> None:
+        assert self.state is not None
+        codes = []
+        for flt in packet.topic_filters:
+            sub = self.state.subscriptions.pop(flt, None)
+            if sub is None:
+                codes.append(ReasonCode.NO_SUBSCRIPTION_EXISTED)
+                continue
+            self._close_consumer(sub, drop_durable=True)
+            codes.append(ReasonCode.SUCCESS)
+        self._write(encode(Unsuback(packet.packet_id, codes), self.level))
+
+    # ------------------------------------------------------------ PUBLISH out
+    @staticmethod
+    def _message_qos(msg: Message) -> int:
+        qos = msg.properties.get(QOS_PROPERTY)
+        if isinstance(qos, int) and not isinstance(qos, bool) and 0 <= qos <= 2:
+            return qos
+        if isinstance(qos, str) and qos in ("0", "1", "2"):
+            return int(qos)
+        return 1 if msg.persistent else 0
+
+    def _allocate_pid(self, consumer: Consumer | None, tag: int) -> int:
+        for _ in range(65535):
+            pid = self._next_pid
+            self._next_pid = pid % 65535 + 1
+            if pid not in self._outbound and (self.state is None
+                                              or pid not in self.state.outbound_pubrel):
+                self._outbound[pid] = (consumer, tag)
+                return pid
+        raise MeshmqError("no free MQTT packet identifier", code="mqtt-packet-ids")
+
+    def deliver(self, outcome: Delivery | BrowseEnd) -> None:
+        if self.closing or isinstance(outcome, BrowseEnd):
+            return
+        consumer = outcome.consumer
+        sub = self._by_consumer.get(consumer)
+        msg = outcome.message
+        if sub is None:
+            return
+        topic = destination_name_to_mqtt_topic(msg.destination.name) \
+            if msg.destination.kind is DestKind.TOPIC else None
+        if topic is None or (sub.exclude_dollar and topic.startswith("$")):
+            self._consume(consumer, outcome.tag)  # not for this MQTT subscription
+            return
+        qos = min(sub.options.qos, self._message_qos(msg))
+        if qos == 0:
+            pid = None
+            self._consume(consumer, outcome.tag)
+        else:
+            pid = self._allocate_pid(consumer, outcome.tag)
+        retain = sub.options.retain_as_published and msg.properties.get(RETAIN_PROPERTY) is True
+        self._write_publish(msg, topic, qos, pid, retain=retain,
+                            dup=outcome.redelivered and qos > 0, sub=sub)
+
+    def _consume(self, consumer: Consumer, tag: int) -> None:
+        if consumer.ack_mode is not AckMode.AUTO and tag in consumer.dispatched:
+            assert self.conn is not None
+            self.broker.ack(self.conn, consumer, tag, cumulative=False)
+
+    def _write_publish(self, msg: Message, topic: str, qos: int, pid: int | None, *,
+                       retain: bool, dup: bool, sub: MqttSubscription) -> None:
+        props: Properties | None = None
+        if self.level == PROTOCOL_LEVEL_5:
+            props = self._outbound_properties(msg, sub)
+        data = encode_publish(topic, msg.body, qos=qos, retain=retain, dup=dup, packet_id=pid,
+                              protocol_level=self.level, properties=props)
+        if self._client_max_packet and len(data) > self._client_max_packet:
+            # MQTT 5: never send a packet larger than the client accepts; drop it instead.
+            log.info("dropping %s for %s: %d bytes exceed the client's maximum packet size",
+                     msg.message_id, self.remote, len(data))
+            if pid is not None:
+                consumer, tag = self._outbound.pop(pid)
+                if consumer is not None:
+                    self._consume(consumer, tag)
+            return
+        self._write(data)
+
+    def _outbound_properties(self, msg: Message, sub: MqttSubscription) -> Properties | None:
+        user = [(k, v if isinstance(v, str) else str(v).lower() if isinstance(v, bool)
+                 else str(v)) for k, v in msg.properties.items()
+                if k not in _INTERNAL and not k.startswith("mqtt.") and v is not None]
+        expiry = None
+        if msg.expiration:
+            expiry = max(0, (msg.expiration - self.broker.now_ms()) // 1000)
+        fmt = msg.properties.get("mqtt.payloadFormat")
+        if not (user or expiry is not None or msg.content_type or msg.reply_to
+                or msg.correlation_id is not None or sub.subscription_id or fmt is not None):
+            return None
+        props = Properties(
+            message_expiry_interval=expiry, content_type=msg.content_type,
+            response_topic=destination_name_to_mqtt_topic(msg.reply_to.name)
+            if msg.reply_to is not None and msg.reply_to.kind is DestKind.TOPIC else None,
+            correlation_data=msg.correlation_id.encode("latin-1", "replace")
+            if msg.correlation_id is not None else None,
+            payload_format_indicator=fmt if isinstance(fmt, int) else None)
+        if user:
+            props.user_properties = user
+        if sub.subscription_id:
+            props.subscription_identifiers = [sub.subscription_id]
+        return props
+
+    def _settle_outbound(self, pid: int) -> None:
+        entry = self._outbound.pop(pid, None)
+        if entry is not None and entry[0] is not None:
+            self._consume(entry[0], entry[1])
+
+    def on_pubrec(self, packet: Pubrec) -> None:
+        entry = self._outbound.get(packet.packet_id)
+        if entry is not None and entry[0] is not None:
+            self._consume(entry[0], entry[1])  # the receiver owns the message now
+            self._outbound[packet.packet_id] = (None, 0)
+        if packet.reason_code.is_failure:
+            self._outbound.pop(packet.packet_id, None)
+            return
+        if self.state is not None:
+            self.state.outbound_pubrel.add(packet.packet_id)
+        self._write(encode(Pubrel(packet.packet_id), self.level))
+
+    # ------------------------------------------------------------ DISCONNECT and close
+    def on_disconnect(self, packet: Disconnect) -> None:
+        if packet.reason_code != ReasonCode.DISCONNECT_WITH_WILL_MESSAGE:
+            self.will = None  # a normal DISCONNECT discards the will
+        if self.level == PROTOCOL_LEVEL_5 and self.state is not None \
+                and packet.properties.session_expiry_interval is not None:
+            self.state.expiry_s = min(packet.properties.session_expiry_interval,
+                                      self.cfg.max_session_expiry_s)
+            self.persistent = self.state.expiry_s > 0
+        self.close()
+
+    def protocol_failure(self, exc: MqttProtocolError) -> None:
+        log.info("MQTT protocol error from %s: %s", self.remote, exc.message)
+        code = exc.reason_code or ReasonCode.PROTOCOL_ERROR
+        if self.conn is None:
+            level = self.decoder.protocol_level or 4
+            self.level = level
+            if exc.reason_code == ReasonCode.UNSUPPORTED_PROTOCOL_VERSION:
+                self._write(b"\x20\x02\x00\x01")  # the 3.1.1 answer every version reads
+                self.close()
+                return
+            self._refuse(code, exc.message)
+            return
+        self.disconnect(code, exc.message)
+
+    def disconnect(self, code: ReasonCode, reason: str) -> None:
+        """Server-initiated close: DISCONNECT with a reason in v5, plain close in 3.1.1."""
+        if self.closing:
+            return
+        if self.level == PROTOCOL_LEVEL_5 and self.conn is not None:
+            self._write(encode(Disconnect(reason_code=code,
+                                          properties=Properties(reason_string=reason[:200])),
+                               self.level))
+        self.close()
+
+    def close(self) -> None:
+        self.closing = True
+        self.flush()
+        self.transport.close()
+
+    def connection_lost(self) -> None:
+        if self.conn is None or self.conn.closed:
+            self.closing = True
+            return
+        self.closing = True
+        if self._ack_task is not None:
+            self._ack_task.cancel()
+        client_id = self.conn.client_id or ""
+        if self.runtime.mqtt_sessions.get(client_id) is self:
+            del self.runtime.mqtt_sessions[client_id]
+        self._by_consumer.clear()
+        self.broker.close_connection(self.conn)  # consumers closed; unacked are redelivered
+        self.runtime.unregister(self)
+        if self.will is not None:
+            delay = self.will.properties.will_delay_interval or 0
+            if self.level == PROTOCOL_LEVEL_5 and self.state is not None:
+                delay = min(delay, self.state.expiry_s)
+            self.runtime.schedule_will(client_id, self._will_message(self.will), delay)
+        state = self.state
+        if state is not None:
+            if not self.persistent:
+                self.runtime.mqtt_states.pop(client_id, None)
+                self._drop_durables(client_id)
+            elif state.expiry_s != SERVER_SESSION_FOREVER:
+                state.expiry_handle = asyncio.get_running_loop().call_later(
+                    state.expiry_s, self._expire_session, client_id, state)
+        self.runtime.request_pump()
+
+    def _drop_durables(self, client_id: str) -> None:
+        for cid, name in [k for k in self.broker.durables if k[0] == client_id]:
+            if parse_durable_name(name) is not None:
+                self.broker._drop_durable((cid, name))
+
+    def _expire_session(self, client_id: str, state: SessionState) -> None:
+        if self.runtime.mqtt_states.get(client_id) is state \
+                and client_id not in self.runtime.mqtt_sessions:
+            log.info("MQTT session %s expired", client_id)
+            del self.runtime.mqtt_states[client_id]
+            self._drop_durables(client_id)
+            self.runtime.request_pump()
+
+    def _will_message(self, will: Will) -> Message:
+        assert self.conn is not None
+        packet = Publish(topic=will.topic, payload=will.payload, qos=will.qos,
+                         retain=will.retain, properties=will.properties)
+        msg = self._message(packet, _topic_dest(will.topic), will.topic)
+        msg.producer_id = ""  # the will is not "local" to anyone: the connection is gone
+        return msg
+
+    # ------------------------------------------------------------ output and timers
+    def _write(self, data: bytes) -> None:
+        self._out.append(data)
+        self.runtime.mark_flush(self)
+
+    def flush(self) -> None:
+        if not self._out:
+            return
+        data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
+        self._out.clear()
+        if self.transport.is_closing():
+            return
+        self.transport.write(data)
+        self.last_write = time.monotonic()
+
+    def check_timeouts(self, now: float) -> None:
+        if self.closing:
+            return
+        if self.conn is None:
+            if now - self.accepted_at > self.cfg.connect_timeout_ms / 1000:
+                log.info("closing %s: no CONNECT in time", self.remote)
+                self.close()
+            return
+        if self.keep_alive and now - self.last_read > self.keep_alive * self.cfg.keepalive_grace:
+            self.disconnect(ReasonCode.KEEP_ALIVE_TIMEOUT,
+                            f"keep-alive timeout: silent for {now - self.last_read:.1f}s")
+
+    def pause_writing(self) -> None:
+        if self.conn is not None:
+            self.broker.set_paused(self.conn, True)
+
+    def resume_writing(self) -> None:
+        if self.conn is not None:
+            self.broker.set_paused(self.conn, False)
+            self.runtime.request_pump()
+
+
+class MqttProtocol(asyncio.Protocol):
+    """The asyncio adapter: one per TCP (or WebSocket) connection."""
+
+    def __init__(self, runtime: BrokerRuntime, listener: str | None = None) -> None:
+        self.runtime = runtime
+        self.listener = listener
+        self.admitted = False
+        self.session: MqttSession | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport = cast(asyncio.Transport, transport)
+        if self.listener is not None:
+            if not self.runtime.admit(self.listener):
+                transport.close()
+                return
+            self.admitted = True
+        peer = transport.get_extra_info("peername")
+        remote = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
+        self.session = MqttSession(self.runtime, transport, remote)
+        self.runtime.accepted(self.session)
+
+    def data_received(self, data: bytes) -> None:
+        if self.session is not None:
+            self.session.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.admitted and self.listener is not None:
+            self.runtime.release(self.listener)
+            self.admitted = False
+        if self.session is not None:
+            self.runtime.forget(self.session)
+            self.session.connection_lost()
+
+    def pause_writing(self) -> None:
+        if self.session is not None:
+            self.session.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.session is not None:
+            self.session.resume_writing()
