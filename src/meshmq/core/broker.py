@@ -50,6 +50,7 @@ log = logging.getLogger("meshmq.broker")
 
 ADVISORY_PREFIX = "ActiveMQ.Advisory."
 RETAINED_PREFIX = "retained://"
+RECORD_PREFIX = "record://"
 _TYPE_NAMES = {DestKind.QUEUE: "Queue", DestKind.TOPIC: "Topic",
                DestKind.TEMP_QUEUE: "TempQueue", DestKind.TEMP_TOPIC: "TempTopic"}
 
@@ -141,6 +142,9 @@ class Broker:
         # Retained messages (MQTT): the last retained message per topic, and its store seq.
         self.retained: dict[Destination, tuple[int, Message]] = {}
         self._retained_seq = itertools.count(1)
+        # Small named records protocol layers keep in the store (MQTT session state).
+        self.records: dict[str, tuple[int, bytes]] = {}
+        self._record_seq: dict[str, int] = {}
         self._dirty: dict[Queue, None] = {}
         self._ops: list[StoreOp] = []
         self._outbox: list[Outcome] = []
@@ -205,6 +209,11 @@ class Broker:
             if key.startswith(RETAINED_PREFIX):
                 self._recover_retained(key, info.last_seq)
                 continue
+            if key.startswith(RECORD_PREFIX):
+                for entry in self.store.load(key, 0, 10):
+                    self.records[key[len(RECORD_PREFIX):]] = (entry.seq, entry.message.body)
+                self._record_seq[key] = info.last_seq
+                continue
             try:
                 dest = Destination.parse_uri(key)
             except MeshmqError:
@@ -247,6 +256,25 @@ class Broker:
             seq = next(self._retained_seq)
             self.retained[dest] = (seq, message)
             self._ops.append(AddMessage(message, ((key, seq),)))
+
+    def put_record(self, name: str, body: bytes) -> None:
+        """Store (or replace) a small named record; it comes back in ``records`` after a
+        restart. Written in the current batch, so it is as durable as what follows it."""
+        key = RECORD_PREFIX + name
+        old = self.records.pop(name, None)
+        if old is not None:
+            self._ops.append(RemoveRef(key, old[0]))
+        seq = self._record_seq.get(key, 0) + 1
+        self._record_seq[key] = seq
+        self.records[name] = (seq, body)
+        self._ops.append(AddMessage(Message(message_id=f"record:{name}:{seq}",
+                                            destination=dst.queue("meshmq.records"), body=body),
+                                    ((key, seq),)))
+
+    def drop_record(self, name: str) -> None:
+        old = self.records.pop(name, None)
+        if old is not None:
+            self._ops.append(RemoveRef(RECORD_PREFIX + name, old[0]))
 
     def retained_for(self, patterns: Iterable[Destination]) -> list[Message]:
         pats = tuple(patterns)

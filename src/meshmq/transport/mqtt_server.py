@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import json
 import logging
 import secrets
 import time
@@ -27,11 +28,12 @@ from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
 from meshmq.core.destinations import Destination, DestKind
 from meshmq.core.message import Message, PropertyValue
 from meshmq.core.queue import BrowseEnd, Delivery
-from meshmq.errors import AuthenticationError, MeshmqError
+from meshmq.errors import AuthenticationError, DestinationError, MeshmqError
 from meshmq.protocol.mqtt import (
     PROTOCOL_LEVEL_5,
     Auth,
     Connack,
+    ConnackReturnCode,
     Connect,
     Disconnect,
     MqttDecoder,
@@ -53,6 +55,7 @@ from meshmq.protocol.mqtt import (
     Unsuback,
     Unsubscribe,
     Will,
+    connack_return_code_v311,
     destination_name_to_mqtt_topic,
     encode,
     encode_publish,
@@ -135,7 +138,7 @@ class MqttSession:
         self.will: Will | None = None
         self.keep_alive = 0
         self._out: list[bytes] = []
-        self._acks: collections.deque[tuple[bytes, Awaitable[None] | None]] = \
+        self._acks: collections.deque[tuple[bytes, Awaitable[None] | None, bool]] = \
             collections.deque()
         self._ack_task: asyncio.Task[None] | None = None
         self._by_consumer: dict[Consumer, MqttSubscription] = {}
@@ -193,8 +196,9 @@ class MqttSession:
         elif isinstance(packet, Pubrec):
             self.on_pubrec(packet)
         elif isinstance(packet, Pubcomp):
-            if self.state is not None:
+            if self.state is not None and packet.packet_id in self.state.outbound_pubrel:
                 self.state.outbound_pubrel.discard(packet.packet_id)
+                self._save_state()
             self._outbound.pop(packet.packet_id, None)
         elif isinstance(packet, Pubrel):
             self.on_pubrel(packet)
@@ -286,6 +290,12 @@ class MqttSession:
         self._resume_consumers()
 
     def _refuse(self, code: ReasonCode, reason: str) -> None:
+        if self.level != PROTOCOL_LEVEL_5 and code != ReasonCode.SERVER_UNAVAILABLE and \
+                connack_return_code_v311(code) == ConnackReturnCode.SERVER_UNAVAILABLE:
+            # 3.1.1 has no return code for this (e.g. a malformed CONNECT): just close
+            # rather than claim "server unavailable".
+            self.close()
+            return
         props = Properties(reason_string=reason) if self.level == PROTOCOL_LEVEL_5 \
             else Properties()
         self._write(encode(Connack(session_present=False, reason_code=code, properties=props),
@@ -301,13 +311,17 @@ class MqttSession:
         durable = [(name, sub) for (cid, name), sub in self.broker.durables.items()
                    if cid == client_id and parse_durable_name(name) is not None]
         present = False
+        record = self.broker.records.get(self._record_name(client_id))
         if clean_start:
             assert self.conn is not None
             for name, _ in durable:
                 self.broker.remove_durable(self.conn, name)
+            durable = []
+            self.broker.drop_record(self._record_name(client_id))
+            record = None
             self.runtime.mqtt_states.pop(client_id, None)
             state = None
-        elif state is not None or durable:
+        elif state is not None or durable or record is not None:
             present = True
         if state is None:
             state = SessionState(client_id)
@@ -317,11 +331,32 @@ class MqttSession:
                 flt, options = parsed
                 state.subscriptions[flt] = MqttSubscription(flt, options, None)
                 del sub
+            if record is not None:  # QoS 2 exchanges in progress when the broker stopped
+                saved = json.loads(record[1])
+                state.inbound_qos2 = set(saved.get("qos2_in", []))
+                state.outbound_pubrel = set(saved.get("pubrel_out", []))
         state.expiry_s = expiry
         self.state = state
         if self.persistent:
             self.runtime.mqtt_states[client_id] = state
+            self._save_state()
+        else:
+            self.broker.drop_record(self._record_name(client_id))
         return present
+
+    @staticmethod
+    def _record_name(client_id: str) -> str:
+        return f"mqtt-session/{client_id}"
+
+    def _save_state(self) -> None:
+        """Persist what a persistent session needs beyond its subscriptions: that it
+        exists, its expiry, and the packet ids of unfinished QoS 2 exchanges."""
+        if not self.persistent or self.state is None:
+            return
+        state = self.state
+        self.broker.put_record(self._record_name(state.client_id), json.dumps({
+            "expiry": state.expiry_s, "qos2_in": sorted(state.inbound_qos2),
+            "pubrel_out": sorted(state.outbound_pubrel)}).encode())
 
     def _resume_consumers(self) -> None:
         assert self.state is not None
@@ -355,7 +390,7 @@ class MqttSession:
         if packet.qos == 2 and self.state is not None \
                 and packet.packet_id in self.state.inbound_qos2:
             # A retransmission of a QoS 2 message we already own: acknowledge only.
-            self._ack(encode(Pubrec(packet.packet_id or 0), self.level), None)
+            self._ack(encode(Pubrec(packet.packet_id or 0), self.level), None, settles=False)
             return
         if packet.qos > 0:
             self._inbound_pending += 1
@@ -368,6 +403,11 @@ class MqttSession:
         if packet.retain:
             self.broker.retain(message)
             needs_sync = True
+        if packet.qos == 2 and self.state is not None:
+            self.state.inbound_qos2.add(packet.packet_id or 0)
+            if self.persistent:
+                self._save_state()
+                needs_sync = True  # the PUBREC promise must survive a crash
         wait = None
         if needs_sync and packet.qos > 0:
             self.runtime.write_ops()
@@ -375,9 +415,8 @@ class MqttSession:
         if packet.qos == 1:
             self._ack(encode(Puback(packet.packet_id or 0), self.level), wait)
         elif packet.qos == 2:
-            assert self.state is not None
-            self.state.inbound_qos2.add(packet.packet_id or 0)
-            self._ack(encode(Pubrec(packet.packet_id or 0), self.level), wait)
+            # Counts against receive maximum until PUBCOMP (MQTT 5 section 3.3.4).
+            self._ack(encode(Pubrec(packet.packet_id or 0), self.level), wait, settles=False)
 
     def _message(self, packet: Publish, dest: Destination, topic: str) -> Message:
         assert self.conn is not None
@@ -412,26 +451,37 @@ class MqttSession:
 
     def on_pubrel(self, packet: Pubrel) -> None:
         code = ReasonCode.SUCCESS
+        wait = None
         if self.state is None or packet.packet_id not in self.state.inbound_qos2:
             code = ReasonCode.PACKET_IDENTIFIER_NOT_FOUND
         else:
             self.state.inbound_qos2.discard(packet.packet_id)
-        self._ack(encode(Pubcomp(packet.packet_id, reason_code=code), self.level), None)
-
-    def _ack(self, data: bytes, wait: Awaitable[None] | None) -> None:
-        """PUBACK/PUBREC in the order the PUBLISHes came, each after its store sync."""
-        if wait is None and not self._acks:
             self._inbound_pending = max(0, self._inbound_pending - 1)
+            if self.persistent:
+                # Forget the id durably before PUBCOMP, or a restart could take the
+                # client's next message with this id for a duplicate.
+                self._save_state()
+                self.runtime.write_ops()
+                wait = self.runtime.store.sync()
+        self._ack(encode(Pubcomp(packet.packet_id, reason_code=code), self.level), wait,
+                  settles=False)
+
+    def _ack(self, data: bytes, wait: Awaitable[None] | None, *, settles: bool = True) -> None:
+        """PUBACK/PUBREC/PUBCOMP in the order the packets came, each after its store sync.
+        ``settles``: the ack ends an inbound QoS 1 exchange (frees receive-maximum room)."""
+        if wait is None and not self._acks:
+            if settles:
+                self._inbound_pending = max(0, self._inbound_pending - 1)
             self._write(data)
             return
-        self._acks.append((data, wait))
+        self._acks.append((data, wait, settles))
         if self._ack_task is None:
             self._ack_task = asyncio.get_running_loop().create_task(self._drain_acks())
 
     async def _drain_acks(self) -> None:
         try:
             while self._acks:
-                data, wait = self._acks[0]
+                data, wait, settles = self._acks[0]
                 if wait is not None:
                     try:
                         await wait
@@ -441,7 +491,8 @@ class MqttSession:
                                         "message could not be stored")
                         return
                 self._acks.popleft()
-                self._inbound_pending = max(0, self._inbound_pending - 1)
+                if settles:
+                    self._inbound_pending = max(0, self._inbound_pending - 1)
                 if self.closing:
                     return
                 self._write(data)
@@ -519,7 +570,10 @@ class MqttSession:
     def _send_retained(self, sub: MqttSubscription) -> None:
         patterns, _ = self._patterns(sub)
         for msg in self.broker.retained_for(patterns):
-            topic = destination_name_to_mqtt_topic(msg.destination.name)
+            try:
+                topic = destination_name_to_mqtt_topic(msg.destination.name)
+            except DestinationError:
+                continue
             if sub.exclude_dollar and topic.startswith("$"):
                 continue
             qos = min(sub.options.qos, self._message_qos(msg))
@@ -566,8 +620,13 @@ class MqttSession:
         msg = outcome.message
         if sub is None:
             return
-        topic = destination_name_to_mqtt_topic(msg.destination.name) \
-            if msg.destination.kind is DestKind.TOPIC else None
+        topic = None
+        if msg.destination.kind is DestKind.TOPIC and not (
+                sub.exclude_dollar and msg.destination.is_advisory):
+            try:
+                topic = destination_name_to_mqtt_topic(msg.destination.name)
+            except DestinationError:
+                topic = None  # e.g. a wildcard advisory name: no MQTT spelling
         if topic is None or (sub.exclude_dollar and topic.startswith("$")):
             self._consume(consumer, outcome.tag)  # not for this MQTT subscription
             return
@@ -643,6 +702,7 @@ class MqttSession:
             return
         if self.state is not None:
             self.state.outbound_pubrel.add(packet.packet_id)
+            self._save_state()
         self._write(encode(Pubrel(packet.packet_id), self.level))
 
     # ------------------------------------------------------------ DISCONNECT and close
@@ -665,6 +725,9 @@ class MqttSession:
             if exc.reason_code == ReasonCode.UNSUPPORTED_PROTOCOL_VERSION:
                 self._write(b"\x20\x02\x00\x01")  # the 3.1.1 answer every version reads
                 self.close()
+                return
+            if exc.packet_type != Connect.packet_type:
+                self.close()  # not a CONNECT at all: the spec says just close
                 return
             self._refuse(code, exc.message)
             return
@@ -708,9 +771,12 @@ class MqttSession:
             if not self.persistent:
                 self.runtime.mqtt_states.pop(client_id, None)
                 self._drop_durables(client_id)
-            elif state.expiry_s != SERVER_SESSION_FOREVER:
-                state.expiry_handle = asyncio.get_running_loop().call_later(
-                    state.expiry_s, self._expire_session, client_id, state)
+                self.broker.drop_record(self._record_name(client_id))
+            else:
+                self._save_state()
+                if state.expiry_s != SERVER_SESSION_FOREVER:
+                    state.expiry_handle = asyncio.get_running_loop().call_later(
+                        state.expiry_s, self._expire_session, client_id, state)
         self.runtime.request_pump()
 
     def _drop_durables(self, client_id: str) -> None:
@@ -724,6 +790,7 @@ class MqttSession:
             log.info("MQTT session %s expired", client_id)
             del self.runtime.mqtt_states[client_id]
             self._drop_durables(client_id)
+            self.broker.drop_record(self._record_name(client_id))
             self.runtime.request_pump()
 
     def _will_message(self, will: Will) -> Message:

@@ -38,6 +38,7 @@ class Session(Protocol):
 log = logging.getLogger("meshmq.runtime")
 
 TIMER_INTERVAL = 0.5
+SHUTDOWN_DRAIN_S = 3.0  # how long stop() waits for connections to finish closing
 
 
 class BrokerRuntime:
@@ -63,6 +64,7 @@ class BrokerRuntime:
         self.mqtt_states: dict[str, SessionState] = {}  # persistent MQTT sessions
         self._wills: dict[str, asyncio.TimerHandle] = {}
         self._sys_timer: asyncio.TimerHandle | None = None
+        self._store_closed = False
         self._limits: dict[str, int] = {}  # listener -> max_connections
         self._counts: dict[str, int] = {}  # listener -> open connections
         self.started = False
@@ -248,9 +250,14 @@ class BrokerRuntime:
             await self._management.stop()
         for server in self._servers:
             await server.wait_closed()
-        # Let connection_lost callbacks run, then persist what they produced.
+        # Let connection_lost callbacks run (WebSocket close handshakes take a moment),
+        # then persist what they produced.
+        deadline = time.monotonic() + SHUTDOWN_DRAIN_S
         await asyncio.sleep(0)
+        while self._all_sessions and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
         self.pump()
+        self._store_closed = True
         await self.store.close()
         self._stopped.set()
         log.info("meshmq broker %r stopped", self.config.broker_name)
@@ -312,6 +319,10 @@ class BrokerRuntime:
     def write_ops(self) -> None:
         ops = self.broker.take_ops()
         if ops:
+            if self._store_closed:
+                log.warning("store already closed at shutdown; %d late operations dropped",
+                            len(ops))
+                return
             self.store.write(ops)
 
     def pump(self) -> None:
@@ -324,7 +335,13 @@ class BrokerRuntime:
             session = sessions.get(outcome.consumer.connection_id)
             if session is not None:
                 assert isinstance(outcome, Delivery | BrowseEnd)
-                session.deliver(outcome)
+                try:
+                    session.deliver(outcome)
+                except Exception:
+                    # One connection's bug must not stall everyone's deliveries.
+                    log.exception("delivery to connection %s failed; closing it",
+                                  outcome.consumer.connection_id)
+                    session.close()
         if self._to_flush:
             to_flush, self._to_flush = self._to_flush, {}
             for session in to_flush:
