@@ -566,6 +566,7 @@ async def _worker_main(spec: LoadSpec, roles: list[tuple[str, int]], sh: _Shared
     producers: list[tuple[int, StompClient | MqttClient]] = []
     consumers: list[StompClient | MqttClient] = []
     idle: list[StompClient | MqttClient] = []
+    later: list[tuple[int, StompClient | MqttClient]] = []
     tag = f"{os.getpid() % 100000}"
     try:
         for role, idx in roles:
@@ -582,7 +583,10 @@ async def _worker_main(spec: LoadSpec, roles: list[tuple[str, int]], sh: _Shared
                 else:
                     conn = await open_mqtt(
                         spec, f"c{idx}s{spec.size}n{per_consumer(spec, idx)}", recorder)
-                await subscribe(spec, conn, dest_name(spec, idx % spec.destinations), idx)
+                if spec.producers:
+                    await subscribe(spec, conn, dest_name(spec, idx % spec.destinations), idx)
+                else:
+                    later.append((idx, conn))  # draining a backlog: subscribe at the start
                 consumers.append(conn)
             elif role == "i":
                 idle.extend(await _open_idle(spec, idx, tag))
@@ -591,6 +595,8 @@ async def _worker_main(spec: LoadSpec, roles: list[tuple[str, int]], sh: _Shared
         raise RuntimeError(f"{role} {idx}: {type(exc).__name__}: {exc}") from exc
     await loop.run_in_executor(None, sh.barrier.wait, 600)
     t_go = time.time()
+    for idx, conn in later:
+        await subscribe(spec, conn, dest_name(spec, idx % spec.destinations), idx)
     counts = _share_counts(spec)
     t_end = t_go + spec.duration if spec.duration else 0.0
     rate_each = spec.rate / spec.producers if spec.rate and spec.producers else 0.0
