@@ -34,10 +34,18 @@ def cmd_broker(args: argparse.Namespace) -> int:
     changes: dict[str, Any] = {}
     if args.data:
         changes["data_directory"] = Path(args.data)
-    if args.stomp:
-        host, port = _hostport(args.stomp, 61613)
-        changes["listeners"] = (ListenerConfig(name="stomp", protocol="stomp", host=host,
-                                               port=port),)
+    if args.stomp or args.mqtt:
+        # Either flag replaces the configured listeners with exactly those named.
+        listeners = []
+        if args.stomp:
+            host, port = _hostport(args.stomp, 61613)
+            listeners.append(ListenerConfig(name="stomp", protocol="stomp", host=host,
+                                            port=port))
+        if args.mqtt:
+            host, port = _hostport(args.mqtt, 1883)
+            listeners.append(ListenerConfig(name="mqtt", protocol="mqtt", host=host,
+                                            port=port))
+        changes["listeners"] = tuple(listeners)
     if args.management is not None:
         if args.management in ("off", "none", ""):
             changes["management"] = ManagementConfig(enabled=False)
@@ -156,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--config", help="meshmq.toml or activemq.xml")
     b.add_argument("--data", help="data directory (default ./data)")
     b.add_argument("--stomp", help="STOMP listen address HOST:PORT (default 127.0.0.1:61613)")
+    b.add_argument("--mqtt", help="MQTT listen address HOST:PORT (default 127.0.0.1:1883)")
     b.add_argument("--management", help="management HOST:PORT, or 'off'")
     b.add_argument("--no-fsync", action="store_true", help="do not fsync (unsafe; benchmarks)")
     b.add_argument("--memory-store", action="store_true", help="keep nothing on disk")

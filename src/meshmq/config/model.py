@@ -132,7 +132,10 @@ class BrokerConfig:
     data_directory: Path = Path("data")
     persistent: bool = True  # False: memory store, nothing written to disk
     advisory_support: bool = True
-    listeners: tuple[ListenerConfig, ...] = (ListenerConfig(),)
+    listeners: tuple[ListenerConfig, ...] = (
+        ListenerConfig(),
+        ListenerConfig(name="mqtt", protocol="mqtt", port=1883),
+    )
     stomp: StompConfig = field(default_factory=StompConfig)
     mqtt: MqttConfig = field(default_factory=MqttConfig)
     store: StoreConfig = field(default_factory=StoreConfig)

@@ -154,7 +154,7 @@ def test_example_file_loads() -> None:
     config = load_config(EXAMPLE)
     assert config.broker_name == "broker-1"
     assert config.data_directory == EXAMPLE.parent / "data"
-    assert [lst.protocol for lst in config.listeners] == ["stomp", "stomp+ssl", "tcp"]
+    assert [lst.protocol for lst in config.listeners] == ["stomp", "stomp+ssl", "mqtt", "ws", "tcp"]
     assert config.policies[0].match == "queue://orders.>"
     assert config.auth.anonymous_access is False
 
