@@ -146,6 +146,9 @@ class Broker:
         self.records: dict[str, tuple[int, bytes]] = {}
         self._record_seq: dict[str, int] = {}
         self._dirty: dict[Queue, None] = {}
+        self._deferred: dict[Queue, None] = {}
+        self._sendable: set[Destination] = set()
+        self._bursting: list[Consumer] = []
         self._ops: list[StoreOp] = []
         self._outbox: list[Outcome] = []
         self._listeners: list[Callable[[ConsumerEvent], None]] = []
@@ -170,7 +173,25 @@ class Broker:
     def mark_dirty(self, queue: Queue) -> None:
         self._dirty[queue] = None
 
+    def defer(self, queue: Queue) -> None:
+        self._deferred[queue] = None
+
+    def bursting(self, consumer: Consumer) -> None:
+        self._bursting.append(consumer)
+
+    @property
+    def has_deferred(self) -> bool:
+        return bool(self._deferred)
+
     def dispatch_dirty(self) -> None:
+        # A new pump: consumers' per-pump delivery budgets start again, and queues that
+        # stopped on a budget carry on.
+        for consumer in self._bursting:
+            consumer.burst = 0
+        self._bursting.clear()
+        if self._deferred:
+            self._dirty.update(self._deferred)
+            self._deferred.clear()
         # Dispatching can dirty other queues (DLQ, redelivery); loop until quiet.
         rounds = 0
         while self._dirty and rounds < 100:
@@ -356,6 +377,8 @@ class Broker:
         """Route ``message`` to every destination. Returns True when a store sync
         must complete before the send may be confirmed."""
         for d in destinations:
+            if d in self._sendable:
+                continue  # validated before (hot path: one set lookup per send)
             if d.is_wildcard:
                 raise DestinationError(f"cannot send to a wildcard destination: {d}")
             if d.is_temporary and not self._temp_exists(d):
@@ -363,6 +386,10 @@ class Broker:
                                        "(its connection has closed)")
             if d.is_advisory:
                 raise DestinationError(f"advisory topics are read-only: {d}")
+            if not d.is_temporary:  # temporary ones can disappear; always re-check them
+                if len(self._sendable) > 10_000:
+                    self._sendable.clear()
+                self._sendable.add(d)
         if self.usage.full and not message.persistent:
             for d in destinations:
                 if self.config.usage.on_limit == "fail" or \
@@ -391,8 +418,9 @@ class Broker:
                 self._advise(self._advisory_topic("Producer", d), "ProducerAdded",
                              {"connectionId": conn.id, "destination": str(d),
                               "producerCount": self._producer_count(d)})
-            if d.is_queue:
-                needs_sync |= self._route_queue(self._get_queue(d), msg)
+            queue = self.queues.get(d)
+            if queue is not None or d.kind is DestKind.QUEUE or d.kind is DestKind.TEMP_QUEUE:
+                needs_sync |= self._route_queue(queue or self._get_queue(d), msg)
             else:
                 needs_sync |= self._route_topic(d, msg)
         return needs_sync

@@ -44,6 +44,7 @@ class Consumer:
 
     __slots__ = (
         "acked_count",
+        "burst",
         "by_message_id",
         "closed",
         "connection_id",
@@ -75,6 +76,10 @@ class Consumer:
         self.by_message_id: dict[str, int] = {}  # message id -> tag, for 1.0/1.1 acks
         self.next_tag = 1
         self.paused = False  # transport back-pressure: the socket's buffer is full
+        # Deliveries in the current pump. Auto-ack consumers have no ack window, so this
+        # caps how much one pump can push into a socket before the transport's own
+        # back-pressure (pause_writing) gets a chance to act.
+        self.burst = 0
         self.closed = False
         self.dispatched_count = 0
         self.acked_count = 0
@@ -92,7 +97,7 @@ class Consumer:
         if self.paused or self.closed or self.spec.browser:
             return False
         if self.spec.ack_mode is AckMode.AUTO:
-            return True
+            return self.burst < self.prefetch
         return len(self.dispatched) < self.prefetch
 
     def __repr__(self) -> str:

@@ -85,6 +85,8 @@ class QueueContext(Protocol):
     def store_op(self, op: StoreOp) -> None: ...
     def emit(self, outcome: Outcome) -> None: ...
     def mark_dirty(self, queue: Queue) -> None: ...
+    def defer(self, queue: Queue) -> None: ...
+    def bursting(self, consumer: Consumer) -> None: ...
     def dead_letter(self, queue: Queue, entry: Entry, cause: str) -> None: ...
     def expired(self, queue: Queue, entry: Entry) -> None: ...
 
@@ -185,15 +187,29 @@ class Queue:
                           or self.ctx.usage.full):
             # Leave it in the store only; it is paged in when the queue drains.
             self._paging = True
-        else:
-            if persisted:
-                self._mem_high = seq
-            self._push(Entry(self, seq, message, persisted))
+            self.ctx.mark_dirty(self)
+            return
+        if persisted:
+            self._mem_high = seq
+        entry = Entry(self, seq, message, persisted)
+        self._charge(entry)
+        if not self._mem_pending and self._tiers and not message.expiration:
+            # Fast path: nothing is waiting, so order cannot suffer; hand the message
+            # straight to a consumer with room, skipping the heap and a dispatch pass.
+            consumer = self._choose(entry)
+            if consumer is not None:
+                self._mem_pending += 1  # _deliver leaves the pending state
+                if persisted:
+                    self._mem_persisted_pending += 1
+                self._deliver(entry, consumer)
+                return
+        self._make_pending(entry)
         self.ctx.mark_dirty(self)
 
     def _push(self, entry: Entry) -> None:
         self._charge(entry)
         self._make_pending(entry)
+        self.ctx.mark_dirty(self)
 
     def _charge(self, entry: Entry) -> None:
         size = entry.message.size
@@ -251,6 +267,8 @@ class Queue:
             consumer = self._choose(entry)
             if consumer is None:
                 if not self._any_capacity():
+                    if any(c.burst for tier in self._tiers for c in tier):
+                        self.ctx.defer(self)  # burst-limited: continue next pump
                     break
                 skipped.append(heapq.heappop(heap))
                 budget -= 1
@@ -317,6 +335,9 @@ class Queue:
         msg = entry.message
         tag = consumer.next_tag
         consumer.next_tag = tag + 1
+        if not consumer.burst:
+            self.ctx.bursting(consumer)
+        consumer.burst += 1
         consumer.dispatched_count += 1
         self.stats.dispatched += 1
         if msg.group_id is not None and msg.group_seq == -1:

@@ -346,6 +346,8 @@ class BrokerRuntime:
             to_flush, self._to_flush = self._to_flush, {}
             for session in to_flush:
                 session.flush()
+        if broker.has_deferred:
+            self.request_pump()  # after the loop has done I/O (and maybe paused writers)
 
     def _on_timer(self) -> None:
         assert self._loop is not None

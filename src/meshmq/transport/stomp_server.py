@@ -27,7 +27,7 @@ from meshmq.errors import (
     RemoteProtocolError,
 )
 from meshmq.protocol.stomp import Frame, StompParser, encode_frame
-from meshmq.protocol.stomp.encoder import HEARTBEAT, encode_header_block, encode_message_frame
+from meshmq.protocol.stomp.encoder import HEARTBEAT, encode_message_frame
 from meshmq.protocol.stomp.negotiation import (
     missing_headers,
     negotiate_heartbeat,
@@ -92,6 +92,9 @@ class StompSession:
         self.flow_blocked = False
         self._held: list[Frame] = []  # frames parsed but not handled while flow-blocked
         self._dest_cache: dict[str, tuple[Destination, ...]] = {}
+        self._render_cache: dict[Destination, str] = {}
+        self._cache_key = "stomp1.0"
+        self._escape = _escape_10
         self._unsynced = 0  # bytes of persistent sends without receipt since the last sync
         self._store_waits = 0
         self.write_paused = False
@@ -169,6 +172,9 @@ class StompSession:
             return
         self.version = version
         self.parser.version = version
+        self._cache_key = f"stomp{version}"
+        self._escape = _escape_10 if version == "1.0" else \
+            _escape_11 if version == "1.1" else _escape_12
         try:
             principal = self.broker.authenticate(frame.get("login"), frame.get("passcode"))
         except AuthenticationError as exc:
@@ -483,41 +489,58 @@ class StompSession:
         self._write(encode_message_frame(fixed, per, msg.body, self.version))
 
     def _fixed_headers(self, msg: Message) -> bytes:
+        """The MESSAGE header block every subscriber of ``msg`` shares, encoded once per
+        message and STOMP version (per connection when temporary destinations appear,
+        since they render differently for their owner)."""
         temp = msg.destination.is_temporary or (msg.reply_to is not None
                                                 and msg.reply_to.is_temporary)
-        cache_key = f"stomp{self.version}"
+        cache_key = self._cache_key
         if not temp:
-            cached = msg.wire_cache.get(cache_key) if msg.wire_cache is not None else None
-            if cached is not None:
-                return cached
-        headers: list[tuple[str, str]] = [
-            ("destination", stomp_names.render(msg.destination, self._local_names)),
-            ("timestamp", str(msg.timestamp)), ("expires", str(msg.expiration)),
-            ("priority", str(msg.priority))]
+            cache = msg.wire_cache
+            if cache is not None:
+                cached = cache.get(cache_key)
+                if cached is not None:
+                    return cached
+        esc = self._escape
+        parts = [f"destination:{self._rendered(msg.destination, temp)}\n"
+                 f"timestamp:{msg.timestamp}\nexpires:{msg.expiration}\n"
+                 f"priority:{msg.priority}\n"]
         if msg.persistent:
-            headers.append(("persistent", "true"))
+            parts.append("persistent:true\n")
         if msg.correlation_id is not None:
-            headers.append(("correlation-id", msg.correlation_id))
+            parts.append(f"correlation-id:{esc(msg.correlation_id)}\n")
         if msg.reply_to is not None:
-            headers.append(("reply-to", stomp_names.render(msg.reply_to, self._local_names)))
+            parts.append(f"reply-to:{self._rendered(msg.reply_to, temp)}\n")
         if msg.type is not None:
-            headers.append(("type", msg.type))
+            parts.append(f"type:{esc(msg.type)}\n")
         if msg.group_id is not None:
-            headers.append(("JMSXGroupID", msg.group_id))
-            headers.append(("JMSXGroupSeq", str(msg.group_seq)))
+            parts.append(f"JMSXGroupID:{esc(msg.group_id)}\nJMSXGroupSeq:{msg.group_seq}\n")
         if msg.original_destination is not None:
-            headers.append(("original-destination",
-                            stomp_names.render(msg.original_destination, self._local_names)))
+            parts.append(f"original-destination:"
+                         f"{self._rendered(msg.original_destination, temp)}\n")
         if msg.content_type is not None:
-            headers.append(("content-type", msg.content_type))
+            parts.append(f"content-type:{esc(msg.content_type)}\n")
         for key, value in msg.properties.items():
-            headers.append((key, _prop_text(value)))
-        block = encode_header_block(headers, self.version)
+            if key and key != "content-length":  # content-length is the body's own
+                parts.append(f"{esc(key)}:{esc(_prop_text(value))}\n")
+        block = "".join(parts).encode("utf-8", "surrogateescape")
         if not temp:
             if msg.wire_cache is None:
                 msg.wire_cache = {}
             msg.wire_cache[cache_key] = block
         return block
+
+    def _rendered(self, dest: Destination, temp: bool) -> str:
+        """The escaped STOMP name of ``dest`` for this connection (cached)."""
+        if temp and dest.is_temporary:
+            return self._escape(stomp_names.render(dest, self._local_names))
+        text = self._render_cache.get(dest)
+        if text is None:
+            text = self._escape(stomp_names.render(dest, self._local_names))
+            if len(self._render_cache) > 1000:
+                self._render_cache.clear()
+            self._render_cache[dest] = text
+        return text
 
     def _write(self, data: bytes) -> None:
         self._out.append(data)
@@ -637,6 +660,26 @@ class StompSession:
         if self.conn is not None:
             self.broker.set_paused(self.conn, False)
             self.runtime.request_pump()
+
+
+def _escape_12(text: str) -> str:
+    if "\\" in text or ":" in text or "\n" in text or "\r" in text:
+        return (text.replace("\\", "\\\\").replace("\n", "\\n").replace(":", "\\c")
+                .replace("\r", "\\r"))
+    return text
+
+
+def _escape_11(text: str) -> str:
+    if "\\" in text or ":" in text or "\n" in text:
+        return text.replace("\\", "\\\\").replace("\n", "\\n").replace(":", "\\c")
+    return text
+
+
+def _escape_10(text: str) -> str:
+    # STOMP 1.0 has no escaping: a line break would end the header, so it becomes a space.
+    if "\n" in text or "\r" in text:
+        return text.replace("\r", " ").replace("\n", " ")
+    return text
 
 
 def _int_header(headers: dict[str, str], name: str) -> int:
