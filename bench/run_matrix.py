@@ -244,6 +244,26 @@ def run_backlog(broker: bk.Broker, rss: bk.RssSampler, quick: bool) -> dict[str,
     return out
 
 
+def warm_up(broker: bk.Broker, quick: bool) -> dict[str, Any]:
+    """An unrecorded queue 1/1 run per protocol first, so a JIT (ActiveMQ's JVM) is warm
+    and lazy imports are done before the first measured scenario."""
+    done: dict[str, Any] = {}
+    for proto in sorted(broker.protocols):
+        spec = LoadSpec(protocol=proto, host=bk.HOST, port=broker.ports[proto],
+                        vhost=broker.vhost, count=5_000 if quick else 100_000,
+                        duration=1.0 if quick else 4.0, qos=0)
+        if broker.credentials and proto == "stomp":
+            spec.login, spec.passcode = broker.credentials
+        if broker.max_inflight_bytes:
+            spec.window = max(1, broker.max_inflight_bytes // (spec.size + 120))
+        try:
+            r = run_load(spec, hard_timeout=60)
+            done[proto] = {"received": r.received, "e2e_rate": r.e2e_rate, "error": r.error}
+        except Exception as exc:
+            done[proto] = {"error": f"{type(exc).__name__}: {exc}"}
+    return done
+
+
 def run_broker(name: str, scenarios: list[Scenario], args: argparse.Namespace,
                lat_rate: float | None, with_backlog: bool) -> dict[str, Any]:
     cls = bk.ALL_BROKERS[name]
@@ -261,6 +281,9 @@ def run_broker(name: str, scenarios: list[Scenario], args: argparse.Namespace,
         entry["startup_s"] = round(broker.start(), 2)
         rss = bk.RssSampler(broker.pid)
         entry["idle_rss_mb"] = rss.peak_mb()
+        warm = warm_up(broker, args.quick)
+        if warm:
+            entry["warm_up"] = warm
         mqtt_reason = getattr(broker, "mqtt_missing", lambda: None)()
         for sc in scenarios:
             if sc.protocol not in broker.protocols or (sc.protocol == "mqtt" and mqtt_reason):
@@ -493,7 +516,9 @@ def write_markdown(path: Path, data: dict[str, Any], charts: list[str]) -> None:
         lines.append("The `nullsink` rows above are the same scenarios against bench/nullsink.py, "
                  "which acknowledges and discards what producers send and streams ready-made "
                  "messages to consumers: they bound what this generator can measure on this "
-                 "machine. A broker result close to the nullsink row is generator-bound.\n")
+                 "machine. A broker result close to the nullsink row is generator-bound. With a "
+                 "confirmation window the sink's consumers are not paced by its producers, so "
+                 "read its `send` column as the ceiling there.\n")
     if charts:
         lines.append("## Charts\n")
         for c in charts:
@@ -561,12 +586,19 @@ def make_charts(data: dict[str, Any], stem: str) -> list[str]:
 # --------------------------------------------------------------------------- main
 
 def _git_rev() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=False,
-                              cwd=Path(__file__).parent).stdout.strip() or "?"
-    except OSError:
-        return "?"
+    """The last commit that touched src/, flagged when src/ has uncommitted edits (the
+    editable install runs the work tree, which may be ahead of any commit)."""
+    def git(*a: str) -> str:
+        try:
+            return subprocess.run(["git", *a], capture_output=True, text=True, check=False,
+                                  cwd=Path(__file__).parent).stdout.strip()
+        except OSError:
+            return ""
+
+    rev = git("log", "-1", "--format=%h", "--", "../src") or "?"
+    if git("status", "--porcelain", "--", "../src"):
+        rev += " + uncommitted src/ changes"
+    return rev
 
 
 def main() -> None:
@@ -603,7 +635,7 @@ def main() -> None:
         "env": {"date": date, "quick": args.quick, "cpus": os.cpu_count(),
                 "python": platform.python_version(), "platform": platform.platform(),
                 "git": _git_rev(), "started": dt.datetime.now().isoformat(timespec="seconds"),
-                "command": "python bench/run_matrix.py " + " ".join(sys.argv[1:])},
+                "command": " ".join(["python bench/run_matrix.py", *sys.argv[1:]])},
         "scenarios": [asdict(s) for s in selected],
         "brokers": {},
     }
