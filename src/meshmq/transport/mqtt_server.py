@@ -21,7 +21,7 @@ import secrets
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from meshmq.core import destinations as dst
 from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
@@ -63,6 +63,7 @@ from meshmq.protocol.mqtt import (
     mqtt_filter_to_destination,
     mqtt_topic_to_destination_name,
 )
+from meshmq.transport.adapter import SessionProtocol
 
 if TYPE_CHECKING:
     from meshmq.core.broker import Connection
@@ -75,8 +76,6 @@ RETAIN_PROPERTY = "ActiveMQ.Retain"
 _INTERNAL = frozenset({QOS_PROPERTY, RETAIN_PROPERTY, "dlqDeliveryFailureCause"})
 TOPIC_ALIAS_MAXIMUM = 64
 SERVER_SESSION_FOREVER = 0xFFFFFFFF
-WRITE_HIGH_WATER = 4 * 1024 * 1024
-WRITE_LOW_WATER = 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -838,47 +837,8 @@ class MqttSession:
             self.runtime.request_pump()
 
 
-class MqttProtocol(asyncio.Protocol):
-    """The asyncio adapter: one per TCP (or WebSocket) connection."""
+class MqttProtocol(SessionProtocol[MqttSession]):
+    """The asyncio adapter for MQTT: one per TCP (or WebSocket) connection."""
 
-    def __init__(self, runtime: BrokerRuntime, listener: str | None = None) -> None:
-        self.runtime = runtime
-        self.listener = listener
-        self.admitted = False
-        self.session: MqttSession | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        transport = cast(asyncio.Transport, transport)
-        if self.listener is not None:
-            if not self.runtime.admit(self.listener):
-                transport.close()
-                return
-            self.admitted = True
-        peer = transport.get_extra_info("peername")
-        remote = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
-        self.session = MqttSession(self.runtime, transport, remote)
-        self.runtime.accepted(self.session)
-
-    def data_received(self, data: bytes) -> None:
-        if self.session is not None:
-            self.session.data_received(data)
-
-    def eof_received(self) -> bool | None:
-        return None
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.admitted and self.listener is not None:
-            self.runtime.release(self.listener)
-            self.admitted = False
-        if self.session is not None:
-            self.runtime.forget(self.session)
-            self.session.connection_lost()
-
-    def pause_writing(self) -> None:
-        if self.session is not None:
-            self.session.pause_writing()
-
-    def resume_writing(self) -> None:
-        if self.session is not None:
-            self.session.resume_writing()
+    def make_session(self, transport: asyncio.Transport, remote: str) -> MqttSession:
+        return MqttSession(self.runtime, transport, remote)

@@ -13,7 +13,7 @@ import collections
 import logging
 import time
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from meshmq import __version__
 from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
@@ -35,6 +35,7 @@ from meshmq.protocol.stomp.negotiation import (
     parse_heartbeat,
 )
 from meshmq.transport import stomp_names
+from meshmq.transport.adapter import SessionProtocol
 
 if TYPE_CHECKING:
     from meshmq.core.broker import Connection
@@ -53,8 +54,6 @@ _ACK_MODES = {"auto": AckMode.AUTO, "client": AckMode.CLIENT,
               "client-individual": AckMode.CLIENT_INDIVIDUAL}
 _TRUE = ("true", "1", "yes")
 UNSYNCED_LIMIT = 8 * 1024 * 1024
-WRITE_HIGH_WATER = 4 * 1024 * 1024
-WRITE_LOW_WATER = 1024 * 1024
 
 
 class StompSession:
@@ -713,48 +712,8 @@ _HANDLERS = {
 }
 
 
-class StompProtocol(asyncio.Protocol):
-    """The asyncio adapter: one per TCP connection."""
+class StompProtocol(SessionProtocol[StompSession]):
+    """The asyncio adapter for STOMP: one per TCP (or WebSocket) connection."""
 
-    def __init__(self, runtime: BrokerRuntime, listener: str | None = None) -> None:
-        self.runtime = runtime
-        self.listener = listener  # counts against this listener's max_connections
-        self.admitted = False
-        self.session: StompSession | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports do not subclass asyncio.Transport; cast, don't assert.
-        transport = cast(asyncio.Transport, transport)
-        if self.listener is not None:
-            if not self.runtime.admit(self.listener):
-                transport.close()
-                return
-            self.admitted = True
-        peer = transport.get_extra_info("peername")
-        remote = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
-        self.session = StompSession(self.runtime, transport, remote)
-        self.runtime.accepted(self.session)
-
-    def data_received(self, data: bytes) -> None:
-        if self.session is not None:
-            self.session.data_received(data)
-
-    def eof_received(self) -> bool | None:
-        return None  # close our side too
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.admitted and self.listener is not None:
-            self.runtime.release(self.listener)
-            self.admitted = False
-        if self.session is not None:
-            self.runtime.forget(self.session)
-            self.session.connection_lost()
-
-    def pause_writing(self) -> None:
-        if self.session is not None:
-            self.session.pause_writing()
-
-    def resume_writing(self) -> None:
-        if self.session is not None:
-            self.session.resume_writing()
+    def make_session(self, transport: asyncio.Transport, remote: str) -> StompSession:
+        return StompSession(self.runtime, transport, remote)

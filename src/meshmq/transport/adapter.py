@@ -1,0 +1,76 @@
+"""The asyncio adapter shared by every protocol: one per connection.
+
+It admits the connection against its listener's ``max_connections``, creates the
+protocol session, and forwards bytes, back-pressure and the close to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, cast
+
+if TYPE_CHECKING:
+    from meshmq.transport.runtime import BrokerRuntime, Session
+
+WRITE_HIGH_WATER = 4 * 1024 * 1024
+WRITE_LOW_WATER = 1024 * 1024
+
+
+class ConnectionSession(Protocol):
+    def data_received(self, data: bytes) -> None: ...
+    def connection_lost(self) -> None: ...
+    def pause_writing(self) -> None: ...
+    def resume_writing(self) -> None: ...
+
+
+S = TypeVar("S", bound=ConnectionSession)
+
+
+class SessionProtocol(asyncio.Protocol, Generic[S]):
+    """Subclasses name the session class to create in ``make_session``."""
+
+    def __init__(self, runtime: BrokerRuntime, listener: str | None = None) -> None:
+        self.runtime = runtime
+        self.listener = listener  # counts against this listener's max_connections
+        self.admitted = False
+        self.session: S | None = None
+
+    def make_session(self, transport: asyncio.Transport, remote: str) -> S:
+        raise NotImplementedError
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports do not subclass asyncio.Transport; cast, don't assert.
+        transport = cast(asyncio.Transport, transport)
+        if self.listener is not None:
+            if not self.runtime.admit(self.listener):
+                transport.close()
+                return
+            self.admitted = True
+        peer = transport.get_extra_info("peername")
+        remote = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
+        self.session = self.make_session(transport, remote)
+        self.runtime.accepted(cast("Session", self.session))
+
+    def data_received(self, data: bytes) -> None:
+        if self.session is not None:
+            self.session.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return None  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.admitted and self.listener is not None:
+            self.runtime.release(self.listener)
+            self.admitted = False
+        if self.session is not None:
+            self.runtime.forget(cast("Session", self.session))
+            self.session.connection_lost()
+
+    def pause_writing(self) -> None:
+        if self.session is not None:
+            self.session.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.session is not None:
+            self.session.resume_writing()
