@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.brokers import ThreadBroker, make_config
+from tests.support.brokers import ProcessBroker, ThreadBroker, make_config
 
 
 @pytest.fixture
@@ -33,3 +33,13 @@ def broker_factory(tmp_path: Path) -> Iterator[object]:
     finally:
         for b in started:
             b.stop()
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_broker_processes() -> Iterator[None]:
+    """A test that fails midway must not leave subprocess brokers running."""
+    yield
+    for leftover in list(ProcessBroker.running):
+        if leftover.proc is not None and leftover.proc.poll() is None:
+            leftover.kill9()
+        ProcessBroker.running.discard(leftover)

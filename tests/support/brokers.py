@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from meshmq.config.model import BrokerConfig, ListenerConfig, ManagementConfig, StoreConfig
 from meshmq.store.base import Store
@@ -115,7 +115,13 @@ _LISTEN_RE = re.compile(r"listening for (\S+) on \S+://([\d.]+):(\d+)")
 
 
 class ProcessBroker:
-    """``meshmq broker`` as a real subprocess (for kill -9 tests)."""
+    """``meshmq broker`` as a real subprocess (for kill -9 tests).
+
+    Every started broker is tracked in ``running`` until it is killed or terminated;
+    the autouse fixture in tests/conftest.py kills leftovers when a test fails midway.
+    """
+
+    running: ClassVar[set[ProcessBroker]] = set()
 
     def __init__(self, config_path: Path, log_path: Path) -> None:
         self.config_path = config_path
@@ -129,6 +135,7 @@ class ProcessBroker:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "meshmq.cli.main", "broker", "--config",
              str(self.config_path)], stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        ProcessBroker.running.add(self)
         start_len = 0
 
         def ready() -> bool:
@@ -155,13 +162,20 @@ class ProcessBroker:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
         self._log.close()
+        ProcessBroker.running.discard(self)
 
     def terminate(self, timeout: float = 20.0) -> int:
         assert self.proc is not None
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout)
-        self._log.close()
+        try:
+            code = self.proc.wait(timeout)
+        finally:
+            ProcessBroker.running.discard(self)
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(10)
+            self._log.close()
         return code
 
 
