@@ -40,10 +40,23 @@ class DestKind(enum.StrEnum):  # StrEnum: C-level hashing on the hot path
         return self in (DestKind.TEMP_QUEUE, DestKind.TEMP_TOPIC)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Destination:
     kind: DestKind
     name: str
+
+    # Hand-written: destinations are dict keys on every send, and the generated versions
+    # build tuples. Identity first: protocol sessions reuse Destination objects.
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if other.__class__ is not Destination:
+            return NotImplemented
+        assert isinstance(other, Destination)
+        return self.name == other.name and self.kind is other.kind
+
+    def __hash__(self) -> int:
+        return hash(self.name) ^ hash(self.kind)
 
     @property
     def is_queue(self) -> bool:

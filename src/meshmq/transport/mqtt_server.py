@@ -115,7 +115,18 @@ def parse_durable_name(name: str) -> tuple[str, SubscriptionOptions] | None:
 
 
 def _topic_dest(topic: str) -> Destination:
-    return dst.topic(mqtt_topic_to_destination_name(topic))
+    """The topic destination of an MQTT topic name, one shared object per name (so
+    destination comparisons downstream are identity checks)."""
+    dest = _DEST_CACHE.get(topic)
+    if dest is None:
+        dest = dst.topic(mqtt_topic_to_destination_name(topic))
+        if len(_DEST_CACHE) > 10_000:
+            _DEST_CACHE.clear()
+        _DEST_CACHE[topic] = dest
+    return dest
+
+
+_DEST_CACHE: dict[str, Destination] = {}
 
 
 class MqttSession:
