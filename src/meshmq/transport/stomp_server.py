@@ -476,8 +476,8 @@ class StompSession:
             return
         msg = outcome.message
         fixed = self._fixed_headers(msg)
-        per: list[tuple[str, str]] = [("subscription", consumer.subscription_id),
-                                      ("message-id", msg.message_id)]
+        # message-id is in the shared block: it is the same for every subscriber.
+        per: list[tuple[str, str]] = [("subscription", consumer.subscription_id)]
         if self.version == "1.2" and consumer.ack_mode is not AckMode.AUTO \
                 and not consumer.spec.browser:
             per.append(("ack", f"{self._consumer_numbers.get(consumer, 0)}-{outcome.tag}"))
@@ -501,7 +501,8 @@ class StompSession:
                 if cached is not None:
                     return cached
         esc = self._escape
-        parts = [f"destination:{self._rendered(msg.destination, temp)}\n"
+        parts = [f"message-id:{esc(msg.message_id)}\n"
+                 f"destination:{self._rendered(msg.destination, temp)}\n"
                  f"timestamp:{msg.timestamp}\nexpires:{msg.expiration}\n"
                  f"priority:{msg.priority}\n"]
         if msg.persistent:
