@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -178,6 +178,3 @@ class ProcessBroker:
             self._log.close()
         return code
 
-
-def iter_ports(broker: ThreadBroker) -> Iterator[int]:
-    yield broker.port

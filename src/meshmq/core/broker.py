@@ -15,7 +15,6 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from meshmq.config.model import BrokerConfig, DestinationPolicy
 from meshmq.core import destinations as dst
@@ -24,6 +23,7 @@ from meshmq.core.consumer import Consumer, ConsumerSpec
 from meshmq.core.destinations import Destination, DestKind
 from meshmq.core.message import Message, PropertyValue
 from meshmq.core.queue import Entry, Outcome, Queue
+from meshmq.core.selector import Selector, compile_selector, message_lookup
 from meshmq.core.usage import MemoryUsage
 from meshmq.errors import (
     DestinationError,
@@ -42,9 +42,6 @@ from meshmq.store.base import (
     Store,
     StoreOp,
 )
-
-if TYPE_CHECKING:
-    from meshmq.core.selector import Selector
 
 log = logging.getLogger("meshmq.broker")
 
@@ -82,7 +79,7 @@ class TopicSubscription:
     """A consumer's (or an offline durable subscriber's) interest in topics."""
 
     __slots__ = ("connection_id", "consumer", "durable", "no_local", "patterns", "queue",
-                 "selector_text", "subscription")
+                 "selector_text", "shared_key")
 
     def __init__(self, patterns: tuple[Destination, ...], queue: Queue, *,
                  selector_text: str | None, no_local: bool, connection_id: str | None,
@@ -94,7 +91,8 @@ class TopicSubscription:
         self.connection_id = connection_id
         self.durable = durable
         self.consumer: Consumer | None = None
-        self.subscription = None
+        # Set for an MQTT shared subscription group: its key in Broker._shared.
+        self.shared_key: tuple[str, tuple[Destination, ...], str | None] | None = None
 
     def matches(self, dest: Destination) -> bool:
         return any(dst.matches(p, dest) for p in self.patterns)
@@ -250,7 +248,7 @@ class Broker:
         for record in recovery.durable_subscriptions:
             stored = recovery.keys.get(record.key)
             patterns = tuple(Destination.parse_uri(u) for u in record.destination.split(","))
-            queue = Queue(patterns[0], record.key, self._durable_policy(patterns[0]), self,
+            queue = Queue(patterns[0], record.key, self.policy_for(patterns[0]), self,
                           self.store, last_seq=stored.last_seq if stored else 0,
                           stored_count=stored.count if stored else 0, prefiltered=True)
             sub = TopicSubscription(patterns, queue, selector_text=record.selector,
@@ -302,9 +300,6 @@ class Broker:
         return [msg for dest, (_, msg) in sorted(self.retained.items(),
                                                  key=lambda kv: kv[0].name)
                 if any(dst.matches(p, dest) for p in pats)]
-
-    def _durable_policy(self, dest: Destination) -> DestinationPolicy:
-        return self.policy_for(dest)
 
     # ================================================================ connections
     def authenticate(self, login: str | None, passcode: str | None) -> Principal:
@@ -368,7 +363,7 @@ class Broker:
                      "TempDestinationRemoved", {"destination": str(dest),
                                                 "connectionId": conn.id})
 
-    def _temp_exists(self, dest: Destination) -> bool:
+    def temp_exists(self, dest: Destination) -> bool:
         return dest in self.queues if dest.kind is DestKind.TEMP_QUEUE else dest in self.topics
 
     # ================================================================ producing
@@ -381,7 +376,7 @@ class Broker:
                 continue  # validated before (hot path: one set lookup per send)
             if d.is_wildcard:
                 raise DestinationError(f"cannot send to a wildcard destination: {d}")
-            if d.is_temporary and not self._temp_exists(d):
+            if d.is_temporary and not self.temp_exists(d):
                 raise DestinationError(f"temporary destination {d} does not exist "
                                        "(its connection has closed)")
             if d.is_advisory:
@@ -453,8 +448,6 @@ class Broker:
                 continue
             if sub.selector_text is not None:
                 if lookup is None:
-                    from meshmq.core.selector import message_lookup
-
                     lookup = message_lookup(msg)
                 if not self._compiled(sub.selector_text).matches(lookup):
                     continue
@@ -473,8 +466,6 @@ class Broker:
 
     @staticmethod
     def _compiled(text: str) -> Selector:
-        from meshmq.core.selector import compile_selector
-
         return compile_selector(text)
 
     def _subs_for(self, dest: Destination) -> list[TopicSubscription]:
@@ -516,13 +507,11 @@ class Broker:
             raise DestinationError("no destination")
         selector = None
         if spec.selector is not None:
-            from meshmq.core.selector import compile_selector
-
             selector = compile_selector(spec.selector)  # raises SelectorError
         queues = [d for d in spec.destinations if d.is_queue]
         topics = [d for d in spec.destinations if d.is_topic]
         for d in spec.destinations:
-            if d.is_temporary and not d.is_wildcard and not self._temp_exists(d):
+            if d.is_temporary and not d.is_wildcard and not self.temp_exists(d):
                 raise DestinationError(f"temporary destination {d} does not exist")
         if spec.browser and topics:
             raise DestinationError("browsing is only possible on queues")
@@ -566,9 +555,9 @@ class Broker:
                 if queue not in consumer.sources:
                     consumer.sources.append(queue)
         if topics:
-            consumer.sub_queue = self._topic_subscription(conn, consumer, tuple(topics),
+            consumer.topic_sub = self._topic_subscription(conn, consumer, tuple(topics),
                                                           durable_key)
-            consumer.sources.append(consumer.sub_queue)
+            consumer.sources.append(consumer.topic_sub.queue)
         for queue in consumer.sources:
             queue.add_consumer(consumer)
         self._consumer_changed(conn, consumer, added=True)
@@ -576,7 +565,7 @@ class Broker:
 
     def _topic_subscription(self, conn: Connection, consumer: Consumer,
                             topics: tuple[Destination, ...],
-                            durable_key: tuple[str, str] | None) -> Queue:
+                            durable_key: tuple[str, str] | None) -> TopicSubscription:
         spec = consumer.spec
         if spec.shared_group is not None and durable_key is None:
             shared_key = (spec.shared_group, topics, spec.selector)
@@ -586,9 +575,10 @@ class Broker:
                               prefiltered=True)
                 shared = TopicSubscription(topics, queue, selector_text=spec.selector,
                                            no_local=False, connection_id=None, durable=None)
+                shared.shared_key = shared_key
                 self._shared[shared_key] = shared
                 self._add_topic_sub(shared)
-            return shared.queue
+            return shared
         if durable_key is None:
             policy = self.policy_for(topics[0])
             queue = Queue(topics[0], None, policy, self, None, prefiltered=True)
@@ -597,7 +587,7 @@ class Broker:
                                       durable=None)
             plain.consumer = consumer
             self._add_topic_sub(plain)
-            return queue
+            return plain
         client_id, name = durable_key
         destination_text = ",".join(str(t) for t in topics)
         sub: TopicSubscription | None = self.durables.get(durable_key)
@@ -606,7 +596,7 @@ class Broker:
                 or sub.durable.selector != spec.selector
                 or sub.durable.no_local != spec.no_local):
             # JMS: changing topic or selector of a durable subscription replaces it.
-            self._drop_durable(durable_key)
+            self.drop_durable(durable_key)
             sub = None
         if sub is None:
             key = f"durable://{client_id}:{name}"
@@ -623,9 +613,10 @@ class Broker:
             self._add_topic_sub(sub)
         sub.consumer = consumer
         sub.connection_id = conn.id
-        return sub.queue
+        return sub
 
-    def _drop_durable(self, key: tuple[str, str]) -> None:
+    def drop_durable(self, key: tuple[str, str]) -> None:
+        """Delete a durable subscription and its stored messages (no checks)."""
         sub = self.durables.pop(key)
         self._remove_topic_sub(sub)
         sub.queue.purge()
@@ -645,7 +636,7 @@ class Broker:
         if sub.consumer is not None:
             raise ProtocolError(f"durable subscription {name!r} is active; unsubscribe its "
                                 "consumer first", code="durable-in-use")
-        self._drop_durable(key)
+        self.drop_durable(key)
 
     def _browse(self, consumer: Consumer, queues: list[Destination]) -> None:
         from meshmq.core.queue import BrowseEnd, Delivery
@@ -658,12 +649,10 @@ class Broker:
                 for msg, count in queue.browse():
                     if msg.is_expired(now):
                         continue
-                    if consumer.selector is not None:
-                        from meshmq.core.selector import message_lookup
-
-                        if not consumer.selector.matches(message_lookup(
-                                msg, delivery_count=count + 1, redelivered=count > 0)):
-                            continue
+                    if consumer.selector is not None and not consumer.selector.matches(
+                            message_lookup(msg, delivery_count=count + 1,
+                                           redelivered=count > 0)):
+                        continue
                     tag = consumer.next_tag
                     consumer.next_tag += 1
                     self.emit(Delivery(consumer, msg, tag, count + 1 if count else 1))
@@ -683,26 +672,18 @@ class Broker:
         consumer.by_message_id.clear()
         for queue in consumer.sources:
             queue.remove_consumer(consumer)
-        sub_queue = consumer.sub_queue
-        if sub_queue is not None:
-            durable = next((s for s in self.durables.values() if s.queue is sub_queue), None)
-            shared_key = next((k for k, s in self._shared.items() if s.queue is sub_queue),
-                              None)
-            if durable is not None:
-                durable.consumer = None
-                durable.connection_id = None
-            elif shared_key is not None:
-                if not sub_queue.consumers:  # the group's last member left
-                    shared = self._shared.pop(shared_key)
-                    self._remove_topic_sub(shared)
-                    sub_queue.purge()
-                    sub_queue.deleted = True
-            else:
-                sub = next((s for s in self._topic_subs if s.queue is sub_queue), None)
-                if sub is not None:
-                    self._remove_topic_sub(sub)
-                sub_queue.purge()
-                sub_queue.deleted = True
+        sub = consumer.topic_sub
+        if sub is not None:
+            if sub.durable is not None:  # the subscription outlives its consumer
+                sub.consumer = None
+                sub.connection_id = None
+            elif sub.shared_key is None or not sub.queue.consumers:
+                # A plain topic subscriber, or the last member of a shared group.
+                if sub.shared_key is not None:
+                    del self._shared[sub.shared_key]
+                self._remove_topic_sub(sub)
+                sub.queue.purge()
+                sub.queue.deleted = True
         if not consumer.spec.browser:
             self._consumer_changed(conn, consumer, added=False)
 
@@ -789,7 +770,7 @@ class Broker:
         needs_sync = False
         for destinations, _ in txn.sends:
             for d in destinations:
-                if d.is_temporary and not self._temp_exists(d):
+                if d.is_temporary and not self.temp_exists(d):
                     raise TransactionError(f"temporary destination {d} no longer exists")
         for destinations, message in txn.sends:
             needs_sync |= self._route(conn, destinations, message)

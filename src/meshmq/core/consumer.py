@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from meshmq.core.destinations import Destination
 
 if TYPE_CHECKING:
+    from meshmq.core.broker import TopicSubscription
     from meshmq.core.queue import Entry, Queue
     from meshmq.core.selector import Selector
 
@@ -57,8 +58,8 @@ class Consumer:
         "selector",
         "sources",
         "spec",
-        "sub_queue",
         "subscription_id",
+        "topic_sub",
     )
 
     def __init__(self, consumer_id: str, connection_id: str, subscription_id: str,
@@ -70,8 +71,8 @@ class Consumer:
         self.prefetch = max(1, prefetch)
         self.selector = selector
         self.sources: list[Queue] = []
-        # A private queue that receives topic messages for this consumer (topic or durable).
-        self.sub_queue: Queue | None = None
+        # The topic subscription (plain, durable or shared) feeding this consumer's topics.
+        self.topic_sub: TopicSubscription | None = None
         self.dispatched: dict[int, Entry] = {}  # delivery tag -> entry, in dispatch order
         self.by_message_id: dict[str, int] = {}  # message id -> tag, for 1.0/1.1 acks
         self.next_tag = 1
@@ -83,6 +84,11 @@ class Consumer:
         self.closed = False
         self.dispatched_count = 0
         self.acked_count = 0
+
+    @property
+    def sub_queue(self) -> Queue | None:
+        """The queue that receives this consumer's topic messages, if it has topics."""
+        return self.topic_sub.queue if self.topic_sub is not None else None
 
     @property
     def ack_mode(self) -> AckMode:

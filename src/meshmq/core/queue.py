@@ -20,6 +20,7 @@ from meshmq.config.model import DestinationPolicy
 from meshmq.core.consumer import AckMode, Consumer
 from meshmq.core.destinations import Destination
 from meshmq.core.message import Message
+from meshmq.core.selector import message_lookup
 from meshmq.core.usage import MemoryUsage
 from meshmq.store.base import RemoveRef, SetDeliveryCount, StoredEntry, StoreOp
 
@@ -290,8 +291,6 @@ class Queue:
     def _accepts(self, consumer: Consumer, entry: Entry) -> bool:
         if self.prefiltered or consumer.selector is None:
             return True
-        from meshmq.core.selector import message_lookup
-
         return consumer.selector.matches(message_lookup(
             entry.message, delivery_count=entry.delivery_count + 1,
             redelivered=entry.delivery_count > 0))

@@ -318,13 +318,13 @@ class MqttSession:
         if state is not None and state.expiry_handle is not None:
             state.expiry_handle.cancel()
             state.expiry_handle = None
-        durable = [(name, sub) for (cid, name), sub in self.broker.durables.items()
+        durable = [name for cid, name in self.broker.durables
                    if cid == client_id and parse_durable_name(name) is not None]
         present = False
         record = self.broker.records.get(self._record_name(client_id))
         if clean_start:
             assert self.conn is not None
-            for name, _ in durable:
+            for name in durable:
                 self.broker.remove_durable(self.conn, name)
             durable = []
             self.broker.drop_record(self._record_name(client_id))
@@ -335,12 +335,11 @@ class MqttSession:
             present = True
         if state is None:
             state = SessionState(client_id)
-            for name, sub in durable:  # subscriptions recovered from the store
+            for name in durable:  # subscriptions recovered from the store
                 parsed = parse_durable_name(name)
                 assert parsed is not None
                 flt, options = parsed
                 state.subscriptions[flt] = MqttSubscription(flt, options, None)
-                del sub
             if record is not None:  # QoS 2 exchanges in progress when the broker stopped
                 saved = json.loads(record[1])
                 state.inbound_qos2 = set(saved.get("qos2_in", []))
@@ -408,7 +407,7 @@ class MqttSession:
                 raise MqttProtocolError("too many unacknowledged QoS 1/2 publishes",
                                         reason_code=ReasonCode.RECEIVE_MAXIMUM_EXCEEDED)
         dest = _topic_dest(topic)
-        message = self._message(packet, dest, topic)
+        message = self._message(packet, dest)
         needs_sync = self.broker.send(self.conn, (dest,), message)
         if packet.retain:
             self.broker.retain(message)
@@ -428,7 +427,7 @@ class MqttSession:
             # Counts against receive maximum until PUBCOMP (MQTT 5 section 3.3.4).
             self._ack(encode(Pubrec(packet.packet_id or 0), self.level), wait, settles=False)
 
-    def _message(self, packet: Publish, dest: Destination, topic: str) -> Message:
+    def _message(self, packet: Publish, dest: Destination) -> Message:
         assert self.conn is not None
         props = packet.properties
         now = self.broker.now_ms()
@@ -452,7 +451,6 @@ class MqttSession:
                 expiration = now + props.message_expiry_interval * 1000
             if props.payload_format_indicator is not None:
                 properties["mqtt.payloadFormat"] = props.payload_format_indicator
-        del topic
         return Message(message_id=self.broker.new_message_id(self.conn.id), destination=dest,
                        body=packet.payload, properties=properties, persistent=packet.qos > 0,
                        timestamp=now, expiration=expiration, correlation_id=correlation,
@@ -792,7 +790,7 @@ class MqttSession:
     def _drop_durables(self, client_id: str) -> None:
         for cid, name in [k for k in self.broker.durables if k[0] == client_id]:
             if parse_durable_name(name) is not None:
-                self.broker._drop_durable((cid, name))
+                self.broker.drop_durable((cid, name))
 
     def _expire_session(self, client_id: str, state: SessionState) -> None:
         if self.runtime.mqtt_states.get(client_id) is state \
@@ -807,7 +805,7 @@ class MqttSession:
         assert self.conn is not None
         packet = Publish(topic=will.topic, payload=will.payload, qos=will.qos,
                          retain=will.retain, properties=will.properties)
-        msg = self._message(packet, _topic_dest(will.topic), will.topic)
+        msg = self._message(packet, _topic_dest(will.topic))
         msg.producer_id = ""  # the will is not "local" to anyone: the connection is gone
         return msg
 

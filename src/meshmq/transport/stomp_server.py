@@ -216,7 +216,7 @@ class StompSession:
         assert self.conn is not None
         key = (kind, name)
         dest = self._temp_names.get(key)
-        if dest is None or not self.broker._temp_exists(dest):
+        if dest is None or not self.broker.temp_exists(dest):
             dest = self.broker.create_temp(self.conn, kind)
             self._temp_names[key] = dest
             self._local_names[dest] = name
