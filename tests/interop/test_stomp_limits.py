@@ -24,8 +24,8 @@ class GatedStore(MemoryStore):
 
     async def sync(self) -> None:
         self.syncs_waiting += 1
-        while not self.gate.is_set():
-            await asyncio.sleep(0.005)  # the store "disk" is busy; the loop keeps running
+        # The "disk" is busy until the test opens the gate; the event loop keeps running.
+        await asyncio.get_running_loop().run_in_executor(None, self.gate.wait)
         await super().sync()
 
 
@@ -56,6 +56,7 @@ def test_unconfirmed_persistent_sends_pause_the_producer(tmp_path: Path) -> None
             assert broker.destination_stats("bp")["depth"] == count
             assert broker.destination_stats("np")["depth"] == 2
     finally:
+        store.gate.set()  # never leave a sync blocked if the test failed early
         broker.stop()
 
 
