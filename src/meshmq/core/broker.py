@@ -139,10 +139,10 @@ class Broker:
                            TopicSubscription] = {}
         # Retained messages (MQTT): the last retained message per topic, and its store seq.
         self.retained: dict[Destination, tuple[int, Message]] = {}
-        self._retained_seq = itertools.count(1)
         # Small named records protocol layers keep in the store (MQTT session state).
         self.records: dict[str, tuple[int, bytes]] = {}
-        self._record_seq: dict[str, int] = {}
+        # Last seq used per single-reference key (retained messages and records).
+        self._single_seq: dict[str, int] = {}
         self._dirty: dict[Queue, None] = {}
         self._deferred: dict[Queue, None] = {}
         self._sendable: set[Destination] = set()
@@ -225,13 +225,14 @@ class Broker:
         for key, info in recovery.keys.items():
             if key in durable_keys:
                 continue
-            if key.startswith(RETAINED_PREFIX):
-                self._recover_retained(key, info.last_seq)
-                continue
-            if key.startswith(RECORD_PREFIX):
+            if key.startswith((RETAINED_PREFIX, RECORD_PREFIX)):
+                self._single_seq[key] = info.last_seq
                 for entry in self.store.load(key, 0, 10):
-                    self.records[key[len(RECORD_PREFIX):]] = (entry.seq, entry.message.body)
-                self._record_seq[key] = info.last_seq
+                    if key.startswith(RECORD_PREFIX):
+                        self.records[key[len(RECORD_PREFIX):]] = (entry.seq,
+                                                                  entry.message.body)
+                    else:
+                        self.retained[entry.message.destination] = (entry.seq, entry.message)
                 continue
             try:
                 dest = Destination.parse_uri(key)
@@ -257,43 +258,46 @@ class Broker:
             self.durables[(record.client_id, record.subscription_name)] = sub
             self._add_topic_sub(sub)
 
-    def _recover_retained(self, key: str, last_seq: int) -> None:
-        self._retained_seq = itertools.count(max(last_seq + 1, next(self._retained_seq)))
-        for stored in self.store.load(key, 0, 10):
-            self.retained[stored.message.destination] = (stored.seq, stored.message)
+    def _replace_single(self, key: str, old_seq: int | None,
+                        message: Message | None) -> int | None:
+        """Replace the one stored reference of ``key`` (retained messages and records
+        keep exactly one); returns the new seq, or None when only removing."""
+        if old_seq is not None:
+            self._ops.append(RemoveRef(key, old_seq))
+        if message is None:
+            return None
+        seq = self._single_seq.get(key, 0) + 1
+        self._single_seq[key] = seq
+        self._ops.append(AddMessage(message, ((key, seq),)))
+        return seq
 
     # ================================================================ retained messages
     def retain(self, message: Message) -> None:
         """Keep ``message`` as its topic's retained message (an empty body clears it).
         Retained messages are always stored, whatever their persistence."""
         dest = message.destination
-        key = RETAINED_PREFIX + dest.name
         old = self.retained.pop(dest, None)
-        if old is not None:
-            self._ops.append(RemoveRef(key, old[0]))
-        if message.body:
-            seq = next(self._retained_seq)
+        seq = self._replace_single(RETAINED_PREFIX + dest.name,
+                                   old[0] if old is not None else None,
+                                   message if message.body else None)
+        if seq is not None:
             self.retained[dest] = (seq, message)
-            self._ops.append(AddMessage(message, ((key, seq),)))
 
     def put_record(self, name: str, body: bytes) -> None:
         """Store (or replace) a small named record; it comes back in ``records`` after a
         restart. Written in the current batch, so it is as durable as what follows it."""
-        key = RECORD_PREFIX + name
         old = self.records.pop(name, None)
-        if old is not None:
-            self._ops.append(RemoveRef(key, old[0]))
-        seq = self._record_seq.get(key, 0) + 1
-        self._record_seq[key] = seq
+        record = Message(message_id=f"record:{name}", destination=dst.queue("meshmq.records"),
+                         body=body)
+        seq = self._replace_single(RECORD_PREFIX + name, old[0] if old is not None else None,
+                                   record)
+        assert seq is not None
         self.records[name] = (seq, body)
-        self._ops.append(AddMessage(Message(message_id=f"record:{name}:{seq}",
-                                            destination=dst.queue("meshmq.records"), body=body),
-                                    ((key, seq),)))
 
     def drop_record(self, name: str) -> None:
         old = self.records.pop(name, None)
         if old is not None:
-            self._ops.append(RemoveRef(RECORD_PREFIX + name, old[0]))
+            self._replace_single(RECORD_PREFIX + name, old[0], None)
 
     def retained_for(self, patterns: Iterable[Destination]) -> list[Message]:
         pats = tuple(patterns)
