@@ -11,6 +11,7 @@ with ``nested.*`` applied) and :class:`FailoverOptions`. A plain URI
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -228,8 +229,8 @@ def _options(raw: Options, text: str) -> FailoverOptions:
     for key, value in raw.items():
         parser = _PARSERS.get(key)
         if parser is None:
-            raise URIError(text, key, f"unknown failover option {key!r}; known: "
-                           + ", ".join(sorted(_PARSERS)))
+            raise URIError(text, key, f"unknown failover option {key!r}{_did_you_mean(key)}"
+                           "; known: " + ", ".join(sorted(_PARSERS)))
         try:
             parsed = parser(value)
         except ValueError as exc:
@@ -239,6 +240,11 @@ def _options(raw: Options, text: str) -> FailoverOptions:
             raise URIError(text, f"{key}={value}", f"{key} {check[1]}")
         values[key] = parsed
     return FailoverOptions(**values)
+
+
+def _did_you_mean(key: str) -> str:
+    close = difflib.get_close_matches(key, [*_PARSERS, *ENDPOINT_OPTIONS], n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _endpoint(uri: SimpleURI | CompositeURI, text: str, protocol: str,
@@ -256,7 +262,8 @@ def _endpoint(uri: SimpleURI | CompositeURI, text: str, protocol: str,
     opts = nested.merged(uri.options)
     for key in opts:
         if key not in ENDPOINT_OPTIONS:
-            raise URIError(text, key, f"unknown endpoint option {key!r}; known: "
+            raise URIError(text, key, f"unknown endpoint option {key!r}{_did_you_mean(key)}"
+                           "; known: "
                            + ", ".join(sorted(ENDPOINT_OPTIONS)))
     try:
         timeout = _int(opts.get("connectionTimeout", "30000"))

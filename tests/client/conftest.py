@@ -1,0 +1,102 @@
+"""Fixtures for the failover client tests: in-process brokers with STOMP and MQTT
+listeners (``meshmq``), and subprocess brokers for kill -9 tests (``process_brokers``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from meshmq.config.model import ListenerConfig
+from tests.support.brokers import ProcessBroker, ThreadBroker, make_config
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/client" in str(item.path).replace("\\", "/") \
+                and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(60))
+
+
+LISTENERS = (ListenerConfig(name="stomp", protocol="stomp", host="127.0.0.1", port=0),
+             ListenerConfig(name="mqtt", protocol="mqtt", host="127.0.0.1", port=0))
+
+
+def stomp_uri(b: ThreadBroker | ProcessBroker) -> str:
+    port = b.runtime.addresses["stomp"][1] if isinstance(b, ThreadBroker) else b.ports["stomp"]
+    return f"stomp://127.0.0.1:{port}"
+
+
+def mqtt_uri(b: ThreadBroker | ProcessBroker) -> str:
+    port = b.runtime.addresses["mqtt"][1] if isinstance(b, ThreadBroker) else b.ports["mqtt"]
+    return f"mqtt://127.0.0.1:{port}"
+
+
+@pytest.fixture
+def meshmq_factory(tmp_path: Path) -> Iterator[Callable[..., ThreadBroker]]:
+    """``meshmq_factory(**config changes)``: an in-process broker with STOMP + MQTT."""
+    started: list[ThreadBroker] = []
+
+    def make(**changes: object) -> ThreadBroker:
+        changes.setdefault("listeners", LISTENERS)
+        b = ThreadBroker(make_config(tmp_path / f"data{len(started)}", **changes)).start()
+        started.append(b)
+        return b
+
+    try:
+        yield make
+    finally:
+        for b in started:
+            if b.runtime is not None and b.runtime.started:
+                b.stop()
+
+
+@pytest.fixture
+def meshmq(meshmq_factory: Callable[..., ThreadBroker]) -> ThreadBroker:
+    return meshmq_factory()
+
+
+def write_process_config(directory: Path, name: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    cfg = directory / "meshmq.toml"
+    cfg.write_text(f"""
+[broker]
+name = "{name}"
+data_directory = "{directory / 'data'}"
+
+[[listeners]]
+name = "stomp"
+url = "stomp://127.0.0.1:0"
+
+[[listeners]]
+name = "mqtt"
+url = "mqtt://127.0.0.1:0"
+
+[store]
+fsync = true
+
+[management]
+enabled = false
+""")
+    return cfg
+
+
+@pytest.fixture
+def process_brokers(tmp_path: Path) -> Iterator[Callable[[str], ProcessBroker]]:
+    """``process_brokers("a")``: a started ``meshmq broker`` subprocess (its data and log
+    under tmp_path/<name>); the same name again reuses the directory (a restart)."""
+    made: list[ProcessBroker] = []
+
+    def make(name: str) -> ProcessBroker:
+        cfg = write_process_config(tmp_path / name, name)
+        b = ProcessBroker(cfg, tmp_path / name / "broker.log").start()
+        made.append(b)
+        return b
+
+    try:
+        yield make
+    finally:
+        for b in made:
+            if b.proc is not None and b.proc.poll() is None:
+                b.terminate()
