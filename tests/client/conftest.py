@@ -3,6 +3,7 @@ listeners (``meshmq``), and subprocess brokers for kill -9 tests (``process_brok
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -57,7 +58,20 @@ def meshmq(meshmq_factory: Callable[..., ThreadBroker]) -> ThreadBroker:
     return meshmq_factory()
 
 
-def write_process_config(directory: Path, name: str) -> Path:
+def free_ports(n: int) -> list[int]:
+    """Ports the OS just handed out (bound, then released), for brokers that must come
+    back on the same port after a restart."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def write_process_config(directory: Path, name: str, stomp_port: int, mqtt_port: int) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     cfg = directory / "meshmq.toml"
     cfg.write_text(f"""
@@ -67,11 +81,11 @@ data_directory = "{directory / 'data'}"
 
 [[listeners]]
 name = "stomp"
-url = "stomp://127.0.0.1:0"
+url = "stomp://127.0.0.1:{stomp_port}"
 
 [[listeners]]
 name = "mqtt"
-url = "mqtt://127.0.0.1:0"
+url = "mqtt://127.0.0.1:{mqtt_port}"
 
 [store]
 fsync = true
@@ -84,12 +98,15 @@ enabled = false
 
 @pytest.fixture
 def process_brokers(tmp_path: Path) -> Iterator[Callable[[str], ProcessBroker]]:
-    """``process_brokers("a")``: a started ``meshmq broker`` subprocess (its data and log
-    under tmp_path/<name>); the same name again reuses the directory (a restart)."""
+    """``process_brokers("a")``: a started ``meshmq broker`` subprocess (data and log under
+    tmp_path/<name>); the same name again restarts it on the same data and ports."""
     made: list[ProcessBroker] = []
+    ports: dict[str, list[int]] = {}
 
     def make(name: str) -> ProcessBroker:
-        cfg = write_process_config(tmp_path / name, name)
+        if name not in ports:
+            ports[name] = free_ports(2)
+        cfg = write_process_config(tmp_path / name, name, *ports[name])
         b = ProcessBroker(cfg, tmp_path / name / "broker.log").start()
         made.append(b)
         return b
