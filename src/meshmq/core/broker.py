@@ -20,6 +20,7 @@ from meshmq.config.model import BrokerConfig, DestinationPolicy
 from meshmq.core import destinations as dst
 from meshmq.core.auth import Authenticator, Principal
 from meshmq.core.consumer import Consumer, ConsumerSpec
+from meshmq.core.dedup import DEDUP_PROPERTY, DuplicateWindow
 from meshmq.core.destinations import Destination, DestKind
 from meshmq.core.message import Message, PropertyValue
 from meshmq.core.queue import Entry, Outcome, Queue
@@ -150,6 +151,7 @@ class Broker:
         self._ops: list[StoreOp] = []
         self._outbox: list[Outcome] = []
         self._listeners: list[Callable[[ConsumerEvent], None]] = []
+        self.dedup = DuplicateWindow(config.duplicate_window)
         self._policies = [(Destination.parse_uri(p.match), p) for p in config.policies]
         self._default_policy = DestinationPolicy()
         self._boot = format(self._clock(), "x")
@@ -409,6 +411,15 @@ class Broker:
 
     def _route(self, conn: Connection | None, destinations: tuple[Destination, ...],
                message: Message) -> bool:
+        if message.properties:
+            dedup_id = message.properties.get(DEDUP_PROPERTY)
+            if dedup_id is not None and self.dedup.check_and_add(str(dedup_id)):
+                # A re-send of an accepted message: confirm again, store nothing. The
+                # confirmation still waits for a store sync, which orders it after the
+                # original's write.
+                log.debug("duplicate send %s dropped (dedup-id %s)", message.message_id,
+                          dedup_id)
+                return True
         needs_sync = False
         for i, d in enumerate(destinations):
             msg = message if i == 0 and d == message.destination else message.copy_to(d)
@@ -918,6 +929,7 @@ class Broker:
         return {"broker": self.name, "uptime_ms": self.now_ms() - self.started_ms,
                 "connections": len(self.connections), "destinations": dests,
                 "durable_subscriptions": durables,
+                "duplicates_dropped": self.dedup.duplicates,
                 "memory": {"used": self.usage.used, "limit": self.usage.limit,
                            "peak": self.usage.peak, "percent": round(self.usage.percent, 1)},
                 "store": self.store.stats()}
