@@ -117,6 +117,7 @@ class ConsumerEvent:
     client_id: str | None
     durable_name: str | None
     consumer_count: dict[Destination, int]
+    spec: ConsumerSpec
 
 
 class Broker:
@@ -210,6 +211,15 @@ class Broker:
 
     def add_listener(self, listener: Callable[[ConsumerEvent], None]) -> None:
         self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[ConsumerEvent], None]) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    def advise(self, topic: Destination, advisory_type: str,
+               fields: dict[str, PropertyValue]) -> None:
+        """Publish an advisory (for subsystems outside the core: network bridges)."""
+        self._advise(topic, advisory_type, fields)
 
     def policy_for(self, dest: Destination) -> DestinationPolicy:
         for pattern, policy in self._policies:
@@ -369,6 +379,18 @@ class Broker:
                      "TempDestinationRemoved", {"destination": str(dest),
                                                 "connectionId": conn.id})
 
+    def adopt_temp(self, conn: Connection, dest: Destination) -> None:
+        """Make a remote broker's temporary destination exist here, owned by the bridge
+        connection ``conn`` (bridgeTempDestinations): replies sent here to it can then
+        cross the network; it goes away with the bridge."""
+        if self.temp_exists(dest):
+            return
+        conn.temp_destinations.add(dest)
+        if dest.kind is DestKind.TEMP_QUEUE:
+            self._get_queue(dest)
+        else:
+            self.topics.setdefault(dest, TopicStats())
+
     def temp_exists(self, dest: Destination) -> bool:
         return dest in self.queues if dest.kind is DestKind.TEMP_QUEUE else dest in self.topics
 
@@ -461,6 +483,10 @@ class Broker:
             if sub.no_local and sub.connection_id is not None \
                     and sub.connection_id == msg.producer_id:
                 continue
+            net_consumer = sub.consumer
+            if net_consumer is not None and net_consumer.net_filter is not None \
+                    and not net_consumer.net_filter(msg):
+                continue  # a bridge that must not carry it (loop, TTL)
             if sub.selector_text is not None:
                 if lookup is None:
                     lookup = message_lookup(msg)
@@ -682,7 +708,10 @@ class Broker:
             self._queue_wildcards.remove(consumer)
         # Unacked messages go back to their queues (counted as a delivery attempt).
         for entry in list(consumer.dispatched.values()):
-            entry.queue.release(entry, cause="consumer closed with the message unacknowledged")
+            # A bridge that went down did not deliver anything to a client: its
+            # in-flight messages go back without counting towards the DLQ.
+            entry.queue.release(entry, count_delivery=consumer.spec.network_path is None,
+                                cause="consumer closed with the message unacknowledged")
         consumer.dispatched.clear()
         consumer.by_message_id.clear()
         for queue in consumer.sources:
@@ -900,7 +929,7 @@ class Broker:
                              "ackMode": spec.ack_mode.value})
         if self._listeners:
             event = ConsumerEvent(added, consumer.id, spec.destinations, spec.selector, conn.id,
-                                  conn.client_id, spec.subscription_name, counts)
+                                  conn.client_id, spec.subscription_name, counts, spec)
             for listener in self._listeners:
                 listener(event)
 
