@@ -289,6 +289,9 @@ class Queue:
         return any(c.has_capacity for tier in self._tiers for c in tier)
 
     def _accepts(self, consumer: Consumer, entry: Entry) -> bool:
+        net_filter = consumer.net_filter
+        if net_filter is not None and not net_filter(entry.message):
+            return False
         if self.prefiltered or consumer.selector is None:
             return True
         return consumer.selector.matches(message_lookup(

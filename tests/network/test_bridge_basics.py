@@ -1,0 +1,33 @@
+"""A bridge between two in-process brokers: demand forwarding end to end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.interop.stomp_helpers import uid
+from tests.network.helpers import bridges, connector, consumers_on, net_config, tcp_uri, \
+    wait_forwarding
+from tests.support.brokers import ThreadBroker, poll
+
+
+def test_queue_messages_follow_a_remote_consumer(tmp_path: Path, client) -> None:
+    b = ThreadBroker(net_config(tmp_path / "b", "B")).start()
+    a = ThreadBroker(net_config(tmp_path / "a", "A", connector(f"static:({tcp_uri(b)})"))).start()
+    try:
+        wait_forwarding(a)
+        q = f"/queue/{uid('fw')}"
+        consumer = client(on=b)
+        consumer.subscribe(q)
+        poll(lambda: consumers_on(a, q.replace("/queue/", "queue://")) == 1,
+             what="demand on A")
+        producer = client(on=a)
+        for i in range(20):
+            producer.send(q, str(i), {"persistent": "true"})
+        poll(lambda: len(consumer.listener.messages) == 20, what="20 forwarded messages")
+        assert consumer.bodies() == [str(i) for i in range(20)]
+        status = bridges(a)[0]
+        assert status["remote_broker"] == "B" and status["forwarded"] == 20
+        poll(lambda: bridges(a)[0]["acknowledged"] == 20, what="acks")
+    finally:
+        a.stop()
+        b.stop()
