@@ -210,3 +210,21 @@ def test_bad_uri_and_options_name_the_bad_part() -> None:
         FailoverClient("failover:(stomp://a:1)?randomise=false")
     with pytest.raises(URIError, match="mixes STOMP and MQTT"):
         FailoverClient("failover:(stomp://a:1,mqtt://b:2)")
+
+
+def test_meshmq_stores_a_resend_with_the_same_dedup_id_once(meshmq: ThreadBroker) -> None:
+    async def main() -> None:
+        async with FailoverClient(stomp_uri(meshmq)) as c:
+            for _ in range(3):  # what a producer does when confirmations are lost
+                await c.send("/queue/idem", "once", dedup_id="fixed-1")
+        async with FailoverClient(f"failover:({mqtt_uri(meshmq)})?checkForDuplicates=false",
+                                  client_id="idem-sub") as sub_client, \
+                FailoverClient(mqtt_uri(meshmq), client_id="idem") as m:
+            sub = await sub_client.subscribe("idem/t", qos=1)
+            for _ in range(2):
+                await m.send("idem/t", "once", dedup_id="fixed-2")
+            await m.send("idem/t", "marker")
+            assert [(await sub.get(10)).text for _ in range(2)] == ["once", "marker"]
+        from tests.support.brokers import poll
+        poll(lambda: meshmq.destination_stats("idem")["depth"] == 1, 10, "one copy stored")
+    run(main())
