@@ -205,7 +205,15 @@ class BrokerConfig:
     duplicate_window: int = 10_000  # idempotent-producer window (message ids remembered)
     network_connectors: tuple[NetworkConnectorConfig, ...] = ()
     network_connector_start_async: bool = False
+    # Client URIs of peer brokers told to connecting clients (topology push), comma
+    # separated: "stomp://b:61613,mqtt://b:1883". Network connectors and HA add theirs.
+    advertised_peers: str = ""
+    push_topology: bool = True  # send the meshmq-peers CONNECTED header / CONNACK property
     source: str | None = None  # file this config came from, for messages
+
+    @property
+    def advertised_peer_list(self) -> tuple[str, ...]:
+        return tuple(p.strip() for p in self.advertised_peers.split(",") if p.strip())
 
     @property
     def store_directory(self) -> Path:

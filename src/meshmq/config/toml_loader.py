@@ -46,6 +46,7 @@ from meshmq.config.sizes import parse_size
 from meshmq.core.destinations import Destination, is_wildcard_name, validate_name
 from meshmq.errors import ConfigError, DestinationError
 from meshmq.network.discovery import DiscoveryUriError, parse_multicast_uri
+from meshmq.uri import SimpleURI, URIError, parse_uri
 
 __all__ = [
     "BROKER_SECTION",
@@ -448,6 +449,12 @@ class _Builder:
             if user.name in users:
                 raise self.src.error(f"duplicate user {user.name!r}", f"auth.users[{i}].name")
             users.add(user.name)
+        for peer in config.advertised_peer_list:
+            try:
+                if not isinstance(parse_uri(peer), SimpleURI):
+                    raise URIError(peer, peer, "a peer is one endpoint URI, not a composite")
+            except URIError as exc:
+                raise self.src.error(str(exc), f"{BROKER_SECTION}.advertised_peers") from None
         connectors: set[str] = set()
         for i, nc in enumerate(config.network_connectors):
             at = f"network_connectors[{i}]"

@@ -18,6 +18,7 @@ from meshmq.config.model import BrokerConfig, ListenerConfig
 from meshmq.core.broker import Broker
 from meshmq.core.queue import BrowseEnd, Delivery
 from meshmq.store.base import Store
+from meshmq.transport.topology import Topology
 
 if TYPE_CHECKING:
     from meshmq.core.broker import Connection
@@ -50,6 +51,8 @@ class BrokerRuntime:
             store = create_store(config)
         self.store = store
         self.broker = Broker(config, self.store)
+        # Peer brokers' client URIs, pushed to clients on connect (transport/topology.py).
+        self.topology = Topology(config.advertised_peer_list, enabled=config.push_topology)
         self.sessions: dict[str, Session] = {}  # by broker connection id
         self._all_sessions: set[Session] = set()
         self._to_flush: dict[Session, None] = {}
