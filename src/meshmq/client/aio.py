@@ -62,6 +62,7 @@ class Subscription:
     filter: DuplicateFilter = field(default_factory=DuplicateFilter)
     duplicates: int = 0  # duplicates dropped by the filter
     active: bool = True
+    confirmed: bool = False  # the broker accepted it once: restore it after failover
 
     @property
     def id(self) -> str:
@@ -164,8 +165,6 @@ class FailoverClient:
         the tries; ``timeout`` seconds, or the failover ``timeout``, bounds the wait)."""
         if self._closed:
             raise ClientClosedError("the client is closed")
-        if self._supervisor is None:
-            self._supervisor = asyncio.create_task(self._run(), name="failover supervisor")
         await self._wait_ready(self._deadline(timeout))
 
     async def __aenter__(self) -> FailoverClient:
@@ -216,6 +215,9 @@ class FailoverClient:
 
     async def _wait_ready(self, deadline: float | None) -> BaseConnection:
         loop = asyncio.get_running_loop()
+        if self._supervisor is None and not self._closed:
+            # An operation before connect() connects (as ActiveMQ's lazy start does).
+            self._supervisor = asyncio.create_task(self._run(), name="failover supervisor")
         while True:
             if self._closed:
                 raise ClientClosedError("the client is closed")
@@ -325,6 +327,8 @@ class FailoverClient:
 
     async def _restore(self, conn: BaseConnection) -> None:
         for sub in list(self._subs.values()):
+            if not sub.confirmed:
+                continue  # its subscribe() call is still under way and will send it
             try:
                 await conn.subscribe(sub.spec)
             except BrokerError as exc:
@@ -546,6 +550,7 @@ class FailoverClient:
             conn = await self._wait_ready(deadline)
             try:
                 await self._bounded(conn.subscribe(spec), deadline)
+                sub.confirmed = True
                 return sub
             except ConnectionLostError:
                 continue
@@ -605,7 +610,7 @@ class FailoverClient:
             return tx
 
     def _tx_conn(self, tx: Transaction) -> BaseConnection:
-        if tx.done:
+        if tx.done and not tx.lost:
             raise ClientError(f"transaction {tx.id} is already finished")
         conn = self._conn
         if tx.lost or conn is None or conn.generation != tx.generation \
