@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from meshmq.backoff import ReconnectPolicy
 from meshmq.client.dedup import DuplicateFilter
@@ -106,3 +108,25 @@ def test_duplicate_filter_window() -> None:
     assert "z" not in f
     off = DuplicateFilter(0)
     assert not off.seen("a") and not off.seen("a")
+
+
+def test_duplicate_filter_copies_of_a_message_in_hand() -> None:
+    f = DuplicateFilter(10)
+    f.hold("k")  # handed to the application, not acked yet
+    assert f.is_duplicate("k", redelivered=False)  # another copy (a producer resend)
+    assert not f.is_duplicate("k", redelivered=True)  # the broker's redelivery of it
+    f.release("k")
+    assert not f.is_duplicate("k", redelivered=False)
+    f.add("k")  # acked
+    assert f.is_duplicate("k", redelivered=True)
+    assert not f.is_duplicate(None, redelivered=False)
+
+
+@given(st.lists(st.tuples(st.sampled_from(["seen", "add", "hold", "release"]),
+                          st.integers(0, 20)), max_size=200), st.integers(1, 8))
+def test_duplicate_filter_never_exceeds_its_window(ops: list[tuple[str, int]],
+                                                   window: int) -> None:
+    f = DuplicateFilter(window)
+    for op, k in ops:
+        getattr(f, op)(str(k))
+        assert len(f) <= window

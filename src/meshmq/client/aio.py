@@ -46,6 +46,7 @@ log = logging.getLogger("meshmq.client")
 
 __all__ = ["FailoverClient", "Subscription", "Transaction"]
 
+ORPHAN_LIMIT = 10_000  # MQTT messages kept for a subscription not yet re-made
 EventCallback = Callable[[Event], None]
 MessageCallback = Callable[[Message], None]
 
@@ -138,6 +139,7 @@ class FailoverClient:
         self._supervisor: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._switch: BaseConnection | None = None
+        self._orphans: list[Message] = []  # MQTT messages that arrived before subscribe()
         self._prefix = uuid.uuid4().hex[:12]
         self._dedup_seq = itertools.count(1)
         self.tracked_bytes = 0
@@ -418,12 +420,18 @@ class FailoverClient:
     def _on_message(self, msg: Message) -> None:
         sub = self._route(msg)
         if sub is None or not sub.active:
-            log.debug("message for unknown subscription %r dropped", msg.subscription)
+            if self.protocol == "mqtt" and len(self._orphans) < ORPHAN_LIMIT:
+                # A persistent MQTT session delivers its backlog right after CONNACK,
+                # before the application has subscribed again: keep it for subscribe().
+                self._orphans.append(msg)
+            else:
+                log.debug("message for unknown subscription %r dropped", msg.subscription)
             return
         msg.subscription = sub.id
         conn = self._conn
         auto = sub.spec.ack is AckMode.AUTO
-        if self.options.checkForDuplicates and msg.key is not None and msg.key in sub.filter:
+        if self.options.checkForDuplicates and sub.filter.is_duplicate(msg.key,
+                                                                     msg.redelivered):
             sub.duplicates += 1
             self.stats["duplicates"] += 1
             if conn is not None and conn.generation == msg.generation:
@@ -434,6 +442,8 @@ class FailoverClient:
             sub.filter.add(msg.key)
             if isinstance(conn, MqttConnection) and conn.generation == msg.generation:
                 conn.auto_ack(msg)
+        else:
+            sub.filter.hold(msg.key)
         if sub.callback is not None:
             try:
                 sub.callback(msg)
@@ -441,6 +451,11 @@ class FailoverClient:
                 log.exception("message callback failed")
         else:
             sub.queue.put_nowait(msg)
+
+    def _adopt_orphans(self) -> None:
+        orphans, self._orphans = self._orphans, []
+        for msg in orphans:
+            self._on_message(msg)
 
     async def _settle(self, conn: BaseConnection, msg: Message, sub: Subscription) -> None:
         if isinstance(conn, MqttConnection):
@@ -551,6 +566,7 @@ class FailoverClient:
             try:
                 await self._bounded(conn.subscribe(spec), deadline)
                 sub.confirmed = True
+                self._adopt_orphans()
                 return sub
             except ConnectionLostError:
                 continue
@@ -579,6 +595,7 @@ class FailoverClient:
         sub = self._subs.get(msg.subscription)
         if sub is None:
             return False
+        sub.filter.release(msg.key)
         if positive:
             sub.filter.add(msg.key)
         conn = self._conn

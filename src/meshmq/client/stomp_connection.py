@@ -133,10 +133,12 @@ class StompConnection(BaseConnection):
         await self.request("SUBSCRIBE", hdrs)
 
     async def unsubscribe(self, spec: SubscriptionSpec, *, remove_durable: bool) -> None:
-        hdrs = [("id", spec.id)]
+        await self.request("UNSUBSCRIBE", [("id", spec.id)])
         if remove_durable and spec.durable_name is not None:
-            hdrs.append(("activemq.subscriptionName", spec.durable_name))
-        await self.request("UNSUBSCRIBE", hdrs)
+            # A second UNSUBSCRIBE naming the subscription removes it; ActiveMQ refuses
+            # to remove one whose consumer is still open ("Durable consumer is in use").
+            await self.request("UNSUBSCRIBE", [("id", spec.id), (
+                "activemq.subscriptionName", spec.durable_name)])
 
     async def ack(self, message: Message, spec: SubscriptionSpec, *, positive: bool = True,
                   transaction: str | None = None) -> None:
