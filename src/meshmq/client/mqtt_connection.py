@@ -101,13 +101,18 @@ class MqttConnection(BaseConnection):
             self.start_task(self._ping(self.keep_alive), f"keep-alive {self.endpoint}")
 
     async def _ping(self, keep_alive: int) -> None:
-        interval = keep_alive / 2
+        # PINGREQ every keep_alive / 2; a broker silent for 1.5 x keep_alive is dead.
+        interval = keep_alive / 4
+        last_ping = self._loop.time()
         while True:
             await asyncio.sleep(interval)  # a periodic timer, not a wait for a condition
-            if self._loop.time() - self.last_received > 1.5 * keep_alive:
+            now = self._loop.time()
+            if now - self.last_received > 1.5 * keep_alive:
                 self.abort(f"broker silent for {1.5 * keep_alive:g} s (keep-alive)")
                 return
-            self._send(Pingreq())
+            if now - last_ping >= keep_alive / 2:
+                self._send(Pingreq())
+                last_ping = now
 
     # --------------------------------------------------------------- reading
 
