@@ -221,3 +221,27 @@ def test_unconfirmed_send_is_resent_with_the_same_dedup_id() -> None:
         await fake.stop()
         assert seen == [dedup, dedup]
     run(main())
+
+
+def test_backup_pool_keeps_a_hot_standby_and_fails_over_to_it(
+        meshmq_factory: Callable[..., ThreadBroker]) -> None:
+    a, b, c = meshmq_factory(), meshmq_factory(), meshmq_factory()
+
+    async def main() -> None:
+        uri = (f"failover:({stomp_uri(a)},{stomp_uri(b)},{stomp_uri(c)})?randomize=false"
+               "&backup=true&backupPoolSize=1")
+        async with FailoverClient(uri) as client:
+            async with asyncio.timeout(20):
+                while not client.backup_endpoints:
+                    await asyncio.sleep(0.01)  # polled with a deadline
+            assert [e.port for e in client.backup_endpoints] == [b.port]  # list order
+            sub = await client.subscribe("/queue/bk")
+            await asyncio.to_thread(a.stop)
+            await client.send("/queue/bk", "after")
+            assert (await sub.get(10)).text == "after"
+            assert client.stats["backup_used"] == 1
+            assert client.endpoint is not None and client.endpoint.port == b.port
+            async with asyncio.timeout(20):  # the pool is refilled from what is left
+                while [e.port for e in client.backup_endpoints] != [c.port]:
+                    await asyncio.sleep(0.01)  # polled with a deadline
+    run(main())

@@ -140,10 +140,12 @@ class FailoverClient:
         self._background: set[asyncio.Task[Any]] = set()
         self._switch: BaseConnection | None = None
         self._orphans: list[Message] = []  # MQTT messages that arrived before subscribe()
+        self._backups: dict[Endpoint, BaseConnection] = {}  # hot standbys (backup=true)
         self._prefix = uuid.uuid4().hex[:12]
         self._dedup_seq = itertools.count(1)
         self.tracked_bytes = 0
-        self.stats = {"reconnects": 0, "resent": 0, "duplicates": 0, "dropped_acks": 0}
+        self.stats = {"reconnects": 0, "resent": 0, "duplicates": 0, "dropped_acks": 0,
+                      "backup_used": 0}
 
     # ------------------------------------------------------------- lifecycle
 
@@ -161,6 +163,11 @@ class FailoverClient:
     @property
     def endpoints(self) -> tuple[Endpoint, ...]:
         return self.schedule.endpoints
+
+    @property
+    def backup_endpoints(self) -> tuple[Endpoint, ...]:
+        """Brokers with an open hot-standby connection (``backup=true``)."""
+        return tuple(e for e, c in self._backups.items() if not c.closed.is_set())
 
     async def connect(self, timeout: float | None = None) -> None:
         """Connect to the first broker that answers (startupMaxReconnectAttempts bounds
@@ -195,6 +202,9 @@ class FailoverClient:
                 await task
         if self._conn is not None:
             await self._conn.close()
+        for backup in list(self._backups.values()):
+            await backup.close(timeout=1.0)
+        self._backups.clear()
         self._ready.clear()
 
     def is_closed(self) -> bool:
@@ -253,6 +263,13 @@ class FailoverClient:
 
     async def _establish(self) -> BaseConnection | None:
         await self._read_uris_url()
+        backup = self._take_backup()
+        if backup is not None:
+            log.info("failing over to the pre-opened backup connection to %s",
+                     backup.endpoint)
+            self.stats["backup_used"] += 1
+            self.schedule.connected(backup.endpoint, asyncio.get_running_loop().time())
+            return backup
         warn_every = self.options.warnAfterReconnectAttempts
         failures = 0
         last_error: BaseException | None = None
@@ -303,6 +320,7 @@ class FailoverClient:
                     self.stats["reconnects"] += 1
                 first = False
                 self._maybe_probe_priority(conn)
+                self._maybe_keep_backups(conn)
                 await conn.closed.wait()
                 self._ready.clear()
                 self._lose_transactions()
@@ -375,6 +393,56 @@ class FailoverClient:
                                 if u.strip()])
         if found:
             self.schedule.update_endpoints(list(dict.fromkeys([*self._static, *found])))
+
+    # ------------------------------------------------------------------ backups
+
+    def _backups_wanted(self) -> bool:
+        # A persistent MQTT session lives on one broker at a time: a backup connection
+        # would take it over, so durable MQTT clients keep no hot standby.
+        return self.options.backup and self.options.backupPoolSize > 0 and not (
+            self.protocol == "mqtt" and self.durable)
+
+    def _take_backup(self) -> BaseConnection | None:
+        for endpoint in self.schedule.endpoints:  # in list order
+            conn = self._backups.pop(endpoint, None)
+            if conn is None:
+                continue
+            if not conn.closed.is_set():
+                return conn
+        return None
+
+    def _maybe_keep_backups(self, conn: BaseConnection) -> None:
+        if not self._backups_wanted():
+            return
+        task = asyncio.create_task(self._keep_backups(conn), name="backup pool")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _keep_backups(self, current: BaseConnection) -> None:
+        """backup=true: keep up to backupPoolSize connections to other brokers open (and
+        handshaken), so a failover needs no connect at all."""
+        period = max(self.options.initialReconnectDelay / 1000, 0.5)
+        while not current.closed.is_set() and not self._closed:
+            for endpoint, conn in list(self._backups.items()):
+                if conn.closed.is_set() or endpoint == current.endpoint:
+                    self._backups.pop(endpoint, None)
+                    await conn.close(timeout=0)
+            for endpoint in self.schedule.endpoints:
+                if len(self._backups) >= self.options.backupPoolSize:
+                    break
+                if endpoint == current.endpoint or endpoint in self._backups:
+                    continue
+                conn = self._new_connection(endpoint)
+                try:
+                    await conn.open()
+                except (ClientError, OSError) as exc:
+                    log.debug("backup connection to %s: %s", endpoint, exc)
+                    continue
+                if current.closed.is_set() or self._closed:
+                    await conn.close()
+                    return
+                self._backups[endpoint] = conn
+            await asyncio.sleep(period)  # pool upkeep period
 
     def _maybe_probe_priority(self, conn: BaseConnection) -> None:
         priority = self.spec.priority_endpoints()
