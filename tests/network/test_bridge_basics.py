@@ -5,8 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.interop.stomp_helpers import uid
-from tests.network.helpers import bridges, connector, consumers_on, net_config, tcp_uri, \
-    wait_forwarding
+from tests.network.helpers import (
+    bridges,
+    connector,
+    consumers_on,
+    net_config,
+    tcp_uri,
+    wait_forwarding,
+)
 from tests.support.brokers import ThreadBroker, poll
 
 

@@ -189,7 +189,6 @@ class Bridge(LinkEnd):
                 if kind in ("remote-is-slave", "connection-lost"):
                     continue  # try the next broker of the list at once
                 return error
-            self._start_halves(link)
             self._fire(BridgeEvent.WELCOMED)
             up_since = time.monotonic()
             lost_wait = asyncio.ensure_future(link.lost)
@@ -239,6 +238,9 @@ class Bridge(LinkEnd):
                                    f"remote speaks wire version {body.get('version')}"))
                     return
                 self.remote = str(body.get("broker", "?"))
+                # The remote's first INTEREST may follow in this very read: the
+                # halves must exist before the next frame is handled.
+                self._start_halves(link)
                 hs.set_result(("welcome", ""))
                 return
             if frame.type is FrameType.REFUSE:

@@ -320,7 +320,9 @@ class DiscoveryTracker:
         self.missed_beats = missed_beats
         self._known: dict[str, _Known] = {}
         self.dropped = 0  # datagrams that were not heartbeats
-        self.ignored = 0  # heartbeats of other groups, our own, stale "dead"s
+        self.other_groups = 0  # heartbeats of other groups
+        self.own = 0  # our own heartbeats, looped back
+        self.stale = 0  # "dead" from a service we do not know (or an earlier run of it)
 
     @property
     def services(self) -> dict[str, str]:
@@ -332,15 +334,18 @@ class DiscoveryTracker:
         if beat is None:
             self.dropped += 1
             return []
-        if beat.group != self.group or beat.instance == self.instance:
-            self.ignored += 1
+        if beat.group != self.group:
+            self.other_groups += 1
+            return []
+        if beat.instance == self.instance:
+            self.own += 1
             return []
         known = self._known.get(beat.service)
         if not beat.alive:
             # Only the instance that is up may take itself down: a late "dead" from a
             # broker's previous run must not remove its restarted successor.
             if known is None or known.instance != beat.instance:
-                self.ignored += 1
+                self.stale += 1
                 return []
             del self._known[beat.service]
             return [ServiceDown(beat.service, "dead")]
