@@ -36,7 +36,9 @@ but neither side mistakes the other's datagrams for its own)::
 A datagram that is not exactly this (other magic, another version, truncated, trailing
 bytes, bad UTF-8, empty names) is dropped and counted. A service is declared down
 after 10 of *its sender's* intervals without a beat, so agents configured with
-different intervals still agree.
+different intervals still agree. An agent also beats at once when it hears a service
+it did not know, so a broker that starts learns of the others within a round trip
+rather than a keep-alive interval.
 
 Interfaces and loopback. Multicast works on Linux's ``lo`` even though the interface
 lacks the MULTICAST flag, provided the socket sends with ``IP_MULTICAST_IF`` =
@@ -410,6 +412,7 @@ class MulticastDiscoveryAgent:
         self._transport: asyncio.DatagramTransport | None = None
         self._timer: asyncio.Task[None] | None = None
         self._send_error: str | None = None
+        self._wake = asyncio.Event()
 
     @property
     def services(self) -> dict[str, str]:
@@ -530,16 +533,34 @@ class MulticastDiscoveryAgent:
             self._send_error = message
 
     async def _tick(self) -> None:
+        """Beat every interval, and wake when a known service is due to expire (its
+        sender's interval may be shorter than ours) or a new one arrived."""
         loop = asyncio.get_running_loop()
         interval = self.settings.keepalive_interval_ms / 1000
+        next_beat = loop.time() + interval
         while True:
-            await asyncio.sleep(interval)
-            self._send_beat(alive=True)
-            self._dispatch(self.tracker.expire(loop.time()))
+            wake = next_beat
+            expiry = self.tracker.next_expiry()
+            if expiry is not None:
+                wake = min(wake, expiry)
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), max(0.0, wake - loop.time()))
+            now = loop.time()
+            if now >= next_beat:
+                self._send_beat(alive=True)
+                next_beat = now + interval
+            self._dispatch(self.tracker.expire(now))
 
     def _datagram(self, data: bytes) -> None:
         loop = asyncio.get_running_loop()
-        self._dispatch(self.tracker.receive(data, loop.time()))
+        events = self.tracker.receive(data, loop.time())
+        if any(isinstance(e, ServiceUp) for e in events):
+            # Answer a newcomer at once rather than at our next beat: a broker that just
+            # started learns of us within a round trip, not a keep-alive interval.
+            self._send_beat(alive=True)
+            self._wake.set()  # its expiry may come before the timer's next wake-up
+        self._dispatch(events)
 
     def _dispatch(self, events: list[ServiceUp | ServiceDown]) -> None:
         for event in events:
