@@ -144,6 +144,10 @@ class Forwarder:
             self._window_start = now
             self._window_count = 0
         if self._window_count < self.config.rate_limit:
+            # The queue hands the message to the first consumer that accepts it, so
+            # accepting is dispatching: count it now (deliveries reach deliver() only
+            # after the whole dispatch pass).
+            self._window_count += 1
             return True
         if self._rate_timer is None:
             # Messages held back now may go when the window rolls over.
@@ -187,8 +191,6 @@ class Forwarder:
             self._inflight[self._seq] = (outcome.consumer, outcome.tag)
         else:
             self._local_acks.append((outcome.consumer, outcome.tag))
-        if self.config.rate_limit > 0 and msg.destination.is_queue:
-            self._window_count += 1
         self.counters.forwarded += 1
         self.counters.forward_rate.add()
         self.manager.trace_forwarded(self, forwarded)

@@ -58,7 +58,7 @@ class WireLink(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        transport.set_write_buffer_limits(high=4 * 1024 * 1024)
+        self.transport.set_write_buffer_limits(high=4 * 1024 * 1024)
         if self.initiator:
             self.write(MAGIC)
         self._schedule()
