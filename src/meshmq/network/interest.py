@@ -172,7 +172,7 @@ def plan_demand(items: dict[str, InterestItem], config: NetworkConnectorConfig, 
     base = config.consumer_priority_base
     groups: dict[str, list[InterestItem]] = {}
     for item in items.values():
-        if local in item.path or remote in item.path[:-1]:
+        if local in item.path or remote in item.path:
             continue  # a loop
         if consumer_ttl >= 0 and len(item.path) >= consumer_ttl:
             continue  # consumerTTL: interest may cross this many brokers
