@@ -1,0 +1,122 @@
+"""In-process networks: multicast discovery, destination filters, static bridges,
+bridge advisories and the status in /api/stat."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from meshmq.config.model import ListenerConfig
+from tests.interop.stomp_helpers import uid
+from tests.network.helpers import (
+    bridges,
+    connector,
+    consumers_on,
+    net_config,
+    tcp_uri,
+    wait_forwarding,
+)
+from tests.support.brokers import ThreadBroker, poll
+from tests.support.network import free_port
+
+
+def test_multicast_discovery_builds_and_drops_bridges(tmp_path: Path, client) -> None:
+    group = f"multicast://239.255.2.3:{free_port()}?group={uid('g')}&keepAliveInterval=50"
+    cfg_b = net_config(tmp_path / "b", "B")
+    listeners = tuple(dataclasses.replace(lst, discovery_uri=group) if lst.protocol == "tcp"
+                      else lst for lst in cfg_b.listeners)
+    b = ThreadBroker(dataclasses.replace(cfg_b, listeners=listeners)).start()
+    a = ThreadBroker(net_config(tmp_path / "a", "A", connector(group))).start()
+    try:
+        wait_forwarding(a)
+        assert bridges(a)[0]["remote_broker"] == "B"
+        q = f"/queue/{uid('disc')}"
+        consumer = client(on=b)
+        consumer.subscribe(q)
+        poll(lambda: consumers_on(a, q.replace("/queue/", "queue://")) == 1, what="demand")
+        client(on=a).send(q, "found you")
+        poll(lambda: consumer.bodies() == ["found you"], what="delivery via a discovered bridge")
+        b.stop()  # says "dead" on its way out: the bridge goes away, no retry storm
+        poll(lambda: bridges(a) == [], what="the bridge dropped after B left")
+    finally:
+        a.stop()
+        if b.runtime is not None and b.runtime.started:
+            b.stop()
+
+
+def test_excluded_and_dynamically_included_destinations(tmp_path: Path, client) -> None:
+    b = ThreadBroker(net_config(tmp_path / "b", "B")).start()
+    nc = connector(f"static:({tcp_uri(b)})",
+                   dynamically_included_destinations=("queue://orders.>",),
+                   excluded_destinations=("queue://orders.secret",))
+    a = ThreadBroker(net_config(tmp_path / "a", "A", nc)).start()
+    try:
+        wait_forwarding(a)
+        consumer = client(on=b)
+        for name in ("orders.eu", "orders.secret", "billing"):
+            consumer.subscribe(f"/queue/{name}")
+        poll(lambda: consumers_on(a, "queue://orders.eu") == 1, what="included demand")
+        assert consumers_on(a, "queue://orders.secret") == 0
+        assert consumers_on(a, "queue://billing") == 0
+        assert bridges(a)[0]["demand"] == 1
+        producer = client(on=a)
+        for name in ("orders.eu", "orders.secret", "billing"):
+            producer.send(f"/queue/{name}", name)
+        poll(lambda: consumer.bodies() == ["orders.eu"], what="only the included queue")
+        assert a.destination_stats("orders.secret")["depth"] == 1
+        assert a.destination_stats("billing")["depth"] == 1
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_static_bridge_forwards_without_consumers(tmp_path: Path, client) -> None:
+    b = ThreadBroker(net_config(tmp_path / "b", "B")).start()
+    nc = connector(f"static:({tcp_uri(b)})", static_bridge=True,
+                   statically_included_destinations=("queue://audit",))
+    a = ThreadBroker(net_config(tmp_path / "a", "A", nc)).start()
+    try:
+        wait_forwarding(a)
+        producer = client(on=a)
+        for i in range(5):
+            producer.send("/queue/audit", str(i), {"persistent": "true"})
+        poll(lambda: b.destination_stats("audit")["depth"] == 5, what="stored on B")
+        assert a.destination_stats("audit")["depth"] == 0
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_bridge_advisories_and_status_in_api_stat(tmp_path: Path, client) -> None:
+    port = free_port()
+    b_cfg = net_config(tmp_path / "b", "B")
+    tcp = ListenerConfig(name="tcp", protocol="tcp", host="127.0.0.1", port=port)
+    b_cfg = dataclasses.replace(b_cfg, listeners=(b_cfg.listeners[0], tcp))
+    a = ThreadBroker(net_config(tmp_path / "a", "A",
+                                connector(f"static:(tcp://127.0.0.1:{port})"))).start()
+    b = None
+    try:
+        watcher = client(on=a)
+        watcher.subscribe("/topic/ActiveMQ.Advisory.NetworkBridge")
+        poll(lambda: (bridges(a)[0]["last_error"] or {}).get("kind") == "connection-refused",
+             what="the refused connection in the status")
+        b = ThreadBroker(b_cfg).start()
+        wait_forwarding(a)
+
+        def states() -> list[str]:
+            return [json.loads(m.body)["state"] for m in watcher.listener.messages]
+        poll(lambda: "forwarding" in states(), what="a forwarding advisory")
+        # Each retry after the refusal went connecting -> backing-off; the last one
+        # made it through the handshake.
+        assert states()[-4:] == ["connecting", "handshaking", "syncing-demand", "forwarding"]
+        assert a.runtime is not None
+        api = a.run(a.runtime.statistics)
+        entry = api["network"]["bridges"][0]  # type: ignore[index]
+        assert entry["state"] == "forwarding" and entry["remote_broker"] == "B"
+        assert entry["direction"] == "outbound" and entry["connects"] == 1
+        assert entry["attempts"] >= 2
+    finally:
+        a.stop()
+        if b is not None:
+            b.stop()
