@@ -164,3 +164,22 @@ def test_bridge_survives_the_remote_restarting_many_times(tmp_path: Path, client
     finally:
         _stop(a, b)
 
+
+
+def test_meshmq_stat_shows_a_failing_bridge_with_its_cause(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    nobody = Node("X", tmp_path / "x")  # never started: its port refuses connections
+    a = Node("A", tmp_path / "a").connect_to(f"static:({nobody.uri})").start()
+    try:
+        poll(lambda: (a.bridges()[0]["last_error"] or {}).get("kind") == "connection-refused",
+             what="the refusal in the status")
+        out = subprocess.run([sys.executable, "-m", "meshmq.cli.main", "stat", "--url",
+                              f"127.0.0.1:{a.mgmt}"], capture_output=True, text=True,
+                             timeout=30, check=True).stdout
+        line = next(ln for ln in out.splitlines() if ln.startswith("bridge "))
+        assert nobody.uri in line and "(outbound)" in line
+        assert "last error: connection-refused" in line
+    finally:
+        a.stop()
