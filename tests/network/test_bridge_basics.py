@@ -33,6 +33,9 @@ def test_queue_messages_follow_a_remote_consumer(tmp_path: Path, client) -> None
         assert consumer.bodies() == [str(i) for i in range(20)]
         status = bridges(a)[0]
         assert status["remote_broker"] == "B" and status["forwarded"] == 20
+        assert status["remote_client_uris"] == [f"stomp://127.0.0.1:{b.port}"]
+        inbound = [s for s in bridges(b) if s["direction"] == "inbound"]
+        assert inbound[0]["remote_client_uris"] == [f"stomp://127.0.0.1:{a.port}"]
         poll(lambda: bridges(a)[0]["acknowledged"] == 20, what="acks")
     finally:
         a.stop()

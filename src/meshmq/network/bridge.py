@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from meshmq import __version__
 from meshmq.core import destinations as dst
 from meshmq.network.bridge_state import BridgeEvent, BridgeState, ReconnectPolicy, transition
-from meshmq.network.endpoint import LinkEnd, mirror_json
+from meshmq.network.endpoint import LinkEnd, client_uris_of, mirror_json
 from meshmq.network.forwarder import Forwarder
 from meshmq.network.interest import DestinationFilter
 from meshmq.network.link import WireLink
@@ -177,6 +177,7 @@ class Bridge(LinkEnd):
                 "broker": self.manager.broker.name, "connector": self.config.name,
                 "username": self.config.username, "password": self.config.password,
                 "duplex": self.config.duplex, "filter": flt.to_json(),
+                "client_uris": self.manager.client_uris(),
                 "config": mirror_json(self.config)}))
             try:
                 kind, detail = await asyncio.wait_for(asyncio.shield(self._handshake), timeout)
@@ -238,6 +239,7 @@ class Bridge(LinkEnd):
                                    f"remote speaks wire version {body.get('version')}"))
                     return
                 self.remote = str(body.get("broker", "?"))
+                self.remote_client_uris = client_uris_of(body)
                 # The remote's first INTEREST may follow in this very read: the
                 # halves must exist before the next frame is handled.
                 self._start_halves(link)
@@ -274,4 +276,5 @@ class Bridge(LinkEnd):
                 "attempts": self.attempts, "connects": self.connects,
                 "demand": len(fwd.demands) if fwd is not None else 0,
                 "inflight": fwd.inflight if fwd is not None else 0,
+                "remote_client_uris": list(self.remote_client_uris),
                 **self.counters.as_dict()}

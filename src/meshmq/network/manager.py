@@ -60,6 +60,33 @@ class NetworkManager:
             self.local_addresses.add((addr[0], addr[1]))
         return server
 
+    def client_uris(self) -> list[str]:
+        """Where clients reach this broker (told to peers in the handshake, so each
+        broker can push its network's client URIs to failover clients)."""
+        schemes = {"stomp": "stomp", "stomp+ssl": "stomp+ssl", "mqtt": "mqtt",
+                   "mqtt+ssl": "mqtts", "ws": "ws", "wss": "wss"}
+        out = []
+        for listener in self.config.listeners:
+            scheme = schemes.get(listener.protocol)
+            address = self.runtime.addresses.get(listener.name)
+            if scheme is None or address is None:
+                continue
+            host = address[0] if address[0] not in ("0.0.0.0", "::") else socket.gethostname()
+            out.append(f"{scheme}://{host}:{address[1]}")
+        return out
+
+    def peers_changed(self) -> None:
+        """The set of brokers linked to this one changed: hook for topology push."""
+        return
+
+    def peer_client_uris(self) -> list[str]:
+        uris: list[str] = []
+        for end in [*self.bridges, *self.inbound]:
+            if end.remote_client_uris and (end.forwarder is not None or
+                                           end.receiver is not None):
+                uris.extend(u for u in end.remote_client_uris if u not in uris)
+        return uris
+
     def refusal(self) -> tuple[str, str] | None:
         """Why this broker cannot take a link now (None: it can)."""
         if not self.accepting:
@@ -235,6 +262,7 @@ class NetworkManager:
     # ------------------------------------------------------------ status & advisories
     def bridge_changed(self, bridge: Bridge) -> None:
         error = bridge.last_error or {}
+        self.peers_changed()
         self.broker.advise(ADVISORY_TOPIC, "NetworkBridgeState", {
             "connector": bridge.config.name, "bridge": bridge.name,
             "state": bridge.state.value, "remoteBroker": bridge.remote,
@@ -242,6 +270,7 @@ class NetworkManager:
         self.runtime.request_pump()
 
     def inbound_changed(self, responder: Responder, *, up: bool) -> None:
+        self.peers_changed()
         self.broker.advise(ADVISORY_TOPIC, "NetworkBridgeStarted" if up else
                            "NetworkBridgeStopped", {
                                "connector": responder.connector,
