@@ -91,6 +91,7 @@ class Forwarder:
         plan = plan_demand(self.items, self.config, local=self.local, remote=self.remote,
                            static=self.static)
         plan = self.manager.suppress_duplicates(self, plan)
+        changed = set(plan) != set(self.demands)
         for key in [k for k in self.demands if k not in plan or plan[k] != self.demands[k][0]]:
             demand, consumer = self.demands.pop(key)
             self.broker.unsubscribe(conn, consumer)
@@ -117,6 +118,10 @@ class Forwarder:
                 continue
             consumer.net_filter = self._may_forward
             self.demands[key] = (demand, consumer)
+        if changed:
+            # A shorter route here may make another bridge's route redundant (or a
+            # route that went away may bring one back).
+            self.manager.demand_changed(self)
         self.runtime.request_pump()
 
     def queues_of_demand(self) -> list[object]:

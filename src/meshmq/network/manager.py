@@ -42,6 +42,7 @@ class NetworkManager:
         self._arrivals: dict[str, int] = {}
         self._discovery: list[Any] = []
         self.accepting = True
+        self._replanning = False
 
     # ------------------------------------------------------------ listeners
     async def listen(self, listener: ListenerConfig) -> asyncio.Server:
@@ -247,6 +248,19 @@ class NetworkManager:
                 continue
             kept[key] = demand
         return kept
+
+    def demand_changed(self, origin: Forwarder) -> None:
+        if self._replanning:
+            return
+        self._replanning = True
+        try:
+            for forwarder in self._forwarders():
+                cfg = forwarder.config
+                if forwarder is not origin and (cfg.suppress_duplicate_queue_subscriptions
+                                                or cfg.suppress_duplicate_topic_subscriptions):
+                    forwarder.replan()
+        finally:
+            self._replanning = False
 
     def _forwarders(self) -> list[Forwarder]:
         ends = [*self.bridges, *self.inbound]
