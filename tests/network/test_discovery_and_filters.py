@@ -222,3 +222,32 @@ def _fixed(config, port: int):
     listeners = tuple(dataclasses.replace(lst, port=port) if lst.protocol == "tcp" else lst
                       for lst in config.listeners)
     return dataclasses.replace(config, listeners=listeners)
+
+
+@pytest.mark.parametrize("suppress", [True, False])
+def test_suppress_duplicate_queue_subscriptions_in_a_mesh(tmp_path: Path, client,
+                                                          suppress: bool) -> None:
+    ports = {n: free_port() for n in "ABC"}
+    nodes = {}
+    for name in "ABC":
+        others = ",".join(f"tcp://127.0.0.1:{ports[o]}" for o in "ABC" if o != name)
+        nodes[name] = ThreadBroker(_fixed(net_config(tmp_path / name, name, connector(
+            f"static:({others})", network_ttl=2,
+            suppress_duplicate_queue_subscriptions=suppress)), ports[name])).start()
+    a, c = nodes["A"], nodes["C"]
+    try:
+        for node in nodes.values():
+            wait_forwarding(node, 2)
+        q = f"/queue/{uid('sup')}"
+        client(on=c).subscribe(q)
+
+        def demand_by_remote() -> dict[str, int]:
+            return {s["remote_broker"]: s["demand"] for s in bridges(a)
+                    if s["direction"] == "outbound"}
+        # Direct route A -> C always; the two-hop route A -> B -> C only when not
+        # suppressed.
+        expected = {"B": 0, "C": 1} if suppress else {"B": 1, "C": 1}
+        poll(lambda: demand_by_remote() == expected, what=f"demand {expected}")
+    finally:
+        for node in nodes.values():
+            node.stop()

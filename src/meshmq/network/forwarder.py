@@ -92,6 +92,9 @@ class Forwarder:
                            static=self.static)
         plan = self.manager.suppress_duplicates(self, plan)
         changed = set(plan) != set(self.demands)
+        for key, (old, consumer) in list(self.demands.items()):
+            if key in plan and plan[key] != old and plan[key].same_subscription(old):
+                self.demands[key] = (plan[key], consumer)
         for key in [k for k in self.demands if k not in plan or plan[k] != self.demands[k][0]]:
             demand, consumer = self.demands.pop(key)
             self.broker.unsubscribe(conn, consumer)
@@ -109,6 +112,7 @@ class Forwarder:
             spec = ConsumerSpec(destinations=(dest,), ack_mode=AckMode.CLIENT_INDIVIDUAL,
                                 prefetch=self.config.prefetch_size, priority=demand.priority,
                                 selector=demand.selector, network_path=demand.path,
+                                network_origins=tuple(sorted(demand.origins)),
                                 subscription_name=demand.durable_name)
             try:
                 consumer = self.broker.subscribe(conn, f"nc{len(self.demands)}-{key}", spec)
