@@ -63,8 +63,11 @@ class Bridge(LinkEnd):
         self._handshake: asyncio.Future[tuple[str, str]] | None = None
         self._synced: asyncio.Event = asyncio.Event()
         self._stopping = False
-        self.static = tuple(dst.Destination.parse_uri(u)
-                            for u in config.statically_included_destinations)
+        # Exclusions win over static inclusion too (as ActiveMQ checks them first).
+        excluded = DestinationFilter.of(config).excluded
+        self.static = tuple(d for d in (dst.Destination.parse_uri(u)
+                                        for u in config.statically_included_destinations)
+                            if not any(dst.matches(p, d) for p in excluded))
 
     def stopping(self) -> bool:
         return self._stopping

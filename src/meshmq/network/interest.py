@@ -187,10 +187,10 @@ def plan_demand(items: dict[str, InterestItem], config: NetworkConnectorConfig, 
         if consumer_ttl >= 0 and len(item.path) >= consumer_ttl:
             continue  # consumerTTL: interest may cross this many brokers
         dest = item.destination
-        if dest.is_topic or config.conduit_subscriptions:
-            key = f"{dest}|durable" if (dest.is_topic and item.durable) else str(dest)
-        else:
-            key = f"{dest}|{item.id}"
+        # One demand per topic (durable if any subscriber behind it is), so one copy
+        # of each message crosses the bridge; per consumer for queues without conduit.
+        key = str(dest) if dest.is_topic or config.conduit_subscriptions \
+            else f"{dest}|{item.id}"
         groups.setdefault(key, []).append(item)
     plan: dict[str, Demand] = {}
     for key, group in groups.items():
@@ -205,7 +205,7 @@ def plan_demand(items: dict[str, InterestItem], config: NetworkConnectorConfig, 
         else:
             selector = first.selector
         durable_name = None
-        if dest.is_topic and first.durable:
+        if dest.is_topic and any(i.durable for i in group):
             durable_name = f"NC-DS_{remote}_{dest.name}"
         shortest = min(group, key=lambda i: len(i.path))
         plan[key] = Demand(key, dest, selector, priority, (*shortest.path, remote),

@@ -43,6 +43,7 @@ class NetworkManager:
         self._discovery: list[Any] = []
         self.accepting = True
         self._replanning = False
+        self._refused: dict[str, str] = {}
 
     # ------------------------------------------------------------ listeners
     async def listen(self, listener: ListenerConfig) -> asyncio.Server:
@@ -87,6 +88,16 @@ class NetworkManager:
                                            end.receiver is not None):
                 uris.extend(u for u in end.remote_client_uris if u not in uris)
         return uris
+
+    def note_refusal(self, remote: str, kind: str | None) -> bool:
+        """Remember why ``remote`` was last refused; True when that is news (log it)."""
+        if kind is None:
+            self._refused.pop(remote, None)
+            return False
+        if self._refused.get(remote) == kind:
+            return False
+        self._refused[remote] = kind
+        return True
 
     def refusal(self) -> tuple[str, str] | None:
         """Why this broker cannot take a link now (None: it can)."""

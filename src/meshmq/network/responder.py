@@ -70,10 +70,15 @@ class Responder(LinkEnd):
             broker.authenticate(None if user is None else str(user),
                                 None if password is None else str(password))
         except AuthenticationError as exc:
-            log.warning("network link from %s (broker %r): %s", link.peer, remote, exc)
+            # Once per remote until it gets in: its bridge retries with backoff.
+            if self.manager.note_refusal(remote, "authentication-failed"):
+                log.warning("network link from %s (broker %r): %s", link.peer, remote, exc)
             link.refuse("authentication-failed", str(exc))
             return
+        self.manager.note_refusal(remote, None)
         config = mirror_config(hello.get("config", {}))
+        # Keep-alive at the initiator's pace, so both ends agree on when a link is dead.
+        link.heartbeat_s = config.heartbeat_ms / 1000
         flt = DestinationFilter.from_json(hello.get("filter", {}))
         self.remote = remote
         self.connector = str(hello.get("connector", ""))
