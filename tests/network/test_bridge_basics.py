@@ -40,3 +40,34 @@ def test_queue_messages_follow_a_remote_consumer(tmp_path: Path, client) -> None
     finally:
         a.stop()
         b.stop()
+
+
+def test_consumer_leaving_mid_stream_neither_loses_nor_doubles(tmp_path: Path,
+                                                               client) -> None:
+    """The remote consumer goes while messages are on their way: the demand drains
+    (the remote stores them, they are settled here) instead of bouncing them back."""
+    b = ThreadBroker(net_config(tmp_path / "b", "B")).start()
+    a = ThreadBroker(net_config(tmp_path / "a", "A", connector(
+        f"static:({tcp_uri(b)})", redistribution=False))).start()
+    try:
+        wait_forwarding(a)
+        q = f"/queue/{uid('leave')}"
+        consumer = client(on=b)
+        sub = consumer.subscribe(q)
+        poll(lambda: consumers_on(a, q.replace("/queue/", "queue://")) == 1, what="demand")
+        producer = client(on=a)
+        for i in range(300):
+            producer.send(q, str(i), {"persistent": "true"}, receipt=(i == 299))
+        consumer.unsubscribe(sub)
+        name = q[len("/queue/"):]
+
+        def settled() -> bool:
+            return bridges(a)[0]["inflight"] == 0 and \
+                consumers_on(a, q.replace("/queue/", "queue://")) == 0
+        poll(settled, what="the bridge settled")
+        got = len(consumer.listener.messages)
+        left = a.destination_stats(name)["depth"] + b.destination_stats(name)["depth"]
+        assert got + left == 300, (got, left)
+    finally:
+        a.stop()
+        b.stop()
