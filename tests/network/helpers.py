@@ -14,7 +14,7 @@ from tests.support.brokers import ThreadBroker, make_config, poll
 
 
 def net_config(data: Path, name: str, *connectors: NetworkConnectorConfig,
-               **changes: Any):  # noqa: ANN201 - BrokerConfig
+               **changes: Any):
     listeners = (ListenerConfig(name="stomp", protocol="stomp", host="127.0.0.1", port=0),
                  ListenerConfig(name="tcp", protocol="tcp", host="127.0.0.1", port=0))
     return make_config(data, broker_name=name, listeners=listeners,
@@ -37,7 +37,7 @@ def tcp_uri(broker: ThreadBroker) -> str:
 
 def bridges(broker: ThreadBroker) -> list[dict[str, Any]]:
     assert broker.runtime is not None
-    return broker.run(lambda: broker.runtime.network.status())  # type: ignore[union-attr]
+    return broker.run(broker.runtime.network.status)  # type: ignore[union-attr]
 
 
 def stat_of(port: int) -> dict[str, Any]:

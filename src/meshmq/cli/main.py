@@ -222,6 +222,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `meshmq stat | head`: the reader left; say nothing more.
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

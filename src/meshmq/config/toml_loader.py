@@ -516,10 +516,12 @@ def check_connector_uri(uri: str) -> None:
     """
     text = uri.strip()
     scheme, sep, rest = text.partition(":")
-    scheme = scheme.lower()
     if not sep:
         raise ValueError(f"not a network connector URI: {uri!r}; expected one of "
                          f"{', '.join(_URI_FORMS)}")
+    known = ("static", "masterslave", "multicast", "failover", *sorted(_BRIDGE_PROTOCOLS))
+    if scheme not in known and scheme.lower() in known:
+        raise ValueError(f"write the scheme {scheme + ':'!r} in lower case, as ActiveMQ does")
     if scheme in ("static", "masterslave"):
         if rest.count("(") != rest.count(")"):
             raise ValueError(f"unbalanced parentheses in {uri!r}")

@@ -20,7 +20,7 @@ from meshmq.config.model import BrokerConfig, DestinationPolicy
 from meshmq.core import destinations as dst
 from meshmq.core.auth import Authenticator, Principal
 from meshmq.core.consumer import Consumer, ConsumerSpec
-from meshmq.core.dedup import DEDUP_PROPERTY, DuplicateWindow
+from meshmq.core.dedup import DEDUP_PROPERTY, DuplicateWindow, network_key
 from meshmq.core.destinations import Destination, DestKind
 from meshmq.core.message import Message, PropertyValue
 from meshmq.core.queue import Entry, Outcome, Queue
@@ -170,6 +170,9 @@ class Broker:
 
     def emit(self, outcome: Outcome) -> None:
         self._outbox.append(outcome)
+
+    def remember_network_message(self, message: Message) -> None:
+        self.dedup.remember(network_key(message))
 
     def mark_dirty(self, queue: Queue) -> None:
         self._dirty[queue] = None

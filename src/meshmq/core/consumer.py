@@ -42,6 +42,8 @@ class ConsumerSpec:
     # Set on a network bridge's demand subscription: the brokers the remote consumer's
     # interest crossed to reach this broker (nearest last). None: a local consumer.
     network_path: tuple[str, ...] | None = None
+    # ... and the real consumers it stands for ("<broker>/<consumer id>").
+    network_origins: tuple[str, ...] = ()
 
 
 class Consumer:

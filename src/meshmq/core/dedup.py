@@ -11,7 +11,21 @@ so memory stays fixed whatever the traffic: ~100 bytes per remembered id.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from meshmq.core.message import Message
+
 DEDUP_PROPERTY = "dedup-id"
+
+
+def network_key(message: Message) -> str:
+    """The window key of a message that arrived over a bridge. A topic message reaches
+    a broker once whatever its route; a queue message may come back later on purpose
+    (redistribution), with a longer path, and must then be accepted."""
+    if message.destination.is_topic:
+        return f"net:{message.message_id}"
+    return f"net:{message.message_id}@{','.join(message.broker_path)}"
 
 
 class DuplicateWindow:
@@ -42,6 +56,13 @@ class DuplicateWindow:
         if len(ids) > self.capacity:
             del ids[next(iter(ids))]
         return False
+
+    def remember(self, key: str) -> None:
+        """Add ``key`` without counting anything (rebuilding the window on recovery)."""
+        if self.capacity > 0 and key not in self._ids:
+            self._ids[key] = None
+            if len(self._ids) > self.capacity:
+                del self._ids[next(iter(self._ids))]
 
     def forget(self, key: str) -> None:
         """Drop ``key`` (its send failed, so a retry must be accepted)."""

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from meshmq import __version__
 from meshmq.core import destinations as dst
 from meshmq.network.bridge_state import BridgeEvent, BridgeState, ReconnectPolicy, transition
-from meshmq.network.endpoint import LinkEnd, mirror_json
+from meshmq.network.endpoint import LinkEnd, client_uris_of, mirror_json
 from meshmq.network.forwarder import Forwarder
 from meshmq.network.interest import DestinationFilter
 from meshmq.network.link import WireLink
@@ -63,8 +63,11 @@ class Bridge(LinkEnd):
         self._handshake: asyncio.Future[tuple[str, str]] | None = None
         self._synced: asyncio.Event = asyncio.Event()
         self._stopping = False
-        self.static = tuple(dst.Destination.parse_uri(u)
-                            for u in config.statically_included_destinations)
+        # Exclusions win over static inclusion too (as ActiveMQ checks them first).
+        excluded = DestinationFilter.of(config).excluded
+        self.static = tuple(d for d in (dst.Destination.parse_uri(u)
+                                        for u in config.statically_included_destinations)
+                            if not any(dst.matches(p, d) for p in excluded))
 
     def stopping(self) -> bool:
         return self._stopping
@@ -177,6 +180,7 @@ class Bridge(LinkEnd):
                 "broker": self.manager.broker.name, "connector": self.config.name,
                 "username": self.config.username, "password": self.config.password,
                 "duplex": self.config.duplex, "filter": flt.to_json(),
+                "client_uris": self.manager.client_uris(),
                 "config": mirror_json(self.config)}))
             try:
                 kind, detail = await asyncio.wait_for(asyncio.shield(self._handshake), timeout)
@@ -189,7 +193,6 @@ class Bridge(LinkEnd):
                 if kind in ("remote-is-slave", "connection-lost"):
                     continue  # try the next broker of the list at once
                 return error
-            self._start_halves(link)
             self._fire(BridgeEvent.WELCOMED)
             up_since = time.monotonic()
             lost_wait = asyncio.ensure_future(link.lost)
@@ -239,6 +242,10 @@ class Bridge(LinkEnd):
                                    f"remote speaks wire version {body.get('version')}"))
                     return
                 self.remote = str(body.get("broker", "?"))
+                self.remote_client_uris = client_uris_of(body)
+                # The remote's first INTEREST may follow in this very read: the
+                # halves must exist before the next frame is handled.
+                self._start_halves(link)
                 hs.set_result(("welcome", ""))
                 return
             if frame.type is FrameType.REFUSE:
@@ -272,4 +279,5 @@ class Bridge(LinkEnd):
                 "attempts": self.attempts, "connects": self.connects,
                 "demand": len(fwd.demands) if fwd is not None else 0,
                 "inflight": fwd.inflight if fwd is not None else 0,
+                "remote_client_uris": list(self.remote_client_uris),
                 **self.counters.as_dict()}

@@ -36,7 +36,9 @@ but neither side mistakes the other's datagrams for its own)::
 A datagram that is not exactly this (other magic, another version, truncated, trailing
 bytes, bad UTF-8, empty names) is dropped and counted. A service is declared down
 after 10 of *its sender's* intervals without a beat, so agents configured with
-different intervals still agree.
+different intervals still agree. An agent also beats at once when it hears a service
+it did not know, so a broker that starts learns of the others within a round trip
+rather than a keep-alive interval.
 
 Interfaces and loopback. Multicast works on Linux's ``lo`` even though the interface
 lacks the MULTICAST flag, provided the socket sends with ``IP_MULTICAST_IF`` =
@@ -320,7 +322,9 @@ class DiscoveryTracker:
         self.missed_beats = missed_beats
         self._known: dict[str, _Known] = {}
         self.dropped = 0  # datagrams that were not heartbeats
-        self.ignored = 0  # heartbeats of other groups, our own, stale "dead"s
+        self.other_groups = 0  # heartbeats of other groups
+        self.own = 0  # our own heartbeats, looped back
+        self.stale = 0  # "dead" from a service we do not know (or an earlier run of it)
 
     @property
     def services(self) -> dict[str, str]:
@@ -332,15 +336,18 @@ class DiscoveryTracker:
         if beat is None:
             self.dropped += 1
             return []
-        if beat.group != self.group or beat.instance == self.instance:
-            self.ignored += 1
+        if beat.group != self.group:
+            self.other_groups += 1
+            return []
+        if beat.instance == self.instance:
+            self.own += 1
             return []
         known = self._known.get(beat.service)
         if not beat.alive:
             # Only the instance that is up may take itself down: a late "dead" from a
             # broker's previous run must not remove its restarted successor.
             if known is None or known.instance != beat.instance:
-                self.ignored += 1
+                self.stale += 1
                 return []
             del self._known[beat.service]
             return [ServiceDown(beat.service, "dead")]
@@ -405,6 +412,7 @@ class MulticastDiscoveryAgent:
         self._transport: asyncio.DatagramTransport | None = None
         self._timer: asyncio.Task[None] | None = None
         self._send_error: str | None = None
+        self._wake = asyncio.Event()
 
     @property
     def services(self) -> dict[str, str]:
@@ -525,16 +533,34 @@ class MulticastDiscoveryAgent:
             self._send_error = message
 
     async def _tick(self) -> None:
+        """Beat every interval, and wake when a known service is due to expire (its
+        sender's interval may be shorter than ours) or a new one arrived."""
         loop = asyncio.get_running_loop()
         interval = self.settings.keepalive_interval_ms / 1000
+        next_beat = loop.time() + interval
         while True:
-            await asyncio.sleep(interval)
-            self._send_beat(alive=True)
-            self._dispatch(self.tracker.expire(loop.time()))
+            wake = next_beat
+            expiry = self.tracker.next_expiry()
+            if expiry is not None:
+                wake = min(wake, expiry)
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), max(0.0, wake - loop.time()))
+            now = loop.time()
+            if now >= next_beat:
+                self._send_beat(alive=True)
+                next_beat = now + interval
+            self._dispatch(self.tracker.expire(now))
 
     def _datagram(self, data: bytes) -> None:
         loop = asyncio.get_running_loop()
-        self._dispatch(self.tracker.receive(data, loop.time()))
+        events = self.tracker.receive(data, loop.time())
+        if any(isinstance(e, ServiceUp) for e in events):
+            # Answer a newcomer at once rather than at our next beat: a broker that just
+            # started learns of us within a round trip, not a keep-alive interval.
+            self._send_beat(alive=True)
+            self._wake.set()  # its expiry may come before the timer's next wake-up
+        self._dispatch(events)
 
     def _dispatch(self, events: list[ServiceUp | ServiceDown]) -> None:
         for event in events:

@@ -25,6 +25,13 @@ def mirror_json(config: NetworkConnectorConfig) -> dict[str, Any]:
     return {name: getattr(config, name) for name in MIRRORED}
 
 
+def client_uris_of(body: dict[str, Any]) -> tuple[str, ...]:
+    uris = body.get("client_uris", [])
+    if not isinstance(uris, list) or not all(isinstance(u, str) for u in uris):
+        raise RemoteProtocolError("client_uris must be a list of strings")
+    return tuple(uris)
+
+
 def mirror_config(data: object) -> NetworkConnectorConfig:
     if not isinstance(data, dict):
         raise RemoteProtocolError("HELLO config must be an object")
@@ -56,6 +63,7 @@ def mirror_config(data: object) -> NetworkConnectorConfig:
 class LinkEnd:
     forwarder: Forwarder | None = None
     receiver: Receiver | None = None
+    remote_client_uris: tuple[str, ...] = ()  # where the remote broker's clients connect
 
     def on_synced(self) -> None:
         """The remote's first full interest sync arrived."""

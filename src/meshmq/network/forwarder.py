@@ -32,7 +32,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("meshmq.network")
 
-BATCH_MESSAGES = 500  # messages per MESSAGES frame
+BATCH_MESSAGES = 500  # messages per MESSAGES frame ...
+BATCH_BYTES = 1024 * 1024  # ... and bodies per frame (one big message may exceed it)
+RETRY_PAUSE_S = 0.5
 
 
 class Forwarder:
@@ -66,6 +68,8 @@ class Forwarder:
         self._window_count = 0
         self._rate_timer: asyncio.TimerHandle | None = None
         self._redispatch: asyncio.TimerHandle | None = None
+        self._draining: dict[Consumer, bool] = {}  # demand gone, waiting for acks
+        self._retry_pause: asyncio.TimerHandle | None = None
         self.runtime.register(self)
         self.runtime.accepted(self)
 
@@ -91,14 +95,21 @@ class Forwarder:
         plan = plan_demand(self.items, self.config, local=self.local, remote=self.remote,
                            static=self.static)
         plan = self.manager.suppress_duplicates(self, plan)
+        changed = set(plan) != set(self.demands)
+        for key, (old, consumer) in list(self.demands.items()):
+            if key in plan and plan[key] != old and plan[key].same_subscription(old):
+                self.demands[key] = (plan[key], consumer)
         for key in [k for k in self.demands if k not in plan or plan[k] != self.demands[k][0]]:
             demand, consumer = self.demands.pop(key)
-            self.broker.unsubscribe(conn, consumer)
-            if demand.durable_name is not None and drop_gone_durables and key not in plan \
-                    and conn.client_id is not None:
-                durable_key = (conn.client_id, demand.durable_name)
-                if durable_key in self.broker.durables:
-                    self.broker.drop_durable(durable_key)
+            drop = demand.durable_name is not None and drop_gone_durables and key not in plan
+            if consumer.dispatched:
+                # Messages on their way: the remote will store them, so unsubscribing
+                # now would put them back here and forward them twice. Take nothing
+                # new and close once they are settled.
+                consumer.paused = True
+                self._draining[consumer] = drop
+            else:
+                self._close_demand(consumer, demand.durable_name if drop else None)
         for key, demand in plan.items():
             if key in self.demands:
                 continue
@@ -108,6 +119,7 @@ class Forwarder:
             spec = ConsumerSpec(destinations=(dest,), ack_mode=AckMode.CLIENT_INDIVIDUAL,
                                 prefetch=self.config.prefetch_size, priority=demand.priority,
                                 selector=demand.selector, network_path=demand.path,
+                                network_origins=tuple(sorted(demand.origins)),
                                 subscription_name=demand.durable_name)
             try:
                 consumer = self.broker.subscribe(conn, f"nc{len(self.demands)}-{key}", spec)
@@ -117,7 +129,21 @@ class Forwarder:
                 continue
             consumer.net_filter = self._may_forward
             self.demands[key] = (demand, consumer)
+        if changed:
+            # A shorter route here may make another bridge's route redundant (or a
+            # route that went away may bring one back).
+            self.manager.demand_changed(self)
         self.runtime.request_pump()
+
+    def _close_demand(self, consumer: Consumer, drop_durable: str | None) -> None:
+        conn = self.conn
+        if conn is None:
+            return
+        self.broker.unsubscribe(conn, consumer)
+        if drop_durable is not None and conn.client_id is not None:
+            durable_key = (conn.client_id, drop_durable)
+            if durable_key in self.broker.durables:
+                self.broker.drop_durable(durable_key)
 
     def queues_of_demand(self) -> list[object]:
         return [q for _, c in self.demands.values() for q in c.sources]
@@ -144,6 +170,10 @@ class Forwarder:
             self._window_start = now
             self._window_count = 0
         if self._window_count < self.config.rate_limit:
+            # The queue hands the message to the first consumer that accepts it, so
+            # accepting is dispatching: count it now (deliveries reach deliver() only
+            # after the whole dispatch pass).
+            self._window_count += 1
             return True
         if self._rate_timer is None:
             # Messages held back now may go when the window rolls over.
@@ -187,8 +217,6 @@ class Forwarder:
             self._inflight[self._seq] = (outcome.consumer, outcome.tag)
         else:
             self._local_acks.append((outcome.consumer, outcome.tag))
-        if self.config.rate_limit > 0 and msg.destination.is_queue:
-            self._window_count += 1
         self.counters.forwarded += 1
         self.counters.forward_rate.add()
         self.manager.trace_forwarded(self, forwarded)
@@ -198,8 +226,16 @@ class Forwarder:
         out = self._out
         if out:
             self._out = []
-            for i in range(0, len(out), BATCH_MESSAGES):
-                self.link.write(encode_messages(out[i:i + BATCH_MESSAGES]))
+            batch: list[tuple[int, Message]] = []
+            size = 0
+            for item in out:
+                batch.append(item)
+                size += len(item[1].body)
+                if len(batch) >= BATCH_MESSAGES or size >= BATCH_BYTES:
+                    self.link.write(encode_messages(batch))
+                    batch, size = [], 0
+            if batch:
+                self.link.write(encode_messages(batch))
         if self._local_acks and self.conn is not None:
             acks, self._local_acks = self._local_acks, []
             for consumer, tag in acks:
@@ -209,8 +245,10 @@ class Forwarder:
             self.broker.set_paused(self.conn, True)
 
     def on_writable(self) -> None:
-        if self.conn is not None:
+        if self.conn is not None and self._retry_pause is None:
             self.broker.set_paused(self.conn, False)
+            for consumer in self._draining:
+                consumer.paused = True  # still draining: nothing new
             self.runtime.request_pump()
 
     def on_acks(self, acks: list[tuple[int, AckStatus]]) -> None:
@@ -223,8 +261,13 @@ class Forwarder:
                 continue
             consumer, tag = held
             if status is AckStatus.RETRY:
-                if tag in consumer.dispatched:
-                    self.broker.nack(conn, consumer, tag, cumulative=False)
+                # The remote cannot take it now (memory): put it back without counting
+                # a delivery, and give the remote a moment.
+                entry = consumer.dispatched.pop(tag, None)
+                if entry is not None:
+                    entry.queue.release(entry, count_delivery=False,
+                                        cause="the remote broker asked to retry later")
+                self._pause_for_retry()
                 continue
             self.counters.acknowledged += 1
             if status is AckStatus.DUPLICATE:
@@ -232,7 +275,24 @@ class Forwarder:
             elif status is AckStatus.DROPPED:
                 self.counters.dropped += 1
             self._ack(consumer, tag)
+        if self._draining:
+            for consumer, drop in list(self._draining.items()):
+                if not consumer.dispatched:
+                    del self._draining[consumer]
+                    name = consumer.spec.subscription_name if drop else None
+                    self._close_demand(consumer, name)
         self.runtime.request_pump()
+
+    def _pause_for_retry(self) -> None:
+        if self._retry_pause is not None or self.conn is None:
+            return
+        self.broker.set_paused(self.conn, True)
+
+        def resume() -> None:
+            self._retry_pause = None
+            if not self.link.paused:
+                self.on_writable()
+        self._retry_pause = asyncio.get_running_loop().call_later(RETRY_PAUSE_S, resume)
 
     def _ack(self, consumer: Consumer, tag: int) -> None:
         if self.conn is not None and not consumer.closed and tag in consumer.dispatched:
@@ -250,7 +310,7 @@ class Forwarder:
         link, or for local consumers); durable demand stays, offline, and keeps
         collecting messages for the remote broker."""
         conn, self.conn = self.conn, None
-        for timer in (self._rate_timer, self._redispatch):
+        for timer in (self._rate_timer, self._redispatch, self._retry_pause):
             if timer is not None:
                 timer.cancel()
         self.runtime.forget(self)
@@ -259,4 +319,5 @@ class Forwarder:
             self.broker.close_connection(conn)
             self.runtime.request_pump()
         self.demands.clear()
+        self._draining.clear()
         self._inflight.clear()

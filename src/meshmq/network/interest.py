@@ -27,11 +27,13 @@ class InterestItem:
     selector: str | None = None
     path: tuple[str, ...] = ()  # brokers this interest crossed before the advertiser
     durable: bool = False  # a durable topic subscriber (possibly offline)
-    origin: str = ""  # "<broker>/<consumer id>" of the real consumer, for suppression
+    # "<broker>/<consumer id>" of the real consumer(s) behind it (duplicate-route
+    # suppression recognises one consumer heard through several bridges).
+    origins: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "dest": str(self.destination), "selector": self.selector,
-                "path": list(self.path), "durable": self.durable, "origin": self.origin}
+                "path": list(self.path), "durable": self.durable, "origins": list(self.origins)}
 
     @staticmethod
     def from_json(data: object) -> InterestItem:
@@ -44,7 +46,7 @@ class InterestItem:
             return InterestItem(id=str(data["id"]), destination=dest,
                                 selector=None if selector is None else str(selector),
                                 path=path, durable=bool(data.get("durable", False)),
-                                origin=str(data.get("origin", "")))
+                                origins=tuple(str(o) for o in data.get("origins") or ()))
         except (KeyError, TypeError, ValueError) as exc:
             raise RemoteProtocolError(f"bad interest item {data!r}: {exc}") from None
         except Exception as exc:  # destination parse errors
@@ -128,9 +130,10 @@ def local_interest(broker: Broker, peer: str, flt: DestinationFilter) -> dict[st
                 if not flt.permits(dest):
                     continue
                 item_id = f"{consumer.id}|{dest}"
-                origin = f"{broker.name}/{consumer.id}" if spec.network_path is None else ""
+                origins = (f"{broker.name}/{consumer.id}",) if spec.network_path is None \
+                    else spec.network_origins
                 items[item_id] = InterestItem(item_id, dest, spec.selector, path,
-                                              durable and dest.is_topic, origin)
+                                              durable and dest.is_topic, origins)
     for key, sub in broker.durables.items():
         if flt.dynamic_only:
             break
@@ -141,7 +144,7 @@ def local_interest(broker: Broker, peer: str, flt: DestinationFilter) -> dict[st
                 continue
             item_id = f"durable:{key[0]}:{key[1]}|{dest}"
             items[item_id] = InterestItem(item_id, dest, sub.selector_text, (), True,
-                                          f"{broker.name}/durable:{key[0]}:{key[1]}")
+                                          (f"{broker.name}/durable:{key[0]}:{key[1]}",))
     return items
 
 
@@ -156,6 +159,13 @@ class Demand:
     path: tuple[str, ...]  # the interest's path plus the remote broker (network_path)
     durable_name: str | None  # stable name of a network durable subscription
     origins: frozenset[str] = frozenset()  # the real consumers behind it
+
+    def same_subscription(self, other: Demand) -> bool:
+        """Whether ``other`` needs no new subscription (only who is behind it changed:
+        re-subscribing would bounce the messages in flight)."""
+        return (self.destination, self.selector, self.priority, self.path,
+                self.durable_name) == (other.destination, other.selector, other.priority,
+                                       other.path, other.durable_name)
 
 
 def plan_demand(items: dict[str, InterestItem], config: NetworkConnectorConfig, *,
@@ -172,15 +182,15 @@ def plan_demand(items: dict[str, InterestItem], config: NetworkConnectorConfig, 
     base = config.consumer_priority_base
     groups: dict[str, list[InterestItem]] = {}
     for item in items.values():
-        if local in item.path or remote in item.path[:-1]:
+        if local in item.path or remote in item.path:
             continue  # a loop
         if consumer_ttl >= 0 and len(item.path) >= consumer_ttl:
             continue  # consumerTTL: interest may cross this many brokers
         dest = item.destination
-        if dest.is_topic or config.conduit_subscriptions:
-            key = f"{dest}|durable" if (dest.is_topic and item.durable) else str(dest)
-        else:
-            key = f"{dest}|{item.id}"
+        # One demand per topic (durable if any subscriber behind it is), so one copy
+        # of each message crosses the bridge; per consumer for queues without conduit.
+        key = str(dest) if dest.is_topic or config.conduit_subscriptions \
+            else f"{dest}|{item.id}"
         groups.setdefault(key, []).append(item)
     plan: dict[str, Demand] = {}
     for key, group in groups.items():
@@ -195,11 +205,11 @@ def plan_demand(items: dict[str, InterestItem], config: NetworkConnectorConfig, 
         else:
             selector = first.selector
         durable_name = None
-        if dest.is_topic and first.durable:
+        if dest.is_topic and any(i.durable for i in group):
             durable_name = f"NC-DS_{remote}_{dest.name}"
         shortest = min(group, key=lambda i: len(i.path))
         plan[key] = Demand(key, dest, selector, priority, (*shortest.path, remote),
-                           durable_name, frozenset(i.origin for i in group if i.origin))
+                           durable_name, frozenset(o for i in group for o in i.origins))
     for dest in static:
         key = f"{dest}|static"
         if key not in plan:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Protocol
+from typing import Protocol, cast
 
 from meshmq.errors import MeshmqError
 from meshmq.protocol.wire import (
@@ -54,11 +54,11 @@ class WireLink(asyncio.Protocol):
 
     # ------------------------------------------------------------ asyncio callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses, but behave as one.
+        self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        transport.set_write_buffer_limits(high=4 * 1024 * 1024)
+        self.transport.set_write_buffer_limits(high=4 * 1024 * 1024)
         if self.initiator:
             self.write(MAGIC)
         self._schedule()
@@ -101,7 +101,6 @@ class WireLink(asyncio.Protocol):
             self.handler.on_writable(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        was_closed = self.closed
         self.closed = True
         if self._timer is not None:
             self._timer.cancel()
@@ -111,7 +110,6 @@ class WireLink(asyncio.Protocol):
             self.lost.set_result(cause)
         if self.handler is not None:
             self.handler.on_lost(self, cause)
-        del was_closed
 
     # ------------------------------------------------------------ output
     def write(self, data: bytes) -> None:

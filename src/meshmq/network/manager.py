@@ -42,6 +42,8 @@ class NetworkManager:
         self._arrivals: dict[str, int] = {}
         self._discovery: list[Any] = []
         self.accepting = True
+        self._replanning = False
+        self._refused: dict[str, str] = {}
 
     # ------------------------------------------------------------ listeners
     async def listen(self, listener: ListenerConfig) -> asyncio.Server:
@@ -59,6 +61,43 @@ class NetworkManager:
             addr = sock.getsockname()
             self.local_addresses.add((addr[0], addr[1]))
         return server
+
+    def client_uris(self) -> list[str]:
+        """Where clients reach this broker (told to peers in the handshake, so each
+        broker can push its network's client URIs to failover clients)."""
+        schemes = {"stomp": "stomp", "stomp+ssl": "stomp+ssl", "mqtt": "mqtt",
+                   "mqtt+ssl": "mqtts", "ws": "ws", "wss": "wss"}
+        out = []
+        for listener in self.config.listeners:
+            scheme = schemes.get(listener.protocol)
+            address = self.runtime.addresses.get(listener.name)
+            if scheme is None or address is None:
+                continue
+            host = address[0] if address[0] not in ("0.0.0.0", "::") else socket.gethostname()
+            out.append(f"{scheme}://{host}:{address[1]}")
+        return out
+
+    def peers_changed(self) -> None:
+        """The set of brokers linked to this one changed: hook for topology push."""
+        return
+
+    def peer_client_uris(self) -> list[str]:
+        uris: list[str] = []
+        for end in [*self.bridges, *self.inbound]:
+            if end.remote_client_uris and (end.forwarder is not None or
+                                           end.receiver is not None):
+                uris.extend(u for u in end.remote_client_uris if u not in uris)
+        return uris
+
+    def note_refusal(self, remote: str, kind: str | None) -> bool:
+        """Remember why ``remote`` was last refused; True when that is news (log it)."""
+        if kind is None:
+            self._refused.pop(remote, None)
+            return False
+        if self._refused.get(remote) == kind:
+            return False
+        self._refused[remote] = kind
+        return True
 
     def refusal(self) -> tuple[str, str] | None:
         """Why this broker cannot take a link now (None: it can)."""
@@ -221,6 +260,19 @@ class NetworkManager:
             kept[key] = demand
         return kept
 
+    def demand_changed(self, origin: Forwarder) -> None:
+        if self._replanning:
+            return
+        self._replanning = True
+        try:
+            for forwarder in self._forwarders():
+                cfg = forwarder.config
+                if forwarder is not origin and (cfg.suppress_duplicate_queue_subscriptions
+                                                or cfg.suppress_duplicate_topic_subscriptions):
+                    forwarder.replan()
+        finally:
+            self._replanning = False
+
     def _forwarders(self) -> list[Forwarder]:
         ends = [*self.bridges, *self.inbound]
         return [e.forwarder for e in ends if e.forwarder is not None]
@@ -235,6 +287,7 @@ class NetworkManager:
     # ------------------------------------------------------------ status & advisories
     def bridge_changed(self, bridge: Bridge) -> None:
         error = bridge.last_error or {}
+        self.peers_changed()
         self.broker.advise(ADVISORY_TOPIC, "NetworkBridgeState", {
             "connector": bridge.config.name, "bridge": bridge.name,
             "state": bridge.state.value, "remoteBroker": bridge.remote,
@@ -242,6 +295,7 @@ class NetworkManager:
         self.runtime.request_pump()
 
     def inbound_changed(self, responder: Responder, *, up: bool) -> None:
+        self.peers_changed()
         self.broker.advise(ADVISORY_TOPIC, "NetworkBridgeStarted" if up else
                            "NetworkBridgeStopped", {
                                "connector": responder.connector,

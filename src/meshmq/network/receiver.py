@@ -14,6 +14,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from meshmq.core.auth import Principal
+from meshmq.core.dedup import network_key
 from meshmq.errors import DestinationError, MeshmqError, ResourceLimitError
 from meshmq.network.interest import DestinationFilter, InterestItem, local_interest
 from meshmq.network.stats import LinkCounters
@@ -111,10 +112,7 @@ class Receiver:
         dest = msg.destination
         if dest.is_topic and local in msg.broker_path:
             return AckStatus.DROPPED, False  # a topic message looping back
-        # Topic messages reach a broker once whatever the route; a queue message may
-        # legitimately come back later (redistribution) with a longer path.
-        key = f"net:{msg.message_id}" if dest.is_topic else \
-            f"net:{msg.message_id}@{','.join(msg.broker_path)}"
+        key = network_key(msg)
         dedup = self.broker.dedup
         if dedup.check_and_add(key):
             self.counters.received_duplicates += 1

@@ -9,7 +9,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from meshmq.errors import AuthenticationError, RemoteProtocolError
-from meshmq.network.endpoint import LinkEnd, mirror_config
+from meshmq.network.endpoint import LinkEnd, client_uris_of, mirror_config
 from meshmq.network.forwarder import Forwarder
 from meshmq.network.interest import DestinationFilter
 from meshmq.network.link import WireLink
@@ -70,17 +70,24 @@ class Responder(LinkEnd):
             broker.authenticate(None if user is None else str(user),
                                 None if password is None else str(password))
         except AuthenticationError as exc:
-            log.warning("network link from %s (broker %r): %s", link.peer, remote, exc)
+            # Once per remote until it gets in: its bridge retries with backoff.
+            if self.manager.note_refusal(remote, "authentication-failed"):
+                log.warning("network link from %s (broker %r): %s", link.peer, remote, exc)
             link.refuse("authentication-failed", str(exc))
             return
+        self.manager.note_refusal(remote, None)
         config = mirror_config(hello.get("config", {}))
+        # Keep-alive at the initiator's pace, so both ends agree on when a link is dead.
+        link.heartbeat_s = config.heartbeat_ms / 1000
         flt = DestinationFilter.from_json(hello.get("filter", {}))
         self.remote = remote
         self.connector = str(hello.get("connector", ""))
         self.duplex = bool(hello.get("duplex", False))
         self.ready = True
-        link.write(encode_json(FrameType.WELCOME, {"version": WIRE_VERSION,
-                                                   "broker": broker.name}))
+        self.remote_client_uris = client_uris_of(hello)
+        link.write(encode_json(FrameType.WELCOME, {
+            "version": WIRE_VERSION, "broker": broker.name,
+            "client_uris": self.manager.client_uris()}))
         self.receiver = Receiver(self.manager, link, remote, flt, self.counters,
                                  resync_s=config.interest_resync_ms / 1000)
         self.receiver.start()
@@ -109,4 +116,5 @@ class Responder(LinkEnd):
                 "connected_to": self.link.peer if self.link else None,
                 "demand": len(fwd.demands) if fwd is not None else 0,
                 "inflight": fwd.inflight if fwd is not None else 0,
+                "remote_client_uris": list(self.remote_client_uris),
                 **self.counters.as_dict()}

@@ -70,9 +70,14 @@ def split_top(text: str) -> list[str]:
     return [p for p in parts if p]
 
 
-def _composite(text: str, scheme: str) -> tuple[list[str], str]:
-    """``scheme:(a,b)?q`` or ``scheme:a,b`` -> ([a, b], q)."""
+def _composite(text: str, scheme: str, *, single_without_parens: bool = False
+               ) -> tuple[list[str], str]:
+    """``scheme:(a,b)?q`` (also ``scheme://(a,b)?q``, as the seeds write it) ->
+    ([a, b], q). Without parentheses: ``scheme:a,b?q``, or, for ``static:``, one URI
+    that keeps its own query (``static:failover:(a,b)?randomize=false``)."""
     body = text[len(scheme) + 1:]
+    if body.startswith("//"):
+        body = body[2:]
     query = ""
     if body.startswith("("):
         depth = 0
@@ -87,6 +92,8 @@ def _composite(text: str, scheme: str) -> tuple[list[str], str]:
         if rest and not rest.startswith("?"):
             raise ValueError(f"unexpected text after ')': {rest!r}")
         query = rest[1:]
+    elif single_without_parens:
+        return [body.strip()], ""
     else:
         inner, _, query = body.partition("?")
     return split_top(inner), query
@@ -114,11 +121,10 @@ def plan_connector(config: NetworkConnectorConfig) -> ConnectorPlan:
             parts, query = _composite(uri, "masterslave")
             if len(parts) < 2:
                 raise ValueError("masterslave: needs at least two URIs (master, slave...)")
-            if query:
-                raise ValueError(f"masterslave: takes no options (got {query!r})")
+            config = _apply_options(config, query)  # the same options as static:
             return ConnectorPlan((tuple(parse_endpoint(p) for p in parts),), None, config)
         if uri.startswith("static:"):
-            parts, query = _composite(uri, "static")
+            parts, query = _composite(uri, "static", single_without_parens=True)
             config = _apply_options(config, query)
             targets = []
             for part in parts:

@@ -187,7 +187,7 @@ def test_errors_name_file_line_and_option(tmp_path: Path, text: str, line: int, 
     "static:failover:(tcp://a:1,tcp://b:1)?randomize=false&maxReconnectAttempts=0",
     "static:(failover:(tcp://a:1,tcp://b:1)?randomize=false&maxReconnectAttempts=0)",
     "masterslave:(tcp://master:61616,tcp://slave:61616)",
-    "MASTERSLAVE:(tcp://m:1,tcp://s1:1,tcp://s2:1)",
+    "masterslave:(tcp://m:1,tcp://s1:1,tcp://s2:1)",
     "multicast://default",
     "multicast://239.1.2.3:7000?group=g&keepAliveInterval=100&discovered.x=1",
     "tcp://127.0.0.1:61616",
@@ -204,6 +204,8 @@ def test_connector_uri_forms_accepted(uri: str) -> None:
     ("static:(tcp://a:1,,)", None),  # empty entries are skipped, the rest is fine
     ("masterslave:()", "names no broker URI"),
     ("vm://localhost", "unknown network connector scheme 'vm:'"),
+    ("MASTERSLAVE:(tcp://m:1,tcp://s:1)", "write the scheme 'MASTERSLAVE:' in lower case"),
+    ("Tcp://h:1", "write the scheme 'Tcp:' in lower case"),
 ])
 def test_connector_uri_forms_rejected(uri: str, reason: str | None) -> None:
     if reason is None:

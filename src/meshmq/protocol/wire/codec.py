@@ -27,7 +27,9 @@ from meshmq.store.codec import decode_message, encode_message
 
 MAGIC = b"MMQ1"
 WIRE_VERSION = 1
-MAX_FRAME = 64 * 1024 * 1024  # a frame larger than this is a protocol error
+# A frame larger than this is a protocol error. Above the largest STOMP frame a broker
+# accepts by default (100 MiB), since one message is never split across frames.
+MAX_FRAME = 128 * 1024 * 1024
 
 _HEAD = struct.Struct(">IB")
 _COUNT = struct.Struct(">I")
