@@ -48,6 +48,11 @@ def test_endpoints_protocols_ports_and_tls() -> None:
                                                                      ("mqtt", 8883, True)]
     assert parse_failover("tcp://h:1", protocol="mqtt").endpoints[0].protocol == "mqtt"
     assert parse_failover("stomp://h:1").endpoints[0].uri() == "stomp://h:1"
+    ws = parse_failover("failover:(ws://h:61614/stomp,wss://g)").endpoints
+    assert [(e.protocol, e.websocket, e.tls, e.port, e.path) for e in ws] == [
+        ("stomp", True, False, 61614, "/stomp"), ("stomp", True, True, 443, "")]
+    assert ws[0].uri() == "ws://h:61614/stomp"
+    assert parse_failover("ws://h:1", protocol="mqtt").endpoints[0].protocol == "mqtt"
 
 
 def test_nested_options_apply_to_every_endpoint_and_endpoint_options_win() -> None:
@@ -79,7 +84,7 @@ def test_priority_uris() -> None:
     ("failover:(stomp://a:1?soTimeout=5)", "soTimeout", "unknown endpoint option"),
     ("failover:(stomp://a:1)?nested.bogus=1", "bogus", "unknown endpoint option"),
     ("failover:(stomp://a:1?connectionTimeout=0)", "connectionTimeout", "must be > 0"),
-    ("failover:(ws://a:1)", "ws", "cannot dial ws://"),
+    ("failover:(multicast://a:1)", "multicast", "cannot dial multicast://"),
     ("failover:(stomp://a:1,mqtt://b:1)", "mqtt,stomp", "mixes STOMP and MQTT"),
     ("static:(stomp://a:1)", "static", "network connectors"),
     ("failover:(failover:(stomp://a:1))", "failover:(stomp://a:1)", "not composites"),

@@ -18,6 +18,7 @@ from typing import Any
 from .errors import ConnectionLostError
 from .options import Endpoint
 from .types import Message, SubscriptionSpec
+from .websocket import WebSocketFramer
 
 log = logging.getLogger("meshmq.client")
 
@@ -38,6 +39,8 @@ def ssl_context(endpoint: Endpoint) -> ssl.SSLContext | None:
 class BaseConnection:
     """Socket, reader task, pending futures; subclasses speak the protocol."""
 
+    protocol = "stomp"  # or "mqtt": set by the subclass
+
     def __init__(self, endpoint: Endpoint, deliver: DeliverFn, generation: int) -> None:
         self.endpoint = endpoint
         self.deliver = deliver
@@ -50,6 +53,8 @@ class BaseConnection:
         self._tasks: list[asyncio.Task[Any]] = []
         self._pending: dict[str, asyncio.Future[Any]] = {}
         self._seq = 0
+        self._ws: WebSocketFramer | None = None  # ws:// and wss:// endpoints
+        self._early = b""  # protocol bytes that came with the WebSocket upgrade answer
         self._loop = asyncio.get_running_loop()
         self.last_received = self._loop.time()
 
@@ -61,6 +66,8 @@ class BaseConnection:
             async with asyncio.timeout(self.endpoint.connect_timeout):
                 self._reader, self._writer = await asyncio.open_connection(
                     self.endpoint.host, self.endpoint.port, ssl=ssl_context(self.endpoint))
+                if self.endpoint.websocket:
+                    await self._upgrade()
                 self._tasks.append(asyncio.create_task(self._read_loop(),
                                                        name=f"read {self.endpoint}"))
                 await self.handshake(**handshake)
@@ -78,6 +85,23 @@ class BaseConnection:
     async def handshake(self, **kwargs: Any) -> None:
         raise NotImplementedError
 
+    async def _upgrade(self) -> None:
+        """ws:// and wss://: the HTTP upgrade, before the protocol's own handshake."""
+        assert self._reader is not None and self._writer is not None
+        framer = WebSocketFramer(f"{self.endpoint.host}:{self.endpoint.port}",
+                                 self.endpoint.path, self.protocol)
+        self._writer.write(framer.request())
+        while True:
+            data = await self._reader.read(65536)
+            if not data:
+                raise ConnectionLostError(f"{self.endpoint}: closed during the WebSocket "
+                                          "upgrade")
+            accepted, leftover = framer.handshake(data)
+            if accepted:
+                self._ws = framer
+                self._early = leftover
+                return
+
     # --------------------------------------------------------------- plumbing
 
     def next_id(self, prefix: str) -> str:
@@ -87,7 +111,7 @@ class BaseConnection:
     def write(self, data: bytes) -> None:
         if self.closed.is_set() or self._writer is None:
             raise ConnectionLostError(f"{self.endpoint}: connection closed",)
-        self._writer.write(data)
+        self._writer.write(data if self._ws is None else self._ws.encode(data))
 
     def expect(self, key: str) -> asyncio.Future[Any]:
         if self.closed.is_set():
@@ -116,11 +140,20 @@ class BaseConnection:
     async def _read_loop(self) -> None:
         assert self._reader is not None
         try:
+            if self._early:
+                self.feed(self._early)
+                self._early = b""
             while True:
                 data = await self._reader.read(65536)
                 if not data:
                     raise ConnectionLostError(f"{self.endpoint}: closed by the broker")
                 self.last_received = self._loop.time()
+                if self._ws is not None:
+                    data, reply = self._ws.decode(data)
+                    if reply and self._writer is not None:
+                        self._writer.write(reply)
+                    if not data:
+                        continue
                 self.feed(data)
         except asyncio.CancelledError:
             self._die(ConnectionLostError(f"{self.endpoint}: connection closed"))

@@ -29,7 +29,9 @@ _SCHEMES: dict[str, tuple[str | None, bool]] = {
     "stomp+ssl": ("stomp", True), "stomp+nio+ssl": ("stomp", True),
     "mqtt": ("mqtt", False), "mqtt+nio": ("mqtt", False),
     "mqtts": ("mqtt", True), "mqtt+ssl": ("mqtt", True), "mqtt+nio+ssl": ("mqtt", True),
+    "ws": (None, False), "wss": (None, True),  # WebSocket: the client's protocol
 }
+_WEBSOCKET = frozenset({"ws", "wss"})
 _DEFAULT_PORTS = {("stomp", False): 61613, ("stomp", True): 61614,
                   ("mqtt", False): 1883, ("mqtt", True): 8883}
 
@@ -53,20 +55,26 @@ class Endpoint:
     connect_timeout: float = 30.0
     verify_host_name: bool = True
     trust_store: str | None = None
+    websocket: bool = False  # ws:// / wss://: the protocol inside WebSocket frames
+    path: str = ""  # the WebSocket request path
 
     def uri(self) -> str:
-        scheme = {("stomp", False): "stomp", ("stomp", True): "stomp+ssl",
-                  ("mqtt", False): "mqtt", ("mqtt", True): "mqtts"}[(self.protocol, self.tls)]
+        if self.websocket:
+            scheme = "wss" if self.tls else "ws"
+        else:
+            scheme = {("stomp", False): "stomp", ("stomp", True): "stomp+ssl",
+                      ("mqtt", False): "mqtt", ("mqtt", True): "mqtts"}[
+                          (self.protocol, self.tls)]
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{scheme}://{host}:{self.port}"
+        return f"{scheme}://{host}:{self.port}{self.path}"
 
     def __str__(self) -> str:
         return self.uri()
 
     @property
-    def key(self) -> tuple[str, str, int, bool]:
-        """Identity for the reconnect schedule: settings do not make a different broker."""
-        return self.protocol, self.host, self.port, self.tls
+    def key(self) -> tuple[str, str, int, bool, bool]:
+        """Identity of the broker address: settings do not make a different broker."""
+        return self.protocol, self.host, self.port, self.tls, self.websocket
 
 
 def _bool(text: str) -> bool:
@@ -254,7 +262,8 @@ def _endpoint(uri: SimpleURI | CompositeURI, text: str, protocol: str,
                        "not composites")
     if uri.scheme not in _SCHEMES:
         raise URIError(text, uri.scheme, f"the client cannot dial {uri.scheme}:// URIs "
-                       "(use stomp://, stomp+ssl://, mqtt://, mqtts://, tcp:// or ssl://)")
+                       "(use stomp://, stomp+ssl://, mqtt://, mqtts://, ws://, wss://, "
+                       "tcp:// or ssl://)")
     proto, tls = _SCHEMES[uri.scheme]
     if proto is not None and proto != protocol:
         raise URIError(text, format_uri(uri), f"a {proto.upper()} endpoint in a "
@@ -272,6 +281,10 @@ def _endpoint(uri: SimpleURI | CompositeURI, text: str, protocol: str,
         raise URIError(text, format_uri(uri), f"bad endpoint option: {exc}") from None
     if timeout <= 0:
         raise URIError(text, "connectionTimeout", "connectionTimeout must be > 0")
-    port = uri.port if uri.port is not None else _DEFAULT_PORTS[(protocol, tls)]
+    websocket = uri.scheme in _WEBSOCKET
+    if websocket:
+        port = uri.port if uri.port is not None else (443 if tls else 80)
+    else:
+        port = uri.port if uri.port is not None else _DEFAULT_PORTS[(protocol, tls)]
     return Endpoint(protocol, uri.host, port, tls, timeout / 1000, verify,
-                    opts.get("trustStore"))
+                    opts.get("trustStore"), websocket, uri.path if websocket else "")
