@@ -43,7 +43,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 async def one_run(kind: type[Broker], protocol: str, mode: str, beat_ms: int,
-                  warmup: int) -> dict[str, float]:
+                  warmup: int, reply_timeout: int = -1) -> dict[str, float]:
     a, b = kind(), kind()
     try:
         a.start()
@@ -51,7 +51,7 @@ async def one_run(kind: type[Broker], protocol: str, mode: str, beat_ms: int,
         scheme = "stomp" if protocol == "stomp" else "mqtt"
         uri = (f"failover:({scheme}://127.0.0.1:{a.ports[protocol]},"
                f"{scheme}://127.0.0.1:{b.ports[protocol]})?randomize=false&timeout=60000"
-               f"&initialReconnectDelay=10")
+               f"&initialReconnectDelay=10&replyTimeout={reply_timeout}")
         kw: dict[str, object] = {"heartbeat_ms": (beat_ms, beat_ms),
                                  "keep_alive": max(1, beat_ms // 1000)}
         if protocol == "mqtt":
@@ -112,6 +112,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--beat", type=int, default=2000, help="heart-beat / keep-alive, ms")
     ap.add_argument("--warmup", type=int, default=200, help="messages before the failure")
+    ap.add_argument("--reply-timeout", type=int, default=-1,
+                    help="the client's replyTimeout option, ms (-1: off)")
     ap.add_argument("--no-save", action="store_true")
     args = ap.parse_args()
     kind: type[Broker] = Meshmq if args.broker == "meshmq" else ActiveMQ
@@ -123,30 +125,34 @@ def main() -> None:
     rows = []
     for protocol in protocols:
         for mode in modes:
-            runs = [asyncio.run(one_run(kind, protocol, mode, args.beat, args.warmup))
+            runs = [asyncio.run(one_run(kind, protocol, mode, args.beat, args.warmup,
+                                        args.reply_timeout))
                     for _ in range(args.runs)]
             row = {"broker": args.broker, "protocol": protocol, "mode": mode,
-                   "beat_ms": args.beat, "runs": runs,
+                   "beat_ms": args.beat, "reply_timeout_ms": args.reply_timeout,
+                   "runs": runs,
                    "send_median_s": statistics.median(r["send_s"] for r in runs),
                    "recv_median_s": statistics.median(r["recv_s"] for r in runs)}
             rows.append(row)
             print(f"{args.broker:8} {protocol:5} {mode:4}  failure -> confirmed send "
                   f"{row['send_median_s'] * 1000:8.1f} ms   failure -> received "
                   f"{row['recv_median_s'] * 1000:8.1f} ms   (median of {args.runs}; "
-                  f"beat {args.beat} ms)", flush=True)
+                  f"beat {args.beat} ms, replyTimeout {args.reply_timeout})", flush=True)
     if args.no_save:
         return
     RESULTS.mkdir(exist_ok=True)
     stamp = dt.date.today().isoformat()
-    base = RESULTS / f"{stamp}-failover-{args.broker}"
+    suffix = "" if args.reply_timeout < 0 else f"-reply{args.reply_timeout}"
+    base = RESULTS / f"{stamp}-failover-{args.broker}{suffix}"
     base.with_suffix(".json").write_text(json.dumps(rows, indent=2) + "\n")
     lines = [f"# Failover: failure to resumed traffic ({args.broker}, {stamp})", "",
              f"`{' '.join(['bench/failover_kill.py', *sys.argv[1:]])}` on "
              f"{os.cpu_count()} CPUs; medians of {args.runs} runs.", "",
-             "| protocol | failure | beat ms | to confirmed send | to received |",
-             "|---|---|---|---|---|"]
+             "| protocol | failure | beat ms | replyTimeout ms | to confirmed send | "
+             "to received |", "|---|---|---|---|---|---|"]
     for row in rows:
         lines.append(f"| {row['protocol']} | {row['mode']} | {row['beat_ms']} | "
+                     f"{row['reply_timeout_ms']} | "
                      f"{row['send_median_s'] * 1000:.1f} ms | "
                      f"{row['recv_median_s'] * 1000:.1f} ms |")
     base.with_suffix(".md").write_text("\n".join(lines) + "\n")

@@ -245,3 +245,29 @@ def test_backup_pool_keeps_a_hot_standby_and_fails_over_to_it(
                 while [e.port for e in client.backup_endpoints] != [c.port]:
                     await asyncio.sleep(0.01)  # polled with a deadline
     run(main())
+
+
+def test_reply_timeout_fails_over_from_a_broker_that_stopped_answering() -> None:
+    async def script(frame: Frame, write: Callable[[bytes], None],
+                     writer: asyncio.StreamWriter) -> None:
+        if frame.command == "SEND" and fake.connections == 1:
+            return  # hung: the socket stays open, no receipt ever comes
+        receipt(frame, write)
+
+    fake = FakeStompBroker(script)
+
+    async def main() -> None:
+        port = await fake.start()
+        events: list[Event] = []
+        async with FailoverClient(f"failover:(stomp://127.0.0.1:{port})?replyTimeout=200",
+                                  on_event=events.append) as c:
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            await c.send("/queue/x", "eventually")
+            assert loop.time() - start < 5
+            assert c.stats["resent"] == 1
+        assert [e.kind for e in events][:3] == [EventKind.CONNECTED, EventKind.INTERRUPTED,
+                                                EventKind.RESUMED]
+        await fake.stop()
+        assert fake.frames.count("SEND") == 2
+    run(main())

@@ -79,6 +79,7 @@ def test_priority_uris() -> None:
     ("failover:(stomp://a:1)?maxReconnectAttempts=-5", "maxReconnectAttempts=-5", "-1"),
     ("failover:(stomp://a:1)?timeout=soon", "timeout=soon", "bad value for timeout"),
     ("failover:(stomp://a:1)?jitter=2", "jitter=2", "between 0 and 1"),
+    ("failover:(stomp://a:1)?replyTimeout=0", "replyTimeout=0", "-1 (off)"),
     ("failover:(stomp://a:1)?reconnectDelayExponent=nan", "reconnectDelayExponent=nan",
      "finite"),
     ("failover:(stomp://a:1?soTimeout=5)", "soTimeout", "unknown endpoint option"),

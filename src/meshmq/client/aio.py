@@ -595,11 +595,25 @@ class FailoverClient:
                 self.stats["resent"] += 1
             attempt += 1
             try:
-                await self._bounded(conn.send(destination, data, hdrs, confirm=True,
-                                              **extra), deadline)
+                await self._bounded(self._replied(conn, conn.send(
+                    destination, data, hdrs, confirm=True, **extra)), deadline)
                 return
             except ConnectionLostError:
                 continue  # re-sent on the next connection with the same dedup-id
+
+    async def _replied(self, conn: BaseConnection, aw: Any) -> Any:
+        """replyTimeout: a broker that does not confirm in time is treated as dead (the
+        connection is dropped and the operation fails over) instead of waiting for the
+        heart-beats to notice."""
+        limit = self.options.reply_timeout_s
+        if limit is None:
+            return await aw
+        try:
+            async with asyncio.timeout(limit):
+                return await aw
+        except TimeoutError:
+            conn.abort(f"no confirmation within replyTimeout={self.options.replyTimeout} ms")
+            raise ConnectionLostError(f"{conn.endpoint}: no confirmation in time") from None
 
     async def _bounded(self, aw: Any, deadline: float | None) -> Any:
         if deadline is None:
@@ -632,7 +646,7 @@ class FailoverClient:
         while True:
             conn = await self._wait_ready(deadline)
             try:
-                await self._bounded(conn.subscribe(spec), deadline)
+                await self._bounded(self._replied(conn, conn.subscribe(spec)), deadline)
                 sub.confirmed = True
                 self._adopt_orphans()
                 return sub

@@ -105,8 +105,9 @@ def _opt_str(text: str) -> str | None:
 class FailoverOptions:
     """The failover options, named as in ActiveMQ (times in milliseconds, as in the URI).
 
-    meshmq additions: ``jitter``, ``reconnectResetAfter``, ``checkForDuplicates`` and
-    ``auditDepth`` (ActiveMQ has the last two as connection factory settings).
+    meshmq additions: ``jitter``, ``reconnectResetAfter``, ``replyTimeout``,
+    ``checkForDuplicates`` and ``auditDepth`` (ActiveMQ has the last two as connection
+    factory settings).
     """
 
     randomize: bool = True
@@ -127,6 +128,7 @@ class FailoverOptions:
     updateURIsURL: str | None = None
     rebalanceUpdateURIs: bool = True
     warnAfterReconnectAttempts: int = 10
+    replyTimeout: int = -1
     jitter: float = 0.0
     reconnectResetAfter: int = 0
     checkForDuplicates: bool = True
@@ -145,6 +147,11 @@ class FailoverOptions:
             jitter=self.jitter,
             reset_after=self.reconnectResetAfter / 1000,
         )
+
+    @property
+    def reply_timeout_s(self) -> float | None:
+        """``replyTimeout`` in seconds; None = off."""
+        return None if self.replyTimeout < 0 else self.replyTimeout / 1000
 
     @property
     def timeout_s(self) -> float | None:
@@ -172,6 +179,7 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "reconnectResetAfter": (lambda v: v >= 0, "must be >= 0"),
     "auditDepth": (lambda v: v >= 0, "must be >= 0"),
     "warnAfterReconnectAttempts": (lambda v: v >= 0, "must be >= 0"),
+    "replyTimeout": (lambda v: v == -1 or v > 0, "must be -1 (off) or a time in ms"),
 }
 
 
