@@ -228,3 +228,19 @@ def test_meshmq_stores_a_resend_with_the_same_dedup_id_once(meshmq: ThreadBroker
         from tests.support.brokers import poll
         poll(lambda: meshmq.destination_stats("idem")["depth"] == 1, 10, "one copy stored")
     run(main())
+
+
+def test_mqtt_qos2_both_ways_and_async_iteration(meshmq: ThreadBroker) -> None:
+    async def main() -> None:
+        async with FailoverClient(mqtt_uri(meshmq), client_id="q2") as c:
+            sub = await c.subscribe("exactly/once", qos=2)
+            for i in range(3):
+                await c.send("exactly/once", f"m{i}", qos=2)  # PUBREC, PUBREL, PUBCOMP
+            got = []
+            async for msg in sub:
+                got.append(msg.text)
+                if len(got) == 3:
+                    break
+            assert got == ["m0", "m1", "m2"]
+            assert msg.headers["qos"] == "2"
+    run(main())

@@ -142,3 +142,22 @@ def test_mqtt_topic_kill9_consumer_resubscribes_on_the_survivor(
         await producer.close()
         await consumer.close()
     run(main())
+
+
+def test_blocking_client_survives_a_kill9(process_brokers: Callable[[str], ProcessBroker]
+                                          ) -> None:
+    from meshmq.client import BlockingClient
+
+    a, b = process_brokers("a"), process_brokers("b")
+    uri = f"failover:({stomp_uri(a)},{stomp_uri(b)})?randomize=false&timeout=30000"
+    with BlockingClient(uri) as consumer, BlockingClient(uri) as producer:
+        sub = consumer.subscribe("/queue/blocking", ack="client-individual")
+        producer.send("/queue/blocking", "before")
+        first = sub.get(10)
+        assert first.text == "before" and consumer.ack(first)
+        a.kill9()
+        producer.send("/queue/blocking", "after")  # blocks through the failover
+        msg = sub.get(20)
+        assert msg.text == "after" and consumer.ack(msg)
+        assert producer.endpoint.port == b.ports["stomp"]
+        assert consumer.stats["reconnects"] == 1
