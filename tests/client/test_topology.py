@@ -39,6 +39,13 @@ def test_sources_union_per_protocol_and_change_notification() -> None:
     assert Topology(["stomp://b:1"], enabled=False).header_value("stomp") is None
 
 
+def test_client_and_broker_agree_on_the_header_name() -> None:
+    from meshmq.client import types
+    from meshmq.transport import topology
+
+    assert types.PEERS_HEADER == topology.PEERS_HEADER == "meshmq-peers"
+
+
 def test_bad_peer_uris_are_rejected() -> None:
     t = Topology()
     with pytest.raises(URIError, match="unknown scheme"):

@@ -8,6 +8,13 @@ import random
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
 
 from meshmq.backoff import Attempt, ReconnectPolicy, ReconnectSchedule
 
@@ -187,3 +194,82 @@ def test_schedule_invariants(n: int, initial: float, maximum: float, multiplier:
         assert len(attempts) == n
     else:
         assert len(attempts) == 40 * n and not s.exhausted
+
+
+class ScheduleMachine(RuleBasedStateMachine):
+    """Any interleaving of attempts, successes and losses keeps the policy's promises."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+        self.schedule: ReconnectSchedule[str] | None = None
+        self.policy = ReconnectPolicy()
+        self.in_pass: list[str] = []
+        self.pass_number = 0
+        self.connected_to: str | None = None
+
+    @initialize(n=st.integers(1, 4), max_attempts=st.integers(-1, 3),
+                startup=st.integers(-1, 3), jitter=st.floats(0, 1),
+                reset_after=st.sampled_from([0.0, 5.0]), seed=st.integers(0, 1000))
+    def setup(self, n: int, max_attempts: int, startup: int, jitter: float,
+              reset_after: float, seed: int) -> None:
+        self.policy = ReconnectPolicy(initial_delay=0.5, max_delay=4.0,
+                                      max_attempts=max_attempts,
+                                      startup_max_attempts=startup, jitter=jitter,
+                                      reset_after=reset_after)
+        self.endpoints = [f"e{i}" for i in range(n)]
+        self.schedule = ReconnectSchedule(self.endpoints, self.policy,
+                                          rng=random.Random(seed))
+
+    @rule()
+    def attempt(self) -> None:
+        assert self.schedule is not None
+        a = self.schedule.next_attempt()
+        if self.connected_to is not None:
+            assert a is None  # nothing to do while connected
+            return
+        if a is None:
+            assert self.schedule.exhausted
+            return
+        assert a.endpoint in self.endpoints
+        assert 0 <= a.delay <= self.policy.max_delay * (1 + self.policy.jitter) + 1e-9
+        if a.pass_number != self.pass_number:  # a new pass: only its first try waits
+            self.pass_number = a.pass_number
+            self.in_pass = []
+        else:
+            assert a.delay == 0
+        assert a.endpoint not in self.in_pass  # every endpoint once per pass
+        self.in_pass.append(a.endpoint)
+        self.last = a.endpoint
+        self.now += a.delay
+
+    @precondition(lambda self: self.connected_to is None and self.in_pass)
+    @rule()
+    def succeed(self) -> None:
+        assert self.schedule is not None
+        self.schedule.connected(self.last, self.now)
+        self.connected_to = self.last
+        assert self.schedule.current == self.last
+        self.in_pass = []
+        self.pass_number = 0
+
+    @precondition(lambda self: self.connected_to is not None)
+    @rule(lived=st.floats(0, 10))
+    def lose(self, lived: float) -> None:
+        assert self.schedule is not None
+        self.now += lived
+        self.schedule.lost(self.now)
+        self.connected_to = None
+        self.in_pass = []
+        self.pass_number = 0
+        if self.policy.max_attempts == 0:
+            assert self.schedule.exhausted and self.schedule.next_attempt() is None
+
+    @invariant()
+    def delay_within_bounds(self) -> None:
+        if self.schedule is not None:
+            assert self.policy.initial_delay <= self.schedule.current_delay <= \
+                self.policy.max_delay
+
+
+TestScheduleMachine = ScheduleMachine.TestCase

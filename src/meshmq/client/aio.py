@@ -311,6 +311,7 @@ class FailoverClient:
                     await self._restore(conn)
                 except ConnectionLostError:
                     self.schedule.lost(loop.time())
+                    await conn.close(timeout=0)
                     continue
                 self._ready.set()
                 self._pulse()
