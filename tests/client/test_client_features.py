@@ -244,3 +244,20 @@ def test_mqtt_qos2_both_ways_and_async_iteration(meshmq: ThreadBroker) -> None:
             assert got == ["m0", "m1", "m2"]
             assert msg.headers["qos"] == "2"
     run(main())
+
+
+def test_fire_and_forget_and_tracked_sends(meshmq: ThreadBroker) -> None:
+    async def main() -> None:
+        uri = f"failover:({stomp_uri(meshmq)})?trackMessages=true&maxCacheSize=1000"
+        async with FailoverClient(uri) as c:
+            sub = await c.subscribe("/queue/ff")
+            for i in range(5):
+                await c.send("/queue/ff", f"tracked {i}", confirm=False)
+            await c.send("/queue/ff", "x" * 2000, confirm=False)  # over the cache: untracked
+            texts = {(await sub.get(10)).text for _ in range(6)}
+            # Tracked sends run as tasks: the untracked one may overtake them.
+            assert texts == {f"tracked {i}" for i in range(5)} | {"x" * 2000}
+            async with asyncio.timeout(10):
+                while c.tracked_bytes:
+                    await asyncio.sleep(0.01)  # polled with a deadline
+    run(main())

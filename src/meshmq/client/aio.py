@@ -572,6 +572,7 @@ class FailoverClient:
                 return dedup_id
             conn = await self._wait_ready(self._deadline(timeout))
             await conn.send(destination, data, hdrs, confirm=False, **extra)
+            await conn.drain()
             return dedup_id
         await self._confirmed_send(destination, data, hdrs, extra, timeout)
         return dedup_id

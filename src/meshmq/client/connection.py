@@ -113,6 +113,15 @@ class BaseConnection:
             raise ConnectionLostError(f"{self.endpoint}: connection closed",)
         self._writer.write(data if self._ws is None else self._ws.encode(data))
 
+    async def drain(self) -> None:
+        """Wait while the socket's send buffer is over its high-water mark (back-pressure
+        for fire-and-forget sends)."""
+        if self._writer is not None and not self.closed.is_set():
+            try:
+                await self._writer.drain()
+            except (ConnectionError, RuntimeError) as exc:
+                self._die(ConnectionLostError(f"{self.endpoint}: {exc}"))
+
     def expect(self, key: str) -> asyncio.Future[Any]:
         if self.closed.is_set():
             raise ConnectionLostError(f"{self.endpoint}: connection closed")
