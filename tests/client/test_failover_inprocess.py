@@ -271,3 +271,29 @@ def test_reply_timeout_fails_over_from_a_broker_that_stopped_answering() -> None
         await fake.stop()
         assert fake.frames.count("SEND") == 2
     run(main())
+
+
+def test_connection_timeout_skips_a_broker_that_accepts_but_never_answers(
+        meshmq_factory: Callable[..., ThreadBroker]) -> None:
+    real = meshmq_factory()
+
+    async def main() -> None:
+        held: list[asyncio.StreamWriter] = []
+
+        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            held.append(writer)  # accept, read nothing, answer nothing
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        uri = (f"failover:(stomp://127.0.0.1:{port}?connectionTimeout=200,"
+               f"{stomp_uri(real)})?randomize=false")
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        async with FailoverClient(uri) as c:
+            assert c.endpoint is not None and c.endpoint.port == real.port
+        assert loop.time() - start < 5
+        for w in held:
+            w.close()
+        server.close()
+        await server.wait_closed()
+    run(main())
