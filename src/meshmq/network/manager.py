@@ -8,6 +8,7 @@ import asyncio
 import logging
 import socket
 import time
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from meshmq.network.bridge import ADVISORY_TOPIC, Bridge
@@ -39,7 +40,7 @@ class NetworkManager:
         self.inbound_heartbeat_s = 5.0
         # message id -> when it arrived over a bridge (ms): redistribution waits a delay
         # before sending a message back, so it cannot ping-pong.
-        self._arrivals: dict[str, int] = {}
+        self._arrivals: OrderedDict[str, int] = OrderedDict()
         self._discovery: list[Any] = []
         self.accepting = True
         self._replanning = False
@@ -202,7 +203,7 @@ class NetworkManager:
         arrivals = self._arrivals
         arrivals[msg.message_id] = self.broker.now_ms()
         if len(arrivals) > ARRIVALS_KEPT:
-            del arrivals[next(iter(arrivals))]
+            arrivals.popitem(last=False)
 
     def may_return(self, msg: Message, config: NetworkConnectorConfig,
                    forwarder: Forwarder) -> bool:

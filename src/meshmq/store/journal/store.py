@@ -369,7 +369,7 @@ class JournalStore:
             for op in ops:
                 if isinstance(op, AddMessage):
                     refs = [fmt.KEY_SEQ.pack(kid_for(k), s) for k, s in op.refs]
-                    data = codec.encode_message(op.message)
+                    data = codec.encoded(op.message)
                     head = fmt.OP_U32.pack(fmt.OP_ADD, len(data))
                     msg_offsets.append(pos + len(head))
                     encoded.append(data)
