@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from meshmq.client import Event, EventKind, FailoverClient, Message
+from meshmq.client.mqtt_connection import MqttConnection
 from tests.client.conftest import LISTENERS, free_ports, mqtt_uri, stomp_uri, write_process_config
 from tests.client.test_client_features import run
 from tests.client.test_failover_inprocess import wait_for_event
@@ -34,7 +35,7 @@ class Target:
     kind: str
     stomp: str
     mqtt: str
-    mqtt_version: int
+    mqtt_version: int | None  # None: automatic (MQTT 5, else 3.1.1)
     kill9: Callable[[], None]
 
 
@@ -49,7 +50,7 @@ def _start(kind: str, directory: Path, name: str) -> tuple[Target, Callable[[], 
         _skip_unless_activemq()
         amq = activemq.ActiveMQProcess(directory, name).start()
         return (Target(kind, f"stomp://127.0.0.1:{amq.ports['stomp']}",
-                       f"mqtt://127.0.0.1:{amq.ports['mqtt']}", 4, amq.kill9), amq.stop)
+                       f"mqtt://127.0.0.1:{amq.ports['mqtt']}", None, amq.kill9), amq.stop)
     cfg = write_process_config(directory, name, *free_ports(2))
     pb = ProcessBroker(cfg, directory / "broker.log").start()
 
@@ -152,6 +153,9 @@ def test_mqtt_qos1_and_durable_session(target: Target) -> None:
     async def main() -> None:
         kw = {"mqtt_version": target.mqtt_version}
         async with FailoverClient(target.mqtt, client_id=cid, durable=True, **kw) as c:
+            # ActiveMQ 5.17 refuses MQTT 5; the automatic version falls back to 3.1.1.
+            assert isinstance(c._conn, MqttConnection)
+            assert c._conn.level == (4 if target.kind == "activemq" else 5)
             sub = await c.subscribe(topic, qos=1)
             await c.send(topic, "live")
             assert (await sub.get(20)).text == "live"

@@ -34,6 +34,7 @@ from .errors import (
     ConnectionFailedError,
     ConnectionLostError,
     OperationTimeoutError,
+    ProtocolVersionRefusedError,
     TransactionInDoubtError,
     TransactionRolledBackError,
 )
@@ -109,7 +110,7 @@ class FailoverClient:
 
     def __init__(self, uri: str, *, protocol: str | None = None, login: str | None = None,
                  passcode: str | None = None, client_id: str | None = None,
-                 heartbeat_ms: tuple[int, int] = (5000, 5000), mqtt_version: int = 5,
+                 heartbeat_ms: tuple[int, int] = (5000, 5000), mqtt_version: int | None = None,
                  keep_alive: int = 30, durable: bool = False,
                  on_event: EventCallback | None = None, rng: random.Random | None = None,
                  spec: FailoverSpec | None = None) -> None:
@@ -141,6 +142,7 @@ class FailoverClient:
         self._switch: BaseConnection | None = None
         self._orphans: list[Message] = []  # MQTT messages that arrived before subscribe()
         self._backups: dict[Endpoint, BaseConnection] = {}  # hot standbys (backup=true)
+        self._mqtt_levels: dict[Endpoint, int] = {}  # learnt per broker (automatic version)
         self._prefix = uuid.uuid4().hex[:12]
         self._dedup_seq = itertools.count(1)
         self.tracked_bytes = 0
@@ -256,10 +258,31 @@ class FailoverClient:
             return StompConnection(endpoint, self._on_message, self._generation,
                                    login=self.login, passcode=self.passcode,
                                    client_id=self.client_id, heartbeat_ms=self.heartbeat_ms)
+        level = self.mqtt_version or self._mqtt_levels.get(endpoint, 5)
         return MqttConnection(endpoint, self._on_message, self._generation, login=self.login,
                               passcode=self.passcode, client_id=self.client_id,
-                              keep_alive=self.keep_alive, version=self.mqtt_version,
+                              keep_alive=self.keep_alive, version=level,
                               durable=self.durable)
+
+    async def _open(self, endpoint: Endpoint) -> BaseConnection:
+        """A connected, handshaken connection to ``endpoint``. With the MQTT version left
+        automatic, a broker that refuses MQTT 5 is asked again with 3.1.1 (remembered)."""
+        conn = self._new_connection(endpoint)
+        try:
+            await conn.open()
+        except ProtocolVersionRefusedError:
+            if self.mqtt_version is not None or self._mqtt_levels.get(endpoint) == 4:
+                raise
+            self._mqtt_levels[endpoint] = 4
+            conn = self._new_connection(endpoint)
+            try:
+                await conn.open()
+            except BaseException:
+                # 3.1.1 fails too: the broker was just going away, not old; unlearn.
+                del self._mqtt_levels[endpoint]
+                raise
+            log.info("%s does not speak MQTT 5: using MQTT 3.1.1 with it", endpoint)
+        return conn
 
     async def _establish(self) -> BaseConnection | None:
         await self._read_uris_url()
@@ -276,9 +299,8 @@ class FailoverClient:
         while (attempt := self.schedule.next_attempt()) is not None:
             if attempt.delay > 0:
                 await asyncio.sleep(attempt.delay)  # the policy's back-off delay
-            conn = self._new_connection(attempt.endpoint)
             try:
-                await conn.open()
+                conn = await self._open(attempt.endpoint)
             except BrokerError as exc:  # e.g. authentication: another broker may differ
                 last_error = exc
                 log.warning("%s", exc)
@@ -433,9 +455,8 @@ class FailoverClient:
                     break
                 if endpoint == current.endpoint or endpoint in self._backups:
                     continue
-                conn = self._new_connection(endpoint)
                 try:
-                    await conn.open()
+                    conn = await self._open(endpoint)
                 except (ClientError, OSError) as exc:
                     log.debug("backup connection to %s: %s", endpoint, exc)
                     continue
@@ -460,9 +481,8 @@ class FailoverClient:
         delay = max(self.options.initialReconnectDelay / 1000, 0.1)
         while not current.closed.is_set() and not self._closed:
             for endpoint in priority:
-                conn = self._new_connection(endpoint)
                 try:
-                    await conn.open()
+                    conn = await self._open(endpoint)
                 except (ClientError, OSError):
                     continue
                 if current.closed.is_set() or self._closed:

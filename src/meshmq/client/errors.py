@@ -14,6 +14,7 @@ __all__ = [
     "ConnectionFailedError",
     "ConnectionLostError",
     "OperationTimeoutError",
+    "ProtocolVersionRefusedError",
     "TransactionInDoubtError",
     "TransactionRolledBackError",
 ]
@@ -30,6 +31,13 @@ class BrokerError(ClientError):
     """
 
     code = "broker-error"
+
+
+class ProtocolVersionRefusedError(BrokerError):
+    """The broker does not speak the MQTT level we offered (a 3.1.1-only broker asked
+    for MQTT 5); the client retries with 3.1.1 when ``mqtt_version`` is automatic."""
+
+    code = "protocol-version-refused"
 
 
 class ConnectionLostError(ClientError):

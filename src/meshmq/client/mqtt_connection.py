@@ -16,6 +16,7 @@ from meshmq.protocol.mqtt import (
     Connect,
     Disconnect,
     MqttDecoder,
+    MqttProtocolError,
     Pingreq,
     Pingresp,
     Properties,
@@ -35,7 +36,12 @@ from meshmq.protocol.mqtt import (
 )
 
 from .connection import BaseConnection, DeliverFn
-from .errors import BrokerError, ClientError
+from .errors import (
+    BrokerError,
+    ClientError,
+    ConnectionLostError,
+    ProtocolVersionRefusedError,
+)
 from .options import Endpoint
 from .types import DEDUP_HEADER, PEERS_HEADER, AckMode, Message, SubscriptionSpec
 
@@ -90,7 +96,16 @@ class MqttConnection(BaseConnection):
                            keep_alive=self.keep_alive, username=self.login,
                            password=None if self.passcode is None else self.passcode.encode(),
                            properties=props, protocol_level=self.level))
-        ack: Connack = await fut
+        try:
+            ack: Connack = await fut
+        except ConnectionLostError as exc:
+            if self.v5:
+                # Some 3.1.1 brokers (ActiveMQ 5, given MQTT 5 properties) just close.
+                raise ProtocolVersionRefusedError(
+                    f"{self.endpoint}: closed after an MQTT 5 CONNECT ({exc})") from None
+            raise
+        if ack.reason_code == ReasonCode.UNSUPPORTED_PROTOCOL_VERSION:
+            raise ProtocolVersionRefusedError(f"{self.endpoint}: MQTT {self.level} refused")
         if ack.reason_code >= 0x80:
             raise BrokerError(f"{self.endpoint}: connection refused: {ack.reason_code.name}")
         self.session_present = ack.session_present
@@ -117,7 +132,16 @@ class MqttConnection(BaseConnection):
     # --------------------------------------------------------------- reading
 
     def feed(self, data: bytes) -> None:
-        for packet in self.decoder.feed(data):
+        try:
+            packets = self.decoder.feed(data)
+        except MqttProtocolError as exc:
+            if self.v5 and "CONNACK" in self._pending:
+                # A 3.1.1 broker answers an MQTT 5 CONNECT with a 3.1.1 CONNACK
+                # ("unacceptable protocol version"), which is not valid MQTT 5.
+                self.resolve("CONNACK", error=ProtocolVersionRefusedError(
+                    f"{self.endpoint}: MQTT 5 refused ({exc})"))
+            raise
+        for packet in packets:
             self._on_packet(packet)
 
     def _on_packet(self, packet: Any) -> None:
