@@ -379,8 +379,10 @@ class FailoverClient:
                           exc)
 
     def _lose_transactions(self) -> None:
+        # The Transaction objects remember it; the next use raises the right error.
         for tx in self._txs.values():
             tx.lost = True
+        self._txs.clear()
 
     # ---------------------------------------------------------------- topology
 
