@@ -119,3 +119,41 @@ def test_updateuris_url_file_is_read_on_every_reconnect_cycle(
         async with FailoverClient(uri) as c:
             assert [str(e) for e in c.endpoints] == [stomp_uri(b), "stomp://10.9.9.9:61613"]
     run(main())
+
+
+def test_network_connector_peers_are_pushed_and_the_client_fails_over_to_them(
+        tmp_path: Path) -> None:
+    from tests.network.helpers import connector, net_config, tcp_uri, wait_forwarding
+
+    b = ThreadBroker(net_config(tmp_path / "b", "b")).start()
+    a = ThreadBroker(net_config(tmp_path / "a", "a", connector(f"static:({tcp_uri(b)})"))
+                     ).start()
+    try:
+        wait_forwarding(a)
+
+        async def main() -> None:
+            # Given only A, the client learns B from A (the bridge handshake told A
+            # where B's clients connect) and moves there when A goes.
+            async with FailoverClient(stomp_uri(a)) as c:
+                assert stomp_uri(b) in [str(e) for e in c.endpoints]
+                sub = await c.subscribe("/queue/net")
+                await asyncio.to_thread(a.stop)
+                await c.send("/queue/net", "on b")
+                assert (await sub.get(10)).text == "on b"
+                assert c.endpoint is not None and c.endpoint.port == b.port
+        run(main())
+    finally:
+        for broker in (a, b):
+            if broker.runtime is not None and broker.runtime.started:
+                broker.stop()
+
+
+def test_providers_are_read_at_every_connect() -> None:
+    live = ["stomp://n1:61613"]
+    t = Topology(["stomp://s:61613"])
+    t.set_provider("network", lambda: list(live))
+    assert t.header_value("stomp") == "stomp://s:61613,stomp://n1:61613"
+    live[:] = ["stomp://n2:61613", "not a uri", "failover:(stomp://x:1)", "stomp://s:61613"]
+    assert t.header_value("stomp") == "stomp://s:61613,stomp://n2:61613"
+    live.clear()
+    assert t.header_value("mqtt") is None

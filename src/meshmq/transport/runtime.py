@@ -74,6 +74,8 @@ class BrokerRuntime:
         from meshmq.network.manager import NetworkManager
 
         self.network = NetworkManager(self)
+        # Linked brokers' client URIs (from the bridge handshake) reach failover clients.
+        self.topology.set_provider("network", self.network.peer_client_uris)
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:

@@ -11,10 +11,12 @@ The value is a comma-separated list of URIs. Each client gets the URIs of its ow
 protocol only (``stomp://``, ``stomp+ssl://`` for STOMP; ``mqtt://``, ``mqtts://``,
 ``mqtt+ssl://`` for MQTT), so every URI it receives is one it can dial.
 
-The list is the union of named *sources*: ``static`` (``topology.advertised_peers`` in
-the config) and whatever other parts of the broker set — network connectors
-(``set_source("network", ...)``), master/slave (``set_source("ha", ...)``). Pure data,
-no I/O; the sessions read it when a client connects.
+The list is the union of named *sources*: ``static`` (``broker.advertised_peers`` in
+the config) and whatever other parts of the broker set — master/slave
+(``set_source("ha", ...)``) — plus *providers* read at every connect: the runtime
+registers the network manager's live list of linked brokers (their client URIs, sent
+in the bridge handshake) as ``network``. Pure data, no I/O; the sessions read it when a
+client connects.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class Topology:
         self._sources: dict[str, tuple[str, ...]] = {}
         self._cache: dict[str, str | None] = {}
         self._listeners: list[Callable[[Topology], None]] = []
+        self._providers: dict[str, Callable[[], Iterable[str]]] = {}
         self.version = 0
         if advertised:
             self.set_source("static", advertised)
@@ -70,6 +73,13 @@ class Topology:
     def clear_source(self, name: str) -> None:
         self.set_source(name, ())
 
+    def set_provider(self, name: str, provider: Callable[[], Iterable[str]]) -> None:
+        """A source read at every client connect (e.g. the network manager's live list
+        of linked brokers), so it never goes stale. URIs it gives that do not parse as
+        one endpoint are left out."""
+        self._providers[name] = provider
+        self._cache.clear()
+
     def on_change(self, callback: Callable[[Topology], None]) -> None:
         self._listeners.append(callback)
 
@@ -79,8 +89,18 @@ class Topology:
 
     @property
     def uris(self) -> tuple[str, ...]:
-        """Every peer URI, sources in the order they were first set, duplicates dropped."""
-        return tuple(dict.fromkeys(u for uris in self._sources.values() for u in uris))
+        """Every peer URI: sources in the order they were first set, then providers;
+        duplicates dropped."""
+        found = [u for uris in self._sources.values() for u in uris]
+        for provider in self._providers.values():
+            for text in provider():
+                try:
+                    uri = parse_uri(text)
+                except URIError:
+                    continue
+                if isinstance(uri, SimpleURI):
+                    found.append(format_uri(uri))
+        return tuple(dict.fromkeys(found))
 
     def for_protocol(self, protocol: str) -> tuple[str, ...]:
         family = _FAMILIES.get(protocol, frozenset())
@@ -90,6 +110,9 @@ class Topology:
         """The ``meshmq-peers`` value for a client of ``protocol``; None: send nothing."""
         if not self.enabled:
             return None
+        if self._providers:  # live lists: computed per connect, never cached
+            uris = self.for_protocol(protocol)
+            return ",".join(uris) if uris else None
         if protocol not in self._cache:
             uris = self.for_protocol(protocol)
             self._cache[protocol] = ",".join(uris) if uris else None
