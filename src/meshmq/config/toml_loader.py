@@ -515,72 +515,27 @@ def check_connector_uri(uri: str) -> None:
     ``nio://`` host:port. Raises ``ValueError`` naming what is wrong.
     """
     text = uri.strip()
-    scheme, sep, rest = text.partition(":")
+    scheme, sep, _ = text.partition(":")
     if not sep:
         raise ValueError(f"not a network connector URI: {uri!r}; expected one of "
                          f"{', '.join(_URI_FORMS)}")
     known = ("static", "masterslave", "multicast", "failover", *sorted(_BRIDGE_PROTOCOLS))
     if scheme not in known and scheme.lower() in known:
         raise ValueError(f"write the scheme {scheme + ':'!r} in lower case, as ActiveMQ does")
-    if scheme in ("static", "masterslave"):
-        if rest.count("(") != rest.count(")"):
-            raise ValueError(f"unbalanced parentheses in {uri!r}")
-        inner = rest.lstrip("/")  # ActiveMQ also accepts static://(...)
-        # static:tcp://h:1 and static:failover:(a,b)?options name one target.
-        targets = _split_top(inner[1:_closing(inner)]) if inner.startswith("(") else [inner]
-        targets = [t.strip() for t in targets if t.strip()]
-        if not targets:
-            raise ValueError(f"{scheme}: names no broker URI: {uri!r}")
-        if scheme == "masterslave" and len(targets) < 2:
-            raise ValueError(f"masterslave: needs the master and at least one slave, got "
-                             f"{len(targets)} URI in {uri!r}")
-        for target in targets:
-            if "://" not in target and not target.lower().startswith("failover:"):
-                raise ValueError(f"{target!r} in {uri!r} is not a broker URI like "
-                                 "'tcp://host:61616'")
-        return
     if scheme == "multicast":
         try:
             parse_multicast_uri(text)
         except DiscoveryUriError as exc:
             raise ValueError(str(exc)) from None
         return
-    if scheme in _BRIDGE_PROTOCOLS:
-        try:
-            split_listener_url(text)
-        except ValueError as exc:
-            raise ValueError(str(exc).replace("listener URL", "broker URI")) from None
+    if scheme in ("static", "masterslave", "failover", *_BRIDGE_PROTOCOLS):
+        # The same parser the network manager plans its bridges with.
+        from meshmq.network.targets import check_uri
+
+        check_uri(text)
         return
-    if scheme == "failover":
-        raise ValueError(f"a failover: URI must be wrapped: 'static:({text})' or, for a "
-                         "master/slave pair, 'masterslave:(master,slave)'")
     raise ValueError(f"unknown network connector scheme {scheme + ':'!r} in {uri!r}; "
                      f"expected one of {', '.join(_URI_FORMS)}")
-
-
-def _closing(text: str) -> int:
-    """Index of the parenthesis closing ``text[0]`` (parentheses are balanced)."""
-    depth = 0
-    for i, c in enumerate(text):
-        depth += {"(": 1, ")": -1}.get(c, 0)
-        if depth == 0:
-            return i
-    return len(text)
-
-
-def _split_top(text: str) -> list[str]:
-    """Split on commas outside parentheses: ``a,failover:(b,c)`` -> two parts."""
-    parts, depth, start = [], 0, 0
-    for i, c in enumerate(text):
-        if c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-        elif c == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    parts.append(text[start:])
-    return parts
 
 
 def split_listener_url(url: str) -> tuple[str, str, int, str]:
