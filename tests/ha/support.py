@@ -246,6 +246,12 @@ class FailoverProducer(threading.Thread):
         except BaseException as exc:
             self.fatal = exc
 
+    def _wait_receipt(self, rec: Recorder, body: str) -> bool:
+        with rec.cond:
+            rec.cond.wait_for(lambda: body in rec.receipts or rec.disconnected
+                              or bool(rec.errors), self.receipt_timeout)
+            return body in rec.receipts
+
     def _run(self) -> None:
         conn, rec = self._connect()
         n = 0
@@ -258,11 +264,7 @@ class FailoverProducer(threading.Thread):
                 try:
                     conn.send(self.destination, body, headers={"persistent": "true"},
                               receipt=body)
-                    with rec.cond:
-                        ok = rec.cond.wait_for(
-                            lambda b=body: b in rec.receipts or rec.disconnected
-                            or bool(rec.errors), self.receipt_timeout)
-                        ok = body in rec.receipts
+                    ok = self._wait_receipt(rec, body)
                 except Exception:
                     ok = False
                 if ok:

@@ -55,7 +55,7 @@ def test_deposed_holder_can_neither_renew_nor_write(tmp_path: Path) -> None:
     seen = b.look().record
     assert b.try_acquire(seen) == 2  # e.g. a's lease expired while it was paused
     assert not a.renew()
-    with pytest.raises(FencedError, match="epoch 1.*epoch 2"):
+    with pytest.raises(FencedError, match=r"epoch 1.*epoch 2"):
         a.begin_write()
     assert not a.release()  # nothing to hand over: it is b's now
     assert b.look().record == LeaseRecord(2, "b", 0)

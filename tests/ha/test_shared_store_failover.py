@@ -134,7 +134,7 @@ def test_paused_master_cannot_write_after_its_lease_was_taken(tmp_path: Path) ->
 
 
 def test_slave_opens_no_connectors_and_reports_its_role(tmp_path: Path) -> None:
-    make, ports = pair(tmp_path)
+    make, _ = pair(tmp_path)
     a = make("a").start().wait_master()
     b = make("b").start().wait_slave()
     assert b.alive()
