@@ -17,7 +17,6 @@ import shutil
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -113,12 +112,6 @@ def stop_cluster() -> None:
     if _cluster is not None:
         _cluster.stop()
         _cluster = None
-
-
-@pytest.fixture
-def postgres_dsn() -> Iterator[str]:
-    """A DSN of a fresh, empty database on the session's private cluster."""
-    yield cluster().create_database()
 
 
 def contract_store(directory: Path) -> Store:
