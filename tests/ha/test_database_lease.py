@@ -5,6 +5,8 @@ processes killed under load."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -50,6 +52,30 @@ def test_lease_row_lifecycle(postgres_dsn: str) -> None:
     assert view.record == LeaseRecord(2, None, 1)
     assert a.try_acquire(view.record) == 3  # released: no need to wait for expiry
     a.close()
+    b.close()
+
+
+def test_a_dead_holder_is_noticed_without_waiting_for_the_lease(postgres_dsn: str) -> None:
+    code = ("import sys; from meshmq.ha.pg_lease import PgLease; "
+            f"l = PgLease({postgres_dsn!r}, 'gone', lease_ms=600000); "
+            "assert l.try_acquire(None) == 1; print('held', flush=True); sys.stdin.read()")
+    b = PgLease(postgres_dsn, "b", lease_ms=600000)
+    with subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE) as proc:
+        try:
+            assert proc.stdout is not None
+            assert proc.stdout.readline() == b"held\n"
+            view = b.look()
+            assert (view.holder_alive, view.expired) == (True, False)
+            assert b.try_acquire(view.record) is None
+        finally:
+            proc.kill()
+            proc.wait(10)
+    # The database drops the dead session's advisory lock once it sees the socket close.
+    poll(lambda: b.look().holder_alive is False, 10, "the holder's session to end")
+    view = b.look()
+    assert view.expired is False  # ten minutes of lease left, and yet:
+    assert b.try_acquire(view.record) == 2
     b.close()
 
 
@@ -180,7 +206,7 @@ def test_sigkill_master_under_load_with_database_lease(postgres_dsn: str,
     killed = time.monotonic()
     poll(lambda: accepts(ports[1]), 30, "the slave to take over")
     took = time.monotonic() - killed
-    assert "let it expire" in b.text()
+    assert "a@" in b.text() and "is gone)" in b.text()  # its database session ended
     before = len(producer.report.confirmed)
     poll(lambda: len(producer.report.confirmed) >= before + 100 or producer.fatal, 60,
          "100 more confirmed sends")

@@ -102,6 +102,16 @@ def test_xml_mistakes_name_the_bad_part(body: str, head: str, message: str) -> N
     assert "activemq.xml" in str(info.value)
 
 
+@pytest.mark.parametrize("broker", [
+    '<broker masterConnectorURI="tcp://m:61616">',
+    '<broker><masterConnector remoteURI="tcp://m:61616" userName="u" password="p"/>',
+    '<broker><services><masterConnector remoteURI="tcp://m:61616"/></services>',
+])
+def test_pure_master_slave_is_refused_not_silently_ignored(broker: str) -> None:
+    with pytest.raises(ConfigError, match="would start as a second master"):
+        loads_activemq_xml(f"<beans>{broker}</broker></beans>")
+
+
 def test_toml_ha_section() -> None:
     config = loads_toml('[store]\nkind = "postgres"\ndsn = "host=x"\n'
                         '[ha]\nmode = "database"\nlease_ms = 3000\nkeepalive_ms = 500\n')

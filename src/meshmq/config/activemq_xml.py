@@ -81,7 +81,7 @@ _BROKER_LATER = frozenset({
     "producerSystemUsage", "consumerSystemUsage", "tempDataStore", "ioExceptionHandler",
     "persistenceFactory", "jobSchedulerStore", "brokerContext", "destinationFactory",
     "networkConnectorURIs", "transportConnectorURIs", "taskRunnerFactory",
-    "persistenceTaskRunnerFactory", "messageAuthorizationPolicy", "masterConnector",
+    "persistenceTaskRunnerFactory", "messageAuthorizationPolicy",
     "adminView", "regionBroker", "startException", "jmsBridgeConnector",
 })
 _CONNECTOR_IGNORED = frozenset({
@@ -357,7 +357,16 @@ class _Importer:
             "persistent": lambda a: self.put("broker.persistent", self.value(node, a), node, a),
             "advisorySupport": lambda a: self.put("broker.advisory_support",
                                                   self.value(node, a), node, a),
+            "masterConnectorURI": lambda a: self.pure_master_slave(node, a),
         }, _BROKER_IGNORED)
+        for child in node.children:
+            # A slave configured this way must not quietly start as a second master.
+            if child.tag == "masterConnector":
+                self.pure_master_slave(child, None)
+            if child.tag == "services":
+                for svc in child.children:
+                    if svc.tag == "masterConnector":
+                        self.pure_master_slave(svc, None)
         self.elements(node, {
             "transportConnectors": self.transport_connectors,
             "persistenceAdapter": self.persistence_adapter,
@@ -487,6 +496,12 @@ class _Importer:
             "lockKeepAlivePeriod": lambda a: self.keepalive(node, a),
         }, _KAHADB_IGNORED)
         self.elements(node, {"locker": lambda n: self.locker(n, "shared-file-locker")})
+
+    def pure_master_slave(self, node: _Node, attr: str | None) -> None:
+        raise self.fail(node, "pure master/slave (masterConnectorURI, <masterConnector>) is "
+                        "not available in meshmq yet: this broker would start as a second "
+                        "master. Share a <kahaDB> directory or a <jdbcPersistenceAdapter> "
+                        "between the brokers instead (docs/ha.md)", attr)
 
     def use_lock(self, node: _Node, attr: str) -> None:
         if self.value(node, attr).strip().lower() == "false":

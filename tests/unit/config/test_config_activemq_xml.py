@@ -209,7 +209,7 @@ def test_later_features_are_warned_never_silent(tmp_path: Path,
     caplog.set_level(logging.WARNING, "meshmq.config")
     load(tmp_path, """\
 <networkConnectors><networkConnector uri="static:(tcp://b2:61616)"/></networkConnectors>
-<services><masterConnector remoteURI="tcp://m:61616"/></services>
+<services><statisticsBrokerPlugin/></services>
 <persistenceAdapter><levelDB directory="x"/></persistenceAdapter>
 <plugins><authorizationPlugin/></plugins>
 """)
