@@ -5,6 +5,7 @@ processes killed under load."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import sys
 import threading
@@ -19,7 +20,15 @@ from meshmq.ha.lease import LeaseRecord
 from meshmq.ha.pg_lease import PgLease
 from meshmq.store.base import AddMessage
 from meshmq.store.postgres import PostgresStore
-from tests.ha.support import FailoverProducer, HaProcess, accepts, drain, free_port, write_config
+from tests.ha.support import (
+    FailoverProducer,
+    HaProcess,
+    accepts,
+    connect,
+    drain,
+    free_port,
+    write_config,
+)
 from tests.ha.test_shared_store_failover import check_delivery
 from tests.store.helpers import msg
 from tests.support.brokers import poll
@@ -220,3 +229,44 @@ def test_sigkill_master_under_load_with_database_lease(postgres_dsn: str,
     check_delivery(drain(ports[0], "/queue/db"), producer)
     assert a.terminate() == 0
     print(f"database lease takeover after SIGKILL: {took:.3f}s")
+
+
+@pytest.mark.slow
+def test_paused_master_cannot_write_with_database_lease(postgres_dsn: str,
+                                                         tmp_path: Path) -> None:
+    """SIGSTOP keeps the master's database session (and its alive lock): the lease must
+    run out by the database's clock; after SIGCONT the old master's write is refused."""
+    ports = [free_port(), free_port()]
+    store = f'kind = "postgres"\ndsn = "{postgres_dsn}"'
+    ha = 'mode = "database"\nlease_ms = 1500\nkeepalive_ms = 300\nacquire_interval_ms = 50'
+
+    def make(i: int, name: str) -> HaProcess:
+        cfg = write_config(tmp_path / f"{name}.toml", name=name, data_dir=tmp_path / name,
+                           store=store, ha=ha, stomp_port=ports[i])
+        return HaProcess(cfg, tmp_path / f"{name}.log")
+
+    a = make(0, "a").start().wait_master()
+    b = make(1, "b").start().wait_slave()
+    old, old_rec = connect(ports[0])
+    old.send("/queue/p", "before", headers={"persistent": "true"}, receipt="before")
+    poll(lambda: "before" in old_rec.receipts, 30, "the receipt before the pause")
+    a.signal(signal.SIGSTOP)
+    try:
+        b.wait_master()
+        assert "let it expire" in b.text()
+        old.send("/queue/p", "from-the-deposed", headers={"persistent": "true"},
+                 receipt="deposed")
+        new, new_rec = connect(ports[1])
+        new.send("/queue/p", "on-new-master", headers={"persistent": "true"},
+                 receipt="new")
+        poll(lambda: "new" in new_rec.receipts, 30, "the new master's receipt")
+    finally:
+        a.signal(signal.SIGCONT)
+    poll(lambda: old_rec.disconnected or bool(old_rec.errors), 30,
+         "the deposed master to drop its client")
+    assert "deposed" not in old_rec.receipts
+    a.wait_slave()
+    new.disconnect()
+    assert drain(ports[1], "/queue/p") == ["before", "on-new-master"]
+    assert b.terminate() == 0
+    assert a.terminate() == 0

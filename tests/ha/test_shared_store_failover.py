@@ -13,6 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from meshmq.ha.file_lease import FileLease
+from meshmq.transport.runtime import EXIT_DEPOSED
 from tests.ha.support import (
     SHARED,
     FailoverProducer,
@@ -153,3 +155,16 @@ def test_slave_opens_no_connectors_and_reports_its_role(tmp_path: Path) -> None:
     assert b.terminate() == 0
     assert a.stat()["ha"]["epoch"] == 1
     assert a.terminate() == 0
+
+
+def test_deposed_master_exits_when_it_may_not_restart(tmp_path: Path) -> None:
+    make, ports = pair(tmp_path, ha=SHARED + "\nrestart_when_deposed = false")
+    a = make("a").start().wait_master()
+    # A slave elsewhere judged the lease expired and took it.
+    intruder = FileLease(tmp_path / "data" / "journal", "intruder")
+    assert intruder.try_acquire(intruder.look().record) == 2
+    poll(lambda: not a.alive(), 30, "the deposed master to exit")
+    assert a.terminate() == EXIT_DEPOSED  # already exited: only collects the status
+    assert "deposed: another broker took the lease over" in a.text()
+    assert not accepts(ports[0])
+    intruder.close()

@@ -68,8 +68,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
     from meshmq.transport.runtime import run_broker
 
-    asyncio.run(run_broker(config))
-    return 0
+    return asyncio.run(run_broker(config))
 
 
 def cmd_send(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from meshmq.config.model import HaConfig
+from meshmq.errors import StoreError
 from meshmq.ha.lease import LeaseKeeper, LeaseRecord, LeaseView, LeaseWatch, Verdict
 from meshmq.ha.roles import Role, RoleEvent, RoleMachine
 from meshmq.store.fence import WriteFence
@@ -74,10 +75,25 @@ class HaController:
         interval = self.config.acquire_interval_ms / 1000
         announced = False
         while not self._stop.is_set():
-            view = await asyncio.to_thread(self.backend.look)
+            try:
+                view = await asyncio.to_thread(self.backend.look)
+            except StoreError as exc:
+                if not exc.retriable:
+                    raise  # e.g. a damaged lease file: an operator must decide
+                # The database is unreachable: a slave just keeps trying.
+                log.warning("slave: cannot read the %s lease: %s", self.mode, exc.message)
+                await self._pause(max(interval, 1.0))
+                continue
             self.last_seen = view.record
             if watch.observe(view, self._clock()) is Verdict.TAKE:
-                epoch = await asyncio.to_thread(self.backend.try_acquire, view.record)
+                try:
+                    epoch = await asyncio.to_thread(self.backend.try_acquire, view.record)
+                except StoreError as exc:
+                    if not exc.retriable:
+                        raise
+                    log.warning("slave: taking the %s lease failed: %s", self.mode,
+                                exc.message)
+                    epoch = None
                 if epoch is not None and not self._stop.is_set():
                     self.machine.fire(RoleEvent.ACQUIRED)
                     self.became_master_ms = self._clock()
@@ -99,13 +115,16 @@ class HaController:
                 holder = view.record.holder if view.record is not None else None
                 log.info("slave: the %s lease is held by %s; no client connectors are "
                          "started until this broker is master", self.mode, holder)
-            try:
-                await asyncio.wait_for(self._stop.wait(), interval)
-            except TimeoutError:
-                pass
+            await self._pause(interval)
         if self.role in (Role.STARTING, Role.SLAVE):
             self.machine.fire(RoleEvent.STOP)
         return False
+
+    async def _pause(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self._stop.wait(), seconds)
+        except TimeoutError:
+            pass
 
     async def _keep_alive(self) -> None:
         keeper = LeaseKeeper(self.config.lease_ms, self.config.keepalive_ms, self._clock())
@@ -115,7 +134,9 @@ class HaController:
             if not self._is_master():
                 return
             try:
-                ok = await asyncio.to_thread(self.backend.renew)
+                # A renewal that hangs (a database that stopped answering) counts as failed.
+                ok = await asyncio.wait_for(asyncio.to_thread(self.backend.renew),
+                                            self.config.lease_ms / 1000)
             except Exception as exc:  # I/O trouble: keep trying until the lease runs out
                 log.warning("master: lease renewal failed: %r", exc)
                 if keeper.must_step_down(self._clock()):

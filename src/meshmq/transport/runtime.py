@@ -440,15 +440,20 @@ class BrokerRuntime:
         self._timer = self._loop.call_later(TIMER_INTERVAL, self._on_timer)
 
 
-async def run_broker(config: BrokerConfig) -> None:
+EXIT_DEPOSED = 3  # `meshmq broker` exit status of a master deposed without restarting
+
+
+async def run_broker(config: BrokerConfig) -> int:
     """Run a broker until SIGTERM/SIGINT (the ``meshmq broker`` command). A deposed master
-    (HA) starts again as a slave when ``ha.restart_when_deposed``."""
+    (HA) starts again as a slave when ``ha.restart_when_deposed``, else it exits with
+    ``EXIT_DEPOSED`` so a supervisor sees it."""
     while True:
         runtime = BrokerRuntime(config)
         runtime.install_signal_handlers()
         await runtime.start()
         await runtime.wait_stopped()
-        if not (runtime.deposed and config.ha.restart_when_deposed
-                and not runtime.shutdown_requested):
-            return
+        if not runtime.deposed or runtime.shutdown_requested:
+            return 0
+        if not config.ha.restart_when_deposed:
+            return EXIT_DEPOSED
         log.info("restarting as a slave after losing the master role")
