@@ -311,3 +311,104 @@ def sigstop(proc: HaProcess) -> None:
 
 def sigcont(proc: HaProcess) -> None:
     proc.signal(signal.SIGCONT)
+
+
+@dataclass
+class ConsumerReport:
+    received: list[str] = field(default_factory=list)  # every delivery, duplicates included
+    acked: set[str] = field(default_factory=set)  # acks the broker confirmed (receipts)
+
+
+class FailoverConsumer(threading.Thread):
+    """Consumes ``destination`` with client-individual acks, each ack with a receipt,
+    failing over between ``ports()`` in order, until ``stop`` is set."""
+
+    def __init__(self, ports: Any, destination: str, receipt_timeout: float = 5.0) -> None:
+        super().__init__(daemon=True)
+        self.ports = ports
+        self.destination = destination
+        self.receipt_timeout = receipt_timeout
+        self.stop = threading.Event()
+        self.report = ConsumerReport()
+        self.fatal: BaseException | None = None
+        self.connections = 0
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except BaseException as exc:
+            self.fatal = exc
+
+    def _connect(self) -> tuple[stomp.Connection12, Recorder]:
+        deadline = time.monotonic() + 60
+        delay = 0.01
+        while not self.stop.is_set():
+            for port in self.ports():
+                try:
+                    conn, rec = connect(port)
+                    conn.subscribe(self.destination, id="s", ack="client-individual")
+                except Exception:
+                    continue
+                self.connections += 1
+                return conn, rec
+            if time.monotonic() > deadline:
+                raise AssertionError("no broker accepted the consumer")
+            self.stop.wait(delay)
+            delay = min(delay * 2, 0.2)
+        raise _StoppedError
+
+    @staticmethod
+    def _next(rec: Recorder, seen: int) -> tuple[list[Frame], bool]:
+        with rec.cond:
+            rec.cond.wait_for(lambda: len(rec.messages) > seen or rec.disconnected
+                              or bool(rec.errors), 0.2)
+            return rec.messages[seen:], rec.disconnected or bool(rec.errors)
+
+    def _confirmed(self, rec: Recorder, receipt: str) -> bool:
+        with rec.cond:
+            rec.cond.wait_for(lambda: receipt in rec.receipts or rec.disconnected,
+                              self.receipt_timeout)
+            return receipt in rec.receipts
+
+    def _run(self) -> None:
+        try:
+            conn, rec = self._connect()
+        except _StoppedError:
+            return
+        seen = 0
+        n = 0
+        while not self.stop.is_set():
+            frames, broken = self._next(rec, seen)
+            ok = True
+            for frame in frames:
+                seen += 1
+                self.report.received.append(frame.body)
+                n += 1
+                receipt = f"ack-{n}"
+                try:
+                    conn.ack(frame.headers["ack"], receipt=receipt)
+                except Exception:
+                    ok = False
+                    break
+                if not self._confirmed(rec, receipt):
+                    ok = False
+                    break
+                self.report.acked.add(frame.body)
+            if broken or not ok:
+                try:
+                    conn.disconnect()
+                except Exception:
+                    pass
+                try:
+                    conn, rec = self._connect()
+                except _StoppedError:
+                    return
+                seen = 0
+        try:
+            conn.disconnect()
+        except Exception:
+            pass
+
+
+class _StoppedError(Exception):
+    pass

@@ -17,6 +17,7 @@ from meshmq.ha.file_lease import FileLease
 from meshmq.transport.runtime import EXIT_DEPOSED
 from tests.ha.support import (
     SHARED,
+    FailoverConsumer,
     FailoverProducer,
     HaProcess,
     accepts,
@@ -59,12 +60,33 @@ def check_delivery(bodies: list[str], producer: FailoverProducer) -> None:
     assert first_seen == sorted(first_seen), "order per producer was not kept"
 
 
+def check_consumed(producer: FailoverProducer, consumer: FailoverConsumer,
+                   drained: list[str]) -> None:
+    """With a consumer acking through the failover too: every confirmed message was
+    consumed or is still queued, an ack the broker confirmed is never undone, and
+    duplicates come only from in-doubt sends and deliveries whose ack was not confirmed."""
+    received = consumer.report.received
+    seen = received + drained
+    sent = {f"{producer.prefix}-{n:06d}" for n in range(producer.sent + 1)}
+    assert not [b for b in seen if b not in sent], "a message that was never sent"
+    missing = producer.report.confirmed - set(seen)
+    assert not missing, f"{len(missing)} confirmed messages lost, e.g. {sorted(missing)[:5]}"
+    came_back = consumer.report.acked & set(drained)
+    assert not came_back, f"acknowledged messages came back: {sorted(came_back)[:5]}"
+    unconfirmed_acks = len(received) - len(consumer.report.acked)
+    duplicates = len(seen) - len(set(seen))
+    assert duplicates <= producer.report.in_doubt_resends + unconfirmed_acks, \
+        (duplicates, producer.report.in_doubt_resends, unconfirmed_acks)
+
+
 def test_sigkill_master_under_load_then_old_master_returns_as_slave(tmp_path: Path) -> None:
     make, ports = pair(tmp_path)
     a = make("a").start().wait_master()
     b = make("b").start().wait_slave()
     producer = FailoverProducer(lambda: ports, "/queue/ha")
     producer.start()
+    consumer = FailoverConsumer(lambda: ports, "/queue/ha")
+    consumer.start()
     poll(lambda: len(producer.report.confirmed) >= 200 or producer.fatal, 60,
          "200 confirmed sends on the master")
     a.kill9()
@@ -74,8 +96,12 @@ def test_sigkill_master_under_load_then_old_master_returns_as_slave(tmp_path: Pa
     before = len(producer.report.confirmed)
     poll(lambda: len(producer.report.confirmed) >= before + 200 or producer.fatal, 60,
          "200 more confirmed sends on the new master")
-    assert producer.fatal is None
+    acked = len(consumer.report.acked)
+    poll(lambda: len(consumer.report.acked) >= acked + 50 or consumer.fatal, 60,
+         "the consumer to carry on with the new master")
+    assert producer.fatal is None and consumer.fatal is None
     assert any(port == ports[1] for _, port in producer.report.failovers)
+    assert consumer.connections >= 2
 
     # The old master comes back as a slave of the new one, with no connectors open.
     a = make("a").start().wait_slave()
@@ -85,7 +111,9 @@ def test_sigkill_master_under_load_then_old_master_returns_as_slave(tmp_path: Pa
         "role": "master", "epoch": 2, "lease_epoch": 2, "renewals": 0}
     producer.stop.set()
     producer.join(30)
-    assert producer.fatal is None
+    consumer.stop.set()
+    consumer.join(30)
+    assert producer.fatal is None and consumer.fatal is None
 
     # Graceful stop of the new master: the returned one takes over at once (the lease
     # was handed back, not left to expire) and serves everything from the shared store.
@@ -93,10 +121,11 @@ def test_sigkill_master_under_load_then_old_master_returns_as_slave(tmp_path: Pa
     a.wait_master()
     assert "took the shared lease at epoch 3 (it was free)" in a.text()
     bodies = drain(ports[0], "/queue/ha")
-    check_delivery(bodies, producer)
+    check_consumed(producer, consumer, bodies)
     assert a.terminate() == 0
     print(f"takeover after SIGKILL: {took:.3f}s; {len(producer.report.confirmed)} confirmed, "
-          f"{producer.report.in_doubt_resends} re-sent")
+          f"{producer.report.in_doubt_resends} re-sent, {len(consumer.report.acked)} acked, "
+          f"{len(bodies)} left")
 
 
 def test_paused_master_cannot_write_after_its_lease_was_taken(tmp_path: Path) -> None:
