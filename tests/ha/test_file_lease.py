@@ -166,3 +166,29 @@ def test_journal_writes_stop_at_the_fence(tmp_path: Path) -> None:
     asyncio.run(run())
     a.close()
     b.close()
+
+
+def test_a_broker_without_ha_cannot_share_an_ha_directory(tmp_path: Path) -> None:
+    a, b = FileLease(tmp_path, "a"), FileLease(tmp_path, "b")
+    a.try_acquire(None)
+
+    async def run() -> None:
+        ha_master = JournalStore(tmp_path / "j", fence=a)
+        ha_master.open()
+        with pytest.raises(StoreError, match="locked by another broker"):
+            JournalStore(tmp_path / "j").open()
+        # A new master next to a paused old one: the lease orders them, not the lock.
+        b.try_acquire(b.look().record)
+        newer = JournalStore(tmp_path / "j", fence=b)
+        newer.open()
+        await newer.close()
+        await ha_master.close()  # it had nothing left to write
+        alone = JournalStore(tmp_path / "j")
+        alone.open()
+        with pytest.raises(StoreError, match="running without HA"):
+            JournalStore(tmp_path / "j", fence=b).open()
+        await alone.close()
+
+    asyncio.run(run())
+    a.close()
+    b.close()

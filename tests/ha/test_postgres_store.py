@@ -163,3 +163,28 @@ def test_bad_settings_are_named() -> None:
         store.open()
     assert "hunter2" not in str(info.value)
     assert "port=1" in str(info.value)
+
+
+def test_a_broker_without_ha_cannot_share_an_ha_store(postgres_dsn: str) -> None:
+    from meshmq.ha.pg_lease import PgLease
+
+    lease = PgLease(postgres_dsn, "a", lease_ms=1000)
+    lease.try_acquire(None)
+
+    async def run() -> None:
+        ha_master = PostgresStore(postgres_dsn, fence=lease)
+        ha_master.open()
+        with pytest.raises(StoreError, match="locked by another broker"):
+            PostgresStore(postgres_dsn).open()
+        other_ha = PostgresStore(postgres_dsn, fence=lease)  # e.g. a paused old master
+        other_ha.open()
+        await other_ha.close()
+        await ha_master.close()
+        alone = PostgresStore(postgres_dsn)
+        alone.open()
+        with pytest.raises(StoreError, match="running without HA"):
+            PostgresStore(postgres_dsn, fence=lease).open()
+        await alone.close()
+
+    asyncio.run(run())
+    lease.close()

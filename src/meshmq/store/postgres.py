@@ -204,14 +204,17 @@ class PostgresStore:
         read = self._read = self._connect(autocommit=True)
         try:
             create_schema(read, p)
-            if self._fence is None:
-                # Without HA, one broker per store: a session lock (not a transaction).
-                lock = self._lock_conn = self._connect(autocommit=True)
-                row = lock.execute("SELECT pg_try_advisory_lock(hashtext(%s))",
-                                   (p + "store",)).fetchone()
-                if not row or not row[0]:
-                    raise StoreError(f"the PostgreSQL store {p!r} ({self._where()}) is "
-                                     "locked by another broker", retriable=True)
+            # A session lock (not a transaction): exclusive without HA, one broker per
+            # store; shared among HA brokers, whom the lease orders, which keeps a broker
+            # without HA out of their store.
+            lock = self._lock_conn = self._connect(autocommit=True)
+            how = "pg_try_advisory_lock_shared" if self._fence else "pg_try_advisory_lock"
+            row = lock.execute(f"SELECT {how}(hashtext(%s))", (p + "store",)).fetchone()
+            if not row or not row[0]:
+                raise StoreError(
+                    f"the PostgreSQL store {p!r} ({self._where()}) is locked by "
+                    + ("a broker running without HA" if self._fence else "another broker"),
+                    retriable=True)
             recovery = self._recover(read)
         except psycopg.Error as exc:
             self._close_connections()
@@ -522,6 +525,11 @@ class PostgresStore:
             raise StoreError(f"PostgreSQL store failed: {self._failed.message}")
 
     def _close_connections(self) -> None:
+        if self._lock_conn is not None:
+            # Explicitly: the server drops a closed session's locks only once its backend
+            # has noticed, and a broker reopening the store at once would find it locked.
+            with contextlib.suppress(Exception):
+                self._lock_conn.execute("SELECT pg_advisory_unlock_all()")
         for conn in (self._read, self._lock_conn):
             if conn is not None:
                 with contextlib.suppress(Exception):

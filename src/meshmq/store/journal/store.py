@@ -155,8 +155,7 @@ class JournalStore:
             raise StoreError("store already opened")
         self._opened = True
         self.directory.mkdir(parents=True, exist_ok=True)
-        if self._fence is None:
-            self._take_lock()
+        self._take_lock(shared=self._fence is not None)
         try:
             self._recover()
         except BaseException:
@@ -172,18 +171,26 @@ class JournalStore:
                 if idx.live or idx.last_seq}
         return Recovery(keys, list(self._subs.values()))
 
-    def _take_lock(self) -> None:
+    def _take_lock(self, *, shared: bool = False) -> None:
+        """Exclusive for a broker alone on the directory. HA brokers (``shared``) hold it
+        shared: the lease decides between them (a paused old master still holds its
+        lock), while a broker without HA on the same directory is kept out."""
         path = self.directory / "lock"
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except OSError:
             os.close(fd)
+            if shared:
+                raise StoreError(f"store directory {self.directory} is locked by a broker "
+                                 "running without HA", retriable=True) from None
             raise StoreError(f"store directory {self.directory} is locked by another broker",
                              retriable=True) from None
+        self._lock_fd = fd
+        if shared:
+            return
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
-        self._lock_fd = fd
 
     def _segment_path(self, seg: int) -> Path:
         return self.directory / fmt.segment_name(seg)
