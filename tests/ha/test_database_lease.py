@@ -270,3 +270,25 @@ def test_paused_master_cannot_write_with_database_lease(postgres_dsn: str,
     assert drain(ports[1], "/queue/p") == ["before", "on-new-master"]
     assert b.terminate() == 0
     assert a.terminate() == 0
+
+
+def test_a_deleted_lease_row_never_lets_the_old_master_write(postgres_dsn: str) -> None:
+    a = PgLease(postgres_dsn, "a", lease_ms=1000)
+    b = PgLease(postgres_dsn, "b", lease_ms=1000)
+    a.try_acquire(None)
+
+    async def run() -> None:
+        store = PostgresStore(postgres_dsn, fence=a)
+        store.open()
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            conn.execute("DELETE FROM meshmq_lease")
+        assert b.try_acquire(None) == 1  # epochs start again, under b's name
+        store.write([AddMessage(msg(1), (("queue://q", 1),))])
+        with pytest.raises(StoreError, match="epoch 1 \\(b\\)"):
+            await store.sync()
+        with pytest.raises(StoreError):
+            await store.close()
+
+    asyncio.run(run())
+    a.close()
+    b.close()

@@ -192,3 +192,20 @@ def test_a_broker_without_ha_cannot_share_an_ha_directory(tmp_path: Path) -> Non
     asyncio.run(run())
     a.close()
     b.close()
+
+
+def test_a_deleted_lease_file_never_lets_the_old_master_write(tmp_path: Path) -> None:
+    """Deleting the lease restarts epochs at 1, but under another holder id."""
+    a, b = FileLease(tmp_path, "a"), FileLease(tmp_path, "b")
+    assert a.try_acquire(None) == 1
+    a.begin_write()  # the writer's descriptor is open on the file about to be deleted
+    a.end_write()
+    (tmp_path / LEASE_FILE).unlink()
+    assert b.try_acquire(None) == 1
+    with pytest.raises(FencedError):
+        a.begin_write()
+    assert not a.renew()
+    b.begin_write()
+    b.end_write()
+    a.close()
+    b.close()

@@ -97,6 +97,11 @@ def newest(data: bytes) -> tuple[LeaseRecord | None, int]:
     return best, slot
 
 
+def _removed(fd: int) -> bool:
+    """Whether the file open as ``fd`` was unlinked (deleted, or replaced by a rename)."""
+    return os.fstat(fd).st_nlink == 0
+
+
 def _alive_name(holder: str) -> str:
     return hashlib.sha1(holder.encode()).hexdigest()
 
@@ -125,6 +130,9 @@ class FileLease:
         return self._epoch
 
     def _open(self) -> int:
+        if self._fd is not None and _removed(self._fd):
+            os.close(self._fd)
+            self._fd = None
         if self._fd is None:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -247,8 +255,15 @@ class FileLease:
 
     # ------------------------------------------------------------ fence (writer thread)
     def begin_write(self) -> None:
+        if self._fence_fd is not None and _removed(self._fence_fd):
+            # Someone removed or replaced the lease file: read the one that is there now.
+            os.close(self._fence_fd)
+            self._fence_fd = None
         if self._fence_fd is None:
-            self._fence_fd = os.open(self.path, os.O_RDONLY)
+            try:
+                self._fence_fd = os.open(self.path, os.O_RDONLY)
+            except FileNotFoundError:
+                raise FencedError("store write refused: the lease file is gone") from None
         fd = self._fence_fd
         fcntl.flock(fd, fcntl.LOCK_SH)
         try:
@@ -256,7 +271,10 @@ class FileLease:
         except BaseException:
             fcntl.flock(fd, fcntl.LOCK_UN)
             raise
-        if self._epoch == 0 or record is None or record.epoch != self._epoch:
+        # The holder too: should the lease file ever be deleted, a new history would
+        # start again at epoch 1, but never under this process's holder id.
+        if self._epoch == 0 or record is None or record.epoch != self._epoch \
+                or record.holder != self.holder:
             fcntl.flock(fd, fcntl.LOCK_UN)
             raise FencedError(
                 f"store write refused: this broker wrote under lease epoch {self._epoch}, "

@@ -486,7 +486,10 @@ class PostgresStore:
         epoch = self._fence.epoch
         cur.execute(f"SELECT epoch, holder FROM {self.prefix}lease WHERE id = 1 FOR SHARE")
         row = cur.fetchone()
-        if epoch == 0 or row is None or row[0] != epoch:
+        holder = getattr(self._fence, "holder", None)
+        # The holder too: a deleted lease row would restart epochs at 1, never for us.
+        if epoch == 0 or row is None or row[0] != epoch \
+                or (holder is not None and row[1] != holder):
             raise FencedError(
                 f"store write refused: this broker wrote under lease epoch {epoch}, the "
                 f"lease is now at epoch {row[0] if row else 0} ({row[1] if row else None}); "
