@@ -135,3 +135,17 @@ def test_toml_ha_mistakes(text: str, option: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message) as info:
         loads_toml(text, file="meshmq.toml")
     assert option in str(info.value)
+
+
+def test_example_configs_load() -> None:
+    from meshmq.config.load import load_config
+
+    examples = Path(__file__).parents[2] / "examples"
+    shared = load_config(examples / "ha-shared.toml")
+    assert (shared.ha.mode, shared.store.directory) == (
+        "shared", Path("/srv/shared/meshmq-journal"))
+    jdbc = load_config(examples / "activemq-jdbc-ha.xml")
+    assert (jdbc.store.kind, jdbc.ha.mode, jdbc.ha.keepalive_ms, jdbc.ha.lease_ms) == (
+        "postgres", "database", 2000, 6000)
+    assert jdbc.store.dsn == ("host=db.example dbname=activemq port=5432 user=activemq "
+                              "password=activemq")
