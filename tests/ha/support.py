@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -305,12 +304,6 @@ def drain(port: int, destination: str, marker: str = "END") -> list[str]:
     return [f.body for f in frames if f.body != marker]
 
 
-def sigstop(proc: HaProcess) -> None:
-    proc.signal(signal.SIGSTOP)
-
-
-def sigcont(proc: HaProcess) -> None:
-    proc.signal(signal.SIGCONT)
 
 
 @dataclass
