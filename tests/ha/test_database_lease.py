@@ -292,3 +292,54 @@ def test_a_deleted_lease_row_never_lets_the_old_master_write(postgres_dsn: str) 
     asyncio.run(run())
     a.close()
     b.close()
+
+
+@pytest.mark.slow
+def test_database_outage_stops_the_master_and_a_broker_serves_again_after(
+        tmp_path: Path) -> None:
+    """PostgreSQL crashes under a master and its slave: the master stops serving (it can
+    neither write nor renew), both wait; once the database is back one of them takes the
+    lease over and serves every message confirmed before the outage."""
+    from tests.support.postgres import PostgresCluster, _bindir
+
+    bindir = _bindir()
+    assert bindir is not None
+    # Not the session's cluster (it must stay up for other tests), and one whose commits
+    # survive a server crash.
+    own = PostgresCluster(bindir, durable_commits=True).start()
+    try:
+        dsn = own.create_database()
+        ports = [free_port(), free_port()]
+        store = f'kind = "postgres"\ndsn = "{dsn}"'
+        ha = 'mode = "database"\nlease_ms = 1500\nkeepalive_ms = 300\nacquire_interval_ms = 50'
+        procs = []
+        for i, name in enumerate("ab"):
+            cfg = write_config(tmp_path / f"{name}.toml", name=name, data_dir=tmp_path / name,
+                               store=store, ha=ha, stomp_port=ports[i])
+            procs.append(HaProcess(cfg, tmp_path / f"{name}.log"))
+        a, b = procs
+        a.start().wait_master()
+        b.start().wait_slave()
+        conn, rec = connect(ports[0])
+        for i in range(20):
+            conn.send("/queue/o", f"m{i:02d}", headers={"persistent": "true"}, receipt=f"r{i}")
+        poll(lambda: len(rec.receipts) == 20, 30, "20 receipts")
+
+        own.stop_server()
+        poll(lambda: rec.disconnected, 30, "the master to stop serving")
+        poll(lambda: not accepts(ports[0]) and not accepts(ports[1]), 30,
+             "no broker accepting clients while the database is down")
+        assert a.alive() and b.alive()  # both wait for the database, neither gave up
+
+        own.start_server()
+
+        def serving() -> int | None:
+            return next((p for p in ports if accepts(p)), None)
+
+        port = poll(serving, 60, "a broker to take over once the database is back")
+        assert [p for p in ports if accepts(p)] == [port], "two brokers accept clients"
+        assert drain(port, "/queue/o") == [f"m{i:02d}" for i in range(20)]
+        assert a.terminate() == 0
+        assert b.terminate() == 0
+    finally:
+        own.stop()

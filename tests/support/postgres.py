@@ -42,8 +42,11 @@ def _free_port() -> int:
 
 
 class PostgresCluster:
-    def __init__(self, bindir: Path) -> None:
+    def __init__(self, bindir: Path, *, durable_commits: bool = False) -> None:
         self.bindir = bindir
+        # Off by default for speed. A test that crashes the server needs commits in the
+        # OS before they are acknowledged (fsync stays off: the OS itself does not crash).
+        self.durable_commits = durable_commits
         self.root = Path(tempfile.mkdtemp(prefix="meshmq-pg-"))
         self.data = self.root / "data"
         self.port = _free_port()
@@ -62,9 +65,14 @@ class PostgresCluster:
                          "-A", "trust", "-E", "UTF8", "--no-sync")
         if done.returncode != 0:
             raise RuntimeError(f"initdb failed:\n{done.stdout}\n{done.stderr}")
+        self._start()
+        return self
+
+    def _start(self) -> None:
         options = (f"-c listen_addresses=127.0.0.1 -c port={self.port} "
                    f"-c unix_socket_directories={self.root} -c fsync=off "
-                   f"-c synchronous_commit=off -c full_page_writes=off "
+                   f"-c synchronous_commit={'on' if self.durable_commits else 'off'} "
+                   f"-c full_page_writes=off "
                    f"-c max_connections=200")
         done = self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-l",
                          str(self.root / "server.log"), "-o", options, "-w", "-t", "60",
@@ -73,7 +81,17 @@ class PostgresCluster:
             log = (self.root / "server.log").read_text(errors="replace") \
                 if (self.root / "server.log").exists() else ""
             raise RuntimeError(f"pg_ctl start failed:\n{done.stdout}\n{done.stderr}\n{log}")
-        return self
+
+    def stop_server(self) -> None:
+        """Stop the server abruptly (as a crash would), keeping its data."""
+        done = self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate",
+                         "-w", "stop")
+        if done.returncode != 0:
+            raise RuntimeError(f"pg_ctl stop failed:\n{done.stdout}\n{done.stderr}")
+
+    def start_server(self) -> None:
+        """Start it again on the same port with the same data."""
+        self._start()
 
     def dsn(self, dbname: str = "postgres") -> str:
         return f"host=127.0.0.1 port={self.port} user=postgres dbname={dbname}"
