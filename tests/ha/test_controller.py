@@ -16,7 +16,7 @@ from meshmq.ha.controller import HaController
 from meshmq.ha.lease import LeaseRecord, LeaseView, release, renewal, takeover
 from meshmq.ha.roles import Role
 
-FAST = HaConfig(mode="shared", lease_ms=300, keepalive_ms=50, acquire_interval_ms=10)
+FAST = HaConfig(mode="shared", lease_ms=1000, keepalive_ms=100, acquire_interval_ms=10)
 
 
 class MemoryLease:
@@ -149,7 +149,7 @@ def test_master_steps_down_when_it_cannot_renew_for_a_lease(trouble: str) -> Non
             lease.hang.set()
         await until(lambda: bool(lost))
         assert ctl.role is Role.DEPOSED
-        assert lost == ["could not renew the lease for 300 ms"]
+        assert lost == ["could not renew the lease for 1000 ms"]
         lease.released.set()
         lease.fail = None
         await ctl.stop()
