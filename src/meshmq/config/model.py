@@ -15,7 +15,8 @@ MIB = 1024 * 1024
 
 LISTENER_PROTOCOLS = ("stomp", "stomp+ssl", "mqtt", "mqtt+ssl", "ws", "wss", "tcp", "ssl",
                       "nio")
-STORE_KINDS = ("journal", "memory")
+STORE_KINDS = ("journal", "memory", "postgres")
+HA_MODES = ("none", "shared", "database")
 LIMIT_ACTIONS = ("block", "fail")
 
 
@@ -74,6 +75,8 @@ class StoreConfig:
     fsync: bool = True  # False trades crash safety for speed (tests, benchmarks)
     max_batch_bytes: int = 4 * MIB  # cap on one group-commit write
     compact_live_ratio: float = 0.5  # rewrite the oldest segment once it is less live
+    dsn: str | None = None  # kind = "postgres": libpq connection string
+    table_prefix: str = "meshmq_"  # kind = "postgres": prefix of the store's tables
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +185,19 @@ class NetworkConnectorConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class HaConfig:
+    """Master/slave high availability (docs/ha.md). Times in milliseconds."""
+
+    mode: str = "none"  # one of HA_MODES: "shared" = lease file in the store directory,
+    #                     "database" = lease row next to a postgres store
+    lease_ms: int = 5000  # a lease not renewed for this long may be taken over
+    keepalive_ms: int = 1000  # how often the master renews its lease
+    acquire_interval_ms: int = 100  # how often a slave looks at the lease
+    holder_id: str | None = None  # unique per broker; default <name>@<host>:<pid>:<random>
+    restart_when_deposed: bool = True  # a master that lost its lease becomes a slave again
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerConfig:
     broker_name: str = "localhost"
     data_directory: Path = Path("data")
@@ -201,6 +217,7 @@ class BrokerConfig:
     usage: UsageConfig = field(default_factory=UsageConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     management: ManagementConfig = field(default_factory=ManagementConfig)
+    ha: HaConfig = field(default_factory=HaConfig)
     expiry_check_interval_ms: int = 1000
     duplicate_window: int = 10_000  # idempotent-producer window (message ids remembered)
     network_connectors: tuple[NetworkConnectorConfig, ...] = ()

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from meshmq.config.model import (
+    HA_MODES,
     LIMIT_ACTIONS,
     LISTENER_PROTOCOLS,
     STORE_KINDS,
@@ -108,6 +109,9 @@ _RANGES: dict[str, tuple[float | None, float | None]] = {
     "NetworkConnectorConfig.handshake_timeout_ms": (1, None),
     "NetworkConnectorConfig.heartbeat_ms": (1, None),
     "NetworkConnectorConfig.interest_resync_ms": (1, None),
+    "HaConfig.lease_ms": (100, None),
+    "HaConfig.keepalive_ms": (10, None),
+    "HaConfig.acquire_interval_ms": (10, None),
 }
 _NONZERO: dict[str, str] = {
     f"NetworkConnectorConfig.{name}": "-1 (unlimited) or at least 1 hop"
@@ -121,6 +125,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "ListenerConfig.protocol": LISTENER_PROTOCOLS,
     "StoreConfig.kind": STORE_KINDS,
     "UsageConfig.on_limit": LIMIT_ACTIONS,
+    "HaConfig.mode": HA_MODES,
 }
 _NON_EMPTY: frozenset[str] = frozenset({
     "BrokerConfig.broker_name", "ListenerConfig.name", "ListenerConfig.host",
@@ -444,6 +449,7 @@ class _Builder:
                         raise DestinationError("a dead-letter prefix cannot hold wildcards")
                 except DestinationError as exc:
                     raise self.src.error(exc.message, f"{at}.individual_dlq_prefix") from None
+        self._check_ha(config)
         users: set[str] = set()
         for i, user in enumerate(config.auth.users):
             if user.name in users:
@@ -493,6 +499,30 @@ class _Builder:
                     raise self.src.error(
                         f"not a destination like 'queue://orders.>' or 'topic://prices.*': "
                         f"{exc.message}", f"{at}.{name}[{j}]") from None
+
+
+    def _check_ha(self, config: BrokerConfig) -> None:
+        ha, store = config.ha, config.store
+        if store.kind == "postgres" and not store.dsn:
+            raise self.src.error("store kind 'postgres' needs a dsn (a libpq connection "
+                                 "string such as 'host=db dbname=meshmq')", "store.dsn")
+        if ha.mode == "none":
+            return
+        if not config.persistent or store.kind == "memory":
+            raise self.src.error(f"ha mode {ha.mode!r} needs a persistent journal or postgres "
+                                 "store shared by the brokers", "ha.mode")
+        if ha.mode == "shared" and store.kind != "journal":
+            raise self.src.error("ha mode 'shared' puts its lease next to a journal store; "
+                                 "with a postgres store use mode 'database'", "ha.mode")
+        if ha.mode == "database" and store.kind != "postgres":
+            raise self.src.error("ha mode 'database' keeps its lease row in the postgres "
+                                 "store; set store.kind = 'postgres'", "ha.mode")
+        if ha.keepalive_ms * 2 > ha.lease_ms:
+            raise self.src.error(
+                f"keepalive_ms ({ha.keepalive_ms}) must be at most half of lease_ms "
+                f"({ha.lease_ms}), or a healthy master could lose its lease", "ha.keepalive_ms")
+        if ha.holder_id is not None and not 0 < len(ha.holder_id.encode()) <= 64:
+            raise self.src.error("holder_id must be 1 to 64 bytes", "ha.holder_id")
 
 
 def _describe(value: Any) -> str:

@@ -21,6 +21,7 @@ PREFIX: dict[type, str] = {
     model.AuthConfig: "auth", model.User: "auth.users[]",
     model.ManagementConfig: "management", model.MqttConfig: "mqtt",
     model.NetworkConnectorConfig: "network_connectors[]",
+    model.HaConfig: "ha",
 }
 NOT_OPTIONS = {"BrokerConfig.source"}  # set by the loader, not by users
 EXTRA_KEYS = {"listeners[].url"}  # accepted by the loader without being a field
