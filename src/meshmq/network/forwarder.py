@@ -146,9 +146,6 @@ class Forwarder:
             if durable_key in self.broker.durables:
                 self.broker.drop_durable(durable_key)
 
-    def queues_of_demand(self) -> list[object]:
-        return [q for _, c in self.demands.values() for q in c.sources]
-
     # ------------------------------------------------------------ what may cross
     def _may_forward(self, msg: Message) -> bool:
         path = msg.broker_path

@@ -78,10 +78,6 @@ class NetworkManager:
             out.append(f"{scheme}://{host}:{address[1]}")
         return out
 
-    def peers_changed(self) -> None:
-        """The set of brokers linked to this one changed: hook for topology push."""
-        return
-
     def peer_client_uris(self) -> list[str]:
         uris: list[str] = []
         for end in [*self.bridges, *self.inbound]:
@@ -288,7 +284,6 @@ class NetworkManager:
     # ------------------------------------------------------------ status & advisories
     def bridge_changed(self, bridge: Bridge) -> None:
         error = bridge.last_error or {}
-        self.peers_changed()
         self.broker.advise(ADVISORY_TOPIC, "NetworkBridgeState", {
             "connector": bridge.config.name, "bridge": bridge.name,
             "state": bridge.state.value, "remoteBroker": bridge.remote,
@@ -296,7 +291,6 @@ class NetworkManager:
         self.runtime.request_pump()
 
     def inbound_changed(self, responder: Responder, *, up: bool) -> None:
-        self.peers_changed()
         self.broker.advise(ADVISORY_TOPIC, "NetworkBridgeStarted" if up else
                            "NetworkBridgeStopped", {
                                "connector": responder.connector,
