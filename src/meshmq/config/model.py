@@ -48,7 +48,7 @@ class StompConfig:
     connect_timeout_ms: int = 30_000  # CONNECT must arrive within this after accept
     heartbeat_grace: float = 1.5  # close a silent client after interval * grace
     max_heartbeat_ms: int = 0  # 0: accept whatever the client proposes
-    server_heartbeat_ms: int = 10_000  # what we offer when the client wants heart-beats
+    server_heartbeat_ms: int = 1000  # our fastest beat; the client's wish decides above it
     # heart-beat assumed for a CONNECT without one (ActiveMQ transport.defaultHeartBeat)
     default_heartbeat: tuple[int, int] = (0, 0)
 
