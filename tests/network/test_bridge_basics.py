@@ -88,3 +88,59 @@ def test_clients_learn_the_network_from_connected(tmp_path: Path, client) -> Non
     finally:
         a.stop()
         b.stop()
+
+
+def test_a_peer_sending_garbage_interest_costs_only_its_link(tmp_path: Path) -> None:
+    """A fake broker answers the handshake, then sends a malformed INTEREST: the bridge
+    refuses it with a protocol error, backs off, and keeps retrying."""
+    import json
+    import socket
+    import struct
+    import threading
+
+    from meshmq.protocol.wire import FrameType, WireDecoder, decode_json
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    refusals: list[dict[str, object]] = []
+
+    def frame(ftype: FrameType, body: dict[str, object]) -> bytes:
+        data = json.dumps(body).encode()
+        return struct.pack(">IB", len(data) + 1, ftype) + data
+
+    def serve() -> None:
+        for _ in range(2):
+            conn, _ = server.accept()
+            with conn:
+                decoder = WireDecoder(expect_magic=True)
+                got: list = []
+                while not got:
+                    got = decoder.feed(conn.recv(65536))
+                conn.sendall(frame(FrameType.WELCOME, {"version": 1, "broker": "FAKE"}) +
+                             frame(FrameType.INTEREST, {"op": "sync", "items": "oops"}))
+                frames: list = []
+                while True:
+                    data = conn.recv(65536)
+                    if not data:
+                        break
+                    frames += decoder.feed(data)
+                refusals.extend(decode_json(f) for f in frames
+                                if f.type is FrameType.REFUSE)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    a = ThreadBroker(net_config(tmp_path / "a", "A", connector(
+        f"static:(tcp://127.0.0.1:{port})"))).start()
+    try:
+        thread.join(20)
+        assert not thread.is_alive(), "the bridge did not come back after the refusal"
+        assert len(refusals) == 2
+        assert refusals[0]["code"] == "protocol-error"
+        assert "items must be a list" in str(refusals[0]["message"])
+        poll(lambda: bridges(a)[0]["state"] in ("backing-off", "connecting"),
+             what="the bridge backing off")
+    finally:
+        a.stop()
+        server.close()

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from meshmq.core.auth import Principal
 from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
 from meshmq.core.queue import BrowseEnd, Delivery
-from meshmq.errors import MeshmqError
+from meshmq.errors import MeshmqError, RemoteProtocolError
 from meshmq.network.interest import Demand, InterestItem, plan_demand
 from meshmq.network.stats import LinkCounters
 from meshmq.protocol.wire import AckStatus, encode_records
@@ -77,15 +77,13 @@ class Forwarder:
     # ------------------------------------------------------------ interest
     def apply_interest(self, op: str, body: dict[str, object]) -> None:
         if op == "sync":
-            raw = body.get("items") or []
-            assert isinstance(raw, list)
-            self.items = {i.id: i for i in (InterestItem.from_json(x) for x in raw)}
+            self.items = {i.id: i for i in map(InterestItem.from_json, _list(body, "items"))}
             self.synced = True
         else:
-            for x in body.get("add") or []:  # type: ignore[attr-defined]
+            for x in _list(body, "add"):
                 item = InterestItem.from_json(x)
                 self.items[item.id] = item
-            for item_id in body.get("remove") or []:  # type: ignore[attr-defined]
+            for item_id in _list(body, "remove"):
                 self.items.pop(str(item_id), None)
         self.replan(drop_gone_durables=True)
 
@@ -322,3 +320,10 @@ class Forwarder:
         self.demands.clear()
         self._draining.clear()
         self._inflight.clear()
+
+
+def _list(body: dict[str, object], key: str) -> list[object]:
+    value = body.get(key) or []
+    if not isinstance(value, list):
+        raise RemoteProtocolError(f"INTEREST {key} must be a list")
+    return value
