@@ -16,6 +16,7 @@ MIB = 1024 * 1024
 LISTENER_PROTOCOLS = ("stomp", "stomp+ssl", "mqtt", "mqtt+ssl", "ws", "wss", "tcp", "ssl",
                       "nio")
 STORE_KINDS = ("journal", "memory")
+TRACE_FORMATS = ("jsonl", "parquet")
 LIMIT_ACTIONS = ("block", "fail")
 
 
@@ -127,6 +128,20 @@ class ManagementConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class TraceConfig:
+    """Message trace files (docs/pipeline.md): off by default."""
+
+    enabled: bool = False
+    directory: Path | None = None  # default: <data_directory>/trace
+    format: str = "jsonl"  # one of TRACE_FORMATS; parquet needs the spark extra (pyarrow)
+    sample_rate: float = 1.0  # fraction of messages traced, chosen by message id
+    max_file_bytes: int = 64 * MIB  # roll a file at this size
+    roll_interval_ms: int = 60_000  # ... or at this age; 0 = by size only
+    flush_interval_ms: int = 500  # JSON lines reach the OS at least this often
+    max_files: int = 0  # sealed files kept per broker; 0 = keep all
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerConfig:
     broker_name: str = "localhost"
     data_directory: Path = Path("data")
@@ -146,6 +161,7 @@ class BrokerConfig:
     usage: UsageConfig = field(default_factory=UsageConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     management: ManagementConfig = field(default_factory=ManagementConfig)
+    trace: TraceConfig = field(default_factory=TraceConfig)
     expiry_check_interval_ms: int = 1000
     duplicate_window: int = 10_000  # idempotent-producer window (message ids remembered)
     source: str | None = None  # file this config came from, for messages
@@ -153,3 +169,7 @@ class BrokerConfig:
     @property
     def store_directory(self) -> Path:
         return self.store.directory or (self.data_directory / "journal")
+
+    @property
+    def trace_directory(self) -> Path:
+        return self.trace.directory or (self.data_directory / "trace")

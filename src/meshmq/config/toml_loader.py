@@ -10,6 +10,7 @@ Layout of a file (one section per nested dataclass of ``BrokerConfig``)::
     [usage]           UsageConfig
     [auth]            AuthConfig; users as [[auth.users]] (User)
     [management]      ManagementConfig
+    [trace]           TraceConfig
 
 The schema is derived from the dataclasses themselves, so a field added to the
 model is loadable at once (and ``test_config_docs`` insists it is documented).
@@ -37,6 +38,7 @@ from meshmq.config.model import (
     LIMIT_ACTIONS,
     LISTENER_PROTOCOLS,
     STORE_KINDS,
+    TRACE_FORMATS,
     BrokerConfig,
     ListenerConfig,
 )
@@ -76,7 +78,7 @@ _NOT_CONFIGURABLE: frozenset[tuple[type, str]] = frozenset({(BrokerConfig, "sour
 SIZE_FIELDS: frozenset[str] = frozenset({
     "StompConfig.max_frame_size", "StompConfig.max_header_size", "MqttConfig.max_packet_size",
     "StoreConfig.segment_size", "StoreConfig.max_batch_bytes",
-    "DestinationPolicy.memory_limit", "UsageConfig.memory_limit",
+    "DestinationPolicy.memory_limit", "UsageConfig.memory_limit", "TraceConfig.max_file_bytes",
 })
 # Inclusive bounds; numbers not listed must merely be >= 0 (no option means anything below).
 _RANGES: dict[str, tuple[float | None, float | None]] = {
@@ -91,11 +93,15 @@ _RANGES: dict[str, tuple[float | None, float | None]] = {
     "StoreConfig.max_batch_bytes": (1, None),
     "StoreConfig.compact_live_ratio": (0.0, 1.0),
     "DestinationPolicy.page_size": (1, None),
+    "TraceConfig.sample_rate": (0.0, 1.0),
+    "TraceConfig.max_file_bytes": (1, None),
+    "TraceConfig.flush_interval_ms": (1, None),
 }
 _CHOICES: dict[str, tuple[str, ...]] = {
     "ListenerConfig.protocol": LISTENER_PROTOCOLS,
     "StoreConfig.kind": STORE_KINDS,
     "UsageConfig.on_limit": LIMIT_ACTIONS,
+    "TraceConfig.format": TRACE_FORMATS,
 }
 _NON_EMPTY: frozenset[str] = frozenset({
     "BrokerConfig.broker_name", "ListenerConfig.name", "ListenerConfig.host",

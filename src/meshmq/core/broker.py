@@ -24,6 +24,15 @@ from meshmq.core.destinations import Destination, DestKind
 from meshmq.core.message import Message, PropertyValue
 from meshmq.core.queue import Entry, Outcome, Queue
 from meshmq.core.selector import Selector, compile_selector, message_lookup
+from meshmq.core.trace import (
+    DLQ,
+    DROPPED,
+    EXPIRED,
+    RECEIVED,
+    RECOVERED,
+    STORED,
+    Tracer,
+)
 from meshmq.core.usage import MemoryUsage
 from meshmq.errors import (
     DestinationError,
@@ -157,6 +166,8 @@ class Broker:
         self._msg_seq = itertools.count(1)
         self._temp_seq = itertools.count(1)
         self.started_ms = self._clock()
+        # Message trace (docs/pipeline.md); None when tracing is off. The runtime sets it.
+        self.tracer: Tracer | None = None
 
     # ================================================================ plumbing
     def now_ms(self) -> int:
@@ -217,6 +228,49 @@ class Broker:
 
     def new_message_id(self, connection_id: str) -> str:
         return f"ID:{self.name}-{self._boot}-{connection_id}-{next(self._msg_seq)}"
+
+    # ================================================================ trace hooks
+    # For network bridges and other edges of the broker; no-ops while tracing is off.
+    def trace_forwarded(self, message: Message, *, to_broker: str, connector: str) -> None:
+        """A bridge handed ``message`` on towards ``to_broker`` over ``connector``."""
+        if self.tracer is not None:
+            self.tracer.forwarded(message, to_broker=to_broker, connector=connector)
+
+    def trace_received_from_bridge(self, message: Message, *, from_broker: str,
+                                   connector: str) -> None:
+        """``message`` arrived over ``connector`` from ``from_broker``; call before routing."""
+        if self.tracer is not None:
+            self.tracer.received_from_bridge(message, from_broker=from_broker,
+                                             connector=connector)
+
+    def trace_dropped(self, message: Message, reason: str) -> None:
+        """``message`` was discarded at the edge (e.g. a duplicate in the producer window)."""
+        if self.tracer is not None:
+            self.tracer.message(DROPPED, message, reason=reason)
+
+    def trace_recovered(self, page: int = 1000) -> int:
+        """Record a ``recovered`` event for every stored message (after ``recover``);
+        lets the audit tell messages that survived a crash from lost ones."""
+        tracer = self.tracer
+        if tracer is None:
+            return 0
+        count = 0
+        queues = [q for q in self.queues.values() if q.key is not None]
+        queues += [sub.queue for sub in self.durables.values()]
+        for queue in queues:
+            if not queue.depth or queue.key is None:
+                continue
+            after = 0
+            while True:
+                entries = self.store.load(queue.key, after, page)
+                for entry in entries:
+                    tracer.message(RECOVERED, entry.message, queue.destination,
+                                   delivery_count=entry.delivery_count)
+                    after = entry.seq
+                count += len(entries)
+                if len(entries) < page:
+                    break
+        return count
 
     # ================================================================ recovery
     def recover(self, recovery: Recovery) -> None:
@@ -393,6 +447,7 @@ class Broker:
             for d in destinations:
                 if self.config.usage.on_limit == "fail" or \
                         not self.policy_for(d).producer_flow_control:
+                    self.trace_dropped(message, "broker memory limit reached")
                     raise ResourceLimitError(
                         f"broker memory limit reached ({self.usage.limit} bytes); send to "
                         f"{d} rejected")
@@ -410,8 +465,11 @@ class Broker:
     def _route(self, conn: Connection | None, destinations: tuple[Destination, ...],
                message: Message) -> bool:
         needs_sync = False
+        tracer = self.tracer if conn is not None else None
         for i, d in enumerate(destinations):
             msg = message if i == 0 and d == message.destination else message.copy_to(d)
+            if tracer is not None:
+                tracer.hot(RECEIVED, msg, None, 0, None)
             if conn is not None and d not in conn.producer_destinations and not conn.closed:
                 conn.producer_destinations.add(d)
                 self._advise(self._advisory_topic("Producer", d), "ProducerAdded",
@@ -421,7 +479,7 @@ class Broker:
             if queue is not None or d.kind is DestKind.QUEUE or d.kind is DestKind.TEMP_QUEUE:
                 needs_sync |= self._route_queue(queue or self._get_queue(d), msg)
             else:
-                needs_sync |= self._route_topic(d, msg)
+                needs_sync |= self._route_topic(d, msg, traced=tracer is not None)
         return needs_sync
 
     def _producer_count(self, d: Destination) -> int:
@@ -432,16 +490,21 @@ class Broker:
         persisted = msg.persistent and queue.key is not None
         if persisted:
             self._ops.append(AddMessage(msg, ((queue.key or "", seq),)))
+            if self.tracer is not None:
+                self.tracer.hot(STORED, msg, queue.destination, 0, None)
         queue.enqueue(msg, seq, persisted)
         return persisted
 
-    def _route_topic(self, dest: Destination, msg: Message) -> bool:
+    def _route_topic(self, dest: Destination, msg: Message, *, traced: bool = False) -> bool:
+        """``traced``: a producer's message, so having no subscriber is traced as a drop."""
         stats = self.topics.get(dest)
         if stats is None:
             stats = self.topics[dest] = TopicStats()
         stats.enqueued += 1
         subs = self._subs_for(dest)
         if not subs:
+            if traced and self.tracer is not None:
+                self.tracer.message(DROPPED, msg, reason="no subscriber")
             return False
         refs: list[tuple[str, int]] = []
         targets: list[tuple[Queue, int, bool]] = []
@@ -463,6 +526,10 @@ class Broker:
             targets.append((queue, seq, persisted))
         if refs:
             self._ops.append(AddMessage(msg, tuple(refs)))
+            if self.tracer is not None:
+                self.tracer.message(STORED, msg, dest)
+        elif not targets and traced and self.tracer is not None:
+            self.tracer.message(DROPPED, msg, reason="no matching subscriber")
         for queue, seq, persisted in targets:
             queue.enqueue(msg, seq, persisted)
         stats.dispatched += len(targets)
@@ -671,7 +738,8 @@ class Broker:
             self._queue_wildcards.remove(consumer)
         # Unacked messages go back to their queues (counted as a delivery attempt).
         for entry in list(consumer.dispatched.values()):
-            entry.queue.release(entry, cause="consumer closed with the message unacknowledged")
+            entry.queue.release(entry, cause="consumer closed with the message unacknowledged",
+                                reason="consumer closed")
         consumer.dispatched.clear()
         consumer.by_message_id.clear()
         for queue in consumer.sources:
@@ -739,7 +807,8 @@ class Broker:
                 consumer.acked_count += 1
                 entry.queue.ack_entry(entry)
             else:
-                entry.queue.release(entry, cause="message was rejected (NACK) too many times")
+                entry.queue.release(entry, cause="message was rejected (NACK) too many times",
+                                    reason="rejected (NACK)")
         for queue in consumer.sources:
             self.mark_dirty(queue)
         return persisted
@@ -810,6 +879,9 @@ class Broker:
     def expired(self, queue: Queue, entry: Entry) -> None:
         queue.remove_entry(entry)
         msg = entry.message
+        if self.tracer is not None:
+            self.tracer.message(EXPIRED, msg, queue.destination,
+                                delivery_count=entry.delivery_count)
         self._advise(self._advisory_topic("Expired", queue.destination), "MessageExpired",
                      {"messageId": msg.message_id, "destination": str(queue.destination)})
         if queue.policy.expired_to_dlq and msg.persistent:
@@ -821,6 +893,8 @@ class Broker:
         if not msg.persistent and not queue.policy.non_persistent_to_dlq:
             log.info("dropping non-persistent message %s from %s: %s",
                      msg.message_id, queue.destination, cause)
+            if self.tracer is not None:
+                self.tracer.message(DROPPED, msg, queue.destination, reason=cause)
             return
         self._to_dlq(queue, entry, cause)
 
@@ -835,7 +909,12 @@ class Broker:
         if queue.destination == dlq:
             log.warning("message %s failed in the dead letter queue %s itself; dropped",
                         msg.message_id, name)
+            if self.tracer is not None:
+                self.tracer.message(DROPPED, msg, dlq, reason=f"failed in the DLQ: {cause}")
             return
+        if self.tracer is not None:
+            self.tracer.message(DLQ, msg, queue.destination, reason=f"{cause} -> {name}",
+                                delivery_count=entry.delivery_count)
         props: dict[str, PropertyValue] = dict(msg.properties)
         props["dlqDeliveryFailureCause"] = cause
         copy = msg.copy_to(dlq, properties=props, expiration=0,

@@ -21,6 +21,7 @@ from meshmq.core.consumer import AckMode, Consumer
 from meshmq.core.destinations import Destination
 from meshmq.core.message import Message
 from meshmq.core.selector import message_lookup
+from meshmq.core.trace import ACKED, DISPATCHED, DROPPED, REDELIVERED, Tracer
 from meshmq.core.usage import MemoryUsage
 from meshmq.store.base import RemoveRef, SetDeliveryCount, StoredEntry, StoreOp
 
@@ -81,6 +82,7 @@ class QueueContext(Protocol):
     """What a queue needs from its broker (implemented by ``Broker``)."""
 
     usage: MemoryUsage
+    tracer: Tracer | None
 
     def now_ms(self) -> int: ...
     def store_op(self, op: StoreOp) -> None: ...
@@ -342,6 +344,9 @@ class Queue:
         if msg.group_id is not None and msg.group_seq == -1:
             self.groups.pop(msg.group_id, None)  # JMSXGroupSeq -1 closes the group
         self.ctx.emit(Delivery(consumer, msg, tag, entry.delivery_count))
+        tracer = self.ctx.tracer
+        if tracer is not None:
+            tracer.hot(DISPATCHED, msg, self.destination, entry.delivery_count, consumer.id)
         if consumer.spec.ack_mode is AckMode.AUTO:
             self.ack_entry(entry)
         else:
@@ -355,6 +360,11 @@ class Queue:
     # ------------------------------------------------------------ settle
     def ack_entry(self, entry: Entry) -> None:
         """The message is consumed: forget it here and in the store."""
+        tracer = self.ctx.tracer
+        if tracer is not None and entry.state != DONE:
+            consumer = entry.consumer
+            tracer.hot(ACKED, entry.message, self.destination, entry.delivery_count,
+                       consumer.id if consumer is not None else None)
         self.remove_entry(entry, consumed=True)
 
     def remove_entry(self, entry: Entry, *, consumed: bool = False) -> None:
@@ -373,9 +383,11 @@ class Queue:
         if entry.persisted and self.key is not None:
             self.ctx.store_op(RemoveRef(self.key, entry.seq))
 
-    def release(self, entry: Entry, *, count_delivery: bool = True, cause: str = "") -> None:
+    def release(self, entry: Entry, *, count_delivery: bool = True, cause: str = "",
+                reason: str | None = None) -> None:
         """Put an in-flight entry back (NACK, consumer gone); dead-letter it once it
-        has been delivered more than ``max_redeliveries`` times."""
+        has been delivered more than ``max_redeliveries`` times. ``cause`` is the DLQ's
+        text; ``reason`` the trace's for a redelivery."""
         if entry.state != INFLIGHT:
             return
         limit = self.policy.max_redeliveries
@@ -386,6 +398,12 @@ class Queue:
                                  f"delivery count {entry.delivery_count} exceeds "
                                  f"maximumRedeliveries {limit}")
             return
+        tracer = self.ctx.tracer
+        if tracer is not None:
+            consumer = entry.consumer
+            tracer.message(REDELIVERED, entry.message, self.destination,
+                           consumer=consumer.id if consumer is not None else None,
+                           delivery_count=entry.delivery_count, reason=reason)
         self._make_pending(entry)
         self.ctx.mark_dirty(self)
 
@@ -439,8 +457,11 @@ class Queue:
     def purge(self) -> int:
         """Remove every pending message (admin operation); returns how many."""
         removed = 0
+        tracer = self.ctx.tracer
         for _, _, entry in list(self._heap):
             if entry.state == PENDING:
+                if tracer is not None:
+                    tracer.message(DROPPED, entry.message, self.destination, reason="purged")
                 self.remove_entry(entry)
                 removed += 1
         self._heap = [item for item in self._heap if item[2].state != DONE]

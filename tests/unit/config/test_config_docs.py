@@ -20,6 +20,7 @@ PREFIX: dict[type, str] = {
     model.DestinationPolicy: "policies[]", model.UsageConfig: "usage",
     model.AuthConfig: "auth", model.User: "auth.users[]",
     model.ManagementConfig: "management", model.MqttConfig: "mqtt",
+    model.TraceConfig: "trace",
 }
 NOT_OPTIONS = {"BrokerConfig.source"}  # set by the loader, not by users
 EXTRA_KEYS = {"listeners[].url"}  # accepted by the loader without being a field
