@@ -42,7 +42,7 @@ def test_sampling_keeps_about_the_rate() -> None:
 
 
 def test_tracer_skips_unsampled_messages() -> None:
-    tracer = tr.Tracer("b", sample_rate=0.5, clock_us=lambda: 7)
+    tracer = tr.Tracer("b", sample_rate=0.5, clock_ns=lambda: 7000)
     msgs = [Message(f"ID:{i}", dst.queue("q"), b"") for i in range(200)]
     for m in msgs:
         tracer.message(tr.RECEIVED, m)
@@ -68,7 +68,7 @@ def test_jsonl_round_trips_every_field(mid: str, dest: str, dedup: str | None,
     props: dict[str, PropertyValue] = {} if dedup is None else {"dedup-id": dedup}
     msg = Message(mid, dst.topic(dest), body, props, persistent=persistent, timestamp=99,
                   broker_path=tuple(path))
-    event: tr.Event = (123, tr.DISPATCHED, msg, dst.queue(dest), count, consumer, peer,
+    event: tr.Event = (123_456, tr.DISPATCHED, msg, dst.queue(dest), count, consumer, peer,
                        "conn" if peer else None, reason)
     text = tr.encode_jsonl([event, event], 'bro"ker', "b00t")
     assert text.count("\n") == 2 and text.endswith("\n")
@@ -85,7 +85,7 @@ def test_jsonl_round_trips_every_field(mid: str, dest: str, dedup: str | None,
 
 
 def test_broker_events_have_empty_message_fields() -> None:
-    tracer = tr.Tracer("b", clock_us=lambda: 5)
+    tracer = tr.Tracer("b", clock_ns=lambda: 5000)
     tracer.broker_event(tr.BROKER_STARTED)
     row = tr.decode_jsonl_line(tr.encode_jsonl(tracer.take(), "b", "x"))
     assert row["event"] == "broker_started" and row["message_id"] == "" and row["ts"] == 5
@@ -108,7 +108,7 @@ class FakeClock:
 
 
 def event(i: int) -> tr.Event:
-    return (i, tr.RECEIVED, Message(f"ID:{i}", dst.queue("q"), b"0123456789"), None, 0, None,
+    return (i * 1000, tr.RECEIVED, Message(f"ID:{i}", dst.queue("q"), b"0123456789"), None, 0, None,
             None, None, None)
 
 
@@ -167,7 +167,7 @@ def test_parquet_sink_writes_the_documented_schema(tmp_path: Path) -> None:
     assert isinstance(sink, tr.ParquetSink)
     msg = Message("ID:9", dst.topic("t"), b"abcd", {"dedup-id": "d-1"}, persistent=True,
                   timestamp=3, broker_path=("a", "b"))
-    forwarded: tr.Event = (5, tr.FORWARDED, msg, None, 2, "c:1", "peer", "nc", None)
+    forwarded: tr.Event = (5000, tr.FORWARDED, msg, None, 2, "c:1", "peer", "nc", None)
     sink.write([event(1), forwarded])
     assert not list(tmp_path.glob("*.parquet"))  # collected until the roll
     sink.close()
@@ -192,7 +192,7 @@ def traced_broker(**changes: object) -> tuple[Broker, Clock, MemoryStore, tr.Tra
     config = dataclasses.replace(BrokerConfig(broker_name="unit"), **changes)  # type: ignore[arg-type]
     broker = Broker(config, store, clock=clock)
     broker.recover(store.open())
-    tracer = tr.Tracer("unit", clock_us=lambda: clock.now * 1000)
+    tracer = tr.Tracer("unit", clock_ns=lambda: clock.now * 1_000_000)
     broker.tracer = tracer
     return broker, clock, store, tracer
 

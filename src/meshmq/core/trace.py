@@ -44,7 +44,8 @@ STORED = "stored"  # written to the message store (persistent messages)
 FORWARDED = "forwarded"  # sent on over a network bridge (peer = the receiving broker)
 RECEIVED_FROM_BRIDGE = "received_from_bridge"  # arrived over a bridge (peer = the sender)
 DISPATCHED = "dispatched"  # handed to a consumer (delivery_count says which attempt)
-ACKED = "acked"  # consumed: acknowledged, or dispatched to an auto-ack consumer
+ACKED = "acked"  # consumed: the consumer acknowledged it
+DELIVERED = "delivered"  # dispatched to an auto-ack consumer: dispatched and acked at once
 REDELIVERED = "redelivered"  # returned to its queue for another attempt (reason says why)
 EXPIRED = "expired"
 DLQ = "dlq"  # moved to a dead-letter queue (reason: cause and DLQ name)
@@ -53,7 +54,7 @@ RECOVERED = "recovered"  # found in the store when the broker started
 BROKER_STARTED = "broker_started"  # message fields are empty
 BROKER_STOPPED = "broker_stopped"  # clean shutdown; a crash leaves no such event
 
-EVENT_KINDS = (RECEIVED, STORED, FORWARDED, RECEIVED_FROM_BRIDGE, DISPATCHED, ACKED,
+EVENT_KINDS = (RECEIVED, STORED, FORWARDED, RECEIVED_FROM_BRIDGE, DISPATCHED, ACKED, DELIVERED,
                REDELIVERED, EXPIRED, DLQ, DROPPED, RECOVERED, BROKER_STARTED, BROKER_STOPPED)
 
 # The schema: (column, Spark SQL type, Arrow type name, meaning). Readers use this
@@ -71,8 +72,9 @@ COLUMNS: tuple[tuple[str, str, str, str], ...] = (
     ("size", "INT", "int32", "body size in bytes"),
     ("persistent", "BOOLEAN", "bool", "persistent message"),
     ("path", "ARRAY<STRING>", "list<string>", "brokers the message crossed before this one"),
-    ("delivery_count", "INT", "int32", "delivery attempt (dispatched, acked, redelivered)"),
-    ("consumer", "STRING", "string", "consumer id (dispatched, acked, redelivered)"),
+    ("delivery_count", "INT", "int32", "delivery attempt (dispatched, delivered, acked, "
+     "redelivered)"),
+    ("consumer", "STRING", "string", "consumer id (dispatched, delivered, acked, redelivered)"),
     ("peer", "STRING", "string", "other broker of a forwarded/received_from_bridge"),
     ("connector", "STRING", "string", "network connector name"),
     ("reason", "STRING", "string", "why (dropped, dlq, redelivered, expired)"),
@@ -80,7 +82,7 @@ COLUMNS: tuple[tuple[str, str, str, str], ...] = (
 COLUMN_NAMES = tuple(c[0] for c in COLUMNS)
 SPARK_DDL = ", ".join(f"{name} {sql}" for name, sql, _, _ in COLUMNS)
 
-# One recorded event: (ts, kind, message, destination, delivery_count, consumer, peer,
+# One recorded event: (ts in ns, kind, message, destination, delivery_count, consumer, peer,
 # connector, reason). The message object itself is kept (it is immutable once routed)
 # and its columns are read only when the sink encodes the batch, so recording an event
 # costs one tuple. ``message`` is None for broker events; ``destination`` None means
@@ -113,12 +115,12 @@ class Tracer:
     __slots__ = ("_clock", "broker", "events", "sample_rate")
 
     def __init__(self, broker: str, *, sample_rate: float = 1.0,
-                 clock_us: Callable[[], int] | None = None) -> None:
+                 clock_ns: Callable[[], int] | None = None) -> None:
         if not 0.0 <= sample_rate <= 1.0:
             raise ValueError(f"sample_rate must be between 0 and 1, got {sample_rate}")
         self.broker = broker
         self.sample_rate = sample_rate
-        self._clock = clock_us or _now_us
+        self._clock = clock_ns or time.time_ns  # ns: no arithmetic on the hot path
         self.events: list[Event] = []
 
     def message(self, kind: str, msg: Message, dest: Destination | None = None, *,
@@ -154,10 +156,6 @@ class Tracer:
     def take(self) -> list[Event]:
         events, self.events = self.events, []
         return events
-
-
-def _now_us() -> int:
-    return time.time_ns() // 1000
 
 
 # ---------------------------------------------------------------------------------
@@ -252,7 +250,7 @@ class JsonEncoder:
                 tail = tail_of(count, consumer, peer, connector, reason)
             else:
                 tail = "}\n"
-            append(f'{head}{ts},"event":"{kind}",{part}{tail}')
+            append(f'{head}{ts // 1000},"event":"{kind}",{part}{tail}')
         return "".join(out)
 
 
@@ -265,8 +263,8 @@ def to_rows(events: Sequence[Event], broker: str, boot: str) -> list[dict[str, A
     """Events as full rows (every column, in COLUMNS order), as a reader sees them."""
     rows = []
     for ts, kind, msg, dest, count, consumer, peer, connector, reason in events:
-        row: dict[str, Any] = {"v": SCHEMA_VERSION, "ts": ts, "event": kind, "broker": broker,
-                               "boot": boot, "message_id": "", "dedup_id": None,
+        row: dict[str, Any] = {"v": SCHEMA_VERSION, "ts": ts // 1000, "event": kind,
+                               "broker": broker, "boot": boot, "message_id": "", "dedup_id": None,
                                "destination": "", "msg_ts": None, "size": None,
                                "persistent": None, "path": []}
         if msg is not None:
@@ -410,53 +408,104 @@ class JsonLinesSink(_Rolling):
 
 
 class ParquetSink(_Rolling):
-    """Collects events in memory and writes one Parquet file per roll."""
+    """Writes Parquet files: events are converted to a row group every ``ROW_GROUP``
+    events (bounding memory and event-loop pauses); the file gets its footer, and its
+    final name, when it rolls. A crash leaves an unreadable ``.open`` file behind: the
+    next start renames it ``.parquet.lost`` (the trace of that interval is gone)."""
 
     suffix = ".parquet"
+    ROW_GROUP = 32_768
 
     def __init__(self, directory: Path, broker: str, boot: str, *,
                  max_file_bytes: int = 64 << 20, roll_interval_ms: int = 60_000,
                  max_files: int = 0, clock: Callable[[], float] = time.monotonic) -> None:
         import pyarrow
+        import pyarrow.parquet
 
-        super().__init__(directory, broker, boot, max_file_bytes=max_file_bytes,
-                         roll_interval_ms=roll_interval_ms, max_files=max_files, clock=clock)
         self._pa = pyarrow
+        self._pq = pyarrow.parquet
         self.schema = arrow_schema()
         self._pending: list[Event] = []
+        self._writer: Any = None
+        self._path: Path | None = None
+        super().__init__(directory, broker, boot, max_file_bytes=max_file_bytes,
+                         roll_interval_ms=roll_interval_ms, max_files=max_files, clock=clock)
+
+    def seal_leftovers(self) -> None:
+        for path in sorted(self.directory.glob(f"{self._prefix}*.parquet{OPEN_SUFFIX}")):
+            os.replace(path, path.with_name(path.name[: -len(OPEN_SUFFIX)] + ".lost"))
+            log.warning("trace file %s was left unfinished by a crash; renamed .lost",
+                        path.name)
 
     def write(self, events: Sequence[Event]) -> None:
         if not events:
             return
-        if not self._pending:
+        if self._writer is None and not self._pending:
             self._opened_at = self._clock()
         self._pending.extend(events)
-        self._bytes += 120 * len(events)  # estimate in memory; Parquet compresses well
-        if self._bytes >= self.max_file_bytes:
-            self._write_file()
+        if len(self._pending) >= self.ROW_GROUP:
+            self._write_group()
+            if self._bytes >= self.max_file_bytes:
+                self._seal()
 
     def tick(self) -> None:
-        if self._pending and self._due():
-            self._write_file()
+        if (self._pending or self._writer is not None) and self._due():
+            self._seal()
 
-    def _write_file(self) -> None:
-        import pyarrow.parquet as pq
+    def table(self, events: Sequence[Event]) -> Any:
+        """``events`` as a ``pyarrow.Table`` in the trace schema."""
+        pa = self._pa
+        n = len(events)
+        msgs = [e[2] for e in events]
+        dedup = [None if m is None or not m.properties else m.properties.get(DEDUP_HEADER)
+                 for m in msgs]
+        names: dict[Destination | None, str] = {None: ""}
+        for e in events:
+            d = e[3] if e[3] is not None or e[2] is None else e[2].destination
+            if d not in names:
+                names[d] = str(d)
+        cols = [
+            [SCHEMA_VERSION] * n, [e[0] // 1000 for e in events], [e[1] for e in events],
+            [self.broker] * n, [self.boot] * n,
+            [m.message_id if m is not None else "" for m in msgs],
+            [None if d is None else str(d) for d in dedup],
+            [names[e[3] if e[3] is not None or e[2] is None else e[2].destination]
+             for e in events],
+            [m.timestamp if m is not None else None for m in msgs],
+            [len(m.body) if m is not None else None for m in msgs],
+            [m.persistent if m is not None else None for m in msgs],
+            [m.broker_path if m is not None else () for m in msgs],
+            [e[4] or None for e in events], [e[5] for e in events], [e[6] for e in events],
+            [e[7] for e in events], [e[8] for e in events],
+        ]
+        return pa.Table.from_arrays([pa.array(c, type=f.type)
+                                     for c, f in zip(cols, self.schema, strict=True)],
+                                    schema=self.schema)
 
+    def _write_group(self) -> None:
         events, self._pending = self._pending, []
+        table = self.table(events)
+        if self._writer is None:
+            self._path = self._next_path()
+            self._writer = self._pq.ParquetWriter(f"{self._path}{OPEN_SUFFIX}", self.schema,
+                                                  compression="zstd")
+        self._writer.write_table(table)
+        self._bytes += table.nbytes
+
+    def _seal(self) -> None:
+        if self._pending:
+            self._write_group()
+        if self._writer is None:
+            return
+        assert self._path is not None
+        self._writer.close()
+        os.replace(f"{self._path}{OPEN_SUFFIX}", self._path)
+        self._writer = None
         self._bytes = 0
-        rows = to_rows(events, self.broker, self.boot)
-        arrays = [self._pa.array([r[name] for r in rows], type=self.schema.field(name).type)
-                  for name in COLUMN_NAMES]
-        table = self._pa.Table.from_arrays(arrays, schema=self.schema)
-        path = self._next_path()
-        tmp = f"{path}{OPEN_SUFFIX}"
-        pq.write_table(table, tmp, compression="zstd")
-        os.replace(tmp, path)
         self._retain()
 
     def close(self) -> None:
-        if self._pending:
-            self._write_file()
+        self._seal()
 
 
 def arrow_schema() -> Any:
