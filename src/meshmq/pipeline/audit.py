@@ -30,7 +30,7 @@ from meshmq.core import trace as tr
 # Lifecycle order of events logged in the same microsecond (ties in ``ts``).
 _RANK = {tr.BROKER_STARTED: 0, tr.RECEIVED: 1, tr.RECEIVED_FROM_BRIDGE: 1, tr.RECOVERED: 2,
          tr.STORED: 2, tr.FORWARDED: 3, tr.DISPATCHED: 4, tr.REDELIVERED: 5, tr.ACKED: 6,
-         tr.DLQ: 7, tr.EXPIRED: 7, tr.DROPPED: 7, tr.BROKER_STOPPED: 8}
+         tr.DELIVERED: 6, tr.DLQ: 7, tr.EXPIRED: 7, tr.DROPPED: 7, tr.BROKER_STOPPED: 8}
 
 STATUSES = ("consumed", "dead_lettered", "expired", "dropped", "pending", "in_transit", "lost")
 
@@ -42,8 +42,8 @@ def _rank(event: Column) -> Column:
     return expr
 
 
-def _count(kind: str) -> Column:
-    return F.sum(F.when(F.col("event") == kind, 1).otherwise(0))
+def _count(*kinds: str) -> Column:
+    return F.sum(F.when(F.col("event").isin(*kinds), 1).otherwise(0))
 
 
 def _first_ts(*kinds: str) -> Column:
@@ -92,18 +92,19 @@ def journeys(events: DataFrame, boot_table: DataFrame) -> DataFrame:
         F.array_distinct(F.transform(F.array_sort(F.collect_list(
             F.struct(F.col("ts"), F.col("broker")))), lambda p: p["broker"])).alias("path"),
         _first_ts(tr.RECEIVED).alias("received_ts"),
-        _first_ts(tr.DISPATCHED).alias("first_dispatch_ts"),
-        _first_ts(tr.ACKED).alias("first_ack_ts"),
+        _first_ts(tr.DISPATCHED, tr.DELIVERED).alias("first_dispatch_ts"),
+        _first_ts(tr.ACKED, tr.DELIVERED).alias("first_ack_ts"),
         _count(tr.FORWARDED).alias("hops"),
-        _count(tr.DISPATCHED).alias("deliveries"),
-        _count(tr.ACKED).alias("acks"),
+        _count(tr.DISPATCHED, tr.DELIVERED).alias("deliveries"),
+        _count(tr.ACKED, tr.DELIVERED).alias("acks"),
         _count(tr.REDELIVERED).alias("redeliveries"),
         _count(tr.DLQ).alias("dead_letters"),
         _count(tr.EXPIRED).alias("expiries"),
         _count(tr.DROPPED).alias("drops"),
         _count(tr.RECOVERED).alias("recoveries"),
         F.max(F.when(ev == tr.DROPPED, F.col("reason"))).alias("drop_reason"),
-        F.collect_set(F.when(ev == tr.DISPATCHED, F.col("broker"))).alias("delivered_by"),
+        F.collect_set(F.when(ev.isin(tr.DISPATCHED, tr.DELIVERED), F.col("broker")))
+        .alias("delivered_by"),
     )
     start = F.coalesce(F.col("origin"), F.col("seen_first"))
     runs = boot_table.select(F.col("broker").alias("_b"), F.col("boot").alias("_boot"),
@@ -201,7 +202,7 @@ def stuck(journey_table: DataFrame, events: DataFrame, *, older_than_ms: int,
     pending = journey_table.where(F.col("status") == "pending").withColumn(
         "age_ms", (F.lit(now_ts) - F.col("last_ts")) / 1000.0).where(
         F.col("age_ms") > older_than_ms)
-    served = (events.where(F.col("event") == tr.DISPATCHED)
+    served = (events.where(F.col("event").isin(tr.DISPATCHED, tr.DELIVERED))
               .groupBy(F.col("broker").alias("served_broker"),
                        F.col("destination").alias("served_destination"))
               .agg(F.max("ts").alias("served_ts")))
@@ -222,7 +223,8 @@ def with_time(events: DataFrame) -> DataFrame:
 
 def throughput(events: DataFrame, window: str = "10 seconds") -> DataFrame:
     """Events per broker, kind and time window (messages in, out, acked, forwarded)."""
-    kinds = (tr.RECEIVED, tr.RECEIVED_FROM_BRIDGE, tr.DISPATCHED, tr.ACKED, tr.FORWARDED)
+    kinds = (tr.RECEIVED, tr.RECEIVED_FROM_BRIDGE, tr.DISPATCHED, tr.DELIVERED, tr.ACKED,
+             tr.FORWARDED)
     return (with_time(events.where(F.col("event").isin(*kinds)))
             .groupBy(F.window("time", window).alias("w"), "broker", "event")
             .agg(F.count("*").alias("events"), F.sum("size").alias("bytes"))
