@@ -265,6 +265,7 @@ def write_report(tables: AuditTables, out: Path, *, title: str = "meshmq deliver
         fig.savefig(out / "throughput.png", dpi=90)
         plt.close(fig)
         lines += ["![throughput](throughput.png)", ""]
+    lines += ["### Per bridge", ""]
     lines += _table(_rows(tables.bridges, limit), ["window_start", "broker", "peer",
                                                    "connector", "messages"])
     lines += ["Tables (Parquet) beside this report: " + ", ".join(
