@@ -26,7 +26,8 @@ from meshmq.client.simple_stomp import SimpleStompClient
 from meshmq.core import trace as tr
 from tests.support.brokers import ProcessBroker, poll
 
-pytestmark = pytest.mark.slow
+# Spark jobs on a shared 2-core machine: allow more than the default 120 s.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 EXAMPLE = Path(__file__).parents[2] / "docs" / "examples" / "audit-report"
 

@@ -8,7 +8,8 @@ import pytest
 
 from meshmq.core import trace as tr
 
-pytestmark = pytest.mark.slow
+# Spark jobs on a shared 2-core machine: allow more than the default 120 s.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 S = 1_000_000  # one second in trace microseconds
 

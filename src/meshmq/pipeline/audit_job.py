@@ -49,6 +49,7 @@ def spark_session(master: str | None = DEFAULT_MASTER, app: str = "meshmq-audit"
         builder = builder.master(master)
     spark = (builder.config("spark.sql.shuffle.partitions", "4")
              .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.session.timeZone", "UTC")
              .getOrCreate())
     spark.sparkContext.setLogLevel("WARN")
@@ -313,6 +314,9 @@ def follow(spark: SparkSession, dirs: Sequence[Path], out: Path, *, once: bool =
         tables = compute(events, stuck_after_ms=stuck_after_ms, window=window)
         write_tables(tables, out)
         write_report(tables, out, title="meshmq delivery audit (streaming)")
+        # The next batch reads the same path: drop the cached frames, or Spark would
+        # match the identical plan to this batch's cached (now stale) data.
+        spark.catalog.clearCache()
         log.info("audit batch %d written to %s", batch_id, out)
 
     writer = (stream.writeStream.foreachBatch(batch)
