@@ -245,10 +245,7 @@ def bridges(events: DataFrame, window: str = "10 seconds") -> DataFrame:
 
 def summary(journey_table: DataFrame) -> DataFrame:
     """Message counts per status (every status present, zero if none)."""
-    counts = journey_table.groupBy("status").agg(F.count("*").alias("messages"))
-    spark = journey_table.sparkSession
-    allowed = spark.createDataFrame([(s, i) for i, s in enumerate(STATUSES)],
-                                    "status STRING, ord INT")
-    return (allowed.join(counts, "status", "left")
-            .select("status", F.coalesce("messages", F.lit(0)).alias("messages"), "ord")
-            .orderBy("ord").drop("ord"))
+    counts = journey_table.agg(*[
+        F.sum(F.when(F.col("status") == s, 1).otherwise(0)).alias(s) for s in STATUSES])
+    pairs = ", ".join(f"'{s}', coalesce({s}, 0L)" for s in STATUSES)
+    return counts.selectExpr(f"stack({len(STATUSES)}, {pairs}) as (status, messages)")
