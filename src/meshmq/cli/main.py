@@ -150,6 +150,14 @@ def cmd_stat(args: argparse.Namespace) -> int:
     for sub in stat.get("durable_subscriptions", []):
         print(f"durable {sub['clientId']}:{sub['name']} on {sub['destination']} pending "
               f"{sub['pending']} {'active' if sub['active'] else 'offline'}")
+    for b in stat.get("network", {}).get("bridges", []):
+        err = b.get("last_error") or {}
+        line = (f"bridge {b['name']} ({b['direction']}) {b['state']} remote "
+                f"{b.get('remote_broker') or '-'} forwarded {b['forwarded']} received "
+                f"{b['received']} rate {b['forward_rate']}/s demand {b['demand']}")
+        if err and b["state"] != "forwarding":
+            line += f"  last error: {err.get('kind')}: {err.get('message')}"
+        print(line)
     return 0
 
 
@@ -257,6 +265,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `meshmq stat | head`: the reader left; say nothing more.
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

@@ -68,7 +68,7 @@ _BROKER_IGNORED = frozenset({
     "restartAllowed", "brokerId", "tmpDataDirectory", "schedulerDirectory",
     "useLocalHostBrokerName", "cacheTempDestinations", "timeBeforePurgeTempDestinations",
     "splitSystemUsageForProducersConsumers", "producerSystemUsagePortion",
-    "consumerSystemUsagePortion", "dedicatedTaskRunner", "networkConnectorStartAsync",
+    "consumerSystemUsagePortion", "dedicatedTaskRunner",
     "allowTempAutoCreationOnSend", "keepDurableSubsActive", "systemExitOnShutdown",
     "rejectDurableConsumers", "anonymousProducerAdvisorySupport", "monitorConnectionSplits",
     "persistenceThreadPriority", "shutdownOnMasterFailure", "shutdownOnSlaveFailure",
@@ -76,7 +76,7 @@ _BROKER_IGNORED = frozenset({
     "mbeanInvocationTimeout", "id", "storeOpenWireVersion", "maxUncommittedCount",
 })
 _BROKER_LATER = frozenset({
-    "networkConnectors", "managementContext", "shutdownHooks", "services",
+    "managementContext", "shutdownHooks", "services",
     "destinationInterceptors", "destinations", "proxyConnectors", "jmsBridgeConnectors",
     "producerSystemUsage", "consumerSystemUsage", "tempDataStore", "ioExceptionHandler",
     "persistenceFactory", "jobSchedulerStore", "brokerContext", "destinationFactory",
@@ -86,7 +86,7 @@ _BROKER_LATER = frozenset({
 })
 _CONNECTOR_IGNORED = frozenset({
     "updateClusterClients", "rebalanceClusterClients", "updateClusterClientsOnRemove",
-    "updateClusterFilter", "discoveryUri", "enableStatusMonitor", "allowLinkStealing",
+    "updateClusterFilter", "enableStatusMonitor", "allowLinkStealing",
     "auditNetworkProducers", "maximumProducersAllowedPerConnection",
     "maximumConsumersAllowedPerConnection", "warnOnRemoteClose", "disableAsyncDispatch",
 })
@@ -133,7 +133,6 @@ _POLICY_LATER = frozenset({
     "pendingMessageLimitStrategy", "messageEvictionStrategy", "subscriptionRecoveryPolicy",
     "dispatchPolicy", "pendingQueuePolicy", "pendingDurableSubscriberPolicy",
     "pendingSubscriberPolicy", "slowConsumerStrategy", "messageGroupMapFactory",
-    "networkBridgeFilterFactory",
 })
 _DLQ_IGNORED = frozenset({"expiration", "enableAudit", "maxProducersToAudit", "maxAuditDepth",
                           "destinationPerDurableSubscriber", "queueSuffix", "topicSuffix",
@@ -143,6 +142,61 @@ _REDELIVERY_IGNORED = frozenset({
     "useExponentialBackOff", "backOffMultiplier", "useCollisionAvoidance",
     "collisionAvoidancePercent", "preDispatchCheck", "id", "tempQueue", "tempTopic",
 })
+# <networkConnector> attribute -> NetworkConnectorConfig field. ActiveMQ's names; the
+# reconnect options (static: URI options in ActiveMQ), the filter-factory ones (a
+# destination policy in ActiveMQ) and meshmq's own fields are accepted as attributes too.
+NETWORK_CONNECTOR_ATTRIBUTES: dict[str, str] = {
+    "name": "name", "userName": "username", "password": "password", "duplex": "duplex",
+    "conduitSubscriptions": "conduit_subscriptions", "networkTTL": "network_ttl",
+    "messageTTL": "message_ttl", "consumerTTL": "consumer_ttl",
+    "decreaseNetworkConsumerPriority": "decrease_network_consumer_priority",
+    "consumerPriorityBase": "consumer_priority_base", "prefetchSize": "prefetch_size",
+    "alwaysSyncSend": "always_sync_send",
+    "suppressDuplicateQueueSubscriptions": "suppress_duplicate_queue_subscriptions",
+    "suppressDuplicateTopicSubscriptions": "suppress_duplicate_topic_subscriptions",
+    "staticBridge": "static_bridge", "bridgeTempDestinations": "bridge_temp_destinations",
+    "dynamicOnly": "dynamic_only", "autoStart": "auto_start",
+    "replayWhenNoConsumers": "replay_when_no_consumers", "replayDelay": "replay_delay_ms",
+    "selectorAware": "selector_aware", "rateLimit": "rate_limit",
+    "rateDuration": "rate_duration_ms",
+    "initialReconnectDelay": "initial_reconnect_delay_ms",
+    "maxReconnectDelay": "max_reconnect_delay_ms",
+    "useExponentialBackOff": "use_exponential_backoff",
+    "backOffMultiplier": "backoff_multiplier", "maxReconnectAttempts": "max_reconnect_attempts",
+    "minConnectTime": "min_connect_time_ms",
+    # meshmq's own
+    "redistribution": "redistribution", "redistributionDelay": "redistribution_delay_ms",
+    "handshakeTimeout": "handshake_timeout_ms", "heartbeat": "heartbeat_ms",
+    "interestResync": "interest_resync_ms",
+}
+# Child lists of <networkConnector> -> field.
+NETWORK_CONNECTOR_LISTS: dict[str, str] = {
+    "excludedDestinations": "excluded_destinations",
+    "dynamicallyIncludedDestinations": "dynamically_included_destinations",
+    "staticallyIncludedDestinations": "statically_included_destinations",
+}
+# ActiveMQ NetworkBridgeConfiguration / NetworkConnector properties meshmq does not use.
+_NC_IGNORED = frozenset({
+    "conduitNetworkQueueSubscriptions", "useVirtualDestSubs", "syncDurableSubs",
+    "dispatchAsync", "advisoryPrefetchSize", "advisoryAckPercentage", "brokerName",
+    "brokerURL", "remoteUserName", "remotePassword", "destinationFilter", "clientIdToken",
+    "useCompression", "advisoryForFailedForward", "useBrokerNamesAsIdSeed",
+    "gcDestinationViews", "gcSweepTime", "checkDuplicateMessagesOnDuplex", "objectName",
+    "localUri", "id", "bridgeFactory", "sslContext", "connectionFilter", "discoveryAgent",
+})
+_NC_LATER = frozenset({"durableDestinations", "bridgeFactory", "connectionFilter",
+                       "sslContext", "discoveryAgent", "brokerService"})
+# <conditionalNetworkBridgeFilterFactory> attribute -> connector field.
+_BRIDGE_FILTER_ATTRIBUTES: dict[str, str] = {
+    "replayWhenNoConsumers": "replay_when_no_consumers", "replayDelay": "replay_delay_ms",
+    "selectorAware": "selector_aware", "rateLimit": "rate_limit",
+    "rateDuration": "rate_duration_ms",
+}
+_LIST_DESTINATIONS = {"queue": "queue", "topic": "topic", "tempQueue": "temp-queue",
+                      "tempTopic": "temp-topic"}
+# Listener protocols that carry broker links (a discoveryUri advertises them).
+_BRIDGE_PROTOCOLS = frozenset({"tcp", "ssl"})
+
 # ActiveMQ defaults that differ from (or might drift from) the model's.
 _AMQ_POLICY_DEFAULTS = {"expired_to_dlq": "true", "non_persistent_to_dlq": "false"}
 _DEST_ATTRS = {"queue": "queue", "topic": "topic", "tempQueue": "temp-queue",
@@ -181,7 +235,31 @@ def loads_activemq_xml(data: bytes | str, *, file: str | None = None,
     return importer.run()
 
 
+# An '&' that starts no entity or character reference.
+_BARE_AMPERSAND = re.compile(rb"&(?!(?:[A-Za-z_][\w.-]*|#[0-9]+|#x[0-9A-Fa-f]+);)")
+
+
 def _parse(data: bytes, file: str | None) -> _Node:
+    """Parse strictly; a document that fails only for bare ``&`` (as in URIs copied from
+    docs: ``?randomize=false&maxReconnectAttempts=0``) is read with each one as ``&amp;``,
+    with a warning per line, since a Spring-era config copied verbatim often has them."""
+    try:
+        return _parse_strict(data, file)
+    except ConfigError as strict_error:
+        bare = [m.start() for m in _BARE_AMPERSAND.finditer(data)]
+        if not bare:
+            raise
+        try:
+            root = _parse_strict(_BARE_AMPERSAND.sub(b"&amp;", data), file)
+        except ConfigError:
+            raise strict_error from None  # something else is wrong too: report the original
+    for line in sorted({data.count(b"\n", 0, pos) + 1 for pos in bare}):
+        log.warning("%s:%d: bare '&' read as '&amp;' (XML requires '&amp;' there)",
+                    file or "<activemq.xml>", line)
+    return root
+
+
+def _parse_strict(data: bytes, file: str | None) -> _Node:
     # Namespace processing turns "{uri}local" into "uri local": we keep the local part.
     parser = xml.parsers.expat.ParserCreate(namespace_separator=" ")
     root = _Node("#document", {}, 1, "")
@@ -239,6 +317,9 @@ class _Importer:
         self.policies: list[tuple[dict[str, Any], _Node]] = []
         self.default_redeliveries: tuple[str, _Node] | None = None
         self.redeliveries: list[tuple[str, str, _Node]] = []  # (match, count, node)
+        self.connectors: list[dict[str, Any]] = []
+        # conditionalNetworkBridgeFilterFactory settings: (field -> (value, attr), node, match)
+        self.bridge_filters: list[tuple[dict[str, tuple[str, str]], _Node, str]] = []
         self.ssl: dict[str, tuple[str, str]] = {}  # listener key -> (file, attribute)
         self.ssl_node: _Node | None = None
 
@@ -345,6 +426,8 @@ class _Importer:
             "persistent": lambda a: self.put("broker.persistent", self.value(node, a), node, a),
             "advisorySupport": lambda a: self.put("broker.advisory_support",
                                                   self.value(node, a), node, a),
+            "networkConnectorStartAsync": lambda a: self.put(
+                "broker.network_connector_start_async", self.value(node, a), node, a),
         }, _BROKER_IGNORED)
         self.elements(node, {
             "transportConnectors": self.transport_connectors,
@@ -353,6 +436,7 @@ class _Importer:
             "destinationPolicy": self.destination_policy,
             "systemUsage": self.system_usage,
             "sslContext": self.ssl_context,
+            "networkConnectors": self.network_connectors,
         }, _BROKER_LATER)
 
     # -- transport connectors ----------------------------------------------
@@ -362,8 +446,8 @@ class _Importer:
         self.elements(node, {"transportConnector": self.transport_connector})
 
     def transport_connector(self, node: _Node) -> None:
-        self.attributes(node, {"name": lambda a: None, "uri": lambda a: None},
-                        _CONNECTOR_IGNORED)
+        self.attributes(node, {"name": lambda a: None, "uri": lambda a: None,
+                               "discoveryUri": lambda a: None}, _CONNECTOR_IGNORED)
         if "uri" not in node.attrs:
             raise self.fail(node, "<transportConnector> needs a uri", "uri")
         uri = self.value(node, "uri")
@@ -393,6 +477,14 @@ class _Importer:
         self.src.labels[at] = node.where()
         for option, value in urllib.parse.parse_qsl(query, keep_blank_values=True):
             self.uri_option(node, listener, at, option, value)
+        if "discoveryUri" in node.attrs:
+            if protocol in _BRIDGE_PROTOCOLS:
+                listener["discovery_uri"] = self.value(node, "discoveryUri")
+                self.src.lines[f"{at}.discovery_uri"] = node.line
+                self.src.labels[f"{at}.discovery_uri"] = node.where("discoveryUri")
+            else:
+                self.warn(node, f"discoveryUri on a {scheme}:// connector is ignored: meshmq "
+                          "advertises only tcp/ssl connectors, which carry broker links")
 
     def uri_option(self, node: _Node, listener: dict[str, Any], at: str, option: str,
                    value: str) -> None:
@@ -438,6 +530,109 @@ class _Importer:
                       "keyStoreType", "trustStoreType", "keyStoreAlgorithm",
                       "trustStoreAlgorithm", "protocol", "provider", "secureRandomAlgorithm"}))
         self.ssl_node = ctx
+
+    # -- network connectors ---------------------------------------------------
+
+    def network_connectors(self, node: _Node) -> None:
+        self.attributes(node, {})
+        self.elements(node, {
+            "networkConnector": lambda n: self.network_connector(n, "uri"),
+            "multicastNetworkConnector": lambda n: self.network_connector(n, "remoteURI"),
+        }, frozenset({"ldapNetworkConnector"}))
+
+    def network_connector(self, node: _Node, uri_attr: str) -> None:
+        index = len(self.connectors)
+        at = f"network_connectors[{index}]"
+        connector: dict[str, Any] = {}
+        self.connectors.append(connector)
+        self.src.lines[at] = node.line
+        self.src.labels[at] = node.where()
+
+        def keep(key: str) -> Callable[[str], None]:
+            def handler(a: str) -> None:
+                connector[key] = self.value(node, a)
+                self.src.lines[f"{at}.{key}"] = node.line
+                self.src.labels[f"{at}.{key}"] = node.where(a)
+            return handler
+
+        handlers = {a: keep(f) for a, f in NETWORK_CONNECTOR_ATTRIBUTES.items()}
+        handlers[uri_attr] = keep("uri")
+        self.attributes(node, handlers, _NC_IGNORED)
+        if "uri" not in connector:
+            raise self.fail(node, f"<{node.tag}> needs a {uri_attr}", uri_attr)
+        if node.tag == "multicastNetworkConnector":
+            if not connector["uri"].strip().lower().startswith("multicast://"):
+                raise self.fail(node, "meshmq reads <multicastNetworkConnector> as multicast "
+                                "discovery: its remoteURI must be multicast://...", uri_attr)
+            self.warn(node, "<multicastNetworkConnector> bridges to each broker discovered in "
+                      "the multicast group (meshmq has no one-to-many bridge transport)")
+
+        def destinations(n: _Node) -> None:
+            key = NETWORK_CONNECTOR_LISTS[n.tag]
+            self.attributes(n, {})
+            entries: list[str] = connector.setdefault(key, [])
+            self.src.lines[f"{at}.{key}"] = n.line
+            self.src.labels[f"{at}.{key}"] = n.where()
+
+            def destination(d: _Node) -> None:
+                self.attributes(d, {"physicalName": lambda a: None})
+                self.elements(d, {})
+                if "physicalName" not in d.attrs:
+                    raise self.fail(d, f"<{d.tag}> needs a physicalName", "physicalName")
+                # A composite name "a,b" is several destinations, as in ActiveMQ.
+                for name in self.value(d, "physicalName").split(","):
+                    where = f"{at}.{key}[{len(entries)}]"
+                    entries.append(f"{_LIST_DESTINATIONS[d.tag]}://{name.strip()}")
+                    self.src.lines[where] = d.line
+                    self.src.labels[where] = d.where("physicalName")
+
+            self.elements(n, {tag: destination for tag in _LIST_DESTINATIONS})
+
+        self.elements(node, {tag: destinations for tag in NETWORK_CONNECTOR_LISTS}, _NC_LATER)
+
+    def bridge_filter(self, node: _Node, match: str) -> None:
+        if any(n is node for _, n, _ in self.bridge_filters):
+            return  # a <defaultEntry> is read once per destination kind
+        values: dict[str, tuple[str, str]] = {}
+
+        def keep(key: str) -> Callable[[str], None]:
+            def handler(a: str) -> None:
+                values[key] = (self.value(node, a), a)
+            return handler
+
+        self.attributes(node, {a: keep(f) for a, f in _BRIDGE_FILTER_ATTRIBUTES.items()})
+        self.elements(node, {})
+        self.bridge_filters.append((values, node, match))
+
+    def assemble_connectors(self) -> None:
+        """Apply destination policies' bridge filter settings to every connector: ActiveMQ
+        sets them per destination, meshmq per connector. A connector's own attribute wins;
+        between policies, the first in the file wins."""
+        chosen: dict[str, tuple[str, str, _Node]] = {}  # field -> (value, attr, node)
+        for values, node, match in self.bridge_filters:
+            if not self.connectors:
+                self.warn(node, f"<{node.tag}> (policy {match}) has no effect: there are no "
+                          "network connectors")
+                continue
+            names = ", ".join(values) or "its defaults"
+            self.warn(node, f"<{node.tag}> of policy {match} applies to every network "
+                      f"connector in meshmq (meshmq configures {names} per connector)")
+            for key, (value, attr) in values.items():
+                if key not in chosen:
+                    chosen[key] = (value, attr, node)
+                elif chosen[key][0] != value:
+                    first = chosen[key][2]
+                    self.warn(node, f"{attr}={value} conflicts with line {first.line}; "
+                              "the first one is used")
+        for i, connector in enumerate(self.connectors):
+            for key, (value, attr, node) in chosen.items():
+                if key in connector:
+                    continue
+                connector[key] = value
+                self.src.lines[f"network_connectors[{i}].{key}"] = node.line
+                self.src.labels[f"network_connectors[{i}].{key}"] = node.where(attr)
+        if self.connectors:
+            self.raw["network_connectors"] = self.connectors
 
     # -- persistence --------------------------------------------------------
 
@@ -643,7 +838,16 @@ class _Importer:
                               "sharedDeadLetterStrategy": shared},
                           frozenset({"discarding", "discardingDeadLetterStrategy"}))
 
-        self.elements(node, {"deadLetterStrategy": strategy}, _POLICY_LATER)
+        def bridge_filter(n: _Node) -> None:
+            self.attributes(n, {})
+            self.elements(n, {
+                "conditionalNetworkBridgeFilterFactory": lambda f: self.bridge_filter(f, match),
+                # The default factory is meshmq's default behaviour: nothing to set.
+                "defaultNetworkBridgeFilterFactory": lambda f: self.attributes(f, {}),
+            })
+
+        self.elements(node, {"deadLetterStrategy": strategy,
+                             "networkBridgeFilterFactory": bridge_filter}, _POLICY_LATER)
         self.policies.append((policy, node))
         self.src.lines[_scratch(policy)] = node.line
         self.src.labels[_scratch(policy)] = node.where()
@@ -700,6 +904,7 @@ class _Importer:
         self.src.lines["listeners"] = broker.line
         if self.policies or self.redeliveries or self.default_redeliveries:
             self.raw["policies"] = self.assemble_policies(broker)
+        self.assemble_connectors()
 
     def assemble_policies(self, broker: _Node) -> list[dict[str, Any]]:
         """Order entries the way ActiveMQ picks them (most specific first) and fold in

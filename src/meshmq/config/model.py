@@ -32,6 +32,9 @@ class ListenerConfig:
     ssl_keyfile: Path | None = None
     ssl_cafile: Path | None = None
     max_connections: int = 1000
+    # Advertise this listener on a discovery group (ActiveMQ transportConnector
+    # discoveryUri, e.g. "multicast://default"); tcp/ssl/nio listeners only.
+    discovery_uri: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +145,58 @@ class TraceConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class NetworkConnectorConfig:
+    """One network connector (ActiveMQ <networkConnector>): bridges from this broker to
+    the brokers its URI names or discovers. Times in milliseconds; ActiveMQ's property
+    names in snake_case, with ActiveMQ's defaults (5.19 code, not the older docs)."""
+
+    uri: str  # static:(...), masterslave:(...), multicast://..., or one tcp:// URI
+    name: str = "NC"
+    username: str | None = None
+    password: str | None = None
+    duplex: bool = False
+    conduit_subscriptions: bool = True
+    network_ttl: int = 1
+    message_ttl: int | None = None  # None: network_ttl
+    consumer_ttl: int | None = None  # None: network_ttl
+    decrease_network_consumer_priority: bool = True
+    consumer_priority_base: int = -5
+    prefetch_size: int = 1000
+    always_sync_send: bool = True
+    suppress_duplicate_queue_subscriptions: bool = False
+    suppress_duplicate_topic_subscriptions: bool = True
+    excluded_destinations: tuple[str, ...] = ()  # destination URIs, wildcards allowed
+    dynamically_included_destinations: tuple[str, ...] = ()
+    statically_included_destinations: tuple[str, ...] = ()
+    static_bridge: bool = False
+    bridge_temp_destinations: bool = True
+    dynamic_only: bool = False
+    # Stuck messages: send queue messages back towards a broker on their path when this
+    # broker has no consumer for them (ActiveMQ conditionalNetworkBridgeFilterFactory).
+    replay_when_no_consumers: bool = False
+    replay_delay_ms: int = 0
+    selector_aware: bool = False
+    # meshmq's redistribution (on by default): a queue message that has sat here
+    # redistribution_delay_ms with no local consumer able to take it moves to a broker
+    # with a consumer, its path included, but never straight back while it is moving.
+    redistribution: bool = True
+    redistribution_delay_ms: int = 1000
+    rate_limit: int = 0  # messages per rate_duration_ms to the network; 0 = unlimited
+    rate_duration_ms: int = 1000
+    # Reconnect policy of each bridge (ActiveMQ SimpleDiscoveryAgent's options).
+    initial_reconnect_delay_ms: int = 1000
+    max_reconnect_delay_ms: int = 30_000
+    use_exponential_backoff: bool = True
+    backoff_multiplier: float = 2.0
+    max_reconnect_attempts: int = 0  # 0 or -1: for ever (static: semantics)
+    min_connect_time_ms: int = 5000  # a link up this long resets the backoff
+    handshake_timeout_ms: int = 10_000
+    heartbeat_ms: int = 5000  # link keep-alive; silent for 3 intervals = dead
+    interest_resync_ms: int = 30_000  # full interest resync (heals lost updates)
+    auto_start: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerConfig:
     broker_name: str = "localhost"
     data_directory: Path = Path("data")
@@ -164,6 +219,8 @@ class BrokerConfig:
     trace: TraceConfig = field(default_factory=TraceConfig)
     expiry_check_interval_ms: int = 1000
     duplicate_window: int = 10_000  # idempotent-producer window (message ids remembered)
+    network_connectors: tuple[NetworkConnectorConfig, ...] = ()
+    network_connector_start_async: bool = False
     source: str | None = None  # file this config came from, for messages
 
     @property

@@ -11,6 +11,7 @@ Layout of a file (one section per nested dataclass of ``BrokerConfig``)::
     [auth]            AuthConfig; users as [[auth.users]] (User)
     [management]      ManagementConfig
     [trace]           TraceConfig
+    [[network_connectors]]  NetworkConnectorConfig (bridges to other brokers)
 
 The schema is derived from the dataclasses themselves, so a field added to the
 model is loadable at once (and ``test_config_docs`` insists it is documented).
@@ -41,16 +42,19 @@ from meshmq.config.model import (
     TRACE_FORMATS,
     BrokerConfig,
     ListenerConfig,
+    NetworkConnectorConfig,
 )
 from meshmq.config.sizes import parse_size
 from meshmq.core.destinations import Destination, is_wildcard_name, validate_name
 from meshmq.errors import ConfigError, DestinationError
+from meshmq.network.discovery import DiscoveryUriError, parse_multicast_uri
 
 __all__ = [
     "BROKER_SECTION",
     "SECTIONS",
     "Source",
     "build_config",
+    "check_connector_uri",
     "load_toml",
     "loads_toml",
     "option_key",
@@ -96,6 +100,26 @@ _RANGES: dict[str, tuple[float | None, float | None]] = {
     "TraceConfig.sample_rate": (0.0, 1.0),
     "TraceConfig.max_file_bytes": (1, None),
     "TraceConfig.flush_interval_ms": (1, None),
+    # -1 = unlimited hops; 0 would forward nothing (NONZERO below).
+    "NetworkConnectorConfig.network_ttl": (-1, None),
+    "NetworkConnectorConfig.message_ttl": (-1, None),
+    "NetworkConnectorConfig.consumer_ttl": (-1, None),
+    "NetworkConnectorConfig.consumer_priority_base": (None, None),  # ActiveMQ's is -5
+    "NetworkConnectorConfig.prefetch_size": (1, None),
+    "NetworkConnectorConfig.backoff_multiplier": (1.0, None),
+    "NetworkConnectorConfig.max_reconnect_attempts": (-1, None),
+    "NetworkConnectorConfig.rate_duration_ms": (1, None),
+    "NetworkConnectorConfig.handshake_timeout_ms": (1, None),
+    "NetworkConnectorConfig.heartbeat_ms": (1, None),
+    "NetworkConnectorConfig.interest_resync_ms": (1, None),
+}
+_NONZERO: dict[str, str] = {
+    f"NetworkConnectorConfig.{name}": "-1 (unlimited) or at least 1 hop"
+    for name in ("network_ttl", "message_ttl", "consumer_ttl")
+}
+# Why a bound exists, where the number alone does not say.
+_RANGE_REASONS: dict[str, str] = {
+    "NetworkConnectorConfig.prefetch_size": "a bridge's consumer never polls, it needs credit",
 }
 _CHOICES: dict[str, tuple[str, ...]] = {
     "ListenerConfig.protocol": LISTENER_PROTOCOLS,
@@ -106,8 +130,14 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 _NON_EMPTY: frozenset[str] = frozenset({
     "BrokerConfig.broker_name", "ListenerConfig.name", "ListenerConfig.host",
     "ManagementConfig.host", "User.name", "AuthConfig.anonymous_user",
-    "DestinationPolicy.dead_letter_queue",
+    "DestinationPolicy.dead_letter_queue", "NetworkConnectorConfig.name",
+    "NetworkConnectorConfig.uri",
 })
+# Listener protocols that carry broker-to-broker links, so may be advertised.
+_BRIDGE_PROTOCOLS = frozenset({"tcp", "ssl", "nio"})
+# The three destination lists of a network connector.
+_DESTINATION_LISTS = ("excluded_destinations", "dynamically_included_destinations",
+                      "statically_included_destinations")
 _SSL_PROTOCOLS = frozenset({"ssl", "stomp+ssl", "mqtt+ssl", "wss"})
 # URL scheme spellings that mean the same listener protocol.
 _SCHEME_ALIASES = {"stomp+nio": "stomp", "stomp+nio+ssl": "stomp+ssl", "nio+ssl": "ssl",
@@ -175,7 +205,15 @@ def _unknown(kind: str, path: str, name: str, known: Iterable[str]) -> str:
     close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
     # Also catch the model's field name used where the key is shorter (broker_name -> name).
     close = close or [k for k in sorted(known) if len(k) >= 4 and name.endswith(k)][:1]
+    # ActiveMQ's camelCase spelling of an option: networkTTL -> network_ttl.
+    snake = _snake(name)
+    close = close or [k for k in (snake, f"{snake}_ms") if k in known][:1]
     return f"{msg}; did you mean {close[0]!r}?" if close else msg
+
+
+def _snake(name: str) -> str:
+    """``networkTTL`` -> ``network_ttl``, ``backOffMultiplier`` -> ``back_off_multiplier``."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
 
 
 # ---------------------------------------------------------------------------
@@ -340,10 +378,13 @@ class _Builder:
 
     def _check_number(self, value: float, path: str, key: str) -> Any:
         low, high = _RANGES.get(key, (0, None))
+        why = f" ({_RANGE_REASONS[key]})" if key in _RANGE_REASONS else ""
         if low is not None and value < low:
-            raise self.src.error(f"must be >= {low}, got {value}", path)
+            raise self.src.error(f"must be >= {low}, got {value}{why}", path)
         if high is not None and value > high:
-            raise self.src.error(f"must be <= {high}, got {value}", path)
+            raise self.src.error(f"must be <= {high}, got {value}{why}", path)
+        if key in _NONZERO and value == 0:
+            raise self.src.error(f"must be {_NONZERO[key]}, got 0", path)
         return value
 
     def _str(self, value: Any, path: str, key: str) -> str:
@@ -385,6 +426,8 @@ class _Builder:
                 raise self.src.error(
                     f"{lst.protocol} listener {lst.name!r} needs ssl_certfile",
                     f"{at}.ssl_certfile")
+            if lst.discovery_uri is not None:
+                self._check_discovery_uri(lst, f"{at}.discovery_uri")
         for i, pol in enumerate(config.policies):
             at = f"policies[{i}]"
             try:
@@ -411,6 +454,44 @@ class _Builder:
             if user.name in users:
                 raise self.src.error(f"duplicate user {user.name!r}", f"auth.users[{i}].name")
             users.add(user.name)
+        connectors: set[str] = set()
+        for i, nc in enumerate(config.network_connectors):
+            at = f"network_connectors[{i}]"
+            if nc.name in connectors:
+                raise self.src.error(
+                    f"duplicate network connector name {nc.name!r}: connectors need distinct "
+                    "names (they name the bridges and their durable subscriptions)",
+                    f"{at}.name")
+            connectors.add(nc.name)
+            self._check_connector(nc, at)
+
+    def _check_discovery_uri(self, lst: ListenerConfig, path: str) -> None:
+        if lst.protocol not in _BRIDGE_PROTOCOLS:
+            raise self.src.error(
+                f"only tcp, ssl and nio listeners carry broker links and can be advertised; "
+                f"{lst.name!r} is {lst.protocol}", path)
+        try:
+            parse_multicast_uri(lst.discovery_uri or "")
+        except DiscoveryUriError as exc:
+            raise self.src.error(str(exc), path) from None
+
+    def _check_connector(self, nc: NetworkConnectorConfig, at: str) -> None:
+        try:
+            check_connector_uri(nc.uri)
+        except ValueError as exc:
+            raise self.src.error(str(exc), f"{at}.uri") from None
+        if nc.max_reconnect_delay_ms < nc.initial_reconnect_delay_ms:
+            raise self.src.error(
+                f"must be >= initial_reconnect_delay_ms ({nc.initial_reconnect_delay_ms}), "
+                f"got {nc.max_reconnect_delay_ms}", f"{at}.max_reconnect_delay_ms")
+        for name in _DESTINATION_LISTS:
+            for j, text in enumerate(getattr(nc, name)):
+                try:
+                    Destination.parse_uri(text)
+                except DestinationError as exc:
+                    raise self.src.error(
+                        f"not a destination like 'queue://orders.>' or 'topic://prices.*': "
+                        f"{exc.message}", f"{at}.{name}[{j}]") from None
 
 
 def _describe(value: Any) -> str:
@@ -419,6 +500,86 @@ def _describe(value: Any) -> str:
     if isinstance(value, dict | list):
         return kind
     return f"{kind} {value!r}"
+
+
+_URI_FORMS = ("static:(uri,...)", "masterslave:(master,slave,...)", "multicast://...",
+              "tcp://host:port", "ssl://host:port", "nio://host:port")
+
+
+def check_connector_uri(uri: str) -> None:
+    """A light check of a network connector URI: its form, not every option.
+
+    Accepts ``static:(...)`` / ``static:uri``, ``masterslave:(a,b,...)``, a
+    ``multicast://`` discovery URI (fully parsed) and one ``tcp://``, ``ssl://`` or
+    ``nio://`` host:port. Raises ``ValueError`` naming what is wrong.
+    """
+    text = uri.strip()
+    scheme, sep, rest = text.partition(":")
+    if not sep:
+        raise ValueError(f"not a network connector URI: {uri!r}; expected one of "
+                         f"{', '.join(_URI_FORMS)}")
+    known = ("static", "masterslave", "multicast", "failover", *sorted(_BRIDGE_PROTOCOLS))
+    if scheme not in known and scheme.lower() in known:
+        raise ValueError(f"write the scheme {scheme + ':'!r} in lower case, as ActiveMQ does")
+    if scheme in ("static", "masterslave"):
+        if rest.count("(") != rest.count(")"):
+            raise ValueError(f"unbalanced parentheses in {uri!r}")
+        inner = rest.lstrip("/")  # ActiveMQ also accepts static://(...)
+        # static:tcp://h:1 and static:failover:(a,b)?options name one target.
+        targets = _split_top(inner[1:_closing(inner)]) if inner.startswith("(") else [inner]
+        targets = [t.strip() for t in targets if t.strip()]
+        if not targets:
+            raise ValueError(f"{scheme}: names no broker URI: {uri!r}")
+        if scheme == "masterslave" and len(targets) < 2:
+            raise ValueError(f"masterslave: needs the master and at least one slave, got "
+                             f"{len(targets)} URI in {uri!r}")
+        for target in targets:
+            if "://" not in target and not target.lower().startswith("failover:"):
+                raise ValueError(f"{target!r} in {uri!r} is not a broker URI like "
+                                 "'tcp://host:61616'")
+        return
+    if scheme == "multicast":
+        try:
+            parse_multicast_uri(text)
+        except DiscoveryUriError as exc:
+            raise ValueError(str(exc)) from None
+        return
+    if scheme in _BRIDGE_PROTOCOLS:
+        try:
+            split_listener_url(text)
+        except ValueError as exc:
+            raise ValueError(str(exc).replace("listener URL", "broker URI")) from None
+        return
+    if scheme == "failover":
+        raise ValueError(f"a failover: URI must be wrapped: 'static:({text})' or, for a "
+                         "master/slave pair, 'masterslave:(master,slave)'")
+    raise ValueError(f"unknown network connector scheme {scheme + ':'!r} in {uri!r}; "
+                     f"expected one of {', '.join(_URI_FORMS)}")
+
+
+def _closing(text: str) -> int:
+    """Index of the parenthesis closing ``text[0]`` (parentheses are balanced)."""
+    depth = 0
+    for i, c in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(c, 0)
+        if depth == 0:
+            return i
+    return len(text)
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas outside parentheses: ``a,failover:(b,c)`` -> two parts."""
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
 
 
 def split_listener_url(url: str) -> tuple[str, str, int, str]:

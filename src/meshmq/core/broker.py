@@ -20,6 +20,7 @@ from meshmq.config.model import BrokerConfig, DestinationPolicy
 from meshmq.core import destinations as dst
 from meshmq.core.auth import Authenticator, Principal
 from meshmq.core.consumer import Consumer, ConsumerSpec
+from meshmq.core.dedup import DEDUP_PROPERTY, DuplicateWindow, network_key
 from meshmq.core.destinations import Destination, DestKind
 from meshmq.core.message import Message, PropertyValue
 from meshmq.core.queue import Entry, Outcome, Queue
@@ -125,6 +126,7 @@ class ConsumerEvent:
     client_id: str | None
     durable_name: str | None
     consumer_count: dict[Destination, int]
+    spec: ConsumerSpec
 
 
 class Broker:
@@ -159,6 +161,7 @@ class Broker:
         self._ops: list[StoreOp] = []
         self._outbox: list[Outcome] = []
         self._listeners: list[Callable[[ConsumerEvent], None]] = []
+        self.dedup = DuplicateWindow(config.duplicate_window)
         self._policies = [(Destination.parse_uri(p.match), p) for p in config.policies]
         self._default_policy = DestinationPolicy()
         self._boot = format(self._clock(), "x")
@@ -178,6 +181,9 @@ class Broker:
 
     def emit(self, outcome: Outcome) -> None:
         self._outbox.append(outcome)
+
+    def remember_network_message(self, message: Message) -> None:
+        self.dedup.remember(network_key(message))
 
     def mark_dirty(self, queue: Queue) -> None:
         self._dirty[queue] = None
@@ -219,6 +225,15 @@ class Broker:
 
     def add_listener(self, listener: Callable[[ConsumerEvent], None]) -> None:
         self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[ConsumerEvent], None]) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    def advise(self, topic: Destination, advisory_type: str,
+               fields: dict[str, PropertyValue]) -> None:
+        """Publish an advisory (for subsystems outside the core: network bridges)."""
+        self._advise(topic, advisory_type, fields)
 
     def policy_for(self, dest: Destination) -> DestinationPolicy:
         for pattern, policy in self._policies:
@@ -421,6 +436,18 @@ class Broker:
                      "TempDestinationRemoved", {"destination": str(dest),
                                                 "connectionId": conn.id})
 
+    def adopt_temp(self, conn: Connection, dest: Destination) -> None:
+        """Make a remote broker's temporary destination exist here, owned by the bridge
+        connection ``conn`` (bridgeTempDestinations): replies sent here to it can then
+        cross the network; it goes away with the bridge."""
+        if self.temp_exists(dest):
+            return
+        conn.temp_destinations.add(dest)
+        if dest.kind is DestKind.TEMP_QUEUE:
+            self._get_queue(dest)
+        else:
+            self.topics.setdefault(dest, TopicStats())
+
     def temp_exists(self, dest: Destination) -> bool:
         return dest in self.queues if dest.kind is DestKind.TEMP_QUEUE else dest in self.topics
 
@@ -464,8 +491,18 @@ class Broker:
 
     def _route(self, conn: Connection | None, destinations: tuple[Destination, ...],
                message: Message) -> bool:
+        if message.properties:
+            dedup_id = message.properties.get(DEDUP_PROPERTY)
+            if dedup_id is not None and self.dedup.check_and_add(str(dedup_id)):
+                # A re-send of an accepted message: confirm again, store nothing. The
+                # confirmation still waits for a store sync, which orders it after the
+                # original's write.
+                log.debug("duplicate send %s dropped (dedup-id %s)", message.message_id,
+                          dedup_id)
+                return True
         needs_sync = False
-        tracer = self.tracer if conn is not None else None
+        # Producers' messages only: bridges trace received_from_bridge themselves.
+        tracer = self.tracer if conn is not None and conn.protocol != "network" else None
         for i, d in enumerate(destinations):
             msg = message if i == 0 and d == message.destination else message.copy_to(d)
             if tracer is not None:
@@ -513,6 +550,10 @@ class Broker:
             if sub.no_local and sub.connection_id is not None \
                     and sub.connection_id == msg.producer_id:
                 continue
+            net_consumer = sub.consumer
+            if net_consumer is not None and net_consumer.net_filter is not None \
+                    and not net_consumer.net_filter(msg):
+                continue  # a bridge that must not carry it (loop, TTL)
             if sub.selector_text is not None:
                 if lookup is None:
                     lookup = message_lookup(msg)
@@ -738,7 +779,10 @@ class Broker:
             self._queue_wildcards.remove(consumer)
         # Unacked messages go back to their queues (counted as a delivery attempt).
         for entry in list(consumer.dispatched.values()):
-            entry.queue.release(entry, cause="consumer closed with the message unacknowledged",
+            # A bridge that went down did not deliver anything to a client: its
+            # in-flight messages go back without counting towards the DLQ.
+            entry.queue.release(entry, count_delivery=consumer.spec.network_path is None,
+                                cause="consumer closed with the message unacknowledged",
                                 reason="consumer closed")
         consumer.dispatched.clear()
         consumer.by_message_id.clear()
@@ -968,7 +1012,7 @@ class Broker:
                              "ackMode": spec.ack_mode.value})
         if self._listeners:
             event = ConsumerEvent(added, consumer.id, spec.destinations, spec.selector, conn.id,
-                                  conn.client_id, spec.subscription_name, counts)
+                                  conn.client_id, spec.subscription_name, counts, spec)
             for listener in self._listeners:
                 listener(event)
 
@@ -997,6 +1041,7 @@ class Broker:
         return {"broker": self.name, "uptime_ms": self.now_ms() - self.started_ms,
                 "connections": len(self.connections), "destinations": dests,
                 "durable_subscriptions": durables,
+                "duplicates_dropped": self.dedup.duplicates,
                 "memory": {"used": self.usage.used, "limit": self.usage.limit,
                            "peak": self.usage.peak, "percent": round(self.usage.percent, 1)},
                 "store": self.store.stats()}

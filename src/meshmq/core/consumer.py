@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -10,6 +11,7 @@ from meshmq.core.destinations import Destination
 
 if TYPE_CHECKING:
     from meshmq.core.broker import TopicSubscription
+    from meshmq.core.message import Message
     from meshmq.core.queue import Entry, Queue
     from meshmq.core.selector import Selector
 
@@ -37,6 +39,11 @@ class ConsumerSpec:
     # MQTT 5 shared subscription ($share/<group>/<filter>): the group's consumers
     # compete for the topic's messages like queue consumers.
     shared_group: str | None = None
+    # Set on a network bridge's demand subscription: the brokers the remote consumer's
+    # interest crossed to reach this broker (nearest last). None: a local consumer.
+    network_path: tuple[str, ...] | None = None
+    # ... and the real consumers it stands for ("<broker>/<consumer id>").
+    network_origins: tuple[str, ...] = ()
 
 
 class Consumer:
@@ -52,6 +59,7 @@ class Consumer:
         "dispatched",
         "dispatched_count",
         "id",
+        "net_filter",
         "next_tag",
         "paused",
         "prefetch",
@@ -84,6 +92,9 @@ class Consumer:
         self.closed = False
         self.dispatched_count = 0
         self.acked_count = 0
+        # Network demand subscriptions: may this message go to the remote broker (loop
+        # prevention, TTL, rate limit)? Checked before the selector.
+        self.net_filter: Callable[[Message], bool] | None = None
 
     @property
     def sub_queue(self) -> Queue | None:

@@ -88,6 +88,7 @@ class QueueContext(Protocol):
     def store_op(self, op: StoreOp) -> None: ...
     def emit(self, outcome: Outcome) -> None: ...
     def mark_dirty(self, queue: Queue) -> None: ...
+    def remember_network_message(self, message: Message) -> None: ...
     def defer(self, queue: Queue) -> None: ...
     def bursting(self, consumer: Consumer) -> None: ...
     def dead_letter(self, queue: Queue, entry: Entry, cause: str) -> None: ...
@@ -291,11 +292,15 @@ class Queue:
         return any(c.has_capacity for tier in self._tiers for c in tier)
 
     def _accepts(self, consumer: Consumer, entry: Entry) -> bool:
-        if self.prefiltered or consumer.selector is None:
-            return True
-        return consumer.selector.matches(message_lookup(
-            entry.message, delivery_count=entry.delivery_count + 1,
-            redelivered=entry.delivery_count > 0))
+        if not self.prefiltered and consumer.selector is not None and \
+                not consumer.selector.matches(message_lookup(
+                    entry.message, delivery_count=entry.delivery_count + 1,
+                    redelivered=entry.delivery_count > 0)):
+            return False
+        # Network demand: may it cross this bridge (loops, TTL, rate limit)? Last,
+        # because a rate limit counts what it lets through.
+        net_filter = consumer.net_filter
+        return net_filter is None or net_filter(entry.message)
 
     def _choose(self, entry: Entry) -> Consumer | None:
         exclusive = self._exclusive
@@ -434,6 +439,10 @@ class Queue:
         loaded = self.store.load(self.key, self._mem_high, want)
         for stored in loaded:
             self._mem_high = stored.seq
+            if stored.message.broker_path:
+                # After a restart, a bridge may re-send what it never saw acknowledged:
+                # messages held here that came over a bridge go back in the window.
+                self.ctx.remember_network_message(stored.message)
             self._push(Entry(self, stored.seq, stored.message, True, stored.delivery_count))
         if len(loaded) < want:
             self._paging = False

@@ -53,7 +53,7 @@ class ManagementServer:
             if method != "GET":
                 await self._reply(writer, 405, {"error": f"method {method} not allowed"})
             elif path == "/api/stat":
-                await self._reply(writer, 200, self.runtime.broker.statistics())
+                await self._reply(writer, 200, self.runtime.statistics())
             elif path == "/api/health":
                 await self._reply(writer, 200, {"status": "ok",
                                                 "broker": self.runtime.config.broker_name})

@@ -69,6 +69,9 @@ class BrokerRuntime:
         self._limits: dict[str, int] = {}  # listener -> max_connections
         self._counts: dict[str, int] = {}  # listener -> open connections
         self.started = False
+        from meshmq.network.manager import NetworkManager
+
+        self.network = NetworkManager(self)
         self.trace_sink: TraceSink | None = None
         self._trace_flush_at = 0.0
 
@@ -143,9 +146,9 @@ class BrokerRuntime:
             elif listener.protocol in ("mqtt", "mqtt+ssl"):
                 await self._listen_mqtt(listener)
             elif listener.protocol in ("tcp", "ssl", "nio"):
-                log.warning("listener %s (%s://) is not available yet: the broker-to-broker "
-                            "transport arrives with network connectors", listener.name,
-                            listener.protocol)
+                server = await self.network.listen(listener)
+                self._listening(listener, server)
+                await self.network.advertise(listener, self.addresses[listener.name])
             else:
                 log.warning("listener %s (%s://) is not available yet: MQTT and WebSocket "
                             "listeners are being built", listener.name, listener.protocol)
@@ -157,6 +160,7 @@ class BrokerRuntime:
             self._management = mgmt
         self._timer = self._loop.call_later(TIMER_INTERVAL, self._on_timer)
         self.started = True
+        await self.network.start_connectors()
         if self.config.mqtt.sys_interval_ms > 0 and any(
                 lst.protocol in ("mqtt", "mqtt+ssl", "ws", "wss")
                 for lst in self.config.listeners):
@@ -289,6 +293,7 @@ class BrokerRuntime:
         if not self.started:
             return
         self.started = False
+        await self.network.stop()
         for server in self._servers:
             server.close()
         if self._timer is not None:
@@ -318,6 +323,12 @@ class BrokerRuntime:
         await self.store.close()
         self._stopped.set()
         log.info("meshmq broker %r stopped", self.config.broker_name)
+
+    def statistics(self) -> dict[str, object]:
+        """The broker's statistics plus the runtime's parts (network bridges)."""
+        stats = self.broker.statistics()
+        stats["network"] = self.network.summary()
+        return stats
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()

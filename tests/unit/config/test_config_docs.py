@@ -21,6 +21,7 @@ PREFIX: dict[type, str] = {
     model.AuthConfig: "auth", model.User: "auth.users[]",
     model.ManagementConfig: "management", model.MqttConfig: "mqtt",
     model.TraceConfig: "trace",
+    model.NetworkConnectorConfig: "network_connectors[]",
 }
 NOT_OPTIONS = {"BrokerConfig.source"}  # set by the loader, not by users
 EXTRA_KEYS = {"listeners[].url"}  # accepted by the loader without being a field
@@ -95,5 +96,6 @@ def test_docs_name_no_stale_options() -> None:
 def test_sections_are_headed() -> None:
     text = DOC.read_text()
     for section in ("[broker]", "[[listeners]]", "[stomp]", "[store]", "[[policies]]",
-                    "[usage]", "[auth]", "[[auth.users]]", "[management]"):
+                    "[usage]", "[auth]", "[[auth.users]]", "[management]",
+                    "[[network_connectors]]"):
         assert f"`{section}`" in text

@@ -8,7 +8,13 @@ import pytest
 
 from meshmq.config import model
 from meshmq.config.load import default_config, load_config
-from meshmq.config.model import BrokerConfig, DestinationPolicy, ListenerConfig, User
+from meshmq.config.model import (
+    BrokerConfig,
+    DestinationPolicy,
+    ListenerConfig,
+    NetworkConnectorConfig,
+    User,
+)
 from meshmq.config.sizes import format_size
 from meshmq.config.toml_loader import (
     SIZE_FIELDS,
@@ -59,7 +65,8 @@ def _toml_table(obj: object) -> list[str]:
 def test_every_option_written_out_round_trips(tmp_path: Path) -> None:
     """Spelling out every default by its documented key gives the defaults back."""
     defaults = BrokerConfig(data_directory=tmp_path / "data",
-                            auth=model.AuthConfig(users=(User("u", "p", ("g",)),)))
+                            auth=model.AuthConfig(users=(User("u", "p", ("g",)),)),
+                            network_connectors=(NetworkConnectorConfig(uri="tcp://h:61616"),))
     lines = ["[broker]", *_toml_table(defaults)]
     for section in ("stomp", "store", "usage", "auth", "management"):
         lines += [f"[{section}]", *_toml_table(getattr(defaults, section))]
@@ -69,6 +76,8 @@ def test_every_option_written_out_round_trips(tmp_path: Path) -> None:
         lines += ["[[policies]]", *_toml_table(policy)]
     for user in defaults.auth.users:
         lines += ["[[auth.users]]", *_toml_table(user)]
+    for connector in defaults.network_connectors:
+        lines += ["[[network_connectors]]", *_toml_table(connector)]
     config = load(tmp_path, "\n".join(lines) + "\n")
     assert dataclasses.replace(config, source=None) == defaults
 

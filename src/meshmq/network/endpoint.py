@@ -1,0 +1,114 @@
+"""What both ends of a link share: routing frames to the forwarding and receiving
+halves once the handshake is done, and tearing them down with the link."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from meshmq.config.model import NetworkConnectorConfig
+from meshmq.errors import RemoteProtocolError
+from meshmq.protocol.wire import FrameType, WireFrame, decode_acks, decode_json, decode_messages
+
+if TYPE_CHECKING:
+    from meshmq.network.forwarder import Forwarder
+    from meshmq.network.link import WireLink
+    from meshmq.network.receiver import Receiver
+
+# Connector properties the initiator sends in HELLO, so a duplex responder forwards
+# with the same rules (ActiveMQ propagates its configuration the same way).
+MIRRORED = tuple(f.name for f in dataclasses.fields(NetworkConnectorConfig)
+                 if f.name not in ("uri", "username", "password"))
+
+
+def mirror_json(config: NetworkConnectorConfig) -> dict[str, Any]:
+    return {name: getattr(config, name) for name in MIRRORED}
+
+
+def client_uris_of(body: dict[str, Any]) -> tuple[str, ...]:
+    uris = body.get("client_uris", [])
+    if not isinstance(uris, list) or not all(isinstance(u, str) for u in uris):
+        raise RemoteProtocolError("client_uris must be a list of strings")
+    return tuple(uris)
+
+
+def mirror_config(data: object) -> NetworkConnectorConfig:
+    if not isinstance(data, dict):
+        raise RemoteProtocolError("HELLO config must be an object")
+    defaults = NetworkConnectorConfig(uri="duplex:")
+    changes: dict[str, Any] = {}
+    for name in MIRRORED:
+        if name not in data:
+            continue
+        value, default = data[name], getattr(defaults, name)
+        if isinstance(default, tuple):
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise RemoteProtocolError(f"HELLO config {name} must be a list of strings")
+            value = tuple(value)
+        elif default is None:
+            if value is not None and not isinstance(value, int | str):
+                raise RemoteProtocolError(f"HELLO config {name} has a bad type")
+        elif isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise RemoteProtocolError(f"HELLO config {name} must be a boolean")
+        elif isinstance(default, int | float):
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise RemoteProtocolError(f"HELLO config {name} must be a number")
+        elif not isinstance(value, type(default)):
+            raise RemoteProtocolError(f"HELLO config {name} has a bad type")
+        changes[name] = value
+    return dataclasses.replace(defaults, **changes)
+
+
+class LinkEnd:
+    forwarder: Forwarder | None = None
+    receiver: Receiver | None = None
+    remote_client_uris: tuple[str, ...] = ()  # where the remote broker's clients connect
+
+    def on_synced(self) -> None:
+        """The remote's first full interest sync arrived."""
+
+    def on_refused(self, code: str, message: str) -> None:
+        """The remote explained why it is closing the link."""
+
+    def route(self, link: WireLink, frame: WireFrame) -> None:
+        ftype = frame.type
+        if ftype is FrameType.MESSAGES:
+            if self.receiver is None:
+                raise RemoteProtocolError("MESSAGES on a link that does not receive")
+            self.receiver.on_messages(decode_messages(frame))
+        elif ftype is FrameType.ACKS:
+            if self.forwarder is None:
+                raise RemoteProtocolError("ACKS on a link that does not forward")
+            self.forwarder.on_acks(decode_acks(frame))
+        elif ftype is FrameType.INTEREST:
+            if self.forwarder is None:
+                raise RemoteProtocolError("INTEREST on a link that does not forward")
+            body = decode_json(frame)
+            op = body.get("op")
+            if op not in ("sync", "update"):
+                raise RemoteProtocolError(f"INTEREST op must be sync or update, not {op!r}")
+            first = not self.forwarder.synced
+            self.forwarder.apply_interest(op, body)
+            if first and op == "sync":
+                self.on_synced()
+        elif ftype is FrameType.REFUSE:
+            body = decode_json(frame)
+            self.on_refused(str(body.get("code", "refused")), str(body.get("message", "")))
+            link.close(f"refused by the remote: {body.get('code')}: {body.get('message')}")
+        elif ftype is FrameType.BYE:
+            link.close("the remote closed the link (BYE)")
+        else:
+            raise RemoteProtocolError(f"unexpected {ftype.name} frame")
+
+    def on_writable(self, link: WireLink) -> None:
+        if self.forwarder is not None:
+            self.forwarder.on_writable()
+
+    def teardown(self) -> None:
+        forwarder, self.forwarder = self.forwarder, None
+        receiver, self.receiver = self.receiver, None
+        if forwarder is not None:
+            forwarder.close()
+        if receiver is not None:
+            receiver.close()

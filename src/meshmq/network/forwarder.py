@@ -1,0 +1,323 @@
+"""The forwarding half of a link: this broker's messages, to the remote consumers.
+
+Demand subscriptions are ordinary consumers of the local broker (client-individual
+acks, a prefetch window), so everything the core does for consumers — selectors,
+priorities, round-robin, redelivery when the link drops — applies to bridges too. A
+forwarded message is acknowledged locally only once the remote broker reports it
+stored (store-and-forward; ``always_sync_send``), so a crash on either side loses
+nothing that was persistent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from meshmq.core.auth import Principal
+from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
+from meshmq.core.queue import BrowseEnd, Delivery
+from meshmq.errors import MeshmqError
+from meshmq.network.interest import Demand, InterestItem, plan_demand
+from meshmq.network.stats import LinkCounters
+from meshmq.protocol.wire import AckStatus, encode_messages
+
+if TYPE_CHECKING:
+    from meshmq.config.model import NetworkConnectorConfig
+    from meshmq.core.broker import Connection
+    from meshmq.core.destinations import Destination
+    from meshmq.core.message import Message
+    from meshmq.network.link import WireLink
+    from meshmq.network.manager import NetworkManager
+
+log = logging.getLogger("meshmq.network")
+
+BATCH_MESSAGES = 500  # messages per MESSAGES frame ...
+BATCH_BYTES = 1024 * 1024  # ... and bodies per frame (one big message may exceed it)
+RETRY_PAUSE_S = 0.5
+
+
+class Forwarder:
+    """A runtime session whose consumers are the remote broker's demand."""
+
+    def __init__(self, manager: NetworkManager, link: WireLink, config: NetworkConnectorConfig,
+                 remote: str, client_id: str, counters: LinkCounters,
+                 static: tuple[Destination, ...] = ()) -> None:
+        self.manager = manager
+        self.runtime = manager.runtime
+        self.broker = manager.runtime.broker
+        self.link = link
+        self.config = config
+        self.remote = remote
+        self.local = self.broker.name
+        self.counters = counters
+        self.static = static
+        ttl = config.network_ttl if config.message_ttl is None else config.message_ttl
+        self.message_ttl = ttl
+        principal = Principal(f"network:{config.name}", frozenset({"network"}))
+        self.conn: Connection | None = self.broker.open_connection(
+            principal, client_id=client_id, remote=link.peer, protocol="network")
+        self.items: dict[str, InterestItem] = {}
+        self.demands: dict[str, tuple[Demand, Consumer]] = {}
+        self.synced = False
+        self._seq = 0
+        self._inflight: dict[int, tuple[Consumer, int]] = {}
+        self._out: list[tuple[int, Message]] = []
+        self._local_acks: list[tuple[Consumer, int]] = []
+        self._window_start = 0.0
+        self._window_count = 0
+        self._rate_timer: asyncio.TimerHandle | None = None
+        self._redispatch: asyncio.TimerHandle | None = None
+        self._draining: dict[Consumer, bool] = {}  # demand gone, waiting for acks
+        self._retry_pause: asyncio.TimerHandle | None = None
+        self.runtime.register(self)
+        self.runtime.accepted(self)
+
+    # ------------------------------------------------------------ interest
+    def apply_interest(self, op: str, body: dict[str, object]) -> None:
+        if op == "sync":
+            raw = body.get("items") or []
+            assert isinstance(raw, list)
+            self.items = {i.id: i for i in (InterestItem.from_json(x) for x in raw)}
+            self.synced = True
+        else:
+            for x in body.get("add") or []:  # type: ignore[attr-defined]
+                item = InterestItem.from_json(x)
+                self.items[item.id] = item
+            for item_id in body.get("remove") or []:  # type: ignore[attr-defined]
+                self.items.pop(str(item_id), None)
+        self.replan(drop_gone_durables=True)
+
+    def replan(self, *, drop_gone_durables: bool = False) -> None:
+        conn = self.conn
+        if conn is None or conn.closed:
+            return
+        plan = plan_demand(self.items, self.config, local=self.local, remote=self.remote,
+                           static=self.static)
+        plan = self.manager.suppress_duplicates(self, plan)
+        changed = set(plan) != set(self.demands)
+        for key, (old, consumer) in list(self.demands.items()):
+            if key in plan and plan[key] != old and plan[key].same_subscription(old):
+                self.demands[key] = (plan[key], consumer)
+        for key in [k for k in self.demands if k not in plan or plan[k] != self.demands[k][0]]:
+            demand, consumer = self.demands.pop(key)
+            drop = demand.durable_name is not None and drop_gone_durables and key not in plan
+            if consumer.dispatched:
+                # Messages on their way: the remote will store them, so unsubscribing
+                # now would put them back here and forward them twice. Take nothing
+                # new and close once they are settled.
+                consumer.paused = True
+                self._draining[consumer] = drop
+            else:
+                self._close_demand(consumer, demand.durable_name if drop else None)
+        for key, demand in plan.items():
+            if key in self.demands:
+                continue
+            dest = demand.destination
+            if dest.is_temporary and not self.broker.temp_exists(dest):
+                self.broker.adopt_temp(conn, dest)
+            spec = ConsumerSpec(destinations=(dest,), ack_mode=AckMode.CLIENT_INDIVIDUAL,
+                                prefetch=self.config.prefetch_size, priority=demand.priority,
+                                selector=demand.selector, network_path=demand.path,
+                                network_origins=tuple(sorted(demand.origins)),
+                                subscription_name=demand.durable_name)
+            try:
+                consumer = self.broker.subscribe(conn, f"nc{len(self.demands)}-{key}", spec)
+            except MeshmqError as exc:
+                log.warning("bridge %s -> %s: cannot create demand for %s: %s",
+                            self.config.name, self.remote, dest, exc)
+                continue
+            consumer.net_filter = self._may_forward
+            self.demands[key] = (demand, consumer)
+        if changed:
+            # A shorter route here may make another bridge's route redundant (or a
+            # route that went away may bring one back).
+            self.manager.demand_changed(self)
+        self.runtime.request_pump()
+
+    def _close_demand(self, consumer: Consumer, drop_durable: str | None) -> None:
+        conn = self.conn
+        if conn is None:
+            return
+        self.broker.unsubscribe(conn, consumer)
+        if drop_durable is not None and conn.client_id is not None:
+            durable_key = (conn.client_id, drop_durable)
+            if durable_key in self.broker.durables:
+                self.broker.drop_durable(durable_key)
+
+    def queues_of_demand(self) -> list[object]:
+        return [q for _, c in self.demands.values() for q in c.sources]
+
+    # ------------------------------------------------------------ what may cross
+    def _may_forward(self, msg: Message) -> bool:
+        path = msg.broker_path
+        if self.remote in path:
+            # Back towards a broker it came from: only queue messages stuck here.
+            if not msg.destination.is_queue:
+                return False
+            return self.manager.may_return(msg, self.config, self)
+        if 0 <= self.message_ttl <= len(path):
+            return False
+        if self.config.rate_limit > 0 and msg.destination.is_queue:
+            return self._rate_allows()
+        return True
+
+    def _rate_allows(self) -> bool:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        duration = self.config.rate_duration_ms / 1000
+        if now - self._window_start >= duration:
+            self._window_start = now
+            self._window_count = 0
+        if self._window_count < self.config.rate_limit:
+            # The queue hands the message to the first consumer that accepts it, so
+            # accepting is dispatching: count it now (deliveries reach deliver() only
+            # after the whole dispatch pass).
+            self._window_count += 1
+            return True
+        if self._rate_timer is None:
+            # Messages held back now may go when the window rolls over.
+            self._rate_timer = loop.call_at(self._window_start + duration, self._rate_rolled)
+        return False
+
+    def _rate_rolled(self) -> None:
+        self._rate_timer = None
+        self.redispatch()
+
+    def redispatch(self) -> None:
+        for _, consumer in self.demands.values():
+            for queue in consumer.sources:
+                self.broker.mark_dirty(queue)
+        self.runtime.request_pump()
+
+    def redispatch_later(self, delay_s: float) -> None:
+        if self._redispatch is None or self._redispatch.when() > \
+                asyncio.get_running_loop().time() + delay_s:
+            if self._redispatch is not None:
+                self._redispatch.cancel()
+            self._redispatch = asyncio.get_running_loop().call_later(
+                delay_s, self._redispatch_now)
+
+    def _redispatch_now(self) -> None:
+        self._redispatch = None
+        self.redispatch()
+
+    # ------------------------------------------------------------ Session protocol
+    def deliver(self, outcome: Delivery | BrowseEnd) -> None:
+        if not isinstance(outcome, Delivery) or self.link.closed:
+            return
+        msg = outcome.message
+        producer = msg.producer_id if "/" in msg.producer_id else \
+            f"{self.local}/{msg.producer_id}"
+        forwarded = msg.copy_to(msg.destination, broker_path=(*msg.broker_path, self.local),
+                                producer_id=producer)
+        self._seq += 1
+        self._out.append((self._seq, forwarded))
+        if msg.persistent or self.config.always_sync_send:
+            self._inflight[self._seq] = (outcome.consumer, outcome.tag)
+        else:
+            self._local_acks.append((outcome.consumer, outcome.tag))
+        self.counters.forwarded += 1
+        self.counters.forward_rate.add()
+        self.manager.trace_forwarded(self, forwarded)
+        self.runtime.mark_flush(self)
+
+    def flush(self) -> None:
+        out = self._out
+        if out:
+            self._out = []
+            batch: list[tuple[int, Message]] = []
+            size = 0
+            for item in out:
+                batch.append(item)
+                size += len(item[1].body)
+                if len(batch) >= BATCH_MESSAGES or size >= BATCH_BYTES:
+                    self.link.write(encode_messages(batch))
+                    batch, size = [], 0
+            if batch:
+                self.link.write(encode_messages(batch))
+        if self._local_acks and self.conn is not None:
+            acks, self._local_acks = self._local_acks, []
+            for consumer, tag in acks:
+                self._ack(consumer, tag)
+            self.runtime.request_pump()
+        if self.link.paused and self.conn is not None:
+            self.broker.set_paused(self.conn, True)
+
+    def on_writable(self) -> None:
+        if self.conn is not None and self._retry_pause is None:
+            self.broker.set_paused(self.conn, False)
+            for consumer in self._draining:
+                consumer.paused = True  # still draining: nothing new
+            self.runtime.request_pump()
+
+    def on_acks(self, acks: list[tuple[int, AckStatus]]) -> None:
+        conn = self.conn
+        if conn is None:
+            return
+        for seq, status in acks:
+            held = self._inflight.pop(seq, None)
+            if held is None:
+                continue
+            consumer, tag = held
+            if status is AckStatus.RETRY:
+                # The remote cannot take it now (memory): put it back without counting
+                # a delivery, and give the remote a moment.
+                entry = consumer.dispatched.pop(tag, None)
+                if entry is not None:
+                    entry.queue.release(entry, count_delivery=False,
+                                        cause="the remote broker asked to retry later")
+                self._pause_for_retry()
+                continue
+            self.counters.acknowledged += 1
+            if status is AckStatus.DUPLICATE:
+                self.counters.duplicates += 1
+            elif status is AckStatus.DROPPED:
+                self.counters.dropped += 1
+            self._ack(consumer, tag)
+        if self._draining:
+            for consumer, drop in list(self._draining.items()):
+                if not consumer.dispatched:
+                    del self._draining[consumer]
+                    name = consumer.spec.subscription_name if drop else None
+                    self._close_demand(consumer, name)
+        self.runtime.request_pump()
+
+    def _pause_for_retry(self) -> None:
+        if self._retry_pause is not None or self.conn is None:
+            return
+        self.broker.set_paused(self.conn, True)
+
+        def resume() -> None:
+            self._retry_pause = None
+            if not self.link.paused:
+                self.on_writable()
+        self._retry_pause = asyncio.get_running_loop().call_later(RETRY_PAUSE_S, resume)
+
+    def _ack(self, consumer: Consumer, tag: int) -> None:
+        if self.conn is not None and not consumer.closed and tag in consumer.dispatched:
+            self.broker.ack(self.conn, consumer, tag, cumulative=False)
+
+    def check_timeouts(self, now: float) -> None:
+        return
+
+    @property
+    def inflight(self) -> int:
+        return len(self._inflight)
+
+    def close(self) -> None:
+        """The link is gone: unsettled messages go back to their queues (for the next
+        link, or for local consumers); durable demand stays, offline, and keeps
+        collecting messages for the remote broker."""
+        conn, self.conn = self.conn, None
+        for timer in (self._rate_timer, self._redispatch, self._retry_pause):
+            if timer is not None:
+                timer.cancel()
+        self.runtime.forget(self)
+        if conn is not None:
+            self.runtime.sessions.pop(conn.id, None)
+            self.broker.close_connection(conn)
+            self.runtime.request_pump()
+        self.demands.clear()
+        self._draining.clear()
+        self._inflight.clear()

@@ -1,0 +1,156 @@
+"""One broker-to-broker connection: framing, keep-alive and back-pressure (asyncio).
+
+The link knows nothing of bridges: it hands decoded frames to its handler and tells
+it when the connection is gone, with the cause. Both sides send a PING when they have
+sent nothing for a heartbeat interval, and close a peer silent for three intervals, so
+a half-open TCP connection cannot keep a bridge "up" for ever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Protocol, cast
+
+from meshmq.errors import MeshmqError
+from meshmq.protocol.wire import (
+    MAGIC,
+    FrameType,
+    WireDecoder,
+    WireFrame,
+    encode_json,
+    encode_ping,
+)
+
+log = logging.getLogger("meshmq.network")
+
+SILENT_INTERVALS = 3
+
+
+class LinkHandler(Protocol):
+    def on_frame(self, link: WireLink, frame: WireFrame) -> None: ...
+    def on_lost(self, link: WireLink, cause: str) -> None: ...
+    def on_writable(self, link: WireLink) -> None: ...
+
+
+class WireLink(asyncio.Protocol):
+    def __init__(self, handler: LinkHandler | None, *, initiator: bool,
+                 heartbeat_s: float) -> None:
+        self.handler = handler
+        self.initiator = initiator
+        self.heartbeat_s = heartbeat_s
+        self.decoder = WireDecoder(expect_magic=not initiator)
+        self.transport: asyncio.Transport | None = None
+        self.peer = ""
+        self.closed = False
+        self.paused = False
+        self.lost = asyncio.get_running_loop().create_future()
+        self._last_rx = self._last_tx = time.monotonic()
+        self._timer: asyncio.TimerHandle | None = None
+        self._close_cause = ""
+        self.bytes_in = 0
+        self.bytes_out = 0
+
+    # ------------------------------------------------------------ asyncio callbacks
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, but behave as one.
+        self.transport = cast(asyncio.Transport, transport)
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.transport.set_write_buffer_limits(high=4 * 1024 * 1024)
+        if self.initiator:
+            self.write(MAGIC)
+        self._schedule()
+
+    def data_received(self, data: bytes) -> None:
+        self._last_rx = time.monotonic()
+        self.bytes_in += len(data)
+        try:
+            frames = self.decoder.feed(data)
+        except MeshmqError as exc:
+            self.refuse("protocol-error", str(exc))
+            return
+        for frame in frames:
+            if self.closed:
+                return
+            if frame.type is FrameType.PING:
+                self.write(encode_ping(pong=True))
+                continue
+            if frame.type is FrameType.PONG:
+                continue
+            if self.handler is None:
+                continue
+            try:
+                self.handler.on_frame(self, frame)
+            except MeshmqError as exc:
+                self.refuse(exc.code or "protocol-error", str(exc))
+                return
+            except Exception as exc:  # a bug must cost this link, not the broker
+                log.exception("network link %s: failure handling %s", self.peer,
+                              frame.type.name)
+                self.refuse("internal-error", f"{type(exc).__name__}: {exc}")
+                return
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        if self.handler is not None and not self.closed:
+            self.handler.on_writable(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        cause = self._close_cause or (f"connection lost: {exc}" if exc else
+                                      "connection closed by the peer")
+        if not self.lost.done():
+            self.lost.set_result(cause)
+        if self.handler is not None:
+            self.handler.on_lost(self, cause)
+
+    # ------------------------------------------------------------ output
+    def write(self, data: bytes) -> None:
+        if self.transport is None or self.closed:
+            return
+        self.transport.write(data)
+        self.bytes_out += len(data)
+        self._last_tx = time.monotonic()
+
+    def refuse(self, code: str, message: str) -> None:
+        """Tell the peer why, then close."""
+        if self.closed:
+            return
+        self.write(encode_json(FrameType.REFUSE, {"code": code, "message": message}))
+        self.close(f"{code}: {message}")
+
+    def close(self, cause: str = "closed locally") -> None:
+        if self.closed:
+            return
+        self._close_cause = cause
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def abort(self, cause: str) -> None:
+        self._close_cause = cause
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    # ------------------------------------------------------------ keep-alive
+    def _schedule(self) -> None:
+        if self.heartbeat_s > 0 and not self.closed:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(self.heartbeat_s, self._beat)
+
+    def _beat(self) -> None:
+        now = time.monotonic()
+        if now - self._last_rx > self.heartbeat_s * SILENT_INTERVALS:
+            self.abort(f"peer silent for {now - self._last_rx:.1f}s (keep-alive)")
+            return
+        if now - self._last_tx >= self.heartbeat_s * 0.9:
+            self.write(encode_ping())
+        self._schedule()

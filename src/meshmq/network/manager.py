@@ -1,0 +1,316 @@
+"""The network side of one broker: its tcp:// listeners for other brokers' links, its
+network connectors and their bridges, and what they share (arrival times for
+redistribution, duplicate-route suppression, status, advisories)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from typing import TYPE_CHECKING, Any
+
+from meshmq.network.bridge import ADVISORY_TOPIC, Bridge
+from meshmq.network.responder import Responder
+from meshmq.network.targets import Endpoint, parse_endpoint, plan_connector
+
+if TYPE_CHECKING:
+    from meshmq.config.model import ListenerConfig, NetworkConnectorConfig
+    from meshmq.core.message import Message
+    from meshmq.network.forwarder import Forwarder
+    from meshmq.network.interest import Demand
+    from meshmq.network.receiver import Receiver
+    from meshmq.transport.runtime import BrokerRuntime
+
+log = logging.getLogger("meshmq.network")
+
+ARRIVALS_KEPT = 100_000
+
+
+class NetworkManager:
+    def __init__(self, runtime: BrokerRuntime) -> None:
+        self.runtime = runtime
+        self.broker = runtime.broker
+        self.config = runtime.config
+        self.bridges: list[Bridge] = []
+        self.inbound: set[Responder] = set()
+        self.servers: list[asyncio.Server] = []
+        self.local_addresses: set[tuple[str, int]] = set()
+        self.inbound_heartbeat_s = 5.0
+        # message id -> when it arrived over a bridge (ms): redistribution waits a delay
+        # before sending a message back, so it cannot ping-pong.
+        self._arrivals: dict[str, int] = {}
+        self._discovery: list[Any] = []
+        self.accepting = True
+        self._replanning = False
+        self._refused: dict[str, str] = {}
+
+    # ------------------------------------------------------------ listeners
+    async def listen(self, listener: ListenerConfig) -> asyncio.Server:
+        loop = asyncio.get_running_loop()
+
+        def factory() -> asyncio.Protocol:
+            responder = Responder(self)
+            self.inbound.add(responder)
+            return responder.make_link()
+
+        server = await loop.create_server(factory, listener.host, listener.port,
+                                          reuse_address=True, backlog=128)
+        self.servers.append(server)
+        for sock in server.sockets:
+            addr = sock.getsockname()
+            self.local_addresses.add((addr[0], addr[1]))
+        return server
+
+    def client_uris(self) -> list[str]:
+        """Where clients reach this broker (told to peers in the handshake, so each
+        broker can push its network's client URIs to failover clients)."""
+        schemes = {"stomp": "stomp", "stomp+ssl": "stomp+ssl", "mqtt": "mqtt",
+                   "mqtt+ssl": "mqtts", "ws": "ws", "wss": "wss"}
+        out = []
+        for listener in self.config.listeners:
+            scheme = schemes.get(listener.protocol)
+            address = self.runtime.addresses.get(listener.name)
+            if scheme is None or address is None:
+                continue
+            host = address[0] if address[0] not in ("0.0.0.0", "::") else socket.gethostname()
+            out.append(f"{scheme}://{host}:{address[1]}")
+        return out
+
+    def peers_changed(self) -> None:
+        """The set of brokers linked to this one changed: hook for topology push."""
+        return
+
+    def peer_client_uris(self) -> list[str]:
+        uris: list[str] = []
+        for end in [*self.bridges, *self.inbound]:
+            if end.remote_client_uris and (end.forwarder is not None or
+                                           end.receiver is not None):
+                uris.extend(u for u in end.remote_client_uris if u not in uris)
+        return uris
+
+    def note_refusal(self, remote: str, kind: str | None) -> bool:
+        """Remember why ``remote`` was last refused; True when that is news (log it)."""
+        if kind is None:
+            self._refused.pop(remote, None)
+            return False
+        if self._refused.get(remote) == kind:
+            return False
+        self._refused[remote] = kind
+        return True
+
+    def refusal(self) -> tuple[str, str] | None:
+        """Why this broker cannot take a link now (None: it can)."""
+        if not self.accepting:
+            return ("remote-is-slave", f"broker {self.broker.name!r} is not the master")
+        return None
+
+    def is_self(self, endpoint: Endpoint) -> bool:
+        port = endpoint.port
+        if not any(p == port for _, p in self.local_addresses):
+            return False
+        try:
+            infos = socket.getaddrinfo(endpoint.host, port, type=socket.SOCK_STREAM)
+        except OSError:
+            return False
+        hosts = {info[4][0] for info in infos}
+        return any((h, port) in self.local_addresses or
+                   (a in ("0.0.0.0", "::") and p == port)
+                   for h in hosts for a, p in self.local_addresses)
+
+    # ------------------------------------------------------------ connectors
+    async def start_connectors(self) -> None:
+        for config in self.config.network_connectors:
+            if not config.auto_start:
+                log.info("network connector %s configured with auto_start=false: not started",
+                         config.name)
+                continue
+            plan = plan_connector(config)
+            for endpoints in plan.targets:
+                self.add_bridge(plan.config, endpoints)
+            if plan.discovery is not None:
+                await self._start_discovery(plan.config, plan.discovery)
+
+    def add_bridge(self, config: NetworkConnectorConfig,
+                   endpoints: tuple[Endpoint, ...]) -> Bridge:
+        bridge = Bridge(self, config, endpoints)
+        self.bridges.append(bridge)
+        bridge.start()
+        return bridge
+
+    async def _start_discovery(self, config: NetworkConnectorConfig, uri: str) -> None:
+        try:
+            from meshmq.network.discovery import MulticastDiscoveryAgent
+        except ImportError:  # pragma: no cover - the module ships with meshmq
+            log.error("network connector %s: multicast discovery is unavailable", config.name)
+            return
+        found: dict[str, Bridge] = {}
+
+        def up(service: str, broker_name: str) -> None:
+            if broker_name == self.broker.name or service in found:
+                return
+            try:
+                endpoint = parse_endpoint(service)
+            except ValueError:
+                log.warning("discovery: ignoring service %r of broker %r", service, broker_name)
+                return
+            log.info("discovery: broker %r at %s joined", broker_name, service)
+            found[service] = self.add_bridge(config, (endpoint,))
+
+        def down(service: str) -> None:
+            bridge = found.pop(service, None)
+            if bridge is not None:
+                log.info("discovery: %s left", service)
+                self.bridges.remove(bridge)
+                asyncio.get_running_loop().create_task(bridge.stop())
+
+        agent = MulticastDiscoveryAgent(uri, broker_name=self.broker.name,
+                                        advertise=None, on_up=up, on_down=down)
+        await agent.start()
+        self._discovery.append(agent)
+
+    async def advertise(self, listener: ListenerConfig, address: tuple[str, int]) -> None:
+        """Announce a tcp listener on its discovery group (transportConnector
+        discoveryUri)."""
+        if listener.discovery_uri is None:
+            return
+        from meshmq.network.discovery import MulticastDiscoveryAgent
+
+        host = address[0] if address[0] not in ("0.0.0.0", "::") else "127.0.0.1"
+        agent = MulticastDiscoveryAgent(listener.discovery_uri, broker_name=self.broker.name,
+                                        advertise=f"tcp://{host}:{address[1]}",
+                                        on_up=lambda s, b: None, on_down=lambda s: None)
+        await agent.start()
+        self._discovery.append(agent)
+
+    async def stop(self) -> None:
+        for agent in self._discovery:
+            await agent.stop()
+        self._discovery.clear()
+        for bridge in list(self.bridges):
+            await bridge.stop()
+        for server in self.servers:
+            server.close()
+        for responder in list(self.inbound):
+            if responder.link is not None:
+                responder.link.close("broker stopping")
+            responder.teardown()
+        self.inbound.clear()
+
+    # ------------------------------------------------------------ shared services
+    def arrived(self, msg: Message) -> None:
+        arrivals = self._arrivals
+        arrivals[msg.message_id] = self.broker.now_ms()
+        if len(arrivals) > ARRIVALS_KEPT:
+            del arrivals[next(iter(arrivals))]
+
+    def may_return(self, msg: Message, config: NetworkConnectorConfig,
+                   forwarder: Forwarder) -> bool:
+        """May a queue message go back to a broker on its path? Only when nothing here
+        can consume it (replayWhenNoConsumers / redistribution), and only once it has
+        been here the configured delay, so messages cannot bounce."""
+        if not (config.replay_when_no_consumers or config.redistribution):
+            return False
+        queue = self.broker.queues.get(msg.destination)
+        if queue is not None:
+            selector_aware = config.selector_aware or config.redistribution
+            for consumer in queue.consumers:
+                if consumer.spec.network_path is not None or consumer.closed:
+                    continue
+                if not selector_aware or consumer.selector is None:
+                    return False
+                from meshmq.core.selector import message_lookup
+
+                if consumer.selector.matches(message_lookup(msg)):
+                    return False
+        delay = config.replay_delay_ms if config.replay_when_no_consumers \
+            else config.redistribution_delay_ms
+        arrived = self._arrivals.get(msg.message_id)
+        if arrived is not None and delay > 0:
+            waited = self.broker.now_ms() - arrived
+            if waited < delay:
+                forwarder.redispatch_later((delay - waited) / 1000 + 0.01)
+                return False
+        return True
+
+    def suppress_duplicates(self, forwarder: Forwarder, plan: dict[str, Demand]
+                            ) -> dict[str, Demand]:
+        """suppressDuplicateQueue/TopicSubscriptions: when another bridge of this broker
+        already serves the same real consumer by a shorter route, drop this demand."""
+        cfg = forwarder.config
+        if not (cfg.suppress_duplicate_queue_subscriptions
+                or cfg.suppress_duplicate_topic_subscriptions):
+            return plan
+        best: dict[str, int] = {}
+        for other in self._forwarders():
+            if other is forwarder:
+                continue
+            for demand, _ in other.demands.values():
+                for origin in demand.origins:
+                    hops = len(demand.path)
+                    if hops < best.get(origin, 1 << 30):
+                        best[origin] = hops
+        kept = {}
+        for key, demand in plan.items():
+            suppress = cfg.suppress_duplicate_queue_subscriptions if demand.destination.is_queue \
+                else cfg.suppress_duplicate_topic_subscriptions
+            if suppress and demand.origins and all(
+                    best.get(o, 1 << 30) < len(demand.path) for o in demand.origins):
+                continue
+            kept[key] = demand
+        return kept
+
+    def demand_changed(self, origin: Forwarder) -> None:
+        if self._replanning:
+            return
+        self._replanning = True
+        try:
+            for forwarder in self._forwarders():
+                cfg = forwarder.config
+                if forwarder is not origin and (cfg.suppress_duplicate_queue_subscriptions
+                                                or cfg.suppress_duplicate_topic_subscriptions):
+                    forwarder.replan()
+        finally:
+            self._replanning = False
+
+    def _forwarders(self) -> list[Forwarder]:
+        ends = [*self.bridges, *self.inbound]
+        return [e.forwarder for e in ends if e.forwarder is not None]
+
+    # Trace hooks: the message trace (core/trace.py) records these; no-ops when it is off.
+    def trace_forwarded(self, forwarder: Forwarder, msg: Message) -> None:
+        self.broker.trace_forwarded(msg, to_broker=forwarder.remote,
+                                    connector=forwarder.config.name)
+
+    def trace_received(self, receiver: Receiver, msg: Message) -> None:
+        self.broker.trace_received_from_bridge(msg, from_broker=receiver.remote,
+                                               connector=receiver.link.peer)
+
+    # ------------------------------------------------------------ status & advisories
+    def bridge_changed(self, bridge: Bridge) -> None:
+        error = bridge.last_error or {}
+        self.peers_changed()
+        self.broker.advise(ADVISORY_TOPIC, "NetworkBridgeState", {
+            "connector": bridge.config.name, "bridge": bridge.name,
+            "state": bridge.state.value, "remoteBroker": bridge.remote,
+            "lastError": error.get("kind"), "lastErrorMessage": error.get("message")})
+        self.runtime.request_pump()
+
+    def inbound_changed(self, responder: Responder, *, up: bool) -> None:
+        self.peers_changed()
+        self.broker.advise(ADVISORY_TOPIC, "NetworkBridgeStarted" if up else
+                           "NetworkBridgeStopped", {
+                               "connector": responder.connector,
+                               "remoteBroker": responder.remote, "direction": "inbound"})
+        self.runtime.request_pump()
+
+    def forget_inbound(self, responder: Responder) -> None:
+        self.inbound.discard(responder)
+
+    def status(self) -> list[dict[str, Any]]:
+        out = [b.status() for b in self.bridges]
+        out += [r.status() for r in self.inbound if r.ready]
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        return {"bridges": self.status(), "at": time.time()}

@@ -1,0 +1,143 @@
+"""The receiving half of a link: advertise this broker's consumers to the remote
+broker, take the messages it forwards, and settle them once they are stored here.
+
+Interest goes out as explicit INTEREST frames — a full ``sync`` first, then ``update``s
+as consumers come and go, and a full ``sync`` again every ``interest_resync_ms`` so an
+update lost to a bug or a race heals by itself (anti-entropy) instead of leaving a
+bridge that silently forwards nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from meshmq.core.auth import Principal
+from meshmq.core.dedup import network_key
+from meshmq.errors import DestinationError, MeshmqError, ResourceLimitError
+from meshmq.network.interest import DestinationFilter, InterestItem, local_interest
+from meshmq.network.stats import LinkCounters
+from meshmq.protocol.wire import AckStatus, FrameType, encode_acks, encode_json
+
+if TYPE_CHECKING:
+    from meshmq.core.broker import ConsumerEvent
+    from meshmq.core.message import Message
+    from meshmq.network.link import WireLink
+    from meshmq.network.manager import NetworkManager
+
+log = logging.getLogger("meshmq.network")
+
+
+class Receiver:
+    def __init__(self, manager: NetworkManager, link: WireLink, remote: str,
+                 flt: DestinationFilter, counters: LinkCounters, *, resync_s: float) -> None:
+        self.manager = manager
+        self.runtime = manager.runtime
+        self.broker = manager.runtime.broker
+        self.link = link
+        self.remote = remote
+        self.filter = flt
+        self.counters = counters
+        self.resync_s = resync_s
+        principal = Principal(f"network:{remote}", frozenset({"network"}))
+        self.conn = self.broker.open_connection(principal, remote=link.peer,
+                                                protocol="network")
+        self.advertised: dict[str, InterestItem] = {}
+        self._update_scheduled = False
+        self._resync: asyncio.TimerHandle | None = None
+        self.closed = False
+        self.broker.add_listener(self._on_consumer_event)
+
+    def start(self) -> None:
+        self._send_sync()
+
+    # ------------------------------------------------------------ interest out
+    def _send_sync(self) -> None:
+        if self.closed:
+            return
+        self.advertised = local_interest(self.broker, self.remote, self.filter)
+        self.link.write(encode_json(FrameType.INTEREST, {
+            "op": "sync", "items": [i.to_json() for i in self.advertised.values()]}))
+        if self.resync_s > 0:
+            self._resync = asyncio.get_running_loop().call_later(self.resync_s,
+                                                                 self._send_sync)
+
+    def _on_consumer_event(self, event: ConsumerEvent) -> None:
+        if not self._update_scheduled and not self.closed:
+            # Coalesce: many consumers may come and go in one loop turn.
+            self._update_scheduled = True
+            asyncio.get_running_loop().call_soon(self._send_update)
+
+    def _send_update(self) -> None:
+        self._update_scheduled = False
+        if self.closed:
+            return
+        now = local_interest(self.broker, self.remote, self.filter)
+        added = [i.to_json() for k, i in now.items() if self.advertised.get(k) != i]
+        removed = [k for k in self.advertised if k not in now]
+        self.advertised = now
+        if added or removed:
+            self.link.write(encode_json(FrameType.INTEREST, {
+                "op": "update", "add": added, "remove": removed}))
+
+    # ------------------------------------------------------------ messages in
+    def on_messages(self, batch: list[tuple[int, Message]]) -> None:
+        now_acks: list[tuple[int, AckStatus]] = []
+        after_sync: list[tuple[int, AckStatus]] = []
+        for seq, msg in batch:
+            status, needs_sync = self._accept(msg)
+            (after_sync if needs_sync else now_acks).append((seq, status))
+        self.counters.received += len(batch)
+        self.counters.receive_rate.add(len(batch))
+        if now_acks:
+            self.link.write(encode_acks(now_acks))
+        if after_sync:
+            self.runtime.write_ops()
+            sync = asyncio.ensure_future(self.runtime.store.sync())
+
+            def done(fut: asyncio.Future[None]) -> None:
+                if fut.cancelled() or fut.exception() is not None:
+                    # Not durable: do not confirm; the sender redelivers after the
+                    # link drops, and the duplicate window absorbs repeats.
+                    self.link.abort(f"store sync failed: {fut.exception()!r}")
+                    return
+                self.link.write(encode_acks(after_sync))
+
+            sync.add_done_callback(done)
+        self.runtime.request_pump()
+
+    def _accept(self, msg: Message) -> tuple[AckStatus, bool]:
+        local = self.broker.name
+        dest = msg.destination
+        if dest.is_topic and local in msg.broker_path:
+            return AckStatus.DROPPED, False  # a topic message looping back
+        key = network_key(msg)
+        dedup = self.broker.dedup
+        if dedup.check_and_add(key):
+            self.counters.received_duplicates += 1
+            return AckStatus.DUPLICATE, msg.persistent
+        self.manager.arrived(msg)
+        try:
+            needs_sync = self.broker.send(self.conn, (dest,), msg)
+        except ResourceLimitError:
+            dedup.forget(key)
+            return AckStatus.RETRY, False
+        except DestinationError as exc:
+            log.info("network message %s for %s dropped: %s", msg.message_id, dest, exc)
+            return AckStatus.DROPPED, False
+        except MeshmqError as exc:
+            log.warning("network message %s for %s refused: %s", msg.message_id, dest, exc)
+            return AckStatus.DROPPED, False
+        self.manager.trace_received(self, msg)
+        return AckStatus.STORED, needs_sync
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self._resync is not None:
+            self._resync.cancel()
+        self.broker.remove_listener(self._on_consumer_event)
+        self.broker.close_connection(self.conn)
+        self.runtime.request_pump()

@@ -1,0 +1,186 @@
+"""Sans-I/O codec of the meshmq wire protocol, version 1.
+
+A connection starts with the 4-byte magic ``MMQ1`` from the side that connected, then
+both sides exchange frames::
+
+    u32 length (big-endian, of what follows) | u8 frame type | payload
+
+Control frames (HELLO, WELCOME, REFUSE, INTEREST, BYE) carry UTF-8 JSON objects: they
+are rare and their fields evolve. The data path is binary and batched: one MESSAGES
+frame carries many messages (each a sequence number and the store codec's encoding,
+so a message crosses the network in the exact form brokers keep on disk), and one ACKS
+frame settles many of them. Nothing waits for a reply per message, so a bridge
+pipelines up to its credit window.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from meshmq.core.message import Message
+from meshmq.errors import RemoteProtocolError
+from meshmq.store.codec import decode_message, encode_message
+
+MAGIC = b"MMQ1"
+WIRE_VERSION = 1
+# A frame larger than this is a protocol error. Above the largest STOMP frame a broker
+# accepts by default (100 MiB), since one message is never split across frames.
+MAX_FRAME = 128 * 1024 * 1024
+
+_HEAD = struct.Struct(">IB")
+_COUNT = struct.Struct(">I")
+_MSG_HEAD = struct.Struct(">QI")
+_ACK = struct.Struct(">QB")
+
+
+class FrameType(enum.IntEnum):
+    HELLO = 1  # initiator -> responder: who I am, what I want (JSON)
+    WELCOME = 2  # responder -> initiator: accepted, who I am (JSON)
+    REFUSE = 3  # either side: why the link cannot be used; the sender then closes (JSON)
+    INTEREST = 4  # consumers the sender has: full sync, adds and removals (JSON)
+    MESSAGES = 5  # a batch of forwarded messages (binary)
+    ACKS = 6  # settlement of forwarded messages, after the receiver stored them (binary)
+    PING = 7
+    PONG = 8
+    BYE = 9  # orderly close (JSON)
+
+
+class AckStatus(enum.IntEnum):
+    STORED = 0  # accepted (and synced to disk when persistent)
+    DUPLICATE = 1  # already had it: the sender may forget it too
+    DROPPED = 2  # cannot be delivered here and never will (e.g. its temp queue is gone)
+    RETRY = 3  # not taken now (e.g. memory limit): the sender keeps it for later
+
+
+@dataclass(frozen=True, slots=True)
+class WireFrame:
+    type: FrameType
+    payload: bytes
+
+
+def _frame(ftype: FrameType, payload: bytes) -> bytes:
+    return _HEAD.pack(len(payload) + 1, ftype) + payload
+
+
+def encode_json(ftype: FrameType, body: dict[str, Any]) -> bytes:
+    return _frame(ftype, json.dumps(body, separators=(",", ":")).encode())
+
+
+def encode_ping(pong: bool = False) -> bytes:
+    return _frame(FrameType.PONG if pong else FrameType.PING, b"")
+
+
+def encode_messages(batch: list[tuple[int, Message]]) -> bytes:
+    """One MESSAGES frame for ``batch`` of (sequence, message)."""
+    parts = [_COUNT.pack(len(batch))]
+    for seq, msg in batch:
+        data = encode_message(msg)
+        parts.append(_MSG_HEAD.pack(seq, len(data)))
+        parts.append(data)
+    payload = b"".join(parts)
+    return _HEAD.pack(len(payload) + 1, FrameType.MESSAGES) + payload
+
+
+def encode_acks(acks: list[tuple[int, AckStatus]]) -> bytes:
+    payload = _COUNT.pack(len(acks)) + b"".join(_ACK.pack(s, st) for s, st in acks)
+    return _frame(FrameType.ACKS, payload)
+
+
+def decode_json(frame: WireFrame) -> dict[str, Any]:
+    try:
+        body = json.loads(frame.payload)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RemoteProtocolError(f"{frame.type.name} frame is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise RemoteProtocolError(f"{frame.type.name} frame must hold a JSON object")
+    return body
+
+
+def decode_messages(frame: WireFrame) -> list[tuple[int, Message]]:
+    data = frame.payload
+    view = memoryview(data)
+    if len(data) < 4:
+        raise RemoteProtocolError("MESSAGES frame too short")
+    (count,) = _COUNT.unpack_from(data, 0)
+    pos = 4
+    out: list[tuple[int, Message]] = []
+    for _ in range(count):
+        if pos + _MSG_HEAD.size > len(data):
+            raise RemoteProtocolError("MESSAGES frame truncated")
+        seq, size = _MSG_HEAD.unpack_from(data, pos)
+        pos += _MSG_HEAD.size
+        if pos + size > len(data):
+            raise RemoteProtocolError("MESSAGES frame truncated")
+        try:
+            msg = decode_message(view[pos:pos + size])
+        except Exception as exc:  # the store codec raises its own errors on garbage
+            raise RemoteProtocolError(f"undecodable message in MESSAGES frame: {exc}") from None
+        out.append((seq, msg))
+        pos += size
+    if pos != len(data):
+        raise RemoteProtocolError("MESSAGES frame has trailing bytes")
+    return out
+
+
+def decode_acks(frame: WireFrame) -> list[tuple[int, AckStatus]]:
+    data = frame.payload
+    if len(data) < 4:
+        raise RemoteProtocolError("ACKS frame too short")
+    (count,) = _COUNT.unpack_from(data, 0)
+    if len(data) != 4 + count * _ACK.size:
+        raise RemoteProtocolError("ACKS frame has the wrong length")
+    out = []
+    for i in range(count):
+        seq, status = _ACK.unpack_from(data, 4 + i * _ACK.size)
+        try:
+            out.append((seq, AckStatus(status)))
+        except ValueError:
+            raise RemoteProtocolError(f"unknown ack status {status}") from None
+    return out
+
+
+class WireDecoder:
+    """Feed bytes, get frames. ``expect_magic``: the accepting side first checks the
+    4-byte magic, so a client of another protocol gets a clear error, not garbage."""
+
+    def __init__(self, *, expect_magic: bool, max_frame: int = MAX_FRAME) -> None:
+        self._buf = bytearray()
+        self._need_magic = expect_magic
+        self._max = max_frame
+
+    def feed(self, data: bytes) -> list[WireFrame]:
+        buf = self._buf
+        buf += data
+        if self._need_magic:
+            if len(buf) < len(MAGIC):
+                if not MAGIC.startswith(bytes(buf)):
+                    raise RemoteProtocolError("not a meshmq wire connection (bad magic): "
+                                              "this port speaks meshmq's broker protocol")
+                return []
+            if bytes(buf[:4]) != MAGIC:
+                raise RemoteProtocolError("not a meshmq wire connection (bad magic): "
+                                          "this port speaks meshmq's broker protocol")
+            del buf[:4]
+            self._need_magic = False
+        frames: list[WireFrame] = []
+        pos = 0
+        n = len(buf)
+        while n - pos >= 5:
+            length, ftype = _HEAD.unpack_from(buf, pos)
+            if length < 1 or length > self._max:
+                raise RemoteProtocolError(f"frame length {length} out of range")
+            if n - pos < 4 + length:
+                break
+            try:
+                kind = FrameType(ftype)
+            except ValueError:
+                raise RemoteProtocolError(f"unknown frame type {ftype}") from None
+            frames.append(WireFrame(kind, bytes(buf[pos + 5:pos + 4 + length])))
+            pos += 4 + length
+        if pos:
+            del buf[:pos]
+        return frames

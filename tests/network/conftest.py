@@ -1,0 +1,3 @@
+from tests.interop.conftest import client
+
+__all__ = ["client"]

@@ -1,0 +1,185 @@
+"""Failures with real broker processes: a receiving broker killed mid-stream, a
+consumer that moves, throttling, and failures that must show in the bridge status."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections import Counter
+from pathlib import Path
+
+from tests.interop.stomp_helpers import uid
+from tests.support.brokers import poll
+from tests.support.network import Node
+
+
+def _stop(*nodes: Node) -> None:
+    for n in nodes:
+        n.stop()
+
+
+def test_receiving_broker_killed_mid_stream_loses_nothing(tmp_path: Path, client) -> None:
+    total = 600
+    b = Node("B", tmp_path / "b").start()
+    a = Node("A", tmp_path / "a").connect_to(f"static:({b.uri})").start()
+    try:
+        a.wait_forwarding()
+        q = uid("sf")
+        consumer = client(on=b)
+        consumer.subscribe(f"/queue/{q}", ack="client-individual",
+                           headers={"activemq.prefetchSize": "1"})
+        a.wait_consumers(q, 1)
+        producer = client(on=a)
+        for i in range(total):  # every send confirmed by A: these must all arrive
+            producer.send(f"/queue/{q}", str(i), {"persistent": "true"})
+        poll(lambda: a.bridges()[0]["acknowledged"] >= 50, what="some messages across")
+        b.kill9()
+        received: list[str] = [m.body for m in consumer.listener.messages]
+        b.start()
+        a.wait_forwarding()
+        again = client(on=b)
+        again.subscribe(f"/queue/{q}", ack="auto")
+        poll(lambda: a.destination(q)["depth"] == 0 and b.destination(q)["depth"] == 0,
+             timeout=30, what="both queues drained")
+        poll(lambda: len(set(received) | {m.body for m in again.listener.messages}) == total,
+             what="every message")
+        got = received + [m.body for m in again.listener.messages]
+        assert set(got) == {str(i) for i in range(total)}
+        # The only repeats allowed: the one unacknowledged at the kill (client ack).
+        assert sum(n - 1 for n in Counter(got).values()) <= 1
+    finally:
+        _stop(a, b)
+
+
+def test_messages_follow_a_consumer_that_moves_brokers(tmp_path: Path, client) -> None:
+    """Redistribution (on by default): messages forwarded to B for a consumer that then
+    moves to A come back to A instead of being stuck on B."""
+    a = Node("A", tmp_path / "a")
+    b = Node("B", tmp_path / "b")
+    a.connect_to(f"static:({b.uri})", redistribution_delay_ms=200)
+    b.connect_to(f"static:({a.uri})", redistribution_delay_ms=200)
+    a.start()
+    b.start()
+    try:
+        a.wait_forwarding()
+        b.wait_forwarding()
+        q = uid("moving")
+        on_b = client(on=b)
+        on_b.subscribe(f"/queue/{q}", ack="client-individual",
+                       headers={"activemq.prefetchSize": "5"})
+        a.wait_consumers(q, 1)
+        producer = client(on=a)
+        for i in range(100):
+            producer.send(f"/queue/{q}", str(i), {"persistent": "true"})
+        poll(lambda: len(on_b.listener.messages) >= 5, what="the consumer on B busy")
+        taken = on_b.listener.messages[:5]
+        for m in taken:
+            on_b.ack(m)
+        poll(lambda: b.destination(q)["depth"] > 50, what="most messages forwarded to B")
+        on_b.disconnect()  # moves: its unacknowledged messages go back to B's queue
+        on_a = client(on=a)
+        on_a.subscribe(f"/queue/{q}")
+        poll(lambda: len(on_a.listener.messages) + 5 >= 100, timeout=30,
+             what="the stranded messages to follow the consumer to A")
+        bodies = [m.body for m in taken] + [m.body for m in on_a.listener.messages]
+        assert sorted(bodies, key=int) == [str(i) for i in range(100)]
+    finally:
+        _stop(a, b)
+
+
+def test_rate_limit_throttles_the_bridge(tmp_path: Path, client) -> None:
+    b = Node("B", tmp_path / "b").start()
+    a = Node("A", tmp_path / "a").connect_to(f"static:({b.uri})", rate_limit=10,
+                                             rate_duration_ms=500).start()
+    try:
+        a.wait_forwarding()
+        q = uid("slow")
+        consumer = client(on=b)
+        consumer.subscribe(f"/queue/{q}")
+        a.wait_consumers(q, 1)
+        producer = client(on=a)
+        t0 = time.monotonic()
+        for i in range(40):
+            producer.send(f"/queue/{q}", str(i), {"persistent": "true"})
+        poll(lambda: len(consumer.listener.messages) == 40, timeout=30, what="all 40")
+        elapsed = time.monotonic() - t0
+        # 10 per 500 ms: 40 messages need at least three window roll-overs.
+        assert elapsed >= 1.5 - 0.05, elapsed
+        assert sorted(int(m.body) for m in consumer.listener.messages) == list(range(40))
+    finally:
+        _stop(a, b)
+
+
+def test_authentication_failure_is_visible_and_logged_once(tmp_path: Path) -> None:
+    b = Node("B", tmp_path / "b", auth_users=[("bridge", "right")]).start()
+    a = Node("A", tmp_path / "a").connect_to(f"static:({b.uri})", username="bridge",
+                                             password="wrong").start()
+    try:
+        poll(lambda: (a.bridges()[0]["last_error"] or {}).get("kind")
+             == "authentication-failed", what="the failure in the bridge status")
+        poll(lambda: a.bridges()[0]["attempts"] >= 4, what="several retries")
+        status = a.bridges()[0]
+        assert status["state"] in ("backing-off", "connecting", "handshaking")
+        assert "Authentication failed" in status["last_error"]["message"]
+        assert a.log().count("authentication-failed") == 1  # once, not once per retry
+    finally:
+        _stop(a, b)
+
+
+def test_a_stranger_on_the_broker_port_gets_a_clear_error(tmp_path: Path) -> None:
+    b = Node("B", tmp_path / "b").start()
+    try:
+        with socket.create_connection(("127.0.0.1", b.tcp), timeout=10) as s:
+            s.sendall(b"CONNECT\naccept-version:1.2\n\n\x00")
+            data = b""
+            while True:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+        assert b"bad magic" in data and b"protocol-error" in data
+        assert b.stat()["broker"] == "B"  # still serving
+    finally:
+        b.stop()
+
+
+def test_bridge_survives_the_remote_restarting_many_times(tmp_path: Path, client) -> None:
+    b = Node("B", tmp_path / "b").start()
+    a = Node("A", tmp_path / "a").connect_to(f"static:({b.uri})").start()
+    try:
+        q = uid("flap")
+        for round_ in range(3):
+            a.wait_forwarding()
+            consumer = client(on=b)
+            consumer.subscribe(f"/queue/{q}")
+            a.wait_consumers(q, 1)
+            client(on=a).send(f"/queue/{q}", f"r{round_}", {"persistent": "true"})
+            poll(lambda c=consumer: len(c.listener.messages) == 1, what="a delivery")
+            poll(lambda r=round_: a.bridges()[0]["acknowledged"] == r + 1, what="B's ack")
+            b.kill9()
+            poll(lambda: a.bridges()[0]["state"] != "forwarding", what="the bridge down")
+            b.start()
+        a.wait_forwarding()
+        assert a.bridges()[0]["connects"] >= 3
+    finally:
+        _stop(a, b)
+
+
+
+def test_meshmq_stat_shows_a_failing_bridge_with_its_cause(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    nobody = Node("X", tmp_path / "x")  # never started: its port refuses connections
+    a = Node("A", tmp_path / "a").connect_to(f"static:({nobody.uri})").start()
+    try:
+        poll(lambda: (a.bridges()[0]["last_error"] or {}).get("kind") == "connection-refused",
+             what="the refusal in the status")
+        out = subprocess.run([sys.executable, "-m", "meshmq.cli.main", "stat", "--url",
+                              f"127.0.0.1:{a.mgmt}"], capture_output=True, text=True,
+                             timeout=30, check=True).stdout
+        line = next(ln for ln in out.splitlines() if ln.startswith("bridge "))
+        assert nobody.uri in line and "(outbound)" in line
+        assert "last error: connection-refused" in line
+    finally:
+        a.stop()

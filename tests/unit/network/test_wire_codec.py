@@ -1,0 +1,85 @@
+"""The wire codec: round trips (Hypothesis), any split of the byte stream, and clear
+errors for garbage."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from meshmq.core import destinations as dst
+from meshmq.core.message import Message
+from meshmq.errors import RemoteProtocolError
+from meshmq.protocol.wire import (
+    MAGIC,
+    AckStatus,
+    FrameType,
+    WireDecoder,
+    decode_acks,
+    decode_json,
+    decode_messages,
+    encode_acks,
+    encode_json,
+    encode_messages,
+    encode_ping,
+)
+
+messages = st.builds(
+    lambda i, body, persistent, path, props: Message(
+        message_id=f"ID:{i}", destination=dst.queue(f"q.{i % 3}"), body=body,
+        persistent=persistent, broker_path=tuple(path), properties=props),
+    st.integers(0, 10_000), st.binary(max_size=300), st.booleans(),
+    st.lists(st.sampled_from(["A", "B", "C"]), max_size=3),
+    st.dictionaries(st.text("abc", min_size=1, max_size=4), st.integers(-5, 5), max_size=3))
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**63), messages), max_size=20), st.data())
+def test_messages_round_trip_through_any_split(batch, data) -> None:
+    stream = MAGIC + encode_messages(batch) + encode_ping() + \
+        encode_acks([(s, AckStatus.STORED) for s, _ in batch])
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=6)))
+    decoder = WireDecoder(expect_magic=True)
+    frames = []
+    last = 0
+    for cut in [*cuts, len(stream)]:
+        frames += decoder.feed(stream[last:cut])
+        last = cut
+    assert [f.type for f in frames] == [FrameType.MESSAGES, FrameType.PING, FrameType.ACKS]
+    got = decode_messages(frames[0])
+    assert [s for s, _ in got] == [s for s, _ in batch]
+    for (_, a), (_, b) in zip(got, batch, strict=True):
+        assert (a.message_id, a.destination, a.body, a.persistent, a.broker_path,
+                a.properties) == (b.message_id, b.destination, b.body, b.persistent,
+                                  b.broker_path, b.properties)
+    assert decode_acks(frames[2]) == [(s, AckStatus.STORED) for s, _ in batch]
+
+
+def test_json_frames() -> None:
+    frame = WireDecoder(expect_magic=False).feed(
+        encode_json(FrameType.HELLO, {"broker": "A", "n": [1, 2]}))[0]
+    assert frame.type is FrameType.HELLO and decode_json(frame) == {"broker": "A", "n": [1, 2]}
+
+
+@pytest.mark.parametrize(("data", "fragment"), [
+    (b"CONNECT\n", "bad magic"),
+    (b"MMQ2", "bad magic"),
+    (MAGIC + b"\x00\x00\x00\x00\x01", "out of range"),
+    (MAGIC + b"\x00\x00\x00\x01\x63", "unknown frame type 99"),
+    (MAGIC + b"\x7f\xff\xff\xff\x05", "out of range"),
+])
+def test_garbage_is_a_clear_protocol_error(data: bytes, fragment: str) -> None:
+    with pytest.raises(RemoteProtocolError, match=fragment):
+        WireDecoder(expect_magic=True).feed(data)
+
+
+def test_bad_payloads() -> None:
+    dec = WireDecoder(expect_magic=False)
+    bad_json = dec.feed(b"\x00\x00\x00\x03\x04[]")[0]
+    with pytest.raises(RemoteProtocolError, match="JSON object"):
+        decode_json(bad_json)
+    truncated = dec.feed(b"\x00\x00\x00\x09\x05\x00\x00\x00\x01\x00\x00\x00\x00")[0]
+    with pytest.raises(RemoteProtocolError, match="truncated"):
+        decode_messages(truncated)
+    acks = dec.feed(b"\x00\x00\x00\x0e\x06\x00\x00\x00\x01" + b"\x00" * 8 + b"\x09")[0]
+    with pytest.raises(RemoteProtocolError, match="unknown ack status 9"):
+        decode_acks(acks)
