@@ -58,6 +58,9 @@ ROWS = [
     # m9: a topic message nobody subscribed to.
     ev(6, "received", broker="b3", mid="m9", dest="topic://t"),
     ev(6, "dropped", broker="b3", mid="m9", dest="topic://t", reason="no subscriber"),
+    # m12: appended to a stream on b1 before the crash: retained, not lost.
+    ev(2, "received", mid="m12", dest="queue://stream.s"),
+    ev(2, "stored", mid="m12", dest="queue://stream.s", reason="stream"),
     # m10: pending on b3 for 100 s while b2 serves consumers of the same queue.
     ev(7, "received", broker="b3", mid="m10"),
     ev(50, "received", broker="b2", mid="m11"),
@@ -86,10 +89,10 @@ def test_final_status_of_every_message(tables: Any) -> None:
     assert status == {"m1": "consumed", "m2": "lost", "m3": "pending", "m4": "consumed",
                       "m5": "consumed", "m6": "consumed", "m7": "consumed",
                       "m8": "in_transit", "m9": "dropped", "m10": "pending",
-                      "m11": "consumed"}
+                      "m11": "consumed", "m12": "retained"}
     summary = {r["status"]: r["messages"] for r in rows(tables.summary)}
     assert summary == {"consumed": 6, "dead_lettered": 0, "expired": 0, "dropped": 1,
-                       "pending": 2, "in_transit": 1, "lost": 1}
+                       "retained": 1, "pending": 2, "in_transit": 1, "lost": 1}
 
 
 def test_lost_messages_name_where_they_were_last_seen(tables: Any) -> None:
@@ -138,7 +141,7 @@ def test_failover_windows_and_boots(tables: Any) -> None:
 def test_throughput_and_bridges_per_window(tables: Any) -> None:
     through = {(r["broker"], r["event"]): r["events"] for r in rows(tables.throughput)
                if r["window_start"].second == 0}
-    assert through[("b1", "received")] == 5 and through[("b2", "delivered")] == 3
+    assert through[("b1", "received")] == 6 and through[("b2", "delivered")] == 3
     (bridge, second) = rows(tables.bridges)
     assert (bridge["broker"], bridge["peer"], bridge["connector"], bridge["messages"]) == \
         ("b1", "b2", "n1", 1)

@@ -102,6 +102,16 @@ class DestinationPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class StreamPolicy:
+    """Queues whose name matches ``match`` are streams: append-only logs read from any
+    offset (docs/pipeline.md). The first matching policy wins."""
+
+    match: str = "queue://stream.>"
+    max_bytes: int = 1024 * MIB  # retention by size (bodies); 0 = no limit
+    max_age_ms: int = 0  # retention by age; 0 = no limit
+
+
+@dataclass(frozen=True, slots=True)
 class UsageConfig:
     memory_limit: int = 64 * MIB  # in-memory message bytes, broker-wide
     on_limit: str = "block"  # "block": producer flow control; "fail": ERROR to the sender
@@ -217,6 +227,7 @@ class BrokerConfig:
     auth: AuthConfig = field(default_factory=AuthConfig)
     management: ManagementConfig = field(default_factory=ManagementConfig)
     trace: TraceConfig = field(default_factory=TraceConfig)
+    streams: tuple[StreamPolicy, ...] = ()  # none: no queue is a stream
     expiry_check_interval_ms: int = 1000
     duplicate_window: int = 10_000  # idempotent-producer window (message ids remembered)
     network_connectors: tuple[NetworkConnectorConfig, ...] = ()

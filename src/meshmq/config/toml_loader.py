@@ -11,6 +11,7 @@ Layout of a file (one section per nested dataclass of ``BrokerConfig``)::
     [auth]            AuthConfig; users as [[auth.users]] (User)
     [management]      ManagementConfig
     [trace]           TraceConfig
+    [[streams]]       StreamPolicy
     [[network_connectors]]  NetworkConnectorConfig (bridges to other brokers)
 
 The schema is derived from the dataclasses themselves, so a field added to the
@@ -83,6 +84,7 @@ SIZE_FIELDS: frozenset[str] = frozenset({
     "StompConfig.max_frame_size", "StompConfig.max_header_size", "MqttConfig.max_packet_size",
     "StoreConfig.segment_size", "StoreConfig.max_batch_bytes",
     "DestinationPolicy.memory_limit", "UsageConfig.memory_limit", "TraceConfig.max_file_bytes",
+    "StreamPolicy.max_bytes",
 })
 # Inclusive bounds; numbers not listed must merely be >= 0 (no option means anything below).
 _RANGES: dict[str, tuple[float | None, float | None]] = {
@@ -449,6 +451,17 @@ class _Builder:
                         raise DestinationError("a dead-letter prefix cannot hold wildcards")
                 except DestinationError as exc:
                     raise self.src.error(exc.message, f"{at}.individual_dlq_prefix") from None
+        for i, stream in enumerate(config.streams):
+            at = f"streams[{i}]"
+            try:
+                pattern = Destination.parse_uri(stream.match)
+            except DestinationError as exc:
+                raise self.src.error(
+                    f"not a queue pattern like 'queue://stream.>': {exc.message}",
+                    f"{at}.match") from None
+            if not pattern.is_queue or pattern.is_temporary:
+                raise self.src.error("streams are queues: use a queue:// pattern",
+                                     f"{at}.match")
         users: set[str] = set()
         for i, user in enumerate(config.auth.users):
             if user.name in users:

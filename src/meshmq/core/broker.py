@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from meshmq.config.model import BrokerConfig, DestinationPolicy
+from meshmq.config.model import BrokerConfig, DestinationPolicy, StreamPolicy
 from meshmq.core import destinations as dst
 from meshmq.core.auth import Authenticator, Principal
 from meshmq.core.consumer import Consumer, ConsumerSpec
@@ -25,6 +25,7 @@ from meshmq.core.destinations import Destination, DestKind
 from meshmq.core.message import Message, PropertyValue
 from meshmq.core.queue import Entry, Outcome, Queue
 from meshmq.core.selector import Selector, compile_selector, message_lookup
+from meshmq.core.stream import NEXT, STREAM_PREFIX, StreamOffset, StreamQueue
 from meshmq.core.trace import (
     DLQ,
     DROPPED,
@@ -163,6 +164,7 @@ class Broker:
         self._listeners: list[Callable[[ConsumerEvent], None]] = []
         self.dedup = DuplicateWindow(config.duplicate_window)
         self._policies = [(Destination.parse_uri(p.match), p) for p in config.policies]
+        self._stream_policies = [(Destination.parse_uri(p.match), p) for p in config.streams]
         self._default_policy = DestinationPolicy()
         self._boot = format(self._clock(), "x")
         self._conn_seq = itertools.count(1)
@@ -235,6 +237,14 @@ class Broker:
         """Publish an advisory (for subsystems outside the core: network bridges)."""
         self._advise(topic, advisory_type, fields)
 
+    def stream_policy_for(self, dest: Destination) -> StreamPolicy | None:
+        """The stream policy making ``dest`` a stream, if any (queues only)."""
+        if dest.kind is DestKind.QUEUE:
+            for pattern, policy in self._stream_policies:
+                if dst.matches(pattern, dest):
+                    return policy
+        return None
+
     def policy_for(self, dest: Destination) -> DestinationPolicy:
         for pattern, policy in self._policies:
             if dst.matches(pattern, dest):
@@ -270,7 +280,7 @@ class Broker:
         if tracer is None:
             return 0
         count = 0
-        queues = [q for q in self.queues.values() if q.key is not None]
+        queues = [q for q in self.queues.values() if q.key is not None and not q.retains_all]
         queues += [sub.queue for sub in self.durables.values()]
         for queue in queues:
             if not queue.depth or queue.key is None:
@@ -293,6 +303,13 @@ class Broker:
         durable_keys = {d.key for d in recovery.durable_subscriptions}
         for key, info in recovery.keys.items():
             if key in durable_keys:
+                continue
+            if key.startswith(STREAM_PREFIX):
+                sdest = dst.queue(key[len(STREAM_PREFIX):])
+                self.queues[sdest] = StreamQueue(
+                    sdest, self.policy_for(sdest),
+                    self.stream_policy_for(sdest) or StreamPolicy(match=str(sdest)), self,
+                    self.store, first_seq=info.first_seq, last_seq=info.last_seq)
                 continue
             if key.startswith((RETAINED_PREFIX, RECORD_PREFIX)):
                 self._single_seq[key] = info.last_seq
@@ -499,6 +516,7 @@ class Broker:
                 # original's write.
                 log.debug("duplicate send %s dropped (dedup-id %s)", message.message_id,
                           dedup_id)
+                self.trace_dropped(message, "duplicate dedup-id (idempotent producer)")
                 return True
         needs_sync = False
         # Producers' messages only: bridges trace received_from_bridge themselves.
@@ -524,11 +542,19 @@ class Broker:
 
     def _route_queue(self, queue: Queue, msg: Message) -> bool:
         seq = queue.allocate_seq()
-        persisted = msg.persistent and queue.key is not None
+        if queue.retains_all:  # a stream: every message is stored, with its offset
+            assert isinstance(queue, StreamQueue)
+            msg = queue.stamp(msg, seq)
+            persisted = True
+        else:
+            persisted = msg.persistent and queue.key is not None
         if persisted:
             self._ops.append(AddMessage(msg, ((queue.key or "", seq),)))
             if self.tracer is not None:
-                self.tracer.hot(STORED, msg, queue.destination, 0, None)
+                if queue.retains_all:
+                    self.tracer.message(STORED, msg, queue.destination, reason="stream")
+                else:
+                    self.tracer.hot(STORED, msg, queue.destination, 0, None)
         queue.enqueue(msg, seq, persisted)
         return persisted
 
@@ -601,8 +627,12 @@ class Broker:
     def _get_queue(self, dest: Destination) -> Queue:
         queue = self.queues.get(dest)
         if queue is None:
-            key = str(dest) if dest.kind is DestKind.QUEUE else None
-            queue = Queue(dest, key, self.policy_for(dest), self, self.store)
+            stream = self.stream_policy_for(dest)
+            if stream is not None:
+                queue = StreamQueue(dest, self.policy_for(dest), stream, self, self.store)
+            else:
+                key = str(dest) if dest.kind is DestKind.QUEUE else None
+                queue = Queue(dest, key, self.policy_for(dest), self, self.store)
             self.queues[dest] = queue
             for consumer in self._queue_wildcards:
                 if any(dst.matches(p, dest) for p in consumer.spec.destinations):
@@ -611,7 +641,9 @@ class Broker:
         return queue
 
     # ================================================================ consuming
-    def subscribe(self, conn: Connection, subscription_id: str, spec: ConsumerSpec) -> Consumer:
+    def subscribe(self, conn: Connection, subscription_id: str, spec: ConsumerSpec, *,
+                  stream_offset: StreamOffset | None = None) -> Consumer:
+        """``stream_offset``: where a consumer of a stream destination starts (next)."""
         if subscription_id in conn.consumers:
             raise ProtocolError(f"subscription id {subscription_id!r} is already in use "
                                 "on this connection", code="duplicate-subscription")
@@ -670,6 +702,13 @@ class Broker:
             consumer.topic_sub = self._topic_subscription(conn, consumer, tuple(topics),
                                                           durable_key)
             consumer.sources.append(consumer.topic_sub.queue)
+        streams = [q for q in consumer.sources if isinstance(q, StreamQueue)]
+        if stream_offset is not None and not streams:
+            conn.consumers.pop(subscription_id, None)
+            raise DestinationError(f"x-stream-offset given, but {spec.destinations[0]} is "
+                                   "not a stream destination")
+        for stream in streams:
+            stream.expect(consumer, stream_offset or NEXT)
         for queue in consumer.sources:
             queue.add_consumer(consumer)
         self._consumer_changed(conn, consumer, added=True)

@@ -107,6 +107,8 @@ class QueueStats:
 
 
 class Queue:
+    retains_all = False  # streams (core/stream.py) keep every message, whatever its kind
+
     def __init__(self, destination: Destination, key: str | None, policy: DestinationPolicy,
                  ctx: QueueContext, store: Store | None, *, last_seq: int = 0,
                  stored_count: int = 0, prefiltered: bool = False) -> None:

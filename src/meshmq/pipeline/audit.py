@@ -6,7 +6,8 @@ writes files (``meshmq.pipeline.audit_job`` does that). The tables:
 
 * ``journeys``: one row per message id: where it entered, the brokers it crossed
   (``path``), hop count, deliveries, acks, latencies and a final ``status``:
-  consumed, dead_lettered, expired, dropped, pending, in_transit or lost.
+  consumed, dead_lettered, expired, dropped, retained (in a stream destination, which
+  keeps messages; reads of streams are not traced), pending, in_transit or lost.
 * ``boots``: one row per broker run; ``failover_windows``: the gaps between runs.
 * ``lost``: messages accepted by a broker, never consumed or otherwise settled, and
   not pending anywhere: the broker that last held them restarted and they did not
@@ -32,7 +33,8 @@ _RANK = {tr.BROKER_STARTED: 0, tr.RECEIVED: 1, tr.RECEIVED_FROM_BRIDGE: 1, tr.RE
          tr.STORED: 2, tr.FORWARDED: 3, tr.DISPATCHED: 4, tr.REDELIVERED: 5, tr.ACKED: 6,
          tr.DELIVERED: 6, tr.DLQ: 7, tr.EXPIRED: 7, tr.DROPPED: 7, tr.BROKER_STOPPED: 8}
 
-STATUSES = ("consumed", "dead_lettered", "expired", "dropped", "pending", "in_transit", "lost")
+STATUSES = ("consumed", "dead_lettered", "expired", "dropped", "retained", "pending",
+            "in_transit", "lost")
 
 
 def _rank(event: Column) -> Column:
@@ -103,6 +105,7 @@ def journeys(events: DataFrame, boot_table: DataFrame) -> DataFrame:
         _count(tr.DROPPED).alias("drops"),
         _count(tr.RECOVERED).alias("recoveries"),
         F.max(F.when(ev == tr.DROPPED, F.col("reason"))).alias("drop_reason"),
+        F.max((ev == tr.STORED) & (F.col("reason") == "stream")).alias("streamed"),
         F.collect_set(F.when(ev.isin(tr.DISPATCHED, tr.DELIVERED), F.col("broker")))
         .alias("delivered_by"),
     )
@@ -116,6 +119,7 @@ def journeys(events: DataFrame, boot_table: DataFrame) -> DataFrame:
               .when(F.col("dead_letters") > 0, "dead_lettered")
               .when(F.col("expiries") > 0, "expired")
               .when(F.col("drops") > 0, "dropped")
+              .when(F.col("streamed"), "retained")
               .when(restarted, "lost")
               .when(F.col("last.event") == tr.FORWARDED, "in_transit")
               .otherwise("pending"))
