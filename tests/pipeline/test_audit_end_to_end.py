@@ -9,7 +9,9 @@ Planted on broker "alpha" before the kill:
 * one dedup-id sent twice (a producer retry): the broker's idempotent-producer window
   drops the second copy, which the audit reports as dropped, not as a duplicate.
 Everything else (persistent messages waiting across the crash, normal traffic on
-alpha and on a second broker "beta" that stops cleanly) must come out clean.
+alpha and on a second broker "beta" that stops cleanly, and 20 messages that cross a
+network bridge from "west" to "east") must come out clean; the bridged ones with
+their path, one hop and the bridge's throughput.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import pytest
 from meshmq.client.simple_stomp import SimpleStompClient
 from meshmq.core import trace as tr
 from tests.support.brokers import ProcessBroker, poll
+from tests.support.network import Node
 
 # Spark jobs on a shared 2-core machine: allow more than the default 120 s.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -56,6 +59,42 @@ directory = "{tmp / 'trace' / name}"
 flush_interval_ms = 1
 """)
     return path
+
+
+class TracedNode(Node):
+    """A network node (subprocess broker) with tracing on."""
+
+    def write_config(self) -> Path:
+        path = super().write_config()
+        with path.open("a") as f:
+            f.write(f'\n[trace]\nenabled = true\ndirectory = "{self.root / "trace"}"\n'
+                    "flush_interval_ms = 1\n")
+        return path
+
+
+def bridged_traffic(tmp: Path) -> list[Path]:
+    """20 messages produced on west, consumed on east over west's bridge."""
+    east = TracedNode("east", tmp / "east").start()
+    west = TracedNode("west", tmp / "west").connect_to(f"static:({east.uri})",
+                                                       name="west-east").start()
+    try:
+        west.wait_forwarding()
+        with SimpleStompClient("127.0.0.1", east.port) as consumer:
+            consumer.subscribe("/queue/net.orders", "n", ack="client-individual")
+            poll(lambda: west.destination("net.orders")["consumers"] >= 1, 30,
+                 "east's demand on west")
+            with SimpleStompClient("127.0.0.1", west.port) as producer:
+                for i in range(20):
+                    producer.send("/queue/net.orders", f"n{i}".encode(),
+                                  {"persistent": "true"})
+            for _ in range(20):
+                frame = consumer.receive(timeout=20)
+                assert frame is not None
+                consumer.ack(frame)
+    finally:
+        west.stop()
+        east.stop()
+    return [tmp / "east" / "trace", tmp / "west" / "trace"]
 
 
 def traced(directory: Path) -> list[dict[str, object]]:
@@ -97,6 +136,7 @@ def test_audit_finds_exactly_the_planted_losses_and_duplicates(tmp_path: Path) -
             client.send("/queue/b.orders", f"b{i}".encode(), {"persistent": "true"})
         consume(client, "/queue/b.orders", 10, "s")
     assert beta.terminate() == 0
+    network_dirs = bridged_traffic(tmp_path / "net")
 
     producer = SimpleStompClient("127.0.0.1", alpha.port)
     for i in range(20):
@@ -136,11 +176,12 @@ def test_audit_finds_exactly_the_planted_losses_and_duplicates(tmp_path: Path) -
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
     result = subprocess.run(
         [sys.executable, "-m", "meshmq.cli.main", "--log-level", "WARNING", "audit",
-         str(alpha_dir), str(beta_dir), "--out", str(out), "--window", "100 milliseconds"],
+         str(alpha_dir), str(beta_dir), *map(str, network_dirs), "--out", str(out),
+         "--window", "100 milliseconds"],
         capture_output=True, text=True, env=env, timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     counts = dict(kv.split("=") for kv in result.stdout.split())
-    assert counts == {"consumed": "39", "dead_lettered": "0", "expired": "0",
+    assert counts == {"consumed": "59", "dead_lettered": "0", "expired": "0",
                       "dropped": "1", "retained": "0", "pending": "0", "in_transit": "0",
                       "lost": "5", "duplicates": "3"}
 
@@ -158,6 +199,13 @@ def test_audit_finds_exactly_the_planted_losses_and_duplicates(tmp_path: Path) -
                   if r["status"] == "dropped"]
     assert dropped["dedup_id"] == "order-7"
     assert dropped["drop_reason"] == "duplicate dedup-id (idempotent producer)"
+    paths = {(r["path_text"], r["hops"]): (r["messages"], r["consumed"])
+             for r in pq.read_table(out / "paths").to_pylist()}
+    assert paths[("west>east", 1)] == (20, 20)
+    bridges = pq.read_table(out / "bridges").to_pylist()
+    assert {(r["broker"], r["peer"], r["connector"]) for r in bridges} == {
+        ("west", "east", "west-east")}
+    assert sum(r["messages"] for r in bridges) == 20
     failovers = pq.read_table(out / "failovers").to_pylist()
     assert [(r["broker"], r["kind"]) for r in failovers] == [("alpha", "crash")]
     report = (out / "report.md").read_text()

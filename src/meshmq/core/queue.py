@@ -351,7 +351,8 @@ class Queue:
         if msg.group_id is not None and msg.group_seq == -1:
             self.groups.pop(msg.group_id, None)  # JMSXGroupSeq -1 closes the group
         self.ctx.emit(Delivery(consumer, msg, tag, entry.delivery_count))
-        tracer = self.ctx.tracer
+        # A network bridge's consumer is not a delivery: the bridge traces "forwarded".
+        tracer = self.ctx.tracer if consumer.spec.network_path is None else None
         if consumer.spec.ack_mode is AckMode.AUTO:
             if tracer is not None:  # one event for dispatch + ack: half the trace cost
                 tracer.hot(DELIVERED, msg, self.destination, entry.delivery_count, consumer.id)
@@ -371,8 +372,9 @@ class Queue:
     def ack_entry(self, entry: Entry) -> None:
         """The message is consumed: forget it here and in the store."""
         tracer = self.ctx.tracer
-        if tracer is not None and entry.state != DONE:
-            consumer = entry.consumer
+        consumer = entry.consumer
+        if tracer is not None and entry.state != DONE and (
+                consumer is None or consumer.spec.network_path is None):
             tracer.hot(ACKED, entry.message, self.destination, entry.delivery_count,
                        consumer.id if consumer is not None else None)
         self.remove_entry(entry, consumed=True)
@@ -409,8 +411,8 @@ class Queue:
                                  f"maximumRedeliveries {limit}")
             return
         tracer = self.ctx.tracer
-        if tracer is not None:
-            consumer = entry.consumer
+        consumer = entry.consumer
+        if tracer is not None and (consumer is None or consumer.spec.network_path is None):
             tracer.message(REDELIVERED, entry.message, self.destination,
                            consumer=consumer.id if consumer is not None else None,
                            delivery_count=entry.delivery_count, reason=reason)
