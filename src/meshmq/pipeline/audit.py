@@ -81,18 +81,23 @@ def journeys(events: DataFrame, boot_table: DataFrame) -> DataFrame:
     """One row per message id, with its final ``status``."""
     msgs = events.where(F.col("message_id") != "")
     ev = F.col("event")
-    point = F.struct(F.col("ts"), _rank(ev).alias("rank"), ev.alias("event"),
-                     F.col("broker"), F.col("boot"), F.col("destination"),
-                     F.col("reason"), F.col("peer"))
+    point = F.struct(F.col("ts"), ev.alias("event"), F.col("broker"), F.col("boot"),
+                     F.col("destination"))
+    # Latest event, lifecycle order breaking ties within a microsecond (max_by on a
+    # number is much cheaper than max over a struct).
+    order = F.col("ts") * 16 + _rank(ev)
+    arrival = ev.isin(tr.RECEIVED, tr.RECEIVED_FROM_BRIDGE, tr.RECOVERED)
     entry = F.struct(F.col("ts"), F.col("broker"), F.col("destination"),
                      F.col("persistent"), F.col("size"))
     agg = msgs.groupBy("message_id").agg(
         F.max("dedup_id").alias("dedup_id"),
         F.min(F.when(ev == tr.RECEIVED, entry)).alias("origin"),
         F.min(entry).alias("seen_first"),
-        F.max(point).alias("last"),
-        F.array_distinct(F.transform(F.array_sort(F.collect_list(
-            F.struct(F.col("ts"), F.col("broker")))), lambda p: p["broker"])).alias("path"),
+        F.max_by(point, order).alias("last"),
+        # Brokers in order of arrival (only arrivals are collected: short lists).
+        F.array_distinct(F.transform(F.array_sort(F.collect_list(F.when(
+            arrival, F.struct(F.col("ts"), F.col("broker"))))), lambda p: p["broker"]))
+        .alias("arrivals"),
         _first_ts(tr.RECEIVED).alias("received_ts"),
         _first_ts(tr.DISPATCHED, tr.DELIVERED).alias("first_dispatch_ts"),
         _first_ts(tr.ACKED, tr.DELIVERED).alias("first_ack_ts"),
@@ -106,10 +111,11 @@ def journeys(events: DataFrame, boot_table: DataFrame) -> DataFrame:
         _count(tr.RECOVERED).alias("recoveries"),
         F.max(F.when(ev == tr.DROPPED, F.col("reason"))).alias("drop_reason"),
         F.max((ev == tr.STORED) & (F.col("reason") == "stream")).alias("streamed"),
-        F.collect_set(F.when(ev.isin(tr.DISPATCHED, tr.DELIVERED), F.col("broker")))
-        .alias("delivered_by"),
     )
     start = F.coalesce(F.col("origin"), F.col("seen_first"))
+    # No traced arrival (sampling, a lost trace file): the broker it was last seen on.
+    path = F.when(F.size("arrivals") > 0, F.col("arrivals")).otherwise(
+        F.array(F.col("last.broker")))
     runs = boot_table.select(F.col("broker").alias("_b"), F.col("boot").alias("_boot"),
                              F.col("next_started_ts").alias("holder_restarted_ts"))
     joined = agg.join(runs, (F.col("last.broker") == F.col("_b"))
@@ -128,8 +134,8 @@ def journeys(events: DataFrame, boot_table: DataFrame) -> DataFrame:
         start["broker"].alias("origin_broker"), start["destination"].alias("destination"),
         start["persistent"].alias("persistent"), start["size"].alias("size"),
         start["ts"].alias("first_ts"), "received_ts",
-        F.col("path"), F.concat_ws(">", "path").alias("path_text"), "hops",
-        "deliveries", "acks", "redeliveries", "recoveries", "delivered_by",
+        path.alias("path"), F.concat_ws(">", path).alias("path_text"), "hops",
+        "deliveries", "acks", "redeliveries", "recoveries",
         "first_dispatch_ts", "first_ack_ts",
         ((F.col("first_dispatch_ts") - F.col("received_ts")) / 1000.0).alias("latency_ms"),
         ((F.col("first_ack_ts") - F.col("received_ts")) / 1000.0).alias("ack_latency_ms"),
@@ -147,8 +153,14 @@ def lost(journey_table: DataFrame) -> DataFrame:
             .orderBy("last_ts", "message_id"))
 
 
-def duplicates(journey_table: DataFrame) -> DataFrame:
-    """Messages delivered more than once, and producer resends of one dedup id."""
+def duplicates(journey_table: DataFrame, events: DataFrame) -> DataFrame:
+    """Messages delivered more than once, and producer resends of one dedup id;
+    ``delivered_by``: the brokers that delivered them."""
+    delivered = (events.where(F.col("event").isin(tr.DISPATCHED, tr.DELIVERED))
+                 .groupBy("message_id").agg(F.collect_set("broker").alias("delivered_by")))
+    journey_table = journey_table.where(
+        (F.col("deliveries") > 1) | (F.col("dedup_id").isNotNull() & (F.col("deliveries") > 0))
+    ).join(delivered, "message_id", "left")
     redelivered = (journey_table.where(F.col("deliveries") > 1)
                    .select(F.col("message_id").alias("key"), F.lit("redelivered").alias("kind"),
                            F.array("message_id").alias("message_ids"), "destination",

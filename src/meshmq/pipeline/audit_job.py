@@ -90,7 +90,10 @@ def clean(events: DataFrame) -> DataFrame:
 
 
 def read_traces(spark: SparkSession, paths: Sequence[Path]) -> DataFrame:
-    jsonl, parquet = trace_files(paths)
+    return _read(spark, *trace_files(paths))
+
+
+def _read(spark: SparkSession, jsonl: list[str], parquet: list[str]) -> DataFrame:
     frames = []
     if jsonl:
         frames.append(spark.read.schema(tr.SPARK_DDL).json(jsonl))
@@ -123,13 +126,16 @@ class AuditTables:
 
 
 def compute(events: DataFrame, *, stuck_after_ms: int = 60_000,
-            window: str = "10 seconds") -> AuditTables:
-    events = events.cache()
+            window: str = "10 seconds", cache_events: bool = True) -> AuditTables:
+    """Every table. ``cache_events``: keep the events in memory between tables (worth
+    it for JSON, which is slow to parse; Parquet is faster to read again)."""
+    if cache_events:
+        events = events.cache()
     boot_table = audit.boots(events).cache()
     journeys = audit.journeys(events, boot_table).cache()
     return AuditTables(
         journeys=journeys, summary=audit.summary(journeys), lost=audit.lost(journeys),
-        duplicates=audit.duplicates(journeys), paths=audit.paths(journeys),
+        duplicates=audit.duplicates(journeys, events), paths=audit.paths(journeys),
         latency=audit.latency(journeys),
         stuck=audit.stuck(journeys, events, older_than_ms=stuck_after_ms),
         throughput=audit.throughput(events, window), bridges=audit.bridges(events, window),
@@ -281,7 +287,9 @@ def write_report(tables: AuditTables, out: Path, *, title: str = "meshmq deliver
 def run_audit(spark: SparkSession, paths: Sequence[Path], out: Path, *,
               stuck_after_ms: int = 60_000, window: str = "10 seconds") -> dict[str, int]:
     """Batch audit; returns the message count per status (and ``duplicates``)."""
-    tables = compute(read_traces(spark, paths), stuck_after_ms=stuck_after_ms, window=window)
+    jsonl, parquet = trace_files(paths)
+    tables = compute(_read(spark, jsonl, parquet), stuck_after_ms=stuck_after_ms,
+                     window=window, cache_events=bool(jsonl))
     write_tables(tables, out)
     write_report(tables, out)
     counts = {r["status"]: r["messages"] for r in _rows(tables.summary, 100)}
@@ -311,7 +319,8 @@ def follow(spark: SparkSession, dirs: Sequence[Path], out: Path, *, once: bool =
         # One directory per batch: a batch replayed after a crash overwrites itself.
         clean(frame).write.mode("overwrite").parquet(str(events_dir / f"batch={batch_id}"))
         events = spark.read.parquet(str(events_dir)).drop("batch")
-        tables = compute(events, stuck_after_ms=stuck_after_ms, window=window)
+        tables = compute(events, stuck_after_ms=stuck_after_ms, window=window,
+                         cache_events=False)
         write_tables(tables, out)
         write_report(tables, out, title="meshmq delivery audit (streaming)")
         # The next batch reads the same path: drop the cached frames, or Spark would
