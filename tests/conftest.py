@@ -43,3 +43,12 @@ def _no_leftover_broker_processes() -> Iterator[None]:
         if leftover.proc is not None and leftover.proc.poll() is None:
             leftover.kill9()
         ProcessBroker.running.discard(leftover)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_private_postgres() -> Iterator[None]:
+    """The PostgreSQL cluster some tests start (tests/support/postgres.py) ends with them."""
+    yield
+    from tests.support.postgres import stop_cluster
+
+    stop_cluster()

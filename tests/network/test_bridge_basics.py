@@ -71,3 +71,20 @@ def test_consumer_leaving_mid_stream_neither_loses_nor_doubles(tmp_path: Path,
     finally:
         a.stop()
         b.stop()
+
+
+def test_clients_learn_the_network_from_connected(tmp_path: Path, client) -> None:
+    """Topology push: a STOMP client of A is told where B's clients connect."""
+    b = ThreadBroker(net_config(tmp_path / "b", "B")).start()
+    a = ThreadBroker(net_config(tmp_path / "a", "A", connector(f"static:({tcp_uri(b)})"))).start()
+    try:
+        wait_forwarding(a)
+        c = client(on=a)
+        peers = c.listener.connected[0].headers.get("meshmq-peers", "")
+        assert f"stomp://127.0.0.1:{b.port}" in peers.split(",")
+        c2 = client(on=b)  # the accepting side knows its peer too
+        assert f"stomp://127.0.0.1:{a.port}" in \
+            c2.listener.connected[0].headers.get("meshmq-peers", "").split(",")
+    finally:
+        a.stop()
+        b.stop()

@@ -1,6 +1,7 @@
 """The store contract (meshmq.store.base), run against every implementation.
 
-A new store joins by adding a ``StoreKind`` to ``tests.store.helpers.STORE_KINDS``.
+A new store joins by adding a ``StoreKind`` to ``tests.store.helpers.STORE_KINDS`` (or, for
+stores that need a server, to ``CONTRACT_KINDS`` below).
 Tests that need data to survive close + open skip stores with ``survives_reopen=False``.
 """
 
@@ -32,6 +33,7 @@ from tests.store.helpers import (
     run_async,
     sub,
 )
+from tests.support.postgres import contract_store
 
 Q = "queue://orders"
 Q2 = "queue://other"
@@ -58,7 +60,11 @@ class Harness:
         return entry_view(self.store.load(key, 0, 1 << 30))
 
 
-@pytest.fixture(params=STORE_KINDS, ids=lambda k: k.name)
+# PostgreSQL runs on the private cluster of tests/support/postgres.py.
+CONTRACT_KINDS = [*STORE_KINDS, StoreKind("postgres", contract_store, survives_reopen=True)]
+
+
+@pytest.fixture(params=CONTRACT_KINDS, ids=lambda k: k.name)
 def h(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
     harness = Harness(request.param, tmp_path)
     yield harness

@@ -62,6 +62,8 @@ class Node:
     connectors: list[dict[str, Any]] = field(default_factory=list)
     broker: dict[str, Any] = field(default_factory=dict)
     auth_users: list[tuple[str, str]] = field(default_factory=list)
+    data_dir: Path | None = None  # shared by a master/slave pair
+    ha: dict[str, Any] = field(default_factory=dict)  # the [ha] table
     stomp: int = field(default_factory=free_port)
     tcp: int = field(default_factory=free_port)
     mgmt: int = field(default_factory=free_port)
@@ -86,11 +88,14 @@ class Node:
 
     def write_config(self) -> Path:
         self.root.mkdir(parents=True, exist_ok=True)
+        data = self.data_dir or self.root / "data"
         lines = ["[broker]", f"name = {_toml_value(self.name)}",
-                 f"data_directory = {_toml_value(str(self.root / 'data'))}"]
+                 f"data_directory = {_toml_value(str(data))}"]
         lines += [f"{k} = {_toml_value(v)}" for k, v in self.broker.items()]
         lines += ["", "[store]", "fsync = false", "", "[management]",
                   f"port = {self.mgmt}", ""]
+        if self.ha:
+            lines += ["[ha]", *(f"{k} = {_toml_value(v)}" for k, v in self.ha.items()), ""]
         for name, proto, port in (("stomp", "stomp", self.stomp), ("tcp", "tcp", self.tcp)):
             lines += ["[[listeners]]", f'name = "{name}"', f'protocol = "{proto}"',
                       'host = "127.0.0.1"', f"port = {port}", ""]

@@ -68,8 +68,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
     from meshmq.transport.runtime import run_broker
 
-    asyncio.run(run_broker(config))
-    return 0
+    return asyncio.run(run_broker(config))
 
 
 def cmd_send(args: argparse.Namespace) -> int:
@@ -139,6 +138,10 @@ def cmd_stat(args: argparse.Namespace) -> int:
         return 0
     print(f"broker {stat['broker']}  connections {stat['connections']}  memory "
           f"{stat['memory']['used']}/{stat['memory']['limit']} ({stat['memory']['percent']}%)")
+    ha = stat.get("ha") or {}
+    if ha.get("mode", "none") != "none":
+        print(f"role {ha['role']}  ha {ha['mode']}  epoch {ha['epoch']}  lease held by "
+              f"{ha.get('lease_holder')} (epoch {ha.get('lease_epoch')})")
     cols = ("type", "name", "depth", "enqueued", "dequeued", "consumers", "producers",
             "inflight")
     rows = [[str(d.get(c, "")) for c in cols] for d in stat["destinations"]]

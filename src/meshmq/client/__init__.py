@@ -1,1 +1,42 @@
-"""Clients built on meshmq's own codecs (the failover client lands here)."""
+"""meshmq's clients: the failover client (asyncio and blocking, STOMP and MQTT), the
+Python Cartridge Agent compatibility layer (:mod:`meshmq.client.agent`) and the small
+single-socket STOMP client the CLI uses (:mod:`meshmq.client.simple_stomp`)."""
+
+from .aio import FailoverClient, Subscription, Transaction
+from .blocking import BlockingClient, BlockingSubscription
+from .errors import (
+    BrokerError,
+    ClientClosedError,
+    ClientError,
+    ConnectionFailedError,
+    ConnectionLostError,
+    OperationTimeoutError,
+    TransactionInDoubtError,
+    TransactionRolledBackError,
+)
+from .options import Endpoint, FailoverOptions, FailoverSpec, parse_failover
+from .types import AckMode, Event, EventKind, Message
+
+__all__ = [
+    "AckMode",
+    "BlockingClient",
+    "BlockingSubscription",
+    "BrokerError",
+    "ClientClosedError",
+    "ClientError",
+    "ConnectionFailedError",
+    "ConnectionLostError",
+    "Endpoint",
+    "Event",
+    "EventKind",
+    "FailoverClient",
+    "FailoverOptions",
+    "FailoverSpec",
+    "Message",
+    "OperationTimeoutError",
+    "Subscription",
+    "Transaction",
+    "TransactionInDoubtError",
+    "TransactionRolledBackError",
+    "parse_failover",
+]

@@ -81,7 +81,7 @@ _BROKER_LATER = frozenset({
     "producerSystemUsage", "consumerSystemUsage", "tempDataStore", "ioExceptionHandler",
     "persistenceFactory", "jobSchedulerStore", "brokerContext", "destinationFactory",
     "networkConnectorURIs", "transportConnectorURIs", "taskRunnerFactory",
-    "persistenceTaskRunnerFactory", "messageAuthorizationPolicy", "masterConnector",
+    "persistenceTaskRunnerFactory", "messageAuthorizationPolicy",
     "adminView", "regionBroker", "startException", "jmsBridgeConnector",
 })
 _CONNECTOR_IGNORED = frozenset({
@@ -96,13 +96,25 @@ _KAHADB_IGNORED = frozenset({
     "ignoreMissingJournalfiles", "checkForCorruptJournalFiles", "checksumJournalFiles",
     "archiveDataLogs", "directoryArchive", "enableIndexWriteAsync", "preallocationStrategy",
     "preallocationScope", "journalDiskSyncInterval", "compactAcksAfterNoGC",
-    "compactAcksIgnoresStoreGrowth", "enableAckCompaction", "lockKeepAlivePeriod",
+    "compactAcksIgnoresStoreGrowth", "enableAckCompaction",
     "maxAsyncJobs", "forceRecoverIndex", "indexDirectory", "useIndexLFRUEviction",
     "cleanupOnStop", "enableIndexDiskSyncs", "enableIndexRecoveryFile",
-    "enableIndexPageCaching", "archiveCorruptedIndex", "useLock", "failoverProducersAuditDepth",
+    "enableIndexPageCaching", "archiveCorruptedIndex", "failoverProducersAuditDepth",
     "maxFailoverProducersToTrack", "databaseLockedWaitDelay", "brokerName", "id",
 })
-_LATER_STORES = frozenset({"jdbcPersistenceAdapter", "levelDB", "levelDBPersistenceAdapter",
+_JDBC_IGNORED = frozenset({
+    "createTablesOnStartup", "dataDirectory", "cleanupPeriod", "transactionIsolation",
+    "maxRows", "useExternalMessageReferences", "auditRecoveryDepth", "maxAuditDepth",
+    "maxProducersToAudit", "enableAudit", "changeAutoCommitAllowed", "directory",
+    "brokerName", "id", "stopOnError",
+})
+_LOCKER_IGNORED = frozenset({"failIfLocked", "name", "id", "maxAllowableDiffFromDBTime",
+                             "handleStartException", "createTablesOnStartup"})
+# Spring data-source bean properties -> libpq connection keywords.
+_PG_DATASOURCE_PROPS = {"serverName": "host", "serverNames": "host", "portNumber": "port",
+                        "portNumbers": "port", "databaseName": "dbname", "user": "user",
+                        "username": "user", "password": "password"}
+_LATER_STORES = frozenset({"levelDB", "levelDBPersistenceAdapter",
                            "replicatedLevelDB", "mKahaDB", "journalPersistenceAdapter",
                            "amqPersistenceAdapter"})
 _LATER_PLUGINS = frozenset({
@@ -428,7 +440,16 @@ class _Importer:
                                                   self.value(node, a), node, a),
             "networkConnectorStartAsync": lambda a: self.put(
                 "broker.network_connector_start_async", self.value(node, a), node, a),
+            "masterConnectorURI": lambda a: self.pure_master_slave(node, a),
         }, _BROKER_IGNORED)
+        for child in node.children:
+            # A slave configured this way must not quietly start as a second master.
+            if child.tag == "masterConnector":
+                self.pure_master_slave(child, None)
+            if child.tag == "services":
+                for svc in child.children:
+                    if svc.tag == "masterConnector":
+                        self.pure_master_slave(svc, None)
         self.elements(node, {
             "transportConnectors": self.transport_connectors,
             "persistenceAdapter": self.persistence_adapter,
@@ -641,10 +662,14 @@ class _Importer:
         self.elements(node, {
             "kahaDB": self.kahadb,
             "memoryPersistenceAdapter": lambda n: self.put("store.kind", "memory", n, None),
+            "jdbcPersistenceAdapter": self.jdbc,
         }, _LATER_STORES)
 
     def kahadb(self, node: _Node) -> None:
         self.put("store.kind", "journal", node, None)
+        # ActiveMQ locks every KahaDB directory: a second broker on it waits as a slave.
+        # meshmq's equivalent is shared-store HA (a lease with fencing), unless useLock=false.
+        self.put("ha.mode", "shared", node, None)
 
         def sync_strategy(a: str) -> None:
             strategy = self.value(node, a).lower()
@@ -662,8 +687,111 @@ class _Importer:
             "enableJournalDiskSyncs": lambda a: self.put("store.fsync", self.value(node, a),
                                                          node, a),
             "journalDiskSyncStrategy": sync_strategy,
+            "useLock": lambda a: self.use_lock(node, a),
+            "lockKeepAlivePeriod": lambda a: self.keepalive(node, a),
         }, _KAHADB_IGNORED)
-        self.elements(node, {}, frozenset({"locker"}))
+        self.elements(node, {"locker": lambda n: self.locker(n, "shared-file-locker")})
+
+    def pure_master_slave(self, node: _Node, attr: str | None) -> None:
+        raise self.fail(node, "pure master/slave (masterConnectorURI, <masterConnector>) is "
+                        "not available in meshmq yet: this broker would start as a second "
+                        "master. Share a <kahaDB> directory or a <jdbcPersistenceAdapter> "
+                        "between the brokers instead (docs/ha.md)", attr)
+
+    def use_lock(self, node: _Node, attr: str) -> None:
+        if self.value(node, attr).strip().lower() == "false":
+            self.put("ha.mode", "none", node, attr)
+
+    def keepalive(self, node: _Node, attr: str) -> None:
+        value = self.value(node, attr).strip()
+        if value not in ("0", ""):  # 0 = ActiveMQ's "no keep-alive"; meshmq always renews
+            self.put("ha.keepalive_ms", value, node, attr)
+
+    def locker(self, wrapper: _Node, expected: str) -> None:
+        """``<locker><shared-file-locker/></locker>`` or ``<lease-database-locker/>``."""
+        self.attributes(wrapper, {})
+        found: list[_Node] = []
+        known = ("shared-file-locker", "lease-database-locker", "database-locker",
+                 "transact-database-locker")
+        self.elements(wrapper, dict.fromkeys(known, found.append))
+        for n in found:
+            if n.tag != expected and not (expected == "lease-database-locker"
+                                          and n.tag.endswith("database-locker")):
+                raise self.fail(n, f"<{n.tag}> does not go with this persistence adapter "
+                                f"(expected <{expected}>)")
+            if n.tag in ("database-locker", "transact-database-locker"):
+                self.warn(n, f"<{n.tag}> holds a database transaction for the broker's life; "
+                          "meshmq uses its lease locker instead (docs/ha.md)")
+            # A file locker's interval is how often a slave tries; a lease locker's is
+            # also how long the lease lasts (LeaseDatabaseLocker).
+            interval = "ha.acquire_interval_ms" if n.tag == "shared-file-locker" \
+                else "ha.lease_ms"
+            handlers = {"lockAcquireSleepInterval": self.setter(n, interval)}
+            if n.tag == "lease-database-locker":
+                handlers["leaseHolderId"] = self.setter(n, "ha.holder_id")
+            self.attributes(n, handlers, _LOCKER_IGNORED)
+
+    def setter(self, node: _Node, path: str) -> Callable[[str], None]:
+        def put(attr: str) -> None:
+            self.put(path, self.value(node, attr), node, attr)
+        return put
+
+    def jdbc(self, node: _Node) -> None:
+        """``<jdbcPersistenceAdapter dataSource="#pg">`` -> the PostgreSQL store with the
+        database lease (ActiveMQ's JDBC master/slave)."""
+        self.put("store.kind", "postgres", node, None)
+        self.put("ha.mode", "database", node, None)
+        self.attributes(node, {
+            "dataSource": lambda a: self.put("store.dsn", self.data_source(node, a), node, a),
+            "useLock": lambda a: self.use_lock(node, a),
+            "lockKeepAlivePeriod": lambda a: self.keepalive(node, a),
+        }, _JDBC_IGNORED)
+
+        def statements(wrapper: _Node) -> None:
+            self.attributes(wrapper, {})
+
+            def inner(n: _Node) -> None:
+                self.attributes(n, {"tablePrefix": lambda a: self.put(
+                    "store.table_prefix", self.value(n, a), n, a)},
+                    frozenset({"stringIdDataType", "sequenceDataType", "longDataType",
+                               "binaryDataType", "containerNameDataType", "id"}))
+
+            self.elements(wrapper, {"statements": inner})
+
+        self.elements(node, {"locker": lambda n: self.locker(n, "lease-database-locker"),
+                             "statements": statements},
+                      frozenset({"adapter", "databaseLocker", "scheduledThreadPoolExecutor"}))
+
+    def data_source(self, node: _Node, attr: str) -> str:
+        """The libpq connection string of the Spring bean ``dataSource="#id"`` names."""
+        ref = self.value(node, attr).strip().removeprefix("#")
+        beans = [n for n in _iter(self.document) if n.tag == "bean" and n.attrs.get("id") == ref]
+        if not beans:
+            raise self.fail(node, f"no <bean id={ref!r}> for this data source", attr)
+        bean = beans[0]
+        parts: dict[str, str] = {}
+        for prop in (n for n in bean.children if n.tag == "property"):
+            name = prop.attrs.get("name", "")
+            if "value" not in prop.attrs:
+                continue
+            value = self.value(prop, "value")
+            if name == "url":
+                parsed = urllib.parse.urlparse(value.removeprefix("jdbc:"))
+                if parsed.scheme not in ("postgresql", "postgres"):
+                    raise self.fail(prop, f"only PostgreSQL data sources are supported, not "
+                                    f"{value!r}", "value")
+                parts.update({k: v for k, v in (("host", parsed.hostname),
+                                                ("port", str(parsed.port or "")),
+                                                ("dbname", parsed.path.lstrip("/"))) if v})
+            elif name in _PG_DATASOURCE_PROPS:
+                parts[_PG_DATASOURCE_PROPS[name]] = value
+            elif name == "driverClassName" and "postgresql" not in value:
+                raise self.fail(prop, f"only PostgreSQL data sources are supported, not "
+                                f"{value!r}", "value")
+        if not parts:
+            raise self.fail(bean, "the data source bean names no PostgreSQL server "
+                            "(serverName, databaseName, url, ...)")
+        return " ".join(f"{k}={_libpq_quote(v)}" for k, v in parts.items())
 
     # -- plugins ------------------------------------------------------------
 
@@ -889,6 +1017,7 @@ class _Importer:
     # -- assembling -------------------------------------------------------------
 
     def finish(self, broker: _Node) -> None:
+        self.finish_ha()
         # <sslContext> is broker-wide in ActiveMQ: every TLS connector shares it.
         for i, listener in enumerate(self.listeners):
             if listener["protocol"] not in ("ssl", "stomp+ssl") or self.ssl_node is None:
@@ -905,6 +1034,22 @@ class _Importer:
         if self.policies or self.redeliveries or self.default_redeliveries:
             self.raw["policies"] = self.assemble_policies(broker)
         self.assemble_connectors()
+
+    def finish_ha(self) -> None:
+        ha = self.raw.get("ha")
+        if not ha:
+            return
+        if str(self.raw.get("broker", {}).get("persistent", "true")).lower() == "false" \
+                or ha.get("mode") == "none":
+            self.raw.pop("ha")  # nothing is stored, so there is nothing to share
+            return
+        keepalive = ha.get("keepalive_ms")
+        if keepalive is not None and "lease_ms" not in ha and str(keepalive).isdigit():
+            # ActiveMQ has no lease length for the file locker, and defaults the JDBC
+            # lease (10 s) below its keep-alive (30 s); keep a lease of 3 renewals.
+            self.raw["ha"]["lease_ms"] = str(max(5000, 3 * int(keepalive)))
+            self.src.lines["ha.lease_ms"] = self.src.lines.get("ha.keepalive_ms", 1)
+            self.src.labels["ha.lease_ms"] = self.src.labels.get("ha.keepalive_ms", "")
 
     def assemble_policies(self, broker: _Node) -> list[dict[str, Any]]:
         """Order entries the way ActiveMQ picks them (most specific first) and fold in
@@ -978,6 +1123,12 @@ def _unknown(kind: str, name: str, known: Any) -> str:
     msg = f"unknown {kind}"
     close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
     return f"{msg}; did you mean {close[0]!r}?" if close else msg
+
+
+def _libpq_quote(value: str) -> str:
+    if value and not any(c.isspace() or c in "'\\" for c in value):
+        return value
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _read_properties(text: str) -> dict[str, str]:

@@ -15,7 +15,8 @@ MIB = 1024 * 1024
 
 LISTENER_PROTOCOLS = ("stomp", "stomp+ssl", "mqtt", "mqtt+ssl", "ws", "wss", "tcp", "ssl",
                       "nio")
-STORE_KINDS = ("journal", "memory")
+STORE_KINDS = ("journal", "memory", "postgres")
+HA_MODES = ("none", "shared", "database")
 TRACE_FORMATS = ("jsonl", "parquet")
 LIMIT_ACTIONS = ("block", "fail")
 
@@ -48,7 +49,7 @@ class StompConfig:
     connect_timeout_ms: int = 30_000  # CONNECT must arrive within this after accept
     heartbeat_grace: float = 1.5  # close a silent client after interval * grace
     max_heartbeat_ms: int = 0  # 0: accept whatever the client proposes
-    server_heartbeat_ms: int = 10_000  # what we offer when the client wants heart-beats
+    server_heartbeat_ms: int = 1000  # our fastest beat; the client's wish decides above it
     # heart-beat assumed for a CONNECT without one (ActiveMQ transport.defaultHeartBeat)
     default_heartbeat: tuple[int, int] = (0, 0)
 
@@ -75,6 +76,8 @@ class StoreConfig:
     fsync: bool = True  # False trades crash safety for speed (tests, benchmarks)
     max_batch_bytes: int = 4 * MIB  # cap on one group-commit write
     compact_live_ratio: float = 0.5  # rewrite the oldest segment once it is less live
+    dsn: str | None = None  # kind = "postgres": libpq connection string
+    table_prefix: str = "meshmq_"  # kind = "postgres": prefix of the store's tables
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +210,19 @@ class NetworkConnectorConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class HaConfig:
+    """Master/slave high availability (docs/ha.md). Times in milliseconds."""
+
+    mode: str = "none"  # one of HA_MODES: "shared" = lease file in the store directory,
+    #                     "database" = lease row next to a postgres store
+    lease_ms: int = 5000  # a lease not renewed for this long may be taken over
+    keepalive_ms: int = 1000  # how often the master renews its lease
+    acquire_interval_ms: int = 100  # how often a slave looks at the lease
+    holder_id: str | None = None  # unique per broker; default <name>@<host>:<pid>:<random>
+    restart_when_deposed: bool = True  # a master that lost its lease becomes a slave again
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerConfig:
     broker_name: str = "localhost"
     data_directory: Path = Path("data")
@@ -228,11 +244,20 @@ class BrokerConfig:
     management: ManagementConfig = field(default_factory=ManagementConfig)
     trace: TraceConfig = field(default_factory=TraceConfig)
     streams: tuple[StreamPolicy, ...] = ()  # none: no queue is a stream
+    ha: HaConfig = field(default_factory=HaConfig)
     expiry_check_interval_ms: int = 1000
     duplicate_window: int = 10_000  # idempotent-producer window (message ids remembered)
     network_connectors: tuple[NetworkConnectorConfig, ...] = ()
     network_connector_start_async: bool = False
+    # Client URIs of peer brokers told to connecting clients (topology push), comma
+    # separated: "stomp://b:61613,mqtt://b:1883". Network connectors and HA add theirs.
+    advertised_peers: str = ""
+    push_topology: bool = True  # send the meshmq-peers CONNECTED header / CONNACK property
     source: str | None = None  # file this config came from, for messages
+
+    @property
+    def advertised_peer_list(self) -> tuple[str, ...]:
+        return tuple(p.strip() for p in self.advertised_peers.split(",") if p.strip())
 
     @property
     def store_directory(self) -> Path:

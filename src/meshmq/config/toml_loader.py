@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from meshmq.config.model import (
+    HA_MODES,
     LIMIT_ACTIONS,
     LISTENER_PROTOCOLS,
     STORE_KINDS,
@@ -49,6 +50,7 @@ from meshmq.config.sizes import parse_size
 from meshmq.core.destinations import Destination, is_wildcard_name, validate_name
 from meshmq.errors import ConfigError, DestinationError
 from meshmq.network.discovery import DiscoveryUriError, parse_multicast_uri
+from meshmq.uri import SimpleURI, URIError, parse_uri
 
 __all__ = [
     "BROKER_SECTION",
@@ -114,6 +116,9 @@ _RANGES: dict[str, tuple[float | None, float | None]] = {
     "NetworkConnectorConfig.handshake_timeout_ms": (1, None),
     "NetworkConnectorConfig.heartbeat_ms": (1, None),
     "NetworkConnectorConfig.interest_resync_ms": (1, None),
+    "HaConfig.lease_ms": (100, None),
+    "HaConfig.keepalive_ms": (10, None),
+    "HaConfig.acquire_interval_ms": (10, None),
 }
 _NONZERO: dict[str, str] = {
     f"NetworkConnectorConfig.{name}": "-1 (unlimited) or at least 1 hop"
@@ -128,6 +133,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "StoreConfig.kind": STORE_KINDS,
     "UsageConfig.on_limit": LIMIT_ACTIONS,
     "TraceConfig.format": TRACE_FORMATS,
+    "HaConfig.mode": HA_MODES,
 }
 _NON_EMPTY: frozenset[str] = frozenset({
     "BrokerConfig.broker_name", "ListenerConfig.name", "ListenerConfig.host",
@@ -462,11 +468,18 @@ class _Builder:
             if not pattern.is_queue or pattern.is_temporary:
                 raise self.src.error("streams are queues: use a queue:// pattern",
                                      f"{at}.match")
+        self._check_ha(config)
         users: set[str] = set()
         for i, user in enumerate(config.auth.users):
             if user.name in users:
                 raise self.src.error(f"duplicate user {user.name!r}", f"auth.users[{i}].name")
             users.add(user.name)
+        for peer in config.advertised_peer_list:
+            try:
+                if not isinstance(parse_uri(peer), SimpleURI):
+                    raise URIError(peer, peer, "a peer is one endpoint URI, not a composite")
+            except URIError as exc:
+                raise self.src.error(str(exc), f"{BROKER_SECTION}.advertised_peers") from None
         connectors: set[str] = set()
         for i, nc in enumerate(config.network_connectors):
             at = f"network_connectors[{i}]"
@@ -507,6 +520,30 @@ class _Builder:
                         f"{exc.message}", f"{at}.{name}[{j}]") from None
 
 
+    def _check_ha(self, config: BrokerConfig) -> None:
+        ha, store = config.ha, config.store
+        if store.kind == "postgres" and not store.dsn:
+            raise self.src.error("store kind 'postgres' needs a dsn (a libpq connection "
+                                 "string such as 'host=db dbname=meshmq')", "store.dsn")
+        if ha.mode == "none":
+            return
+        if not config.persistent or store.kind == "memory":
+            raise self.src.error(f"ha mode {ha.mode!r} needs a persistent journal or postgres "
+                                 "store shared by the brokers", "ha.mode")
+        if ha.mode == "shared" and store.kind != "journal":
+            raise self.src.error("ha mode 'shared' puts its lease next to a journal store; "
+                                 "with a postgres store use mode 'database'", "ha.mode")
+        if ha.mode == "database" and store.kind != "postgres":
+            raise self.src.error("ha mode 'database' keeps its lease row in the postgres "
+                                 "store; set store.kind = 'postgres'", "ha.mode")
+        if ha.keepalive_ms * 2 > ha.lease_ms:
+            raise self.src.error(
+                f"keepalive_ms ({ha.keepalive_ms}) must be at most half of lease_ms "
+                f"({ha.lease_ms}), or a healthy master could lose its lease", "ha.keepalive_ms")
+        if ha.holder_id is not None and not 0 < len(ha.holder_id.encode()) <= 64:
+            raise self.src.error("holder_id must be 1 to 64 bytes", "ha.holder_id")
+
+
 def _describe(value: Any) -> str:
     kind = {bool: "boolean", int: "integer", float: "number", str: "string",
             list: "array", dict: "table"}.get(type(value), type(value).__name__)
@@ -527,72 +564,27 @@ def check_connector_uri(uri: str) -> None:
     ``nio://`` host:port. Raises ``ValueError`` naming what is wrong.
     """
     text = uri.strip()
-    scheme, sep, rest = text.partition(":")
+    scheme, sep, _ = text.partition(":")
     if not sep:
         raise ValueError(f"not a network connector URI: {uri!r}; expected one of "
                          f"{', '.join(_URI_FORMS)}")
     known = ("static", "masterslave", "multicast", "failover", *sorted(_BRIDGE_PROTOCOLS))
     if scheme not in known and scheme.lower() in known:
         raise ValueError(f"write the scheme {scheme + ':'!r} in lower case, as ActiveMQ does")
-    if scheme in ("static", "masterslave"):
-        if rest.count("(") != rest.count(")"):
-            raise ValueError(f"unbalanced parentheses in {uri!r}")
-        inner = rest.lstrip("/")  # ActiveMQ also accepts static://(...)
-        # static:tcp://h:1 and static:failover:(a,b)?options name one target.
-        targets = _split_top(inner[1:_closing(inner)]) if inner.startswith("(") else [inner]
-        targets = [t.strip() for t in targets if t.strip()]
-        if not targets:
-            raise ValueError(f"{scheme}: names no broker URI: {uri!r}")
-        if scheme == "masterslave" and len(targets) < 2:
-            raise ValueError(f"masterslave: needs the master and at least one slave, got "
-                             f"{len(targets)} URI in {uri!r}")
-        for target in targets:
-            if "://" not in target and not target.lower().startswith("failover:"):
-                raise ValueError(f"{target!r} in {uri!r} is not a broker URI like "
-                                 "'tcp://host:61616'")
-        return
     if scheme == "multicast":
         try:
             parse_multicast_uri(text)
         except DiscoveryUriError as exc:
             raise ValueError(str(exc)) from None
         return
-    if scheme in _BRIDGE_PROTOCOLS:
-        try:
-            split_listener_url(text)
-        except ValueError as exc:
-            raise ValueError(str(exc).replace("listener URL", "broker URI")) from None
+    if scheme in ("static", "masterslave", "failover", *_BRIDGE_PROTOCOLS):
+        # The same parser the network manager plans its bridges with.
+        from meshmq.network.targets import check_uri
+
+        check_uri(text)
         return
-    if scheme == "failover":
-        raise ValueError(f"a failover: URI must be wrapped: 'static:({text})' or, for a "
-                         "master/slave pair, 'masterslave:(master,slave)'")
     raise ValueError(f"unknown network connector scheme {scheme + ':'!r} in {uri!r}; "
                      f"expected one of {', '.join(_URI_FORMS)}")
-
-
-def _closing(text: str) -> int:
-    """Index of the parenthesis closing ``text[0]`` (parentheses are balanced)."""
-    depth = 0
-    for i, c in enumerate(text):
-        depth += {"(": 1, ")": -1}.get(c, 0)
-        if depth == 0:
-            return i
-    return len(text)
-
-
-def _split_top(text: str) -> list[str]:
-    """Split on commas outside parentheses: ``a,failover:(b,c)`` -> two parts."""
-    parts, depth, start = [], 0, 0
-    for i, c in enumerate(text):
-        if c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-        elif c == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    parts.append(text[start:])
-    return parts
 
 
 def split_listener_url(url: str) -> tuple[str, str, int, str]:

@@ -1026,6 +1026,23 @@ class Broker:
                       content_type="application/json")
         self._route_topic(topic, msg)
 
+    def advise_master_broker(self, fields: dict[str, object]) -> None:
+        """``ActiveMQ.Advisory.MasterBroker``: this broker became master (HA). Kept as the
+        topic's retained message too, so a client connecting after the takeover (which
+        is every client: a slave opens no connectors) can still read it."""
+        if not self.config.advisory_support:
+            return
+        props: dict[str, PropertyValue] = {"advisoryType": "MasterBroker",
+                                           "originBrokerName": self.name}
+        props.update({k: v for k, v in fields.items()
+                      if isinstance(v, str | int | float | bool)})
+        topic = dst.topic(ADVISORY_PREFIX + "MasterBroker")
+        msg = Message(message_id=self.new_message_id("advisory"), destination=topic,
+                      body=json.dumps(props, sort_keys=True).encode(), properties=props,
+                      timestamp=self.now_ms(), type="Advisory",
+                      content_type="application/json")
+        self.publish_internal(msg, retain=True)
+
     def consumer_count(self, dest: Destination) -> int:
         count = 0
         for conn in self.connections.values():

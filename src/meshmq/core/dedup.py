@@ -11,6 +11,7 @@ so memory stays fixed whatever the traffic: ~100 bytes per remembered id.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -33,8 +34,9 @@ class DuplicateWindow:
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        # A dict keeps insertion order: the first key is the oldest id.
-        self._ids: dict[str, None] = {}
+        # Oldest first. OrderedDict, not dict: evicting a dict's first key is O(size)
+        # once deletions pile up at its front (CPython scans the dead slots).
+        self._ids: OrderedDict[str, None] = OrderedDict()
         self.duplicates = 0
 
     def __len__(self) -> int:
@@ -54,7 +56,7 @@ class DuplicateWindow:
             return True
         ids[key] = None
         if len(ids) > self.capacity:
-            del ids[next(iter(ids))]
+            ids.popitem(last=False)
         return False
 
     def remember(self, key: str) -> None:
@@ -62,7 +64,7 @@ class DuplicateWindow:
         if self.capacity > 0 and key not in self._ids:
             self._ids[key] = None
             if len(self._ids) > self.capacity:
-                del self._ids[next(iter(self._ids))]
+                self._ids.popitem(last=False)
 
     def forget(self, key: str) -> None:
         """Drop ``key`` (its send failed, so a retry must be accepted)."""

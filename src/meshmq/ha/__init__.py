@@ -1,1 +1,1 @@
-"""Home of later work (see docs/design.md, 'Layout'); nothing here yet."""
+"""Master/slave high availability: lease decisions (pure), role machine, lease backends."""

@@ -20,7 +20,8 @@ from meshmq.core.queue import BrowseEnd, Delivery
 from meshmq.errors import MeshmqError
 from meshmq.network.interest import Demand, InterestItem, plan_demand
 from meshmq.network.stats import LinkCounters
-from meshmq.protocol.wire import AckStatus, encode_messages
+from meshmq.protocol.wire import AckStatus, encode_records
+from meshmq.store.codec import encode_message
 
 if TYPE_CHECKING:
     from meshmq.config.model import NetworkConnectorConfig
@@ -145,9 +146,6 @@ class Forwarder:
             if durable_key in self.broker.durables:
                 self.broker.drop_durable(durable_key)
 
-    def queues_of_demand(self) -> list[object]:
-        return [q for _, c in self.demands.values() for q in c.sources]
-
     # ------------------------------------------------------------ what may cross
     def _may_forward(self, msg: Message) -> bool:
         path = msg.broker_path
@@ -207,35 +205,38 @@ class Forwarder:
         if not isinstance(outcome, Delivery) or self.link.closed:
             return
         msg = outcome.message
-        producer = msg.producer_id if "/" in msg.producer_id else \
-            f"{self.local}/{msg.producer_id}"
-        forwarded = msg.copy_to(msg.destination, broker_path=(*msg.broker_path, self.local),
-                                producer_id=producer)
         self._seq += 1
-        self._out.append((self._seq, forwarded))
+        self._out.append((self._seq, msg))
         if msg.persistent or self.config.always_sync_send:
             self._inflight[self._seq] = (outcome.consumer, outcome.tag)
         else:
             self._local_acks.append((outcome.consumer, outcome.tag))
         self.counters.forwarded += 1
-        self.counters.forward_rate.add()
-        self.manager.trace_forwarded(self, forwarded)
+        self.manager.trace_forwarded(self, msg)
         self.runtime.mark_flush(self)
 
     def flush(self) -> None:
         out = self._out
         if out:
             self._out = []
-            batch: list[tuple[int, Message]] = []
+            self.counters.forward_rate.add(len(out))
+            local = self.local
+            batch: list[tuple[int, bytes]] = []
             size = 0
-            for item in out:
-                batch.append(item)
-                size += len(item[1].body)
+            for seq, msg in out:
+                # The hop is added while encoding: the message itself is shared and
+                # immutable, and copying it per forward costs more than the encoding.
+                producer = msg.producer_id
+                data = encode_message(msg, broker_path=(*msg.broker_path, local),
+                                      producer_id=producer if "/" in producer
+                                      else f"{local}/{producer}")
+                batch.append((seq, data))
+                size += len(data)
                 if len(batch) >= BATCH_MESSAGES or size >= BATCH_BYTES:
-                    self.link.write(encode_messages(batch))
+                    self.link.write(encode_records(batch))
                     batch, size = [], 0
             if batch:
-                self.link.write(encode_messages(batch))
+                self.link.write(encode_records(batch))
         if self._local_acks and self.conn is not None:
             acks, self._local_acks = self._local_acks, []
             for consumer, tag in acks:

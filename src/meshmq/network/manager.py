@@ -8,6 +8,7 @@ import asyncio
 import logging
 import socket
 import time
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from meshmq.network.bridge import ADVISORY_TOPIC, Bridge
@@ -39,7 +40,7 @@ class NetworkManager:
         self.inbound_heartbeat_s = 5.0
         # message id -> when it arrived over a bridge (ms): redistribution waits a delay
         # before sending a message back, so it cannot ping-pong.
-        self._arrivals: dict[str, int] = {}
+        self._arrivals: OrderedDict[str, int] = OrderedDict()
         self._discovery: list[Any] = []
         self.accepting = True
         self._replanning = False
@@ -76,10 +77,6 @@ class NetworkManager:
             host = address[0] if address[0] not in ("0.0.0.0", "::") else socket.gethostname()
             out.append(f"{scheme}://{host}:{address[1]}")
         return out
-
-    def peers_changed(self) -> None:
-        """The set of brokers linked to this one changed: hook for topology push."""
-        return
 
     def peer_client_uris(self) -> list[str]:
         uris: list[str] = []
@@ -202,7 +199,7 @@ class NetworkManager:
         arrivals = self._arrivals
         arrivals[msg.message_id] = self.broker.now_ms()
         if len(arrivals) > ARRIVALS_KEPT:
-            del arrivals[next(iter(arrivals))]
+            arrivals.popitem(last=False)
 
     def may_return(self, msg: Message, config: NetworkConnectorConfig,
                    forwarder: Forwarder) -> bool:
@@ -289,7 +286,6 @@ class NetworkManager:
     # ------------------------------------------------------------ status & advisories
     def bridge_changed(self, bridge: Bridge) -> None:
         error = bridge.last_error or {}
-        self.peers_changed()
         self.broker.advise(ADVISORY_TOPIC, "NetworkBridgeState", {
             "connector": bridge.config.name, "bridge": bridge.name,
             "state": bridge.state.value, "remoteBroker": bridge.remote,
@@ -297,7 +293,6 @@ class NetworkManager:
         self.runtime.request_pump()
 
     def inbound_changed(self, responder: Responder, *, up: bool) -> None:
-        self.peers_changed()
         self.broker.advise(ADVISORY_TOPIC, "NetworkBridgeStarted" if up else
                            "NetworkBridgeStopped", {
                                "connector": responder.connector,

@@ -88,7 +88,7 @@ class Receiver:
         for seq, msg in batch:
             status, needs_sync = self._accept(msg)
             (after_sync if needs_sync else now_acks).append((seq, status))
-        self.counters.received += len(batch)
+        self.counters.received += len(batch)  # (rates per batch: one clock read)
         self.counters.receive_rate.add(len(batch))
         if now_acks:
             self.link.write(encode_acks(now_acks))

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from urllib.parse import parse_qsl
 
 from meshmq.config.model import NetworkConnectorConfig
 from meshmq.errors import ConfigError
+from meshmq.uri import URI, CompositeURI, Options, SimpleURI, URIError, format_uri, parse_uri
 
 BROKER_SCHEMES = ("tcp", "ssl", "nio")
 _STATIC_OPTIONS = {
@@ -51,100 +51,70 @@ def _error(config: NetworkConnectorConfig, message: str) -> ConfigError:
     return ConfigError(f"network connector {config.name!r}: {message} (uri {config.uri!r})")
 
 
-def split_top(text: str) -> list[str]:
-    """Split on commas outside parentheses."""
-    parts: list[str] = []
-    cur: list[str] = []
-    depth = 0
-    for ch in text:
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(ch)
-    parts.append("".join(cur).strip())
-    return [p for p in parts if p]
-
-
-def _composite(text: str, scheme: str, *, single_without_parens: bool = False
-               ) -> tuple[list[str], str]:
-    """``scheme:(a,b)?q`` (also ``scheme://(a,b)?q``, as the seeds write it) ->
-    ([a, b], q). Without parentheses: ``scheme:a,b?q``, or, for ``static:``, one URI
-    that keeps its own query (``static:failover:(a,b)?randomize=false``)."""
-    body = text[len(scheme) + 1:]
-    if body.startswith("//"):
-        body = body[2:]
-    query = ""
-    if body.startswith("("):
-        depth = 0
-        for i, ch in enumerate(body):
-            depth += ch == "("
-            depth -= ch == ")"
-            if depth == 0:
-                inner, rest = body[1:i], body[i + 1:]
-                break
-        else:
-            raise ValueError("unbalanced parentheses")
-        if rest and not rest.startswith("?"):
-            raise ValueError(f"unexpected text after ')': {rest!r}")
-        query = rest[1:]
-    elif single_without_parens:
-        return [body.strip()], ""
-    else:
-        inner, _, query = body.partition("?")
-    return split_top(inner), query
+def _endpoint(uri: URI) -> Endpoint:
+    if not isinstance(uri, SimpleURI) or uri.scheme not in BROKER_SCHEMES:
+        raise ValueError(f"{format_uri(uri)!r} is not a broker URI (tcp://host:port; "
+                         "ssl:// and nio:// are aliases)")
+    if uri.port is None or not uri.host:
+        raise ValueError(f"{format_uri(uri)!r} needs host:port")
+    return Endpoint(uri.host, uri.port, format_uri(uri))
 
 
 def parse_endpoint(text: str) -> Endpoint:
-    scheme, sep, rest = text.partition("://")
-    if not sep or scheme not in BROKER_SCHEMES:
-        raise ValueError(f"{text!r} is not a broker URI (tcp://host:port; ssl:// and nio:// "
-                         "are aliases)")
-    hostport = rest.split("?", 1)[0].rstrip("/")
-    host, colon, port = hostport.rpartition(":")
-    if not colon or not port.isdigit() or not host:
-        raise ValueError(f"{text!r} needs host:port")
-    host = host.strip("[]")
-    return Endpoint(host, int(port), text)
-
-
-def plan_connector(config: NetworkConnectorConfig) -> ConnectorPlan:
-    uri = config.uri.strip()
     try:
-        if uri.startswith("multicast:"):
-            return ConnectorPlan((), uri, config)
-        if uri.startswith("masterslave:"):
-            parts, query = _composite(uri, "masterslave")
-            if len(parts) < 2:
+        return _endpoint(parse_uri(text))
+    except URIError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def check_uri(uri: str) -> None:
+    """Validate a connector URI completely (the config loaders call this, so a bad
+    URI is reported with its file and line). Raises ValueError naming the bad part."""
+    plan_connector(NetworkConnectorConfig(uri=uri), errors=ValueError)
+
+
+def plan_connector(config: NetworkConnectorConfig,
+                   errors: type[Exception] = ConfigError) -> ConnectorPlan:
+    text = config.uri.strip()
+    try:
+        tree = parse_uri(text)
+        if isinstance(tree, SimpleURI):
+            if tree.scheme == "multicast":
+                return ConnectorPlan((), text, config)
+            return ConnectorPlan(((_endpoint(tree),),), None, config)
+        if tree.scheme == "failover":
+            raise ValueError(f"a failover: URI must be wrapped: 'static:({text})' or, for a "
+                             "master/slave pair, 'masterslave:(master,slave)'")
+        if tree.scheme == "discovery":
+            raise ValueError("discovery: is a client URI; a network connector discovers "
+                             "brokers with multicast://")
+        config = _apply_options(config, tree.options)
+        if tree.scheme == "masterslave":
+            if len(tree.components) < 2:
                 raise ValueError("masterslave: needs at least two URIs (master, slave...)")
-            config = _apply_options(config, query)  # the same options as static:
-            return ConnectorPlan((tuple(parse_endpoint(p) for p in parts),), None, config)
-        if uri.startswith("static:"):
-            parts, query = _composite(uri, "static", single_without_parens=True)
-            config = _apply_options(config, query)
-            targets = []
-            for part in parts:
-                if part.startswith("failover:"):
-                    inner, fquery = _composite(part, "failover")
-                    _check_failover_query(fquery)
-                    targets.append(tuple(parse_endpoint(p) for p in inner))
-                else:
-                    targets.append((parse_endpoint(part),))
-            if not targets:
-                raise ValueError("static: lists no broker")
-            return ConnectorPlan(tuple(targets), None, config)
-        return ConnectorPlan(((parse_endpoint(uri),),), None, config)
-    except ValueError as exc:
-        raise _error(config, str(exc)) from None
+            return ConnectorPlan((tuple(_endpoint(c) for c in tree.components),), None,
+                                 config)
+        targets = []
+        for part in tree.components:
+            if isinstance(part, CompositeURI):
+                if part.scheme != "failover":
+                    raise ValueError(f"{part.scheme}: cannot be nested in static:")
+                _check_failover_options(part.options)
+                targets.append(tuple(_endpoint(c) for c in part.components))
+            else:
+                targets.append((_endpoint(part),))
+        if not targets:
+            raise ValueError("static: lists no broker")
+        return ConnectorPlan(tuple(targets), None, config)
+    except (ValueError, URIError) as exc:
+        if errors is ConfigError:
+            raise _error(config, str(exc)) from None
+        raise errors(str(exc)) from None
 
 
-def _apply_options(config: NetworkConnectorConfig, query: str) -> NetworkConnectorConfig:
+def _apply_options(config: NetworkConnectorConfig, options: Options) -> NetworkConnectorConfig:
     changes: dict[str, object] = {}
-    for name, value in parse_qsl(query, keep_blank_values=True):
+    for name, value in options.items():
         if name not in _STATIC_OPTIONS:
             raise ValueError(f"unknown static: option {name!r} (known: "
                              f"{', '.join(sorted(_STATIC_OPTIONS))})")
@@ -167,10 +137,10 @@ _FAILOVER_OK = {"randomize", "maxReconnectAttempts", "initialReconnectDelay",
                 "startupMaxReconnectAttempts", "reconnectDelayExponent"}
 
 
-def _check_failover_query(query: str) -> None:
+def _check_failover_options(options: Options) -> None:
     """Inside a network connector, failover: tries its list once per attempt and leaves
     retrying to the bridge (what ActiveMQ needs maxReconnectAttempts=0 for); its
     options are accepted for compatibility."""
-    for name, _ in parse_qsl(query, keep_blank_values=True):
+    for name in options:
         if name not in _FAILOVER_OK and not name.startswith("nested."):
             raise ValueError(f"unknown failover: option {name!r}")

@@ -79,13 +79,30 @@ def _put_str(out: list[bytes], text: str) -> None:
     out.append(raw)
 
 
-def encode_message(msg: Message) -> bytes:
-    """Encode every field of ``msg`` except ``wire_cache``. Raises StoreError for values
-    the format cannot hold (unsupported property types, out-of-range numbers)."""
+STORE_CACHE = "store"  # wire_cache key of a message's encoding in this format
+
+
+def encoded(msg: Message) -> bytes:
+    """``encode_message(msg)``, reusing the bytes it arrived in when it came over a
+    broker link in this very format (the receiving broker then stores them as is)."""
+    cache = msg.wire_cache
+    if cache is not None:
+        data = cache.get(STORE_CACHE)
+        if data is not None:
+            return data
+    return encode_message(msg)
+
+
+def encode_message(msg: Message, *, broker_path: tuple[str, ...] | None = None,
+                   producer_id: str | None = None) -> bytes:
+    """Encode every field of ``msg`` except ``wire_cache``; ``broker_path`` and
+    ``producer_id`` replace the message's own (a bridge forwarding it adds a hop
+    without copying the message). Raises StoreError for values the format cannot hold
+    (unsupported property types, out-of-range numbers)."""
     flags = _F_PERSISTENT if msg.persistent else 0
     out: list[bytes] = []
     props = msg.properties
-    path = msg.broker_path
+    path = msg.broker_path if broker_path is None else broker_path
     if len(props) > _MAX_COUNT or len(path) > _MAX_COUNT:
         raise StoreError("message has too many properties or broker_path entries to store")
     try:
@@ -93,7 +110,7 @@ def encode_message(msg: Message) -> bytes:
         out.append(b"")  # placeholder for the header
         _put_str(out, msg.message_id)
         _put_str(out, dest.name)
-        _put_str(out, msg.producer_id)
+        _put_str(out, msg.producer_id if producer_id is None else producer_id)
         if msg.correlation_id is not None:
             flags |= _F_CORRELATION
             _put_str(out, msg.correlation_id)

@@ -64,6 +64,7 @@ from meshmq.protocol.mqtt import (
     mqtt_topic_to_destination_name,
 )
 from meshmq.transport.adapter import SessionProtocol
+from meshmq.transport.topology import PEERS_HEADER
 
 if TYPE_CHECKING:
     from meshmq.core.broker import Connection
@@ -294,6 +295,9 @@ class MqttSession:
                 assigned_client_identifier=assigned,
                 session_expiry_interval=expiry if props.session_expiry_interval is not None
                 and expiry != props.session_expiry_interval else None)
+            peers = self.runtime.topology.header_value("mqtt")
+            if peers is not None:
+                ack_props.user_properties = [(PEERS_HEADER, peers)]  # topology push
         self._write(encode(Connack(session_present=session_present,
                                    reason_code=ReasonCode.SUCCESS, properties=ack_props),
                            self.level))

@@ -17,12 +17,15 @@ from typing import TYPE_CHECKING, Protocol
 from meshmq.config.model import BrokerConfig, ListenerConfig
 from meshmq.core.broker import Broker
 from meshmq.core.queue import BrowseEnd, Delivery
+from meshmq.errors import StoreError
 from meshmq.store.base import Store
+from meshmq.transport.topology import Topology
 
 if TYPE_CHECKING:
     from meshmq.core.broker import Connection
     from meshmq.core.message import Message
     from meshmq.core.trace import TraceSink
+    from meshmq.ha.controller import HaController
     from meshmq.transport.mqtt_server import MqttSession, SessionState
 
 
@@ -45,12 +48,28 @@ SHUTDOWN_DRAIN_S = 3.0  # how long stop() waits for connections to finish closin
 class BrokerRuntime:
     def __init__(self, config: BrokerConfig, store: Store | None = None) -> None:
         self.config = config
+        # Master/slave (docs/ha.md): the lease backend is also the store's write fence.
+        self.ha: HaController | None = None
+        self.deposed = False  # lost the lease (or the store refused writes) while master
+        self.shutdown_requested = False  # SIGTERM/SIGINT: do not restart as a slave
+        self._stop_requested = False
+        fence = None
+        if config.ha.mode != "none":
+            from meshmq.ha.controller import HaController
+            from meshmq.ha.setup import create_backend
+
+            backend = create_backend(config)
+            fence = backend
+            self.ha = HaController(backend, config.ha, mode=config.ha.mode,
+                                   on_lost=self._on_deposed)
         if store is None:
             from meshmq.store.factory import create_store
 
-            store = create_store(config)
+            store = create_store(config, fence=fence)
         self.store = store
         self.broker = Broker(config, self.store)
+        # Peer brokers' client URIs, pushed to clients on connect (transport/topology.py).
+        self.topology = Topology(config.advertised_peer_list, enabled=config.push_topology)
         self.sessions: dict[str, Session] = {}  # by broker connection id
         self._all_sessions: set[Session] = set()
         self._to_flush: dict[Session, None] = {}
@@ -126,10 +145,21 @@ class BrokerRuntime:
         self.trace_sink.close()
         self.trace_sink = None
         self.broker.tracer = None
+        # Linked brokers' client URIs (from the bridge handshake) reach failover clients.
+        self.topology.set_provider("network", self.network.peer_client_uris)
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        if self.ha is not None:
+            # The management endpoint comes up first so a slave's role is visible; client
+            # connectors wait until this broker holds the lease.
+            await self._start_management()
+            if not await self.ha.acquire():
+                await self._stop_management()
+                self._stopped.set()
+                return
+            log.info("master: recovering the store and starting all connectors")
         t0 = time.monotonic()
         recovery = self.store.open()
         self.broker.recover(recovery)
@@ -152,12 +182,7 @@ class BrokerRuntime:
             else:
                 log.warning("listener %s (%s://) is not available yet: MQTT and WebSocket "
                             "listeners are being built", listener.name, listener.protocol)
-        if self.config.management.enabled:
-            from meshmq.management.http import ManagementServer
-
-            mgmt = ManagementServer(self)
-            await mgmt.start()
-            self._management = mgmt
+        await self._start_management()
         self._timer = self._loop.call_later(TIMER_INTERVAL, self._on_timer)
         self.started = True
         await self.network.start_connectors()
@@ -165,7 +190,44 @@ class BrokerRuntime:
                 lst.protocol in ("mqtt", "mqtt+ssl", "ws", "wss")
                 for lst in self.config.listeners):
             self._publish_sys()
+        if self.ha is not None:
+            self.broker.advise_master_broker(self.ha.status())
+            self.pump()
         log.info("meshmq broker %r started", self.config.broker_name)
+        if self._stop_requested or self.deposed:
+            await self.stop()
+
+    async def _start_management(self) -> None:
+        if self.config.management.enabled and self._management is None:
+            from meshmq.management.http import ManagementServer
+
+            mgmt = ManagementServer(self)
+            await mgmt.start()
+            self._management = mgmt
+
+    async def _stop_management(self) -> None:
+        if self._management is not None:
+            from meshmq.management.http import ManagementServer
+
+            assert isinstance(self._management, ManagementServer)
+            await self._management.stop()
+            self._management = None
+
+    def statistics(self) -> dict[str, object]:
+        """``/api/stat``: the broker's figures plus its master/slave role."""
+        stat = self.broker.statistics()
+        stat["ha"] = self.ha.status() if self.ha is not None else {"mode": "none",
+                                                                   "role": "standalone"}
+        stat["network"] = self.network.summary()
+        return stat
+
+    def _on_deposed(self, why: str) -> None:
+        """Another broker is master now (or our store refuses writes): close everything."""
+        if self.deposed:
+            return
+        self.deposed = True
+        if self._loop is not None:
+            self._loop.create_task(self.stop())
 
     @staticmethod
     def _ssl_context(listener: ListenerConfig) -> ssl.SSLContext | None:
@@ -291,6 +353,14 @@ class BrokerRuntime:
 
     async def stop(self) -> None:
         if not self.started:
+            if self.ha is not None and not self._stop_requested:
+                # A slave, or a broker still starting: stop waiting for the lease. If it
+                # is becoming master right now, start() finishes and then stops.
+                self._stop_requested = True
+                from meshmq.ha.roles import Role
+
+                if self.ha.role in (Role.STARTING, Role.SLAVE):
+                    await self.ha.stop()
             return
         self.started = False
         await self.network.stop()
@@ -304,11 +374,7 @@ class BrokerRuntime:
             handle.cancel()
         for session in list(self._all_sessions):
             session.close()
-        if self._management is not None:
-            from meshmq.management.http import ManagementServer
-
-            assert isinstance(self._management, ManagementServer)
-            await self._management.stop()
+        await self._stop_management()
         for server in self._servers:
             await server.wait_closed()
         # Let connection_lost callbacks run (WebSocket close handshakes take a moment),
@@ -320,31 +386,33 @@ class BrokerRuntime:
         self.pump()
         self._stop_trace()
         self._store_closed = True
-        await self.store.close()
+        try:
+            await self.store.close()
+        except StoreError as exc:
+            if not self.deposed:
+                raise
+            log.warning("store closed without a final sync: %s", exc.message)
+        if self.ha is not None:
+            # After the store is closed, so the next master recovers everything we wrote.
+            await self.ha.stop()
         self._stopped.set()
         log.info("meshmq broker %r stopped", self.config.broker_name)
-
-    def statistics(self) -> dict[str, object]:
-        """The broker's statistics plus the runtime's parts (network bridges)."""
-        stats = self.broker.statistics()
-        stats["network"] = self.network.summary()
-        return stats
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
 
     def install_signal_handlers(self) -> None:
-        assert self._loop is not None
+        loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
-                self._loop.add_signal_handler(sig, self._on_signal, sig)
+                loop.add_signal_handler(sig, self._on_signal, sig)
             except (NotImplementedError, RuntimeError):
                 pass
 
     def _on_signal(self, sig: int) -> None:
         log.info("received %s, shutting down", signal.Signals(sig).name)
-        assert self._loop is not None
-        self._loop.create_task(self.stop())
+        self.shutdown_requested = True
+        asyncio.get_running_loop().create_task(self.stop())
 
     # ------------------------------------------------------------ sessions
     def admit(self, listener: str) -> bool:
@@ -391,7 +459,16 @@ class BrokerRuntime:
                 log.warning("store already closed at shutdown; %d late operations dropped",
                             len(ops))
                 return
-            self.store.write(ops)
+            try:
+                self.store.write(ops)
+            except StoreError as exc:
+                if self.ha is None:
+                    raise
+                # Fenced (another broker is master) or failed: a master that cannot
+                # write must stop serving, so the slave can take over.
+                log.error("store refused a write (%s); %d operations dropped, stopping",
+                          exc.message, len(ops))
+                self._on_deposed(exc.message)
 
     def pump(self) -> None:
         self._pump_scheduled = False
@@ -434,9 +511,20 @@ class BrokerRuntime:
         self._timer = self._loop.call_later(TIMER_INTERVAL, self._on_timer)
 
 
-async def run_broker(config: BrokerConfig) -> None:
-    """Run a broker until SIGTERM/SIGINT (the ``meshmq broker`` command)."""
-    runtime = BrokerRuntime(config)
-    await runtime.start()
-    runtime.install_signal_handlers()
-    await runtime.wait_stopped()
+EXIT_DEPOSED = 3  # `meshmq broker` exit status of a master deposed without restarting
+
+
+async def run_broker(config: BrokerConfig) -> int:
+    """Run a broker until SIGTERM/SIGINT (the ``meshmq broker`` command). A deposed master
+    (HA) starts again as a slave when ``ha.restart_when_deposed``, else it exits with
+    ``EXIT_DEPOSED`` so a supervisor sees it."""
+    while True:
+        runtime = BrokerRuntime(config)
+        runtime.install_signal_handlers()
+        await runtime.start()
+        await runtime.wait_stopped()
+        if not runtime.deposed or runtime.shutdown_requested:
+            return 0
+        if not config.ha.restart_when_deposed:
+            return EXIT_DEPOSED
+        log.info("restarting as a slave after losing the master role")

@@ -43,6 +43,7 @@ from meshmq.protocol.stomp.negotiation import (
 )
 from meshmq.transport import stomp_names
 from meshmq.transport.adapter import SessionProtocol
+from meshmq.transport.topology import PEERS_HEADER
 
 if TYPE_CHECKING:
     from meshmq.core.broker import Connection
@@ -213,6 +214,9 @@ class StompSession:
                    ("server", f"meshmq/{__version__}")]
         if version != "1.0":
             headers.append(("heart-beat", f"{server_cx},{server_cy}"))
+        peers = self.runtime.topology.header_value("stomp")
+        if peers is not None:
+            headers.append((PEERS_HEADER, peers))  # topology push (docs/client.md)
         self._write(encode_frame("CONNECTED", headers, version=version))
         receipt = frame.get("receipt")
         if receipt:

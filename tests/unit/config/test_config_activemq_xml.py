@@ -209,15 +209,15 @@ def test_later_features_are_warned_never_silent(tmp_path: Path,
     caplog.set_level(logging.WARNING, "meshmq.config")
     load(tmp_path, """\
 <networkConnectors><ldapNetworkConnector uri="ldap://l:389"/></networkConnectors>
-<services><masterConnector remoteURI="tcp://m:61616"/></services>
-<persistenceAdapter><jdbcPersistenceAdapter dataSource="#ds"/></persistenceAdapter>
+<services><statisticsBrokerPlugin/></services>
+<persistenceAdapter><levelDB directory="x"/></persistenceAdapter>
 <plugins><authorizationPlugin/></plugins>
 """)
     file = tmp_path / "activemq.xml"
     assert warnings(caplog)[:4] == [
         f"{file}:3: <ldapNetworkConnector> is not supported yet, ignored",
         f"{file}:4: <services> is not supported yet, ignored",
-        f"{file}:5: <jdbcPersistenceAdapter> is not supported yet, ignored",
+        f"{file}:5: <levelDB> is not supported yet, ignored",
         f"{file}:6: <authorizationPlugin> is not supported yet, ignored",
     ]
 

@@ -22,6 +22,7 @@ PREFIX: dict[type, str] = {
     model.ManagementConfig: "management", model.MqttConfig: "mqtt",
     model.TraceConfig: "trace", model.StreamPolicy: "streams[]",
     model.NetworkConnectorConfig: "network_connectors[]",
+    model.HaConfig: "ha",
 }
 NOT_OPTIONS = {"BrokerConfig.source"}  # set by the loader, not by users
 EXTRA_KEYS = {"listeners[].url"}  # accepted by the loader without being a field

@@ -50,7 +50,8 @@ def test_multicast_is_discovery() -> None:
 
 @pytest.mark.parametrize(("uri", "fragment"), [
     ("static:(tcp://a)", "needs host:port"),
-    ("static:(http://a:1)", "not a broker URI"),
+    ("static:(http://a:1)", "unknown scheme"),
+    ("static:(stomp://a:1)", "not a broker URI"),
     ("static:(tcp://a:1)?bogus=1", "unknown static: option 'bogus'"),
     ("static:(tcp://a:1)?maxReconnectAttempts=x", "maxReconnectAttempts='x' is not a int"),
     ("static:(tcp://a:1", "unbalanced"),

@@ -15,6 +15,7 @@ from meshmq.protocol.wire.codec import (
     encode_json,
     encode_messages,
     encode_ping,
+    encode_records,
 )
 
 __all__ = [
@@ -32,4 +33,5 @@ __all__ = [
     "encode_json",
     "encode_messages",
     "encode_ping",
+    "encode_records",
 ]

@@ -23,7 +23,7 @@ from typing import Any
 
 from meshmq.core.message import Message
 from meshmq.errors import RemoteProtocolError
-from meshmq.store.codec import decode_message, encode_message
+from meshmq.store.codec import STORE_CACHE, decode_message, encode_message
 
 MAGIC = b"MMQ1"
 WIRE_VERSION = 1
@@ -76,9 +76,14 @@ def encode_ping(pong: bool = False) -> bytes:
 
 def encode_messages(batch: list[tuple[int, Message]]) -> bytes:
     """One MESSAGES frame for ``batch`` of (sequence, message)."""
+    return encode_records([(seq, encode_message(msg)) for seq, msg in batch])
+
+
+def encode_records(batch: list[tuple[int, bytes]]) -> bytes:
+    """One MESSAGES frame for ``batch`` of (sequence, message already in the store
+    codec's format)."""
     parts = [_COUNT.pack(len(batch))]
-    for seq, msg in batch:
-        data = encode_message(msg)
+    for seq, data in batch:
         parts.append(_MSG_HEAD.pack(seq, len(data)))
         parts.append(data)
     payload = b"".join(parts)
@@ -102,7 +107,6 @@ def decode_json(frame: WireFrame) -> dict[str, Any]:
 
 def decode_messages(frame: WireFrame) -> list[tuple[int, Message]]:
     data = frame.payload
-    view = memoryview(data)
     if len(data) < 4:
         raise RemoteProtocolError("MESSAGES frame too short")
     (count,) = _COUNT.unpack_from(data, 0)
@@ -115,10 +119,13 @@ def decode_messages(frame: WireFrame) -> list[tuple[int, Message]]:
         pos += _MSG_HEAD.size
         if pos + size > len(data):
             raise RemoteProtocolError("MESSAGES frame truncated")
+        raw = data[pos:pos + size]
         try:
-            msg = decode_message(view[pos:pos + size])
+            msg = decode_message(raw)
         except Exception as exc:  # the store codec raises its own errors on garbage
             raise RemoteProtocolError(f"undecodable message in MESSAGES frame: {exc}") from None
+        # The receiver stores exactly these bytes: no re-encoding.
+        msg.wire_cache = {STORE_CACHE: raw}
         out.append((seq, msg))
         pos += size
     if pos != len(data):

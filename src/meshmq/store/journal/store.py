@@ -44,6 +44,7 @@ from meshmq.store.base import (
     StoredEntry,
     StoreOp,
 )
+from meshmq.store.fence import WriteFence
 from meshmq.store.journal import format as fmt
 from meshmq.store.journal.index import KeyIndex
 
@@ -91,7 +92,8 @@ class _Plan:
 
 class JournalStore:
     def __init__(self, directory: Path, *, segment_size: int = 32 * MIB, fsync: bool = True,
-                 max_batch_bytes: int = 4 * MIB, compact_live_ratio: float = 0.5) -> None:
+                 max_batch_bytes: int = 4 * MIB, compact_live_ratio: float = 0.5,
+                 fence: WriteFence | None = None) -> None:
         if segment_size < 512 or segment_size > (1 << 40):
             raise StoreError(f"segment_size {segment_size} out of range [512, 2**40]")
         if max_batch_bytes < 1:
@@ -103,6 +105,9 @@ class JournalStore:
         self._fsync = fsync
         self._max_batch_bytes = max_batch_bytes
         self._ratio = compact_live_ratio
+        # Master/slave on a shared directory: the HA lease replaces the directory lock,
+        # and every write group must pass the lease's fence (docs/ha.md).
+        self._fence = fence
         # --- event-loop thread state
         self._index: dict[str, KeyIndex] = {}
         self._subs: dict[str, DurableSubscription] = {}
@@ -150,7 +155,7 @@ class JournalStore:
             raise StoreError("store already opened")
         self._opened = True
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._take_lock()
+        self._take_lock(shared=self._fence is not None)
         try:
             self._recover()
         except BaseException:
@@ -166,18 +171,26 @@ class JournalStore:
                 if idx.live or idx.last_seq}
         return Recovery(keys, list(self._subs.values()))
 
-    def _take_lock(self) -> None:
+    def _take_lock(self, *, shared: bool = False) -> None:
+        """Exclusive for a broker alone on the directory. HA brokers (``shared``) hold it
+        shared: the lease decides between them (a paused old master still holds its
+        lock), while a broker without HA on the same directory is kept out."""
         path = self.directory / "lock"
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except OSError:
             os.close(fd)
+            if shared:
+                raise StoreError(f"store directory {self.directory} is locked by a broker "
+                                 "running without HA", retriable=True) from None
             raise StoreError(f"store directory {self.directory} is locked by another broker",
                              retriable=True) from None
+        self._lock_fd = fd
+        if shared:
+            return
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
-        self._lock_fd = fd
 
     def _segment_path(self, seg: int) -> Path:
         return self.directory / fmt.segment_name(seg)
@@ -369,7 +382,7 @@ class JournalStore:
             for op in ops:
                 if isinstance(op, AddMessage):
                     refs = [fmt.KEY_SEQ.pack(kid_for(k), s) for k, s in op.refs]
-                    data = codec.encode_message(op.message)
+                    data = codec.encoded(op.message)
                     head = fmt.OP_U32.pack(fmt.OP_ADD, len(data))
                     msg_offsets.append(pos + len(head))
                     encoded.append(data)
@@ -756,6 +769,19 @@ class JournalStore:
                 os.close(dfd)
 
     def _write_group(self, items: list[_Item]) -> None:
+        fence = self._fence
+        if fence is None:
+            self._write_group_unfenced(items)
+            return
+        # Held through write, fsync and unlink: a takeover waits for this group, and
+        # every group after a takeover is refused (FencedError fails the store).
+        fence.begin_write()
+        try:
+            self._write_group_unfenced(items)
+        finally:
+            fence.end_write()
+
+    def _write_group_unfenced(self, items: list[_Item]) -> None:
         chunks: list[bytes] = []
         deletes: list[int] = []
         created = False

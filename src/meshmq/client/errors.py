@@ -1,0 +1,81 @@
+"""Errors of the failover client; all are :class:`meshmq.errors.MeshmqError`.
+
+``retriable`` says whether doing the same thing again may succeed.
+"""
+
+from __future__ import annotations
+
+from meshmq.errors import MeshmqError, TransactionError
+
+__all__ = [
+    "BrokerError",
+    "ClientClosedError",
+    "ClientError",
+    "ConnectionFailedError",
+    "ConnectionLostError",
+    "OperationTimeoutError",
+    "ProtocolVersionRefusedError",
+    "TransactionInDoubtError",
+    "TransactionRolledBackError",
+]
+
+
+class ClientError(MeshmqError):
+    code = "client-error"
+
+
+class BrokerError(ClientError):
+    """The broker refused an operation (a STOMP ERROR frame, an MQTT failure reason code).
+
+    Re-sending the same thing elsewhere would be refused the same way: not retried.
+    """
+
+    code = "broker-error"
+
+
+class ProtocolVersionRefusedError(BrokerError):
+    """The broker does not speak the MQTT level we offered (a 3.1.1-only broker asked
+    for MQTT 5); the client retries with 3.1.1 when ``mqtt_version`` is automatic."""
+
+    code = "protocol-version-refused"
+
+
+class ConnectionLostError(ClientError):
+    """One broker connection dropped (internal: the failover layer retries)."""
+
+    code = "connection-lost"
+    retriable = True
+
+
+class ConnectionFailedError(ClientError):
+    """Every endpoint failed and the reconnect budget is spent (maxReconnectAttempts)."""
+
+    code = "connection-failed"
+
+
+class OperationTimeoutError(ClientError):
+    """The failover ``timeout`` (or an operation's own) passed while disconnected or waiting
+    for the broker's confirmation. The client keeps reconnecting."""
+
+    code = "timeout"
+    retriable = True
+
+
+class ClientClosedError(ClientError):
+    code = "client-closed"
+
+
+class TransactionRolledBackError(TransactionError):
+    """The connection dropped before COMMIT was sent: the broker discarded the transaction.
+    Nothing of it happened; redo it in a new transaction."""
+
+    code = "transaction-rolled-back"
+    retriable = True
+
+
+class TransactionInDoubtError(TransactionError):
+    """The connection dropped after COMMIT was sent and before its receipt: the broker may
+    or may not have committed. The application must decide (idempotent sends with a
+    ``dedup-id`` make redoing the sends safe on meshmq)."""
+
+    code = "transaction-in-doubt"

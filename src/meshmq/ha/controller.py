@@ -1,0 +1,194 @@
+"""Drives the role machine with a lease backend: waits as a slave, keeps the lease alive as
+master, notices a takeover, hands over on shutdown. Backend calls run in worker threads
+(they fsync or talk to a database), so the event loop never blocks on them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from meshmq.config.model import HaConfig
+from meshmq.errors import StoreError
+from meshmq.ha.lease import LeaseKeeper, LeaseRecord, LeaseView, LeaseWatch, Verdict
+from meshmq.ha.roles import Role, RoleEvent, RoleMachine
+from meshmq.store.fence import WriteFence
+
+log = logging.getLogger("meshmq.ha")
+
+
+class LeaseBackend(WriteFence, Protocol):
+    """Where a lease lives: a file in a shared directory, a row in PostgreSQL. It is also
+    the fence the store's writes pass (``begin_write`` / ``end_write``)."""
+
+    holder: str
+
+    def look(self) -> LeaseView: ...
+
+    def try_acquire(self, seen: LeaseRecord | None) -> int | None: ...
+
+    def renew(self) -> bool: ...
+
+    def release(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class HaController:
+    def __init__(self, backend: LeaseBackend, config: HaConfig, *, mode: str,
+                 on_lost: Callable[[str], None],
+                 clock: Callable[[], int] = _now_ms) -> None:
+        self.backend = backend
+        self.config = config
+        self.mode = mode
+        self.machine = RoleMachine()
+        self._on_lost = on_lost
+        self._clock = clock
+        self._stop = asyncio.Event()
+        self._keepalive: asyncio.Task[None] | None = None
+        self.became_master_ms: int | None = None
+        self.last_seen: LeaseRecord | None = None
+        self.renewals = 0
+
+    @property
+    def role(self) -> Role:
+        return self.machine.role
+
+    def status(self) -> dict[str, object]:
+        seen = self.last_seen
+        return {"mode": self.mode, "role": self.role.value, "holder_id": self.backend.holder,
+                "epoch": self.backend.epoch,
+                "lease_holder": seen.holder if seen is not None else None,
+                "lease_epoch": seen.epoch if seen is not None else 0,
+                "renewals": self.renewals, "lease_ms": self.config.lease_ms}
+
+    async def acquire(self) -> bool:
+        """Wait until this broker holds the lease (True) or stop() was called (False)."""
+        watch = LeaseWatch(self.config.lease_ms)
+        interval = self.config.acquire_interval_ms / 1000
+        announced = False
+        while not self._stop.is_set():
+            try:
+                view = await asyncio.to_thread(self.backend.look)
+            except StoreError as exc:
+                if not exc.retriable:
+                    raise  # e.g. a damaged lease file: an operator must decide
+                # The database is unreachable: a slave just keeps trying.
+                log.warning("slave: cannot read the %s lease: %s", self.mode, exc.message)
+                await self._pause(max(interval, 1.0))
+                continue
+            self.last_seen = view.record
+            if watch.observe(view, self._clock()) is Verdict.TAKE:
+                try:
+                    epoch = await asyncio.to_thread(self.backend.try_acquire, view.record)
+                except StoreError as exc:
+                    if not exc.retriable:
+                        raise
+                    log.warning("slave: taking the %s lease failed: %s", self.mode,
+                                exc.message)
+                    epoch = None
+                if epoch is not None and not self._stop.is_set():
+                    self.machine.fire(RoleEvent.ACQUIRED)
+                    self.became_master_ms = self._clock()
+                    self.last_seen = LeaseRecord(epoch, self.backend.holder)
+                    why = ("it was free" if view.record is None or view.record.holder is None
+                           else f"{view.record.holder} is gone" if view.holder_alive is False
+                           else f"{view.record.holder} let it expire")
+                    log.info("master: took the %s lease at epoch %d (%s)", self.mode, epoch,
+                             why)
+                    self._keepalive = asyncio.get_running_loop().create_task(
+                        self._keep_alive())
+                    return True
+                if epoch is not None:  # stopped while acquiring: hand it straight back
+                    await asyncio.to_thread(self.backend.release)
+                    break
+            elif not announced:
+                announced = True
+                self.machine.fire(RoleEvent.WAIT)
+                holder = view.record.holder if view.record is not None else None
+                log.info("slave: the %s lease is held by %s; no client connectors are "
+                         "started until this broker is master", self.mode, holder)
+            await self._pause(interval)
+        if self.role in (Role.STARTING, Role.SLAVE):
+            self.machine.fire(RoleEvent.STOP)
+        return False
+
+    async def _pause(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self._stop.wait(), seconds)
+        except TimeoutError:
+            pass
+
+    async def _keep_alive(self) -> None:
+        keeper = LeaseKeeper(self.config.lease_ms, self.config.keepalive_ms, self._clock())
+        while self._is_master():
+            delay = max(0, keeper.next_renewal_ms() - self._clock()) / 1000
+            await asyncio.sleep(delay)
+            if not self._is_master():
+                return
+            try:
+                # A renewal that hangs (a database that stopped answering) counts as failed.
+                ok = await asyncio.wait_for(asyncio.to_thread(self.backend.renew),
+                                            self.config.lease_ms / 1000)
+            except Exception as exc:  # I/O trouble: keep trying until the lease runs out
+                log.warning("master: lease renewal failed: %r", exc)
+                if keeper.must_step_down(self._clock()):
+                    self._lose(f"could not renew the lease for {self.config.lease_ms} ms")
+                    return
+                await asyncio.sleep(self.config.keepalive_ms / 4000)
+                continue
+            if not self._is_master():
+                return
+            if not ok:
+                self._lose("another broker took the lease over")
+                return
+            if keeper.must_step_down(self._clock()):
+                # Renewed, but so late that a slave may have judged the lease expired;
+                # the renewal succeeding proves none took it, so carry on and say so.
+                log.warning("master: lease renewed %d ms after the previous renewal "
+                            "(lease %d ms); was the process paused?",
+                            self._clock() - keeper.renewed_ms, self.config.lease_ms)
+            keeper.renewed(self._clock())
+            self.renewals += 1
+
+    def _is_master(self) -> bool:
+        return self.machine.role is Role.MASTER
+
+    def _lose(self, why: str) -> None:
+        self.machine.fire(RoleEvent.LOST)
+        log.error("deposed: %s (this broker's epoch was %d); its store refuses writes and "
+                  "all connectors close", why, self.backend.epoch)
+        self._on_lost(why)
+
+    async def stop(self) -> None:
+        """Stop waiting (slave) or hand the lease over (master, after the store closed)."""
+        self._stop.set()
+        role = self.role
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+            try:
+                await self._keepalive
+            except asyncio.CancelledError:
+                pass
+            self._keepalive = None
+        if role is Role.MASTER:
+            self.machine.fire(RoleEvent.STOP)
+            try:
+                released = await asyncio.to_thread(self.backend.release)
+            except Exception as exc:
+                log.warning("could not hand the lease over (%r); a slave takes over once it "
+                            "expires", exc)
+                released = False
+            self.machine.fire(RoleEvent.RELEASED if released else RoleEvent.LOST)
+            if released:
+                log.info("handed the %s lease over (epoch %d)", self.mode, self.backend.epoch)
+        elif role is Role.DEPOSED or role in (Role.STARTING, Role.SLAVE):
+            self.machine.fire(RoleEvent.STOP)
+        await asyncio.to_thread(self.backend.close)

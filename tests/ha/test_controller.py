@@ -1,0 +1,174 @@
+"""The HA controller's decisions around its backend: retrying an unreachable lease store,
+stepping down when renewals fail or hang, handing over on stop. The backend is an
+in-memory lease (the real ones are tested in test_file_lease / test_database_lease)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+
+import pytest
+
+from meshmq.config.model import HaConfig
+from meshmq.errors import StoreError
+from meshmq.ha.controller import HaController
+from meshmq.ha.lease import LeaseRecord, LeaseView, release, renewal, takeover
+from meshmq.ha.roles import Role
+
+FAST = HaConfig(mode="shared", lease_ms=1000, keepalive_ms=100, acquire_interval_ms=10)
+
+
+class MemoryLease:
+    """The lease record in a shared dict; ``fail``/``hang`` inject backend trouble."""
+
+    def __init__(self, shared: dict[str, LeaseRecord | None], holder: str) -> None:
+        self.shared = shared
+        self.holder = holder
+        self._epoch = 0
+        self.fail: StoreError | None = None
+        self.hang = threading.Event()  # set: renew blocks until released
+        self.released = threading.Event()
+        self.closed = False
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    def begin_write(self) -> None:
+        pass
+
+    def end_write(self) -> None:
+        pass
+
+    def _check(self) -> None:
+        if self.fail is not None:
+            raise self.fail
+
+    def look(self) -> LeaseView:
+        self._check()
+        return LeaseView(self.shared.get("lease"))
+
+    def try_acquire(self, seen: LeaseRecord | None) -> int | None:
+        self._check()
+        if self.shared.get("lease") != seen:
+            return None
+        new = takeover(seen, self.holder)
+        self.shared["lease"] = new
+        self._epoch = new.epoch
+        return new.epoch
+
+    def renew(self) -> bool:
+        if self.hang.is_set():
+            self.released.wait(10)
+        self._check()
+        new = renewal(self.shared.get("lease"), self.holder, self._epoch)
+        if new is None:
+            return False
+        self.shared["lease"] = new
+        return True
+
+    def release(self) -> bool:
+        new = release(self.shared.get("lease"), self.holder, self._epoch)
+        if new is not None:
+            self.shared["lease"] = new
+        return new is not None
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def controller(lease: MemoryLease, lost: list[str], config: HaConfig = FAST) -> HaController:
+    return HaController(lease, config, mode="shared", on_lost=lost.append)
+
+
+async def until(pred: Callable[[], bool], timeout: float = 5.0) -> None:
+    async def wait() -> None:
+        while not pred():
+            await asyncio.sleep(0.005)
+    await asyncio.wait_for(wait(), timeout)
+
+
+def test_a_slave_keeps_trying_an_unreachable_lease_store() -> None:
+    async def run() -> None:
+        shared: dict[str, LeaseRecord | None] = {}
+        lease = MemoryLease(shared, "a")
+        lease.fail = StoreError("database unreachable", retriable=True)
+        ctl = controller(lease, [])
+        task = asyncio.create_task(ctl.acquire())
+        await asyncio.sleep(0.05)
+        assert not task.done() and ctl.role is Role.STARTING
+        lease.fail = None  # the database is back
+        assert await asyncio.wait_for(task, 5)
+        assert ctl.role is Role.MASTER and shared["lease"] == LeaseRecord(1, "a")
+        await ctl.stop()
+        assert shared["lease"] == LeaseRecord(1, None, shared["lease"].counter)  # type: ignore[union-attr]
+        assert lease.closed
+
+    asyncio.run(run())
+
+
+def test_a_damaged_lease_stops_the_slave_with_the_reason() -> None:
+    async def run() -> None:
+        lease = MemoryLease({}, "a")
+        lease.fail = StoreError("the lease file is damaged")
+        with pytest.raises(StoreError, match="damaged"):
+            await controller(lease, []).acquire()
+
+    asyncio.run(run())
+
+
+def test_master_steps_down_when_another_takes_the_lease() -> None:
+    async def run() -> None:
+        shared: dict[str, LeaseRecord | None] = {}
+        lost: list[str] = []
+        ctl = controller(MemoryLease(shared, "a"), lost)
+        assert await ctl.acquire()
+        await until(lambda: ctl.renewals >= 2)
+        shared["lease"] = takeover(shared["lease"], "b")  # b judged the lease expired
+        await until(lambda: bool(lost))
+        assert ctl.role is Role.DEPOSED
+        assert lost == ["another broker took the lease over"]
+        await ctl.stop()
+        assert ctl.role is Role.STOPPED
+        assert shared["lease"] == LeaseRecord(2, "b")  # nothing handed back: not ours
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("trouble", ["errors", "hang"])
+def test_master_steps_down_when_it_cannot_renew_for_a_lease(trouble: str) -> None:
+    async def run() -> None:
+        lease = MemoryLease({}, "a")
+        lost: list[str] = []
+        ctl = controller(lease, lost)
+        assert await ctl.acquire()
+        if trouble == "errors":
+            lease.fail = StoreError("I/O error", retriable=True)
+        else:
+            lease.hang.set()
+        await until(lambda: bool(lost))
+        assert ctl.role is Role.DEPOSED
+        assert lost == ["could not renew the lease for 1000 ms"]
+        lease.released.set()
+        lease.fail = None
+        await ctl.stop()
+
+    asyncio.run(run())
+
+
+def test_stop_while_waiting_as_a_slave() -> None:
+    async def run() -> None:
+        shared: dict[str, LeaseRecord | None] = {"lease": LeaseRecord(4, "other", 9)}
+        # A lease far from expiring, whatever the machine's speed.
+        ctl = controller(MemoryLease(shared, "a"), [],
+                         HaConfig(mode="shared", lease_ms=600_000, acquire_interval_ms=10))
+        task = asyncio.create_task(ctl.acquire())
+        await until(lambda: ctl.role is Role.SLAVE)
+        assert ctl.status()["lease_holder"] == "other"
+        await ctl.stop()
+        assert await asyncio.wait_for(task, 5) is False
+        assert ctl.role is Role.STOPPED
+        assert shared["lease"] == LeaseRecord(4, "other", 9)
+
+    asyncio.run(run())
