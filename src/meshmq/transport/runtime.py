@@ -91,6 +91,8 @@ class BrokerRuntime:
         from meshmq.network.manager import NetworkManager
 
         self.network = NetworkManager(self)
+        # Linked brokers' client URIs (from the bridge handshake) reach failover clients.
+        self.topology.set_provider("network", self.network.peer_client_uris)
         self.trace_sink: TraceSink | None = None
         self._trace_flush_at = 0.0
 
@@ -145,8 +147,6 @@ class BrokerRuntime:
         self.trace_sink.close()
         self.trace_sink = None
         self.broker.tracer = None
-        # Linked brokers' client URIs (from the bridge handshake) reach failover clients.
-        self.topology.set_provider("network", self.network.peer_client_uris)
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
