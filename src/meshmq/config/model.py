@@ -17,6 +17,7 @@ LISTENER_PROTOCOLS = ("stomp", "stomp+ssl", "mqtt", "mqtt+ssl", "ws", "wss", "tc
                       "nio")
 STORE_KINDS = ("journal", "memory", "postgres")
 HA_MODES = ("none", "shared", "database")
+TRACE_FORMATS = ("jsonl", "parquet")
 LIMIT_ACTIONS = ("block", "fail")
 
 
@@ -104,6 +105,16 @@ class DestinationPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class StreamPolicy:
+    """Queues whose name matches ``match`` are streams: append-only logs read from any
+    offset (docs/pipeline.md). The first matching policy wins."""
+
+    match: str = "queue://stream.>"
+    max_bytes: int = 1024 * MIB  # retention by size (bodies); 0 = no limit
+    max_age_ms: int = 0  # retention by age; 0 = no limit
+
+
+@dataclass(frozen=True, slots=True)
 class UsageConfig:
     memory_limit: int = 64 * MIB  # in-memory message bytes, broker-wide
     on_limit: str = "block"  # "block": producer flow control; "fail": ERROR to the sender
@@ -130,6 +141,20 @@ class ManagementConfig:
     enabled: bool = True
     host: str = "127.0.0.1"
     port: int = 8161  # 0 = let the OS choose
+
+
+@dataclass(frozen=True, slots=True)
+class TraceConfig:
+    """Message trace files (docs/pipeline.md): off by default."""
+
+    enabled: bool = False
+    directory: Path | None = None  # default: <data_directory>/trace
+    format: str = "jsonl"  # one of TRACE_FORMATS; parquet needs the spark extra (pyarrow)
+    sample_rate: float = 1.0  # fraction of messages traced, chosen by message id
+    max_file_bytes: int = 64 * MIB  # roll a file at this size
+    roll_interval_ms: int = 60_000  # ... or at this age; 0 = by size only
+    flush_interval_ms: int = 500  # JSON lines reach the OS at least this often
+    max_files: int = 0  # sealed files kept per broker; 0 = keep all
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +242,8 @@ class BrokerConfig:
     usage: UsageConfig = field(default_factory=UsageConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     management: ManagementConfig = field(default_factory=ManagementConfig)
+    trace: TraceConfig = field(default_factory=TraceConfig)
+    streams: tuple[StreamPolicy, ...] = ()  # none: no queue is a stream
     ha: HaConfig = field(default_factory=HaConfig)
     expiry_check_interval_ms: int = 1000
     duplicate_window: int = 10_000  # idempotent-producer window (message ids remembered)
@@ -235,3 +262,7 @@ class BrokerConfig:
     @property
     def store_directory(self) -> Path:
         return self.store.directory or (self.data_directory / "journal")
+
+    @property
+    def trace_directory(self) -> Path:
+        return self.trace.directory or (self.data_directory / "trace")

@@ -10,6 +10,8 @@ Layout of a file (one section per nested dataclass of ``BrokerConfig``)::
     [usage]           UsageConfig
     [auth]            AuthConfig; users as [[auth.users]] (User)
     [management]      ManagementConfig
+    [trace]           TraceConfig
+    [[streams]]       StreamPolicy
     [[network_connectors]]  NetworkConnectorConfig (bridges to other brokers)
 
 The schema is derived from the dataclasses themselves, so a field added to the
@@ -39,6 +41,7 @@ from meshmq.config.model import (
     LIMIT_ACTIONS,
     LISTENER_PROTOCOLS,
     STORE_KINDS,
+    TRACE_FORMATS,
     BrokerConfig,
     ListenerConfig,
     NetworkConnectorConfig,
@@ -82,7 +85,8 @@ _NOT_CONFIGURABLE: frozenset[tuple[type, str]] = frozenset({(BrokerConfig, "sour
 SIZE_FIELDS: frozenset[str] = frozenset({
     "StompConfig.max_frame_size", "StompConfig.max_header_size", "MqttConfig.max_packet_size",
     "StoreConfig.segment_size", "StoreConfig.max_batch_bytes",
-    "DestinationPolicy.memory_limit", "UsageConfig.memory_limit",
+    "DestinationPolicy.memory_limit", "UsageConfig.memory_limit", "TraceConfig.max_file_bytes",
+    "StreamPolicy.max_bytes",
 })
 # Inclusive bounds; numbers not listed must merely be >= 0 (no option means anything below).
 _RANGES: dict[str, tuple[float | None, float | None]] = {
@@ -97,6 +101,9 @@ _RANGES: dict[str, tuple[float | None, float | None]] = {
     "StoreConfig.max_batch_bytes": (1, None),
     "StoreConfig.compact_live_ratio": (0.0, 1.0),
     "DestinationPolicy.page_size": (1, None),
+    "TraceConfig.sample_rate": (0.0, 1.0),
+    "TraceConfig.max_file_bytes": (1, None),
+    "TraceConfig.flush_interval_ms": (1, None),
     # -1 = unlimited hops; 0 would forward nothing (NONZERO below).
     "NetworkConnectorConfig.network_ttl": (-1, None),
     "NetworkConnectorConfig.message_ttl": (-1, None),
@@ -125,6 +132,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "ListenerConfig.protocol": LISTENER_PROTOCOLS,
     "StoreConfig.kind": STORE_KINDS,
     "UsageConfig.on_limit": LIMIT_ACTIONS,
+    "TraceConfig.format": TRACE_FORMATS,
     "HaConfig.mode": HA_MODES,
 }
 _NON_EMPTY: frozenset[str] = frozenset({
@@ -449,6 +457,17 @@ class _Builder:
                         raise DestinationError("a dead-letter prefix cannot hold wildcards")
                 except DestinationError as exc:
                     raise self.src.error(exc.message, f"{at}.individual_dlq_prefix") from None
+        for i, stream in enumerate(config.streams):
+            at = f"streams[{i}]"
+            try:
+                pattern = Destination.parse_uri(stream.match)
+            except DestinationError as exc:
+                raise self.src.error(
+                    f"not a queue pattern like 'queue://stream.>': {exc.message}",
+                    f"{at}.match") from None
+            if not pattern.is_queue or pattern.is_temporary:
+                raise self.src.error("streams are queues: use a queue:// pattern",
+                                     f"{at}.match")
         self._check_ha(config)
         users: set[str] = set()
         for i, user in enumerate(config.auth.users):

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from meshmq.config.model import BrokerConfig, DestinationPolicy
+from meshmq.config.model import BrokerConfig, DestinationPolicy, StreamPolicy
 from meshmq.core import destinations as dst
 from meshmq.core.auth import Authenticator, Principal
 from meshmq.core.consumer import Consumer, ConsumerSpec
@@ -25,6 +25,16 @@ from meshmq.core.destinations import Destination, DestKind
 from meshmq.core.message import Message, PropertyValue
 from meshmq.core.queue import Entry, Outcome, Queue
 from meshmq.core.selector import Selector, compile_selector, message_lookup
+from meshmq.core.stream import NEXT, STREAM_PREFIX, StreamOffset, StreamQueue
+from meshmq.core.trace import (
+    DLQ,
+    DROPPED,
+    EXPIRED,
+    RECEIVED,
+    RECOVERED,
+    STORED,
+    Tracer,
+)
 from meshmq.core.usage import MemoryUsage
 from meshmq.errors import (
     DestinationError,
@@ -154,12 +164,15 @@ class Broker:
         self._listeners: list[Callable[[ConsumerEvent], None]] = []
         self.dedup = DuplicateWindow(config.duplicate_window)
         self._policies = [(Destination.parse_uri(p.match), p) for p in config.policies]
+        self._stream_policies = [(Destination.parse_uri(p.match), p) for p in config.streams]
         self._default_policy = DestinationPolicy()
         self._boot = format(self._clock(), "x")
         self._conn_seq = itertools.count(1)
         self._msg_seq = itertools.count(1)
         self._temp_seq = itertools.count(1)
         self.started_ms = self._clock()
+        # Message trace (docs/pipeline.md); None when tracing is off. The runtime sets it.
+        self.tracer: Tracer | None = None
 
     # ================================================================ plumbing
     def now_ms(self) -> int:
@@ -224,6 +237,14 @@ class Broker:
         """Publish an advisory (for subsystems outside the core: network bridges)."""
         self._advise(topic, advisory_type, fields)
 
+    def stream_policy_for(self, dest: Destination) -> StreamPolicy | None:
+        """The stream policy making ``dest`` a stream, if any (queues only)."""
+        if dest.kind is DestKind.QUEUE:
+            for pattern, policy in self._stream_policies:
+                if dst.matches(pattern, dest):
+                    return policy
+        return None
+
     def policy_for(self, dest: Destination) -> DestinationPolicy:
         for pattern, policy in self._policies:
             if dst.matches(pattern, dest):
@@ -233,12 +254,62 @@ class Broker:
     def new_message_id(self, connection_id: str) -> str:
         return f"ID:{self.name}-{self._boot}-{connection_id}-{next(self._msg_seq)}"
 
+    # ================================================================ trace hooks
+    # For network bridges and other edges of the broker; no-ops while tracing is off.
+    def trace_forwarded(self, message: Message, *, to_broker: str, connector: str) -> None:
+        """A bridge handed ``message`` on towards ``to_broker`` over ``connector``."""
+        if self.tracer is not None:
+            self.tracer.forwarded(message, to_broker=to_broker, connector=connector)
+
+    def trace_received_from_bridge(self, message: Message, *, from_broker: str,
+                                   connector: str) -> None:
+        """``message`` arrived over ``connector`` from ``from_broker``; call before routing."""
+        if self.tracer is not None:
+            self.tracer.received_from_bridge(message, from_broker=from_broker,
+                                             connector=connector)
+
+    def trace_dropped(self, message: Message, reason: str) -> None:
+        """``message`` was discarded at the edge (e.g. a duplicate in the producer window)."""
+        if self.tracer is not None:
+            self.tracer.message(DROPPED, message, reason=reason)
+
+    def trace_recovered(self, page: int = 1000) -> int:
+        """Record a ``recovered`` event for every stored message (after ``recover``);
+        lets the audit tell messages that survived a crash from lost ones."""
+        tracer = self.tracer
+        if tracer is None:
+            return 0
+        count = 0
+        queues = [q for q in self.queues.values() if q.key is not None and not q.retains_all]
+        queues += [sub.queue for sub in self.durables.values()]
+        for queue in queues:
+            if not queue.depth or queue.key is None:
+                continue
+            after = 0
+            while True:
+                entries = self.store.load(queue.key, after, page)
+                for entry in entries:
+                    tracer.message(RECOVERED, entry.message, queue.destination,
+                                   delivery_count=entry.delivery_count)
+                    after = entry.seq
+                count += len(entries)
+                if len(entries) < page:
+                    break
+        return count
+
     # ================================================================ recovery
     def recover(self, recovery: Recovery) -> None:
         """Rebuild queues and durable subscriptions from what the store holds."""
         durable_keys = {d.key for d in recovery.durable_subscriptions}
         for key, info in recovery.keys.items():
             if key in durable_keys:
+                continue
+            if key.startswith(STREAM_PREFIX):
+                sdest = dst.queue(key[len(STREAM_PREFIX):])
+                self.queues[sdest] = StreamQueue(
+                    sdest, self.policy_for(sdest),
+                    self.stream_policy_for(sdest) or StreamPolicy(match=str(sdest)), self,
+                    self.store, first_seq=info.first_seq, last_seq=info.last_seq)
                 continue
             if key.startswith((RETAINED_PREFIX, RECORD_PREFIX)):
                 self._single_seq[key] = info.last_seq
@@ -420,6 +491,7 @@ class Broker:
             for d in destinations:
                 if self.config.usage.on_limit == "fail" or \
                         not self.policy_for(d).producer_flow_control:
+                    self.trace_dropped(message, "broker memory limit reached")
                     raise ResourceLimitError(
                         f"broker memory limit reached ({self.usage.limit} bytes); send to "
                         f"{d} rejected")
@@ -444,10 +516,15 @@ class Broker:
                 # original's write.
                 log.debug("duplicate send %s dropped (dedup-id %s)", message.message_id,
                           dedup_id)
+                self.trace_dropped(message, "duplicate dedup-id (idempotent producer)")
                 return True
         needs_sync = False
+        # Producers' messages only: bridges trace received_from_bridge themselves.
+        tracer = self.tracer if conn is not None and conn.protocol != "network" else None
         for i, d in enumerate(destinations):
             msg = message if i == 0 and d == message.destination else message.copy_to(d)
+            if tracer is not None:
+                tracer.hot(RECEIVED, msg, None, 0, None)
             if conn is not None and d not in conn.producer_destinations and not conn.closed:
                 conn.producer_destinations.add(d)
                 self._advise(self._advisory_topic("Producer", d), "ProducerAdded",
@@ -457,7 +534,7 @@ class Broker:
             if queue is not None or d.kind is DestKind.QUEUE or d.kind is DestKind.TEMP_QUEUE:
                 needs_sync |= self._route_queue(queue or self._get_queue(d), msg)
             else:
-                needs_sync |= self._route_topic(d, msg)
+                needs_sync |= self._route_topic(d, msg, traced=tracer is not None)
         return needs_sync
 
     def _producer_count(self, d: Destination) -> int:
@@ -465,19 +542,32 @@ class Broker:
 
     def _route_queue(self, queue: Queue, msg: Message) -> bool:
         seq = queue.allocate_seq()
-        persisted = msg.persistent and queue.key is not None
+        if queue.retains_all:  # a stream: every message is stored, with its offset
+            assert isinstance(queue, StreamQueue)
+            msg = queue.stamp(msg, seq)
+            persisted = True
+        else:
+            persisted = msg.persistent and queue.key is not None
         if persisted:
             self._ops.append(AddMessage(msg, ((queue.key or "", seq),)))
+            if self.tracer is not None:
+                if queue.retains_all:
+                    self.tracer.message(STORED, msg, queue.destination, reason="stream")
+                else:
+                    self.tracer.hot(STORED, msg, queue.destination, 0, None)
         queue.enqueue(msg, seq, persisted)
         return persisted
 
-    def _route_topic(self, dest: Destination, msg: Message) -> bool:
+    def _route_topic(self, dest: Destination, msg: Message, *, traced: bool = False) -> bool:
+        """``traced``: a producer's message, so having no subscriber is traced as a drop."""
         stats = self.topics.get(dest)
         if stats is None:
             stats = self.topics[dest] = TopicStats()
         stats.enqueued += 1
         subs = self._subs_for(dest)
         if not subs:
+            if traced and self.tracer is not None:
+                self.tracer.message(DROPPED, msg, reason="no subscriber")
             return False
         refs: list[tuple[str, int]] = []
         targets: list[tuple[Queue, int, bool]] = []
@@ -503,6 +593,10 @@ class Broker:
             targets.append((queue, seq, persisted))
         if refs:
             self._ops.append(AddMessage(msg, tuple(refs)))
+            if self.tracer is not None:
+                self.tracer.message(STORED, msg, dest)
+        elif not targets and traced and self.tracer is not None:
+            self.tracer.message(DROPPED, msg, reason="no matching subscriber")
         for queue, seq, persisted in targets:
             queue.enqueue(msg, seq, persisted)
         stats.dispatched += len(targets)
@@ -533,8 +627,12 @@ class Broker:
     def _get_queue(self, dest: Destination) -> Queue:
         queue = self.queues.get(dest)
         if queue is None:
-            key = str(dest) if dest.kind is DestKind.QUEUE else None
-            queue = Queue(dest, key, self.policy_for(dest), self, self.store)
+            stream = self.stream_policy_for(dest)
+            if stream is not None:
+                queue = StreamQueue(dest, self.policy_for(dest), stream, self, self.store)
+            else:
+                key = str(dest) if dest.kind is DestKind.QUEUE else None
+                queue = Queue(dest, key, self.policy_for(dest), self, self.store)
             self.queues[dest] = queue
             for consumer in self._queue_wildcards:
                 if any(dst.matches(p, dest) for p in consumer.spec.destinations):
@@ -543,7 +641,9 @@ class Broker:
         return queue
 
     # ================================================================ consuming
-    def subscribe(self, conn: Connection, subscription_id: str, spec: ConsumerSpec) -> Consumer:
+    def subscribe(self, conn: Connection, subscription_id: str, spec: ConsumerSpec, *,
+                  stream_offset: StreamOffset | None = None) -> Consumer:
+        """``stream_offset``: where a consumer of a stream destination starts (next)."""
         if subscription_id in conn.consumers:
             raise ProtocolError(f"subscription id {subscription_id!r} is already in use "
                                 "on this connection", code="duplicate-subscription")
@@ -602,6 +702,13 @@ class Broker:
             consumer.topic_sub = self._topic_subscription(conn, consumer, tuple(topics),
                                                           durable_key)
             consumer.sources.append(consumer.topic_sub.queue)
+        streams = [q for q in consumer.sources if isinstance(q, StreamQueue)]
+        if stream_offset is not None and not streams:
+            conn.consumers.pop(subscription_id, None)
+            raise DestinationError(f"x-stream-offset given, but {spec.destinations[0]} is "
+                                   "not a stream destination")
+        for stream in streams:
+            stream.expect(consumer, stream_offset or NEXT)
         for queue in consumer.sources:
             queue.add_consumer(consumer)
         self._consumer_changed(conn, consumer, added=True)
@@ -714,7 +821,8 @@ class Broker:
             # A bridge that went down did not deliver anything to a client: its
             # in-flight messages go back without counting towards the DLQ.
             entry.queue.release(entry, count_delivery=consumer.spec.network_path is None,
-                                cause="consumer closed with the message unacknowledged")
+                                cause="consumer closed with the message unacknowledged",
+                                reason="consumer closed")
         consumer.dispatched.clear()
         consumer.by_message_id.clear()
         for queue in consumer.sources:
@@ -782,7 +890,8 @@ class Broker:
                 consumer.acked_count += 1
                 entry.queue.ack_entry(entry)
             else:
-                entry.queue.release(entry, cause="message was rejected (NACK) too many times")
+                entry.queue.release(entry, cause="message was rejected (NACK) too many times",
+                                    reason="rejected (NACK)")
         for queue in consumer.sources:
             self.mark_dirty(queue)
         return persisted
@@ -853,6 +962,9 @@ class Broker:
     def expired(self, queue: Queue, entry: Entry) -> None:
         queue.remove_entry(entry)
         msg = entry.message
+        if self.tracer is not None:
+            self.tracer.message(EXPIRED, msg, queue.destination,
+                                delivery_count=entry.delivery_count)
         self._advise(self._advisory_topic("Expired", queue.destination), "MessageExpired",
                      {"messageId": msg.message_id, "destination": str(queue.destination)})
         if queue.policy.expired_to_dlq and msg.persistent:
@@ -864,6 +976,8 @@ class Broker:
         if not msg.persistent and not queue.policy.non_persistent_to_dlq:
             log.info("dropping non-persistent message %s from %s: %s",
                      msg.message_id, queue.destination, cause)
+            if self.tracer is not None:
+                self.tracer.message(DROPPED, msg, queue.destination, reason=cause)
             return
         self._to_dlq(queue, entry, cause)
 
@@ -878,7 +992,12 @@ class Broker:
         if queue.destination == dlq:
             log.warning("message %s failed in the dead letter queue %s itself; dropped",
                         msg.message_id, name)
+            if self.tracer is not None:
+                self.tracer.message(DROPPED, msg, dlq, reason=f"failed in the DLQ: {cause}")
             return
+        if self.tracer is not None:
+            self.tracer.message(DLQ, msg, queue.destination, reason=f"{cause} -> {name}",
+                                delivery_count=entry.delivery_count)
         props: dict[str, PropertyValue] = dict(msg.properties)
         props["dlqDeliveryFailureCause"] = cause
         copy = msg.copy_to(dlq, properties=props, expiration=0,

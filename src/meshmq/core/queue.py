@@ -21,6 +21,7 @@ from meshmq.core.consumer import AckMode, Consumer
 from meshmq.core.destinations import Destination
 from meshmq.core.message import Message
 from meshmq.core.selector import message_lookup
+from meshmq.core.trace import ACKED, DELIVERED, DISPATCHED, DROPPED, REDELIVERED, Tracer
 from meshmq.core.usage import MemoryUsage
 from meshmq.store.base import RemoveRef, SetDeliveryCount, StoredEntry, StoreOp
 
@@ -81,6 +82,7 @@ class QueueContext(Protocol):
     """What a queue needs from its broker (implemented by ``Broker``)."""
 
     usage: MemoryUsage
+    tracer: Tracer | None
 
     def now_ms(self) -> int: ...
     def store_op(self, op: StoreOp) -> None: ...
@@ -105,6 +107,8 @@ class QueueStats:
 
 
 class Queue:
+    retains_all = False  # streams (core/stream.py) keep every message, whatever its kind
+
     def __init__(self, destination: Destination, key: str | None, policy: DestinationPolicy,
                  ctx: QueueContext, store: Store | None, *, last_seq: int = 0,
                  stored_count: int = 0, prefiltered: bool = False) -> None:
@@ -347,9 +351,16 @@ class Queue:
         if msg.group_id is not None and msg.group_seq == -1:
             self.groups.pop(msg.group_id, None)  # JMSXGroupSeq -1 closes the group
         self.ctx.emit(Delivery(consumer, msg, tag, entry.delivery_count))
+        # A network bridge's consumer is not a delivery: the bridge traces "forwarded".
+        tracer = self.ctx.tracer if consumer.spec.network_path is None else None
         if consumer.spec.ack_mode is AckMode.AUTO:
-            self.ack_entry(entry)
+            if tracer is not None:  # one event for dispatch + ack: half the trace cost
+                tracer.hot(DELIVERED, msg, self.destination, entry.delivery_count, consumer.id)
+            self.remove_entry(entry, consumed=True)
         else:
+            if tracer is not None:
+                tracer.hot(DISPATCHED, msg, self.destination, entry.delivery_count,
+                           consumer.id)
             consumer.dispatched[tag] = entry
             consumer.by_message_id[msg.message_id] = tag
             if entry.persisted:
@@ -360,6 +371,12 @@ class Queue:
     # ------------------------------------------------------------ settle
     def ack_entry(self, entry: Entry) -> None:
         """The message is consumed: forget it here and in the store."""
+        tracer = self.ctx.tracer
+        consumer = entry.consumer
+        if tracer is not None and entry.state != DONE and (
+                consumer is None or consumer.spec.network_path is None):
+            tracer.hot(ACKED, entry.message, self.destination, entry.delivery_count,
+                       consumer.id if consumer is not None else None)
         self.remove_entry(entry, consumed=True)
 
     def remove_entry(self, entry: Entry, *, consumed: bool = False) -> None:
@@ -378,9 +395,11 @@ class Queue:
         if entry.persisted and self.key is not None:
             self.ctx.store_op(RemoveRef(self.key, entry.seq))
 
-    def release(self, entry: Entry, *, count_delivery: bool = True, cause: str = "") -> None:
+    def release(self, entry: Entry, *, count_delivery: bool = True, cause: str = "",
+                reason: str | None = None) -> None:
         """Put an in-flight entry back (NACK, consumer gone); dead-letter it once it
-        has been delivered more than ``max_redeliveries`` times."""
+        has been delivered more than ``max_redeliveries`` times. ``cause`` is the DLQ's
+        text; ``reason`` the trace's for a redelivery."""
         if entry.state != INFLIGHT:
             return
         limit = self.policy.max_redeliveries
@@ -391,6 +410,12 @@ class Queue:
                                  f"delivery count {entry.delivery_count} exceeds "
                                  f"maximumRedeliveries {limit}")
             return
+        tracer = self.ctx.tracer
+        consumer = entry.consumer
+        if tracer is not None and (consumer is None or consumer.spec.network_path is None):
+            tracer.message(REDELIVERED, entry.message, self.destination,
+                           consumer=consumer.id if consumer is not None else None,
+                           delivery_count=entry.delivery_count, reason=reason)
         self._make_pending(entry)
         self.ctx.mark_dirty(self)
 
@@ -448,8 +473,11 @@ class Queue:
     def purge(self) -> int:
         """Remove every pending message (admin operation); returns how many."""
         removed = 0
+        tracer = self.ctx.tracer
         for _, _, entry in list(self._heap):
             if entry.state == PENDING:
+                if tracer is not None:
+                    tracer.message(DROPPED, entry.message, self.destination, reason="purged")
                 self.remove_entry(entry)
                 removed += 1
         self._heap = [item for item in self._heap if item[2].state != DONE]

@@ -274,12 +274,14 @@ class NetworkManager:
         ends = [*self.bridges, *self.inbound]
         return [e.forwarder for e in ends if e.forwarder is not None]
 
-    # Trace hooks: the message-trace pipeline attaches here.
+    # Trace hooks: the message trace (core/trace.py) records these; no-ops when it is off.
     def trace_forwarded(self, forwarder: Forwarder, msg: Message) -> None:
-        return
+        self.broker.trace_forwarded(msg, to_broker=forwarder.remote,
+                                    connector=forwarder.config.name)
 
     def trace_received(self, receiver: Receiver, msg: Message) -> None:
-        return
+        self.broker.trace_received_from_bridge(msg, from_broker=receiver.remote,
+                                               connector=receiver.link.peer)
 
     # ------------------------------------------------------------ status & advisories
     def bridge_changed(self, bridge: Bridge) -> None:

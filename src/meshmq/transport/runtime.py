@@ -24,6 +24,7 @@ from meshmq.transport.topology import Topology
 if TYPE_CHECKING:
     from meshmq.core.broker import Connection
     from meshmq.core.message import Message
+    from meshmq.core.trace import TraceSink
     from meshmq.ha.controller import HaController
     from meshmq.transport.mqtt_server import MqttSession, SessionState
 
@@ -92,6 +93,60 @@ class BrokerRuntime:
         self.network = NetworkManager(self)
         # Linked brokers' client URIs (from the bridge handshake) reach failover clients.
         self.topology.set_provider("network", self.network.peer_client_uris)
+        self.trace_sink: TraceSink | None = None
+        self._trace_flush_at = 0.0
+
+    # ------------------------------------------------------------ trace
+    def _start_trace(self) -> None:
+        """Open the trace sink, then record the start and every recovered message."""
+        cfg = self.config.trace
+        if not cfg.enabled:
+            return
+        from meshmq.core.trace import BROKER_STARTED, Tracer, open_sink
+
+        boot = format(time.time_ns() // 1_000_000, "x")
+        self.trace_sink = open_sink(self.config.trace_directory, self.config.broker_name, boot,
+                                    fmt=cfg.format, max_file_bytes=cfg.max_file_bytes,
+                                    roll_interval_ms=cfg.roll_interval_ms,
+                                    max_files=cfg.max_files)
+        tracer = Tracer(self.config.broker_name, sample_rate=cfg.sample_rate)
+        self.broker.tracer = tracer
+        tracer.broker_event(BROKER_STARTED)
+        recovered = self.broker.trace_recovered()
+        log.info("tracing messages to %s (%s, sample rate %s); %d stored messages recorded",
+                 self.config.trace_directory, cfg.format, cfg.sample_rate, recovered)
+        self._write_trace()
+        self.trace_sink.tick()
+
+    def _write_trace(self) -> None:
+        tracer = self.broker.tracer
+        if tracer is not None and tracer.events and self.trace_sink is not None:
+            try:
+                self.trace_sink.write(tracer.take())
+            except OSError as exc:  # a full disk must not stop message traffic
+                log.error("trace write failed (events dropped): %s", exc)
+
+    def _tick_trace(self, now: float) -> None:
+        if self.trace_sink is None:
+            return
+        if now >= self._trace_flush_at:
+            self._trace_flush_at = now + self.config.trace.flush_interval_ms / 1000
+            try:
+                self.trace_sink.tick()
+            except OSError as exc:
+                log.error("trace flush failed: %s", exc)
+
+    def _stop_trace(self) -> None:
+        if self.trace_sink is None:
+            return
+        from meshmq.core.trace import BROKER_STOPPED
+
+        assert self.broker.tracer is not None
+        self.broker.tracer.broker_event(BROKER_STOPPED)
+        self._write_trace()
+        self.trace_sink.close()
+        self.trace_sink = None
+        self.broker.tracer = None
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -108,6 +163,7 @@ class BrokerRuntime:
         t0 = time.monotonic()
         recovery = self.store.open()
         self.broker.recover(recovery)
+        self._start_trace()
         self.pump()
         depth = sum(info.count for info in recovery.keys.values())
         log.info("store recovered %d messages in %d destinations in %.2fs", depth,
@@ -328,6 +384,7 @@ class BrokerRuntime:
         while self._all_sessions and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         self.pump()
+        self._stop_trace()
         self._store_closed = True
         try:
             await self.store.close()
@@ -434,6 +491,8 @@ class BrokerRuntime:
             to_flush, self._to_flush = self._to_flush, {}
             for session in to_flush:
                 session.flush()
+        if broker.tracer is not None:
+            self._write_trace()
         if broker.has_deferred:
             self.request_pump()  # after the loop has done I/O (and maybe paused writers)
 
@@ -444,6 +503,7 @@ class BrokerRuntime:
             session.check_timeouts(now)
         self.broker.tick()
         self.pump()
+        self._tick_trace(now)
         # Reclaim journal space while idle too (the journal also compacts on writes).
         compact = getattr(self.store, "compact_step", None)
         if compact is not None:

@@ -20,6 +20,13 @@ from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
 from meshmq.core.destinations import Destination, DestKind
 from meshmq.core.message import MAX_PRIORITY, MIN_PRIORITY, Message, PropertyValue
 from meshmq.core.queue import BrowseEnd, Delivery
+from meshmq.core.stream import (
+    FIRST_HEADER,
+    NEXT_HEADER,
+    OFFSET_HEADER,
+    StreamQueue,
+    parse_offset,
+)
 from meshmq.errors import (
     AuthenticationError,
     MeshmqError,
@@ -49,7 +56,7 @@ _SEND_RESERVED = frozenset({
     "destination", "receipt", "transaction", "content-length", "content-type", "persistent",
     "priority", "expires", "JMSXGroupID", "JMSXGroupSeq", "reply-to", "correlation-id", "type",
     "message-id", "timestamp", "redelivered", "subscription", "ack", "JMSXUserID",
-    "original-destination", "amq-msg-type",
+    "original-destination", "amq-msg-type", "x-stream-offset",
 })
 _ACK_MODES = {"auto": AckMode.AUTO, "client": AckMode.CLIENT,
               "client-individual": AckMode.CLIENT_INDIVIDUAL}
@@ -73,7 +80,8 @@ class StompSession:
         self.conn: Connection | None = None
         self.closing = False
         self._out: list[bytes] = []
-        self._receipts: collections.deque[tuple[str, Awaitable[None] | None]] = \
+        self._receipts: collections.deque[tuple[str, Awaitable[None] | None,
+                                                tuple[tuple[str, str], ...]]] = \
             collections.deque()
         self._receipt_task: asyncio.Task[None] | None = None
         self._consumer_index: dict[int, Consumer] = {}
@@ -238,20 +246,22 @@ class StompSession:
             self._dest_cache[text] = dests
         return dests
 
-    def receipt(self, receipt_id: str, wait: Awaitable[None] | None = None) -> None:
-        """Send RECEIPT in order; ``wait`` (a store sync) must finish first."""
+    def receipt(self, receipt_id: str, wait: Awaitable[None] | None = None,
+                extra: tuple[tuple[str, str], ...] = ()) -> None:
+        """Send RECEIPT in order; ``wait`` (a store sync) must finish first. ``extra``:
+        more headers (a stream subscription's offsets)."""
         if wait is None and not self._receipts:
-            self._write(encode_frame("RECEIPT", [("receipt-id", receipt_id)],
+            self._write(encode_frame("RECEIPT", [("receipt-id", receipt_id), *extra],
                                      version=self.version))
             return
-        self._receipts.append((receipt_id, wait))
+        self._receipts.append((receipt_id, wait, extra))
         if self._receipt_task is None:
             self._receipt_task = asyncio.get_running_loop().create_task(self._drain_receipts())
 
     async def _drain_receipts(self) -> None:
         try:
             while self._receipts:
-                receipt_id, wait = self._receipts[0]
+                receipt_id, wait, extra = self._receipts[0]
                 if wait is not None:
                     try:
                         await wait
@@ -262,7 +272,7 @@ class StompSession:
                 self._receipts.popleft()
                 if self.closing and self.transport.is_closing():
                     return
-                self._write(encode_frame("RECEIPT", [("receipt-id", receipt_id)],
+                self._write(encode_frame("RECEIPT", [("receipt-id", receipt_id), *extra],
                                          version=self.version))
                 self.flush()
         finally:
@@ -371,13 +381,19 @@ class StompSession:
             retroactive=h.get("activemq.retroactive", "").lower() in _TRUE)
         # RECEIPT goes out before any MESSAGE of the new subscription.
         receipt = frame.get("receipt")
-        consumer = self.broker.subscribe(self.conn, sub_id, spec)
+        offset_text = h.get(OFFSET_HEADER)
+        stream_offset = parse_offset(offset_text) if offset_text is not None else None
+        consumer = self.broker.subscribe(self.conn, sub_id, spec, stream_offset=stream_offset)
         number = self._next_consumer_number
         self._next_consumer_number += 1
         self._consumer_index[number] = consumer
         self._consumer_numbers[consumer] = number
         if receipt:
-            self.receipt(receipt)
+            # meshmq extension: a stream subscription's receipt tells its offsets.
+            streams = [q for q in consumer.sources if isinstance(q, StreamQueue)]
+            extra = ((FIRST_HEADER, str(streams[0].first_offset)),
+                     (NEXT_HEADER, str(streams[0].next_offset))) if streams else ()
+            self.receipt(receipt, extra=extra)
         self.runtime.request_pump()
 
     def on_unsubscribe(self, frame: Frame) -> None:

@@ -20,6 +20,7 @@ PREFIX: dict[type, str] = {
     model.DestinationPolicy: "policies[]", model.UsageConfig: "usage",
     model.AuthConfig: "auth", model.User: "auth.users[]",
     model.ManagementConfig: "management", model.MqttConfig: "mqtt",
+    model.TraceConfig: "trace", model.StreamPolicy: "streams[]",
     model.NetworkConnectorConfig: "network_connectors[]",
     model.HaConfig: "ha",
 }

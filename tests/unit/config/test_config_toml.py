@@ -66,9 +66,10 @@ def test_every_option_written_out_round_trips(tmp_path: Path) -> None:
     """Spelling out every default by its documented key gives the defaults back."""
     defaults = BrokerConfig(data_directory=tmp_path / "data",
                             auth=model.AuthConfig(users=(User("u", "p", ("g",)),)),
-                            network_connectors=(NetworkConnectorConfig(uri="tcp://h:61616"),))
+                            network_connectors=(NetworkConnectorConfig(uri="tcp://h:61616"),),
+                            streams=(model.StreamPolicy(),))
     lines = ["[broker]", *_toml_table(defaults)]
-    for section in ("stomp", "store", "usage", "auth", "management"):
+    for section in ("stomp", "store", "usage", "auth", "management", "trace"):
         lines += [f"[{section}]", *_toml_table(getattr(defaults, section))]
     for listener in defaults.listeners:
         lines += ["[[listeners]]", *_toml_table(listener)]
@@ -78,6 +79,8 @@ def test_every_option_written_out_round_trips(tmp_path: Path) -> None:
         lines += ["[[auth.users]]", *_toml_table(user)]
     for connector in defaults.network_connectors:
         lines += ["[[network_connectors]]", *_toml_table(connector)]
+    for stream in defaults.streams:
+        lines += ["[[streams]]", *_toml_table(stream)]
     config = load(tmp_path, "\n".join(lines) + "\n")
     assert dataclasses.replace(config, source=None) == defaults
 

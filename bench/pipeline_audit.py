@@ -1,0 +1,177 @@
+"""Audit throughput on local[2]: trace events per second through the whole audit.
+
+Generates a synthetic trace of three brokers (JSON lines or Parquet, written by
+meshmq's own trace sinks): messages produced on b0, a share forwarded over bridges
+to b1 and on to b2, consumed there or on b0, with planted losses (forwarded to b2
+and never arriving before b2 restarts) and duplicates (delivered twice). Then runs
+the audit in one warm Spark session: read, every table computed and written as
+Parquet (the report is left out: it is a few small collects). Prints events/s and
+checks the planted counts; appends to ``bench/results/<date>-pipeline-audit.md``.
+
+    python bench/pipeline_audit.py [--events 1000000] [--format parquet|jsonl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from meshmq.core import destinations as dst
+from meshmq.core import trace as tr
+from meshmq.core.message import Message
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def generate(directory: Path, n_events: int, fmt: str) -> dict[str, int]:
+    """About ``n_events`` events; returns the planted counts."""
+    sinks = {b: tr.open_sink(directory, b, "boot1", fmt=fmt, max_file_bytes=1 << 40,
+                             roll_interval_ms=0, max_files=0) for b in ("b0", "b1", "b2")}
+    batches: dict[str, list[tr.Event]] = {b: [] for b in sinks}
+    queues = [dst.queue(f"orders.{i}") for i in range(8)]
+    planted = {"lost": 0, "duplicates": 0, "messages": 0}
+    t = 1_700_000_000_000_000_000  # ns
+    count = 0
+    i = 0
+    while count < n_events:
+        i += 1
+        q = queues[i % len(queues)]
+        msg = Message(f"ID:b0-1-c1-{i}", q, b"x" * 200, timestamp=t // 1_000_000,
+                      persistent=i % 2 == 0)
+        ev = batches["b0"]
+        ev.append((t, tr.RECEIVED, msg, None, 0, None, None, None, None))
+        if msg.persistent:
+            ev.append((t + 1000, tr.STORED, msg, None, 0, None, None, None, None))
+        kind = i % 10
+        if kind < 6:  # consumed on b0
+            ev.append((t + 300_000, tr.DISPATCHED, msg, None, 1, "c1", None, None, None))
+            ev.append((t + 900_000, tr.ACKED, msg, None, 1, "c1", None, None, None))
+            if i % 400 == 3:  # a duplicate: redelivered and acked again
+                ev.append((t + 2_000_000, tr.DISPATCHED, msg, None, 2, "c2", None, None,
+                           None))
+                planted["duplicates"] += 1
+        else:  # over the bridges
+            ev.append((t + 200_000, tr.FORWARDED, msg, None, 0, None, "b1", "n01", None))
+            m1 = msg.copy_to(q, broker_path=("b0",))
+            e1 = batches["b1"]
+            e1.append((t + 700_000, tr.RECEIVED_FROM_BRIDGE, m1, None, 0, None, "b0", "n01",
+                       None))
+            if kind < 8:
+                e1.append((t + 1_200_000, tr.DELIVERED, m1, None, 1, "c3", None, None, None))
+            else:
+                e1.append((t + 900_000, tr.FORWARDED, m1, None, 0, None, "b2", "n12", None))
+                m2 = m1.copy_to(q, broker_path=("b0", "b1"))
+                e2 = batches["b2"]
+                if i % 800 == 9:  # lost: b2 restarts before it arrives
+                    planted["lost"] += 1
+                    e1[-1] = (t + 900_000, tr.FORWARDED, m1, None, 0, None, "b2", "n12",
+                              None)
+                    e2.append((t + 1_400_000, tr.RECEIVED_FROM_BRIDGE, m2, None, 0, None,
+                               "b1", "n12", None))
+                else:
+                    e2.append((t + 1_400_000, tr.RECEIVED_FROM_BRIDGE, m2, None, 0, None,
+                               "b1", "n12", None))
+                    e2.append((t + 2_000_000, tr.DELIVERED, m2, None, 1, "c4", None, None,
+                               None))
+        planted["messages"] += 1
+        t += 20_000  # 50k messages/s
+        if i % 20_000 == 0:
+            for b, events in batches.items():
+                count += len(events)
+                sinks[b].write(events)
+                events.clear()
+    for b, events in batches.items():
+        count += len(events)
+        sinks[b].write(events)
+    for sink in sinks.values():
+        sink.close()
+    # b2 restarts: its earlier run ends (crash) and a new boot begins.
+    restart = tr.open_sink(directory, "b2", "boot2", fmt=fmt, max_file_bytes=1 << 40,
+                           roll_interval_ms=0, max_files=0)
+    restart.write([(t + 10_000_000_000, tr.BROKER_STARTED, None, None, 0, None, None, None,
+                    None)])
+    restart.close()
+    planted["events"] = count + 1
+    return planted
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--format", choices=("parquet", "jsonl"), default="parquet")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+
+    from meshmq.pipeline import audit_job
+
+    tmp = Path(tempfile.mkdtemp(prefix="meshmq-audit-bench-"))
+    try:
+        t0 = time.perf_counter()
+        planted = generate(tmp / "trace", args.events, args.format)
+        gen_s = time.perf_counter() - t0
+        n = planted["events"]
+        print(f"generated {n} events ({planted['messages']} messages) in {gen_s:.1f}s; "
+              f"{sum(p.stat().st_size for p in (tmp / 'trace').iterdir()) / 1e6:.1f} MB")
+        t0 = time.perf_counter()
+        spark = audit_job.spark_session("local[2]", app="meshmq-audit-bench")
+        start_s = time.perf_counter() - t0
+        times = []
+        core = []
+        from meshmq.pipeline import audit
+
+        for run in range(args.runs):
+            # The journey query alone (what the research note measured): statuses.
+            spark.catalog.clearCache()
+            t0 = time.perf_counter()
+            events = audit_job.read_traces(spark, [tmp / "trace"])
+            audit.summary(audit.journeys(events, audit.boots(events))).collect()
+            core.append(time.perf_counter() - t0)
+            print(f"run {run}: journeys + statuses only {core[-1]:.1f}s = "
+                  f"{n / core[-1]:,.0f} events/s")
+            spark.catalog.clearCache()
+            t0 = time.perf_counter()
+            tables = audit_job.compute(audit_job.read_traces(spark, [tmp / "trace"]),
+                                       cache_events=args.format == "jsonl")
+            audit_job.write_tables(tables, tmp / f"out{run}")
+            times.append(time.perf_counter() - t0)
+            lost = tables.lost.count()
+            dups = tables.duplicates.count()
+            print(f"run {run}: {times[-1]:.1f}s = {n / times[-1]:,.0f} events/s; "
+                  f"lost {lost} (planted {planted['lost']}), duplicates {dups} "
+                  f"(planted {planted['duplicates']})")
+            assert lost == planted["lost"] and dups == planted["duplicates"]
+        spark.stop()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, check=False).stdout.strip()
+    line = (f"| {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} | {commit} | {args.format} | {n:,} | "
+            f"{start_s:.1f} | {times[0]:.1f} | {min(times):.1f} | "
+            f"{n / times[0]:,.0f} | {n / min(times):,.0f} | {n / min(core):,.0f} |")
+    print(line)
+    if not args.no_write:
+        RESULTS.mkdir(exist_ok=True)
+        path = RESULTS / f"{dt.date.today()}-pipeline-audit.md"
+        if not path.exists():
+            path.write_text(
+                "# Audit throughput on local[2]\n\n`python bench/pipeline_audit.py "
+                "--events N --format F`: synthetic 3-broker trace, whole audit (read, all "
+                "tables computed and written as Parquet), one warm session; the machine "
+                "has 2 cores shared with other work.\n\n"
+                "| when (UTC) | commit | format | events | session start s | first run s | "
+                "best run s | events/s first | events/s best | journeys-only events/s best |"
+                "\n|---|---|---|---|---|---|---|---|---|---|\n")
+        with path.open("a") as f:
+            f.write(line + "\n")
+        print(f"appended to {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,539 @@
+"""Message trace: lifecycle events of every message, written to rolling files.
+
+The broker core records events into a ``Tracer`` (an in-memory list; no I/O on the
+hot path). The runtime hands the list to a sink once per pump, and the sinks below
+write rolling files in the versioned schema documented in ``docs/pipeline.md``:
+
+* ``JsonLinesSink``: one JSON object per line; flushed to the OS every
+  ``flush_interval_ms``, so a crash loses at most that much trace.
+* ``ParquetSink``: one Parquet file per roll (needs pyarrow, i.e. the ``spark``
+  extra); a crash loses the file being collected.
+
+A file is written under a name ending in ``.open`` and renamed to its final name
+when it is rolled or closed, so a reader following the directory (Spark's file
+source) never sees a half-written file. Files left ``.open`` by a crash are sealed
+by the next start of the same broker; the batch audit reads them too.
+
+Sampling is per message (a CRC32 of the message id), so every broker of a network
+keeps or skips the same messages and sampled journeys stay complete.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from meshmq.core.destinations import Destination
+    from meshmq.core.message import Message
+
+log = logging.getLogger("meshmq.trace")
+
+SCHEMA_VERSION = 1
+
+# Event kinds (the ``event`` column).
+RECEIVED = "received"  # accepted from a producer connection
+STORED = "stored"  # written to the message store (persistent messages)
+FORWARDED = "forwarded"  # sent on over a network bridge (peer = the receiving broker)
+RECEIVED_FROM_BRIDGE = "received_from_bridge"  # arrived over a bridge (peer = the sender)
+DISPATCHED = "dispatched"  # handed to a consumer (delivery_count says which attempt)
+ACKED = "acked"  # consumed: the consumer acknowledged it
+DELIVERED = "delivered"  # dispatched to an auto-ack consumer: dispatched and acked at once
+REDELIVERED = "redelivered"  # returned to its queue for another attempt (reason says why)
+EXPIRED = "expired"
+DLQ = "dlq"  # moved to a dead-letter queue (reason: cause and DLQ name)
+DROPPED = "dropped"  # discarded (reason says why)
+RECOVERED = "recovered"  # found in the store when the broker started
+BROKER_STARTED = "broker_started"  # message fields are empty
+BROKER_STOPPED = "broker_stopped"  # clean shutdown; a crash leaves no such event
+
+EVENT_KINDS = (RECEIVED, STORED, FORWARDED, RECEIVED_FROM_BRIDGE, DISPATCHED, ACKED, DELIVERED,
+               REDELIVERED, EXPIRED, DLQ, DROPPED, RECOVERED, BROKER_STARTED, BROKER_STOPPED)
+
+# The schema: (column, Spark SQL type, Arrow type name, meaning). Readers use this
+# order; the JSON lines carry the same keys (absent or null = not applicable).
+COLUMNS: tuple[tuple[str, str, str, str], ...] = (
+    ("v", "INT", "int32", "schema version (1)"),
+    ("ts", "BIGINT", "int64", "when the event happened, microseconds since the epoch"),
+    ("event", "STRING", "string", "event kind"),
+    ("broker", "STRING", "string", "broker that recorded the event"),
+    ("boot", "STRING", "string", "that broker's run (changes at every start)"),
+    ("message_id", "STRING", "string", "message id (empty for broker events)"),
+    ("dedup_id", "STRING", "string", "producer's dedup-id header, if any"),
+    ("destination", "STRING", "string", "destination URI, e.g. queue://orders"),
+    ("msg_ts", "BIGINT", "int64", "message timestamp set at the first broker, ms"),
+    ("size", "INT", "int32", "body size in bytes"),
+    ("persistent", "BOOLEAN", "bool", "persistent message"),
+    ("path", "ARRAY<STRING>", "list<string>", "brokers the message crossed before this one"),
+    ("delivery_count", "INT", "int32", "delivery attempt (dispatched, delivered, acked, "
+     "redelivered)"),
+    ("consumer", "STRING", "string", "consumer id (dispatched, delivered, acked, redelivered)"),
+    ("peer", "STRING", "string", "other broker of a forwarded/received_from_bridge"),
+    ("connector", "STRING", "string", "network connector name"),
+    ("reason", "STRING", "string", "why (dropped, dlq, redelivered, expired)"),
+)
+COLUMN_NAMES = tuple(c[0] for c in COLUMNS)
+SPARK_DDL = ", ".join(f"{name} {sql}" for name, sql, _, _ in COLUMNS)
+
+# One recorded event: (ts in ns, kind, message, destination, delivery_count, consumer, peer,
+# connector, reason). The message object itself is kept (it is immutable once routed)
+# and its columns are read only when the sink encodes the batch, so recording an event
+# costs one tuple. ``message`` is None for broker events; ``destination`` None means
+# the message's own.
+Event = tuple[int, str, "Message | None", "Destination | None", int, str | None, str | None,
+              str | None, str | None]
+
+SAMPLE_SCALE = 1 << 20
+DEDUP_HEADER = "dedup-id"
+
+
+def sampled(message_id: str, rate: float) -> bool:
+    """Whether ``message_id`` is traced at ``rate`` (0..1); the same on every broker."""
+    if rate >= 1.0:
+        return True
+    if rate <= 0.0:
+        return False
+    return zlib.crc32(message_id.encode("utf-8", "surrogatepass")) % SAMPLE_SCALE \
+        < int(rate * SAMPLE_SCALE)
+
+
+class Tracer:
+    """Collects trace events in memory; the runtime drains them with ``take()``.
+
+    Everything runs on the event-loop thread. The hooks for network bridges are
+    ``forwarded`` and ``received_from_bridge`` (also reachable through
+    ``Broker.trace_forwarded`` / ``Broker.trace_received_from_bridge``).
+    """
+
+    __slots__ = ("_clock", "broker", "events", "sample_rate")
+
+    def __init__(self, broker: str, *, sample_rate: float = 1.0,
+                 clock_ns: Callable[[], int] | None = None) -> None:
+        if not 0.0 <= sample_rate <= 1.0:
+            raise ValueError(f"sample_rate must be between 0 and 1, got {sample_rate}")
+        self.broker = broker
+        self.sample_rate = sample_rate
+        self._clock = clock_ns or time.time_ns  # ns: no arithmetic on the hot path
+        self.events: list[Event] = []
+
+    def message(self, kind: str, msg: Message, dest: Destination | None = None, *,
+                delivery_count: int = 0, consumer: str | None = None,
+                peer: str | None = None, connector: str | None = None,
+                reason: str | None = None) -> None:
+        """Record ``kind`` for ``msg`` (at ``dest``, default: the message's own)."""
+        if self.sample_rate < 1.0 and not sampled(msg.message_id, self.sample_rate):
+            return
+        self.events.append((self._clock(), kind, msg, dest, delivery_count, consumer, peer,
+                            connector, reason))
+
+    def hot(self, kind: str, msg: Message, dest: Destination | None, delivery_count: int,
+            consumer: str | None) -> None:
+        """``message`` for the per-message hot paths (positional, no keywords)."""
+        if self.sample_rate < 1.0 and not sampled(msg.message_id, self.sample_rate):
+            return
+        self.events.append((self._clock(), kind, msg, dest, delivery_count, consumer, None,
+                            None, None))
+
+    def broker_event(self, kind: str, reason: str | None = None) -> None:
+        self.events.append((self._clock(), kind, None, None, 0, None, None, None, reason))
+
+    # -- hooks for network bridges ---------------------------------------------
+    def forwarded(self, msg: Message, *, to_broker: str, connector: str) -> None:
+        """``msg`` was handed to the bridge ``connector`` towards ``to_broker``."""
+        self.message(FORWARDED, msg, peer=to_broker, connector=connector)
+
+    def received_from_bridge(self, msg: Message, *, from_broker: str, connector: str) -> None:
+        """``msg`` arrived from ``from_broker`` over ``connector`` (before routing)."""
+        self.message(RECEIVED_FROM_BRIDGE, msg, peer=from_broker, connector=connector)
+
+    def take(self) -> list[Event]:
+        events, self.events = self.events, []
+        return events
+
+
+# ---------------------------------------------------------------------------------
+# Encoding
+
+_PLAIN = re.compile(r'[^"\\\x00-\x1f\x7f-\uffff]*\Z')
+
+
+def _js(text: str) -> str:
+    """``text`` as a JSON string literal (fast path for plain ASCII)."""
+    if _PLAIN.match(text):
+        return f'"{text}"'
+    return json.dumps(text)
+
+
+def _opt(text: str | None) -> str:
+    return "null" if text is None else _js(text)
+
+
+def _message_part(msg: Message) -> str:
+    """The JSON members that are the same in every event of ``msg``."""
+    part = (f'"message_id":{_js(msg.message_id)},"msg_ts":{msg.timestamp},'
+            f'"size":{len(msg.body)},"persistent":{"true" if msg.persistent else "false"}')
+    dedup = msg.properties.get(DEDUP_HEADER) if msg.properties else None
+    if dedup is not None:
+        part += f',"dedup_id":{_js(str(dedup))}'
+    if msg.broker_path:
+        part += ',"path":[' + ",".join(map(_js, msg.broker_path)) + "]"
+    return part
+
+
+class JsonEncoder:
+    """Encodes events as JSON lines; caches the parts that repeat between events (a
+    message's fields, destination names), which is most of the cost."""
+
+    def __init__(self, broker: str, boot: str) -> None:
+        self.head = f'{{"v":{SCHEMA_VERSION},"broker":{_js(broker)},"boot":{_js(boot)},"ts":'
+        self._dests: dict[Destination, str] = {}
+        self._tails: dict[tuple[int, str | None, str | None, str | None, str | None],
+                          str] = {}
+
+    def _dest(self, dest: Destination) -> str:
+        text = self._dests.get(dest)
+        if text is None:
+            if len(self._dests) > 10_000:
+                self._dests.clear()
+            text = self._dests[dest] = f',"destination":{_js(str(dest))}'
+        return text
+
+    def _tail(self, count: int, consumer: str | None, peer: str | None,
+              connector: str | None, reason: str | None) -> str:
+        key = (count, consumer, peer, connector, reason)
+        tail = self._tails.get(key)
+        if tail is None:
+            tail = ""
+            if count:
+                tail += f',"delivery_count":{count}'
+            if consumer is not None:
+                tail += f',"consumer":{_js(consumer)}'
+            if peer is not None:
+                tail += f',"peer":{_js(peer)}'
+            if connector is not None:
+                tail += f',"connector":{_js(connector)}'
+            if reason is not None:
+                tail += f',"reason":{_js(reason)}'
+            if len(self._tails) > 10_000:
+                self._tails.clear()
+            tail = self._tails[key] = tail + "}\n"
+        return tail
+
+    def encode(self, events: Sequence[Event]) -> str:
+        head = self.head
+        parts: dict[Message, str] = {}  # by identity, for this batch
+        dests = self._dests
+        tail_of = self._tail
+        out: list[str] = []
+        append = out.append
+        for ts, kind, msg, dest, count, consumer, peer, connector, reason in events:
+            if msg is None:
+                part = '"message_id":"","destination":""'
+            else:
+                cached = parts.get(msg)
+                if cached is None:
+                    cached = parts[msg] = _message_part(msg)
+                d = dest if dest is not None else msg.destination
+                dpart = dests.get(d)
+                if dpart is None:
+                    dpart = self._dest(d)
+                part = cached + dpart
+            if count or consumer is not None or reason is not None or peer is not None \
+                    or connector is not None:
+                tail = tail_of(count, consumer, peer, connector, reason)
+            else:
+                tail = "}\n"
+            append(f'{head}{ts // 1000},"event":"{kind}",{part}{tail}')
+        return "".join(out)
+
+
+def encode_jsonl(events: Sequence[Event], broker: str, boot: str) -> str:
+    """Events as JSON lines (one object per line, each ending in a newline)."""
+    return JsonEncoder(broker, boot).encode(events)
+
+
+def to_rows(events: Sequence[Event], broker: str, boot: str) -> list[dict[str, Any]]:
+    """Events as full rows (every column, in COLUMNS order), as a reader sees them."""
+    rows = []
+    for ts, kind, msg, dest, count, consumer, peer, connector, reason in events:
+        row: dict[str, Any] = {"v": SCHEMA_VERSION, "ts": ts // 1000, "event": kind,
+                               "broker": broker, "boot": boot, "message_id": "", "dedup_id": None,
+                               "destination": "", "msg_ts": None, "size": None,
+                               "persistent": None, "path": []}
+        if msg is not None:
+            dedup = msg.properties.get(DEDUP_HEADER)
+            row.update(message_id=msg.message_id,
+                       dedup_id=None if dedup is None else str(dedup),
+                       destination=str(dest if dest is not None else msg.destination),
+                       msg_ts=msg.timestamp, size=len(msg.body), persistent=msg.persistent,
+                       path=list(msg.broker_path))
+        row.update(delivery_count=count or None, consumer=consumer, peer=peer,
+                   connector=connector, reason=reason)
+        rows.append(row)
+    return rows
+
+
+def decode_jsonl_line(line: str) -> dict[str, Any]:
+    """One JSON line back into a full row (every column present) — for tests and tools."""
+    raw = json.loads(line)
+    if not isinstance(raw, dict) or raw.get("v") != SCHEMA_VERSION:
+        raise ValueError(f"not a version {SCHEMA_VERSION} trace event: {line[:80]!r}")
+    row: dict[str, Any] = {name: raw.get(name) for name in COLUMN_NAMES}
+    if row["path"] is None:
+        row["path"] = []
+    return row
+
+
+# ---------------------------------------------------------------------------------
+# Sinks
+
+class TraceSink(Protocol):
+    def write(self, events: Sequence[Event]) -> None: ...
+    def tick(self) -> None: ...
+    def close(self) -> None: ...
+
+
+OPEN_SUFFIX = ".open"
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def file_stem(broker: str) -> str:
+    """The file-name-safe form of a broker name used in trace file names."""
+    return _UNSAFE_NAME.sub("_", broker) or "broker"
+
+
+class _Rolling:
+    """Naming, rolling, sealing and retention shared by both sinks."""
+
+    suffix = ""
+
+    def __init__(self, directory: Path, broker: str, boot: str, *, max_file_bytes: int,
+                 roll_interval_ms: int, max_files: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.directory = directory
+        self.broker = broker
+        self.boot = boot
+        self.max_file_bytes = max_file_bytes
+        self.roll_interval_s = roll_interval_ms / 1000.0
+        self.max_files = max_files
+        self._clock = clock
+        self._seq = 0
+        self._opened_at = 0.0
+        self._bytes = 0
+        directory.mkdir(parents=True, exist_ok=True)
+        self._prefix = f"trace-{file_stem(broker)}-"
+        self.seal_leftovers()
+
+    def seal_leftovers(self) -> None:
+        """Rename this broker's files left ``.open`` by a crash to their final names."""
+        for path in sorted(self.directory.glob(f"{self._prefix}*{OPEN_SUFFIX}")):
+            final = path.with_name(path.name[: -len(OPEN_SUFFIX)])
+            if final.suffix == self.suffix:
+                os.replace(path, final)
+                log.info("sealed trace file %s left open by an earlier run", final.name)
+
+    def _next_path(self) -> Path:
+        self._seq += 1
+        return self.directory / f"{self._prefix}{self.boot}-{self._seq:06d}{self.suffix}"
+
+    def _due(self) -> bool:
+        return self._bytes >= self.max_file_bytes or (
+            self.roll_interval_s > 0 and self._clock() - self._opened_at >= self.roll_interval_s)
+
+    def _retain(self) -> None:
+        if self.max_files <= 0:
+            return
+        sealed = sorted((p for p in self.directory.glob(f"{self._prefix}*{self.suffix}")),
+                        key=lambda p: p.stat().st_mtime_ns)
+        for old in sealed[: max(0, len(sealed) - self.max_files)]:
+            old.unlink(missing_ok=True)
+
+
+class JsonLinesSink(_Rolling):
+    suffix = ".jsonl"
+
+    def __init__(self, directory: Path, broker: str, boot: str, *,
+                 max_file_bytes: int = 64 << 20, roll_interval_ms: int = 60_000,
+                 max_files: int = 0, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(directory, broker, boot, max_file_bytes=max_file_bytes,
+                         roll_interval_ms=roll_interval_ms, max_files=max_files, clock=clock)
+        self._file: Any = None
+        self._path: Path | None = None
+        self._encoder = JsonEncoder(broker, boot)
+
+    def _open(self) -> None:
+        self._path = self._next_path()
+        self._file = open(f"{self._path}{OPEN_SUFFIX}", "w", encoding="utf-8",  # noqa: SIM115
+                          buffering=1 << 20)
+        self._opened_at = self._clock()
+        self._bytes = 0
+
+    def write(self, events: Sequence[Event]) -> None:
+        if not events:
+            return
+        if self._file is None:
+            self._open()
+        text = self._encoder.encode(events)
+        self._file.write(text)
+        self._bytes += len(text)
+        if self._bytes >= self.max_file_bytes:
+            self._seal()
+
+    def tick(self) -> None:
+        """Periodic: hand buffered lines to the OS; roll a file that is old enough."""
+        if self._file is None:
+            return
+        if self._due():
+            self._seal()
+        else:
+            self._file.flush()
+
+    def _seal(self) -> None:
+        assert self._file is not None and self._path is not None
+        self._file.close()
+        os.replace(f"{self._path}{OPEN_SUFFIX}", self._path)
+        self._file = None
+        self._retain()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._seal()
+
+
+class ParquetSink(_Rolling):
+    """Writes Parquet files: events are converted to a row group every ``ROW_GROUP``
+    events (bounding memory and event-loop pauses); the file gets its footer, and its
+    final name, when it rolls. A crash leaves an unreadable ``.open`` file behind: the
+    next start renames it ``.parquet.lost`` (the trace of that interval is gone)."""
+
+    suffix = ".parquet"
+    ROW_GROUP = 32_768
+
+    def __init__(self, directory: Path, broker: str, boot: str, *,
+                 max_file_bytes: int = 64 << 20, roll_interval_ms: int = 60_000,
+                 max_files: int = 0, clock: Callable[[], float] = time.monotonic) -> None:
+        import pyarrow
+        import pyarrow.parquet
+
+        self._pa = pyarrow
+        self._pq = pyarrow.parquet
+        self.schema = arrow_schema()
+        self._pending: list[Event] = []
+        self._writer: Any = None
+        self._path: Path | None = None
+        super().__init__(directory, broker, boot, max_file_bytes=max_file_bytes,
+                         roll_interval_ms=roll_interval_ms, max_files=max_files, clock=clock)
+
+    def seal_leftovers(self) -> None:
+        for path in sorted(self.directory.glob(f"{self._prefix}*.parquet{OPEN_SUFFIX}")):
+            os.replace(path, path.with_name(path.name[: -len(OPEN_SUFFIX)] + ".lost"))
+            log.warning("trace file %s was left unfinished by a crash; renamed .lost",
+                        path.name)
+
+    def write(self, events: Sequence[Event]) -> None:
+        if not events:
+            return
+        if self._writer is None and not self._pending:
+            self._opened_at = self._clock()
+        self._pending.extend(events)
+        if len(self._pending) >= self.ROW_GROUP:
+            self._write_group()
+            if self._bytes >= self.max_file_bytes:
+                self._seal()
+
+    def tick(self) -> None:
+        if (self._pending or self._writer is not None) and self._due():
+            self._seal()
+
+    def table(self, events: Sequence[Event]) -> Any:
+        """``events`` as a ``pyarrow.Table`` in the trace schema."""
+        pa = self._pa
+        n = len(events)
+        msgs = [e[2] for e in events]
+        dedup = [None if m is None or not m.properties else m.properties.get(DEDUP_HEADER)
+                 for m in msgs]
+        names: dict[Destination | None, str] = {None: ""}
+        for e in events:
+            d = e[3] if e[3] is not None or e[2] is None else e[2].destination
+            if d not in names:
+                names[d] = str(d)
+        cols = [
+            [SCHEMA_VERSION] * n, [e[0] // 1000 for e in events], [e[1] for e in events],
+            [self.broker] * n, [self.boot] * n,
+            [m.message_id if m is not None else "" for m in msgs],
+            [None if d is None else str(d) for d in dedup],
+            [names[e[3] if e[3] is not None or e[2] is None else e[2].destination]
+             for e in events],
+            [m.timestamp if m is not None else None for m in msgs],
+            [len(m.body) if m is not None else None for m in msgs],
+            [m.persistent if m is not None else None for m in msgs],
+            [m.broker_path if m is not None else () for m in msgs],
+            [e[4] or None for e in events], [e[5] for e in events], [e[6] for e in events],
+            [e[7] for e in events], [e[8] for e in events],
+        ]
+        return pa.Table.from_arrays([pa.array(c, type=f.type)
+                                     for c, f in zip(cols, self.schema, strict=True)],
+                                    schema=self.schema)
+
+    def _write_group(self) -> None:
+        events, self._pending = self._pending, []
+        table = self.table(events)
+        if self._writer is None:
+            self._path = self._next_path()
+            self._writer = self._pq.ParquetWriter(f"{self._path}{OPEN_SUFFIX}", self.schema,
+                                                  compression="zstd")
+        self._writer.write_table(table)
+        self._bytes += table.nbytes
+
+    def _seal(self) -> None:
+        if self._pending:
+            self._write_group()
+        if self._writer is None:
+            return
+        assert self._path is not None
+        self._writer.close()
+        os.replace(f"{self._path}{OPEN_SUFFIX}", self._path)
+        self._writer = None
+        self._bytes = 0
+        self._retain()
+
+    def close(self) -> None:
+        self._seal()
+
+
+def arrow_schema() -> Any:
+    """The trace schema as a ``pyarrow.Schema`` (needs pyarrow)."""
+    import pyarrow as pa
+
+    types = {"int32": pa.int32(), "int64": pa.int64(), "string": pa.string(),
+             "bool": pa.bool_(), "list<string>": pa.list_(pa.string())}
+    return pa.schema([(name, types[arrow]) for name, _, arrow, _ in COLUMNS])
+
+
+def parquet_available() -> bool:
+    try:
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def open_sink(directory: Path, broker: str, boot: str, *, fmt: str, max_file_bytes: int,
+              roll_interval_ms: int, max_files: int) -> TraceSink:
+    """The sink for ``fmt`` ("jsonl" or "parquet"); Parquet falls back to JSON lines,
+    with a warning, when pyarrow is not installed (it comes with the spark extra)."""
+    kwargs: dict[str, Any] = {"max_file_bytes": max_file_bytes,
+                              "roll_interval_ms": roll_interval_ms, "max_files": max_files}
+    if fmt == "parquet":
+        if parquet_available():
+            return ParquetSink(directory, broker, boot, **kwargs)
+        log.warning("trace.format = \"parquet\" needs pyarrow (pip install 'meshmq[spark]'); "
+                    "writing JSON lines instead")
+    return JsonLinesSink(directory, broker, boot, **kwargs)

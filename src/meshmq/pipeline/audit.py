@@ -1,0 +1,267 @@
+"""The delivery audit: pure DataFrame-to-DataFrame transforms over trace events.
+
+Every function here takes DataFrames in the trace schema (``meshmq.core.trace``)
+or the outputs of other functions here, and returns a DataFrame; nothing reads or
+writes files (``meshmq.pipeline.audit_job`` does that). The tables:
+
+* ``journeys``: one row per message id: where it entered, the brokers it crossed
+  (``path``), hop count, deliveries, acks, latencies and a final ``status``:
+  consumed, dead_lettered, expired, dropped, retained (in a stream destination, which
+  keeps messages; reads of streams are not traced), pending, in_transit or lost.
+* ``boots``: one row per broker run; ``failover_windows``: the gaps between runs.
+* ``lost``: messages accepted by a broker, never consumed or otherwise settled, and
+  not pending anywhere: the broker that last held them restarted and they did not
+  come back (no ``recovered`` event).
+* ``duplicates``: messages delivered more than once (``redelivered``: the same
+  message id dispatched again) and producer resends (``resent``: one dedup id,
+  several message ids, more than one of them delivered).
+* ``paths``, ``latency``: hop counts / paths and latency percentiles per destination
+  and path; ``stuck``: messages pending longer than a threshold, flagged when
+  consumers of their destination were served on another broker meanwhile;
+  ``throughput`` and ``bridges``: events per time window per broker / per bridge.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F  # noqa: N812 - the usual Spark spelling
+
+from meshmq.core import trace as tr
+
+# Lifecycle order of events logged in the same microsecond (ties in ``ts``).
+_RANK = {tr.BROKER_STARTED: 0, tr.RECEIVED: 1, tr.RECEIVED_FROM_BRIDGE: 1, tr.RECOVERED: 2,
+         tr.STORED: 2, tr.FORWARDED: 3, tr.DISPATCHED: 4, tr.REDELIVERED: 5, tr.ACKED: 6,
+         tr.DELIVERED: 6, tr.DLQ: 7, tr.EXPIRED: 7, tr.DROPPED: 7, tr.BROKER_STOPPED: 8}
+
+STATUSES = ("consumed", "dead_lettered", "expired", "dropped", "retained", "pending",
+            "in_transit", "lost")
+
+
+def _rank(event: Column) -> Column:
+    expr = F.lit(9)
+    for kind, rank in _RANK.items():
+        expr = F.when(event == kind, rank).otherwise(expr)
+    return expr
+
+
+def _count(*kinds: str) -> Column:
+    return F.sum(F.when(F.col("event").isin(*kinds), 1).otherwise(0))
+
+
+def _first_ts(*kinds: str) -> Column:
+    return F.min(F.when(F.col("event").isin(*kinds), F.col("ts")))
+
+
+def boots(events: DataFrame) -> DataFrame:
+    """One row per broker run: when it started, its last event, whether it stopped
+    cleanly, and when the broker's next run started (null for the current run)."""
+    runs = events.groupBy("broker", "boot").agg(
+        F.min("ts").alias("started_ts"), F.max("ts").alias("last_ts"),
+        F.max(F.when(F.col("event") == tr.BROKER_STOPPED, True).otherwise(False))
+        .alias("clean_stop"),
+        F.count(F.when(F.col("message_id") != "", 1)).alias("events"))
+    by_broker = Window.partitionBy("broker").orderBy("started_ts")
+    return runs.withColumn("next_started_ts", F.lead("started_ts").over(by_broker))
+
+
+def failover_windows(boot_table: DataFrame) -> DataFrame:
+    """The time a broker was down between two runs: from its last traced event to the
+    next start; ``kind`` is crash (no clean stop was traced) or restart."""
+    return (boot_table.where(F.col("next_started_ts").isNotNull())
+            .select("broker", F.col("boot").alias("ended_boot"),
+                    F.col("last_ts").alias("down_from_ts"),
+                    F.col("next_started_ts").alias("up_again_ts"),
+                    ((F.col("next_started_ts") - F.col("last_ts")) / 1000.0)
+                    .alias("down_ms"),
+                    F.when(F.col("clean_stop"), "restart").otherwise("crash").alias("kind"))
+            .orderBy("down_from_ts"))
+
+
+def journeys(events: DataFrame, boot_table: DataFrame) -> DataFrame:
+    """One row per message id, with its final ``status``."""
+    msgs = events.where(F.col("message_id") != "")
+    ev = F.col("event")
+    point = F.struct(F.col("ts"), ev.alias("event"), F.col("broker"), F.col("boot"),
+                     F.col("destination"))
+    # Latest event, lifecycle order breaking ties within a microsecond (max_by on a
+    # number is much cheaper than max over a struct).
+    order = F.col("ts") * 16 + _rank(ev)
+    arrival = ev.isin(tr.RECEIVED, tr.RECEIVED_FROM_BRIDGE, tr.RECOVERED)
+    entry = F.struct(F.col("ts"), F.col("broker"), F.col("destination"),
+                     F.col("persistent"), F.col("size"))
+    agg = msgs.groupBy("message_id").agg(
+        F.max("dedup_id").alias("dedup_id"),
+        F.min(F.when(ev == tr.RECEIVED, entry)).alias("origin"),
+        F.min(entry).alias("seen_first"),
+        F.max_by(point, order).alias("last"),
+        # Brokers in order of arrival (only arrivals are collected: short lists).
+        F.array_distinct(F.transform(F.array_sort(F.collect_list(F.when(
+            arrival, F.struct(F.col("ts"), F.col("broker"))))), lambda p: p["broker"]))
+        .alias("arrivals"),
+        _first_ts(tr.RECEIVED).alias("received_ts"),
+        _first_ts(tr.DISPATCHED, tr.DELIVERED).alias("first_dispatch_ts"),
+        _first_ts(tr.ACKED, tr.DELIVERED).alias("first_ack_ts"),
+        _count(tr.FORWARDED).alias("hops"),
+        _count(tr.DISPATCHED, tr.DELIVERED).alias("deliveries"),
+        _count(tr.ACKED, tr.DELIVERED).alias("acks"),
+        _count(tr.REDELIVERED).alias("redeliveries"),
+        _count(tr.DLQ).alias("dead_letters"),
+        _count(tr.EXPIRED).alias("expiries"),
+        _count(tr.DROPPED).alias("drops"),
+        _count(tr.RECOVERED).alias("recoveries"),
+        F.max(F.when(ev == tr.DROPPED, F.col("reason"))).alias("drop_reason"),
+        F.max((ev == tr.STORED) & (F.col("reason") == "stream")).alias("streamed"),
+    )
+    start = F.coalesce(F.col("origin"), F.col("seen_first"))
+    # No traced arrival (sampling, a lost trace file): the broker it was last seen on.
+    path = F.when(F.size("arrivals") > 0, F.col("arrivals")).otherwise(
+        F.array(F.col("last.broker")))
+    runs = boot_table.select(F.col("broker").alias("_b"), F.col("boot").alias("_boot"),
+                             F.col("next_started_ts").alias("holder_restarted_ts"))
+    joined = agg.join(runs, (F.col("last.broker") == F.col("_b"))
+                      & (F.col("last.boot") == F.col("_boot")), "left")
+    restarted = F.col("holder_restarted_ts").isNotNull()
+    status = (F.when(F.col("acks") > 0, "consumed")
+              .when(F.col("dead_letters") > 0, "dead_lettered")
+              .when(F.col("expiries") > 0, "expired")
+              .when(F.col("drops") > 0, "dropped")
+              .when(F.col("streamed"), "retained")
+              .when(restarted, "lost")
+              .when(F.col("last.event") == tr.FORWARDED, "in_transit")
+              .otherwise("pending"))
+    return joined.select(
+        "message_id", "dedup_id",
+        start["broker"].alias("origin_broker"), start["destination"].alias("destination"),
+        start["persistent"].alias("persistent"), start["size"].alias("size"),
+        start["ts"].alias("first_ts"), "received_ts",
+        path.alias("path"), F.concat_ws(">", path).alias("path_text"), "hops",
+        "deliveries", "acks", "redeliveries", "recoveries",
+        "first_dispatch_ts", "first_ack_ts",
+        ((F.col("first_dispatch_ts") - F.col("received_ts")) / 1000.0).alias("latency_ms"),
+        ((F.col("first_ack_ts") - F.col("received_ts")) / 1000.0).alias("ack_latency_ms"),
+        F.col("last.ts").alias("last_ts"), F.col("last.event").alias("last_event"),
+        F.col("last.broker").alias("last_broker"), F.col("last.boot").alias("last_boot"),
+        F.col("last.destination").alias("last_destination"),
+        "drop_reason", "holder_restarted_ts", status.alias("status"))
+
+
+def lost(journey_table: DataFrame) -> DataFrame:
+    return (journey_table.where(F.col("status") == "lost")
+            .select("message_id", "dedup_id", "origin_broker", "destination", "persistent",
+                    "path_text", "last_event", "last_broker", "last_destination", "last_ts",
+                    "holder_restarted_ts")
+            .orderBy("last_ts", "message_id"))
+
+
+def duplicates(journey_table: DataFrame, events: DataFrame) -> DataFrame:
+    """Messages delivered more than once, and producer resends of one dedup id;
+    ``delivered_by``: the brokers that delivered them."""
+    delivered = (events.where(F.col("event").isin(tr.DISPATCHED, tr.DELIVERED))
+                 .groupBy("message_id").agg(F.collect_set("broker").alias("delivered_by")))
+    journey_table = journey_table.where(
+        (F.col("deliveries") > 1) | (F.col("dedup_id").isNotNull() & (F.col("deliveries") > 0))
+    ).join(delivered, "message_id", "left")
+    redelivered = (journey_table.where(F.col("deliveries") > 1)
+                   .select(F.col("message_id").alias("key"), F.lit("redelivered").alias("kind"),
+                           F.array("message_id").alias("message_ids"), "destination",
+                           "deliveries", "acks", "delivered_by"))
+    resent = (journey_table.where(F.col("dedup_id").isNotNull() & (F.col("deliveries") > 0))
+              .groupBy("dedup_id")
+              .agg(F.array_sort(F.collect_list("message_id")).alias("message_ids"),
+                   F.first("destination").alias("destination"),
+                   F.sum("deliveries").alias("deliveries"), F.sum("acks").alias("acks"),
+                   F.array_distinct(F.flatten(F.collect_list("delivered_by")))
+                   .alias("delivered_by"))
+              .where(F.size("message_ids") > 1)
+              .select(F.col("dedup_id").alias("key"), F.lit("resent").alias("kind"),
+                      "message_ids", "destination", "deliveries", "acks", "delivered_by"))
+    return redelivered.unionByName(resent).orderBy("kind", "key")
+
+
+_PERCENTILES = [0.5, 0.95, 0.99]
+
+
+def _latency_stats(df: DataFrame, *keys: str) -> DataFrame:
+    timed = df.where(F.col("latency_ms").isNotNull())
+    return (timed.groupBy(*keys)
+            .agg(F.count("*").alias("messages"),
+                 F.percentile_approx("latency_ms", _PERCENTILES, 10_000).alias("q"),
+                 F.max("latency_ms").alias("max_ms"), F.avg("hops").alias("avg_hops"))
+            .select(*keys, "messages", F.col("q")[0].alias("p50_ms"),
+                    F.col("q")[1].alias("p95_ms"), F.col("q")[2].alias("p99_ms"), "max_ms",
+                    "avg_hops")
+            .orderBy(*keys))
+
+
+def latency(journey_table: DataFrame) -> DataFrame:
+    """Delivery latency (accepted -> first dispatch) per destination and path."""
+    return _latency_stats(journey_table, "destination", "path_text")
+
+
+def paths(journey_table: DataFrame) -> DataFrame:
+    """How many messages took each path (brokers in order) and with how many hops."""
+    return (journey_table.groupBy("path_text", "hops")
+            .agg(F.count("*").alias("messages"),
+                 F.sum(F.when(F.col("status") == "consumed", 1).otherwise(0))
+                 .alias("consumed"))
+            .orderBy(F.desc("messages"), "path_text"))
+
+
+def stuck(journey_table: DataFrame, events: DataFrame, *, older_than_ms: int,
+          now_ts: int | None = None) -> DataFrame:
+    """Messages pending for longer than ``older_than_ms`` (measured to ``now_ts``, by
+    default the newest event). ``consumers_elsewhere``: another broker dispatched
+    messages of the same destination after this one got stuck, so consumers exist
+    there but not here."""
+    if now_ts is None:
+        now_ts = events.agg(F.max("ts").alias("now")).collect()[0]["now"] or 0
+    pending = journey_table.where(F.col("status") == "pending").withColumn(
+        "age_ms", (F.lit(now_ts) - F.col("last_ts")) / 1000.0).where(
+        F.col("age_ms") > older_than_ms)
+    served = (events.where(F.col("event").isin(tr.DISPATCHED, tr.DELIVERED))
+              .groupBy(F.col("broker").alias("served_broker"),
+                       F.col("destination").alias("served_destination"))
+              .agg(F.max("ts").alias("served_ts")))
+    elsewhere = pending.join(
+        served, (F.col("served_destination") == F.col("last_destination"))
+        & (F.col("served_broker") != F.col("last_broker"))
+        & (F.col("served_ts") > F.col("last_ts")), "left")
+    return (elsewhere.groupBy("message_id", "last_broker", "last_destination", "last_event",
+                              "last_ts", "age_ms")
+            .agg(F.collect_set("served_broker").alias("served_by"))
+            .withColumn("consumers_elsewhere", F.size("served_by") > 0)
+            .orderBy("last_ts", "message_id"))
+
+
+def with_time(events: DataFrame) -> DataFrame:
+    return events.withColumn("time", F.timestamp_micros("ts"))
+
+
+def throughput(events: DataFrame, window: str = "10 seconds") -> DataFrame:
+    """Events per broker, kind and time window (messages in, out, acked, forwarded)."""
+    kinds = (tr.RECEIVED, tr.RECEIVED_FROM_BRIDGE, tr.DISPATCHED, tr.DELIVERED, tr.ACKED,
+             tr.FORWARDED)
+    return (with_time(events.where(F.col("event").isin(*kinds)))
+            .groupBy(F.window("time", window).alias("w"), "broker", "event")
+            .agg(F.count("*").alias("events"), F.sum("size").alias("bytes"))
+            .select(F.col("w.start").alias("window_start"), "broker", "event", "events",
+                    "bytes")
+            .orderBy("window_start", "broker", "event"))
+
+
+def bridges(events: DataFrame, window: str = "10 seconds") -> DataFrame:
+    """Messages forwarded per bridge (broker -> peer over connector) and time window."""
+    return (with_time(events.where(F.col("event") == tr.FORWARDED))
+            .groupBy(F.window("time", window).alias("w"), "broker", "peer", "connector")
+            .agg(F.count("*").alias("messages"), F.sum("size").alias("bytes"))
+            .select(F.col("w.start").alias("window_start"), "broker", "peer", "connector",
+                    "messages", "bytes")
+            .orderBy("window_start", "broker", "peer"))
+
+
+def summary(journey_table: DataFrame) -> DataFrame:
+    """Message counts per status (every status present, zero if none)."""
+    counts = journey_table.agg(*[
+        F.sum(F.when(F.col("status") == s, 1).otherwise(0)).alias(s) for s in STATUSES])
+    pairs = ", ".join(f"'{s}', coalesce({s}, 0L)" for s in STATUSES)
+    return counts.selectExpr(f"stack({len(STATUSES)}, {pairs}) as (status, messages)")
