@@ -84,7 +84,8 @@ def test_static_bridge_forwards_without_consumers(tmp_path: Path, client) -> Non
         for i in range(5):
             producer.send("/queue/audit", str(i), {"persistent": "true"})
         poll(lambda: b.destination_stats("audit")["depth"] == 5, what="stored on B")
-        assert a.destination_stats("audit")["depth"] == 0
+        # ... and settled on A once B's acks arrive.
+        poll(lambda: a.destination_stats("audit")["depth"] == 0, what="acked on A")
     finally:
         a.stop()
         b.stop()
