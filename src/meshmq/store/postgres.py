@@ -57,6 +57,7 @@ from meshmq.store.base import (
     StoreOp,
 )
 from meshmq.store.fence import FencedError, WriteFence
+from meshmq.store.waiters import notify as notify_waiters
 
 log = logging.getLogger("meshmq.store")
 
@@ -479,7 +480,7 @@ class PostgresStore:
             ready = [w for w in self._waiters if w[0] <= self._durable_no]
             if ready:
                 self._waiters = [w for w in self._waiters if w[0] > self._durable_no]
-        _notify(ready, None)
+        notify_waiters(ready, None)
 
     def _check_fence(self, cur: psycopg.Cursor[Any]) -> None:
         assert self._fence is not None
@@ -502,7 +503,7 @@ class PostgresStore:
             self._failed = error
             waiters, self._waiters = self._waiters, []
             self._queue.clear()
-        _notify(waiters, error)
+        notify_waiters(waiters, error)
 
     # ------------------------------------------------------------------ close / stats
 
@@ -554,23 +555,3 @@ class PostgresStore:
             "mean_batches_per_commit": durable / commits if commits else 0.0,
             "pending_batches": self._batch_no - durable,
         }
-
-
-def _notify(waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]],
-            error: StoreError | None) -> None:
-    by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
-    for _, loop, fut in waiters:
-        by_loop.setdefault(loop, []).append(fut)
-    for loop, futs in by_loop.items():
-        with contextlib.suppress(RuntimeError):  # that loop is closed: nobody is waiting
-            loop.call_soon_threadsafe(_complete, futs, error)
-
-
-def _complete(futs: list[asyncio.Future[None]], error: StoreError | None) -> None:
-    for fut in futs:
-        if fut.done():
-            continue
-        if error is None:
-            fut.set_result(None)
-        else:
-            fut.set_exception(StoreError(error.message))

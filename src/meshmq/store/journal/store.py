@@ -47,6 +47,7 @@ from meshmq.store.base import (
 from meshmq.store.fence import WriteFence
 from meshmq.store.journal import format as fmt
 from meshmq.store.journal.index import KeyIndex
+from meshmq.store.waiters import notify as notify_waiters
 
 log = logging.getLogger("meshmq.store")
 
@@ -843,7 +844,7 @@ class JournalStore:
             ready = [w for w in self._waiters if w[0] <= self._durable_no]
             if ready:
                 self._waiters = [w for w in self._waiters if w[0] > self._durable_no]
-        _notify(ready, None)
+        notify_waiters(ready, None)
 
     def _fail(self, exc: BaseException) -> None:
         log.error("journal: write failed, store now refuses writes: %r", exc)
@@ -851,7 +852,7 @@ class JournalStore:
             self._failed = StoreError(f"journal write failed: {exc!r}")
             waiters, self._waiters = self._waiters, []
             self._queue.clear()
-        _notify(waiters, self._failed)
+        notify_waiters(waiters, self._failed)
 
     # ------------------------------------------------------------------ close / stats
 
@@ -917,23 +918,3 @@ def _key(names: dict[int, str], kid: int) -> str:
     if key is None:
         raise CorruptStoreError(f"key id {kid} used before its definition in this segment")
     return key
-
-
-def _notify(waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]],
-            error: StoreError | None) -> None:
-    by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
-    for _, loop, fut in waiters:
-        by_loop.setdefault(loop, []).append(fut)
-    for loop, futs in by_loop.items():
-        with contextlib.suppress(RuntimeError):  # that loop is closed: nobody is waiting
-            loop.call_soon_threadsafe(_complete, futs, error)
-
-
-def _complete(futs: list[asyncio.Future[None]], error: StoreError | None) -> None:
-    for fut in futs:
-        if fut.done():
-            continue
-        if error is None:
-            fut.set_result(None)
-        else:
-            fut.set_exception(StoreError(error.message))

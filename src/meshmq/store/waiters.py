@@ -1,0 +1,31 @@
+"""Completing store-sync waiters from a writer thread (journal and PostgreSQL stores
+commit on their own threads; each waiter belongs to some event loop)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from meshmq.errors import StoreError
+
+Waiter = tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]
+
+
+def notify(waiters: list[Waiter], error: StoreError | None) -> None:
+    """Resolve every waiter (with ``error`` if given), one call per loop."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
+    for _, loop, fut in waiters:
+        by_loop.setdefault(loop, []).append(fut)
+    for loop, futs in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # that loop is closed: nobody is waiting
+            loop.call_soon_threadsafe(_complete, futs, error)
+
+
+def _complete(futs: list[asyncio.Future[None]], error: StoreError | None) -> None:
+    for fut in futs:
+        if fut.done():
+            continue
+        if error is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(StoreError(error.message))
