@@ -164,6 +164,20 @@ def cmd_stat(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_witness(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from meshmq.config.load import load_config
+    from meshmq.transport.runtime import run_broker
+
+    config = load_config(Path(args.config))
+    if config.ha.mode != "replicated":
+        print(f"{args.config}: a witness needs [ha] mode = \"replicated\"", file=sys.stderr)
+        return 2
+    config = dataclasses.replace(config, ha=dataclasses.replace(config.ha, role="witness"))
+    return asyncio.run(run_broker(config))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="meshmq", description=__doc__)
     parser.add_argument("--version", action="version", version=f"meshmq {__version__}")
@@ -202,6 +216,12 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--durable", help="durable subscription name (needs --client-id)")
             p.add_argument("--client-id")
             p.add_argument("--json", action="store_true")
+
+    w = sub.add_parser("witness", help="run a replicated-HA witness: votes, stores no "
+                       "messages (docs/ha.md)")
+    w.add_argument("--config", required=True, help="meshmq.toml with [ha] mode = "
+                   "\"replicated\", listen and members")
+    w.set_defaults(func=cmd_witness)
 
     s = sub.add_parser("stat", help="show destinations of a running broker")
     s.add_argument("--url", default="127.0.0.1:8161", help="management HOST:PORT")

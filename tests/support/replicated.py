@@ -1,0 +1,166 @@
+"""Replicated master/slave clusters of ``meshmq broker`` subprocesses for failure tests:
+data nodes and an optional witness, each link optionally through a ``TcpProxy`` the
+test can cut (one proxy per direction and pair, so any node can be isolated)."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.ha.support import HaProcess
+from tests.support.brokers import poll
+from tests.support.network import Node, free_port
+from tests.support.tcp_proxy import TcpProxy
+
+LEASE_MS = 1000
+KEEPALIVE_MS = 200
+
+
+@dataclass
+class Member:
+    node: Node
+    repl: int  # replication listen port
+    witness: bool = False
+    proc: HaProcess | None = None
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+    def start(self) -> Member:
+        self.proc = HaProcess(self.node.write_config(), self.node.root / "broker.log").start()
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.alive()
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.kill9()
+
+    def terminate(self) -> None:
+        if self.proc is not None and self.proc.alive():
+            self.proc.terminate()
+
+    def ha(self) -> dict[str, Any] | None:
+        """The node's HA status, or None when it does not answer (dead, starting)."""
+        if self.witness or not self.alive():
+            return None
+        try:
+            stat: dict[str, Any] = self.node.stat()["ha"]
+            return stat
+        except OSError:
+            return None
+
+    def log(self) -> str:
+        return (self.node.root / "broker.log").read_text(errors="replace")
+
+
+@dataclass
+class Cluster:
+    members: list[Member]
+    proxies: dict[tuple[str, str], TcpProxy] = field(default_factory=dict)
+
+    def by_name(self, name: str) -> Member:
+        return next(m for m in self.members if m.name == name)
+
+    @property
+    def data(self) -> list[Member]:
+        return [m for m in self.members if not m.witness]
+
+    def start(self) -> Cluster:
+        for m in self.members:
+            m.start()
+        return self
+
+    def masters(self) -> list[Member]:
+        out = []
+        for m in self.data:
+            ha = m.ha()
+            if ha is not None and ha["role"] == "master":
+                out.append(m)
+        return out
+
+    def writable(self) -> list[str]:
+        """Names of the nodes that accept writes right now."""
+        out = []
+        for m in self.data:
+            ha = m.ha()
+            if ha is not None and ha.get("writable"):
+                out.append(m.name)
+        return out
+
+    def wait_master(self, timeout: float = 30, exclude: tuple[str, ...] = ()) -> Member:
+        found: list[Member] = []
+
+        def ready() -> bool:
+            found[:] = [m for m in self.masters() if m.name not in exclude
+                        and "listening for stomp" in m.log()]
+            return len(found) == 1
+
+        poll(ready, timeout, "one master serving")
+        return found[0]
+
+    def isolate(self, name: str) -> None:
+        """Cut every link to and from ``name``."""
+        for (a, b), proxy in self.proxies.items():
+            if name in (a, b):
+                proxy.cut()
+
+    def heal(self) -> None:
+        for proxy in self.proxies.values():
+            proxy.heal()
+
+    def close(self) -> None:
+        for m in self.members:
+            m.terminate()
+        for proxy in self.proxies.values():
+            proxy.close()
+
+    def failover_uri(self) -> str:
+        ends = ",".join(f"stomp://127.0.0.1:{m.node.stomp}" for m in self.data)
+        return (f"failover:({ends})?randomize=false&timeout=60000"
+                "&initialReconnectDelay=20&maxReconnectDelay=200")
+
+
+def make_cluster(root: Path, names: tuple[str, ...] = ("A", "B"), *, witness: bool = True,
+                 proxied: bool = False, **ha: Any) -> Cluster:
+    """Data nodes ``names`` (+ witness ``W``). With ``proxied`` every node reaches every
+    other through its own proxy."""
+    all_names = [*names, *(["W"] if witness else [])]
+    repl = {n: free_port() for n in all_names}
+    proxies: dict[tuple[str, str], TcpProxy] = {}
+    if proxied:
+        for a, b in itertools.permutations(all_names, 2):
+            proxies[(a, b)] = TcpProxy(repl[b]).start()
+    members = []
+    for n in all_names:
+        others = [f"127.0.0.1:{proxies[(n, o)].port if proxied else repl[o]}"
+                  for o in all_names if o != n]
+        table = {"mode": "replicated", "listen": f"127.0.0.1:{repl[n]}", "members": others,
+                 "node_id": n, "lease_ms": LEASE_MS, "keepalive_ms": KEEPALIVE_MS, **ha}
+        if n == "W":
+            table["role"] = "witness"
+        node = Node(n, root / n, ha=table)
+        members.append(Member(node, repl[n], witness=n == "W"))
+    return Cluster(members, proxies)
+
+
+def wait_caught_up(master: Member, slave: Member, timeout: float = 30) -> None:
+    def same() -> bool:
+        mh, sh = master.ha(), slave.ha()
+        return mh is not None and sh is not None and sh["durable"] == mh["last"]
+
+    poll(same, timeout, f"{slave.name} to catch up with {master.name}")
+
+
+def sample_roles(cluster: Cluster, seconds: float) -> list[tuple[float, list[str]]]:
+    """Who accepts writes, sampled as often as the nodes answer for ``seconds``."""
+    out = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        out.append((time.monotonic(), cluster.writable()))
+    return out
