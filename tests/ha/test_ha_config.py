@@ -102,14 +102,7 @@ def test_xml_mistakes_name_the_bad_part(body: str, head: str, message: str) -> N
     assert "activemq.xml" in str(info.value)
 
 
-@pytest.mark.parametrize("broker", [
-    '<broker masterConnectorURI="tcp://m:61616">',
-    '<broker><masterConnector remoteURI="tcp://m:61616" userName="u" password="p"/>',
-    '<broker><services><masterConnector remoteURI="tcp://m:61616"/></services>',
-])
-def test_pure_master_slave_is_refused_not_silently_ignored(broker: str) -> None:
-    with pytest.raises(ConfigError, match="would start as a second master"):
-        loads_activemq_xml(f"<beans>{broker}</broker></beans>")
+# Pure master/slave maps to replicated HA: tests/ha/test_replicated_config.py.
 
 
 def test_toml_ha_section() -> None:

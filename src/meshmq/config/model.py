@@ -201,7 +201,10 @@ class HaConfig:
     role: str = "broker"  # one of HA_ROLES: "witness" only votes and stores no messages
     listen: str = ""  # this node's replication address HOST:PORT
     members: tuple[str, ...] = ()  # the other nodes' replication addresses HOST:PORT
-    node_id: str | None = None  # unique per node; default the listen address
+    node_id: str | None = None  # unique per node; default <broker name>@<listen>
+    can_be_master: bool = True  # False: keeps a copy and votes, never takes over
+    user: str | None = None  # credentials every replication link presents and checks
+    password: str | None = None
     synchronous: bool = True  # confirm a write once a majority has it on disk
     log_retain_bytes: int = 64 * 1024 * 1024  # batches kept in memory for catch-up
 

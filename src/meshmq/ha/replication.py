@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import hmac
 import json
 import logging
 import os
@@ -178,7 +179,7 @@ class ReplicatedHa:
         self.config = config
         self.ha = ha
         self.witness = ha.role == "witness"
-        self.node_id = ha.node_id or ha.listen
+        self.node_id = ha.node_id or f"{config.broker_name}@{ha.listen}"
         self.nodes = len(ha.members) + 1
         self.machine = RoleMachine()
         self._on_lost = on_lost
@@ -293,6 +294,12 @@ class ReplicatedHa:
             await self._stop.wait()
             self.machine.fire(RoleEvent.STOP)
             return False
+        if not self.ha.can_be_master:
+            log.info("slave: can_be_master = false: this node keeps a copy and votes, and "
+                     "never takes over")
+            await self._stop.wait()
+            self.machine.fire(RoleEvent.STOP)
+            return False
         log.info("slave: the replicated master role is decided by election; no client "
                  "connectors are started until this broker is master")
         lease = self.ha.lease_ms
@@ -379,7 +386,7 @@ class ReplicatedHa:
         try:
             async with asyncio.timeout(self.ha.lease_ms / 2000):
                 reader, writer = await asyncio.open_connection(host, port)
-                writer.write(MAGIC + frame)
+                writer.write(MAGIC + self._hello() + frame)
                 decoder = WireDecoder(expect_magic=False)
                 while True:
                     data = await reader.read(65536)
@@ -615,7 +622,7 @@ class ReplicatedHa:
             p.writer = writer
             acks = asyncio.get_running_loop().create_task(self._read_acks(p, reader))
             try:
-                writer.write(MAGIC)
+                writer.write(MAGIC + self._hello())
                 await self._feed(p, writer)
             except (OSError, ConnectionError, TimeoutError):
                 pass
@@ -781,14 +788,44 @@ class ReplicatedHa:
         return pos
 
     # ------------------------------------------------------------ follower side
+    def _hello(self) -> bytes:
+        body: dict[str, Any] = {"replication": 1, "node": self.node_id}
+        if self.ha.user is not None or self.ha.password is not None:
+            body.update(user=self.ha.user or "", password=self.ha.password or "")
+        return encode_json(FrameType.HELLO, body)
+
+    def _hello_ok(self, frame: WireFrame) -> str | None:
+        """None when the link may be used, else why not."""
+        if frame.type is not FrameType.HELLO:
+            return f"expected HELLO first, got {frame.type.name}"
+        body = decode_json(frame)
+        if body.get("replication") != 1:
+            return "not a replication link (this port is a replication listener)"
+        if self.ha.user is not None or self.ha.password is not None:
+            ok = hmac.compare_digest(str(body.get("user", "")), self.ha.user or "") and \
+                hmac.compare_digest(str(body.get("password", "")), self.ha.password or "")
+            if not ok:
+                return "bad replication credentials (ha.user / ha.password)"
+        return None
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         decoder = WireDecoder(expect_magic=True)
+        greeted = False
         try:
             while True:
                 data = await reader.read(1 << 16)
                 if not data:
                     return
                 for frame in decoder.feed(data):
+                    if not greeted:
+                        why = self._hello_ok(frame)
+                        if why is not None:
+                            peer = writer.get_extra_info("peername")
+                            log.warning("replication: refused a link from %s: %s", peer, why)
+                            writer.write(encode_json(FrameType.REFUSE, {"reason": why}))
+                            return
+                        greeted = True
+                        continue
                     await self._on_frame(frame, writer)
         except (OSError, MeshmqError, ValueError, TypeError, KeyError) as exc:
             log.debug("replication: inbound link closed: %r", exc)
