@@ -192,7 +192,10 @@ class ReplicatedHa:
         self.kind = Kind.FOLLOWER
         self.leader_id: str | None = None
         self.leader_seen_ms: int | None = None
-        self._timer_base = clock()
+        # A node that just started campaigns soon (after two heartbeat intervals, time
+        # for a live master to reach it first): its pre-vote is refused anyway while a
+        # master is alive, and a cluster starting from scratch elects at once.
+        self._timer_base = clock() - ha.lease_ms + 2 * ha.keepalive_ms
         self.journal: JournalStore | None = None
         self.last: Position = ZERO  # newest batch written to the journal
         self.durable: Position = ZERO  # newest batch known to be on disk
