@@ -13,6 +13,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import threading
 import time
 from pathlib import Path
@@ -158,6 +160,39 @@ def test_an_isolated_master_steps_down_and_two_masters_never_accept_writes(
         poll(lambda: (h := master.ha()) is not None and h["role"] == "slave"
              and h["leader"] == other.name, 30, "the old master to follow")
         wait_caught_up(other, master)
+    finally:
+        _close(cluster)
+
+
+def test_a_paused_master_cannot_write_after_the_others_took_over(tmp_path: Path) -> None:
+    import stomp
+
+    cluster = make_cluster(tmp_path).start()
+    try:
+        master = cluster.wait_master()
+        other = next(m for m in cluster.data if m is not master)
+        assert "witness: voting" in cluster.by_name("W").log()  # started by `meshmq witness`
+        conn = stomp.Connection12([("127.0.0.1", master.node.stomp)], timeout=2,
+                                  reconnect_attempts_max=1)
+        conn.connect(wait=True)
+        wait_caught_up(master, other)
+        master.signal(signal.SIGSTOP)
+        try:
+            assert cluster.wait_master(exclude=(master.name,)) is other
+            # While it is stopped, this SEND waits in the paused master's socket.
+            conn.send("/queue/repl.paused", "late", headers={"persistent": "true"},
+                      receipt="late")
+        finally:
+            master.signal(signal.SIGCONT)
+        poll(lambda: (h := master.ha()) is not None and h["role"] == "slave"
+             and h["leader"] == other.name, 30, "the resumed master to follow")
+        assert "deposed" in master.log()
+        # The late SEND was refused, not stored anywhere.
+        wait_caught_up(other, master)
+        assert other.node.destination("repl.paused")["depth"] == 0
+        assert master.ha()["term"] == other.ha()["term"]  # type: ignore[index]
+        with contextlib.suppress(Exception):
+            conn.disconnect()
     finally:
         _close(cluster)
 

@@ -5,18 +5,38 @@ test can cut (one proxy per direction and pair, so any node can be isolated)."""
 from __future__ import annotations
 
 import itertools
+import json
+import os
+import subprocess
+import sys
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tests.ha.support import HaProcess
-from tests.support.brokers import poll
+from tests.support.brokers import ProcessBroker, poll
 from tests.support.network import Node, free_port
 from tests.support.tcp_proxy import TcpProxy
 
 LEASE_MS = 1000
 KEEPALIVE_MS = 200
+
+
+class WitnessProcess(HaProcess):
+    """``meshmq witness --config ...`` (the config does not say role = "witness")."""
+
+    def start(self) -> WitnessProcess:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the process
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "meshmq.cli.main", "witness", "--config",
+             str(self.config_path)], stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        self._pb.proc = self.proc
+        self._pb._log = self._log
+        ProcessBroker.running.add(self._pb)
+        return self
 
 
 @dataclass
@@ -31,8 +51,13 @@ class Member:
         return self.node.name
 
     def start(self) -> Member:
-        self.proc = HaProcess(self.node.write_config(), self.node.root / "broker.log").start()
+        cls = WitnessProcess if self.witness else HaProcess
+        self.proc = cls(self.node.write_config(), self.node.root / "broker.log").start()
         return self
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.signal(sig)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.alive()
@@ -49,8 +74,10 @@ class Member:
         """The node's HA status, or None when it does not answer (dead, starting)."""
         if self.witness or not self.alive():
             return None
-        try:
-            stat: dict[str, Any] = self.node.stat()["ha"]
+        try:  # a short timeout: a paused (SIGSTOP) node never answers
+            url = f"http://127.0.0.1:{self.node.mgmt}/api/stat"
+            with urllib.request.urlopen(url, timeout=0.5) as resp:
+                stat: dict[str, Any] = json.loads(resp.read())["ha"]
             return stat
         except OSError:
             return None
@@ -142,8 +169,6 @@ def make_cluster(root: Path, names: tuple[str, ...] = ("A", "B"), *, witness: bo
                   for o in all_names if o != n]
         table = {"mode": "replicated", "listen": f"127.0.0.1:{repl[n]}", "members": others,
                  "node_id": n, "lease_ms": LEASE_MS, "keepalive_ms": KEEPALIVE_MS, **ha}
-        if n == "W":
-            table["role"] = "witness"
         node = Node(n, root / n, ha=table)
         members.append(Member(node, repl[n], witness=n == "W"))
     return Cluster(members, proxies)
