@@ -139,7 +139,10 @@ def cmd_stat(args: argparse.Namespace) -> int:
     print(f"broker {stat['broker']}  connections {stat['connections']}  memory "
           f"{stat['memory']['used']}/{stat['memory']['limit']} ({stat['memory']['percent']}%)")
     ha = stat.get("ha") or {}
-    if ha.get("mode", "none") != "none":
+    if ha.get("mode") == "replicated":
+        print(f"role {ha['role']}  ha replicated  term {ha['term']}  master "
+              f"{ha.get('leader')}  log {ha.get('last')}  commit {ha.get('commit')}")
+    elif ha.get("mode", "none") != "none":
         print(f"role {ha['role']}  ha {ha['mode']}  epoch {ha['epoch']}  lease held by "
               f"{ha.get('lease_holder')} (epoch {ha.get('lease_epoch')})")
     cols = ("type", "name", "depth", "enqueued", "dequeued", "consumers", "producers",
