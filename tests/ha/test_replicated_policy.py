@@ -210,3 +210,135 @@ async def _marks(tmp_path: Path) -> None:
     assert recovery.keys["\x00pos"].last_seq == mark + 30
     assert "\x00pos" in again.key_names()
     await again.close()
+
+
+# --------------------------------------------------------------------------- election model
+# Three nodes exchange heartbeats, acks and votes with arbitrary delays (messages wait in
+# a pool until a step delivers one), time jumps arbitrarily, any node may campaign once
+# its own rule allows. The node logic is the module's pure functions; the model only
+# moves messages. Invariant: never two masters with a valid lease, one master per term.
+
+LEASE = 1000
+LEADER_LEASE = int(LEASE * 0.9)  # as meshmq.ha.replication.LEADER_LEASE_SHARE
+N = 3
+
+_tick = st.tuples(st.just("tick"),  # jumps around the lease boundaries
+                  st.sampled_from([1, 50, 300, 899, 900, 901, 999, 1000, 1001]))
+_round = st.tuples(st.just("round"), st.sets(st.integers(0, N - 1)))
+_campaign = st.tuples(st.just("campaign"), st.integers(0, N - 1),
+                      st.sets(st.integers(0, N - 1)))
+_message = st.one_of(  # one heartbeat at a time, delivered late, out of order, or lost
+    st.tuples(st.just("heartbeat"), st.integers(0, N - 1), st.integers(0, N - 1)),
+    st.tuples(st.just("exchange"), st.integers(0, N - 1), st.integers(0, N - 1)),
+    st.tuples(st.just("deliver"), st.integers(0, 1000)),
+    st.tuples(st.just("drop"), st.integers(0, 1000)))
+actions = st.lists(st.one_of(_tick, _round, _campaign, _message, _message),
+                   min_size=8, max_size=60)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(actions)
+def test_no_two_masters_ever_hold_a_valid_lease(steps: list[tuple[object, ...]]) -> None:
+    _run_model(steps, LEADER_LEASE)
+
+
+# A master elected, a heartbeat acknowledged, a lease later another node elected.
+RACE: list[tuple[object, ...]] = [
+    ("campaign", 0, {1}), ("exchange", 0, 1), ("tick", 1000), ("tick", 50),
+    ("campaign", 1, {2}), ("exchange", 1, 2)]
+
+
+def test_the_race_is_safe_with_the_real_lease_share() -> None:
+    _run_model(RACE, LEADER_LEASE)
+
+
+def test_the_model_catches_a_master_lease_longer_than_the_voters_wait() -> None:
+    with pytest.raises(AssertionError):
+        _run_model(RACE, int(LEASE * 1.1))
+
+
+def _run_model(steps: list[tuple[object, ...]], leader_lease: int) -> None:
+    now = 0
+    term = [0] * N
+    voted: list[str | None] = [None] * N
+    seen: list[int | None] = [None] * N
+    leader: dict[int, int] = {}  # node -> the term it leads
+    acked: dict[int, dict[int, int]] = {}  # leader -> peer -> send time of its newest ack
+    pool: list[tuple[str, int, int, int, int]] = []  # kind, src, dst, term, sent time
+    leaders_of_term: dict[int, set[int]] = {}
+
+    def step_down(i: int) -> None:
+        leader.pop(i, None)
+        acked.pop(i, None)
+
+    def adopt(i: int, t: int) -> None:
+        if t > term[i]:
+            term[i], voted[i] = t, None
+            step_down(i)
+
+    for action in steps:
+        kind = action[0]
+        if kind == "tick":
+            now += int(action[1])  # type: ignore[call-overload]
+        elif kind == "heartbeat":
+            src, dst = int(action[1]), int(action[2])  # type: ignore[call-overload]
+            if src in leader and src != dst:
+                pool.append(("hb", src, dst, leader[src], now))
+        elif kind == "exchange":  # heartbeat, delivered and acknowledged at once
+            src, dst = int(action[1]), int(action[2])  # type: ignore[call-overload]
+            if src in leader and src != dst and leader[src] >= term[dst]:
+                adopt(dst, leader[src])
+                seen[dst] = now
+                acked[src][dst] = now
+        elif kind == "round":  # every master's heartbeat to these nodes, answered at once
+            reached = action[1]
+            assert isinstance(reached, set)
+            for src in list(leader):
+                for dst in reached - {src}:
+                    if src in leader and leader[src] >= term[dst]:
+                        adopt(dst, leader[src])
+                        seen[dst] = now
+                        acked[src][dst] = now
+        elif kind in ("deliver", "drop") and pool:
+            msg = pool.pop(int(action[1]) % len(pool))  # type: ignore[call-overload]
+            if kind == "drop":
+                continue
+            what, src, dst, t, sent = msg
+            if what == "hb":
+                if t < term[dst]:
+                    pool.append(("nack", dst, src, term[dst], sent))
+                    continue
+                adopt(dst, t)
+                seen[dst] = now
+                pool.append(("ack", dst, src, t, sent))
+            elif what == "ack":
+                if leader.get(dst) == t:
+                    acked[dst][src] = max(acked[dst].get(src, 0), sent)
+            elif t > term[dst]:  # nack from a newer term
+                adopt(dst, t)
+        elif kind == "campaign":
+            c = int(action[1])  # type: ignore[call-overload]
+            voters = action[2]
+            assert isinstance(voters, set)
+            if c in leader or (seen[c] is not None and now - seen[c] < LEASE):
+                continue  # a node campaigns only after a lease without a master
+            term[c] += 1
+            voted[c] = str(c)
+            votes = 1
+            for v in voters - {c}:
+                v_seen = now if v in leader else seen[v]
+                d = decide_vote(VoterState(term[v], voted[v], ZERO, v_seen), str(c), term[c],
+                                ZERO, now, LEASE)
+                if d.term > term[v]:
+                    step_down(v)
+                term[v], voted[v] = d.term, d.voted_for
+                votes += d.granted
+            if votes >= majority(N) and term[c] == max(term):
+                leader[c] = term[c]
+                acked[c] = {}
+                leaders_of_term.setdefault(term[c], set()).add(c)
+        valid = [i for i in leader
+                 if (dl := lease_deadline(now, [acked[i].get(j) for j in range(N) if j != i],
+                                          N, leader_lease)) is not None and now < dl]
+        assert len(valid) <= 1, (valid, now, leader, acked, seen)
+        assert all(len(s) == 1 for s in leaders_of_term.values())
