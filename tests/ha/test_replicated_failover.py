@@ -170,6 +170,53 @@ def test_an_isolated_master_steps_down_and_two_masters_never_accept_writes(
         _close(cluster)
 
 
+def test_the_master_slave_link_cut_leaves_one_master_that_goes_on_with_the_witness(
+        tmp_path: Path) -> None:
+    cluster = make_cluster(tmp_path, proxied=True).start()
+    try:
+        master = cluster.wait_master()
+        other = next(m for m in cluster.data if m is not master)
+        witness = cluster.by_name("W")
+        wait_caught_up(master, other)
+        samples: list[tuple[float, list[str]]] = []
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.is_set():
+                samples.append((time.monotonic(), cluster.writable()))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        for pair in ((master.name, other.name), (other.name, master.name)):
+            cluster.proxies[pair].cut()
+        # The cut-off slave asks the witness, which still hears the master: refused.
+        poll(lambda: f"vote pre-check: refused for {other.name}" in witness.log(), 30,
+             "the slave's vain pre-vote")
+
+        async def send(n: int) -> None:  # writes still get confirmed: master + witness
+            producer = FailoverClient(cluster.failover_uri())
+            await producer.connect()
+            for i in range(n):
+                await producer.send("/queue/repl.cut", f"c{i}", persistent=True)
+            assert producer.endpoint is not None
+            assert producer.endpoint.port == master.node.stomp
+            await producer.close()
+
+        run(send(20))
+        stop.set()
+        sampler.join(10)
+        assert samples and all(w == [master.name] for _, w in samples), \
+            [w for _, w in samples if w != [master.name]][:3]
+        ha, mha = other.ha(), master.ha()
+        assert ha is not None and mha is not None
+        assert ha["role"] == "slave" and ha["term"] == mha["term"]  # no election happened
+        # Healed: the slave gets what was confirmed without it.
+        cluster.heal()
+        wait_caught_up(master, other)
+    finally:
+        _close(cluster)
+
+
 def test_a_paused_master_cannot_write_after_the_others_took_over(tmp_path: Path) -> None:
     import stomp
 

@@ -724,12 +724,15 @@ class ReplicatedHa:
             await writer.drain()
 
     def _witness_limit(self) -> int:
-        """How far a witness may acknowledge: no further than every data follower that
-        is alive has on disk. Otherwise a witness could hold a batch a surviving slave
-        never received, and refuse it its vote though nothing it lacks was confirmed."""
+        """How far a witness may acknowledge: no further than every live data follower
+        has on disk. Otherwise a witness could hold a batch a surviving slave never
+        received, and refuse it its vote though nothing it lacks was confirmed. A follower
+        still catching up (behind the commit point: it lacks confirmed batches anyway)
+        does not hold the others back until it has caught up."""
         now = self._clock()
         live = [p.match for p in self._peers.values() if not p.witness
-                and p.acked_sent_ms is not None and now - p.acked_sent_ms < self.ha.lease_ms]
+                and p.acked_sent_ms is not None and now - p.acked_sent_ms < self.ha.lease_ms
+                and p.match >= self.commit]
         return min(live) if live else self.last[1]
 
     async def _answer(self, p: _Peer) -> Position | None:
