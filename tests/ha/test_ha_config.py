@@ -137,6 +137,11 @@ def test_example_configs_load() -> None:
     shared = load_config(examples / "ha-shared.toml")
     assert (shared.ha.mode, shared.store.directory) == (
         "shared", Path("/srv/shared/meshmq-journal"))
+    replicated = load_config(examples / "ha-replicated.toml")
+    assert (replicated.ha.mode, replicated.ha.members) == (
+        "replicated", ("10.0.0.2:62001", "10.0.0.3:62001"))
+    witness = load_config(examples / "ha-witness.toml")
+    assert (witness.ha.role, witness.ha.listen) == ("witness", "10.0.0.3:62001")
     jdbc = load_config(examples / "activemq-jdbc-ha.xml")
     assert (jdbc.store.kind, jdbc.ha.mode, jdbc.ha.keepalive_ms, jdbc.ha.lease_ms) == (
         "postgres", "database", 2000, 6000)
