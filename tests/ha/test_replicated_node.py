@@ -20,6 +20,7 @@ from meshmq.ha.roles import Role
 from meshmq.protocol.wire.codec import MAGIC, FrameType, encode_json
 from meshmq.store.base import AddMessage
 from meshmq.store.fence import FencedError
+from meshmq.store.journal import JournalStore
 from tests.support.network import free_port
 
 pytestmark = [pytest.mark.timeout(60)]
@@ -128,6 +129,33 @@ def test_sync_waits_for_a_majority_only_in_synchronous_mode(tmp_path: Path,
                 store.write([_msg(3)])
         else:
             await asyncio.wait_for(store.sync(), 0.5)  # its own disk is enough
+        await _shutdown(nodes, tasks)
+
+    asyncio.run(main())
+
+
+def test_a_broker_switched_to_replication_keeps_its_journal(tmp_path: Path) -> None:
+    """Segments of a plain journal move into the first generation; that data wins the
+    election over an empty node and reaches it by snapshot."""
+    async def main() -> None:
+        cfgs = _configs(tmp_path)
+        plain = JournalStore(cfgs["a"].store_directory)
+        plain.open()
+        plain.write([_msg(1), _msg(2)])
+        await plain.close()
+        nodes = {n: ReplicatedHa(c, on_lost=lambda why: None) for n, c in cfgs.items()}
+        # As docs/ha.md says: the broker with the data starts first (with the witness).
+        first = {n: nodes[n] for n in ("a", "w")}
+        leader, tasks = await _elect(first)
+        assert leader is nodes["a"]
+        assert leader.store.open().keys["queue://q"].count == 2
+        b = nodes["b"]
+        tasks.append(asyncio.create_task(b.acquire()))
+        async with asyncio.timeout(20):
+            while b.snapshots_installed < 1 or b.durable != leader.last:
+                await asyncio.sleep(0.01)
+        assert b.journal is not None and b.journal.key_info("queue://q").count == 2
+        assert (cfgs["a"].store_directory / "gen-1").is_dir()
         await _shutdown(nodes, tasks)
 
     asyncio.run(main())

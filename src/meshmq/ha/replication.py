@@ -49,6 +49,7 @@ from meshmq.ha.replica_wire import (
     position,
 )
 from meshmq.ha.replication_policy import (
+    ADOPTED,
     ZERO,
     Catchup,
     Position,
@@ -80,6 +81,7 @@ from meshmq.store.base import (
 )
 from meshmq.store.fence import FencedError
 from meshmq.store.journal import JournalStore
+from meshmq.store.journal import format as fmt
 
 log = logging.getLogger("meshmq.ha")
 
@@ -134,10 +136,30 @@ class Generations:
     def current(self) -> Path:
         self.directory.mkdir(parents=True, exist_ok=True)
         pointer = self.directory / CURRENT_FILE
+        if not pointer.exists():
+            self._adopt_plain_journal()
         name = pointer.read_text().strip() if pointer.exists() else "gen-1"
         if not name.startswith("gen-") or not name[4:].isdigit():
             raise StoreError(f"{pointer}: not a journal generation name: {name!r}")
         return self.directory / name
+
+    def _adopt_plain_journal(self) -> None:
+        """A broker switched to replicated mode keeps its data: the segments of the
+        journal it ran on before move into the first generation."""
+        segments = [p for p in self.directory.iterdir()
+                    if fmt.parse_segment_name(p.name) is not None]
+        if not segments:
+            return
+        first = self.directory / "gen-1"
+        first.mkdir(exist_ok=True)
+        for seg in segments:
+            os.replace(seg, first / seg.name)
+        _fsync_dir(first)
+        _fsync_dir(self.directory)
+        _write_atomic(self.directory / CURRENT_FILE, first.name.encode())
+        log.warning("replication: moved the %d journal segments of %s into %s (this "
+                    "broker ran without replication before)", len(segments),
+                    self.directory, first)
 
     def fresh(self) -> Path:
         n = int(self.current().name[4:]) + 1
@@ -281,6 +303,10 @@ class ReplicatedHa:
                                                    self.generations.current())
             mark = self.journal.key_info(REPL_KEY).last_seq
             self.last = self.durable = unpack_position(mark)
+            if mark == 0 and self.journal.key_names():
+                # Data written without replication (see Generations): ahead of an empty
+                # node, and never taken for anybody else's history (ADOPTED).
+                self.last = self.durable = ADOPTED
         host, port = _split(self.ha.listen)
         self._server = await asyncio.start_server(self._serve, host, port,
                                                   reuse_address=True)

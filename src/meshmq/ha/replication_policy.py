@@ -27,6 +27,10 @@ from dataclasses import dataclass
 
 Position = tuple[int, int]  # (term, index) of the newest batch a node has on disk
 ZERO: Position = (0, 0)
+# The position of a journal written before replication was turned on: real batches have
+# terms >= 1, so (0, n > 0) is never part of a replicated history and always gets a
+# snapshot rather than a stream.
+ADOPTED: Position = (0, 1)
 _INDEX_BITS = 40
 
 
@@ -157,6 +161,8 @@ class RetainedLog:
         """Stream when this log holds the follower's position (the logs then agree up to
         it: Raft's log matching), else send a snapshot."""
         term = self.term_at(follower[1])
+        if follower[0] == 0 and follower[1] > 0:
+            return Catchup.SNAPSHOT  # ADOPTED data: nobody else's history
         if term is not None and term == follower[0]:
             return Catchup.STREAM
         return Catchup.SNAPSHOT
