@@ -1,4 +1,5 @@
-"""Replicated master/slave with real subprocesses: two data nodes and a witness.
+"""Replicated master/slave with real subprocesses: two data nodes and a witness (and
+three data nodes for the kill test).
 
 * the master is SIGKILLed under a persistent load from failover clients: every confirmed
   message reaches the consumer, once; the old master comes back as a slave and catches up;
@@ -40,12 +41,13 @@ def _close(cluster: Cluster) -> None:
     cluster.close()
 
 
+@pytest.mark.parametrize(("names", "witness"), [(("A", "B"), True), (("A", "B", "C"), False)],
+                         ids=["two-brokers-and-a-witness", "three-brokers"])
 def test_master_killed_under_load_loses_nothing_and_comes_back_as_a_slave(
-        tmp_path: Path) -> None:
-    cluster = make_cluster(tmp_path).start()
+        tmp_path: Path, names: tuple[str, ...], witness: bool) -> None:
+    cluster = make_cluster(tmp_path, names, witness=witness).start()
     try:
         master = cluster.wait_master()
-        slave = next(m for m in cluster.data if m is not master)
         uri = cluster.failover_uri()
         total, kill_after = 300, 100
         took: list[float] = []
@@ -82,18 +84,21 @@ def test_master_killed_under_load_loses_nothing_and_comes_back_as_a_slave(
 
         run(main())
         assert took and took[0] < 10, took
-        ha = slave.ha()
+        successor = cluster.wait_master(exclude=(master.name,))
+        ha = successor.ha()
         assert ha is not None and ha["role"] == "master" and ha["term"] >= 2
         # The old master restarts, follows the new one and catches up.
         master.start()
         poll(lambda: (h := master.ha()) is not None and h["role"] == "slave"
-             and h["leader"] == slave.name, 30, "the old master to follow the new one")
-        wait_caught_up(slave, master)
-        assert f"slave: following {slave.name}" in master.log()
+             and h["leader"] == successor.name, 30, "the old master to follow the new one")
+        for other in cluster.data:
+            if other is not successor:
+                wait_caught_up(successor, other)
+        assert f"slave: following {successor.name}" in master.log()
         out = subprocess.run([sys.executable, "-m", "meshmq.cli.main", "stat", "--url",
                               f"127.0.0.1:{master.node.mgmt}"], capture_output=True,
                              text=True, timeout=30, check=True).stdout
-        assert f"role slave  ha replicated  term {ha['term']}  master {slave.name}" in out
+        assert f"role slave  ha replicated  term {ha['term']}  master {successor.name}" in out
     finally:
         _close(cluster)
 
