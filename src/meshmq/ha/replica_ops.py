@@ -134,6 +134,8 @@ def decode_ops(data: bytes) -> tuple[list[StoreOp], dict[str, int]]:
                 msg = codec.decode_message(raw)
             except Exception as exc:
                 raise RemoteProtocolError(f"replicated batch: bad message: {exc}") from None
+            # The slave's journal stores exactly these bytes: no re-encoding.
+            msg.wire_cache = {codec.STORE_CACHE: raw}
             (nrefs,) = r.unpack(_U32)
             refs = []
             for _ in range(nrefs):
