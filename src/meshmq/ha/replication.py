@@ -29,9 +29,7 @@ import enum
 import hmac
 import json
 import logging
-import os
 import random
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,7 +38,9 @@ from typing import Any
 
 from meshmq.config.model import BrokerConfig
 from meshmq.errors import MeshmqError, StoreError
+from meshmq.ha.replica_files import Generations, write_atomic
 from meshmq.ha.replica_ops import decode_ops, encode_ops
+from meshmq.ha.replica_store import ReplicatedStore
 from meshmq.ha.replica_wire import (
     decode_append,
     decode_mixed,
@@ -81,13 +81,11 @@ from meshmq.store.base import (
 )
 from meshmq.store.fence import FencedError
 from meshmq.store.journal import JournalStore
-from meshmq.store.journal import format as fmt
 
 log = logging.getLogger("meshmq.ha")
 
 REPL_KEY = "\x00meshmq:replication"  # journal key whose last_seq is the log position
 STATE_FILE = "repl-state.json"
-CURRENT_FILE = "CURRENT"
 _SEND_BYTES = 1 << 20  # batches per APPEND frame, by payload bytes
 _SNAPSHOT_PART_BYTES = 4 << 20
 LEADER_LEASE_SHARE = 0.9  # the master gives up a little before voters would vote again
@@ -106,73 +104,6 @@ class Kind(enum.Enum):
 def _split(addr: str) -> tuple[str, int]:
     host, _, port = addr.rpartition(":")
     return host, int(port)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-class Generations:
-    """Journal directories ``gen-<n>`` under the store directory; ``CURRENT`` names the
-    one in use."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-
-    def current(self) -> Path:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        pointer = self.directory / CURRENT_FILE
-        if not pointer.exists():
-            self._adopt_plain_journal()
-        name = pointer.read_text().strip() if pointer.exists() else "gen-1"
-        if not name.startswith("gen-") or not name[4:].isdigit():
-            raise StoreError(f"{pointer}: not a journal generation name: {name!r}")
-        return self.directory / name
-
-    def _adopt_plain_journal(self) -> None:
-        """A broker switched to replicated mode keeps its data: the segments of the
-        journal it ran on before move into the first generation."""
-        segments = [p for p in self.directory.iterdir()
-                    if fmt.parse_segment_name(p.name) is not None]
-        if not segments:
-            return
-        first = self.directory / "gen-1"
-        first.mkdir(exist_ok=True)
-        for seg in segments:
-            os.replace(seg, first / seg.name)
-        _fsync_dir(first)
-        _fsync_dir(self.directory)
-        _write_atomic(self.directory / CURRENT_FILE, first.name.encode())
-        log.warning("replication: moved the %d journal segments of %s into %s (this "
-                    "broker ran without replication before)", len(segments),
-                    self.directory, first)
-
-    def fresh(self) -> Path:
-        n = int(self.current().name[4:]) + 1
-        path = self.directory / f"gen-{n}"
-        if path.exists():  # left by a copy that was interrupted
-            shutil.rmtree(path)
-        return path
-
-    def switch(self, path: Path) -> None:
-        old = self.current()
-        _write_atomic(self.directory / CURRENT_FILE, path.name.encode())
-        if old != path:
-            shutil.rmtree(old, ignore_errors=True)
 
 
 @dataclass(slots=True)
@@ -280,7 +211,7 @@ class ReplicatedHa:
         state: dict[str, Any] = {"term": self.term, "voted_for": self.voted_for}
         if self.witness:
             state["last"] = list(self.last)
-        _write_atomic(self._state_path, json.dumps(state).encode())
+        write_atomic(self._state_path, json.dumps(state).encode())
 
     def _open_journal(self, path: Path) -> JournalStore:
         store = self.config.store
@@ -1012,65 +943,3 @@ class ReplicatedHa:
             raise FencedError("the replicated store opens only on the master")
         keys = {k: journal.key_info(k) for k in journal.key_names() if k != REPL_KEY}
         return Recovery(keys, journal.durable_subscriptions())
-
-
-class ReplicatedStore:
-    """The master's store: its own journal, every batch replicated (``sync`` waits for a
-    majority in synchronous mode). Refuses writes once this node is not master."""
-
-    def __init__(self, node: ReplicatedHa) -> None:
-        self.node = node
-
-    def _journal(self) -> JournalStore:
-        if self.node.journal is None:
-            raise StoreError("replicated store is not open")
-        return self.node.journal
-
-    def open(self) -> Recovery:
-        return self.node.recovery()
-
-    def write(self, ops: Any) -> None:
-        if ops:
-            self.node.replicate(list(ops))
-
-    async def sync(self) -> None:
-        await self.node.sync()
-
-    def load(self, key: str, after_seq: int, max_count: int,
-             max_bytes: int = 1 << 62) -> list[StoredEntry]:
-        return self._journal().load(key, after_seq, max_count, max_bytes)
-
-    def key_info(self, key: str) -> Any:
-        return self._journal().key_info(key)
-
-    def compact_step(self) -> bool:
-        return self.node.journal is not None and self.node.journal.compact_step()
-
-    def stats(self) -> dict[str, int | float | str]:
-        out = dict(self._journal().stats()) if self.node.journal is not None else {}
-        out["kind"] = "replicated-journal"
-        out["replication_term"] = self.node.term
-        out["replication_index"] = self.node.last[1]
-        out["replication_commit"] = self.node.commit
-        return out
-
-    async def close(self) -> None:
-        if self.node.journal is not None:
-            await self.node.journal.close()
-
-
-async def run_witness(config: BrokerConfig) -> int:
-    """``meshmq witness``: vote until SIGTERM/SIGINT; no broker, no store."""
-    import signal
-
-    node = ReplicatedHa(config, on_lost=lambda why: None)
-    loop = asyncio.get_running_loop()
-    stopping: set[asyncio.Task[None]] = set()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, lambda: stopping.add(loop.create_task(node.stop())))
-    await node.acquire()
-    for task in stopping:
-        await task
-    log.info("witness %s stopped", node.node_id)
-    return 0

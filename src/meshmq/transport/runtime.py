@@ -467,7 +467,7 @@ async def run_broker(config: BrokerConfig) -> int:
     (HA) starts again as a slave when ``ha.restart_when_deposed``, else it exits with
     ``EXIT_DEPOSED`` so a supervisor sees it. ``[ha] role = "witness"`` runs a witness."""
     if config.ha.mode == "replicated" and config.ha.role == "witness":
-        from meshmq.ha.replication import run_witness
+        from meshmq.ha.replica_store import run_witness
 
         return await run_witness(config)
     while True:
