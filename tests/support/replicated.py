@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -180,12 +179,3 @@ def wait_caught_up(master: Member, slave: Member, timeout: float = 30) -> None:
         return mh is not None and sh is not None and sh["durable"] == mh["last"]
 
     poll(same, timeout, f"{slave.name} to catch up with {master.name}")
-
-
-def sample_roles(cluster: Cluster, seconds: float) -> list[tuple[float, list[str]]]:
-    """Who accepts writes, sampled as often as the nodes answer for ``seconds``."""
-    out = []
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        out.append((time.monotonic(), cluster.writable()))
-    return out
