@@ -72,22 +72,27 @@ def test_links_need_the_configured_credentials(tmp_path: Path) -> None:
         node = ReplicatedHa(cfg, on_lost=lambda why: None)
         task = asyncio.create_task(node.acquire())
         host, port = cfg.ha.listen.split(":")
-        await asyncio.wait_for(_until_listening(node), 10)
-        request = encode_json(FrameType.REPL_VOTE_REQUEST, {
-            "term": 1, "candidate": "x", "last": [0, 0], "pre": True})
-        for password, expect in (("wrong", FrameType.REFUSE), ("secret", FrameType.REPL_VOTE)):
-            reader, writer = await asyncio.open_connection(host, int(port))
-            writer.write(MAGIC + encode_json(FrameType.HELLO, {
-                "replication": 1, "node": "x", "user": "repl", "password": password}) + request)
-            ftype, payload = await asyncio.wait_for(_read_frame(reader), 10)
-            assert ftype == expect, (password, json.loads(payload))
-            if expect is FrameType.REFUSE:
-                assert "bad replication credentials" in json.loads(payload)["reason"]
-            else:
-                assert json.loads(payload)["granted"] is True
-            writer.close()
-        await node.stop()
-        await task
+        try:
+            await asyncio.wait_for(_until_listening(node), 10)
+            request = encode_json(FrameType.REPL_VOTE_REQUEST, {
+                "term": 1, "candidate": "x", "last": [0, 0], "pre": True})
+            for password, expect in (("wrong", FrameType.REFUSE),
+                                     ("secret", FrameType.REPL_VOTE)):
+                reader, writer = await asyncio.open_connection(host, int(port))
+                writer.write(MAGIC + encode_json(FrameType.HELLO, {
+                    "replication": 1, "node": "x", "user": "repl", "password": password})
+                    + request)
+                ftype, payload = await asyncio.wait_for(_read_frame(reader), 10)
+                writer.close()
+                await writer.wait_closed()
+                assert ftype == expect, (password, json.loads(payload))
+                if expect is FrameType.REFUSE:
+                    assert "bad replication credentials" in json.loads(payload)["reason"]
+                else:  # answered (refused: a node that just started votes for nobody yet)
+                    assert json.loads(payload)["granted"] is False
+        finally:
+            await node.stop()
+            await task
 
     asyncio.run(main())
 

@@ -67,6 +67,7 @@ class FollowerSide:
     _stop: asyncio.Event
     _snapshot: tuple[JournalStore, Path] | None
     _closing: bool
+    _started_ms: int
 
     if TYPE_CHECKING:
         @property
@@ -136,7 +137,11 @@ class FollowerSide:
 
     def _on_vote(self, req: dict[str, Any]) -> dict[str, Any]:
         now = self._clock()
-        seen = now if self.kind is Kind.LEADER else self.leader_seen_ms
+        # A node that started less than a lease ago may have acknowledged a master just
+        # before it (re)started: it votes as if it had heard from one at start.
+        seen = now if self.kind is Kind.LEADER else max(
+            self.leader_seen_ms if self.leader_seen_ms is not None else -(1 << 62),
+            self._started_ms)
         candidate = str(req.get("candidate"))
         term = int(req.get("term", 0))
         last = position(req.get("last"), "vote request last")
@@ -155,21 +160,24 @@ class FollowerSide:
         return {"term": self.term, "granted": d.granted, "reason": d.reason}
 
     def _ack(self, writer: asyncio.StreamWriter, head: dict[str, Any], ok: bool,
-             reason: str = "") -> None:
+             reason: str = "", *, accepted: bool = True) -> None:
+        """``accepted``: this node took the sender as its master (and so refuses votes
+        for ``lease_ms``); only such answers extend the master's lease."""
         writer.write(encode_json(FrameType.REPL_ACK, {
-            "term": self.term, "ok": ok, "last": list(self.last),
+            "term": self.term, "ok": ok, "accepted": accepted, "last": list(self.last),
             "durable": list(self.durable), "sent_ms": head.get("sent_ms"),
             "witness": self.witness, "reason": reason}))
 
     def _accept_leader(self, head: dict[str, Any], writer: asyncio.StreamWriter) -> bool:
         term = int(head.get("term", 0))
         if self._closing or term < self.term or self._stop.is_set():
-            self._ack(writer, head, False, "stale term" if term < self.term else "closing")
+            self._ack(writer, head, False, "stale term" if term < self.term else "closing",
+                      accepted=False)
             return False
         if term > self.term or self.kind is not Kind.FOLLOWER:
             self._adopt_term(term)
             if self.deposed:
-                self._ack(writer, head, False, "closing")
+                self._ack(writer, head, False, "closing", accepted=False)
                 return False
         leader = str(head.get("leader"))
         if leader != self.leader_id:
@@ -254,11 +262,12 @@ class FollowerSide:
         self._snapshot = None
         old = self.journal
         self.journal = snap
-        self.last = self.durable = pos
         if old is not None:
             with contextlib.suppress(StoreError):
                 await old.close()
         await asyncio.to_thread(self.generations.switch, path)
+        # Only now (the copy is the node's journal for good) does the position move.
+        self.last = self.durable = pos
         self.snapshots_installed += 1
         log.info("slave: snapshot at %s installed; following live", pos)
         self._ack(writer, head, True)

@@ -71,6 +71,7 @@ class LeaderStreams:
     _elect_now: asyncio.Event
     _stop: asyncio.Event
     _snapshot: tuple[JournalStore, Path] | None
+    _leader_since_ms: int
 
     if TYPE_CHECKING:
         @property
@@ -95,9 +96,10 @@ class LeaderStreams:
                 async with asyncio.timeout(self.ha.lease_ms / 1000):
                     reader, writer = await asyncio.open_connection(host, port)
             except (OSError, TimeoutError):
+                p.unreachable = True
                 await asyncio.sleep(backoff)
                 continue
-            p.closed = False
+            p.closed = p.unreachable = False
             p.writer = writer
             acks = asyncio.get_running_loop().create_task(self._read_acks(p, reader))
             try:
@@ -136,7 +138,7 @@ class LeaderStreams:
         if self.kind is not Kind.LEADER or term != self.term:
             return
         sent = ack.get("sent_ms")
-        if isinstance(sent, int):
+        if isinstance(sent, int) and ack.get("accepted", True):
             p.acked_sent_ms = max(p.acked_sent_ms or 0, sent)
         p.witness = bool(ack.get("witness", False))
         p.last = position(ack.get("last"), "ACK last")
@@ -202,13 +204,16 @@ class LeaderStreams:
     def _witness_limit(self) -> int:
         """How far a witness may acknowledge: no further than every live data follower
         has on disk. Otherwise a witness could hold a batch a surviving slave never
-        received, and refuse it its vote though nothing it lacks was confirmed. A follower
-        still catching up (behind the commit point: it lacks confirmed batches anyway)
-        does not hold the others back until it has caught up."""
+        received, and refuse it its vote though nothing it lacks was confirmed. A data
+        follower is live until it has not answered for ``lease_ms``, so writes wait for
+        a slave that is there, even while it catches up, and go on without one that is
+        gone."""
         now = self._clock()
-        live = [p.match for p in self._peers.values() if not p.witness
-                and p.acked_sent_ms is not None and now - p.acked_sent_ms < self.ha.lease_ms
-                and p.match >= self.commit]
+        live = [p.match for p in self._peers.values() if not p.witness and (
+            now - p.acked_sent_ms < self.ha.lease_ms if p.acked_sent_ms is not None
+            # Never answered since the election: give it two heartbeats to show up.
+            else not p.unreachable
+            and now - self._leader_since_ms < 2 * self.ha.keepalive_ms)]
         return min(live) if live else self.last[1]
 
     async def _answer(self, p: Peer) -> Position | None:

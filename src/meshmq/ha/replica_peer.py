@@ -32,6 +32,7 @@ class Peer:
     witness: bool = False
     mismatch: bool = False
     closed: bool = False
+    unreachable: bool = False  # the newest attempt to connect failed
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     answered: asyncio.Event = field(default_factory=asyncio.Event)
     writer: asyncio.StreamWriter | None = None

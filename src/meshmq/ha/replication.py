@@ -107,10 +107,10 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
         self.kind = Kind.FOLLOWER
         self.leader_id: str | None = None
         self.leader_seen_ms: int | None = None
-        # A node that just started campaigns soon (after two heartbeat intervals, time
-        # for a live master to reach it first): its pre-vote is refused anyway while a
-        # master is alive, and a cluster starting from scratch elects at once.
-        self._timer_base = clock() - ha.lease_ms + 2 * ha.keepalive_ms
+        # A node that (re)started may have acknowledged a master just before: it neither
+        # campaigns nor votes for a lease after its start (that master's lease may
+        # still count on it).
+        self._started_ms = self._timer_base = clock()
         self.journal: JournalStore | None = None
         self.last: Position = ZERO  # newest batch written to the journal
         self.durable: Position = ZERO  # newest batch known to be on disk
@@ -126,6 +126,7 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
         self._snapshot: tuple[JournalStore, Path] | None = None
         self._lease_task: asyncio.Task[None] | None = None
         self.became_master_ms: int | None = None
+        self._leader_since_ms = 0  # when this node last won an election
         self.elections = 0
         self.snapshots_sent = 0
         self.snapshots_installed = 0
@@ -382,7 +383,7 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
         self.durable = self.last
         self.kind = Kind.LEADER
         self.leader_id = self.node_id
-        self.leader_seen_ms = self._clock()
+        self.leader_seen_ms = self._leader_since_ms = self._clock()
         self.retained = RetainedLog(self.last, self.ha.log_retain_bytes)
         self.commit = 0
         self._peers = {m: Peer(m) for m in self.ha.members}
