@@ -13,6 +13,9 @@ Pairs:
   every HA setting at its default);
 * ``meshmq-database``: two meshmq brokers on a PostgreSQL store with the database lease
   (defaults: lease 5 s), if PostgreSQL is installed (private cluster, as the tests do);
+* ``meshmq-replicated``: two meshmq brokers, each with its own journal, plus a witness
+  (``[ha] mode = "replicated"``, ``lease_ms = 1000``, ``keepalive_ms = 200`` as
+  docs/ha.md recommends for it; synchronous replication);
 * ``activemq-shared``: two ActiveMQ brokers on one KahaDB directory (ActiveMQ's shared
   file locker, its defaults: ``lockAcquireSleepInterval`` 10 s), if ActiveMQ is installed.
 
@@ -179,6 +182,54 @@ def measure(master: Node, slave_port: int) -> dict[str, float]:
     return {"accept_s": accept - killed, "receipt_s": receipt - killed}
 
 
+def replicated_round(work: Path) -> dict[str, float]:
+    stomp = free_ports(2)
+    repl = free_ports(3)
+    names = ("a", "b", "w")
+    addr = {n: f"{HOST}:{p}" for n, p in zip(names, repl, strict=True)}
+    nodes: dict[str, Node] = {}
+    for i, name in enumerate(names):
+        members = ", ".join(f'"{addr[o]}"' for o in names if o != name)
+        listener = (f'[[listeners]]\nname = "stomp"\nurl = "stomp://{HOST}:{stomp[i]}"\n'
+                    if name != "w" else "")
+        cfg = work / f"{name}.toml"
+        cfg.write_text(f"""[broker]
+name = "{name}"
+data_directory = "{work / name}"
+
+{listener}
+[store]
+fsync = true
+
+[management]
+enabled = false
+
+[ha]
+mode = "replicated"
+listen = "{addr[name]}"
+members = [{members}]
+lease_ms = 1000
+keepalive_ms = 200
+{'role = "witness"' if name == "w" else ""}
+""")
+        nodes[name] = Node([sys.executable, "-m", "meshmq.cli.main", "broker", "--config",
+                            str(cfg)], {"PYTHONUNBUFFERED": "1"}, work / f"{name}.log", work)
+    a, b, w = nodes["a"], nodes["b"], nodes["w"]
+    try:
+        a.start()
+        w.start()
+        wait_for(lambda: port_accepts(stomp[0]), 60, "the master")
+        send_with_receipts(stomp[0], PRELOAD)
+        b.start()
+        # Caught up: it has applied the master's batches up to the preload.
+        wait_for(lambda: "slave: following" in b.text(), 60, "the slave to follow")
+        send_with_receipts(stomp[0], 1)  # confirmed => on b's disk (majority of a, b, w)
+        return measure(a, stomp[1])
+    finally:
+        for n in (a, b, w):
+            n.kill()
+
+
 # ------------------------------------------------------------------- ActiveMQ pair
 
 def activemq_round(work: Path) -> dict[str, float]:
@@ -235,9 +286,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--only", choices=["meshmq-shared", "meshmq-database",
-                                           "activemq-shared"], action="append")
+                                           "meshmq-replicated", "activemq-shared"],
+                        action="append")
     args = parser.parse_args()
-    wanted = args.only or ["meshmq-shared", "meshmq-database", "activemq-shared"]
+    wanted = args.only or ["meshmq-shared", "meshmq-database", "meshmq-replicated",
+                           "activemq-shared"]
     results: dict[str, object] = {"date": datetime.datetime.now(datetime.UTC).isoformat(),
                                   "rounds": args.rounds, "preload": PRELOAD, "pairs": {}}
     pairs: dict[str, object] = results["pairs"]  # type: ignore[assignment]
@@ -268,6 +321,8 @@ def main() -> int:
                     dsn = cluster.create_database()
                     sample = meshmq_round(work, f'kind = "postgres"\ndsn = "{dsn}"',
                                           'mode = "database"')
+                elif pair == "meshmq-replicated":
+                    sample = replicated_round(work)
                 else:
                     sample = activemq_round(work)
             print(f"{pair} round {i + 1}: accept {sample['accept_s']:.3f}s, "
@@ -278,12 +333,13 @@ def main() -> int:
     if cluster is not None:
         cluster.stop()
     RESULTS.mkdir(exist_ok=True)
-    stem = RESULTS / f"{datetime.date.today().isoformat()}-takeover"
+    suffix = "-" + "-".join(args.only) if args.only else ""
+    stem = RESULTS / f"{datetime.date.today().isoformat()}-takeover{suffix}"
     stem.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
     lines = [f"# Takeover after kill -9 of the master ({results['date'][:19]}Z)", "",
              f"{args.rounds} rounds per pair, {PRELOAD} persistent messages in the store; "
              "command: `.venv/bin/python bench/takeover.py --rounds "
-             f"{args.rounds}`.", "",
+             f"{args.rounds}{''.join(f' --only {p}' for p in args.only or [])}`.", "",
              "| pair | accepting (median, min-max) | first receipt (median, min-max) |",
              "|---|---|---|"]
     for pair, data in pairs.items():

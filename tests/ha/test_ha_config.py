@@ -102,14 +102,7 @@ def test_xml_mistakes_name_the_bad_part(body: str, head: str, message: str) -> N
     assert "activemq.xml" in str(info.value)
 
 
-@pytest.mark.parametrize("broker", [
-    '<broker masterConnectorURI="tcp://m:61616">',
-    '<broker><masterConnector remoteURI="tcp://m:61616" userName="u" password="p"/>',
-    '<broker><services><masterConnector remoteURI="tcp://m:61616"/></services>',
-])
-def test_pure_master_slave_is_refused_not_silently_ignored(broker: str) -> None:
-    with pytest.raises(ConfigError, match="would start as a second master"):
-        loads_activemq_xml(f"<beans>{broker}</broker></beans>")
+# Pure master/slave maps to replicated HA: tests/ha/test_replicated_config.py.
 
 
 def test_toml_ha_section() -> None:
@@ -144,6 +137,11 @@ def test_example_configs_load() -> None:
     shared = load_config(examples / "ha-shared.toml")
     assert (shared.ha.mode, shared.store.directory) == (
         "shared", Path("/srv/shared/meshmq-journal"))
+    replicated = load_config(examples / "ha-replicated.toml")
+    assert (replicated.ha.mode, replicated.ha.members) == (
+        "replicated", ("10.0.0.2:62001", "10.0.0.3:62001"))
+    witness = load_config(examples / "ha-witness.toml")
+    assert (witness.ha.role, witness.ha.listen) == ("witness", "10.0.0.3:62001")
     jdbc = load_config(examples / "activemq-jdbc-ha.xml")
     assert (jdbc.store.kind, jdbc.ha.mode, jdbc.ha.keepalive_ms, jdbc.ha.lease_ms) == (
         "postgres", "database", 2000, 6000)

@@ -139,7 +139,10 @@ def cmd_stat(args: argparse.Namespace) -> int:
     print(f"broker {stat['broker']}  connections {stat['connections']}  memory "
           f"{stat['memory']['used']}/{stat['memory']['limit']} ({stat['memory']['percent']}%)")
     ha = stat.get("ha") or {}
-    if ha.get("mode", "none") != "none":
+    if ha.get("mode") == "replicated":
+        print(f"role {ha['role']}  ha replicated  term {ha['term']}  master "
+              f"{ha.get('leader')}  log {ha.get('last')}  commit {ha.get('commit')}")
+    elif ha.get("mode", "none") != "none":
         print(f"role {ha['role']}  ha {ha['mode']}  epoch {ha['epoch']}  lease held by "
               f"{ha.get('lease_holder')} (epoch {ha.get('lease_epoch')})")
     cols = ("type", "name", "depth", "enqueued", "dequeued", "consumers", "producers",
@@ -191,6 +194,20 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_witness(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from meshmq.config.load import load_config
+    from meshmq.transport.runtime import run_broker
+
+    config = load_config(Path(args.config))
+    if config.ha.mode != "replicated":
+        print(f"{args.config}: a witness needs [ha] mode = \"replicated\"", file=sys.stderr)
+        return 2
+    config = dataclasses.replace(config, ha=dataclasses.replace(config.ha, role="witness"))
+    return asyncio.run(run_broker(config))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="meshmq", description=__doc__)
     parser.add_argument("--version", action="version", version=f"meshmq {__version__}")
@@ -229,6 +246,12 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--durable", help="durable subscription name (needs --client-id)")
             p.add_argument("--client-id")
             p.add_argument("--json", action="store_true")
+
+    w = sub.add_parser("witness", help="run a replicated-HA witness: votes, stores no "
+                       "messages (docs/ha.md)")
+    w.add_argument("--config", required=True, help="meshmq.toml with [ha] mode = "
+                   "\"replicated\", listen and members")
+    w.set_defaults(func=cmd_witness)
 
     s = sub.add_parser("stat", help="show destinations of a running broker")
     s.add_argument("--url", default="127.0.0.1:8161", help="management HOST:PORT")

@@ -71,8 +71,8 @@ _BROKER_IGNORED = frozenset({
     "consumerSystemUsagePortion", "dedicatedTaskRunner",
     "allowTempAutoCreationOnSend", "keepDurableSubsActive", "systemExitOnShutdown",
     "rejectDurableConsumers", "anonymousProducerAdvisorySupport", "monitorConnectionSplits",
-    "persistenceThreadPriority", "shutdownOnMasterFailure", "shutdownOnSlaveFailure",
-    "waitForSlave", "waitForSlaveTimeout", "passiveSlave", "useLoggingForShutdownErrors",
+    "persistenceThreadPriority", "shutdownOnSlaveFailure", "waitForSlaveTimeout",
+    "passiveSlave", "useLoggingForShutdownErrors",
     "mbeanInvocationTimeout", "id", "storeOpenWireVersion", "maxUncommittedCount",
 })
 _BROKER_LATER = frozenset({
@@ -441,16 +441,23 @@ class _Importer:
             "networkConnectorStartAsync": lambda a: self.put(
                 "broker.network_connector_start_async", self.value(node, a), node, a),
             "masterConnectorURI": lambda a: self.pure_master_slave(node, a),
+            "shutdownOnMasterFailure": lambda a: self.put(
+                "ha.can_be_master", "false" if self.value(node, a).strip().lower() == "true"
+                else "true", node, a),
+            "waitForSlave": lambda a: self.wait_for_slave(node, a),
         }, _BROKER_IGNORED)
         for child in node.children:
-            # A slave configured this way must not quietly start as a second master.
-            if child.tag == "masterConnector":
-                self.pure_master_slave(child, None)
+            # Pure master/slave: a replicated node (handled before the persistence
+            # adapter, which otherwise makes a <kahaDB> a shared store).
             if child.tag == "services":
                 for svc in child.children:
                     if svc.tag == "masterConnector":
                         self.pure_master_slave(svc, None)
+        for child in node.children:
+            if child.tag == "masterConnector":
+                self.pure_master_slave(child, None)
         self.elements(node, {
+            "masterConnector": lambda n: None,  # read above
             "transportConnectors": self.transport_connectors,
             "persistenceAdapter": self.persistence_adapter,
             "plugins": self.plugins,
@@ -668,8 +675,10 @@ class _Importer:
     def kahadb(self, node: _Node) -> None:
         self.put("store.kind", "journal", node, None)
         # ActiveMQ locks every KahaDB directory: a second broker on it waits as a slave.
-        # meshmq's equivalent is shared-store HA (a lease with fencing), unless useLock=false.
-        self.put("ha.mode", "shared", node, None)
+        # meshmq's equivalent is shared-store HA (a lease with fencing), unless useLock=false
+        # or a <masterConnector> made this a replicated node (each with its own journal).
+        if self.raw.get("ha", {}).get("mode") != "replicated":
+            self.put("ha.mode", "shared", node, None)
 
         def sync_strategy(a: str) -> None:
             strategy = self.value(node, a).lower()
@@ -693,10 +702,48 @@ class _Importer:
         self.elements(node, {"locker": lambda n: self.locker(n, "shared-file-locker")})
 
     def pure_master_slave(self, node: _Node, attr: str | None) -> None:
-        raise self.fail(node, "pure master/slave (masterConnectorURI, <masterConnector>) is "
-                        "not available in meshmq yet: this broker would start as a second "
-                        "master. Share a <kahaDB> directory or a <jdbcPersistenceAdapter> "
-                        "between the brokers instead (docs/ha.md)", attr)
+        """ActiveMQ's pure master/slave -> replicated HA (docs/ha.md). The URI names the
+        other node's replication address (``static:(tcp://a:1,tcp://w:2)`` lists several,
+        e.g. a witness); this node listens on the same port. meshmq elects the master, so
+        both brokers of a pair name each other."""
+        if attr is not None:
+            uri_attr = attr
+        else:
+            self.attributes(node, {
+                "remoteURI": lambda a: None,
+                "userName": lambda a: self.put("ha.user", self.value(node, a), node, a),
+                "password": lambda a: self.put("ha.password", self.value(node, a), node, a),
+            })
+            uri_attr = "remoteURI"
+            if uri_attr not in node.attrs:
+                raise self.fail(node, "<masterConnector> needs remoteURI, the other node's "
+                                "replication address", None)
+        text = self.value(node, uri_attr).strip()
+        inner = text[len("static:("):-1] if text.startswith("static:(") and \
+            text.endswith(")") else text
+        members = []
+        for part in (p.strip() for p in inner.split(",")):
+            parsed = urllib.parse.urlparse(part)
+            if parsed.scheme not in ("tcp", "nio", "ssl") or not parsed.hostname \
+                    or parsed.port is None:
+                raise self.fail(node, f"{part!r} is not a tcp://HOST:PORT replication "
+                                "address", uri_attr)
+            members.append(f"{parsed.hostname}:{parsed.port}")
+        self.put("ha.mode", "replicated", node, None)
+        self.put("ha.members", members, node, uri_attr)
+        port = members[0].rpartition(":")[2]
+        self.raw.setdefault("ha", {}).setdefault("listen", f"0.0.0.0:{port}")
+        self.src.lines.setdefault("ha.listen", node.line)
+
+    def wait_for_slave(self, node: _Node, attr: str) -> None:
+        # A replicated master never confirms a write without a majority, so it always
+        # "waits for its slave"; on a broker that is not replicated it means nothing.
+        if self.value(node, attr).strip().lower() == "true" and not any(
+                c.tag == "masterConnector" for c in _iter(node)) \
+                and "masterConnectorURI" not in node.attrs:
+            raise self.fail(node, "waitForSlave=true: in meshmq both brokers of a "
+                            "replicated pair name each other with <masterConnector "
+                            "remoteURI=...> (meshmq elects the master); add it here", attr)
 
     def use_lock(self, node: _Node, attr: str) -> None:
         if self.value(node, attr).strip().lower() == "false":

@@ -16,7 +16,8 @@ MIB = 1024 * 1024
 LISTENER_PROTOCOLS = ("stomp", "stomp+ssl", "mqtt", "mqtt+ssl", "ws", "wss", "tcp", "ssl",
                       "nio")
 STORE_KINDS = ("journal", "memory", "postgres")
-HA_MODES = ("none", "shared", "database")
+HA_MODES = ("none", "shared", "database", "replicated")
+HA_ROLES = ("broker", "witness")
 TRACE_FORMATS = ("jsonl", "parquet")
 LIMIT_ACTIONS = ("block", "fail")
 
@@ -220,6 +221,17 @@ class HaConfig:
     acquire_interval_ms: int = 100  # how often a slave looks at the lease
     holder_id: str | None = None  # unique per broker; default <name>@<host>:<pid>:<random>
     restart_when_deposed: bool = True  # a master that lost its lease becomes a slave again
+    # Mode "replicated" (docs/ha.md): each broker keeps its own journal; the master
+    # streams every write batch to the others and needs a majority for writes and takeover.
+    role: str = "broker"  # one of HA_ROLES: "witness" only votes and stores no messages
+    listen: str = ""  # this node's replication address HOST:PORT
+    members: tuple[str, ...] = ()  # the other nodes' replication addresses HOST:PORT
+    node_id: str | None = None  # unique per node; default <broker name>@<listen>
+    can_be_master: bool = True  # False: keeps a copy and votes, never takes over
+    user: str | None = None  # credentials every replication link presents and checks
+    password: str | None = None
+    synchronous: bool = True  # confirm a write once a majority has it on disk
+    log_retain_bytes: int = 64 * 1024 * 1024  # batches kept in memory for catch-up
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,7 @@ from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from meshmq.config.model import (
     HA_MODES,
+    HA_ROLES,
     LIMIT_ACTIONS,
     LISTENER_PROTOCOLS,
     STORE_KINDS,
@@ -86,7 +87,7 @@ SIZE_FIELDS: frozenset[str] = frozenset({
     "StompConfig.max_frame_size", "StompConfig.max_header_size", "MqttConfig.max_packet_size",
     "StoreConfig.segment_size", "StoreConfig.max_batch_bytes",
     "DestinationPolicy.memory_limit", "UsageConfig.memory_limit", "TraceConfig.max_file_bytes",
-    "StreamPolicy.max_bytes",
+    "StreamPolicy.max_bytes", "HaConfig.log_retain_bytes",
 })
 # Inclusive bounds; numbers not listed must merely be >= 0 (no option means anything below).
 _RANGES: dict[str, tuple[float | None, float | None]] = {
@@ -119,6 +120,7 @@ _RANGES: dict[str, tuple[float | None, float | None]] = {
     "HaConfig.lease_ms": (100, None),
     "HaConfig.keepalive_ms": (10, None),
     "HaConfig.acquire_interval_ms": (10, None),
+    "HaConfig.log_retain_bytes": (0, None),
 }
 _NONZERO: dict[str, str] = {
     f"NetworkConnectorConfig.{name}": "-1 (unlimited) or at least 1 hop"
@@ -134,6 +136,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "UsageConfig.on_limit": LIMIT_ACTIONS,
     "TraceConfig.format": TRACE_FORMATS,
     "HaConfig.mode": HA_MODES,
+    "HaConfig.role": HA_ROLES,
 }
 _NON_EMPTY: frozenset[str] = frozenset({
     "BrokerConfig.broker_name", "ListenerConfig.name", "ListenerConfig.host",
@@ -530,7 +533,9 @@ class _Builder:
         if not config.persistent or store.kind == "memory":
             raise self.src.error(f"ha mode {ha.mode!r} needs a persistent journal or postgres "
                                  "store shared by the brokers", "ha.mode")
-        if ha.mode == "shared" and store.kind != "journal":
+        if ha.mode == "replicated":
+            self._check_replicated(config)
+        elif ha.mode == "shared" and store.kind != "journal":
             raise self.src.error("ha mode 'shared' puts its lease next to a journal store; "
                                  "with a postgres store use mode 'database'", "ha.mode")
         if ha.mode == "database" and store.kind != "postgres":
@@ -542,6 +547,28 @@ class _Builder:
                 f"({ha.lease_ms}), or a healthy master could lose its lease", "ha.keepalive_ms")
         if ha.holder_id is not None and not 0 < len(ha.holder_id.encode()) <= 64:
             raise self.src.error("holder_id must be 1 to 64 bytes", "ha.holder_id")
+
+    def _check_replicated(self, config: BrokerConfig) -> None:
+        ha = config.ha
+        if config.store.kind != "journal" and ha.role != "witness":
+            raise self.src.error("ha mode 'replicated' copies a journal store to every node; "
+                                 "set store.kind = 'journal'", "ha.mode")
+        if not ha.listen:
+            raise self.src.error("ha mode 'replicated' needs listen = \"HOST:PORT\", this "
+                                 "node's replication address", "ha.listen")
+        if not ha.members:
+            raise self.src.error("ha mode 'replicated' needs members = [\"HOST:PORT\", ...], "
+                                 "the other nodes' replication addresses", "ha.members")
+        for i, addr in enumerate((ha.listen, *ha.members)):
+            at = "ha.listen" if i == 0 else f"ha.members[{i - 1}]"
+            host, sep, port = addr.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise self.src.error(f"{addr!r} is not a HOST:PORT address", at)
+        if ha.listen in ha.members or len(set(ha.members)) != len(ha.members):
+            raise self.src.error("members must list each other node once, not this one",
+                                 "ha.members")
+        if ha.node_id is not None and not 0 < len(ha.node_id.encode()) <= 64:
+            raise self.src.error("node_id must be 1 to 64 bytes", "ha.node_id")
 
 
 def _describe(value: Any) -> str:

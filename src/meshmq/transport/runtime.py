@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from meshmq.core.message import Message
     from meshmq.core.trace import TraceSink
     from meshmq.ha.controller import HaController
+    from meshmq.ha.replication import ReplicatedHa
     from meshmq.transport.mqtt_server import MqttSession, SessionState
 
 
@@ -49,12 +50,19 @@ class BrokerRuntime:
     def __init__(self, config: BrokerConfig, store: Store | None = None) -> None:
         self.config = config
         # Master/slave (docs/ha.md): the lease backend is also the store's write fence.
-        self.ha: HaController | None = None
+        self.ha: HaController | ReplicatedHa | None = None
         self.deposed = False  # lost the lease (or the store refused writes) while master
         self.shutdown_requested = False  # SIGTERM/SIGINT: do not restart as a slave
         self._stop_requested = False
         fence = None
-        if config.ha.mode != "none":
+        if config.ha.mode == "replicated":
+            # Each broker keeps its own journal; the master replicates it (docs/ha.md).
+            from meshmq.ha.replication import ReplicatedHa
+
+            self.ha = ReplicatedHa(config, on_lost=self._on_deposed)
+            if store is None:
+                store = self.ha.store
+        elif config.ha.mode != "none":
             from meshmq.ha.controller import HaController
             from meshmq.ha.setup import create_backend
 
@@ -517,7 +525,11 @@ EXIT_DEPOSED = 3  # `meshmq broker` exit status of a master deposed without rest
 async def run_broker(config: BrokerConfig) -> int:
     """Run a broker until SIGTERM/SIGINT (the ``meshmq broker`` command). A deposed master
     (HA) starts again as a slave when ``ha.restart_when_deposed``, else it exits with
-    ``EXIT_DEPOSED`` so a supervisor sees it."""
+    ``EXIT_DEPOSED`` so a supervisor sees it. ``[ha] role = "witness"`` runs a witness."""
+    if config.ha.mode == "replicated" and config.ha.role == "witness":
+        from meshmq.ha.replica_store import run_witness
+
+        return await run_witness(config)
     while True:
         runtime = BrokerRuntime(config)
         runtime.install_signal_handlers()

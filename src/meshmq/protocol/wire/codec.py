@@ -47,6 +47,12 @@ class FrameType(enum.IntEnum):
     PING = 7
     PONG = 8
     BYE = 9  # orderly close (JSON)
+    # Replicated master/slave (meshmq.ha.replication, on the [ha] listen address only).
+    REPL_VOTE_REQUEST = 16  # candidate -> node: a (pre-)vote request (JSON)
+    REPL_VOTE = 17  # node -> candidate: the answer (JSON)
+    REPL_APPEND = 18  # master -> node: heartbeat and/or batches (JSON head + binary)
+    REPL_ACK = 19  # node -> master: its log position, on disk (JSON)
+    REPL_SNAPSHOT = 20  # master -> node: one part of a copy of the live store (head + binary)
 
 
 class AckStatus(enum.IntEnum):

@@ -25,7 +25,7 @@ import struct
 import threading
 import zlib
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -353,9 +353,11 @@ class JournalStore:
             self._tail = fmt.HEADER_SIZE
             self._defined = set()
 
-    def write(self, ops: Sequence[StoreOp]) -> None:
+    def write(self, ops: Sequence[StoreOp], marks: Mapping[str, int] | None = None) -> None:
+        """``marks``: raise these keys' ``last_seq`` in the same atomic record (replicated
+        HA keeps its log position this way, so the position and the data never disagree)."""
         self._check_writable()
-        if not ops:
+        if not ops and not marks:
             return
         self._reap_deleted()
         self._roll_if_full()
@@ -411,6 +413,10 @@ class JournalStore:
                     pos += len(piece)
                 else:
                     raise StoreError(f"unknown store operation {op!r}")
+            for key, mark in (marks or {}).items():
+                piece = fmt.OP_KEY_SEQ.pack(fmt.OP_LAST_SEQ, kid_for(key), mark)
+                parts.append(piece)
+                pos += len(piece)
         except struct.error as exc:
             raise StoreError(f"cannot encode store batch: {exc}") from exc
 
@@ -441,6 +447,8 @@ class JournalStore:
                 self._put_sub(op.subscription, seg)
             else:
                 self._drop_key(op.key)
+        for key, mark in (marks or {}).items():
+            self._raise_last_seq(key, mark, seg)
         self._enqueue_record(seg, rec_off, parts, pos, keys)
         self._writes_since_check += 1
         if self._plan is not None or self._writes_since_check >= _COMPACT_CHECK_EVERY:
@@ -558,6 +566,13 @@ class JournalStore:
             if len(out) >= max_count or total >= max_bytes:
                 break
         return out
+
+    def key_names(self) -> list[str]:
+        """Every key with live references or a ``last_seq`` (for replication snapshots)."""
+        return [k for k, idx in self._index.items() if idx.live or idx.last_seq]
+
+    def durable_subscriptions(self) -> list[DurableSubscription]:
+        return list(self._subs.values())
 
     def key_info(self, key: str) -> KeyInfo:
         idx = self._index.get(key)

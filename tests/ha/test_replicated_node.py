@@ -1,0 +1,166 @@
+"""Replication nodes in one event loop (real sockets on loopback, real journals): the link
+handshake and its credentials, what ``sync`` waits for in synchronous and asynchronous
+mode, and a master that loses its majority refusing writes."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import struct
+from pathlib import Path
+
+import pytest
+
+from meshmq.config.model import BrokerConfig, HaConfig, StoreConfig
+from meshmq.core import destinations as dst
+from meshmq.core.message import Message
+from meshmq.ha.replication import ReplicatedHa
+from meshmq.ha.roles import Role
+from meshmq.protocol.wire.codec import MAGIC, FrameType, encode_json
+from meshmq.store.base import AddMessage
+from meshmq.store.fence import FencedError
+from meshmq.store.journal import JournalStore
+from tests.support.network import free_port
+
+pytestmark = [pytest.mark.timeout(60)]
+
+
+def _configs(root: Path, **ha: object) -> dict[str, BrokerConfig]:
+    names = ("a", "b", "w")
+    ports = {n: free_port() for n in names}
+    out = {}
+    for n in names:
+        table = HaConfig(mode="replicated", listen=f"127.0.0.1:{ports[n]}",
+                         members=tuple(f"127.0.0.1:{ports[o]}" for o in names if o != n),
+                         node_id=n, role="witness" if n == "w" else "broker",
+                         lease_ms=1000, keepalive_ms=100)
+        out[n] = BrokerConfig(broker_name=n, data_directory=root / n,
+                              store=StoreConfig(fsync=False),
+                              ha=dataclasses.replace(table, **ha))  # type: ignore[arg-type]
+    return out
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    length, ftype = struct.unpack(">IB", await reader.readexactly(5))
+    return ftype, await reader.readexactly(length - 1)
+
+
+async def _elect(nodes: dict[str, ReplicatedHa]) -> tuple[ReplicatedHa, list[asyncio.Task[bool]]]:
+    tasks = [asyncio.create_task(n.acquire()) for n in nodes.values()]
+    done, _ = await asyncio.wait(tasks, timeout=20, return_when=asyncio.FIRST_COMPLETED)
+    assert done, "nobody was elected"
+    leader = next(n for n in nodes.values() if n.role is Role.MASTER)
+    return leader, tasks
+
+
+async def _shutdown(nodes: dict[str, ReplicatedHa], tasks: list[asyncio.Task[bool]]) -> None:
+    for n in nodes.values():
+        await n.stop()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _msg(i: int) -> AddMessage:
+    m = Message(message_id=f"m{i}", destination=dst.queue("q"), body=b"x" * 10,
+                persistent=True)
+    return AddMessage(m, (("queue://q", i),))
+
+
+def test_links_need_the_configured_credentials(tmp_path: Path) -> None:
+    async def main() -> None:
+        cfg = _configs(tmp_path, user="repl", password="secret")["w"]
+        node = ReplicatedHa(cfg, on_lost=lambda why: None)
+        task = asyncio.create_task(node.acquire())
+        host, port = cfg.ha.listen.split(":")
+        try:
+            await asyncio.wait_for(_until_listening(node), 10)
+            request = encode_json(FrameType.REPL_VOTE_REQUEST, {
+                "term": 1, "candidate": "x", "last": [0, 0], "pre": True})
+            for password, expect in (("wrong", FrameType.REFUSE),
+                                     ("secret", FrameType.REPL_VOTE)):
+                reader, writer = await asyncio.open_connection(host, int(port))
+                writer.write(MAGIC + encode_json(FrameType.HELLO, {
+                    "replication": 1, "node": "x", "user": "repl", "password": password})
+                    + request)
+                ftype, payload = await asyncio.wait_for(_read_frame(reader), 10)
+                writer.close()
+                await writer.wait_closed()
+                assert ftype == expect, (password, json.loads(payload))
+                if expect is FrameType.REFUSE:
+                    assert "bad replication credentials" in json.loads(payload)["reason"]
+                else:  # answered (refused: a node that just started votes for nobody yet)
+                    assert json.loads(payload)["granted"] is False
+        finally:
+            await node.stop()
+            await task
+
+    asyncio.run(main())
+
+
+async def _until_listening(node: ReplicatedHa) -> None:
+    while node.role is Role.STARTING:
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.parametrize("synchronous", [True, False])
+def test_sync_waits_for_a_majority_only_in_synchronous_mode(tmp_path: Path,
+                                                            synchronous: bool) -> None:
+    async def main() -> None:
+        # Asynchronous: a long lease, so the lone master is still master when it syncs.
+        cfgs = _configs(tmp_path, synchronous=synchronous,
+                        lease_ms=1000 if synchronous else 5000)
+        lost: list[str] = []
+        nodes = {n: ReplicatedHa(c, on_lost=lost.append) for n, c in cfgs.items()}
+        leader, tasks = await _elect(nodes)
+        store = leader.store
+        store.open()
+        follower = next(n for k, n in nodes.items() if k != "w" and n is not leader)
+        store.write([_msg(1)])
+        await store.sync()
+        if synchronous:
+            # Confirmed means on the slave's disk too (a witness never counts ahead of
+            # a live slave).
+            assert follower.durable[1] >= leader.last[1]
+        # Now the master is alone: the others stop.
+        for n in nodes.values():
+            if n is not leader:
+                await n.stop()
+        store.write([_msg(2)])
+        if synchronous:
+            with pytest.raises(FencedError):
+                await asyncio.wait_for(store.sync(), 10)  # steps down at its lease
+            assert lost and "no majority answered" in lost[0]
+            with pytest.raises(FencedError):
+                store.write([_msg(3)])
+        else:
+            await asyncio.wait_for(store.sync(), 0.5)  # its own disk is enough
+        await _shutdown(nodes, tasks)
+
+    asyncio.run(main())
+
+
+def test_a_broker_switched_to_replication_keeps_its_journal(tmp_path: Path) -> None:
+    """Segments of a plain journal move into the first generation; that data wins the
+    election over an empty node and reaches it by snapshot."""
+    async def main() -> None:
+        cfgs = _configs(tmp_path)
+        plain = JournalStore(cfgs["a"].store_directory)
+        plain.open()
+        plain.write([_msg(1), _msg(2)])
+        await plain.close()
+        nodes = {n: ReplicatedHa(c, on_lost=lambda why: None) for n, c in cfgs.items()}
+        # As docs/ha.md says: the broker with the data starts first (with the witness).
+        first = {n: nodes[n] for n in ("a", "w")}
+        leader, tasks = await _elect(first)
+        assert leader is nodes["a"]
+        assert leader.store.open().keys["queue://q"].count == 2
+        b = nodes["b"]
+        tasks.append(asyncio.create_task(b.acquire()))
+        async with asyncio.timeout(20):
+            while b.snapshots_installed < 1 or b.durable != leader.last:
+                await asyncio.sleep(0.01)
+        assert b.journal is not None and b.journal.key_info("queue://q").count == 2
+        assert (cfgs["a"].store_directory / "gen-1").is_dir()
+        await _shutdown(nodes, tasks)
+
+    asyncio.run(main())
