@@ -8,15 +8,12 @@ import asyncio
 import contextlib
 import hmac
 import logging
-from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from meshmq.config.model import HaConfig
 from meshmq.errors import MeshmqError, StoreError
-from meshmq.ha.replica_files import Generations
 from meshmq.ha.replica_ops import decode_ops
-from meshmq.ha.replica_peer import REPL_KEY, Kind, Peer
+from meshmq.ha.replica_peer import REPL_KEY, Kind
+from meshmq.ha.replica_state import NodeState
 from meshmq.ha.replica_wire import (
     decode_append,
     decode_mixed,
@@ -24,7 +21,6 @@ from meshmq.ha.replica_wire import (
 )
 from meshmq.ha.replication_policy import (
     Position,
-    RetainedLog,
     VoterState,
     decide_vote,
     pack_position,
@@ -41,42 +37,11 @@ from meshmq.store.journal import JournalStore
 log = logging.getLogger("meshmq.ha")
 
 
-
-class FollowerSide:
-    # Provided by ReplicatedHa (meshmq.ha.replication).
-    ha: HaConfig
-    node_id: str
-    witness: bool
-    term: int
-    voted_for: str | None
-    kind: Kind
-    leader_id: str | None
-    leader_seen_ms: int | None
-    journal: JournalStore | None
-    last: Position
-    durable: Position
-    commit: int
-    retained: RetainedLog | None
-    generations: Generations
-    snapshots_sent: int
-    snapshots_installed: int
-    _peers: dict[str, Peer]
-    _clock: Callable[[], int]
-    _timer_base: int
-    _elect_now: asyncio.Event
-    _stop: asyncio.Event
-    _snapshot: tuple[JournalStore, Path] | None
+class FollowerSide(NodeState):
     _closing: bool
     _started_ms: int
 
     if TYPE_CHECKING:
-        @property
-        def deposed(self) -> bool: ...
-        def _adopt_term(self, term: int) -> None: ...
-        def _advance_commit(self) -> None: ...
-        def _save_state(self) -> None: ...
-        def _open_journal(self, path: Path) -> JournalStore: ...
-        def _spawn(self, coro: Any) -> None: ...
         def _head(self, prev: Position | None, **extra: Any) -> dict[str, Any]: ...
 
     def _hello(self) -> bytes:

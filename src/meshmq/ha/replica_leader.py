@@ -7,15 +7,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from meshmq.config.model import HaConfig
 from meshmq.errors import MeshmqError
-from meshmq.ha.replica_files import Generations
 from meshmq.ha.replica_ops import encode_ops
 from meshmq.ha.replica_peer import REPL_KEY, Kind, Peer, split_address
+from meshmq.ha.replica_state import NodeState
 from meshmq.ha.replica_wire import (
     encode_append,
     encode_mixed,
@@ -24,7 +21,6 @@ from meshmq.ha.replica_wire import (
 from meshmq.ha.replication_policy import (
     Catchup,
     Position,
-    RetainedLog,
 )
 from meshmq.protocol.wire.codec import (
     MAGIC,
@@ -39,7 +35,6 @@ from meshmq.store.base import (
     StoredEntry,
     StoreOp,
 )
-from meshmq.store.journal import JournalStore
 
 log = logging.getLogger("meshmq.ha")
 
@@ -47,40 +42,10 @@ _SEND_BYTES = 1 << 20  # batches per APPEND frame, by payload bytes
 _SNAPSHOT_PART_BYTES = 4 << 20
 
 
-class LeaderStreams:
-    # Provided by ReplicatedHa (meshmq.ha.replication).
-    ha: HaConfig
-    node_id: str
-    witness: bool
-    term: int
-    voted_for: str | None
-    kind: Kind
-    leader_id: str | None
-    leader_seen_ms: int | None
-    journal: JournalStore | None
-    last: Position
-    durable: Position
-    commit: int
-    retained: RetainedLog | None
-    generations: Generations
-    snapshots_sent: int
-    snapshots_installed: int
-    _peers: dict[str, Peer]
-    _clock: Callable[[], int]
-    _timer_base: int
-    _elect_now: asyncio.Event
-    _stop: asyncio.Event
-    _snapshot: tuple[JournalStore, Path] | None
+class LeaderStreams(NodeState):
     _leader_since_ms: int
 
     if TYPE_CHECKING:
-        @property
-        def deposed(self) -> bool: ...
-        def _adopt_term(self, term: int) -> None: ...
-        def _advance_commit(self) -> None: ...
-        def _save_state(self) -> None: ...
-        def _open_journal(self, path: Path) -> JournalStore: ...
-        def _spawn(self, coro: Any) -> None: ...
         def _hello(self) -> bytes: ...
 
     def _head(self, prev: Position | None, **extra: Any) -> dict[str, Any]:
