@@ -776,6 +776,15 @@ def run_load(spec: LoadSpec, *, hard_timeout: float = 900.0,
             p.join(5)
             if p.is_alive():
                 p.kill()
+    fill_result(result, outs)
+    result.complete = result.error is None and result.received >= result.expected \
+        and (spec.producers == 0 or result.sent > 0)
+    return result
+
+
+def fill_result(result: LoadResult, outs: list[dict[str, Any]]) -> None:
+    """Totals, rates and latency percentiles of a run from its workers' reports (the
+    caller decides what counts as complete)."""
     errs = [str(o["error"]) for o in outs if o.get("error")]
     if errs:
         result.error = "; ".join(errs[:3])
@@ -796,8 +805,6 @@ def run_load(spec: LoadSpec, *, hard_timeout: float = 900.0,
         result.e2e_s = max(lasts) - start
         result.e2e_rate = result.received / result.e2e_s if result.e2e_s > 0 else 0.0
         result.first_receive_s = min(firsts) - start if firsts else None
-    result.complete = result.error is None and result.received >= result.expected \
-        and (spec.producers == 0 or result.sent > 0)
     lat = array("d")
     for o in outs:
         lat.frombytes(o["latencies"])
@@ -812,7 +819,6 @@ def run_load(spec: LoadSpec, *, hard_timeout: float = 900.0,
     result.e2e_rate = round(result.e2e_rate, 1)
     if result.first_receive_s is not None:
         result.first_receive_s = round(result.first_receive_s, 4)
-    return result
 
 
 def _collect(sh: _Shared, procs: list[Any], timeout: float) -> list[dict[str, Any]]:

@@ -43,7 +43,6 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -305,33 +304,9 @@ def run_split_load(prod: lg.LoadSpec, cons: lg.LoadSpec, gate: Callable[[], None
             p.join(5)
             if p.is_alive():
                 p.kill()
-    errs = [str(o["error"]) for o in outs if o.get("error")]
-    if errs:
-        result.error = "; ".join(errs[:3])
-    prods = [r for o in outs for r in o["producers"]]
-    result.sent = sum(r[0] for r in prods)
-    result.received = sum(int(o["received"]) for o in outs)
-    firsts = [o["first"] for o in outs if o.get("first")]
-    lasts = [o["last"] for o in outs if o.get("last")]
-    if prods:
-        start = min(r[1] for r in prods)
-        end = max(r[2] for r in prods)
-        result.send_s = round(end - start, 4)
-        result.send_rate = round(result.sent / (end - start), 1) if end > start else 0.0
-        if lasts and result.received:
-            result.e2e_s = round(max(lasts) - start, 4)
-            result.e2e_rate = round(result.received / (max(lasts) - start), 1)
-            result.first_receive_s = round(min(firsts) - start, 4) if firsts else None
+    lg.fill_result(result, outs)
     result.complete = result.error is None and result.received == result.expected \
         and result.sent > 0
-    lat = array("d")
-    for o in outs:
-        lat.frombytes(o["latencies"])
-    if lat:
-        vals = sorted(lat)
-        result.p50_ms = round(lg._percentile(vals, 0.50), 3)
-        result.p99_ms = round(lg._percentile(vals, 0.99), 3)
-        result.max_ms = round(vals[-1], 3)
     return result
 
 
