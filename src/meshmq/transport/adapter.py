@@ -7,6 +7,7 @@ protocol session, and forwards bytes, back-pressure and the close to it.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, cast
 
 if TYPE_CHECKING:
@@ -14,6 +15,30 @@ if TYPE_CHECKING:
 
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 WRITE_LOW_WATER = 1024 * 1024
+
+
+class BufferedOutput:
+    """Output of a protocol session: frames are queued as they are produced and written
+    with one ``transport.write`` when the runtime's pump flushes the session."""
+
+    runtime: BrokerRuntime
+    transport: asyncio.Transport
+    _out: list[bytes]
+    last_write: float
+
+    def _write(self, data: bytes) -> None:
+        self._out.append(data)
+        self.runtime.mark_flush(self)  # type: ignore[arg-type]  # every user is a Session
+
+    def flush(self) -> None:
+        if not self._out:
+            return
+        data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
+        self._out.clear()
+        if self.transport.is_closing():
+            return
+        self.transport.write(data)
+        self.last_write = time.monotonic()
 
 
 class ConnectionSession(Protocol):

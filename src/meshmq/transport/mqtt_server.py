@@ -63,7 +63,7 @@ from meshmq.protocol.mqtt import (
     mqtt_filter_to_destination,
     mqtt_topic_to_destination_name,
 )
-from meshmq.transport.adapter import SessionProtocol
+from meshmq.transport.adapter import BufferedOutput, SessionProtocol
 from meshmq.transport.topology import PEERS_HEADER
 
 if TYPE_CHECKING:
@@ -130,7 +130,7 @@ def _topic_dest(topic: str) -> Destination:
 _DEST_CACHE: dict[str, Destination] = {}
 
 
-class MqttSession:
+class MqttSession(BufferedOutput):
     """Per-connection MQTT state. Everything here runs on the event loop thread."""
 
     def __init__(self, runtime: BrokerRuntime, transport: asyncio.Transport, remote: str) -> None:
@@ -814,20 +814,6 @@ class MqttSession:
         return msg
 
     # ------------------------------------------------------------ output and timers
-    def _write(self, data: bytes) -> None:
-        self._out.append(data)
-        self.runtime.mark_flush(self)
-
-    def flush(self) -> None:
-        if not self._out:
-            return
-        data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
-        self._out.clear()
-        if self.transport.is_closing():
-            return
-        self.transport.write(data)
-        self.last_write = time.monotonic()
-
     def check_timeouts(self, now: float) -> None:
         if self.closing:
             return

@@ -42,7 +42,7 @@ from meshmq.protocol.stomp.negotiation import (
     parse_heartbeat,
 )
 from meshmq.transport import stomp_names
-from meshmq.transport.adapter import SessionProtocol
+from meshmq.transport.adapter import BufferedOutput, SessionProtocol
 from meshmq.transport.topology import PEERS_HEADER
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ _TRUE = ("true", "1", "yes")
 UNSYNCED_LIMIT = 8 * 1024 * 1024
 
 
-class StompSession:
+class StompSession(BufferedOutput):
     """Per-connection STOMP state. Everything here runs on the event loop thread."""
 
     def __init__(self, runtime: BrokerRuntime, transport: asyncio.Transport, remote: str) -> None:
@@ -561,20 +561,6 @@ class StompSession:
                 self._render_cache.clear()
             self._render_cache[dest] = text
         return text
-
-    def _write(self, data: bytes) -> None:
-        self._out.append(data)
-        self.runtime.mark_flush(self)
-
-    def flush(self) -> None:
-        if not self._out:
-            return
-        data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
-        self._out.clear()
-        if self.transport.is_closing():
-            return
-        self.transport.write(data)
-        self.last_write = time.monotonic()
 
     # ------------------------------------------------------------ failure and close
     def fail(self, reason: str, frame: Frame | None = None) -> None:
