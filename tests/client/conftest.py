@@ -3,7 +3,6 @@ listeners (``meshmq``), and subprocess brokers for kill -9 tests (``process_brok
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 
 from meshmq.config.model import ListenerConfig
 from tests.support.brokers import ProcessBroker, ThreadBroker, make_config
+from tests.support.ports import free_ports
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -56,19 +56,6 @@ def meshmq_factory(tmp_path: Path) -> Iterator[Callable[..., ThreadBroker]]:
 @pytest.fixture
 def meshmq(meshmq_factory: Callable[..., ThreadBroker]) -> ThreadBroker:
     return meshmq_factory()
-
-
-def free_ports(n: int) -> list[int]:
-    """Ports the OS just handed out (bound, then released), for brokers that must come
-    back on the same port after a restart."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def write_process_config(directory: Path, name: str, stomp_port: int, mqtt_port: int) -> Path:

@@ -19,11 +19,12 @@ import pytest
 
 from meshmq.client import Event, EventKind, FailoverClient, Message
 from meshmq.client.mqtt_connection import MqttConnection
-from tests.client.conftest import LISTENERS, free_ports, mqtt_uri, stomp_uri, write_process_config
+from tests.client.conftest import LISTENERS, mqtt_uri, stomp_uri, write_process_config
 from tests.client.test_client_features import run
 from tests.client.test_failover_inprocess import wait_for_event
 from tests.support import activemq
 from tests.support.brokers import ProcessBroker, ThreadBroker, make_config
+from tests.support.ports import free_ports
 
 pytestmark = pytest.mark.slow
 

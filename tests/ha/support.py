@@ -29,17 +29,6 @@ _LISTEN_RE = re.compile(r"listening for (\S+) on \S+://([\d.]+):(\d+)")
 _MGMT_RE = re.compile(r"management endpoint on http://([\d.]+):(\d+)")
 
 
-def free_port() -> int:
-    """A free loopback port (bound to port 0, then released): HA brokers need an address
-    fixed in advance, as clients list it in ``failover:(master,slave)``."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def write_config(path: Path, *, name: str, data_dir: Path, store: str = "",
                  ha: str = "", fsync: bool = False, stomp_port: int = 0) -> Path:
     """A broker config on ``data_dir`` (shared between brokers in shared-store mode)."""

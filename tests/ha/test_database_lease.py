@@ -26,12 +26,12 @@ from tests.ha.support import (
     accepts,
     connect,
     drain,
-    free_port,
     write_config,
 )
 from tests.ha.test_shared_store_failover import check_delivery
 from tests.store.helpers import msg
 from tests.support.brokers import poll
+from tests.support.ports import free_port
 
 
 def expired(lease: PgLease) -> bool:

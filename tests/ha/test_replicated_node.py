@@ -21,7 +21,7 @@ from meshmq.protocol.wire.codec import MAGIC, FrameType, encode_json
 from meshmq.store.base import AddMessage
 from meshmq.store.fence import FencedError
 from meshmq.store.journal import JournalStore
-from tests.support.network import free_port
+from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.timeout(60)]
 

@@ -23,10 +23,10 @@ from tests.ha.support import (
     accepts,
     connect,
     drain,
-    free_port,
     write_config,
 )
 from tests.support.brokers import poll
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 

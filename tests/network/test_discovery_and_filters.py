@@ -20,7 +20,7 @@ from tests.network.helpers import (
     wait_forwarding,
 )
 from tests.support.brokers import ThreadBroker, poll
-from tests.support.network import free_port
+from tests.support.ports import free_port
 
 
 def test_multicast_discovery_builds_and_drops_bridges(tmp_path: Path, client) -> None:

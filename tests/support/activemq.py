@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import ClassVar
 
+from tests.support.ports import free_ports
+
 ACTIVEMQ_HOME = Path("/usr/share/activemq")
 MQTT_JARS = ("/usr/share/java/mqtt-client.jar", "/usr/share/java/hawtdispatch.jar",
              "/usr/share/java/hawtdispatch-transport.jar")
@@ -57,17 +59,6 @@ def missing() -> str | None:
     return None
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def _accepts(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.2):
@@ -90,7 +81,7 @@ class ActiveMQProcess:
         self.log_path = workdir / "activemq.log"
 
     def _configure(self) -> None:
-        self.ports["stomp"], self.ports["mqtt"] = _free_ports(2)
+        self.ports["stomp"], self.ports["mqtt"] = free_ports(2)
         conf = self.workdir / "conf"
         conf.mkdir(parents=True, exist_ok=True)
         (conf / "activemq.xml").write_text(_XML.format(name=self.name,

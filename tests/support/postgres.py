@@ -14,7 +14,6 @@ import hashlib
 import itertools
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from meshmq.store.base import Store
+from tests.support.ports import free_port
 
 _dbs = itertools.count(1)
 
@@ -34,13 +34,6 @@ def _bindir() -> Path | None:
     return Path(initdb).parent if initdb else None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 class PostgresCluster:
     def __init__(self, bindir: Path, *, durable_commits: bool = False) -> None:
         self.bindir = bindir
@@ -49,7 +42,7 @@ class PostgresCluster:
         self.durable_commits = durable_commits
         self.root = Path(tempfile.mkdtemp(prefix="meshmq-pg-"))
         self.data = self.root / "data"
-        self.port = _free_port()
+        self.port = free_port()
         self._as_postgres = os.geteuid() == 0
 
     def _run(self, *args: str) -> subprocess.CompletedProcess[str]:

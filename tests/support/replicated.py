@@ -16,7 +16,8 @@ from typing import Any
 
 from tests.ha.support import HaProcess
 from tests.support.brokers import ProcessBroker, poll
-from tests.support.network import Node, free_port
+from tests.support.network import Node
+from tests.support.ports import free_port
 from tests.support.tcp_proxy import TcpProxy
 
 LEASE_MS = 1000

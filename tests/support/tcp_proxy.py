@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import threading
 
-from tests.support.network import free_port
+from tests.support.ports import free_port
 
 
 class TcpProxy:
