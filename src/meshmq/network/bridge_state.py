@@ -64,7 +64,11 @@ def transition(state: BridgeState, event: BridgeEvent) -> BridgeState:
 
 @dataclass
 class ReconnectPolicy:
-    """ActiveMQ's static: discovery agent knobs. ``max_attempts`` <= 0: for ever."""
+    """ActiveMQ's static: discovery agent knobs. ``max_attempts`` <= 0: for ever.
+
+    Not ``meshmq.backoff.ReconnectSchedule`` (the failover client's): a bridge walks its
+    list in order every attempt and counts whole attempts, with static:'s meaning of 0
+    (for ever) and a reset after a link that lived ``min_connect_time_s``."""
 
     initial_delay_s: float = 1.0
     max_delay_s: float = 30.0

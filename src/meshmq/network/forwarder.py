@@ -210,7 +210,9 @@ class Forwarder:
         else:
             self._local_acks.append((outcome.consumer, outcome.tag))
         self.counters.forwarded += 1
-        self.manager.trace_forwarded(self, msg)
+        if self.broker.tracer is not None:  # the message trace (core/trace.py), if on
+            self.broker.trace_forwarded(msg, to_broker=self.remote,
+                                        connector=self.config.name)
         self.runtime.mark_flush(self)
 
     def flush(self) -> None:

@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from meshmq.core.message import Message
     from meshmq.network.forwarder import Forwarder
     from meshmq.network.interest import Demand
-    from meshmq.network.receiver import Receiver
     from meshmq.transport.runtime import BrokerRuntime
 
 log = logging.getLogger("meshmq.network")
@@ -273,15 +272,6 @@ class NetworkManager:
     def _forwarders(self) -> list[Forwarder]:
         ends = [*self.bridges, *self.inbound]
         return [e.forwarder for e in ends if e.forwarder is not None]
-
-    # Trace hooks: the message trace (core/trace.py) records these; no-ops when it is off.
-    def trace_forwarded(self, forwarder: Forwarder, msg: Message) -> None:
-        self.broker.trace_forwarded(msg, to_broker=forwarder.remote,
-                                    connector=forwarder.config.name)
-
-    def trace_received(self, receiver: Receiver, msg: Message) -> None:
-        self.broker.trace_received_from_bridge(msg, from_broker=receiver.remote,
-                                               connector=receiver.link.peer)
 
     # ------------------------------------------------------------ status & advisories
     def bridge_changed(self, bridge: Bridge) -> None:

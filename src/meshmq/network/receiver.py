@@ -129,7 +129,9 @@ class Receiver:
         except MeshmqError as exc:
             log.warning("network message %s for %s refused: %s", msg.message_id, dest, exc)
             return AckStatus.DROPPED, False
-        self.manager.trace_received(self, msg)
+        if self.broker.tracer is not None:  # the message trace (core/trace.py), if on
+            self.broker.trace_received_from_bridge(msg, from_broker=self.remote,
+                                                   connector=self.link.peer)
         return AckStatus.STORED, needs_sync
 
     def close(self) -> None:
