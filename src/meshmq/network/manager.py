@@ -11,6 +11,7 @@ import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
+from meshmq.core.selector import message_lookup
 from meshmq.network.bridge import ADVISORY_TOPIC, Bridge
 from meshmq.network.responder import Responder
 from meshmq.network.targets import Endpoint, parse_endpoint, plan_connector
@@ -215,8 +216,6 @@ class NetworkManager:
                     continue
                 if not selector_aware or consumer.selector is None:
                     return False
-                from meshmq.core.selector import message_lookup
-
                 if consumer.selector.matches(message_lookup(msg)):
                     return False
         delay = config.replay_delay_ms if config.replay_when_no_consumers \
