@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/profile_meshmq.py                 # queue 1/1 non-persistent
     .venv/bin/python bench/profile_meshmq.py --persistent    # persistent, window 100
+    .venv/bin/python bench/profile_meshmq.py --mqtt 0        # MQTT QoS 0, 1/1
+    .venv/bin/python bench/profile_meshmq.py --producers 4 --consumers 4
     .venv/bin/python bench/profile_meshmq.py --svg /tmp/flame.svg
 
 Starts meshmq as run_matrix.py does (journal store, fsync on), samples it with
@@ -55,6 +57,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--persistent", action="store_true", help="persistent, window 100")
+    ap.add_argument("--mqtt", type=int, choices=(0, 1), help="MQTT at this QoS (window 100 at 1)")
+    ap.add_argument("--producers", type=int, default=1)
+    ap.add_argument("--consumers", type=int, default=1)
     ap.add_argument("--seconds", type=float, default=10.0, help="sampling time")
     ap.add_argument("--svg", help="also write a flame graph here")
     ap.add_argument("--top", type=int, default=25)
@@ -66,12 +71,16 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="meshmq-prof-"))
     try:
         broker.start()
-        if args.persistent:
+        shape = dict(producers=args.producers, consumers=args.consumers,
+                     duration=args.seconds + 2)
+        if args.mqtt is not None:
+            spec = LoadSpec(protocol="mqtt", port=broker.ports["mqtt"], count=400_000,
+                            qos=args.mqtt, window=100 if args.mqtt else 0, **shape)
+        elif args.persistent:
             spec = LoadSpec(port=broker.ports["stomp"], count=200_000, persistent=True,
-                            window=100, duration=args.seconds + 2)
+                            window=100, **shape)
         else:
-            spec = LoadSpec(port=broker.ports["stomp"], count=400_000,
-                            duration=args.seconds + 2)
+            spec = LoadSpec(port=broker.ports["stomp"], count=400_000, **shape)
         raw = tmp / "profile.txt"
         cmd = [spy, "record", "--pid", str(broker.pid()), "--duration", str(int(args.seconds)),
                "--rate", "200", "--nonblocking"]
