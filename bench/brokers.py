@@ -221,6 +221,22 @@ class Broker:
         """Forget stored messages (between scenarios that must start empty)."""
 
 
+# Which meshmq build the harness runs: "compiled" (the mypyc wheel that `pip install .` gives
+# operators, unpacked by dev/build-compiled into build/compiled-lib) or "python" (the
+# editable pure-Python install). run_matrix.py --meshmq-build sets it.
+COMPILED_LIB = Path(__file__).resolve().parent.parent / "build" / "compiled-lib"
+
+
+def meshmq_build() -> str:
+    build = os.environ.get("MESHMQ_BENCH_BUILD", "compiled")
+    if build not in ("compiled", "python"):
+        raise SystemExit(f"MESHMQ_BENCH_BUILD must be compiled or python, not {build!r}")
+    if build == "compiled" and not (COMPILED_LIB / "meshmq").is_dir():
+        raise SystemExit(f"no compiled meshmq in {COMPILED_LIB}: run dev/build-compiled "
+                         "(bench/setup-peers.sh does), or MESHMQ_BENCH_BUILD=python")
+    return build
+
+
 class Meshmq(Broker):
     name = "meshmq"
     protocols = frozenset({"stomp"})
@@ -229,9 +245,9 @@ class Meshmq(Broker):
         try:
             from importlib.metadata import version
 
-            return "meshmq " + version("meshmq")
+            return f"meshmq {version('meshmq')} ({meshmq_build()})"
         except Exception:  # pragma: no cover - informational only
-            return "meshmq"
+            return f"meshmq ({meshmq_build()})"
 
     def __init__(self, workdir: Path | None = None) -> None:
         super().__init__(workdir)
@@ -271,8 +287,9 @@ enabled = false
 """)
 
     def command(self) -> tuple[list[str], dict[str, str]]:
+        env = {"PYTHONPATH": str(COMPILED_LIB)} if meshmq_build() == "compiled" else {}
         return ([sys.executable, "-m", "meshmq.cli.main", "--log-level", "WARNING", "broker",
-                 "--config", str(self.config)], {})
+                 "--config", str(self.config)], env)
 
     def wipe_data(self) -> None:
         shutil.rmtree(self.workdir / "data", ignore_errors=True)

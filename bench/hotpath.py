@@ -34,7 +34,7 @@ import mqtt_wire as mw
 
 from meshmq.config.model import BrokerConfig, ManagementConfig
 from meshmq.store.memory import MemoryStore
-from meshmq.transport.runtime import BrokerRuntime
+from meshmq.transport.runtime import BrokerRuntime, tune_gc
 
 CHUNK = 64 * 1024
 BODY = 256
@@ -197,6 +197,7 @@ def main() -> None:
         uvloop.install()
     except ImportError:
         pass
+    tune_gc()  # as `meshmq broker` does
     rows = []
     for name in args.only or CASES:
         n = args.messages
@@ -208,7 +209,7 @@ def main() -> None:
               f"median {rows[-1][2]:6.2f}, {1e6 / us:,.0f} deliveries/s of CPU", flush=True)
     if args.no_write:
         return
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False, capture_output=True,
                          text=True, cwd=Path(__file__).parent).stdout.strip()
     out = Path(__file__).parent / "results" / f"{dt.date.today()}-hotpath.md"
     new = not out.exists()

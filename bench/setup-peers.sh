@@ -57,4 +57,9 @@ if [ ${#pip_need[@]} -gt 0 ]; then
         "$PIP" install -q "$pkg" || { echo "setup-peers: could not pip install $pkg" >&2; status=1; }
     done
 fi
+# meshmq itself as operators install it: the wheel with the mypyc-compiled hot path.
+if [ ! -d "$HERE/../build/compiled-lib/meshmq" ]; then
+    echo "setup-peers: building meshmq's compiled hot path (dev/build-compiled)"
+    "$HERE/../dev/build-compiled" || { echo "setup-peers: compiled build failed" >&2; status=1; }
+fi
 exit $status

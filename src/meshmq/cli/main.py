@@ -17,6 +17,12 @@ from meshmq import __version__
 from meshmq.errors import ConfigError, MeshmqError
 
 
+def _version_text() -> str:
+    from meshmq.build import describe
+
+    return f"meshmq {__version__} ({describe()})"
+
+
 def _hostport(text: str, default_port: int) -> tuple[str, int]:
     parsed = urlparse(text if "://" in text else f"x://{text}")
     return parsed.hostname or "127.0.0.1", parsed.port or default_port
@@ -210,7 +216,7 @@ def cmd_witness(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="meshmq", description=__doc__)
-    parser.add_argument("--version", action="version", version=f"meshmq {__version__}")
+    parser.add_argument("--version", action="version", version=_version_text())
     parser.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     sub = parser.add_subparsers(dest="command", required=True)

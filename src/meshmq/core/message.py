@@ -18,7 +18,9 @@ MIN_PRIORITY = 0
 MAX_PRIORITY = 9
 
 
-@dataclass(slots=True, eq=False)
+# init=False: the hand-written __init__ below is compiled by mypyc in the compiled build,
+# where the one dataclasses generates would run interpreted (a message is built per send).
+@dataclass(slots=True, eq=False, init=False)
 class Message:
     message_id: str
     destination: Destination
@@ -43,6 +45,36 @@ class Message:
     # Cached wire encodings keyed by codec name, created on first use; not part of the
     # message's identity.
     wire_cache: dict[str, bytes] | None = field(default=None, repr=False)
+
+    def __init__(self, message_id: str, destination: Destination, body: bytes,
+                 properties: dict[str, PropertyValue] | None = None, persistent: bool = False,
+                 priority: int = DEFAULT_PRIORITY, timestamp: int = 0, expiration: int = 0,
+                 correlation_id: str | None = None, reply_to: Destination | None = None,
+                 type: str | None = None, group_id: str | None = None,
+                 group_seq: int = 0, producer_id: str = "",
+                 broker_path: tuple[str, ...] = (),
+                 original_destination: Destination | None = None, user_id: str | None = None,
+                 content_type: str | None = None,
+                 wire_cache: dict[str, bytes] | None = None) -> None:
+        self.message_id = message_id
+        self.destination = destination
+        self.body = body
+        self.properties = {} if properties is None else properties
+        self.persistent = persistent
+        self.priority = priority
+        self.timestamp = timestamp
+        self.expiration = expiration
+        self.correlation_id = correlation_id
+        self.reply_to = reply_to
+        self.type = type
+        self.group_id = group_id
+        self.group_seq = group_seq
+        self.producer_id = producer_id
+        self.broker_path = broker_path
+        self.original_destination = original_destination
+        self.user_id = user_id
+        self.content_type = content_type
+        self.wire_cache = wire_cache
 
     @property
     def size(self) -> int:

@@ -54,7 +54,7 @@ class Entry:
         return self.seq < other.seq
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False)  # hand-written __init__: compiled by mypyc (see Message)
 class Delivery:
     """Decision: hand ``message`` to ``consumer`` under delivery ``tag``."""
 
@@ -62,6 +62,13 @@ class Delivery:
     message: Message
     tag: int
     delivery_count: int
+
+    def __init__(self, consumer: Consumer, message: Message, tag: int,
+                 delivery_count: int) -> None:
+        self.consumer = consumer
+        self.message = message
+        self.tag = tag
+        self.delivery_count = delivery_count
 
     @property
     def redelivered(self) -> bool:

@@ -13,7 +13,7 @@ CLIENT_COMMANDS: frozenset[str] = frozenset({
 SERVER_COMMANDS: frozenset[str] = frozenset({"CONNECTED", "MESSAGE", "RECEIPT", "ERROR"})
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)  # hand-written __init__: compiled by mypyc, one per frame
 class Frame:
     """One STOMP frame.
 
@@ -25,6 +25,11 @@ class Frame:
     command: str
     headers: list[tuple[str, str]]
     body: bytes = b""
+
+    def __init__(self, command: str, headers: list[tuple[str, str]], body: bytes = b"") -> None:
+        self.command = command
+        self.headers = headers
+        self.body = body
 
     def get(self, name: str, default: str | None = None) -> str | None:
         """Value of the first header called ``name``, else ``default``."""
