@@ -56,7 +56,9 @@ class Destination:
         return self.name == other.name and self.kind is other.kind
 
     def __hash__(self) -> int:
-        return hash(self.name) ^ hash(self.kind)
+        # The name alone (str caches its hash): a queue and a topic of the same name only
+        # share a bucket, and equality still tells them apart.
+        return hash(self.name)
 
     @property
     def is_queue(self) -> bool:
