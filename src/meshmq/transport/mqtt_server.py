@@ -20,13 +20,13 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import TYPE_CHECKING, NamedTuple
 
 from meshmq.core import destinations as dst
 from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
 from meshmq.core.destinations import Destination, DestKind
-from meshmq.core.message import Message, PropertyValue
+from meshmq.core.message import DEFAULT_PRIORITY, Message, PropertyValue
 from meshmq.core.queue import BrowseEnd, Delivery
 from meshmq.errors import (
     AuthenticationError,
@@ -174,6 +174,22 @@ def _out_topic(name: str) -> _OutTopic:
 
 
 _OUT_TOPICS: dict[str, _OutTopic] = {}
+_TOPIC = DestKind.TOPIC
+# Message.wire_cache keys of a delivered 3.1.1 QoS 0 PUBLISH, without / with retain.
+_WIRE_Q0 = "mqtt4-q0"
+_WIRE_Q0_RETAIN = "mqtt4-q0-retain"
+
+# A 3.1.1 PUBLISH becomes a Message built with positional arguments (matching ~10
+# keywords costs more than the rest of the call), as long as Message's fields still
+# start with these names and defaults; otherwise keywords, as for MQTT 5.
+_MESSAGE_LAYOUT = (
+    ("message_id", MISSING), ("destination", MISSING), ("body", MISSING),
+    ("properties", MISSING), ("persistent", False), ("priority", DEFAULT_PRIORITY),
+    ("timestamp", 0), ("expiration", 0), ("correlation_id", None), ("reply_to", None),
+    ("type", None), ("group_id", None), ("group_seq", 0), ("producer_id", ""),
+    ("broker_path", ()), ("original_destination", None), ("user_id", None))
+_MESSAGE_POSITIONAL = [(f.name, f.default) for f in fields(Message)][:len(_MESSAGE_LAYOUT)] \
+    == list(_MESSAGE_LAYOUT)
 
 
 class MqttSession(BufferedOutput):
@@ -509,7 +525,11 @@ class MqttSession(BufferedOutput):
         if packet.retain:
             properties[RETAIN_PROPERTY] = True
         if self.level != PROTOCOL_LEVEL_5:
-            # 3.1.1 carries nothing else: leave the other fields at their defaults.
+            # 3.1.1 carries nothing else: the other fields keep their defaults.
+            if _MESSAGE_POSITIONAL:
+                return Message(broker.new_message_id(conn.id), dest, packet.payload,
+                               properties, qos > 0, DEFAULT_PRIORITY, now, 0, None, None,
+                               None, None, 0, conn.id, (), None, conn.principal.user)
             return Message(message_id=broker.new_message_id(conn.id), destination=dest,
                            body=packet.payload, properties=properties, persistent=qos > 0,
                            timestamp=now, producer_id=conn.id, user_id=conn.principal.user)
@@ -706,7 +726,7 @@ class MqttSession(BufferedOutput):
         msg = outcome.message
         dest = msg.destination
         out = None
-        if dest.kind is DestKind.TOPIC and not (sub.exclude_dollar and dest.is_advisory):
+        if dest.kind is _TOPIC and not (sub.exclude_dollar and dest.is_advisory):
             out = _OUT_TOPICS.get(dest.name)
             if out is None:
                 out = _out_topic(dest.name)
@@ -725,8 +745,19 @@ class MqttSession(BufferedOutput):
                 self._consume(consumer, outcome.tag)
             if out.field is not None and self.level == PROTOCOL_LEVEL_311 \
                     and not self._client_max_packet:
-                # The common case, inlined: QoS 0, 3.1.1, a cached topic field.
-                data = encode_publish_prepared(1 if retain else 0, out.field, msg.body)
+                # The common case, inlined: QoS 0, 3.1.1, a cached topic field. The
+                # packet is the same for every such subscriber: encode it once.
+                key = _WIRE_Q0_RETAIN if retain else _WIRE_Q0
+                cache = msg.wire_cache
+                cached = cache.get(key) if cache is not None else None
+                if cached is not None:
+                    data = cached
+                else:
+                    data = encode_publish_prepared(1 if retain else 0, out.field, msg.body)
+                    if cache is None:
+                        msg.wire_cache = {key: data}
+                    else:
+                        cache[key] = data
                 buffered = self._out
                 if not buffered:
                     self.runtime.mark_flush(self)

@@ -260,7 +260,13 @@ class MqttDecoder:
                 size = src[pos + 1]
                 start = pos + 2
                 if size >= 0x80:
-                    size, start = self._remaining_length(src, pos + 1, n)
+                    # Two bytes inline (128..16383: most PUBLISHes); longer or not
+                    # minimal (second byte 0) in _remaining_length.
+                    if start < n and 0 < src[start] < 0x80:
+                        size = (size & 0x7F) | src[start] << 7
+                        start += 1
+                    else:
+                        size, start = self._remaining_length(src, pos + 1, n)
                     if start < 0:
                         self._need = n - pos + 1
                         break
