@@ -96,6 +96,9 @@ class MqttSubscription:
     consumer: Consumer | None = None
     exclude_dollar: bool = False
     shared: bool = False
+    # 3.1.1 at QoS 0 (so an auto-ack consumer, no retain-as-published, no packet size
+    # limit): every message is written as the same QoS 0 PUBLISH (deliver's fast path).
+    plain: bool = False
 
 
 @dataclass(slots=True)
@@ -149,6 +152,7 @@ class _OutTopic(NamedTuple):
 
     topic: str | None  # None: the name has no MQTT spelling (e.g. a wildcard)
     field: bytes | None  # the encoded topic field; None if not encodable (never valid)
+    dollar: bool  # the topic starts with '$' (filters starting with a wildcard skip it)
 
 
 def _out_topic(name: str) -> _OutTopic:
@@ -169,15 +173,15 @@ def _out_topic(name: str) -> _OutTopic:
             pass  # encode_publish raises it again, on the general path
     if len(_OUT_TOPICS) > 10_000:
         _OUT_TOPICS.clear()
-    entry = _OUT_TOPICS[name] = _OutTopic(topic, field)
+    entry = _OUT_TOPICS[name] = _OutTopic(topic, field,
+                                          topic is not None and topic.startswith("$"))
     return entry
 
 
 _OUT_TOPICS: dict[str, _OutTopic] = {}
 _TOPIC = DestKind.TOPIC
-# Message.wire_cache keys of a delivered 3.1.1 QoS 0 PUBLISH, without / with retain.
+# Message.wire_cache key of the PUBLISH a plain subscription (see MqttSubscription) gets.
 _WIRE_Q0 = "mqtt4-q0"
-_WIRE_Q0_RETAIN = "mqtt4-q0-retain"
 
 # A 3.1.1 PUBLISH becomes a Message built with positional arguments (matching ~10
 # keywords costs more than the rest of the call), as long as Message's fields still
@@ -493,10 +497,21 @@ class MqttSession(BufferedOutput):
         entry = _DEST_CACHE.get(topic)
         if entry is None:
             entry = _dest_entry(topic)
-        message = self._message(packet, entry[0])
-        needs_sync = self.broker.send(conn, entry[1], message)
+        broker = self.broker
+        if self.level != PROTOCOL_LEVEL_5 and _MESSAGE_POSITIONAL:
+            # What _message builds for 3.1.1, inlined (one call less per PUBLISH).
+            now = broker.now_ms()
+            properties: dict[str, PropertyValue] = {QOS_PROPERTY: qos}
+            if packet.retain:
+                properties[RETAIN_PROPERTY] = True
+            message = Message(broker.new_message_id(conn.id), entry[0], packet.payload,
+                              properties, qos > 0, DEFAULT_PRIORITY, now, 0, None, None,
+                              None, None, 0, conn.id, (), None, conn.principal.user)
+        else:
+            message = self._message(packet, entry[0])
+        needs_sync = broker.send(conn, entry[1], message)
         if packet.retain:
-            self.broker.retain(message)
+            broker.retain(message)
             needs_sync = True
         if not qos:
             return  # QoS 0: nothing to acknowledge
@@ -655,6 +670,9 @@ class MqttSession(BufferedOutput):
             prefetch=self._client_receive_max, no_local=options.no_local,
             subscription_name=durable, shared_group=group)
         consumer = self.broker.subscribe(self.conn, sub.filter, spec)
+        sub.plain = (self.level == PROTOCOL_LEVEL_311 and options.qos == 0
+                     and consumer.ack_mode is AckMode.AUTO and not options.retain_as_published
+                     and not self._client_max_packet)
         sub.consumer = consumer
         self._by_consumer[consumer] = sub
 
@@ -719,53 +737,51 @@ class MqttSession(BufferedOutput):
     def deliver(self, outcome: Delivery | BrowseEnd) -> None:
         if self.closing or isinstance(outcome, BrowseEnd):
             return
-        consumer = outcome.consumer
-        sub = self._by_consumer.get(consumer)
+        sub = self._by_consumer.get(outcome.consumer)
         if sub is None:
             return
         msg = outcome.message
-        dest = msg.destination
-        out = None
-        if dest.kind is _TOPIC and not (sub.exclude_dollar and dest.is_advisory):
-            out = _OUT_TOPICS.get(dest.name)
-            if out is None:
-                out = _out_topic(dest.name)
-        topic = out.topic if out is not None else None
-        if topic is None or (sub.exclude_dollar and topic.startswith("$")):
-            self._consume(consumer, outcome.tag)  # not for this MQTT subscription
-            return
-        assert out is not None
-        options = sub.options
-        qos = options.qos
-        if qos:
-            qos = min(qos, self._message_qos(msg))
-        retain = options.retain_as_published and msg.properties.get(RETAIN_PROPERTY) is True
-        if qos == 0:
-            if consumer.ack_mode is not AckMode.AUTO:
-                self._consume(consumer, outcome.tag)
-            if out.field is not None and self.level == PROTOCOL_LEVEL_311 \
-                    and not self._client_max_packet:
-                # The common case, inlined: QoS 0, 3.1.1, a cached topic field. The
-                # packet is the same for every such subscriber: encode it once.
-                key = _WIRE_Q0_RETAIN if retain else _WIRE_Q0
+        if sub.plain:
+            # The common case: a 3.1.1 QoS 0 subscription to a topic with an MQTT name.
+            # The packet is the same for every such subscriber: encoded once per message.
+            dest = msg.destination
+            out = (_OUT_TOPICS.get(dest.name) or _out_topic(dest.name)) \
+                if dest.kind is _TOPIC else None
+            if out is not None and out.field is not None and not (
+                    sub.exclude_dollar and (out.dollar or dest.is_advisory)):
                 cache = msg.wire_cache
-                cached = cache.get(key) if cache is not None else None
-                if cached is not None:
-                    data = cached
-                else:
-                    data = encode_publish_prepared(1 if retain else 0, out.field, msg.body)
+                data = cache.get(_WIRE_Q0) if cache is not None else None
+                if data is None:
+                    data = encode_publish_prepared(0, out.field, msg.body)
                     if cache is None:
-                        msg.wire_cache = {key: data}
+                        msg.wire_cache = {_WIRE_Q0: data}
                     else:
-                        cache[key] = data
+                        cache[_WIRE_Q0] = data
                 buffered = self._out
                 if not buffered:
                     self.runtime.mark_flush(self)
                 buffered.append(data)
                 return
+        self._deliver(outcome, sub, msg)
+
+    def _deliver(self, outcome: Delivery, sub: MqttSubscription, msg: Message) -> None:
+        consumer = outcome.consumer
+        dest = msg.destination
+        out = None
+        if dest.kind is _TOPIC and not (sub.exclude_dollar and dest.is_advisory):
+            out = _out_topic(dest.name)
+        topic = out.topic if out is not None else None
+        if topic is None or (sub.exclude_dollar and topic.startswith("$")):
+            self._consume(consumer, outcome.tag)  # not for this MQTT subscription
+            return
+        assert out is not None
+        qos = min(sub.options.qos, self._message_qos(msg))
+        if qos == 0:
             pid = None
+            self._consume(consumer, outcome.tag)
         else:
             pid = self._allocate_pid(consumer, outcome.tag)
+        retain = sub.options.retain_as_published and msg.properties.get(RETAIN_PROPERTY) is True
         self._write_publish(msg, topic, qos, pid, retain=retain,
                             dup=outcome.redelivered and qos > 0, sub=sub, field=out.field)
 
