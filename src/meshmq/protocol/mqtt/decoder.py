@@ -272,6 +272,9 @@ class MqttDecoder:
         pos = 0
         ptype = None
         valid_first = self._valid_first
+        max_size = self.max_packet_size
+        decoders = self._decoders
+        add = packets.append
         try:
             while pos < n:
                 first = src[pos]
@@ -297,16 +300,16 @@ class MqttDecoder:
                         self._need = n - pos + 1
                         break
                 end = start + size
-                if end - pos > self.max_packet_size:
+                if end - pos > max_size:
                     raise PacketTooLargeError(
                         f"packet of {end - pos} bytes exceeds the maximum of "
                         f"{self.max_packet_size}")
                 if end > n:
                     self._need = end - pos
                     break
-                decode = self._decoders[ptype]
+                decode = decoders[ptype]
                 assert decode is not None
-                packets.append(decode(src, first & 0x0F, start, end))
+                add(decode(src, first & 0x0F, start, end))
                 if ptype == 1:
                     valid_first = self._valid_first
                 pos = end
@@ -521,15 +524,14 @@ class MqttDecoder:
             props = _new_object(Properties)
             if not topic:
                 raise TopicError("empty PUBLISH topic")
-        retain = flags & 1
+        retain = flags & 1 == 1
         if retain and not self.retain_available:
             raise MqttProtocolError("retain is not available",
                                     reason_code=ReasonCode.RETAIN_NOT_SUPPORTED)
         if qos > self.maximum_qos:
             raise MqttProtocolError(f"QoS {qos} above the maximum {self.maximum_qos}",
                                     reason_code=ReasonCode.QOS_NOT_SUPPORTED)
-        return Publish(topic, src[stop:end], qos, bool(retain), bool(flags & 8),
-                       packet_id, props)
+        return Publish(topic, src[stop:end], qos, retain, flags & 8 == 8, packet_id, props)
 
     def _ack(self, cls: type[Puback | Pubrec | Pubrel | Pubcomp],
              allowed: frozenset[int]) -> _Decode:
