@@ -380,3 +380,37 @@ def test_prepared_publish_equals_general_encoder(data: st.DataObject, level: int
     except LocalProtocolError as exc:
         got = exc.message
     assert got == expected
+
+
+# --------------------------------------------- inline remaining length, topic name cache
+
+@SETTINGS
+@given(size=st.one_of(st.integers(100, 140), st.integers(16_370, 16_400), st.integers(0, 300)),
+       cut=st.integers(0, 5), level=LEVELS, topic=TOPICS)
+def test_publish_sizes_decode_whole_and_split_in_the_header(size: int, cut: int, level: int,
+                                                            topic: str) -> None:
+    # Remaining lengths of one, two (decoded inline) and three bytes, with the stream
+    # cut inside the fixed header.
+    packet = Publish(topic, b"p" * size)
+    wire = encode(packet, level)
+    assert MqttDecoder(protocol_level=level).feed(wire) == [packet]
+    split = MqttDecoder(protocol_level=level)
+    assert split.feed(wire[:cut]) + split.feed(wire[cut:]) == [packet]
+
+
+@SETTINGS
+@given(topic=st.text(max_size=6), level=LEVELS)
+def test_topic_names_decode_the_same_the_second_time(topic: str, level: int) -> None:
+    # The checked-name cache must not change the outcome: same packet or same error.
+    try:
+        raw = topic.encode()
+    except UnicodeEncodeError:
+        raw = topic.encode("utf-8", "surrogatepass")  # invalid UTF-8 on the wire
+    wire = bytes((0x30, len(raw) + 3, len(raw) >> 8, len(raw) & 0xFF)) + raw + b"x"
+    outcomes = []
+    for _ in range(2):
+        try:
+            outcomes.append(MqttDecoder(protocol_level=level).feed(wire))
+        except MqttProtocolError as exc:
+            outcomes.append((type(exc), exc.reason_code))
+    assert outcomes[0] == outcomes[1]
