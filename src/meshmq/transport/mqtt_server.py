@@ -540,11 +540,8 @@ class MqttSession(BufferedOutput):
         if packet.retain:
             properties[RETAIN_PROPERTY] = True
         if self.level != PROTOCOL_LEVEL_5:
-            # 3.1.1 carries nothing else: the other fields keep their defaults.
-            if _MESSAGE_POSITIONAL:
-                return Message(broker.new_message_id(conn.id), dest, packet.payload,
-                               properties, qos > 0, DEFAULT_PRIORITY, now, 0, None, None,
-                               None, None, 0, conn.id, (), None, conn.principal.user)
+            # 3.1.1 carries nothing else: the other fields keep their defaults. (PUBLISH
+            # builds this inline in on_publish; this is for wills, and the fallback.)
             return Message(message_id=broker.new_message_id(conn.id), destination=dest,
                            body=packet.payload, properties=properties, persistent=qos > 0,
                            timestamp=now, producer_id=conn.id, user_id=conn.principal.user)
