@@ -20,17 +20,23 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import MISSING, dataclass, field, fields
+from typing import TYPE_CHECKING, NamedTuple
 
 from meshmq.core import destinations as dst
 from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
 from meshmq.core.destinations import Destination, DestKind
-from meshmq.core.message import Message, PropertyValue
+from meshmq.core.message import DEFAULT_PRIORITY, Message, PropertyValue
 from meshmq.core.queue import BrowseEnd, Delivery
-from meshmq.errors import AuthenticationError, DestinationError, MeshmqError
+from meshmq.errors import (
+    AuthenticationError,
+    DestinationError,
+    LocalProtocolError,
+    MeshmqError,
+)
 from meshmq.protocol.mqtt import (
     PROTOCOL_LEVEL_5,
+    PROTOCOL_LEVEL_311,
     Auth,
     Connack,
     ConnackReturnCode,
@@ -58,10 +64,13 @@ from meshmq.protocol.mqtt import (
     connack_return_code_v311,
     destination_name_to_mqtt_topic,
     encode,
+    encode_properties,
     encode_publish,
+    encode_publish_prepared,
     is_shared,
     mqtt_filter_to_destination,
     mqtt_topic_to_destination_name,
+    publish_topic_field,
 )
 from meshmq.transport.adapter import BufferedOutput, SessionProtocol
 from meshmq.transport.topology import PEERS_HEADER
@@ -87,6 +96,9 @@ class MqttSubscription:
     consumer: Consumer | None = None
     exclude_dollar: bool = False
     shared: bool = False
+    # 3.1.1 at QoS 0 (so an auto-ack consumer, no retain-as-published, no packet size
+    # limit): every message is written as the same QoS 0 PUBLISH (deliver's fast path).
+    plain: bool = False
 
 
 @dataclass(slots=True)
@@ -118,16 +130,70 @@ def parse_durable_name(name: str) -> tuple[str, SubscriptionOptions] | None:
 def _topic_dest(topic: str) -> Destination:
     """The topic destination of an MQTT topic name, one shared object per name (so
     destination comparisons downstream are identity checks)."""
-    dest = _DEST_CACHE.get(topic)
-    if dest is None:
-        dest = dst.topic(mqtt_topic_to_destination_name(topic))
-        if len(_DEST_CACHE) > 10_000:
-            _DEST_CACHE.clear()
-        _DEST_CACHE[topic] = dest
-    return dest
+    entry = _DEST_CACHE.get(topic)
+    return entry[0] if entry is not None else _dest_entry(topic)[0]
 
 
-_DEST_CACHE: dict[str, Destination] = {}
+def _dest_entry(topic: str) -> tuple[Destination, tuple[Destination]]:
+    """The cached ``(destination, (destination,))`` of an MQTT topic name: the tuple
+    is what ``Broker.send`` takes, built once rather than per PUBLISH."""
+    dest = dst.topic(mqtt_topic_to_destination_name(topic))
+    if len(_DEST_CACHE) > 10_000:
+        _DEST_CACHE.clear()
+    entry = _DEST_CACHE[topic] = (dest, (dest,))
+    return entry
+
+
+_DEST_CACHE: dict[str, tuple[Destination, tuple[Destination]]] = {}
+
+
+class _OutTopic(NamedTuple):
+    """How a topic destination's name is spelt in PUBLISHes to MQTT subscribers."""
+
+    topic: str | None  # None: the name has no MQTT spelling (e.g. a wildcard)
+    field: bytes | None  # the encoded topic field; None if not encodable (never valid)
+    dollar: bool  # the topic starts with '$' (filters starting with a wildcard skip it)
+
+
+def _out_topic(name: str) -> _OutTopic:
+    """The cached :class:`_OutTopic` of a topic destination name (the delivery hot path
+    does one dict lookup instead of translating and encoding the name per message)."""
+    entry = _OUT_TOPICS.get(name)
+    if entry is not None:
+        return entry
+    try:
+        topic: str | None = destination_name_to_mqtt_topic(name)
+    except DestinationError:
+        topic = None  # e.g. a wildcard advisory name: no MQTT spelling
+    field = None
+    if topic is not None:
+        try:
+            field = publish_topic_field(topic)
+        except LocalProtocolError:
+            pass  # encode_publish raises it again, on the general path
+    if len(_OUT_TOPICS) > 10_000:
+        _OUT_TOPICS.clear()
+    entry = _OUT_TOPICS[name] = _OutTopic(topic, field,
+                                          topic is not None and topic.startswith("$"))
+    return entry
+
+
+_OUT_TOPICS: dict[str, _OutTopic] = {}
+_TOPIC = DestKind.TOPIC
+# Message.wire_cache key of the PUBLISH a plain subscription (see MqttSubscription) gets.
+_WIRE_Q0 = "mqtt4-q0"
+
+# A 3.1.1 PUBLISH becomes a Message built with positional arguments (matching ~10
+# keywords costs more than the rest of the call), as long as Message's fields still
+# start with these names and defaults; otherwise keywords, as for MQTT 5.
+_MESSAGE_LAYOUT = (
+    ("message_id", MISSING), ("destination", MISSING), ("body", MISSING),
+    ("properties", MISSING), ("persistent", False), ("priority", DEFAULT_PRIORITY),
+    ("timestamp", 0), ("expiration", 0), ("correlation_id", None), ("reply_to", None),
+    ("type", None), ("group_id", None), ("group_seq", 0), ("producer_id", ""),
+    ("broker_path", ()), ("original_destination", None), ("user_id", None))
+_MESSAGE_POSITIONAL = [(f.name, f.default) for f in fields(Message)][:len(_MESSAGE_LAYOUT)] \
+    == list(_MESSAGE_LAYOUT)
 
 
 class MqttSession(BufferedOutput):
@@ -180,23 +246,38 @@ class MqttSession(BufferedOutput):
             self.protocol_failure(exc)
             self.runtime.request_pump()
             return
-        for packet in packets:
-            if self.is_closing():
-                break
-            self._handle_safely(packet)
+        self._handle_all(packets)
         self.runtime.request_pump()
         self.flush()
+
+    def _handle_all(self, packets: list[Packet]) -> None:
+        for packet in packets:
+            if self.closing:
+                break
+            try:  # _handle_safely inlined, PUBLISH dispatched first
+                if packet.__class__ is Publish:
+                    self.on_publish(packet)
+                else:
+                    self.handle(packet)
+            except Exception as exc:
+                self._handling_failed(packet, exc)
 
     def _handle_safely(self, packet: Packet) -> None:
         try:
             self.handle(packet)
-        except MqttProtocolError as exc:
+        except Exception as exc:
+            self._handling_failed(packet, exc)
+
+    def _handling_failed(self, packet: Packet, exc: Exception) -> None:
+        """Answer an error from handling ``packet``: the reason code it carries for a
+        protocol error, else a generic one (logged as a bug if not a MeshmqError)."""
+        if isinstance(exc, MqttProtocolError):
             self.protocol_failure(exc)
-        except MeshmqError as exc:
+        elif isinstance(exc, MeshmqError):
             self.disconnect(ReasonCode.UNSPECIFIED_ERROR, exc.message)
-        except Exception:
-            log.exception("internal error handling %s from %s", type(packet).__name__,
-                          self.remote)
+        else:
+            log.error("internal error handling %s from %s", type(packet).__name__,
+                      self.remote, exc_info=exc)
             self.disconnect(ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR, "internal broker error")
 
     def handle(self, packet: Packet) -> None:
@@ -382,84 +463,108 @@ class MqttSession(BufferedOutput):
 
     # ------------------------------------------------------------ PUBLISH in
     def on_publish(self, packet: Publish) -> None:
-        assert self.conn is not None
-        v5 = self.level == PROTOCOL_LEVEL_5
-        props = packet.properties
+        conn = self.conn
+        assert conn is not None
+        qos = packet.qos
         topic = packet.topic
-        if v5 and props.topic_alias is not None:
-            alias = props.topic_alias
-            if alias > TOPIC_ALIAS_MAXIMUM:
-                raise MqttProtocolError(f"topic alias {alias} above the maximum "
-                                        f"{TOPIC_ALIAS_MAXIMUM}",
-                                        reason_code=ReasonCode.TOPIC_ALIAS_INVALID)
-            if topic:
-                self._aliases[alias] = topic
-            else:
-                found = self._aliases.get(alias)
-                if found is None:
-                    raise MqttProtocolError(f"unknown topic alias {alias}",
-                                            reason_code=ReasonCode.PROTOCOL_ERROR)
-                topic = found
-        if packet.qos == 2 and self.state is not None \
-                and packet.packet_id in self.state.inbound_qos2:
-            # A retransmission of a QoS 2 message we already own: acknowledge only.
-            self._ack(encode(Pubrec(packet.packet_id or 0), self.level), None, settles=False)
-            return
-        if packet.qos > 0:
+        if self.level == PROTOCOL_LEVEL_5:
+            props = packet.properties
+            if props.topic_alias is not None:
+                alias = props.topic_alias
+                if alias > TOPIC_ALIAS_MAXIMUM:
+                    raise MqttProtocolError(f"topic alias {alias} above the maximum "
+                                            f"{TOPIC_ALIAS_MAXIMUM}",
+                                            reason_code=ReasonCode.TOPIC_ALIAS_INVALID)
+                if topic:
+                    self._aliases[alias] = topic
+                else:
+                    found = self._aliases.get(alias)
+                    if found is None:
+                        raise MqttProtocolError(f"unknown topic alias {alias}",
+                                                reason_code=ReasonCode.PROTOCOL_ERROR)
+                    topic = found
+        if qos:
+            if qos == 2 and self.state is not None \
+                    and packet.packet_id in self.state.inbound_qos2:
+                # A retransmission of a QoS 2 message we already own: acknowledge only.
+                self._ack(encode(Pubrec(packet.packet_id or 0), self.level), None,
+                          settles=False)
+                return
             self._inbound_pending += 1
             if self._inbound_pending > self.cfg.receive_maximum:
                 raise MqttProtocolError("too many unacknowledged QoS 1/2 publishes",
                                         reason_code=ReasonCode.RECEIVE_MAXIMUM_EXCEEDED)
-        dest = _topic_dest(topic)
-        message = self._message(packet, dest)
-        needs_sync = self.broker.send(self.conn, (dest,), message)
+        entry = _DEST_CACHE.get(topic)
+        if entry is None:
+            entry = _dest_entry(topic)
+        broker = self.broker
+        if self.level != PROTOCOL_LEVEL_5 and _MESSAGE_POSITIONAL:
+            # What _message builds for 3.1.1, inlined (one call less per PUBLISH).
+            now = broker.now_ms()
+            properties: dict[str, PropertyValue] = {QOS_PROPERTY: qos}
+            if packet.retain:
+                properties[RETAIN_PROPERTY] = True
+            message = Message(broker.new_message_id(conn.id), entry[0], packet.payload,
+                              properties, qos > 0, DEFAULT_PRIORITY, now, 0, None, None,
+                              None, None, 0, conn.id, (), None, conn.principal.user)
+        else:
+            message = self._message(packet, entry[0])
+        needs_sync = broker.send(conn, entry[1], message)
         if packet.retain:
-            self.broker.retain(message)
+            broker.retain(message)
             needs_sync = True
-        if packet.qos == 2 and self.state is not None:
+        if not qos:
+            return  # QoS 0: nothing to acknowledge
+        if qos == 2 and self.state is not None:
             self.state.inbound_qos2.add(packet.packet_id or 0)
             if self.persistent:
                 self._save_state()
                 needs_sync = True  # the PUBREC promise must survive a crash
         wait = None
-        if needs_sync and packet.qos > 0:
+        if needs_sync:
             self.runtime.write_ops()
             wait = self.runtime.store.sync()
-        if packet.qos == 1:
+        if qos == 1:
             self._ack(encode(Puback(packet.packet_id or 0), self.level), wait)
-        elif packet.qos == 2:
+        else:
             # Counts against receive maximum until PUBCOMP (MQTT 5 section 3.3.4).
             self._ack(encode(Pubrec(packet.packet_id or 0), self.level), wait, settles=False)
 
     def _message(self, packet: Publish, dest: Destination) -> Message:
-        assert self.conn is not None
-        props = packet.properties
-        now = self.broker.now_ms()
-        properties: dict[str, PropertyValue] = {QOS_PROPERTY: packet.qos}
+        conn = self.conn
+        assert conn is not None
+        broker = self.broker
+        now = broker.now_ms()
+        qos = packet.qos
+        properties: dict[str, PropertyValue] = {QOS_PROPERTY: qos}
         if packet.retain:
             properties[RETAIN_PROPERTY] = True
+        if self.level != PROTOCOL_LEVEL_5:
+            # 3.1.1 carries nothing else: the other fields keep their defaults. (PUBLISH
+            # builds this inline in on_publish; this is for wills, and the fallback.)
+            return Message(message_id=broker.new_message_id(conn.id), destination=dest,
+                           body=packet.payload, properties=properties, persistent=qos > 0,
+                           timestamp=now, producer_id=conn.id, user_id=conn.principal.user)
+        props = packet.properties
         reply_to = None
         correlation = None
-        content_type = None
         expiration = 0
-        if self.level == PROTOCOL_LEVEL_5:
-            for key, value in props.user_properties:
-                properties.setdefault(key, value)
-            if props.response_topic:
-                reply_to = _topic_dest(props.response_topic)
-            if props.correlation_data is not None:
-                # latin-1 maps bytes 1:1 to text, so binary correlation data survives.
-                correlation = props.correlation_data.decode("latin-1")
-            content_type = props.content_type
-            if props.message_expiry_interval is not None:
-                expiration = now + props.message_expiry_interval * 1000
-            if props.payload_format_indicator is not None:
-                properties["mqtt.payloadFormat"] = props.payload_format_indicator
-        return Message(message_id=self.broker.new_message_id(self.conn.id), destination=dest,
-                       body=packet.payload, properties=properties, persistent=packet.qos > 0,
+        for key, value in props.user_properties:
+            properties.setdefault(key, value)
+        if props.response_topic:
+            reply_to = _topic_dest(props.response_topic)
+        if props.correlation_data is not None:
+            # latin-1 maps bytes 1:1 to text, so binary correlation data survives.
+            correlation = props.correlation_data.decode("latin-1")
+        if props.message_expiry_interval is not None:
+            expiration = now + props.message_expiry_interval * 1000
+        if props.payload_format_indicator is not None:
+            properties["mqtt.payloadFormat"] = props.payload_format_indicator
+        return Message(message_id=broker.new_message_id(conn.id), destination=dest,
+                       body=packet.payload, properties=properties, persistent=qos > 0,
                        timestamp=now, expiration=expiration, correlation_id=correlation,
-                       reply_to=reply_to, producer_id=self.conn.id,
-                       user_id=self.conn.principal.user, content_type=content_type)
+                       reply_to=reply_to, producer_id=conn.id, user_id=conn.principal.user,
+                       content_type=props.content_type)
 
     def on_pubrel(self, packet: Pubrel) -> None:
         code = ReasonCode.SUCCESS
@@ -562,6 +667,9 @@ class MqttSession(BufferedOutput):
             prefetch=self._client_receive_max, no_local=options.no_local,
             subscription_name=durable, shared_group=group)
         consumer = self.broker.subscribe(self.conn, sub.filter, spec)
+        sub.plain = (self.level == PROTOCOL_LEVEL_311 and options.qos == 0
+                     and consumer.ack_mode is AckMode.AUTO and not options.retain_as_published
+                     and not self._client_max_packet)
         sub.consumer = consumer
         self._by_consumer[consumer] = sub
 
@@ -582,15 +690,14 @@ class MqttSession(BufferedOutput):
     def _send_retained(self, sub: MqttSubscription) -> None:
         patterns, _ = self._patterns(sub)
         for msg in self.broker.retained_for(patterns):
-            try:
-                topic = destination_name_to_mqtt_topic(msg.destination.name)
-            except DestinationError:
-                continue
-            if sub.exclude_dollar and topic.startswith("$"):
+            out = _out_topic(msg.destination.name)
+            topic = out.topic
+            if topic is None or (sub.exclude_dollar and topic.startswith("$")):
                 continue
             qos = min(sub.options.qos, self._message_qos(msg))
             pid = self._allocate_pid(None, 0) if qos else None
-            self._write_publish(msg, topic, qos, pid, retain=True, dup=False, sub=sub)
+            self._write_publish(msg, topic, qos, pid, retain=True, dup=False, sub=sub,
+                                field=out.field)
 
     def on_unsubscribe(self, packet: Unsubscribe) -> None:
         assert self.state is not None
@@ -627,21 +734,44 @@ class MqttSession(BufferedOutput):
     def deliver(self, outcome: Delivery | BrowseEnd) -> None:
         if self.closing or isinstance(outcome, BrowseEnd):
             return
-        consumer = outcome.consumer
-        sub = self._by_consumer.get(consumer)
-        msg = outcome.message
+        sub = self._by_consumer.get(outcome.consumer)
         if sub is None:
             return
-        topic = None
-        if msg.destination.kind is DestKind.TOPIC and not (
-                sub.exclude_dollar and msg.destination.is_advisory):
-            try:
-                topic = destination_name_to_mqtt_topic(msg.destination.name)
-            except DestinationError:
-                topic = None  # e.g. a wildcard advisory name: no MQTT spelling
+        msg = outcome.message
+        if sub.plain:
+            # The common case: a 3.1.1 QoS 0 subscription to a topic with an MQTT name.
+            # The packet is the same for every such subscriber: encoded once per message.
+            dest = msg.destination
+            out = (_OUT_TOPICS.get(dest.name) or _out_topic(dest.name)) \
+                if dest.kind is _TOPIC else None
+            if out is not None and out.field is not None and not (
+                    sub.exclude_dollar and (out.dollar or dest.is_advisory)):
+                cache = msg.wire_cache
+                data = cache.get(_WIRE_Q0) if cache is not None else None
+                if data is None:
+                    data = encode_publish_prepared(0, out.field, msg.body)
+                    if cache is None:
+                        msg.wire_cache = {_WIRE_Q0: data}
+                    else:
+                        cache[_WIRE_Q0] = data
+                buffered = self._out
+                if not buffered:
+                    self.runtime.mark_flush(self)
+                buffered.append(data)
+                return
+        self._deliver(outcome, sub, msg)
+
+    def _deliver(self, outcome: Delivery, sub: MqttSubscription, msg: Message) -> None:
+        consumer = outcome.consumer
+        dest = msg.destination
+        out = None
+        if dest.kind is _TOPIC and not (sub.exclude_dollar and dest.is_advisory):
+            out = _out_topic(dest.name)
+        topic = out.topic if out is not None else None
         if topic is None or (sub.exclude_dollar and topic.startswith("$")):
             self._consume(consumer, outcome.tag)  # not for this MQTT subscription
             return
+        assert out is not None
         qos = min(sub.options.qos, self._message_qos(msg))
         if qos == 0:
             pid = None
@@ -650,7 +780,7 @@ class MqttSession(BufferedOutput):
             pid = self._allocate_pid(consumer, outcome.tag)
         retain = sub.options.retain_as_published and msg.properties.get(RETAIN_PROPERTY) is True
         self._write_publish(msg, topic, qos, pid, retain=retain,
-                            dup=outcome.redelivered and qos > 0, sub=sub)
+                            dup=outcome.redelivered and qos > 0, sub=sub, field=out.field)
 
     def _consume(self, consumer: Consumer, tag: int) -> None:
         if consumer.ack_mode is not AckMode.AUTO and tag in consumer.dispatched:
@@ -658,12 +788,21 @@ class MqttSession(BufferedOutput):
             self.broker.ack(self.conn, consumer, tag, cumulative=False)
 
     def _write_publish(self, msg: Message, topic: str, qos: int, pid: int | None, *,
-                       retain: bool, dup: bool, sub: MqttSubscription) -> None:
+                       retain: bool, dup: bool, sub: MqttSubscription,
+                       field: bytes | None = None) -> None:
+        """``field``: the topic's encoded field when cached (see :func:`_out_topic`)."""
         props: Properties | None = None
         if self.level == PROTOCOL_LEVEL_5:
             props = self._outbound_properties(msg, sub)
-        data = encode_publish(topic, msg.body, qos=qos, retain=retain, dup=dup, packet_id=pid,
-                              protocol_level=self.level, properties=props)
+        if field is not None:
+            header = field if pid is None else field + pid.to_bytes(2, "big")
+            if self.level == PROTOCOL_LEVEL_5:
+                header += b"\x00" if props is None else encode_properties(props, 3)
+            data = encode_publish_prepared(qos << 1 | (8 if dup else 0) | (1 if retain else 0),
+                                           header, msg.body)
+        else:
+            data = encode_publish(topic, msg.body, qos=qos, retain=retain, dup=dup,
+                                  packet_id=pid, protocol_level=self.level, properties=props)
         if self._client_max_packet and len(data) > self._client_max_packet:
             # MQTT 5: never send a packet larger than the client accepts; drop it instead.
             log.info("dropping %s for %s: %d bytes exceed the client's maximum packet size",
@@ -674,6 +813,14 @@ class MqttSession(BufferedOutput):
                     self._consume(consumer, tag)
             return
         self._write(data)
+
+    def _write(self, data: bytes) -> None:
+        # BufferedOutput._write, marking the session for the pump's flush only when its
+        # buffer turns non-empty: a non-empty buffer is always marked already.
+        buffered = self._out
+        if not buffered:
+            self.runtime.mark_flush(self)
+        buffered.append(data)
 
     def _outbound_properties(self, msg: Message, sub: MqttSubscription) -> Properties | None:
         user = [(k, v if isinstance(v, str) else str(v).lower() if isinstance(v, bool)

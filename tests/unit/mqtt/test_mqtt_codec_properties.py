@@ -5,6 +5,8 @@
   the chunking.
 * Round trip: every packet the encoder accepts decodes back unchanged, at both
   protocol levels, whole or byte by byte.
+* The prepared PUBLISH encoder (the broker's delivery fast path) writes exactly
+  what ``encode_publish`` writes, and fails where it fails.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from meshmq.errors import RemoteProtocolError
+from meshmq.errors import LocalProtocolError, RemoteProtocolError
 from meshmq.protocol.mqtt import (
     ALLOWED_PROPERTIES,
     PROPERTY_TYPES,
@@ -46,6 +48,10 @@ from meshmq.protocol.mqtt import (
     Unsubscribe,
     Will,
     encode,
+    encode_properties,
+    encode_publish,
+    encode_publish_prepared,
+    publish_topic_field,
 )
 from meshmq.protocol.mqtt.reason_codes import (
     AUTH_REASON_CODES,
@@ -335,3 +341,76 @@ def test_encoding_is_canonical(level: int, data: st.DataObject) -> None:
     wire = encode(packet, level)
     (again,) = MqttDecoder(protocol_level=level).feed(wire)
     assert encode(again, level) == wire
+
+
+# ------------------------------------------------------- prepared PUBLISH == general
+
+# Payload sizes around the 1/2/3-byte remaining length boundaries (127, 16383).
+PAYLOADS = st.one_of(st.binary(max_size=300),
+                     st.integers(16_000, 16_700).map(lambda n: b"p" * n))
+# Lone surrogates (not encodable) and long topics too, to compare the errors.
+ANY_TOPICS = st.one_of(TOPICS, st.text(max_size=6),
+                       st.integers(65_530, 65_540).map(lambda n: "t" * n))
+
+
+@SETTINGS
+@given(data=st.data(), level=LEVELS, topic=ANY_TOPICS, payload=PAYLOADS,
+       qos=st.integers(0, 2), retain=st.booleans())
+def test_prepared_publish_equals_general_encoder(data: st.DataObject, level: int, topic: str,
+                                                 payload: bytes, qos: int,
+                                                 retain: bool) -> None:
+    dup = bool(qos) and data.draw(st.booleans())
+    pid = data.draw(PACKET_IDS) if qos else None
+    props = data.draw(st.one_of(st.none(), properties(3, from_client=False))) \
+        if level == 5 else None
+    try:
+        expected: object = encode_publish(topic, payload, qos=qos, retain=retain, dup=dup,
+                                          packet_id=pid, protocol_level=level,
+                                          properties=props)
+    except LocalProtocolError as exc:
+        expected = exc.message
+    try:
+        header = publish_topic_field(topic)
+        if pid is not None:
+            header += pid.to_bytes(2, "big")
+        if level == 5:
+            header += b"\x00" if props is None else encode_properties(props, 3)
+        flags = qos << 1 | (8 if dup else 0) | (1 if retain else 0)
+        got: object = encode_publish_prepared(flags, header, payload)
+    except LocalProtocolError as exc:
+        got = exc.message
+    assert got == expected
+
+
+# --------------------------------------------- inline remaining length, topic name cache
+
+@SETTINGS
+@given(size=st.one_of(st.integers(100, 140), st.integers(16_370, 16_400), st.integers(0, 300)),
+       cut=st.integers(0, 5), level=LEVELS, topic=TOPICS)
+def test_publish_sizes_decode_whole_and_split_in_the_header(size: int, cut: int, level: int,
+                                                            topic: str) -> None:
+    # Remaining lengths of one, two (decoded inline) and three bytes, with the stream
+    # cut inside the fixed header.
+    packet = Publish(topic, b"p" * size)
+    wire = encode(packet, level)
+    assert MqttDecoder(protocol_level=level).feed(wire) == [packet]
+    split = MqttDecoder(protocol_level=level)
+    assert split.feed(wire[:cut]) + split.feed(wire[cut:]) == [packet]
+
+
+@SETTINGS
+@given(topic=st.text(max_size=6), level=LEVELS)
+def test_topic_names_decode_the_same_the_second_time(topic: str, level: int) -> None:
+    # The checked-name cache must not change the outcome: same packet or same error.
+    try:
+        raw = topic.encode()
+    except UnicodeEncodeError:
+        raw = topic.encode("utf-8", "surrogatepass")  # invalid UTF-8 on the wire
+    wire = bytes((0x30, len(raw) + 3, len(raw) >> 8, len(raw) & 0xFF)) + raw + b"x"
+    outcomes = []
+    for _ in range(2):
+        try:
+            outcomes.append(MqttDecoder(protocol_level=level).feed(wire))
+        except MqttProtocolError as exc:
+            outcomes.append((type(exc), exc.reason_code))
+    assert outcomes[0] == outcomes[1]

@@ -8,7 +8,13 @@ meshmq destination names. Nothing here does I/O or reads a clock.
 """
 
 from .decoder import DEFAULT_MAX_PACKET_SIZE, MqttDecoder
-from .encoder import encode, encode_publish, encode_subscription_options
+from .encoder import (
+    encode,
+    encode_publish,
+    encode_publish_prepared,
+    encode_subscription_options,
+    publish_topic_field,
+)
 from .errors import (
     MalformedPacketError,
     MqttProtocolError,
@@ -114,10 +120,12 @@ __all__ = [
     "encode",
     "encode_properties",
     "encode_publish",
+    "encode_publish_prepared",
     "encode_subscription_options",
     "is_shared",
     "mqtt_filter_to_destination",
     "mqtt_topic_to_destination_name",
+    "publish_topic_field",
     "reason_code_from_v311_connack",
     "topic_matches",
     "validate_topic_filter",

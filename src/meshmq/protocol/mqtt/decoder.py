@@ -53,7 +53,7 @@ from .packets import (
     Unsubscribe,
     Will,
 )
-from .properties import WILL_CONTEXT, decode_properties, new_properties
+from .properties import WILL_CONTEXT, Properties, decode_properties, new_properties
 from .reason_codes import (
     AUTH_REASON_CODES,
     CONNACK_REASON_CODES,
@@ -143,6 +143,32 @@ def _end(p: int, end: int, what: str) -> None:
     if p != end:
         raise MalformedPacketError(f"unexpected bytes at the end of {what}")
 
+
+def _topic_name(raw: bytes) -> str:
+    """The PUBLISH topic name in ``raw`` (length prefix stripped), checked, and cached
+    in ``_TOPIC_NAMES`` (one dict lookup per PUBLISH on a known topic). Empty topics
+    are checked by the caller: they depend on the protocol level."""
+    try:
+        topic = raw.decode()
+    except UnicodeDecodeError:
+        raise MalformedPacketError("invalid UTF-8 in PUBLISH topic") from None
+    if "+" in topic or "#" in topic:
+        raise TopicError(f"wildcard in PUBLISH topic {topic[:64]!r}")
+    if "\x00" in topic:
+        raise MalformedPacketError("U+0000 in PUBLISH topic")
+    if len(raw) <= _TOPIC_NAME_CACHED_BYTES:
+        if len(_TOPIC_NAMES) >= _TOPIC_NAMES_MAX:
+            _TOPIC_NAMES.clear()
+        _TOPIC_NAMES[raw] = topic
+    return topic
+
+
+# Valid PUBLISH topic names by their UTF-8 bytes, shared by all decoders (the mapping
+# is pure); bounded by clearing, and long names are not kept (at most ~3 MB).
+_TOPIC_NAMES: dict[bytes, str] = {}
+_TOPIC_NAMES_MAX = 10_000
+_TOPIC_NAME_CACHED_BYTES = 256
+_new_object = object.__new__
 
 _Decode = Callable[[bytes, int, int, int], Packet]
 
@@ -246,6 +272,9 @@ class MqttDecoder:
         pos = 0
         ptype = None
         valid_first = self._valid_first
+        max_size = self.max_packet_size
+        decoders = self._decoders
+        add = packets.append
         try:
             while pos < n:
                 first = src[pos]
@@ -260,21 +289,27 @@ class MqttDecoder:
                 size = src[pos + 1]
                 start = pos + 2
                 if size >= 0x80:
-                    size, start = self._remaining_length(src, pos + 1, n)
+                    # Two bytes inline (128..16383: most PUBLISHes); longer or not
+                    # minimal (second byte 0) in _remaining_length.
+                    if start < n and 0 < src[start] < 0x80:
+                        size = (size & 0x7F) | src[start] << 7
+                        start += 1
+                    else:
+                        size, start = self._remaining_length(src, pos + 1, n)
                     if start < 0:
                         self._need = n - pos + 1
                         break
                 end = start + size
-                if end - pos > self.max_packet_size:
+                if end - pos > max_size:
                     raise PacketTooLargeError(
                         f"packet of {end - pos} bytes exceeds the maximum of "
                         f"{self.max_packet_size}")
                 if end > n:
                     self._need = end - pos
                     break
-                decode = self._decoders[ptype]
+                decode = decoders[ptype]
                 assert decode is not None
-                packets.append(decode(src, first & 0x0F, start, end))
+                add(decode(src, first & 0x0F, start, end))
                 if ptype == 1:
                     valid_first = self._valid_first
                 pos = end
@@ -458,14 +493,10 @@ class MqttDecoder:
         stop = p + 2 + (src[p] << 8 | src[p + 1])
         if stop > end:
             raise MalformedPacketError("truncated PUBLISH topic")
-        try:
-            topic = src[p + 2:stop].decode()
-        except UnicodeDecodeError:
-            raise MalformedPacketError("invalid UTF-8 in PUBLISH topic") from None
-        if "+" in topic or "#" in topic:
-            raise TopicError(f"wildcard in PUBLISH topic {topic[:64]!r}")
-        if "\x00" in topic:
-            raise MalformedPacketError("U+0000 in PUBLISH topic")
+        raw = src[p + 2:stop]
+        topic = _TOPIC_NAMES.get(raw)  # checked before: skip decoding and checks
+        if topic is None:
+            topic = _topic_name(raw)
         qos = (flags >> 1) & 3
         packet_id = None
         if qos:
@@ -477,7 +508,7 @@ class MqttDecoder:
             stop += 2
         if self._level == PROTOCOL_LEVEL_5:
             if stop < end and src[stop] == 0:
-                props = new_properties()
+                props = _new_object(Properties)  # new_properties(), without the call
                 stop += 1
             else:
                 props, stop = decode_properties(src, stop, end, 3)
@@ -490,18 +521,17 @@ class MqttDecoder:
             if not topic and props.topic_alias is None:
                 raise MqttProtocolError("empty topic without a topic alias")
         else:
-            props = new_properties()
+            props = _new_object(Properties)
             if not topic:
                 raise TopicError("empty PUBLISH topic")
-        retain = flags & 1
+        retain = flags & 1 == 1
         if retain and not self.retain_available:
             raise MqttProtocolError("retain is not available",
                                     reason_code=ReasonCode.RETAIN_NOT_SUPPORTED)
         if qos > self.maximum_qos:
             raise MqttProtocolError(f"QoS {qos} above the maximum {self.maximum_qos}",
                                     reason_code=ReasonCode.QOS_NOT_SUPPORTED)
-        return Publish(topic, src[stop:end], qos, bool(retain), bool(flags & 8),
-                       packet_id, props)
+        return Publish(topic, src[stop:end], qos, retain, flags & 8 == 8, packet_id, props)
 
     def _ack(self, cls: type[Puback | Pubrec | Pubrel | Pubcomp],
              allowed: frozenset[int]) -> _Decode:

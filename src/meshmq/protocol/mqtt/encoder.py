@@ -55,10 +55,18 @@ from .reason_codes import (
     connack_return_code_v311,
 )
 
-__all__ = ["encode", "encode_publish", "encode_subscription_options"]
+__all__ = [
+    "encode",
+    "encode_publish",
+    "encode_publish_prepared",
+    "encode_subscription_options",
+    "publish_topic_field",
+]
 
 _U16 = struct.Struct(">H")
 _PACK_U16 = _U16.pack
+_PACK_B2 = struct.Struct(">BB").pack
+_PACK_B3 = struct.Struct(">BBB").pack
 _MAX_REMAINING = 268_435_455
 _PINGREQ = b"\xc0\x00"
 _PINGRESP = b"\xd0\x00"
@@ -160,6 +168,37 @@ def encode_publish(topic: str | bytes, payload: bytes, *, qos: int = 0, retain: 
     if size > _MAX_REMAINING:
         raise LocalProtocolError(f"packet body of {size} bytes exceeds the MQTT maximum")
     return b"".join((_HEADER_BYTES[first], encode_varint(size), head, payload))
+
+
+def publish_topic_field(topic: str) -> bytes:
+    """The topic field of a PUBLISH (length prefix and UTF-8), as :func:`encode_publish`
+    writes it; for callers that encode one topic once and reuse it."""
+    try:
+        raw = topic.encode()
+    except UnicodeEncodeError:
+        raise LocalProtocolError("topic is not encodable as UTF-8") from None
+    if len(raw) > 0xFFFF:
+        raise LocalProtocolError("topic longer than 65535 bytes")
+    return _PACK_U16(len(raw)) + raw
+
+
+def encode_publish_prepared(flags: int, variable_header: bytes, payload: bytes) -> bytes:
+    """A PUBLISH from its first byte's flags nibble (``qos << 1 | dup << 3 | retain``,
+    unchecked) and its finished variable header: the topic field from
+    :func:`publish_topic_field`, then the packet id when QoS > 0, then (level 5) the
+    property block. Byte-identical to :func:`encode_publish` for the same fields; the
+    broker's delivery hot path, which caches the variable header per topic."""
+    size = len(variable_header) + len(payload)
+    first = 0x30 | flags
+    if size < 128:
+        head = _PACK_B2(first, size)
+    elif size < 16384:
+        head = _PACK_B3(first, size & 0x7F | 0x80, size >> 7)
+    elif size > _MAX_REMAINING:
+        raise LocalProtocolError(f"packet body of {size} bytes exceeds the MQTT maximum")
+    else:
+        head = _HEADER_BYTES[first] + encode_varint(size)
+    return b"".join((head, variable_header, payload))
 
 
 def _publish(p: Publish, v5: bool) -> bytes:
