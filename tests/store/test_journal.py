@@ -367,3 +367,53 @@ async def test_group_commit_shares_fsyncs(tmp_path: Path) -> None:
     assert stats["pending_batches"] == 0
     await store.sync()  # everything durable: returns at once
     await store.close()
+
+
+async def _written(store: JournalStore, records: int) -> None:
+    """Poll (with a deadline) until the writer thread has written ``records`` records."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while store.stats()["records_written"] < records:
+        assert loop.time() < deadline, "writer did not write in time"
+        await asyncio.sleep(0.001)
+
+
+@run_async
+async def test_a_removal_alone_is_synced_only_when_somebody_waits(tmp_path: Path) -> None:
+    d = tmp_path / "j"
+    store = JournalStore(d)
+    store.open()
+    store.write([AddMessage(msg(1), ((Q, 1),)), AddMessage(msg(2), ((Q, 2),))])
+    await store.sync()
+    assert store.stats()["syncs"] == 1
+    store.write([RemoveRef(Q, 1)])  # an ack: written, but no disk sync of its own
+    await _written(store, 2)
+    stats = store.stats()
+    assert stats["syncs"] == 1
+    assert stats["pending_batches"] == 1
+    # The next message's sync covers the removal too: one disk sync for both.
+    store.write([AddMessage(msg(3), ((Q, 3),))])
+    await asyncio.wait_for(store.sync(), 10)
+    assert store.stats()["syncs"] == 2
+    assert store.stats()["pending_batches"] == 0
+    # A removal somebody waits for (a receipt on ACK, close) is synced on request.
+    store.write([RemoveRef(Q, 2)])
+    await _written(store, 4)
+    await asyncio.wait_for(store.sync(), 10)
+    assert store.stats()["syncs"] == 3
+    assert store.stats()["pending_batches"] == 0
+    await store.close()
+    assert [seq for seq, _, _ in (await reopen_state(d))[Q][0]] == [3]
+
+
+@run_async
+async def test_waiting_for_a_removal_before_it_is_written_never_hangs(tmp_path: Path) -> None:
+    store = JournalStore(tmp_path / "j")
+    store.open()
+    store.write([AddMessage(msg(i), ((Q, i),)) for i in range(1, 51)])
+    await store.sync()
+    for i in range(1, 51):  # each sync races the writer's "anybody waiting?" check
+        store.write([RemoveRef(Q, i)])
+        await asyncio.wait_for(store.sync(), 10)
+        assert store.stats()["pending_batches"] == 0
+    await store.close()

@@ -79,6 +79,8 @@ class _Item:
     size: int = 0  # body bytes (type + payload)
     unwritten: list[tuple[int, int]] = field(default_factory=list)
     delete: int | None = None
+    # Only removals (acks): durable at the next disk sync anybody needs, not at once.
+    lazy: bool = False
 
 
 @dataclass(slots=True)
@@ -134,6 +136,9 @@ class JournalStore:
         self._cond = threading.Condition(self._lock)
         self._queue: deque[_Item] = deque()
         self._durable_no = 0
+        self._written_no = 0  # written to the file, maybe not yet synced (lazy removals)
+        self._sync_wanted = False  # a sync() waits for written but unsynced batches
+        self._w_unsynced = False  # writer thread only: the active segment has unsynced data
         self._waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._failed: StoreError | None = None
         self._stopping = False
@@ -449,7 +454,11 @@ class JournalStore:
                 self._drop_key(op.key)
         for key, mark in (marks or {}).items():
             self._raise_last_seq(key, mark, seg)
-        self._enqueue_record(seg, rec_off, parts, pos, keys)
+        # An ack's removal alone need not reach the disk before the next message: losing
+        # it in a crash redelivers the message (flagged redelivered), never loses one.
+        # Syncing it at once cost a second disk sync per message under window-1 load.
+        lazy = not marks and all(isinstance(op, RemoveRef) for op in ops)
+        self._enqueue_record(seg, rec_off, parts, pos, keys, lazy=lazy)
         self._writes_since_check += 1
         if self._plan is not None or self._writes_since_check >= _COMPACT_CHECK_EVERY:
             self.compact_step()
@@ -467,9 +476,9 @@ class JournalStore:
         return b"".join(out)
 
     def _enqueue_record(self, seg: int, off: int, parts: list[Part], size: int,
-                        unwritten: list[tuple[int, int]]) -> None:
+                        unwritten: list[tuple[int, int]], *, lazy: bool = False) -> None:
         self._batch_no += 1
-        item = _Item(self._batch_no, seg, off, parts, size, unwritten)
+        item = _Item(self._batch_no, seg, off, parts, size, unwritten, lazy=lazy)
         self._tail = off + fmt.RECORD_HEADER_SIZE + size
         self._segs[seg].size = self._tail
         with self._cond:
@@ -498,6 +507,12 @@ class JournalStore:
                 return
             fut: asyncio.Future[None] = loop.create_future()
             self._waiters.append((target, loop, fut))
+            # Written lazily and not synced yet: ask the writer for a sync pass.
+            wake = self._written_no >= target
+        if wake:
+            with self._cond:
+                self._sync_wanted = True
+                self._cond.notify()
         await fut
 
     # ------------------------------------------------------------------ read path
@@ -724,16 +739,25 @@ class JournalStore:
         try:
             while True:
                 with self._cond:
-                    while not self._queue and not self._stopping:
+                    while not self._queue and not self._stopping and not self._sync_wanted:
                         self._cond.wait()
-                    if not self._queue:
+                    sync_only = self._sync_wanted and not self._queue
+                    self._sync_wanted = False
+                    if sync_only:
+                        items = []
+                    elif not self._queue:
                         return
-                    items = [self._queue.popleft()]
-                    nbytes = items[0].size
-                    while self._queue and nbytes + self._queue[0].size <= self._max_batch_bytes:
-                        nbytes += self._queue[0].size
-                        items.append(self._queue.popleft())
-                self._write_group(items)
+                    else:
+                        items = [self._queue.popleft()]
+                        nbytes = items[0].size
+                        while self._queue and \
+                                nbytes + self._queue[0].size <= self._max_batch_bytes:
+                            nbytes += self._queue[0].size
+                            items.append(self._queue.popleft())
+                if sync_only:
+                    self._sync_written()
+                else:
+                    self._write_group(items)
         except BaseException as exc:
             self._fail(exc)
         finally:
@@ -775,6 +799,21 @@ class JournalStore:
     def _sync_fd(self, fd: int) -> None:
         if self._fsync:
             os.fdatasync(fd)
+        if fd == self._w_fd:
+            self._w_unsynced = False
+
+    def _sync_written(self) -> None:
+        """Make lazily written removals durable because somebody now waits for them."""
+        if self._w_unsynced and self._w_fd is not None:
+            self._sync_fd(self._w_fd)
+            with self._lock:
+                self._syncs += 1
+        with self._lock:
+            self._durable_no = max(self._durable_no, self._written_no)
+            ready = [w for w in self._waiters if w[0] <= self._durable_no]
+            if ready:
+                self._waiters = [w for w in self._waiters if w[0] > self._durable_no]
+        notify_waiters(ready, None)
 
     def _sync_directory(self) -> None:
         if self._fsync:
@@ -836,10 +875,24 @@ class JournalStore:
         for item in items:
             for k in item.unwritten:
                 self._unwritten.pop(k, None)
+        last = items[-1].batch_no
         if self._w_fd is not None and records:
-            self._sync_fd(self._w_fd)
+            lazy = not created and not deletes and all(
+                item.lazy for item in items if item.delete is None)
+            if lazy:
+                with self._lock:
+                    # Publish "written" and look for waiters atomically: a sync() that
+                    # starts after this sees _written_no and asks for a sync pass.
+                    self._written_no = last
+                    lazy = not any(w[0] <= last for w in self._waiters)
+            if lazy:
+                self._w_unsynced = True
+            else:
+                self._sync_fd(self._w_fd)
         if created:
             self._sync_directory()
+        if deletes and self._w_unsynced and self._w_fd is not None:
+            self._sync_fd(self._w_fd)  # never unlink ahead of unsynced records
         for seg in deletes:
             fd = self._w_read_fds.pop(seg, None)
             if fd is not None:
@@ -850,8 +903,10 @@ class JournalStore:
             # segment that was meant to go, never a hole before a surviving older one.
             self._sync_directory()
         with self._lock:
-            self._durable_no = items[-1].batch_no
-            self._syncs += 1 if records else 0
+            self._written_no = last
+            if not self._w_unsynced:
+                self._durable_no = last
+            self._syncs += 1 if records and not self._w_unsynced else 0
             self._groups += 1
             self._records_written += records
             self._bytes_written += nbytes
