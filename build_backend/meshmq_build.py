@@ -29,6 +29,8 @@ from setuptools.build_meta import _BuildMetaBackend
 ROOT = Path(__file__).resolve().parent.parent
 # mypyc's output depends on its version: pin what CI has tested (see pyproject's test extra).
 MYPY_REQUIREMENT = "mypy==2.4.1"
+MYPY_BUILD_FLAGS = ["--ignore-missing-imports", "--no-warn-return-any",
+                    "--allow-subclassing-any", "--no-warn-unused-ignores"]
 
 
 def compile_wanted() -> bool:
@@ -59,8 +61,11 @@ def _extensions() -> list[Any]:
     old = Path.cwd()
     os.chdir(ROOT)  # mypy reads [tool.mypy] from ./pyproject.toml
     try:
-        exts = mypycify(compiled_modules(), opt_level="3", debug_level="0",
-                        group_name="meshmq")
+        # The isolated build environment has setuptools and mypy only: optional and
+        # runtime dependencies (wsproto, psycopg, uvloop) are not importable there.
+        # Type-checking with them is CI's job (mypy --strict); here they are Any.
+        exts = mypycify([*MYPY_BUILD_FLAGS, *compiled_modules()], opt_level="3",
+                        debug_level="0", group_name="meshmq")
     finally:
         os.chdir(old)
     for ext in exts:
