@@ -27,8 +27,12 @@ class BufferedOutput:
     last_write: float
 
     def _write(self, data: bytes) -> None:
-        self._out.append(data)
-        self.runtime.mark_flush(self)  # type: ignore[arg-type]  # every user is a Session
+        out = self._out
+        if not out:
+            # Only an empty buffer needs marking: flush() empties it, so a non-empty one
+            # is marked already (one dict insert per pump, not per frame).
+            self.runtime.mark_flush(self)  # type: ignore[arg-type]  # every user is a Session
+        out.append(data)
 
     def flush(self) -> None:
         if not self._out:

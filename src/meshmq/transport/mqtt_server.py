@@ -754,10 +754,7 @@ class MqttSession(BufferedOutput):
                         msg.wire_cache = {_WIRE_Q0: data}
                     else:
                         cache[_WIRE_Q0] = data
-                buffered = self._out
-                if not buffered:
-                    self.runtime.mark_flush(self)
-                buffered.append(data)
+                self._write(data)
                 return
         self._deliver(outcome, sub, msg)
 
@@ -813,14 +810,6 @@ class MqttSession(BufferedOutput):
                     self._consume(consumer, tag)
             return
         self._write(data)
-
-    def _write(self, data: bytes) -> None:
-        # BufferedOutput._write, marking the session for the pump's flush only when its
-        # buffer turns non-empty: a non-empty buffer is always marked already.
-        buffered = self._out
-        if not buffered:
-            self.runtime.mark_flush(self)
-        buffered.append(data)
 
     def _outbound_properties(self, msg: Message, sub: MqttSubscription) -> Properties | None:
         user = [(k, v if isinstance(v, str) else str(v).lower() if isinstance(v, bool)
