@@ -20,13 +20,13 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 from meshmq.core import destinations as dst
 from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
 from meshmq.core.destinations import Destination, DestKind
-from meshmq.core.message import DEFAULT_PRIORITY, Message, PropertyValue
+from meshmq.core.message import Message, PropertyValue
 from meshmq.core.queue import BrowseEnd, Delivery
 from meshmq.errors import (
     AuthenticationError,
@@ -182,18 +182,6 @@ _OUT_TOPICS: dict[str, _OutTopic] = {}
 _TOPIC = DestKind.TOPIC
 # Message.wire_cache key of the PUBLISH a plain subscription (see MqttSubscription) gets.
 _WIRE_Q0 = "mqtt4-q0"
-
-# A 3.1.1 PUBLISH becomes a Message built with positional arguments (matching ~10
-# keywords costs more than the rest of the call), as long as Message's fields still
-# start with these names and defaults; otherwise keywords, as for MQTT 5.
-_MESSAGE_LAYOUT = (
-    ("message_id", MISSING), ("destination", MISSING), ("body", MISSING),
-    ("properties", MISSING), ("persistent", False), ("priority", DEFAULT_PRIORITY),
-    ("timestamp", 0), ("expiration", 0), ("correlation_id", None), ("reply_to", None),
-    ("type", None), ("group_id", None), ("group_seq", 0), ("producer_id", ""),
-    ("broker_path", ()), ("original_destination", None), ("user_id", None))
-_MESSAGE_POSITIONAL = [(f.name, f.default) for f in fields(Message)][:len(_MESSAGE_LAYOUT)] \
-    == list(_MESSAGE_LAYOUT)
 
 
 class MqttSession(BufferedOutput):
@@ -498,17 +486,7 @@ class MqttSession(BufferedOutput):
         if entry is None:
             entry = _dest_entry(topic)
         broker = self.broker
-        if self.level != PROTOCOL_LEVEL_5 and _MESSAGE_POSITIONAL:
-            # What _message builds for 3.1.1, inlined (one call less per PUBLISH).
-            now = broker.now_ms()
-            properties: dict[str, PropertyValue] = {QOS_PROPERTY: qos}
-            if packet.retain:
-                properties[RETAIN_PROPERTY] = True
-            message = Message(broker.new_message_id(conn.id), entry[0], packet.payload,
-                              properties, qos > 0, DEFAULT_PRIORITY, now, 0, None, None,
-                              None, None, 0, conn.id, (), None, conn.principal.user)
-        else:
-            message = self._message(packet, entry[0])
+        message = self._message(packet, entry[0])
         needs_sync = broker.send(conn, entry[1], message)
         if packet.retain:
             broker.retain(message)
@@ -540,8 +518,7 @@ class MqttSession(BufferedOutput):
         if packet.retain:
             properties[RETAIN_PROPERTY] = True
         if self.level != PROTOCOL_LEVEL_5:
-            # 3.1.1 carries nothing else: the other fields keep their defaults. (PUBLISH
-            # builds this inline in on_publish; this is for wills, and the fallback.)
+            # 3.1.1 carries nothing else: the other fields keep their defaults.
             return Message(message_id=broker.new_message_id(conn.id), destination=dest,
                            body=packet.payload, properties=properties, persistent=qos > 0,
                            timestamp=now, producer_id=conn.id, user_id=conn.principal.user)

@@ -7,7 +7,7 @@ QoS and retain flags; two subscribers (3.1.1 and 3.1.1 or 5, any QoS, retain as
 published) must receive byte for byte what the general encoder
 (:func:`meshmq.protocol.mqtt.encode`) makes of the expected PUBLISH packets. That
 covers the cached topic fields, the prepared PUBLISH encoder, the QoS 0 3.1.1 packet
-encoded once per message (``wire_cache``) and the positional ``Message`` build.
+encoded once per message (``wire_cache``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from meshmq.config.model import BrokerConfig, ManagementConfig
-from meshmq.core import destinations as dst
 from meshmq.core.message import Message
 from meshmq.protocol.mqtt import (
     Connect,
@@ -186,15 +185,3 @@ def test_fan_out_encodes_a_qos0_packet_once() -> None:
 
     asyncio.run(run())
 
-
-def test_positional_message_layout_still_matches() -> None:
-    # The 3.1.1 PUBLISH hot path builds Message positionally only while Message's fields
-    # keep the expected names, order and defaults; if this fails, update
-    # mqtt_server._MESSAGE_LAYOUT (keywords are used meanwhile, just slower).
-    assert mqtt_server._MESSAGE_POSITIONAL
-    dest = dst.topic("a.b")
-    values = [value for _, value in mqtt_server._MESSAGE_LAYOUT][5:]
-    positional = Message("id", dest, b"body", {"k": 1}, True, *values)  # type: ignore[arg-type]
-    keywords = Message(message_id="id", destination=dest, body=b"body", properties={"k": 1},
-                       persistent=True)
-    assert dataclasses.asdict(positional) == dataclasses.asdict(keywords)
