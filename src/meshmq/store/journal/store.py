@@ -47,6 +47,7 @@ from meshmq.store.base import (
 from meshmq.store.fence import WriteFence
 from meshmq.store.journal import format as fmt
 from meshmq.store.journal.index import KeyIndex
+from meshmq.store.waiters import Waiter
 from meshmq.store.waiters import notify as notify_waiters
 
 log = logging.getLogger("meshmq.store")
@@ -139,7 +140,7 @@ class JournalStore:
         self._written_no = 0  # written to the file, maybe not yet synced (lazy removals)
         self._sync_wanted = False  # a sync() waits for written but unsynced batches
         self._w_unsynced = False  # writer thread only: the active segment has unsynced data
-        self._waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._waiters: list[Waiter] = []
         self._failed: StoreError | None = None
         self._stopping = False
         self._deleted: list[int] = []
@@ -802,6 +803,13 @@ class JournalStore:
         if fd == self._w_fd:
             self._w_unsynced = False
 
+    def _take_ready_waiters(self) -> list[Waiter]:
+        """Remove and return the waiters whose batch is durable (caller holds _lock)."""
+        ready = [w for w in self._waiters if w[0] <= self._durable_no]
+        if ready:
+            self._waiters = [w for w in self._waiters if w[0] > self._durable_no]
+        return ready
+
     def _sync_written(self) -> None:
         """Make lazily written removals durable because somebody now waits for them."""
         if self._w_unsynced and self._w_fd is not None:
@@ -810,9 +818,7 @@ class JournalStore:
                 self._syncs += 1
         with self._lock:
             self._durable_no = max(self._durable_no, self._written_no)
-            ready = [w for w in self._waiters if w[0] <= self._durable_no]
-            if ready:
-                self._waiters = [w for w in self._waiters if w[0] > self._durable_no]
+            ready = self._take_ready_waiters()
         notify_waiters(ready, None)
 
     def _sync_directory(self) -> None:
@@ -911,9 +917,7 @@ class JournalStore:
             self._records_written += records
             self._bytes_written += nbytes
             self._deleted.extend(deletes)
-            ready = [w for w in self._waiters if w[0] <= self._durable_no]
-            if ready:
-                self._waiters = [w for w in self._waiters if w[0] > self._durable_no]
+            ready = self._take_ready_waiters()
         notify_waiters(ready, None)
 
     def _fail(self, exc: BaseException) -> None:
