@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import datetime as dt
 import gc
 import platform
@@ -154,7 +153,6 @@ async def mqtt_case(messages: int, *, consumers: int, qos: int) -> float:
 async def start_runtime() -> BrokerRuntime:
     config = BrokerConfig(persistent=False, listeners=(), advisory_support=False,
                           management=ManagementConfig(enabled=False))
-    config = dataclasses.replace(config, network_connectors=())
     runtime = BrokerRuntime(config, store=MemoryStore())
     await runtime.start()
     return runtime
