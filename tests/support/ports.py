@@ -19,19 +19,29 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999
 
 
+# Every port handed out in this process: a port is only probed, not held, until its
+# broker binds it, so without this two picks for one topology (say nine listeners of a
+# three-broker mesh) could draw the same number.
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
     """A free loopback port OUTSIDE the ephemeral range: a broker restarted on it
-    after a kill must not find it taken as the source port of some client socket."""
+    after a kill must not find it taken as the source port of some client socket.
+    Never the same port twice in one test process."""
     low, _ = _ephemeral_range()
     rng = random.Random()
     for _ in range(200):
         port = rng.randrange(10_000, max(10_001, low))
+        if port in _handed_out:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return port
+        _handed_out.add(port)
+        return port
     with socket.socket() as s:  # a crowded machine: fall back to the OS's choice
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -39,9 +49,4 @@ def free_port() -> int:
 
 def free_ports(n: int) -> list[int]:
     """``n`` distinct free ports."""
-    out: list[int] = []
-    while len(out) < n:
-        port = free_port()
-        if port not in out:
-            out.append(port)
-    return out
+    return [free_port() for _ in range(n)]
