@@ -300,27 +300,82 @@ def test_nack_in_stomp10(broker, raw, bystander):
 
 
 @pytest.mark.parametrize(("headers", "reason"), [
-    ([("priority", "high")], "header 'priority' must be an integer"),
-    ([("priority", "10")], "priority must be between 0 and 9, got 10"),
-    ([("priority", "-1")], "priority must be between 0 and 9, got -1"),
+    ([("priority", "high")], "header 'priority' must be an integer from 0 to 9, got 'high'"),
+    ([("priority", "10")], "header 'priority' must be an integer from 0 to 9, got '10'"),
+    ([("priority", "-1")], "header 'priority' must be an integer from 0 to 9, got '-1'"),
     ([("expires", "soon")], "header 'expires' must be an integer"),
-    ([("expires", "-5")], "expires must not be negative"),
+    ([("expires", "-5")], "header 'expires' must be an integer from 0 to"),
+    # Beyond a Java long (and the store's 64-bit field).
+    ([("expires", "1" * 30)], "header 'expires' must be an integer from 0 to"),
+    ([("JMSXGroupSeq", "-9")], "header 'JMSXGroupSeq' must be an integer from -1 to"),
+    ([("JMSXGroupSeq", "2147483648")], "header 'JMSXGroupSeq' must be an integer"),
+    ([("AMQ_SCHEDULED_DELAY", "-1")], "header 'AMQ_SCHEDULED_DELAY' must be an integer"),
+    ([("AMQ_SCHEDULED_PERIOD", "later")], "header 'AMQ_SCHEDULED_PERIOD' must be an integer"),
+    ([("AMQ_SCHEDULED_REPEAT", "-3")], "header 'AMQ_SCHEDULED_REPEAT' must be an integer"),
 ])
 def test_bad_send_header_values(broker, raw, bystander, headers, reason):
-    err = _bad(raw, frame_bytes("SEND", [("destination", "/queue/hv"), *headers], b"x"))
+    err = _bad(raw, frame_bytes("SEND", [("destination", "/queue/hv"), ("persistent", "true"),
+                                         *headers], b"x"))
     assert reason in err["message"]
     bystander.check()
+
+
+def test_in_range_send_header_values_are_kept(broker, raw):
+    r = raw()
+    r.connect("1.2")
+    q = f"/queue/{uid('hvok')}"
+    r.send_frame("SUBSCRIBE", [("destination", q), ("id", "s")])
+    r.send_frame("SEND", [("destination", q), ("persistent", "true"),
+                          ("JMSXGroupID", "g"), ("JMSXGroupSeq", "-1"),
+                          ("AMQ_SCHEDULED_DELAY", "0"), ("expires", "0"), ("receipt", "r")],
+                 b"kept")
+    frame, _ = r.read_until("MESSAGE")
+    assert frame.get("JMSXGroupSeq") == "-1"
+    assert frame.get("AMQ_SCHEDULED_DELAY") == "0"
 
 
 @pytest.mark.parametrize(("headers", "reason"), [
     ([("ack", "sometimes")], "invalid ack mode 'sometimes'"),
     ([("activemq.prefetchSize", "many")], "header 'activemq.prefetchSize' must be an integer"),
+    ([("activemq.prefetchSize", "-1")],
+     "header 'activemq.prefetchSize' must be an integer from 0 to 2147483647, got '-1'"),
+    ([("activemq.prefetchSize", "99999999999999")],
+     "header 'activemq.prefetchSize' must be an integer from 0 to 2147483647"),
+    ([("activemq.priority", "128")], "header 'activemq.priority' must be an integer from -128"),
 ])
 def test_bad_subscribe_header_values(broker, raw, bystander, headers, reason):
     err = _bad(raw, frame_bytes("SUBSCRIBE", [("destination", "/queue/sh"), ("id", "1"),
                                               *headers]))
     assert reason in err["message"]
     bystander.check()
+
+
+@pytest.mark.parametrize("version", ["1.1", "1.2"])
+def test_undefined_escape_in_frame_pipelined_behind_connect(broker, raw, bystander, version):
+    """Frames that arrive in the same packet as CONNECT are parsed with the escaping of
+    the version CONNECT negotiates: an undefined escape such as \\t is fatal there too."""
+    r = raw()
+    r.version = version
+    r.sock.sendall(
+        frame_bytes("CONNECT", [("accept-version", version), ("host", "h")])
+        + frame_bytes("SEND", [("destination", "/queue/esc"), ("x", "a\\tb")], b"x"))
+    assert r.read_frame().command == "CONNECTED"
+    err = r.expect_error_and_close()
+    assert "invalid escape sequence '\\t' in header 'x'" in err["message"]
+    bystander.check()
+
+
+def test_escaped_header_pipelined_behind_connect_is_unescaped(broker, raw):
+    r = raw()
+    r.version = "1.2"
+    q = f"/queue/{uid('esc')}"
+    r.sock.sendall(
+        frame_bytes("CONNECT", [("accept-version", "1.2"), ("host", "h")])
+        + frame_bytes("SUBSCRIBE", [("destination", q), ("id", "s")])
+        + frame_bytes("SEND", [("destination", q), ("k", "a\\cb")], b"x"))
+    frame, before = r.read_until("MESSAGE")
+    assert [f.command for f in before] == ["CONNECTED"]
+    assert frame.get("k") == "a:b"
 
 
 def test_duplicate_subscription_id(broker, raw, bystander):

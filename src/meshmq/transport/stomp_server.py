@@ -61,6 +61,11 @@ _SEND_RESERVED = frozenset({
 _ACK_MODES = {"auto": AckMode.AUTO, "client": AckMode.CLIENT,
               "client-individual": AckMode.CLIENT_INDIVIDUAL}
 _TRUE = ("true", "1", "yes")
+_CONNECT_COMMANDS = ("CONNECT", "STOMP")
+# Java's bounds for the fields ActiveMQ parses these headers into.
+_INT_MAX = 2**31 - 1
+_LONG_MAX = 2**63 - 1
+_SCHEDULING_HEADERS = ("AMQ_SCHEDULED_DELAY", "AMQ_SCHEDULED_PERIOD", "AMQ_SCHEDULED_REPEAT")
 UNSYNCED_LIMIT = 8 * 1024 * 1024
 
 
@@ -75,7 +80,7 @@ class StompSession(BufferedOutput):
         cfg = runtime.config.stomp
         self.cfg = cfg
         self.parser = StompParser(max_frame_size=cfg.max_frame_size, max_headers=cfg.max_headers,
-                                  max_header_size=cfg.max_header_size)
+                                  max_header_size=cfg.max_header_size, await_version=True)
         self.version = "1.0"
         self.conn: Connection | None = None
         self.closing = False
@@ -112,17 +117,24 @@ class StompSession(BufferedOutput):
         self.last_read = time.monotonic()
         if self.closing:
             return
-        try:
-            frames = self.parser.feed(data)
-        except RemoteProtocolError as exc:
-            self.fail(str(exc))
-            return
-        self.partial_since = (self.partial_since or self.last_read) if self.parser.in_frame \
-            else None
-        if self._held:
-            self._held.extend(frames)  # still blocked: keep order behind held frames
-            return
-        self._process(frames)
+        while True:
+            try:
+                frames = self.parser.feed(data)
+            except RemoteProtocolError as exc:
+                self.fail(str(exc))
+                return
+            self.partial_since = (self.partial_since or self.last_read) \
+                if self.parser.in_frame else None
+            if self._held:
+                self._held.extend(frames)  # still blocked: keep order behind held frames
+                return
+            self._process(frames)
+            # The parser stops behind CONNECT until the negotiated version is set: frames
+            # pipelined after it are parsed now, with that version's header escaping.
+            if not (frames and frames[-1].command in _CONNECT_COMMANDS and self.parser.buffered
+                    and self.conn is not None and not self.closing):
+                return
+            data = b""
 
     def _process(self, frames: list[Frame]) -> None:
         for i, frame in enumerate(frames):
@@ -331,13 +343,16 @@ class StompSession(BufferedOutput):
         now = self.broker.now_ms()
         priority = 4
         if "priority" in headers:
-            priority = _int_header(headers, "priority")
-            if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
-                raise ProtocolError(f"priority must be between 0 and 9, got {priority}")
-        expiration = _int_header(headers, "expires") if "expires" in headers else 0
-        if expiration < 0:
-            raise ProtocolError("expires must not be negative")
-        group_seq = _int_header(headers, "JMSXGroupSeq") if "JMSXGroupSeq" in headers else 0
+            priority = _int_header(headers, "priority", MIN_PRIORITY, MAX_PRIORITY)
+        expiration = _int_header(headers, "expires", 0, _LONG_MAX) if "expires" in headers \
+            else 0
+        group_seq = 0
+        if "JMSXGroupSeq" in headers:
+            # -1 closes the group; other sequence numbers count from 1 (0: not set).
+            group_seq = _int_header(headers, "JMSXGroupSeq", -1, _INT_MAX)
+        if "AMQ_SCHEDULED_DELAY" in headers or "AMQ_SCHEDULED_PERIOD" in headers \
+                or "AMQ_SCHEDULED_REPEAT" in headers:
+            _check_scheduling(headers)
         reply_to = None
         if headers.get("reply-to"):
             reply_dests = self.destinations(headers["reply-to"])
@@ -365,9 +380,11 @@ class StompSession(BufferedOutput):
         if ack_mode is None:
             raise ProtocolError(f"invalid ack mode {ack_text!r}: use auto, client or "
                                 "client-individual")
-        prefetch = _int_header(h, "activemq.prefetchSize") if "activemq.prefetchSize" in h \
-            else None
-        priority = _int_header(h, "activemq.priority") if "activemq.priority" in h else 0
+        prefetch = _int_header(h, "activemq.prefetchSize", 0, _INT_MAX) \
+            if "activemq.prefetchSize" in h else None
+        # A consumer's priority is a Java byte in ActiveMQ.
+        priority = _int_header(h, "activemq.priority", -128, 127) if "activemq.priority" in h \
+            else 0
         selector = h.get("selector")
         if selector is not None and not selector.strip():
             selector = None
@@ -688,12 +705,37 @@ def _escape_10(text: str) -> str:
     return text
 
 
-def _int_header(headers: dict[str, str], name: str) -> int:
+def _int_header(headers: dict[str, str], name: str, low: int, high: int) -> int:
+    """The integer value of header ``name``, refused unless ``low <= value <= high``.
+
+    The bounds are those of the Java type ActiveMQ gives the header (a byte, int or long
+    field), so a value ActiveMQ would reject is refused here too, with the header named.
+    """
     value = headers[name]
-    try:
-        return int(value.strip())
-    except ValueError:
-        raise ProtocolError(f"header {name!r} must be an integer, got {value!r}") from None
+    text = value.strip()
+    # Digits are counted before int() so a huge number costs nothing and fails cleanly.
+    if len(text) <= 20:
+        try:
+            number = int(text)
+        except ValueError:
+            pass
+        else:
+            if low <= number <= high:
+                return number
+    raise ProtocolError(f"header {name!r} must be an integer from {low} to {high}, "
+                        f"got {_short(value)!r}")
+
+
+def _short(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _check_scheduling(headers: dict[str, str]) -> None:
+    """ActiveMQ's scheduler headers are kept as message properties (meshmq has no
+    scheduler, as ActiveMQ with ``schedulerSupport=false``), but nonsense is refused."""
+    for name in _SCHEDULING_HEADERS:
+        if name in headers:
+            _int_header(headers, name, 0, _LONG_MAX)
 
 
 def _prop_text(value: PropertyValue) -> str:

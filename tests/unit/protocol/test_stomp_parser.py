@@ -254,3 +254,35 @@ def test_byte_at_a_time_large_header_is_linear_enough() -> None:
     for i in range(len(data)):
         frames += parser.feed(data[i:i + 1])
     assert frames == [F("SEND", ("h", "v" * 60000))]
+
+
+@pytest.mark.parametrize("command", ["CONNECT", "STOMP"])
+def test_await_version_stops_behind_connect(command: str) -> None:
+    connect = f"{command}\naccept-version:1.2\nhost:h\n\n\x00".encode()
+    send = b"SEND\ndestination:/queue/a\nk:a\\cb\n\nx\x00"
+    parser = StompParser(await_version=True)
+    frames = parser.feed(connect + send)
+    assert [f.command for f in frames] == [command]
+    assert parser.buffered == len(send)
+    parser.version = "1.2"
+    (frame,) = parser.feed(b"")
+    assert frame.get("k") == "a:b"
+    # Once the version is set, later frames are not held back.
+    assert [f.command for f in parser.feed(send + send)] == ["SEND", "SEND"]
+
+
+def test_await_version_byte_at_a_time() -> None:
+    data = b"CONNECT\naccept-version:1.1\n\n\x00SEND\ndestination:/q\nk:\\t\n\n\x00"
+    parser = StompParser(await_version=True)
+    got: list[Frame] = []
+    with pytest.raises(RemoteProtocolError, match=r"invalid escape sequence '\\t'"):
+        for i in range(len(data)):
+            got += parser.feed(data[i:i + 1])
+            if got:
+                parser.version = "1.1"
+    assert [f.command for f in got] == ["CONNECT"]
+
+
+def test_without_await_version_every_frame_is_returned() -> None:
+    data = b"CONNECT\n\n\x00SEND\ndestination:/q\n\n\x00"
+    assert [f.command for f in StompParser().feed(data)] == ["CONNECT", "SEND"]

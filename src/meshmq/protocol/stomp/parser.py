@@ -24,6 +24,7 @@ __all__ = ["StompParser"]
 _VERSIONS = ("1.0", "1.1", "1.2")
 # The spec exempts these from escaping so 1.0-only peers can still negotiate.
 _UNESCAPED_COMMANDS = frozenset({"CONNECT", "CONNECTED"})
+_CONNECT_COMMANDS = frozenset({"CONNECT", "STOMP"})
 _ESCAPES_11 = {"n": "\n", "c": ":", "\\": "\\"}
 _ESCAPES_12 = {**_ESCAPES_11, "r": "\r"}
 # ".?" so a trailing lone backslash is matched too (and rejected).
@@ -77,6 +78,7 @@ class StompParser:
     """
 
     __slots__ = (
+        "_awaiting_version",
         "_body_start",
         "_buf",
         "_clen",
@@ -92,11 +94,17 @@ class StompParser:
     )
 
     def __init__(self, *, max_frame_size: int = 100 * 1024 * 1024, max_headers: int = 1000,
-                 max_header_size: int = 64 * 1024, version: str = "1.0") -> None:
+                 max_header_size: int = 64 * 1024, version: str = "1.0",
+                 await_version: bool = False) -> None:
         self.max_frame_size = max_frame_size
         self.max_headers = max_headers
         self.max_header_size = max_header_size
         self.version = version
+        # A server parses the frames after CONNECT with the escaping of the version that
+        # CONNECT negotiates. With ``await_version`` a feed stops after a CONNECT or STOMP
+        # frame; the bytes behind it stay buffered until ``version`` is set, and
+        # ``feed(b"")`` then parses them (a client may pipeline SEND right behind CONNECT).
+        self._awaiting_version = await_version
         self._buf = bytearray()
         self._error: RemoteProtocolError | None = None
         # Where the next search for the header end or the body NUL resumes, as an
@@ -119,6 +127,7 @@ class StompParser:
         if value not in _VERSIONS:
             raise ValueError(f"unsupported STOMP version {value!r}")
         self._version = value
+        self._awaiting_version = False
 
     @property
     def in_frame(self) -> bool:
@@ -187,6 +196,8 @@ class StompParser:
                 self._headers = []
                 self._clen = -1
                 pos = self._scan = stop + 1
+                if self._awaiting_version and command in _CONNECT_COMMANDS:
+                    break
         except RemoteProtocolError as exc:
             self._die(exc, frames)
             raise
