@@ -103,6 +103,7 @@ class StompSession(BufferedOutput):
         self.recv_interval = 0.0
         self._hb_handle: asyncio.TimerHandle | None = None
         self.flow_blocked = False
+        self.blocked_since = 0.0  # monotonic time the current flow-control block began
         self._held: list[Frame] = []  # frames parsed but not handled while flow-blocked
         self._dest_cache: dict[str, tuple[Destination, ...]] = {}
         self._render_cache: dict[Destination, str] = {}
@@ -334,7 +335,7 @@ class StompSession(BufferedOutput):
             finally:
                 self._store_waits -= 1
             if not self.closing and not self.flow_blocked and not self._store_waits:
-                self.transport.resume_reading()
+                self._resume_reading()
 
         asyncio.get_running_loop().create_task(resume())
 
@@ -624,6 +625,18 @@ class StompSession(BufferedOutput):
         if self.conn is None and now - self.accepted_at > self.cfg.connect_timeout_ms / 1000:
             self.fail("no CONNECT frame received in time")
             return
+        if self.flow_blocked:
+            block_timeout = self.runtime.config.usage.block_timeout_ms
+            if block_timeout and now - self.blocked_since > block_timeout / 1000:
+                self.fail(f"send refused: the broker's memory limit was reached and this "
+                          f"producer was blocked for more than {block_timeout} ms "
+                          "(usage.block_timeout_ms); frames after the last receipt were "
+                          "not accepted")
+            # Reading is paused: a partial frame or a missing heart-beat is ours, not the
+            # client's, so neither is timed out while blocked.
+            return
+        if self._store_waits:
+            return
         if self.partial_since is not None and \
                 now - self.partial_since > self.cfg.frame_timeout_ms / 1000:
             self.fail("incomplete frame: timed out waiting for the rest of it")
@@ -641,7 +654,7 @@ class StompSession(BufferedOutput):
             return
         now = time.monotonic()
         if self.recv_interval and now - self.last_read > self.recv_interval * \
-                self.cfg.heartbeat_grace:
+                self.cfg.heartbeat_grace and not self.flow_blocked and not self._store_waits:
             self.fail("heart-beat timeout: no data received from the client for "
                       f"{now - self.last_read:.1f}s")
             return
@@ -655,6 +668,7 @@ class StompSession(BufferedOutput):
         """The broker's memory is full after this connection's SEND: stop reading it
         until memory drains. (With ``on_limit = "fail"`` the core rejects sends.)"""
         self.flow_blocked = True
+        self.blocked_since = time.monotonic()
         self.transport.pause_reading()
         self.broker.usage.wait_for_space(self._unblock_producer)
 
@@ -671,7 +685,15 @@ class StompSession(BufferedOutput):
         if held:
             self._process(held)
         if not self.flow_blocked and not self.closing and not self._store_waits:
-            self.transport.resume_reading()
+            self._resume_reading()
+
+    def _resume_reading(self) -> None:
+        # The client's clocks restart: it could not be read while we held it.
+        now = time.monotonic()
+        self.last_read = now
+        if self.partial_since is not None:
+            self.partial_since = now
+        self.transport.resume_reading()
 
     def pause_writing(self) -> None:
         self.write_paused = True
