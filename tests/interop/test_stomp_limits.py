@@ -10,7 +10,7 @@ from pathlib import Path
 
 from meshmq.store.memory import MemoryStore
 from meshmq.transport.stomp_server import UNSYNCED_LIMIT
-from tests.interop.stomp_helpers import RawClient, frame_bytes
+from tests.interop.stomp_helpers import RawClient, frame_bytes, uid
 from tests.support.brokers import ThreadBroker, make_config, poll
 
 
@@ -86,3 +86,35 @@ def test_listener_refuses_connections_beyond_max_connections(tmp_path: Path) -> 
             d.connect("1.2")
     finally:
         broker.stop()
+
+
+def test_subscription_limit_per_connection_is_an_error_frame(broker_factory, raw):
+    b = broker_factory(max_subscriptions_per_connection=2)
+    r = raw(on=b)
+    r.connect("1.2")
+    for i in range(2):
+        r.send_frame("SUBSCRIBE", [("destination", f"/topic/lim.{i}"), ("id", str(i))])
+    r.send_frame("SUBSCRIBE", [("destination", "/topic/lim.2"), ("id", "2"),
+                               ("receipt", "r")])
+    err = r.expect_error_and_close()
+    assert "at most 2 subscriptions (broker.max_subscriptions_per_connection)" \
+        in err["message"]
+    assert err.get("receipt-id") == "r"
+
+
+def test_many_pipelined_frames_keep_their_order(broker, raw):
+    """A burst larger than one event-loop turn's share is handled over several turns,
+    in order, with nothing lost."""
+    r = raw()
+    r.connect("1.2")
+    q = f"/queue/{uid('burst')}"
+    count = 2000
+    r.send_bytes(b"".join(frame_bytes("SEND", [("destination", q)], str(i).encode())
+                          for i in range(count))
+                 + frame_bytes("SUBSCRIBE", [("destination", q), ("id", "s")]))
+    got = []
+    while len(got) < count:
+        frame = r.read_frame()
+        assert frame.command == "MESSAGE", frame
+        got.append(int(frame.body))
+    assert got == list(range(count))

@@ -259,6 +259,8 @@ class BrokerConfig:
     ha: HaConfig = field(default_factory=HaConfig)
     expiry_check_interval_ms: int = 1000
     duplicate_window: int = 10_000  # idempotent-producer window (message ids remembered)
+    # Subscriptions one client connection may hold at once; 0 = no limit.
+    max_subscriptions_per_connection: int = 100_000
     network_connectors: tuple[NetworkConnectorConfig, ...] = ()
     network_connector_start_async: bool = False
     # Client URIs of peer brokers told to connecting clients (topology push), comma

@@ -26,6 +26,7 @@ from meshmq.core.message import Message, PropertyValue
 from meshmq.core.queue import Entry, Outcome, Queue
 from meshmq.core.selector import Selector, compile_selector, message_lookup
 from meshmq.core.stream import NEXT, STREAM_PREFIX, StreamOffset, StreamQueue
+from meshmq.core.topic_index import TopicIndex
 from meshmq.core.trace import (
     DLQ,
     DROPPED,
@@ -144,8 +145,10 @@ class Broker:
         self.connections: dict[str, Connection] = {}
         self.client_ids: dict[str, str] = {}  # client id -> connection id
         self.durables: dict[tuple[str, str], TopicSubscription] = {}
-        self._topic_subs: list[TopicSubscription] = []
-        self._topic_cache: dict[Destination, list[TopicSubscription]] = {}
+        self._topic_index: TopicIndex[TopicSubscription] = TopicIndex()
+        # Open consumers per destination they named (advisories' consumerCount, the
+        # network's demand), kept up to date instead of counted on every subscribe.
+        self._consumer_counts: dict[Destination, int] = {}
         self._queue_wildcards: list[Consumer] = []
         self._shared: dict[tuple[str, tuple[Destination, ...], str | None],
                            TopicSubscription] = {}
@@ -412,11 +415,28 @@ class Broker:
         return conn
 
     def close_connection(self, conn: Connection) -> None:
-        if conn.closed:
-            return
-        conn.closed = True
-        for consumer in list(conn.consumers.values()):
-            self.unsubscribe(conn, consumer)
+        self.close_connection_step(conn, None)
+
+    def close_connection_step(self, conn: Connection, budget: int | None) -> bool:
+        """Close ``conn``, unsubscribing at most ``budget`` consumers per call (None: all).
+
+        Returns False while consumers remain: call again (on a later event-loop turn, so
+        that a client with 100,000 subscriptions does not stall everybody else). From the
+        first call on, nothing is dispatched to the connection's consumers.
+        """
+        if not conn.closed:
+            conn.closed = True
+            for consumer in conn.consumers.values():
+                consumer.paused = True
+        if conn.consumers:
+            if budget is not None and len(conn.consumers) > budget:
+                for consumer in list(itertools.islice(conn.consumers.values(), budget)):
+                    self.unsubscribe(conn, consumer)
+                return False
+            for consumer in list(conn.consumers.values()):
+                self.unsubscribe(conn, consumer)
+        elif conn.id not in self.connections:
+            return True  # already closed
         conn.transactions.clear()
         for temp in list(conn.temp_destinations):
             self._delete_temp(conn, temp)
@@ -428,6 +448,7 @@ class Broker:
             del self.client_ids[conn.client_id]
         self._advise(dst.topic("ActiveMQ.Advisory.Connection"), "ConnectionRemoved", {
             "connectionId": conn.id, "clientId": conn.client_id})
+        return True
 
     # ================================================================ temp destinations
     def create_temp(self, conn: Connection, kind: DestKind) -> Destination:
@@ -607,22 +628,13 @@ class Broker:
         return compile_selector(text)
 
     def _subs_for(self, dest: Destination) -> list[TopicSubscription]:
-        subs = self._topic_cache.get(dest)
-        if subs is None:
-            subs = [s for s in self._topic_subs if s.matches(dest)]
-            if len(self._topic_cache) > 10_000:
-                self._topic_cache.clear()
-            self._topic_cache[dest] = subs
-        return subs
+        return self._topic_index.match(dest)
 
     def _add_topic_sub(self, sub: TopicSubscription) -> None:
-        self._topic_subs.append(sub)
-        self._topic_cache.clear()
+        self._topic_index.add(sub)
 
     def _remove_topic_sub(self, sub: TopicSubscription) -> None:
-        if sub in self._topic_subs:
-            self._topic_subs.remove(sub)
-        self._topic_cache.clear()
+        self._topic_index.discard(sub)
 
     def _get_queue(self, dest: Destination) -> Queue:
         queue = self.queues.get(dest)
@@ -649,6 +661,11 @@ class Broker:
                                 "on this connection", code="duplicate-subscription")
         if not spec.destinations:
             raise DestinationError("no destination")
+        limit = self.config.max_subscriptions_per_connection
+        if limit and len(conn.consumers) >= limit and spec.network_path is None:
+            raise ResourceLimitError(
+                f"subscription limit reached: a connection may hold at most {limit} "
+                "subscriptions (broker.max_subscriptions_per_connection)")
         selector = None
         if spec.selector is not None:
             selector = compile_selector(spec.selector)  # raises SelectorError
@@ -684,6 +701,7 @@ class Broker:
         consumer = Consumer(f"{conn.id}:{subscription_id}", conn.id, subscription_id, spec,
                             prefetch, selector)
         conn.consumers[subscription_id] = consumer
+        self._count_consumer(spec, 1)
         if spec.browser:
             self._browse(consumer, queues)
             return consumer
@@ -705,6 +723,7 @@ class Broker:
         streams = [q for q in consumer.sources if isinstance(q, StreamQueue)]
         if stream_offset is not None and not streams:
             conn.consumers.pop(subscription_id, None)
+            self._count_consumer(spec, -1)
             raise DestinationError(f"x-stream-offset given, but {spec.destinations[0]} is "
                                    "not a stream destination")
         for stream in streams:
@@ -814,6 +833,7 @@ class Broker:
             return
         consumer.closed = True
         conn.consumers.pop(consumer.subscription_id, None)
+        self._count_consumer(consumer.spec, -1)
         if consumer in self._queue_wildcards:
             self._queue_wildcards.remove(consumer)
         # Unacked messages go back to their queues (counted as a delivery attempt).
@@ -956,7 +976,7 @@ class Broker:
         """Periodic housekeeping: sweep expired messages."""
         for queue in list(self.queues.values()):
             queue.expire_pending()
-        for sub in list(self._topic_subs):
+        for sub in self._topic_index.all():
             sub.queue.expire_pending()
 
     def expired(self, queue: Queue, entry: Entry) -> None:
@@ -1044,12 +1064,17 @@ class Broker:
         self.publish_internal(msg, retain=True)
 
     def consumer_count(self, dest: Destination) -> int:
-        count = 0
-        for conn in self.connections.values():
-            for c in conn.consumers.values():
-                if not c.closed and dest in c.spec.destinations:
-                    count += 1
-        return count
+        """Open consumers that named ``dest`` in their subscription."""
+        return self._consumer_counts.get(dest, 0)
+
+    def _count_consumer(self, spec: ConsumerSpec, delta: int) -> None:
+        counts = self._consumer_counts
+        for d in set(spec.destinations):
+            count = counts.get(d, 0) + delta
+            if count:
+                counts[d] = count
+            else:
+                del counts[d]
 
     def _consumer_changed(self, conn: Connection, consumer: Consumer, *, added: bool) -> None:
         spec = consumer.spec

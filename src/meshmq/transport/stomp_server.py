@@ -67,6 +67,10 @@ _INT_MAX = 2**31 - 1
 _LONG_MAX = 2**63 - 1
 _SCHEDULING_HEADERS = ("AMQ_SCHEDULED_DELAY", "AMQ_SCHEDULED_PERIOD", "AMQ_SCHEDULED_REPEAT")
 UNSYNCED_LIMIT = 8 * 1024 * 1024
+# Frames of one connection handled per event-loop turn before the rest waits for the next.
+FRAMES_PER_TURN = 256
+# Consumers of a closed connection unsubscribed per event-loop turn.
+CONSUMERS_CLOSED_PER_TURN = 1000
 
 
 class StompSession(BufferedOutput):
@@ -103,6 +107,7 @@ class StompSession(BufferedOutput):
         self.recv_interval = 0.0
         self._hb_handle: asyncio.TimerHandle | None = None
         self.flow_blocked = False
+        self._turn_yielded = False  # reading paused until the next loop turn
         self.blocked_since = 0.0  # monotonic time the current flow-control block began
         self._held: list[Frame] = []  # frames parsed but not handled while flow-blocked
         self._dest_cache: dict[str, tuple[Destination, ...]] = {}
@@ -140,6 +145,12 @@ class StompSession(BufferedOutput):
     def _process(self, frames: list[Frame]) -> None:
         for i, frame in enumerate(frames):
             if self.is_closing():
+                break
+            if i == FRAMES_PER_TURN:
+                # One client's burst (say 100,000 pipelined SUBSCRIBEs) must not hold the
+                # event loop: the rest waits for the next turn, after other connections.
+                self._held = frames[i:]
+                self._yield_turn()
                 break
             try:
                 self.handle(frame)
@@ -334,7 +345,7 @@ class StompSession(BufferedOutput):
                 return
             finally:
                 self._store_waits -= 1
-            if not self.closing and not self.flow_blocked and not self._store_waits:
+            if not self.closing and not self.reading_held():
                 self._resume_reading()
 
         asyncio.get_running_loop().create_task(resume())
@@ -613,9 +624,16 @@ class StompSession(BufferedOutput):
         if self.flow_blocked:
             self.broker.usage.cancel_wait(self._unblock_producer)
         if self.conn is not None:
-            self.broker.close_connection(self.conn)
             self.runtime.unregister(self)
-            self.runtime.request_pump()
+            self._close_step(self.conn)
+
+    def _close_step(self, conn: Connection) -> None:
+        # A connection with very many subscriptions is taken apart over several event-loop
+        # turns, so that other clients are served in between.
+        done = self.broker.close_connection_step(conn, CONSUMERS_CLOSED_PER_TURN)
+        self.runtime.request_pump()
+        if not done:
+            asyncio.get_running_loop().call_soon(self._close_step, conn)
 
     # ------------------------------------------------------------ timers
     def check_timeouts(self, now: float) -> None:
@@ -635,7 +653,7 @@ class StompSession(BufferedOutput):
             # Reading is paused: a partial frame or a missing heart-beat is ours, not the
             # client's, so neither is timed out while blocked.
             return
-        if self._store_waits:
+        if self.reading_held():
             return
         if self.partial_since is not None and \
                 now - self.partial_since > self.cfg.frame_timeout_ms / 1000:
@@ -654,7 +672,7 @@ class StompSession(BufferedOutput):
             return
         now = time.monotonic()
         if self.recv_interval and now - self.last_read > self.recv_interval * \
-                self.cfg.heartbeat_grace and not self.flow_blocked and not self._store_waits:
+                self.cfg.heartbeat_grace and not self.reading_held():
             self.fail("heart-beat timeout: no data received from the client for "
                       f"{now - self.last_read:.1f}s")
             return
@@ -672,6 +690,24 @@ class StompSession(BufferedOutput):
         self.transport.pause_reading()
         self.broker.usage.wait_for_space(self._unblock_producer)
 
+    def _yield_turn(self) -> None:
+        self._turn_yielded = True
+        self.transport.pause_reading()
+        asyncio.get_running_loop().call_soon(self._resume_turn)
+
+    def _resume_turn(self) -> None:
+        self._turn_yielded = False
+        if self.closing:
+            return
+        held, self._held = self._held, []
+        self._process(held)
+        if not self.reading_held():
+            self._resume_reading()
+
+    def reading_held(self) -> bool:
+        """Whether the broker, not the client, stopped reading this connection."""
+        return self.flow_blocked or self._turn_yielded or self._store_waits > 0
+
     def _unblock_producer(self) -> None:
         # Called from inside the core (a refund during someone else's ack): never
         # re-enter the broker from here; continue on the next loop turn.
@@ -681,10 +717,12 @@ class StompSession(BufferedOutput):
         self.flow_blocked = False
         if self.closing:
             return
+        if self._turn_yielded:
+            return  # _resume_turn goes on with the held frames and resumes reading
         held, self._held = self._held, []
         if held:
             self._process(held)
-        if not self.flow_blocked and not self.closing and not self._store_waits:
+        if not self.closing and not self.reading_held():
             self._resume_reading()
 
     def _resume_reading(self) -> None:

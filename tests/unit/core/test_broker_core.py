@@ -347,3 +347,55 @@ def test_shared_subscription_group_competes_for_topic_messages() -> None:
     broker.unsubscribe(conn, b)
     send(broker, conn, "topic:t", "after")
     assert [d.consumer for d in pump(broker, store)] == [solo]
+
+
+def test_subscription_limit_per_connection() -> None:
+    broker, _, _ = make_broker(max_subscriptions_per_connection=3)
+    conn, other = connect(broker), connect(broker)
+    for i in range(3):
+        sub(broker, conn, str(i), f"topic:t{i}")
+    with pytest.raises(ResourceLimitError, match=r"broker\.max_subscriptions_per_connection"):
+        sub(broker, conn, "3", "topic:t3")
+    sub(broker, other, "0", "topic:t0")  # the limit is per connection
+    broker.unsubscribe(conn, conn.consumers["0"])
+    sub(broker, conn, "3", "topic:t3")  # room again
+
+
+def test_close_connection_in_steps() -> None:
+    broker, _, store = make_broker()
+    conn, producer = connect(broker), connect(broker)
+    for i in range(25):
+        sub(broker, conn, str(i), f"topic:t.{i}")
+    sub(broker, conn, "q", "work")
+    send(broker, producer, "work", "m")
+    assert [d.consumer.subscription_id for d in pump(broker, store)] == ["q"]
+    steps = 1
+    while not broker.close_connection_step(conn, 10):
+        steps += 1
+        # Partly closed: nothing more is dispatched to the connection's consumers.
+        send(broker, producer, "work", "during")
+        send(broker, producer, "topic:t.24", "during")
+        assert pump(broker, store) == []
+    assert steps == 3
+    assert conn.id not in broker.connections
+    assert broker.consumer_count(dst.topic("t.0")) == 0
+    assert broker._topic_index.match(dst.topic("t.24")) == []
+    later = connect(broker)
+    sub(broker, later, "q", "work")
+    # The queue messages sent while the connection was being closed are all kept (the
+    # first one was acknowledged on delivery: auto ack).
+    assert bodies(pump(broker, store)) == ["during", "during"]
+    assert broker.close_connection_step(conn, 10)  # closing twice is harmless
+
+
+def test_consumer_count_follows_subscribe_and_close() -> None:
+    broker, _, _ = make_broker()
+    a, b = connect(broker), connect(broker)
+    sub(broker, a, "1", "q1")
+    sub(broker, b, "1", "q1")
+    sub(broker, b, "2", "topic:t")
+    assert broker.consumer_count(dst.queue("q1")) == 2
+    assert broker.consumer_count(dst.topic("t")) == 1
+    broker.close_connection(b)
+    assert broker.consumer_count(dst.queue("q1")) == 1
+    assert broker.consumer_count(dst.topic("t")) == 0
