@@ -417,3 +417,51 @@ async def test_waiting_for_a_removal_before_it_is_written_never_hangs(tmp_path: 
         await asyncio.wait_for(store.sync(), 10)
         assert store.stats()["pending_batches"] == 0
     await store.close()
+
+
+@run_async
+async def test_zeroed_header_of_newest_segment_keeps_its_records(tmp_path: Path) -> None:
+    """A zeroed header is damage, not a segment that was never written: the records
+    behind it have their own checksums and are recovered; the file is kept aside."""
+    d = tmp_path / "j"
+    store = JournalStore(d)
+    store.open()
+    for i in range(1, 101):
+        store.write(batch(i))
+    await store.sync()
+    expect = state(store)
+    await store.close()
+    [seg] = segments(d)
+    data = bytearray(seg.read_bytes())
+    data[:fmt.HEADER_SIZE] = bytes(fmt.HEADER_SIZE)
+    seg.write_bytes(bytes(data))
+    assert await reopen_state(d) == expect
+    assert (d / (seg.name + ".damaged")).read_bytes() == bytes(data)
+
+
+@run_async
+async def test_damage_followed_by_intact_records_is_not_a_torn_tail(tmp_path: Path) -> None:
+    d = tmp_path / "j"
+    store = JournalStore(d)
+    store.open()
+    after_nine: dict[str, Any] = {}
+    for i in range(1, 21):
+        store.write(batch(i))
+        await store.sync()  # one record per batch
+        if i == 9:
+            after_nine = state(store)
+    await store.close()
+    [seg] = segments(d)
+    data = bytearray(seg.read_bytes())
+    records = fmt.scan_records(bytes(data)).records
+    assert len(records) == 20
+    tenth = records[9][0]
+    data[tenth + 12] ^= 0xFF  # records 11..20 stay intact behind it
+    seg.write_bytes(bytes(data))
+    with pytest.raises(CorruptStoreError, match="not a torn write") as info:
+        JournalStore(d).open()
+    assert "--accept-data-loss" in str(info.value)
+    assert seg.read_bytes() == bytes(data)  # nothing was changed
+    # Only the records before the damage replay in order; they are kept.
+    assert await reopen_state(d, accept_data_loss=True) == after_nine
+    assert (d / (seg.name + ".damaged")).read_bytes() == bytes(data)

@@ -78,7 +78,6 @@ def test_torn_new_segment_is_removed(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("name", "match"), [
     ("bad_crc_middle", r"seg-0000000000000001\.log: record checksum mismatch at offset 24"),
-    ("bad_magic", r"seg-0000000000000001\.log: not a meshmq journal segment"),
     ("future_version", r"format version 2 is newer than this broker supports"),
 ])
 def test_damage_outside_the_tail_refuses_to_open(name: str, match: str,
@@ -95,6 +94,43 @@ def test_damage_outside_the_tail_refuses_to_open(name: str, match: str,
     store = JournalStore(d)
     with pytest.raises(CorruptStoreError):
         store.open()
+
+
+def test_refusal_names_the_flag_that_accepts_the_loss(tmp_path: Path) -> None:
+    d = tmp_path / "bad_crc_middle"
+    shutil.copytree(GOLDEN / "v1" / "bad_crc_middle", d)
+    with pytest.raises(CorruptStoreError, match="--accept-data-loss") as info:
+        JournalStore(d).open()
+    assert "recovering its first 0 intact records" in str(info.value)
+    original = (d / "seg-0000000000000001.log").read_bytes()
+    store = JournalStore(d, accept_data_loss=True)
+    store.open()
+    close(store)
+    # The damaged file is kept aside byte for byte, never deleted.
+    assert (d / "seg-0000000000000001.log.damaged").read_bytes() == original
+    # With the flag spent, the next start is clean.
+    store = JournalStore(d)
+    store.open()
+    close(store)
+
+
+def test_damaged_header_with_intact_records_recovers_everything(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="meshmq.store")
+    original = (GOLDEN / "v1" / "bad_magic" / "seg-0000000000000001.log").read_bytes()
+    store, rec = open_copy("bad_magic", tmp_path)
+    try:
+        check(store, rec, EXPECTED["all"])
+    finally:
+        close(store)
+    d = tmp_path / "bad_magic"
+    assert (d / "seg-0000000000000001.log.damaged").read_bytes() == original
+    assert "kept the original as seg-0000000000000001.log.damaged" in caplog.text
+    caplog.clear()
+    store = JournalStore(d, segment_size=1024)
+    check(store, store.open(), EXPECTED["all"])
+    close(store)
+    assert not caplog.records
 
 
 def test_generator_reproduces_committed_bytes(tmp_path: Path) -> None:

@@ -123,9 +123,11 @@ class ProcessBroker:
 
     running: ClassVar[set[ProcessBroker]] = set()
 
-    def __init__(self, config_path: Path, log_path: Path) -> None:
+    def __init__(self, config_path: Path, log_path: Path,
+                 extra_args: tuple[str, ...] = ()) -> None:
         self.config_path = config_path
         self.log_path = log_path
+        self.extra_args = extra_args  # appended to `meshmq broker --config PATH`
         self.proc: subprocess.Popen[bytes] | None = None
         self.ports: dict[str, int] = {}
 
@@ -134,7 +136,8 @@ class ProcessBroker:
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the process
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "meshmq.cli.main", "broker", "--config",
-             str(self.config_path)], stdout=self._log, stderr=subprocess.STDOUT, env=env)
+             str(self.config_path), *self.extra_args],
+            stdout=self._log, stderr=subprocess.STDOUT, env=env)
         ProcessBroker.running.add(self)
         start_len = 0
 

@@ -60,6 +60,9 @@ def cmd_broker(args: argparse.Namespace) -> int:
             changes["management"] = ManagementConfig(enabled=True, host=host, port=port)
     if args.no_fsync:
         changes["store"] = dataclasses.replace(config.store, fsync=False)
+    if args.accept_data_loss:
+        changes["store"] = dataclasses.replace(changes.get("store", config.store),
+                                               accept_data_loss=True)
     if args.memory_store:
         changes["persistent"] = False
     if changes:
@@ -228,6 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--mqtt", help="MQTT listen address HOST:PORT (default 127.0.0.1:1883)")
     b.add_argument("--management", help="management HOST:PORT, or 'off'")
     b.add_argument("--no-fsync", action="store_true", help="do not fsync (unsafe; benchmarks)")
+    b.add_argument("--accept-data-loss", action="store_true",
+                   help="start even if a damaged journal segment holds data that cannot be "
+                        "recovered (the damaged file is kept aside; docs/store-format.md)")
     b.add_argument("--memory-store", action="store_true", help="keep nothing on disk")
     b.set_defaults(func=cmd_broker)
 

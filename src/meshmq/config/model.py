@@ -77,6 +77,9 @@ class StoreConfig:
     fsync: bool = True  # False trades crash safety for speed (tests, benchmarks)
     max_batch_bytes: int = 4 * MIB  # cap on one group-commit write
     compact_live_ratio: float = 0.5  # rewrite the oldest segment once it is less live
+    # Start even when recovery must drop journal data that damage made unreadable (the
+    # damaged file is kept aside); `meshmq broker --accept-data-loss` sets it for one start.
+    accept_data_loss: bool = False
     dsn: str | None = None  # kind = "postgres": libpq connection string
     table_prefix: str = "meshmq_"  # kind = "postgres": prefix of the store's tables
 

@@ -20,7 +20,8 @@ def create_store(config: BrokerConfig, fence: WriteFence | None = None) -> Store
     if store.kind == "journal":
         return JournalStore(config.store_directory, segment_size=store.segment_size,
                             fsync=store.fsync, max_batch_bytes=store.max_batch_bytes,
-                            compact_live_ratio=store.compact_live_ratio, fence=fence)
+                            compact_live_ratio=store.compact_live_ratio, fence=fence,
+                            accept_data_loss=store.accept_data_loss)
     if store.kind == "postgres":
         from meshmq.store.postgres import PostgresStore
 

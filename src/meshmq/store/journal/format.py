@@ -97,6 +97,38 @@ def check_segment_header(data: bytes | memoryview, where: str, expect_id: int) -
                                 f"file name says {expect_id:016x}")
 
 
+def header_damage(data: bytes | memoryview, where: str, expect_id: int) -> str | None:
+    """Why the segment header is damaged (bad magic, checksum or version), or None.
+
+    Raises CorruptStoreError for what is not damage: a header from a newer meshmq, or an
+    intact header that names another segment (a misplaced file)."""
+    try:
+        check_segment_header(data, where, expect_id)
+    except CorruptStoreError as exc:
+        if len(data) < HEADER_SIZE or data[:8] != MAGIC or "checksum" in str(exc) \
+                or "invalid journal format version" in str(exc):
+            return str(exc).removeprefix(f"{where}: ")
+        raise
+    return None
+
+
+def find_next_record(data: bytes, start: int) -> int | None:
+    """The offset of the first intact record (plausible length, matching checksum) at or
+    after ``start``, or None: tells a torn tail (nothing intact follows) from damage in
+    the middle of a segment."""
+    size = len(data)
+    unpack = RECORD_HEADER.unpack_from
+    view = memoryview(data)
+    for pos in range(max(start, HEADER_SIZE), size - RECORD_HEADER_SIZE):
+        length, crc = unpack(data, pos)
+        if 1 <= length <= size - pos - RECORD_HEADER_SIZE and \
+                data[pos + RECORD_HEADER_SIZE] == REC_BATCH and \
+                zlib.crc32(view[pos + RECORD_HEADER_SIZE:pos + RECORD_HEADER_SIZE + length]) \
+                == crc:
+            return pos
+    return None
+
+
 def pack_record(rtype: int, payload: bytes) -> bytes:
     body = U8.pack(rtype) + payload
     return RECORD_HEADER.pack(len(body), zlib.crc32(body)) + body

@@ -97,7 +97,7 @@ class _Plan:
 class JournalStore:
     def __init__(self, directory: Path, *, segment_size: int = 32 * MIB, fsync: bool = True,
                  max_batch_bytes: int = 4 * MIB, compact_live_ratio: float = 0.5,
-                 fence: WriteFence | None = None) -> None:
+                 fence: WriteFence | None = None, accept_data_loss: bool = False) -> None:
         if segment_size < 512 or segment_size > (1 << 40):
             raise StoreError(f"segment_size {segment_size} out of range [512, 2**40]")
         if max_batch_bytes < 1:
@@ -112,6 +112,9 @@ class JournalStore:
         # Master/slave on a shared directory: the HA lease replaces the directory lock,
         # and every write group must pass the lease's fence (docs/ha.md).
         self._fence = fence
+        # Start even if recovery must drop data that damage made unreadable (docs:
+        # store-format.md, "Damaged segments"); the damaged file is kept aside either way.
+        self._accept_data_loss = accept_data_loss
         # --- event-loop thread state
         self._index: dict[str, KeyIndex] = {}
         self._subs: dict[str, DurableSubscription] = {}
@@ -209,31 +212,14 @@ class JournalStore:
             last = n == len(ids) - 1
             path = self._segment_path(sid)
             data = path.read_bytes()
-            if last and (len(data) < fmt.HEADER_SIZE
-                         or data[:fmt.HEADER_SIZE] == bytes(fmt.HEADER_SIZE)):
+            if last and (len(data) < fmt.HEADER_SIZE or not data.strip(b"\x00")):
                 # Crash while creating the newest segment: nothing in it was ever synced.
-                log.warning("journal: removing %s, its header is incomplete (%d bytes)",
-                            path, len(data))
+                log.warning("journal: removing %s, it holds no record (%d bytes, header "
+                            "incomplete)", path, len(data))
                 path.unlink()
                 continue
-            fmt.check_segment_header(data, str(path), sid)
-            scan = fmt.scan_records(data)
-            if scan.problem is not None:
-                if not last:
-                    raise CorruptStoreError(
-                        f"{path}: {scan.problem}. This is not the newest segment, so the "
-                        f"damage is not a torn write; refusing to start. See "
-                        f"docs/store-format.md (recovery) before repairing or removing it.")
-                log.warning("journal: %s: %s; discarding %d bytes of torn tail "
-                            "(batches never acknowledged as synced)",
-                            path, scan.problem, len(data) - scan.good_end)
-                with open(path, "r+b") as f:
-                    f.truncate(scan.good_end)
-                    f.flush()
-                    os.fsync(f.fileno())
-            if not scan.records:
-                # A segment without records holds nothing; removing it is always safe.
-                path.unlink()
+            scan = self._check_segment(path, sid, data, last)
+            if scan is None:
                 continue
             self._segs[sid] = _SegInfo(size=scan.good_end)
             key_names: dict[int, str] = {}
@@ -250,6 +236,68 @@ class JournalStore:
                                             f"{exc!r}") from exc
         for idx in self._index.values():
             idx.normalize()
+
+    def _check_segment(self, path: Path, sid: int, data: bytes,
+                       last: bool) -> fmt.ScanResult | None:
+        """Validate one segment before replay; repair what can be proven, refuse to drop
+        what cannot (unless ``accept_data_loss``). None: the segment holds nothing."""
+        damage = fmt.header_damage(data, str(path), sid)
+        scan = fmt.scan_records(data)
+        lost: str | None = None
+        if scan.problem is not None:
+            later = fmt.find_next_record(data, scan.good_end + 1)
+            if not last or later is not None:
+                lost = (f"{scan.problem}: {len(data) - scan.good_end} bytes after it are "
+                        "unreadable" + (f" (an intact record follows at offset {later}, so "
+                                        "this is not a torn write)" if later is not None
+                                        else ""))
+        if damage is not None and not scan.records and lost is None \
+                and data[fmt.HEADER_SIZE:].strip(b"\x00"):
+            lost = "no intact record could be read after it"
+        if damage is None and lost is None:
+            if scan.problem is not None:  # the newest segment's torn tail
+                log.warning("journal: %s: %s; discarding %d bytes of torn tail "
+                            "(batches never acknowledged as synced)",
+                            path, scan.problem, len(data) - scan.good_end)
+                with open(path, "r+b") as f:
+                    f.truncate(scan.good_end)
+                    f.flush()
+                    os.fsync(f.fileno())
+            if not scan.records:
+                # A segment without records holds nothing; removing it is always safe.
+                path.unlink()
+                return None
+            return scan
+        what = "; ".join(x for x in (f"damaged header ({damage})" if damage else None, lost)
+                         if x)
+        if lost is not None and not self._accept_data_loss:
+            raise CorruptStoreError(
+                f"{path}: {what}. Starting would drop data that may have been confirmed to "
+                f"clients; nothing was changed. To start anyway, keeping this file aside and "
+                f"recovering its first {len(scan.records)} intact records, run the broker "
+                "once with --accept-data-loss (see docs/store-format.md, damaged segments).")
+        aside = path.with_name(path.name + ".damaged")
+        k = 1
+        while aside.exists():
+            aside = path.with_name(f"{path.name}.damaged.{k}")
+            k += 1
+        os.replace(path, aside)  # kept for inspection, never deleted
+        # The same records behind a fresh header: record offsets do not change.
+        repaired = fmt.pack_segment_header(sid) + data[fmt.HEADER_SIZE:scan.good_end]
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.write(fd, repaired)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._sync_directory()
+        log.warning("journal: %s: %s; kept the original as %s and recovered %d intact "
+                    "records%s", path, what, aside.name, len(scan.records),
+                    " (data after them was dropped: --accept-data-loss)" if lost else "")
+        if not scan.records:
+            path.unlink()  # the repaired copy is empty; the original stays aside
+            return None
+        return fmt.ScanResult(scan.records, scan.good_end, None)
 
     def _replay_batch(self, seg: int, base: int, body: memoryview,
                       key_names: dict[int, str]) -> None:
