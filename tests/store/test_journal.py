@@ -465,3 +465,30 @@ async def test_damage_followed_by_intact_records_is_not_a_torn_tail(tmp_path: Pa
     # Only the records before the damage replay in order; they are kept.
     assert await reopen_state(d, accept_data_loss=True) == after_nine
     assert (d / (seg.name + ".damaged")).read_bytes() == bytes(data)
+
+
+@run_async
+async def test_reclaim_keeps_pace_with_churn(tmp_path: Path) -> None:
+    """Under send/ack churn with one long-lived message, the journal stays small: space
+    is reclaimed as fast as it is freed, by writes alone (no idle timer)."""
+    d = tmp_path / "j"
+    store = JournalStore(d, segment_size=4096)
+    store.open()
+    store.write([AddMessage(msg(0, b"keep"), ((Q2, 0),))])
+    for i in range(1, 3001):
+        store.write([AddMessage(msg(i, b"x" * 400), ((Q, i),))])
+        store.write([RemoveRef(Q, i)])
+        if i % 500 == 0:
+            await store.sync()
+    await store.sync()
+    written = 3000 * 450
+    on_disk = sum(p.stat().st_size for p in segments(d))
+    try:
+        assert len(segments(d)) <= 8, f"{len(segments(d))} segments after churn"
+        assert on_disk < written / 20
+        assert store.key_info(Q2).count == 1
+    finally:
+        await store.close()
+    # Recovery reads only what is left.
+    state_after = await reopen_state(d)
+    assert state_after[Q2][1].count == 1 and state_after[Q][1].count == 0

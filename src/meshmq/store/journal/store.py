@@ -55,6 +55,7 @@ log = logging.getLogger("meshmq.store")
 MIB = 1024 * 1024
 _COMPACT_STEP_BYTES = 1 * MIB  # message bytes copied per compaction step
 _COMPACT_CHECK_EVERY = 64  # writes between checks for a segment worth compacting
+_COMPACT_SEGMENTS_PER_STEP = 64  # segments one compaction step may release
 
 # A part of a record body: bytes, or (segment, offset, length) the writer copies from disk.
 Part = bytes | tuple[int, int, int]
@@ -667,14 +668,32 @@ class JournalStore:
     def compact_step(self) -> bool:
         """Do a bounded slice of space reclaim; True while more work is pending.
 
-        Called from ``write``/``sync``; the broker may also call it from a timer."""
+        Called from ``write``/``sync``; the broker may also call it from a timer. One step
+        copies at most ``_COMPACT_STEP_BYTES`` of live messages but releases up to
+        ``_COMPACT_SEGMENTS_PER_STEP`` segments: a segment with nothing live costs no copy,
+        and under churn most are like that, so space is reclaimed as fast as it is freed."""
         self._check_writable()
         self._writes_since_check = 0
+        budget = min(_COMPACT_STEP_BYTES, self._max_batch_bytes)
+        for _ in range(_COMPACT_SEGMENTS_PER_STEP):
+            budget = self._compact_slice(budget)
+            if budget < 0:
+                return True  # the budget ran out part-way through a segment
+            if self._plan is None and self._compaction_candidate() is None:
+                return False
+            if budget == 0:
+                return True
+        return True
+
+    def _compact_slice(self, budget: int) -> int:
+        """Copy live messages of the segment being compacted, up to ``budget`` bytes, and
+        release the segment once it holds nothing live. Returns the budget left, or -1
+        when it ran out with the segment still in progress."""
         plan = self._plan
         if plan is None:
             seg = self._compaction_candidate()
             if seg is None:
-                return False
+                return budget
             plan = self._plan = self._make_plan(seg)
         self._roll_if_full()
         src = plan.seg
@@ -710,7 +729,6 @@ class JournalStore:
                     parts.append(piece)
                     pos += len(piece)
                     self._last_seq_seg[key] = seg
-        budget = min(_COMPACT_STEP_BYTES, self._max_batch_bytes)
         copied = 0
         rec_base = self._tail + fmt.RECORD_HEADER_SIZE
         while plan.pos < len(plan.messages) and copied < budget:
@@ -751,18 +769,17 @@ class JournalStore:
             self._bytes_copied += copied
             self._enqueue_record(seg, self._tail, parts, pos, unwritten_keys)
         if plan.pos < len(plan.messages):
-            return True
+            return -1
         info = self._segs[src]
+        self._plan = None
         if info.live_refs:  # pragma: no cover - a bug, never delete live data
             log.error("journal: segment %d still has %d live refs after compaction; kept",
                       src, info.live_refs)
-            self._plan = None
-            return False
+            return 0
         del self._segs[src]
         self._enqueue_delete(src)
         self._segments_deleted += 1
-        self._plan = None
-        return self._compaction_candidate() is not None
+        return max(0, budget - copied)
 
     def _make_plan(self, seg: int) -> _Plan:
         by_offset: dict[int, tuple[int, list[tuple[str, int]]]] = {}
