@@ -20,7 +20,7 @@ from meshmq.core.broker import RETAINED_PREFIX, SYS_PREFIX, Broker
 from meshmq.core.queue import BrowseEnd, Delivery
 from meshmq.errors import StoreError
 from meshmq.store.base import Store
-from meshmq.transport.topology import Topology
+from meshmq.transport.topology import Topology, push_families
 
 if TYPE_CHECKING:
     from meshmq.core.broker import Connection
@@ -78,7 +78,9 @@ class BrokerRuntime:
         self.store = store
         self.broker = Broker(config, self.store)
         # Peer brokers' client URIs, pushed to clients on connect (transport/topology.py).
-        self.topology = Topology(config.advertised_peer_list, enabled=config.push_topology)
+        self.topology = Topology(config.advertised_peer_list, enabled=config.push_topology,
+                                 push_to=push_families((lst.protocol, lst.update_cluster_clients)
+                                                       for lst in config.listeners))
         self.sessions: dict[str, Session] = {}  # by broker connection id
         self._all_sessions: set[Session] = set()
         self._to_flush: dict[Session, None] = {}
