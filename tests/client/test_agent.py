@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from meshmq.client import Message
+from meshmq.client import AuthenticationFailedError, Event, EventKind, Message
 from meshmq.client.agent import (
     Agent,
     AgentConfig,
@@ -21,9 +22,11 @@ from meshmq.client.agent import (
     parse_agent_conf,
     stomp_topic,
 )
+from meshmq.config.model import AuthConfig, User
 from meshmq.errors import ConfigError
 from tests.client.test_client_features import dead_port, run
 from tests.support.brokers import ProcessBroker, ThreadBroker, poll
+from tests.support.tcp_proxy import TcpProxy
 
 FAST = "mb.retry.initial.delay=20\nmb.retry.max.delay=200\nmb.alive.check.interval=2\n"
 
@@ -187,3 +190,96 @@ def test_blocking_agent_facade(meshmq: ThreadBroker) -> None:
         assert agent.dropped == 0
     finally:
         agent.close()
+
+
+def port_of(b: ThreadBroker, protocol: str) -> int:
+    assert b.runtime is not None
+    return b.runtime.addresses[protocol][1]
+
+
+def stratos_conf(port: int, protocol: str, password: str = "manager") -> AgentConfig:
+    return parse_agent_conf(f"mb.urls=127.0.0.1:{port}\nmb.username=system\n"
+                            f"mb.password={password}\nmb.protocol={protocol}\n{FAST}")
+
+
+@pytest.mark.parametrize("protocol", ["mqtt", "stomp"])
+def test_stratos_credentials_work_against_a_broker_without_users(
+        meshmq: ThreadBroker, protocol: str) -> None:
+    agent = Agent(stratos_conf(port_of(meshmq, protocol), protocol))
+    try:
+        got: list[Message] = []
+        agent.wait_subscribed(agent.subscribe("member/#", got.append))
+        assert agent.publish("member/m1", "activated")
+        poll(lambda: [m.text for m in got] == ["activated"], 10, "the event")
+    finally:
+        agent.close()
+
+
+@pytest.mark.parametrize("protocol", ["mqtt", "stomp"])
+def test_refused_login_is_reported_to_the_application_not_retried(
+        meshmq_factory: Callable[..., ThreadBroker], protocol: str) -> None:
+    b = meshmq_factory(auth=AuthConfig(users=(User("system", "the-real-one"),)))
+    events: list[Event] = []
+    agent = Agent(stratos_conf(port_of(b, protocol), protocol), on_event=events.append)
+    try:
+        sub = agent.subscribe("member/#", lambda m: None)
+        start = time.monotonic()
+        with pytest.raises(AuthenticationFailedError, match="login refused"):
+            agent.publish("member/m1", "activated")  # mb.publisher.timeout is 900 s
+        with pytest.raises(AuthenticationFailedError):
+            agent.wait_subscribed(sub, timeout=10)
+        assert time.monotonic() - start < 10
+        assert agent.dropped == 0  # not a drop: the credentials must be fixed
+        poll(lambda: sum(e.kind is EventKind.FAILED for e in events) == 2, 10,
+             "FAILED events of the publisher and the subscriber")
+        assert all(isinstance(e.error, AuthenticationFailedError) for e in events
+                   if e.kind is EventKind.FAILED)
+    finally:
+        agent.close()
+
+
+@pytest.mark.parametrize("protocol", ["mqtt", "stomp"])
+def test_events_missed_while_a_subscriber_reconnects_are_counted_logged_and_reported(
+        meshmq: ThreadBroker, protocol: str, caplog: pytest.LogCaptureFixture) -> None:
+    port = port_of(meshmq, protocol)
+    proxy = TcpProxy(port).start()
+    sub_conf = conf(proxy.port, extra=f"mb.protocol={protocol}\n")
+    pub_conf = conf(port, extra=f"mb.protocol={protocol}\n")
+
+    async def main() -> None:
+        got: list[str] = []
+        events: list[Event] = []
+        sub = TopicSubscriber(sub_conf, "cluster/#", lambda m: got.append(m.text),
+                              on_event=events.append)
+        sub.start()
+        await sub.wait_subscribed(20)
+        pub = EventPublisher(pub_conf)
+
+        async def until(what: list[str]) -> None:
+            async with asyncio.timeout(10):
+                while got != what:
+                    await asyncio.sleep(0.01)  # polled with a deadline
+
+        assert await pub.publish("cluster/c1", "one")
+        await until(["one"])
+        proxy.cut()  # the subscriber's link goes dark ...
+        assert await pub.publish("cluster/c1", "two")  # ... so this one is lost
+        proxy.heal()  # the subscriber reconnects (non-durable: a fresh subscription)
+        async with asyncio.timeout(20):
+            while not any(e.kind is EventKind.RESUMED for e in events):
+                await asyncio.sleep(0.01)  # polled with a deadline
+        assert await pub.publish("cluster/c1", "three")
+        await until(["one", "three"])
+        assert sub.missed == 1
+        missed = [e for e in events if e.kind is EventKind.EVENTS_MISSED]
+        assert [(e.missed, e.topic) for e in missed] == [
+            (1, "cluster/c1" if protocol == "mqtt" else "/topic/cluster.c1")]
+        assert "1 event(s) on" in caplog.text and "did not arrive" in caplog.text
+        await sub.close()
+        await pub.close()
+
+    try:
+        with caplog.at_level(logging.WARNING, "meshmq.client.agent"):
+            run(main())
+    finally:
+        proxy.close()

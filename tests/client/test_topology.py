@@ -1,23 +1,29 @@
-"""Topology push: the broker tells STOMP and MQTT 5 clients its peers; the failover client
-adds them to its list (updateURIsSupported) and can fail over to a broker it was never
-given."""
+"""Topology push: a listener with update_cluster_clients tells STOMP and MQTT 5 clients
+the broker's peers; the failover client adds them to its list (updateURIsSupported) and
+can fail over to a broker it was never given. Off by default: a client stays within the
+list it was given."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from meshmq.client import Event, EventKind, FailoverClient
+from meshmq.client import Event, EventKind, FailoverClient, OperationTimeoutError
+from meshmq.config.activemq_xml import loads_activemq_xml
 from meshmq.config.toml_loader import loads_toml
 from meshmq.errors import ConfigError
-from meshmq.transport.topology import Topology
+from meshmq.transport.topology import Topology, push_families
 from meshmq.uri import URIError
-from tests.client.conftest import mqtt_uri, stomp_uri
+from tests.client.conftest import LISTENERS, mqtt_uri, stomp_uri
 from tests.client.test_client_features import run
 from tests.support.brokers import ThreadBroker
+
+#: The test listeners with the topology push on (update_cluster_clients).
+PUSHING = tuple(dataclasses.replace(lst, update_cluster_clients=True) for lst in LISTENERS)
 
 
 def test_sources_union_per_protocol_and_change_notification() -> None:
@@ -64,7 +70,8 @@ def test_config_option_is_validated_with_its_name(tmp_path: Path) -> None:
 
 def test_stomp_and_mqtt5_clients_learn_the_peers(meshmq_factory: Callable[..., ThreadBroker]
                                                  ) -> None:
-    b = meshmq_factory(advertised_peers="stomp://10.0.0.2:61613,mqtt://10.0.0.2:1883")
+    b = meshmq_factory(advertised_peers="stomp://10.0.0.2:61613,mqtt://10.0.0.2:1883",
+                       listeners=PUSHING)
 
     async def main() -> None:
         events: list[Event] = []
@@ -85,7 +92,7 @@ def test_stomp_and_mqtt5_clients_learn_the_peers(meshmq_factory: Callable[..., T
 def test_client_given_one_uri_fails_over_to_a_pushed_peer(
         meshmq_factory: Callable[..., ThreadBroker]) -> None:
     peer = meshmq_factory()
-    first = meshmq_factory(advertised_peers=stomp_uri(peer))
+    first = meshmq_factory(advertised_peers=stomp_uri(peer), listeners=PUSHING)
 
     async def main() -> None:
         async with FailoverClient(stomp_uri(first)) as c:
@@ -97,7 +104,9 @@ def test_client_given_one_uri_fails_over_to_a_pushed_peer(
     run(main())
 
 
-def test_runtime_sources_reach_new_connections(meshmq: ThreadBroker) -> None:
+def test_runtime_sources_reach_new_connections(
+        meshmq_factory: Callable[..., ThreadBroker]) -> None:
+    meshmq = meshmq_factory(listeners=PUSHING)
     assert meshmq.runtime is not None
     topo = meshmq.runtime.topology
     meshmq.run(lambda: topo.set_source("network", ["stomp://10.1.1.1:61613"]))
@@ -121,16 +130,30 @@ def test_updateuris_url_file_is_read_on_every_reconnect_cycle(
     run(main())
 
 
+def _bridged_pair(tmp_path: Path, *, push: bool) -> tuple[ThreadBroker, ThreadBroker]:
+    """B, and A with a network connector to B; A's STOMP listener pushes or not."""
+    from meshmq.config.model import ListenerConfig
+    from tests.network.helpers import connector, tcp_uri, wait_forwarding
+    from tests.support.brokers import make_config
+
+    def listeners(pushing: bool) -> tuple[ListenerConfig, ...]:
+        return (ListenerConfig(name="stomp", protocol="stomp", host="127.0.0.1", port=0,
+                               update_cluster_clients=pushing),
+                ListenerConfig(name="tcp", protocol="tcp", host="127.0.0.1", port=0))
+
+    b = ThreadBroker(make_config(tmp_path / "b", broker_name="b", listeners=listeners(False)))
+    b.start()
+    a = ThreadBroker(make_config(tmp_path / "a", broker_name="a", listeners=listeners(push),
+                                 network_connectors=(connector(f"static:({tcp_uri(b)})"),)))
+    a.start()
+    wait_forwarding(a)
+    return a, b
+
+
 def test_network_connector_peers_are_pushed_and_the_client_fails_over_to_them(
         tmp_path: Path) -> None:
-    from tests.network.helpers import connector, net_config, tcp_uri, wait_forwarding
-
-    b = ThreadBroker(net_config(tmp_path / "b", "b")).start()
-    a = ThreadBroker(net_config(tmp_path / "a", "a", connector(f"static:({tcp_uri(b)})"))
-                     ).start()
+    a, b = _bridged_pair(tmp_path, push=True)
     try:
-        wait_forwarding(a)
-
         async def main() -> None:
             # Given only A, the client learns B from A (the bridge handshake told A
             # where B's clients connect) and moves there when A goes.
@@ -146,6 +169,48 @@ def test_network_connector_peers_are_pushed_and_the_client_fails_over_to_them(
         for broker in (a, b):
             if broker.runtime is not None and broker.runtime.started:
                 broker.stop()
+
+
+def test_by_default_a_client_stays_within_its_own_list(tmp_path: Path) -> None:
+    a, b = _bridged_pair(tmp_path, push=False)
+    try:
+        async def main() -> None:
+            events: list[Event] = []
+            async with FailoverClient(f"failover:({stomp_uri(a)})?initialReconnectDelay=10",
+                                      on_event=events.append) as c:
+                assert [str(e) for e in c.endpoints] == [stomp_uri(a)]
+                assert events[0].peers == ()
+                await asyncio.to_thread(a.stop)
+                # A is gone and B was never in the client's list: the send waits for A.
+                with pytest.raises(OperationTimeoutError):
+                    await c.send("/queue/net", "nowhere to go", timeout=1.0)
+                assert [str(e) for e in c.endpoints] == [stomp_uri(a)]
+                assert EventKind.TOPOLOGY not in [e.kind for e in events]
+                assert EventKind.RESUMED not in [e.kind for e in events]
+        run(main())
+    finally:
+        for broker in (a, b):
+            if broker.runtime is not None and broker.runtime.started:
+                broker.stop()
+
+
+def test_update_cluster_clients_in_toml_and_activemq_xml() -> None:
+    toml = loads_toml('[[listeners]]\nurl = "stomp://127.0.0.1:61613"\n'
+                      '[[listeners]]\nname = "mqtt"\nurl = "mqtt://127.0.0.1:1883"\n'
+                      'update_cluster_clients = true\n')
+    assert [lst.update_cluster_clients for lst in toml.listeners] == [False, True]
+    xml = loads_activemq_xml(
+        '<beans><broker xmlns="http://activemq.apache.org/schema/core"><transportConnectors>'
+        '<transportConnector name="s" uri="stomp://0.0.0.0:61613" '
+        'updateClusterClients="true"/>'
+        '<transportConnector name="m" uri="mqtt://0.0.0.0:1883"/>'
+        '</transportConnectors></broker></beans>')
+    assert [lst.update_cluster_clients for lst in xml.listeners] == [True, False]
+    assert push_families([("stomp", True), ("mqtt", False)]) == {"stomp"}
+    assert push_families([("ws", True)]) == {"stomp", "mqtt"}
+    assert push_families([("stomp", False), ("tcp", True)]) == frozenset()
+    t = Topology(["stomp://b:1", "mqtt://b:2"], push_to=frozenset({"mqtt"}))
+    assert (t.header_value("stomp"), t.header_value("mqtt")) == (None, "mqtt://b:2")
 
 
 def test_providers_are_read_at_every_connect() -> None:

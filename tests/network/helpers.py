@@ -14,8 +14,9 @@ from tests.support.brokers import ThreadBroker, make_config, poll
 
 
 def net_config(data: Path, name: str, *connectors: NetworkConnectorConfig,
-               **changes: Any):
-    listeners = (ListenerConfig(name="stomp", protocol="stomp", host="127.0.0.1", port=0),
+               update_cluster_clients: bool = False, **changes: Any):
+    listeners = (ListenerConfig(name="stomp", protocol="stomp", host="127.0.0.1", port=0,
+                                update_cluster_clients=update_cluster_clients),
                  ListenerConfig(name="tcp", protocol="tcp", host="127.0.0.1", port=0))
     return make_config(data, broker_name=name, listeners=listeners,
                        network_connectors=tuple(connectors), **changes)

@@ -74,9 +74,11 @@ def test_consumer_leaving_mid_stream_neither_loses_nor_doubles(tmp_path: Path,
 
 
 def test_clients_learn_the_network_from_connected(tmp_path: Path, client) -> None:
-    """Topology push: a STOMP client of A is told where B's clients connect."""
-    b = ThreadBroker(net_config(tmp_path / "b", "B")).start()
-    a = ThreadBroker(net_config(tmp_path / "a", "A", connector(f"static:({tcp_uri(b)})"))).start()
+    """Topology push (update_cluster_clients): a STOMP client of A is told where B's
+    clients connect."""
+    b = ThreadBroker(net_config(tmp_path / "b", "B", update_cluster_clients=True)).start()
+    a = ThreadBroker(net_config(tmp_path / "a", "A", connector(f"static:({tcp_uri(b)})"),
+                                update_cluster_clients=True)).start()
     try:
         wait_forwarding(a)
         c = client(on=a)

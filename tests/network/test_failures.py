@@ -183,3 +183,21 @@ def test_meshmq_stat_shows_a_failing_bridge_with_its_cause(tmp_path: Path) -> No
         assert "last error: connection-refused" in line
     finally:
         a.stop()
+
+
+def test_sigterm_of_the_accepting_broker_is_a_clean_remote_shutdown(tmp_path: Path) -> None:
+    """The accepting broker says BYE as it stops: the dialing side records that the peer
+    shut down, not that the link was lost as in a crash."""
+    b = Node("B", tmp_path / "b").start()
+    a = Node("A", tmp_path / "a").connect_to(f"static:({b.uri})").start()
+    try:
+        a.wait_forwarding()
+        b.stop()  # SIGTERM
+        poll(lambda: a.bridges()[0]["link_ended"] is not None, what="the link ended")
+        ended = a.bridges()[0]["link_ended"]
+        assert ended["kind"] == "remote-shutdown", ended
+        assert "said goodbye (broker stopping)" in ended["message"]
+        assert "link-lost" not in a.log()
+        assert "(remote-shutdown)" in a.log()
+    finally:
+        _stop(a, b)

@@ -5,6 +5,7 @@ single-socket STOMP client the CLI uses (:mod:`meshmq.client.simple_stomp`)."""
 from .aio import FailoverClient, Subscription, Transaction
 from .blocking import BlockingClient, BlockingSubscription
 from .errors import (
+    AuthenticationFailedError,
     BrokerError,
     ClientClosedError,
     ClientError,
@@ -19,6 +20,7 @@ from .types import AckMode, Event, EventKind, Message
 
 __all__ = [
     "AckMode",
+    "AuthenticationFailedError",
     "BlockingClient",
     "BlockingSubscription",
     "BrokerError",

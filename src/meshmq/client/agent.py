@@ -19,6 +19,21 @@ The better mode the agent lacks: ``mb.durable=true`` makes every subscription du
 for it on its broker instead of being missed. (They wait on *that* broker: with
 independent brokers a subscriber that moves elsewhere sees them when it comes back.)
 
+Failures the application sees (the Stratos agent only logs them):
+
+* **A refused login is permanent.** When a broker refuses ``mb.username`` /
+  ``mb.password``, the agent stops retrying: ``publish()`` and ``wait_subscribed()``
+  raise :class:`~meshmq.client.errors.AuthenticationFailedError`, and ``on_event``
+  receives a ``FAILED`` event whose ``error`` is that exception. (A broker with no users
+  configured accepts any login.)
+* **Missed events are counted.** Without ``mb.durable``, events published while a
+  subscriber is away are not delivered to it (the agent's semantics). The publisher
+  numbers its events per topic (``agent-seq: <publisher>:<n>``, a STOMP header / MQTT 5
+  user property); a subscriber that sees a gap adds it to ``TopicSubscriber.missed``
+  (``Agent.missed``), logs a warning and emits an ``EVENTS_MISSED`` event (``topic``,
+  ``missed``). A gap shows when the publisher's next event arrives; events of a publisher
+  the subscriber has not heard from yet, and MQTT 3.1.1 messages, carry no baseline.
+
 meshmq keys beyond Stratos': ``mb.protocol``, ``mb.durable``, ``mb.client.id``,
 ``mb.alive.check.interval`` (s, 30), ``mb.retry.initial.delay`` and
 ``mb.retry.max.delay`` (ms, 2000 and 60000: Stratos retries in 2..60 s steps).
@@ -39,9 +54,9 @@ from typing import Any, TypeVar
 from meshmq.errors import ConfigError
 
 from .aio import FailoverClient, Subscription
-from .errors import ClientError, OperationTimeoutError
+from .errors import AuthenticationFailedError, ClientError, OperationTimeoutError
 from .options import parse_failover
-from .types import Event, Message
+from .types import Event, EventKind, Message
 
 log = logging.getLogger("meshmq.client.agent")
 
@@ -49,6 +64,9 @@ __all__ = ["Agent", "AgentConfig", "EventPublisher", "TopicSubscriber", "load_ag
            "parse_agent_conf"]
 
 T = TypeVar("T")
+
+#: The publisher's per-topic event number: ``<publisher id>:<n>``, n = 1, 2, ...
+SEQ_HEADER = "agent-seq"
 
 _HOST_PORT = re.compile(r"^\[?([A-Za-z0-9_.:-]+?)\]?:(\d{1,5})$")
 
@@ -167,16 +185,22 @@ class EventPublisher:
                               on_event=on_event)
         self.published = 0
         self.dropped = 0
+        self.publisher_id = uuid.uuid4().hex[:12]
+        self._seq: dict[str, int] = {}  # topic -> number of the last event published
 
     async def publish(self, topic: str, payload: bytes | str) -> bool:
         """True once a broker confirmed the event; False if it was dropped."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.publisher_timeout
         destination = topic if self.config.protocol == "mqtt" else stomp_topic(topic)
+        seq = self._seq[topic] = self._seq.get(topic, 0) + 1
         try:
             await self.client.connect(timeout=max(0.0, deadline - loop.time()))
             await self.client.send(destination, payload,
+                                   {SEQ_HEADER: f"{self.publisher_id}:{seq}"},
                                    timeout=max(0.0, deadline - loop.time()))
+        except AuthenticationFailedError:
+            raise  # permanent: not a drop, the application must fix the credentials
         except (OperationTimeoutError, ClientError) as exc:
             self.dropped += 1
             log.warning("event on %s dropped after %g s without a broker (%d dropped so "
@@ -208,10 +232,46 @@ class TopicSubscriber:
                               config.protocol == "mqtt", on_event=on_event)
         self.subscription: Subscription | None = None
         self._task: asyncio.Task[None] | None = None
+        self._on_event = on_event
+        self.missed = 0  # events known not to have arrived (sequence gaps)
+        self._last_seq: dict[tuple[str, str], int] = {}  # (publisher, topic) -> last n
 
     def start(self) -> None:
         """Subscribe in the background: returns at once, even with no broker up."""
         self._task = asyncio.create_task(self._subscribe(), name=f"agent sub {self.topic}")
+        self._task.add_done_callback(self._subscribe_done)
+
+    def _subscribe_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("subscription to %s failed: %s", self.topic, exc)
+
+    def _deliver(self, msg: Message) -> None:
+        self._check_sequence(msg)
+        self.callback(msg)
+
+    def _check_sequence(self, msg: Message) -> None:
+        publisher, _, number = msg.headers.get(SEQ_HEADER, "").rpartition(":")
+        if not publisher or not number.isdigit():
+            return
+        key, seq = (publisher, msg.destination), int(number)
+        last = self._last_seq.get(key)
+        if last is not None and seq <= last:
+            return  # a repeat: nothing new
+        self._last_seq[key] = seq
+        if last is None or seq == last + 1:
+            return
+        gap = seq - last - 1
+        self.missed += gap
+        log.warning("%d event(s) on %s from publisher %s did not arrive (%d missed so far):"
+                    " published while this non-durable subscription was away; "
+                    "mb.durable=true keeps them", gap, msg.destination, publisher,
+                    self.missed)
+        if self._on_event is not None:
+            try:
+                self._on_event(Event(EventKind.EVENTS_MISSED, self.client.endpoint,
+                                     topic=msg.destination, missed=gap))
+            except Exception:
+                log.exception("agent event listener failed on events-missed")
 
     async def _subscribe(self) -> None:
         durable_name = None
@@ -221,7 +281,7 @@ class TopicSubscriber:
             if self.config.durable:
                 durable_name = f"agent-{self.topic}"
         self.subscription = await self.client.subscribe(
-            destination, qos=1, durable_name=durable_name, callback=self.callback)
+            destination, qos=1, durable_name=durable_name, callback=self._deliver)
 
     async def wait_subscribed(self, timeout: float | None = None) -> None:
         assert self._task is not None, "start() first"
@@ -248,8 +308,13 @@ class Agent:
     """The blocking facade, for the agent's threads: ``Agent(load_agent_conf(path))``,
     then ``publish()`` and ``subscribe()`` from any thread; ``close()`` at the end."""
 
-    def __init__(self, config: AgentConfig) -> None:
+    def __init__(self, config: AgentConfig, *,
+                 on_event: Callable[[Event], None] | None = None) -> None:
+        """``on_event`` (called on the agent's loop thread) receives the failover events
+        of every connection, ``FAILED`` with an ``AuthenticationFailedError`` when the
+        login is refused, and ``EVENTS_MISSED`` from subscribers."""
         self.config = config
+        self.on_event = on_event
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
                                         name="meshmq-agent")
@@ -257,7 +322,7 @@ class Agent:
         self._subscribers: list[TopicSubscriber] = []
 
         async def make() -> EventPublisher:
-            return EventPublisher(config)
+            return EventPublisher(config, on_event=on_event)
 
         self.publisher = self._call(make())
 
@@ -265,17 +330,23 @@ class Agent:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     def publish(self, topic: str, payload: bytes | str) -> bool:
-        """Blocks until published or dropped (``mb.publisher.timeout``)."""
+        """Blocks until published or dropped (``mb.publisher.timeout``); raises
+        ``AuthenticationFailedError`` when the login is refused."""
         return self._call(self.publisher.publish(topic, payload))
 
     @property
     def dropped(self) -> int:
         return self.publisher.dropped
 
+    @property
+    def missed(self) -> int:
+        """Events the subscribers know they missed (see ``TopicSubscriber.missed``)."""
+        return sum(sub.missed for sub in self._subscribers)
+
     def subscribe(self, topic: str, callback: Callable[[Message], None]) -> TopicSubscriber:
         """Start a subscription; ``callback`` runs on the agent's loop thread."""
         async def make() -> TopicSubscriber:
-            sub = TopicSubscriber(self.config, topic, callback)
+            sub = TopicSubscriber(self.config, topic, callback, on_event=self.on_event)
             sub.start()
             return sub
 

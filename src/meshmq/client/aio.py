@@ -28,6 +28,7 @@ from meshmq.uri import URIError
 from .connection import BaseConnection
 from .dedup import DuplicateFilter
 from .errors import (
+    AuthenticationFailedError,
     BrokerError,
     ClientClosedError,
     ClientError,
@@ -113,13 +114,17 @@ class FailoverClient:
                  heartbeat_ms: tuple[int, int] = (5000, 5000), mqtt_version: int | None = None,
                  keep_alive: int = 30, durable: bool = False,
                  on_event: EventCallback | None = None, rng: random.Random | None = None,
-                 spec: FailoverSpec | None = None) -> None:
+                 spec: FailoverSpec | None = None,
+                 give_up_on_auth_failure: bool = True) -> None:
         self.spec = spec or parse_failover(uri, protocol=protocol)
         self.options = self.spec.options
         self.protocol = self.spec.endpoints[0].protocol
         if durable and self.protocol == "mqtt" and not client_id:
             raise ClientError("a durable MQTT session needs a client_id")
         self.login, self.passcode, self.client_id = login, passcode, client_id
+        # A refused login is permanent (as ActiveMQ's JMSSecurityException): stop and say
+        # so, instead of retrying for ever. False: log it and try the next broker.
+        self.give_up_on_auth_failure = give_up_on_auth_failure
         self.heartbeat_ms = heartbeat_ms
         self.mqtt_version, self.keep_alive, self.durable = mqtt_version, keep_alive, durable
         self._listeners: list[EventCallback] = [on_event] if on_event else []
@@ -235,6 +240,8 @@ class FailoverClient:
         while True:
             if self._closed:
                 raise ClientClosedError("the client is closed")
+            if isinstance(self._failure, AuthenticationFailedError):
+                raise AuthenticationFailedError(f"failover gave up: {self._failure}")
             if self._failure is not None:
                 raise ConnectionFailedError(f"failover gave up: {self._failure}")
             if self._ready.is_set() and self._conn is not None \
@@ -301,7 +308,13 @@ class FailoverClient:
                 await asyncio.sleep(attempt.delay)  # the policy's back-off delay
             try:
                 conn = await self._open(attempt.endpoint)
-            except BrokerError as exc:  # e.g. authentication: another broker may differ
+            except AuthenticationFailedError as exc:
+                last_error = exc
+                if self.give_up_on_auth_failure:
+                    break
+                log.warning("%s", exc)
+                continue
+            except BrokerError as exc:  # another broker may differ
                 last_error = exc
                 log.warning("%s", exc)
                 continue

@@ -8,6 +8,7 @@ from __future__ import annotations
 from meshmq.errors import MeshmqError, TransactionError
 
 __all__ = [
+    "AuthenticationFailedError",
     "BrokerError",
     "ClientClosedError",
     "ClientError",
@@ -59,6 +60,16 @@ class OperationTimeoutError(ClientError):
 
     code = "timeout"
     retriable = True
+
+
+class AuthenticationFailedError(BrokerError, ConnectionFailedError):
+    """The broker refused the login (a STOMP ERROR in reply to CONNECT that names
+    authentication, an MQTT CONNACK "bad user name or password" / "not authorized").
+
+    Permanent: the client stops reconnecting (unless ``give_up_on_auth_failure=False``),
+    emits a ``FAILED`` event carrying this error, and every operation raises it."""
+
+    code = "authentication-failed"
 
 
 class ClientClosedError(ClientError):

@@ -37,6 +37,7 @@ from meshmq.protocol.mqtt import (
 
 from .connection import BaseConnection, DeliverFn
 from .errors import (
+    AuthenticationFailedError,
     BrokerError,
     ClientError,
     ConnectionLostError,
@@ -48,6 +49,9 @@ from .types import DEDUP_HEADER, PEERS_HEADER, AckMode, Message, SubscriptionSpe
 __all__ = ["MqttConnection"]
 
 SESSION_FOREVER = 0xFFFFFFFF
+#: CONNACK codes that refuse the credentials (3.1.1's 4 and 5 decode to these too).
+_AUTH_REFUSALS = frozenset({ReasonCode.BAD_USER_NAME_OR_PASSWORD, ReasonCode.NOT_AUTHORIZED,
+                            ReasonCode.BAD_AUTHENTICATION_METHOD})
 
 
 class MqttConnection(BaseConnection):
@@ -106,6 +110,9 @@ class MqttConnection(BaseConnection):
             raise
         if ack.reason_code == ReasonCode.UNSUPPORTED_PROTOCOL_VERSION:
             raise ProtocolVersionRefusedError(f"{self.endpoint}: MQTT {self.level} refused")
+        if ack.reason_code in _AUTH_REFUSALS:
+            raise AuthenticationFailedError(
+                f"{self.endpoint}: login refused: {ack.reason_code.name}")
         if ack.reason_code >= 0x80:
             raise BrokerError(f"{self.endpoint}: connection refused: {ack.reason_code.name}")
         self.session_present = ack.session_present

@@ -12,7 +12,7 @@ from typing import Any
 from meshmq.protocol.stomp import Frame, StompParser, encode_frame, parse_heartbeat
 
 from .connection import BaseConnection, DeliverFn, log
-from .errors import BrokerError, ConnectionLostError
+from .errors import AuthenticationFailedError, BrokerError, ConnectionLostError
 from .options import Endpoint
 from .types import DEDUP_HEADER, PEERS_HEADER, AckMode, Message, SubscriptionSpec
 
@@ -100,6 +100,9 @@ class StompConnection(BaseConnection):
             error = BrokerError(f"{self.endpoint}: broker error: {message}")
             receipt = frame.get("receipt-id")
             if not (receipt and self.resolve(receipt, error=error)):
+                if _is_auth_refusal(message):
+                    error = AuthenticationFailedError(
+                        f"{self.endpoint}: login refused: {message}")
                 self.resolve("CONNECTED", error=error)
             # STOMP closes the connection after an ERROR frame.
             self._die(ConnectionLostError(f"{self.endpoint}: broker error: {message}"))
@@ -166,3 +169,11 @@ class StompConnection(BaseConnection):
         except ConnectionLostError:
             pass
         log.debug("%s: disconnected", self.endpoint)
+
+
+def _is_auth_refusal(message: str) -> bool:
+    """An ERROR answering CONNECT that refuses the credentials (meshmq: "Authentication
+    failed"; ActiveMQ: "User name [x] or password is invalid.", "not authorized")."""
+    text = message.lower()
+    return any(word in text for word in ("authentication", "password", "not authorized",
+                                         "credentials"))

@@ -59,6 +59,7 @@ class EventKind(enum.Enum):
     RESUMED = "resumed"  # connected again, subscriptions restored, sends replayed
     FAILED = "failed"  # reconnect budget spent; the client is unusable
     TOPOLOGY = "topology"  # the broker pushed a new peer list
+    EVENTS_MISSED = "events-missed"  # agent: a non-durable subscriber saw a sequence gap
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,3 +68,5 @@ class Event:
     endpoint: Endpoint | None = None
     error: BaseException | None = None
     peers: tuple[str, ...] = ()
+    topic: str | None = None  # EVENTS_MISSED: the topic the events were published on
+    missed: int = 0  # EVENTS_MISSED: how many events of one publisher did not arrive

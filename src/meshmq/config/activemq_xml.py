@@ -85,7 +85,7 @@ _BROKER_LATER = frozenset({
     "adminView", "regionBroker", "startException", "jmsBridgeConnector",
 })
 _CONNECTOR_IGNORED = frozenset({
-    "updateClusterClients", "rebalanceClusterClients", "updateClusterClientsOnRemove",
+    "rebalanceClusterClients", "updateClusterClientsOnRemove",
     "updateClusterFilter", "enableStatusMonitor", "allowLinkStealing",
     "auditNetworkProducers", "maximumProducersAllowedPerConnection",
     "maximumConsumersAllowedPerConnection", "warnOnRemoteClose", "disableAsyncDispatch",
@@ -475,7 +475,8 @@ class _Importer:
 
     def transport_connector(self, node: _Node) -> None:
         self.attributes(node, {"name": lambda a: None, "uri": lambda a: None,
-                               "discoveryUri": lambda a: None}, _CONNECTOR_IGNORED)
+                               "discoveryUri": lambda a: None,
+                               "updateClusterClients": lambda a: None}, _CONNECTOR_IGNORED)
         if "uri" not in node.attrs:
             raise self.fail(node, "<transportConnector> needs a uri", "uri")
         uri = self.value(node, "uri")
@@ -505,6 +506,10 @@ class _Importer:
         self.src.labels[at] = node.where()
         for option, value in urllib.parse.parse_qsl(query, keep_blank_values=True):
             self.uri_option(node, listener, at, option, value)
+        if "updateClusterClients" in node.attrs:  # topology push to this listener's clients
+            listener["update_cluster_clients"] = self.value(node, "updateClusterClients")
+            self.src.lines[f"{at}.update_cluster_clients"] = node.line
+            self.src.labels[f"{at}.update_cluster_clients"] = node.where("updateClusterClients")
         if "discoveryUri" in node.attrs:
             if protocol in _BRIDGE_PROTOCOLS:
                 listener["discovery_uri"] = self.value(node, "discoveryUri")

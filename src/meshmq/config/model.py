@@ -37,6 +37,10 @@ class ListenerConfig:
     # Advertise this listener on a discovery group (ActiveMQ transportConnector
     # discoveryUri, e.g. "multicast://default"); tcp/ssl/nio listeners only.
     discovery_uri: str | None = None
+    # Topology push to this listener's clients (ActiveMQ updateClusterClients): tell
+    # them the client URIs of peer brokers (meshmq-peers). Off, as in ActiveMQ: a
+    # client's failover list is the operator's.
+    update_cluster_clients: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,7 +273,9 @@ class BrokerConfig:
     # Client URIs of peer brokers told to connecting clients (topology push), comma
     # separated: "stomp://b:61613,mqtt://b:1883". Network connectors and HA add theirs.
     advertised_peers: str = ""
-    push_topology: bool = True  # send the meshmq-peers CONNECTED header / CONNACK property
+    # Master switch for the topology push; the push itself is per listener
+    # (ListenerConfig.update_cluster_clients, off by default).
+    push_topology: bool = True
     source: str | None = None  # file this config came from, for messages
 
     @property

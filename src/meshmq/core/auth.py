@@ -1,5 +1,10 @@
 """Authentication against the users and groups of the configuration.
 
+With no users configured and anonymous access on (the default), authentication is off:
+any login is accepted as anonymous, as ActiveMQ without an authentication plugin does
+(clients configured with ``system``/``manager`` just work). Once one user is configured,
+a login that is given must be valid.
+
 Authorization by destination comes later; ``Principal.groups`` is what it will use.
 """
 
@@ -23,15 +28,18 @@ class Authenticator:
     def __init__(self, config: AuthConfig) -> None:
         self._config = config
         self._users = {u.name: u for u in config.users}
+        #: No users and anonymous access: every login, whatever it says, is anonymous.
+        self.open = config.anonymous_access and not config.users
 
     def authenticate(self, login: str | None, passcode: str | None) -> Principal:
         """Return who connected, or raise ``AuthenticationError``.
 
         No login at all means anonymous access, if allowed. A login that is given
         must be valid even when anonymous access is on (a typo must not silently
-        downgrade a client to anonymous).
+        downgrade a client to anonymous) -- unless no users are configured at all
+        (``open``): then there is nothing to check it against and it is accepted.
         """
-        if not login:
+        if not login or self.open:
             if self._config.anonymous_access:
                 return Principal(self._config.anonymous_user,
                                  frozenset(self._config.anonymous_groups), anonymous=True)

@@ -59,6 +59,7 @@ log = logging.getLogger("meshmq.broker")
 
 ADVISORY_PREFIX = "ActiveMQ.Advisory."
 RETAINED_PREFIX = "retained://"
+SYS_PREFIX = "$SYS."  # the broker's statistics topics (MQTT $SYS/...), memory only
 RECORD_PREFIX = "record://"
 _TYPE_NAMES = {DestKind.QUEUE: "Queue", DestKind.TOPIC: "Topic",
                DestKind.TEMP_QUEUE: "TempQueue", DestKind.TEMP_TOPIC: "TempTopic"}
@@ -361,16 +362,20 @@ class Broker:
         return seq
 
     # ================================================================ retained messages
-    def retain(self, message: Message) -> None:
+    def retain(self, message: Message, *, persist: bool = True) -> None:
         """Keep ``message`` as its topic's retained message (an empty body clears it).
-        Retained messages are always stored, whatever their persistence."""
+        Retained messages are stored, whatever their persistence, unless ``persist`` is
+        False: then it lives in memory only (seq 0), as the broker's own ``$SYS``
+        statistics, which are regenerated at every start."""
         dest = message.destination
         old = self.retained.pop(dest, None)
-        seq = self._replace_single(RETAINED_PREFIX + dest.name,
-                                   old[0] if old is not None else None,
-                                   message if message.body else None)
+        old_seq = old[0] if old is not None and old[0] > 0 else None
+        seq = self._replace_single(RETAINED_PREFIX + dest.name, old_seq,
+                                   message if message.body and persist else None)
         if seq is not None:
             self.retained[dest] = (seq, message)
+        elif message.body and not persist:
+            self.retained[dest] = (0, message)
 
     def put_record(self, name: str, body: bytes) -> None:
         """Store (or replace) a small named record; it comes back in ``records`` after a
@@ -521,11 +526,13 @@ class Broker:
             return False
         return self._route(conn, destinations, message)
 
-    def publish_internal(self, message: Message, *, retain: bool = False) -> None:
-        """Route a message the broker itself produces (MQTT wills, $SYS statistics)."""
+    def publish_internal(self, message: Message, *, retain: bool = False,
+                         persist: bool = True) -> None:
+        """Route a message the broker itself produces (MQTT wills, $SYS statistics);
+        ``persist=False`` keeps a retained copy in memory only."""
         self._route(None, (message.destination,), message)
         if retain:
-            self.retain(message)
+            self.retain(message, persist=persist)
 
     def _route(self, conn: Connection | None, destinations: tuple[Destination, ...],
                message: Message) -> bool:
@@ -1108,8 +1115,8 @@ class Broker:
                           "consumers": len(q.consumers), "memory": q.in_memory_bytes,
                           "producers": self._producer_count(d)})
         for d, ts in sorted(self.topics.items(), key=lambda kv: str(kv[0])):
-            if d.is_advisory:
-                continue
+            if d.is_advisory or d.name.startswith(SYS_PREFIX):
+                continue  # the broker's own topics, not the operator's destinations
             dests.append({"name": d.name, "type": d.kind.value, "depth": 0,
                           "enqueued": ts.enqueued, "dequeued": ts.dispatched,
                           "dispatched": ts.dispatched, "expired": 0, "redelivered": 0,

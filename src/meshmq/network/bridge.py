@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from meshmq import __version__
 from meshmq.core import destinations as dst
 from meshmq.network.bridge_state import BridgeEvent, BridgeState, ReconnectPolicy, transition
-from meshmq.network.endpoint import LinkEnd, client_uris_of, mirror_json
+from meshmq.network.endpoint import BYE_CAUSE, LinkEnd, client_uris_of, mirror_json
 from meshmq.network.forwarder import Forwarder
 from meshmq.network.interest import DestinationFilter
 from meshmq.network.link import WireLink
@@ -63,6 +63,8 @@ class Bridge(LinkEnd):
         self._handshake: asyncio.Future[tuple[str, str]] | None = None
         self._synced: asyncio.Event = asyncio.Event()
         self._stopping = False
+        # Why the last established link ended (kept while retries fail for other reasons).
+        self.link_ended: dict[str, Any] | None = None
         # Exclusions win over static inclusion too (as ActiveMQ checks them first).
         excluded = DestinationFilter.of(config).excluded
         self.static = tuple(d for d in (dst.Destination.parse_uri(u)
@@ -115,8 +117,9 @@ class Bridge(LinkEnd):
             key = (old.value, error[0])
             if key != self._logged:
                 self._logged = key
-                log.warning("bridge %s: %s (%s); retrying with backoff", self.name, error[1],
-                            error[0])
+                level = logging.INFO if error[0] == "remote-shutdown" else logging.WARNING
+                log.log(level, "bridge %s: %s (%s); retrying with backoff", self.name,
+                        error[1], error[0])
             else:
                 log.debug("bridge %s: %s again", self.name, error[0])
         elif self.state is BridgeState.FORWARDING:
@@ -208,7 +211,11 @@ class Bridge(LinkEnd):
             self.teardown()
             self.link = None
             self.policy.connected_for(time.monotonic() - up_since)
-            return ("link-lost", f"{endpoint}: {cause}")
+            # A BYE is a clean shutdown of the remote broker, not a crash.
+            kind = "remote-shutdown" if cause.startswith(BYE_CAUSE) else "link-lost"
+            self.link_ended = {"kind": kind, "message": f"{endpoint}: {cause}",
+                               "at": time.time()}
+            return (kind, f"{endpoint}: {cause}")
         return error
 
     def _start_halves(self, link: WireLink) -> None:
@@ -276,6 +283,7 @@ class Bridge(LinkEnd):
                 "state_since": round(self.state_since, 3), "remote_broker": self.remote,
                 "connected_to": str(self.connected_to) if self.connected_to else None,
                 "duplex": self.config.duplex, "last_error": self.last_error,
+                "link_ended": self.link_ended,
                 "attempts": self.attempts, "connects": self.connects,
                 "demand": len(fwd.demands) if fwd is not None else 0,
                 "inflight": fwd.inflight if fwd is not None else 0,

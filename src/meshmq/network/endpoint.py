@@ -10,6 +10,9 @@ from meshmq.config.model import NetworkConnectorConfig
 from meshmq.errors import RemoteProtocolError
 from meshmq.protocol.wire import FrameType, WireFrame, decode_acks, decode_json, decode_messages
 
+#: The cause of a link the remote closed with BYE (an orderly shutdown, not a crash).
+BYE_CAUSE = "the remote broker said goodbye"
+
 if TYPE_CHECKING:
     from meshmq.network.forwarder import Forwarder
     from meshmq.network.link import WireLink
@@ -97,7 +100,8 @@ class LinkEnd:
             self.on_refused(str(body.get("code", "refused")), str(body.get("message", "")))
             link.close(f"refused by the remote: {body.get('code')}: {body.get('message')}")
         elif ftype is FrameType.BYE:
-            link.close("the remote closed the link (BYE)")
+            reason = decode_json(frame).get("reason") or "no reason given"
+            link.close(f"{BYE_CAUSE} ({reason})")
         else:
             raise RemoteProtocolError(f"unexpected {ftype.name} frame")
 

@@ -15,6 +15,7 @@ from meshmq.core.selector import message_lookup
 from meshmq.network.bridge import ADVISORY_TOPIC, Bridge
 from meshmq.network.responder import Responder
 from meshmq.network.targets import Endpoint, parse_endpoint, plan_connector
+from meshmq.protocol.wire import FrameType, encode_json
 
 if TYPE_CHECKING:
     from meshmq.config.model import ListenerConfig, NetworkConnectorConfig
@@ -190,6 +191,8 @@ class NetworkManager:
             server.close()
         for responder in list(self.inbound):
             if responder.link is not None:
+                # Say goodbye, so the dialing side sees a clean shutdown, not a crash.
+                responder.link.write(encode_json(FrameType.BYE, {"reason": "broker stopping"}))
                 responder.link.close("broker stopping")
             responder.teardown()
         self.inbound.clear()

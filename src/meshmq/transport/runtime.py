@@ -16,11 +16,11 @@ import time
 from typing import TYPE_CHECKING, Protocol
 
 from meshmq.config.model import BrokerConfig, ListenerConfig
-from meshmq.core.broker import Broker
+from meshmq.core.broker import RETAINED_PREFIX, SYS_PREFIX, Broker
 from meshmq.core.queue import BrowseEnd, Delivery
 from meshmq.errors import StoreError
 from meshmq.store.base import Store
-from meshmq.transport.topology import Topology
+from meshmq.transport.topology import Topology, push_families
 
 if TYPE_CHECKING:
     from meshmq.core.broker import Connection
@@ -78,7 +78,9 @@ class BrokerRuntime:
         self.store = store
         self.broker = Broker(config, self.store)
         # Peer brokers' client URIs, pushed to clients on connect (transport/topology.py).
-        self.topology = Topology(config.advertised_peer_list, enabled=config.push_topology)
+        self.topology = Topology(config.advertised_peer_list, enabled=config.push_topology,
+                                 push_to=push_families((lst.protocol, lst.update_cluster_clients)
+                                                       for lst in config.listeners))
         self.sessions: dict[str, Session] = {}  # by broker connection id
         self._all_sessions: set[Session] = set()
         self._to_flush: dict[Session, None] = {}
@@ -174,9 +176,15 @@ class BrokerRuntime:
         self.broker.recover(recovery)
         self._start_trace()
         self.pump()
-        depth = sum(info.count for info in recovery.keys.values())
-        log.info("store recovered %d messages in %d destinations in %.2fs", depth,
-                 len(recovery.keys), time.monotonic() - t0)
+        # $SYS statistics are regenerated, not recovered (stores of older versions
+        # hold them): they are not the operator's messages.
+        keys = [info for key, info in recovery.keys.items()
+                if not key.startswith(RETAINED_PREFIX + SYS_PREFIX)]
+        log.info("store recovered %d messages in %d destinations in %.2fs",
+                 sum(info.count for info in keys), len(keys), time.monotonic() - t0)
+        if self.broker.auth.open:
+            log.info("authentication is off (no users configured): any login is accepted "
+                     "as anonymous")
         for listener in self.config.listeners:
             if listener.protocol in ("stomp", "stomp+ssl"):
                 await self._listen_stomp(listener)
@@ -352,7 +360,7 @@ class BrokerRuntime:
             msg = Message(message_id=self.broker.new_message_id("sys"),
                           destination=dst.topic(topic), body=value.encode(),
                           timestamp=self.broker.now_ms())
-            self.broker.publish_internal(msg, retain=True)
+            self.broker.publish_internal(msg, retain=True, persist=False)
         self.pump()
         interval = self.config.mqtt.sys_interval_ms
         if interval > 0 and self._loop is not None and self.started:

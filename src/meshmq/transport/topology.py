@@ -1,8 +1,10 @@
 """Topology push: the client URIs of this broker's peers, told to clients as they connect.
 
-ActiveMQ tells only OpenWire clients about the other brokers (``updateClusterClients``);
-meshmq tells STOMP and MQTT clients too, so a failover client that started with one
-URI learns the rest (``updateURIsSupported``):
+ActiveMQ tells only OpenWire clients about the other brokers, and only on transport
+connectors with ``updateClusterClients``; meshmq tells STOMP and MQTT clients too, on
+listeners with ``update_cluster_clients = true`` (off by default, as in ActiveMQ: a
+pushed peer may lie outside the list a client was given), so a failover client that
+started with one URI learns the rest (``updateURIsSupported``):
 
 * STOMP: a ``meshmq-peers`` header in CONNECTED;
 * MQTT 5: a ``meshmq-peers`` user property in CONNACK (3.1.1 has no place for it).
@@ -25,7 +27,7 @@ from collections.abc import Callable, Iterable
 
 from meshmq.uri import SimpleURI, URIError, format_uri, parse_uri
 
-__all__ = ["PEERS_HEADER", "Topology"]
+__all__ = ["PEERS_HEADER", "Topology", "push_families"]
 
 PEERS_HEADER = "meshmq-peers"
 
@@ -35,12 +37,28 @@ _FAMILIES: dict[str, frozenset[str]] = {
 }
 
 
+def push_families(listeners: Iterable[tuple[str, bool]]) -> frozenset[str]:
+    """The client protocols (``stomp``, ``mqtt``) told the peers, from each listener's
+    ``(protocol, update_cluster_clients)``; a WebSocket listener carries both."""
+    found: set[str] = set()
+    for protocol, push in listeners:
+        if not push:
+            continue
+        if protocol in ("ws", "wss"):
+            found.update(("stomp", "mqtt"))
+        found.update(f for f, schemes in _FAMILIES.items() if protocol in schemes)
+    return frozenset(found)
+
+
 class Topology:
     """Named lists of peer URIs; ``for_protocol`` gives what a client of that protocol
-    is told. ``enabled=False`` keeps the lists but tells clients nothing."""
+    is told. ``enabled=False`` keeps the lists but tells clients nothing; ``push_to``
+    names the client protocols told at all (None: every one)."""
 
-    def __init__(self, advertised: Iterable[str] = (), *, enabled: bool = True) -> None:
+    def __init__(self, advertised: Iterable[str] = (), *, enabled: bool = True,
+                 push_to: frozenset[str] | None = None) -> None:
         self.enabled = enabled
+        self.push_to = push_to
         self._sources: dict[str, tuple[str, ...]] = {}
         self._cache: dict[str, str | None] = {}
         self._listeners: list[Callable[[Topology], None]] = []
@@ -108,7 +126,7 @@ class Topology:
 
     def header_value(self, protocol: str) -> str | None:
         """The ``meshmq-peers`` value for a client of ``protocol``; None: send nothing."""
-        if not self.enabled:
+        if not self.enabled or (self.push_to is not None and protocol not in self.push_to):
             return None
         if self._providers:  # live lists: computed per connect, never cached
             uris = self.for_protocol(protocol)
