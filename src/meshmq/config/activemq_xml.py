@@ -1063,8 +1063,18 @@ class _Importer:
             }, frozenset({"percentOfJvmHeap", "percentUsageMinDelta", "name",
                           "pollingTime"}))
 
-        self.elements(usage, {"memoryUsage": memory},
-                      frozenset({"storeUsage", "tempUsage", "jobSchedulerUsage"}))
+        def store(n: _Node) -> None:
+            inner = self.bean(n, "storeUsage")
+            if inner is None:
+                return
+            self.attributes(inner, {
+                "limit": lambda a: self.put("store.max_disk_bytes", self.value(inner, a),
+                                            inner, a),
+            }, frozenset({"percentLimit", "percentUsageMinDelta", "name", "pollingTime",
+                          "total"}))
+
+        self.elements(usage, {"memoryUsage": memory, "storeUsage": store},
+                      frozenset({"tempUsage", "jobSchedulerUsage"}))
 
     # -- assembling -------------------------------------------------------------
 

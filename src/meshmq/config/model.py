@@ -84,6 +84,14 @@ class StoreConfig:
     # Start even when recovery must drop journal data that damage made unreadable (the
     # damaged file is kept aside); `meshmq broker --accept-data-loss` sets it for one start.
     accept_data_loss: bool = False
+    # Journal size at which persistent messages are refused (ActiveMQ's storeUsage
+    # limit); 0 = no limit.
+    max_disk_bytes: int = 0
+    # Free space on the journal's filesystem below which persistent messages are refused.
+    min_free_disk: int = 8 * MIB
+    # Space held in a file and given back when the disk fills, so acknowledgements can
+    # still be written (they free space); 0 = none.
+    disk_reserve: int = 4 * MIB
     dsn: str | None = None  # kind = "postgres": libpq connection string
     table_prefix: str = "meshmq_"  # kind = "postgres": prefix of the store's tables
 

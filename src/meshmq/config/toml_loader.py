@@ -85,7 +85,8 @@ _NOT_CONFIGURABLE: frozenset[tuple[type, str]] = frozenset({(BrokerConfig, "sour
 # Int fields that also accept "64 mb"-style strings.
 SIZE_FIELDS: frozenset[str] = frozenset({
     "StompConfig.max_frame_size", "StompConfig.max_header_size", "MqttConfig.max_packet_size",
-    "StoreConfig.segment_size", "StoreConfig.max_batch_bytes",
+    "StoreConfig.segment_size", "StoreConfig.max_batch_bytes", "StoreConfig.max_disk_bytes",
+    "StoreConfig.min_free_disk", "StoreConfig.disk_reserve",
     "DestinationPolicy.memory_limit", "UsageConfig.memory_limit", "TraceConfig.max_file_bytes",
     "StreamPolicy.max_bytes", "HaConfig.log_retain_bytes",
 })

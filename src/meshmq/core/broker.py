@@ -147,6 +147,9 @@ class Broker:
         self.client_ids: dict[str, str] = {}  # client id -> connection id
         self.durables: dict[tuple[str, str], TopicSubscription] = {}
         self._topic_index: TopicIndex[TopicSubscription] = TopicIndex()
+        # Why the store takes no new persistent messages right now (disk full, the
+        # store's size limit), or None; set by the runtime from the store's state.
+        self.persistent_refusal: str | None = None
         # Open consumers per destination they named (advisories' consumerCount, the
         # network's demand), kept up to date instead of counted on every subscribe.
         self._consumer_counts: dict[Destination, int] = {}
@@ -513,6 +516,10 @@ class Broker:
                 if len(self._sendable) > 10_000:
                     self._sendable.clear()
                 self._sendable.add(d)
+        if message.persistent and self.persistent_refusal is not None:
+            self.trace_dropped(message, "store full")
+            raise ResourceLimitError(f"persistent message refused: {self.persistent_refusal}; "
+                                     "non-persistent messages are still accepted")
         if self.usage.full and not message.persistent:
             for d in destinations:
                 if self.config.usage.on_limit == "fail" or \

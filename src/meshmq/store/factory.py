@@ -21,7 +21,9 @@ def create_store(config: BrokerConfig, fence: WriteFence | None = None) -> Store
         return JournalStore(config.store_directory, segment_size=store.segment_size,
                             fsync=store.fsync, max_batch_bytes=store.max_batch_bytes,
                             compact_live_ratio=store.compact_live_ratio, fence=fence,
-                            accept_data_loss=store.accept_data_loss)
+                            accept_data_loss=store.accept_data_loss,
+                            max_disk_bytes=store.max_disk_bytes,
+                            min_free_disk=store.min_free_disk, disk_reserve=store.disk_reserve)
     if store.kind == "postgres":
         from meshmq.store.postgres import PostgresStore
 

@@ -8,6 +8,7 @@ batch and flushes each touched connection's output with one write.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import signal
@@ -90,6 +91,7 @@ class BrokerRuntime:
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped = asyncio.Event()
+        self._store_failure_logged = False
         self._management: object | None = None
         self.mqtt_sessions: dict[str, MqttSession] = {}  # MQTT client id -> live session
         self.mqtt_states: dict[str, SessionState] = {}  # persistent MQTT sessions
@@ -174,6 +176,11 @@ class BrokerRuntime:
         t0 = time.monotonic()
         recovery = self.store.open()
         self.broker.recover(recovery)
+        if hasattr(self.store, "space_listener"):
+            loop = asyncio.get_running_loop()
+            self.store.space_listener = lambda: loop.call_soon_threadsafe(
+                self._check_store_space)
+        self._check_store_space()
         self._start_trace()
         self.pump()
         # $SYS statistics are regenerated, not recovered (stores of older versions
@@ -434,7 +441,17 @@ class BrokerRuntime:
     def _on_signal(self, sig: int) -> None:
         log.info("received %s, shutting down", signal.Signals(sig).name)
         self.shutdown_requested = True
-        asyncio.get_running_loop().create_task(self.stop())
+        asyncio.get_running_loop().create_task(self._stop_on_signal())
+
+    async def _stop_on_signal(self) -> None:
+        # Whatever state the store is in, a signal stops the broker: a failed stop step is
+        # logged, and the broker still reports itself stopped.
+        try:
+            await self.stop()
+        except Exception as exc:
+            log.error("broker stopped with an error: %s", exc)
+        finally:
+            self._stopped.set()
 
     # ------------------------------------------------------------ sessions
     def admit(self, listener: str) -> bool:
@@ -485,7 +502,14 @@ class BrokerRuntime:
                 self.store.write(ops)
             except StoreError as exc:
                 if self.ha is None:
-                    raise
+                    # A failed store: the sessions waiting for these operations to be
+                    # durable are told so by store.sync(); the pump goes on serving
+                    # everything that does not need the store.
+                    if not self._store_failure_logged:
+                        self._store_failure_logged = True
+                        log.error("store refused a write (%s); operations that need it are "
+                                  "failed", exc.message)
+                    return
                 # Fenced (another broker is master) or failed: a master that cannot
                 # write must stop serving, so the slave can take over.
                 log.error("store refused a write (%s); %d operations dropped, stopping",
@@ -520,6 +544,9 @@ class BrokerRuntime:
 
     def _on_timer(self) -> None:
         assert self._loop is not None
+        # Rescheduled first: housekeeping that fails (a broken store) must not stop the
+        # timeouts and expiry of every later tick.
+        self._timer = self._loop.call_later(TIMER_INTERVAL, self._on_timer)
         now = time.monotonic()
         for session in list(self._all_sessions):
             session.check_timeouts(now)
@@ -529,8 +556,20 @@ class BrokerRuntime:
         # Reclaim journal space while idle too (the journal also compacts on writes).
         compact = getattr(self.store, "compact_step", None)
         if compact is not None:
-            compact()
-        self._timer = self._loop.call_later(TIMER_INTERVAL, self._on_timer)
+            with contextlib.suppress(StoreError):  # reported where the store is used
+                compact()
+        self._check_store_space()
+
+    def _check_store_space(self) -> None:
+        """Refuse persistent messages while the store says it has no room for them."""
+        space = getattr(self.store, "persistent_refusal", None)
+        reason = space() if space is not None else None
+        if reason != self.broker.persistent_refusal:
+            if reason is not None:
+                log.warning("refusing persistent messages: %s", reason)
+            else:
+                log.info("store has room again: accepting persistent messages")
+            self.broker.persistent_refusal = reason
 
 
 GC_YOUNG_THRESHOLD = 10_000

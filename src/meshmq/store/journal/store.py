@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -25,7 +26,7 @@ import struct
 import threading
 import zlib
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,6 +57,9 @@ MIB = 1024 * 1024
 _COMPACT_STEP_BYTES = 1 * MIB  # message bytes copied per compaction step
 _COMPACT_CHECK_EVERY = 64  # writes between checks for a segment worth compacting
 _COMPACT_SEGMENTS_PER_STEP = 64  # segments one compaction step may release
+RESERVE_FILE = "space.reserve"  # space held back for acks when the disk fills
+_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+_SPACE_RETRY_MAX_S = 2.0
 
 # A part of a record body: bytes, or (segment, offset, length) the writer copies from disk.
 Part = bytes | tuple[int, int, int]
@@ -98,7 +102,9 @@ class _Plan:
 class JournalStore:
     def __init__(self, directory: Path, *, segment_size: int = 32 * MIB, fsync: bool = True,
                  max_batch_bytes: int = 4 * MIB, compact_live_ratio: float = 0.5,
-                 fence: WriteFence | None = None, accept_data_loss: bool = False) -> None:
+                 fence: WriteFence | None = None, accept_data_loss: bool = False,
+                 max_disk_bytes: int = 0, min_free_disk: int = 0, disk_reserve: int = 0,
+                 close_timeout: float = 10.0) -> None:
         if segment_size < 512 or segment_size > (1 << 40):
             raise StoreError(f"segment_size {segment_size} out of range [512, 2**40]")
         if max_batch_bytes < 1:
@@ -116,6 +122,22 @@ class JournalStore:
         # Start even if recovery must drop data that damage made unreadable (docs:
         # store-format.md, "Damaged segments"); the damaged file is kept aside either way.
         self._accept_data_loss = accept_data_loss
+        # Disk space (docs/store-format.md, "A full disk"): persistent messages are refused
+        # above max_disk_bytes of journal or below min_free_disk free on the filesystem;
+        # disk_reserve bytes are held in a file given back when the disk fills, so that
+        # acknowledgements (which free space) can still be written.
+        self._max_disk_bytes = max_disk_bytes
+        self._min_free_disk = min_free_disk
+        self._reserve_bytes = disk_reserve
+        self._reserve_path = self.directory / RESERVE_FILE
+        self._disk_full = False  # the writer met ENOSPC and has not written since
+        self._space_wake = threading.Event()
+        self._close_timeout = close_timeout
+        self._space_delay = 0.0
+        self._abandon = False  # close() gave up waiting: the writer stops retrying
+        # Called (from the writer thread) when the disk fills or has room again; the
+        # broker hands in a thread-safe wake-up of its own space check.
+        self.space_listener: Callable[[], None] | None = None
         # --- event-loop thread state
         self._index: dict[str, KeyIndex] = {}
         self._subs: dict[str, DurableSubscription] = {}
@@ -172,6 +194,7 @@ class JournalStore:
         except BaseException:
             self._release_files()
             raise
+        self._make_reserve()
         self._active = (max(self._segs) if self._segs else 0) + 1
         self._segs[self._active] = _SegInfo()
         self._tail = fmt.HEADER_SIZE
@@ -822,6 +845,7 @@ class JournalStore:
                             items.append(self._queue.popleft())
                 if sync_only:
                     self._sync_written()
+                    self._after_write()
                 else:
                     self._write_group(items)
         except BaseException as exc:
@@ -858,9 +882,102 @@ class JournalStore:
             return
         buf = memoryview(b"".join(chunks))
         while buf:
-            n = os.write(self._w_fd, buf)
+            try:
+                n = os.write(self._w_fd, buf)
+            except OSError as exc:
+                if exc.errno not in _SPACE_ERRNOS:
+                    raise
+                self._wait_for_space(exc)
+                continue  # the same bytes again, from where the short write stopped
             buf = buf[n:]
         chunks.clear()
+
+    # ------------------------------------------------------------------ disk space
+
+    def _make_reserve(self) -> None:
+        if self._reserve_bytes <= 0:
+            return
+        try:
+            with open(self._reserve_path, "wb") as f:
+                left = self._reserve_bytes
+                while left > 0:
+                    left -= f.write(bytes(min(left, MIB)))
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                self._reserve_path.unlink()
+            log.warning("journal: could not reserve %d bytes of disk space for "
+                        "acknowledgements (%s)", self._reserve_bytes, exc.strerror)
+
+    def _wait_for_space(self, exc: OSError) -> None:
+        """The disk is full: give back the reserve, or wait for space (writer thread).
+
+        The writer keeps the batch and retries it; nothing is lost or reordered. The event
+        loop meanwhile refuses new persistent messages (``persistent_refusal``) while
+        acknowledgements go on being applied and queued."""
+        if not self._disk_full:
+            self._disk_full = True
+            if self.space_listener is not None:
+                self.space_listener()
+            log.error("journal: disk full in %s (%s); refusing persistent messages, keeping "
+                      "acknowledgements until space returns", self.directory, exc.strerror)
+        if self._reserve_path.exists():
+            with contextlib.suppress(OSError):
+                self._reserve_path.unlink()
+            return
+        if self._abandon:
+            raise StoreError(f"journal: disk still full when the broker stopped ({exc})")
+        self._space_delay = min(_SPACE_RETRY_MAX_S, max(0.05, self._space_delay * 2))
+        self._space_wake.wait(self._space_delay)
+        self._space_wake.clear()
+
+    def _after_write(self) -> None:
+        """Writer thread, after a group was written: leave the disk-full state once the
+        filesystem has room for the reserve and the free-space floor again."""
+        self._space_delay = 0.0
+        if not self._disk_full:
+            return
+        try:
+            st = os.statvfs(self.directory)
+        except OSError:
+            return
+        if st.f_bavail * st.f_frsize >= 2 * self._reserve_bytes + self._min_free_disk:
+            self._make_reserve()
+            self._disk_full = False
+            if self.space_listener is not None:
+                self.space_listener()
+            log.warning("journal: disk space available again in %s", self.directory)
+
+    def disk_bytes(self) -> int:
+        return sum(si.size for si in self._segs.values())
+
+    def persistent_refusal(self) -> str | None:
+        """Why new persistent messages must be refused now, or None (event loop)."""
+        if self._failed is not None:
+            return f"the journal failed: {self._failed.message}"
+        if self._disk_full:
+            # An idle writer looks again for space (and rebuilds the reserve) on its own
+            # thread; the answer shows on the next call.
+            with self._cond:
+                self._sync_wanted = True
+                self._cond.notify()
+            return f"the journal's disk is full ({self.directory})"
+        if self._max_disk_bytes:
+            used = self.disk_bytes()
+            if used >= self._max_disk_bytes:
+                return (f"the journal holds {used} bytes, its limit "
+                        f"(store.max_disk_bytes) is {self._max_disk_bytes}")
+        if self._min_free_disk:
+            try:
+                st = os.statvfs(self.directory)
+            except OSError as exc:
+                return f"the journal's directory is not usable ({exc.strerror})"
+            free = st.f_bavail * st.f_frsize
+            if free < self._min_free_disk:
+                return (f"{free} bytes free on the journal's disk, below store.min_free_disk "
+                        f"({self._min_free_disk})")
+        return None
 
     def _sync_fd(self, fd: int) -> None:
         if self._fsync:
@@ -984,6 +1101,7 @@ class JournalStore:
             self._deleted.extend(deletes)
             ready = self._take_ready_waiters()
         notify_waiters(ready, None)
+        self._after_write()
 
     def _fail(self, exc: BaseException) -> None:
         log.error("journal: write failed, store now refuses writes: %r", exc)
@@ -1001,15 +1119,23 @@ class JournalStore:
         error: StoreError | None = None
         if self._opened and self._failed is None:
             try:
-                await self.sync()
+                await asyncio.wait_for(self.sync(), self._close_timeout)
             except StoreError as exc:
                 error = exc
+            except TimeoutError:
+                pending = self._batch_no - self._durable_no
+                error = StoreError(f"journal: {pending} batches were still unwritten after "
+                                   f"{self._close_timeout:.0f} s (disk full?); stopped "
+                                   "without them (none of them had been confirmed)")
         self._closed = True
+        self._abandon = True
+        self._space_wake.set()
         if self._thread is not None:
             with self._cond:
                 self._stopping = True
                 self._cond.notify()
-            self._thread.join()  # the queue is drained, so this returns promptly
+            # Bounded: a writer stuck in the kernel (a hung disk) must not hold the stop.
+            self._thread.join(self._close_timeout)
         self._release_files()
         if error is not None:
             raise error
