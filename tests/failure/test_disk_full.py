@@ -10,8 +10,10 @@ again by itself; SIGTERM stops it promptly; and nothing is logged as a traceback
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -65,9 +67,17 @@ min_free_disk = 0
 disk_reserve = "1 mb"
 
 [management]
-enabled = false
+enabled = true
+host = "127.0.0.1"
+port = 0
 """)
     return cfg
+
+
+def _management_url(log_path: Path) -> str:
+    found = re.search(r"management endpoint on (http://[\d.]+:\d+)", log_path.read_text())
+    assert found, "no management endpoint in the broker's log"
+    return found.group(1)
 
 
 def _persistent_send(port: int, receipt: str) -> str | None:
@@ -107,6 +117,12 @@ def test_full_disk_refuses_persistent_sends_and_recovers_by_itself(
         producer.close()
         assert "persistent message refused" in refusal and "disk is full" in refusal
         assert sent > 100
+        # The state shows in `meshmq stat`.
+        stat = subprocess.run([sys.executable, "-m", "meshmq.cli.main", "stat", "--url",
+                               _management_url(log_path)],
+                              check=False, capture_output=True, text=True, timeout=30)
+        assert "refusing persistent messages: the journal's disk is full" in stat.stdout, \
+            stat.stdout + stat.stderr
 
         # Non-persistent traffic still flows.
         with RawClient(_Addr(port)) as other:

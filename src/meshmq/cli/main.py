@@ -154,6 +154,8 @@ def cmd_stat(args: argparse.Namespace) -> int:
     elif ha.get("mode", "none") != "none":
         print(f"role {ha['role']}  ha {ha['mode']}  epoch {ha['epoch']}  lease held by "
               f"{ha.get('lease_holder')} (epoch {ha.get('lease_epoch')})")
+    if stat.get("persistent_refused"):
+        print(f"store  refusing persistent messages: {stat['persistent_refused']}")
     cols = ("type", "name", "depth", "enqueued", "dequeued", "consumers", "producers",
             "inflight")
     rows = [[str(d.get(c, "")) for c in cols] for d in stat["destinations"]]

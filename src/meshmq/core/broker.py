@@ -1139,4 +1139,5 @@ class Broker:
                 "duplicates_dropped": self.dedup.duplicates,
                 "memory": {"used": self.usage.used, "limit": self.usage.limit,
                            "peak": self.usage.peak, "percent": round(self.usage.percent, 1)},
-                "store": self.store.stats()}
+                "store": self.store.stats(),
+                "persistent_refused": self.persistent_refusal}

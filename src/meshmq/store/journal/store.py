@@ -1175,6 +1175,7 @@ class JournalStore:
             "segments_deleted": self._segments_deleted,
             "bytes_copied": self._bytes_copied,
             "compacting": self._plan.seg if self._plan is not None else 0,
+            "disk_full": self._disk_full,
         }
 
 
