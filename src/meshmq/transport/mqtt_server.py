@@ -72,6 +72,7 @@ from meshmq.protocol.mqtt import (
     mqtt_topic_to_destination_name,
     publish_topic_field,
 )
+from meshmq.protocol.mqtt.reason_codes import DISCONNECT_REASON_CODES
 from meshmq.transport.adapter import BufferedOutput, SessionProtocol
 from meshmq.transport.topology import PEERS_HEADER
 
@@ -198,6 +199,7 @@ class MqttSession(BufferedOutput):
         self.level = 4
         self.conn: Connection | None = None
         self.state: SessionState | None = None
+        self._auth_method: str | None = None  # CONNECT's MQTT 5 authentication method
         self.persistent = False
         self.closing = False
         self.will: Will | None = None
@@ -293,11 +295,40 @@ class MqttSession(BufferedOutput):
         elif isinstance(packet, Connect):
             self.on_connect(packet)
         elif isinstance(packet, Auth):
-            raise MqttProtocolError("re-authentication is not supported",
-                                    reason_code=ReasonCode.BAD_AUTHENTICATION_METHOD)
+            self.on_auth(packet)
         else:  # the decoder only lets client-to-server packets through
             raise MqttProtocolError(f"unexpected {type(packet).__name__}",
                                     reason_code=ReasonCode.PROTOCOL_ERROR)
+
+    # ------------------------------------------------------------ AUTH
+    def on_auth(self, packet: Auth) -> None:
+        """MQTT 5 re-authentication (SASL PLAIN, the method CONNECT used)."""
+        method = packet.properties.authentication_method
+        if self._auth_method is None:
+            raise MqttProtocolError("AUTH sent, but CONNECT named no authentication method",
+                                    reason_code=ReasonCode.PROTOCOL_ERROR)
+        if packet.reason_code != ReasonCode.RE_AUTHENTICATE or method != self._auth_method:
+            raise MqttProtocolError(
+                "AUTH after CONNECT must re-authenticate (reason code 0x19) with the "
+                f"method CONNECT used ({self._auth_method})",
+                reason_code=ReasonCode.PROTOCOL_ERROR)
+        credentials = _plain_credentials(packet.properties.authentication_data)
+        assert self.conn is not None
+        try:
+            if credentials is None:
+                raise AuthenticationError("malformed PLAIN data")
+            principal = self.broker.authenticate(*credentials)
+        except AuthenticationError:
+            log.warning("MQTT re-authentication failed for %s", self.remote)
+            self.disconnect(ReasonCode.NOT_AUTHORIZED, "re-authentication failed")
+            return
+        if principal.user != self.conn.principal.user:
+            self.disconnect(ReasonCode.NOT_AUTHORIZED,
+                            "re-authentication must name the same user")
+            return
+        self._write(encode(Auth(ReasonCode.SUCCESS,
+                                Properties(authentication_method=self._auth_method)),
+                           self.level))
 
     # ------------------------------------------------------------ CONNECT
     def on_connect(self, packet: Connect) -> None:
@@ -312,13 +343,12 @@ class MqttSession(BufferedOutput):
                              f"authentication method {props.authentication_method!r} is not "
                              "supported (use PLAIN or username/password)")
                 return
-            # SASL PLAIN: [authzid] NUL authcid NUL passwd
-            parts = (props.authentication_data or b"").split(b"\0")
-            if len(parts) != 3:
+            credentials = _plain_credentials(props.authentication_data)
+            if credentials is None:
                 self._refuse(ReasonCode.BAD_AUTHENTICATION_METHOD, "malformed PLAIN data")
                 return
-            login = parts[1].decode("utf-8", "replace")
-            password = parts[2].decode("utf-8", "replace")
+            login, password = credentials
+            self._auth_method = props.authentication_method
         try:
             principal = self.broker.authenticate(login, password)
         except AuthenticationError:
@@ -862,6 +892,9 @@ class MqttSession(BufferedOutput):
         """Server-initiated close: DISCONNECT with a reason in v5, plain close in 3.1.1."""
         if self.closing:
             return
+        if code not in DISCONNECT_REASON_CODES:
+            # A code DISCONNECT may not carry (e.g. CONNACK-only 0x8C) is never sent.
+            code = ReasonCode.PROTOCOL_ERROR if code < 0x80 else ReasonCode.UNSPECIFIED_ERROR
         if self.level == PROTOCOL_LEVEL_5 and self.conn is not None:
             self._write(encode(Disconnect(reason_code=code,
                                           properties=Properties(reason_string=reason[:200])),
@@ -954,3 +987,11 @@ class MqttProtocol(SessionProtocol[MqttSession]):
 
     def make_session(self, transport: asyncio.Transport, remote: str) -> MqttSession:
         return MqttSession(self.runtime, transport, remote)
+
+
+def _plain_credentials(data: bytes | None) -> tuple[str, str] | None:
+    """SASL PLAIN: [authzid] NUL authcid NUL passwd; None if malformed."""
+    parts = (data or b"").split(b"\0")
+    if len(parts) != 3:
+        return None
+    return parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
