@@ -503,6 +503,12 @@ class _Importer:
             self.src.labels[f"{at}.{key}"] = node.where("name" if key == "name" else "uri")
         self.src.lines[at] = node.line
         self.src.labels[at] = node.where()
+        if protocol in _BRIDGE_PROTOCOLS:
+            log.info("%s:%d: transportConnector %r (%s://) becomes a meshmq broker-link "
+                     "listener: it speaks meshmq's broker-to-broker wire protocol for other "
+                     "meshmq brokers' network connectors, not OpenWire; Java OpenWire/JMS "
+                     "clients cannot connect to it", self.file or "<activemq.xml>", node.line,
+                     listener["name"], scheme)
         for option, value in urllib.parse.parse_qsl(query, keep_blank_values=True):
             self.uri_option(node, listener, at, option, value)
         if "discoveryUri" in node.attrs:
