@@ -337,6 +337,7 @@ class _Importer:
         self.ssl_node: _Node | None = None
         # <masterConnector> / masterConnectorURI: (node, attribute, member addresses)
         self.master_connector: tuple[_Node, str, list[str]] | None = None
+        self.ha_settings = False  # a locker or lock keep-alive: HA was meant, not implied
 
     # -- plumbing -----------------------------------------------------------
 
@@ -415,7 +416,11 @@ class _Importer:
         broker = brokers[0]
         self.broker(broker)
         self.finish(broker)
-        return build_config(self.raw, self.src, from_strings=True)
+        config = build_config(self.raw, self.src, from_strings=True)
+        if config.ha.mode == "shared" and not self.ha_settings:
+            config = dataclasses.replace(config, ha=dataclasses.replace(config.ha,
+                                                                        implicit=True))
+        return config
 
     def placeholder_files(self, nodes: list[_Node]) -> None:
         for bean in nodes:
@@ -817,6 +822,7 @@ class _Importer:
 
     def keepalive(self, node: _Node, attr: str) -> None:
         value = self.value(node, attr).strip()
+        self.ha_settings = True
         if value not in ("0", ""):  # 0 = ActiveMQ's "no keep-alive"; meshmq always renews
             self.put("ha.keepalive_ms", value, node, attr)
 
@@ -827,6 +833,7 @@ class _Importer:
         known = ("shared-file-locker", "lease-database-locker", "database-locker",
                  "transact-database-locker")
         self.elements(wrapper, dict.fromkeys(known, found.append))
+        self.ha_settings = self.ha_settings or bool(found)
         for n in found:
             if n.tag != expected and not (expected == "lease-database-locker"
                                           and n.tag.endswith("database-locker")):

@@ -45,6 +45,7 @@ from meshmq.config.model import (
     STORE_KINDS,
     TRACE_FORMATS,
     BrokerConfig,
+    HaConfig,
     ListenerConfig,
     NetworkConnectorConfig,
 )
@@ -82,7 +83,8 @@ SECTIONS: dict[str, str] = {
 }
 # Model field -> TOML key where the two differ ([broker] name reads better than broker_name).
 _RENAMED: dict[tuple[type, str], str] = {(BrokerConfig, "broker_name"): "name"}
-_NOT_CONFIGURABLE: frozenset[tuple[type, str]] = frozenset({(BrokerConfig, "source")})
+_NOT_CONFIGURABLE: frozenset[tuple[type, str]] = frozenset({(BrokerConfig, "source"),
+                                                            (HaConfig, "implicit")})
 
 # Int fields that also accept "64 mb"-style strings.
 SIZE_FIELDS: frozenset[str] = frozenset({
