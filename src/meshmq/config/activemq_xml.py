@@ -206,6 +206,7 @@ _BRIDGE_FILTER_ATTRIBUTES: dict[str, str] = {
 }
 _LIST_DESTINATIONS = {"queue": "queue", "topic": "topic", "tempQueue": "temp-queue",
                       "tempTopic": "temp-topic"}
+_TLS_PROTOCOLS = frozenset({"ssl", "stomp+ssl", "mqtt+ssl", "wss"})
 _LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0"})
 # Listener protocols that carry broker links (a discoveryUri advertises them).
 _BRIDGE_PROTOCOLS = frozenset({"tcp", "ssl"})
@@ -1141,7 +1142,7 @@ class _Importer:
         self.finish_ha()
         # <sslContext> is broker-wide in ActiveMQ: every TLS connector shares it.
         for i, listener in enumerate(self.listeners):
-            if listener["protocol"] not in ("ssl", "stomp+ssl") or self.ssl_node is None:
+            if listener["protocol"] not in _TLS_PROTOCOLS or self.ssl_node is None:
                 continue
             for key, (location, attr) in self.ssl.items():
                 listener[key] = location
