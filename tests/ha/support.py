@@ -62,9 +62,12 @@ SHARED = 'mode = "shared"\nlease_ms = 1500\nkeepalive_ms = 300\nacquire_interval
 class HaProcess:
     """``meshmq broker`` as a subprocess that may start as a slave."""
 
-    def __init__(self, config_path: Path, log_path: Path) -> None:
+    def __init__(self, config_path: Path, log_path: Path, *, args: tuple[str, ...] = (),
+                 command: str = "broker") -> None:
         self.config_path = config_path
         self.log_path = log_path
+        self.args = args  # more `meshmq <command>` options, e.g. ("--management", "...")
+        self.command = command
         self.proc: subprocess.Popen[bytes] | None = None
         self._offset = 0
         self._pb = ProcessBroker(config_path, log_path)  # joins the leftover-kill fixture
@@ -74,8 +77,9 @@ class HaProcess:
         self._offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the process
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "meshmq.cli.main", "broker", "--config",
-             str(self.config_path)], stdout=self._log, stderr=subprocess.STDOUT, env=env)
+            [sys.executable, "-m", "meshmq.cli.main", self.command, "--config",
+             str(self.config_path), *self.args], stdout=self._log, stderr=subprocess.STDOUT,
+            env=env)
         self._pb.proc = self.proc
         self._pb._log = self._log
         ProcessBroker.running.add(self._pb)

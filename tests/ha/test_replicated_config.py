@@ -4,6 +4,8 @@ shutdownOnMasterFailure, waitForSlave)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from meshmq.config.activemq_xml import loads_activemq_xml
@@ -56,10 +58,10 @@ def _xml(broker: str) -> str:
 
 
 def test_master_connector_uri_makes_a_replicated_node_not_a_shared_store() -> None:
-    ha = loads_activemq_xml(_xml('<broker brokerName="s" '
-                                 'masterConnectorURI="tcp://m.example:62001">')).ha
-    assert (ha.mode, ha.members, ha.listen) == ("replicated", ("m.example:62001",),
-                                                "0.0.0.0:62001")
+    ha = loads_activemq_xml(_xml('<broker brokerName="s" masterConnectorURI='
+                                 '"static:(tcp://m.example:62001,tcp://w.example:62003)">')).ha
+    assert (ha.mode, ha.members, ha.listen) == (
+        "replicated", ("m.example:62001", "w.example:62003"), "0.0.0.0:62001")
     assert ha.can_be_master is True and ha.user is None
 
 
@@ -75,7 +77,7 @@ def test_master_connector_element_with_credentials_and_a_witness(where: str) -> 
 
 def test_shutdown_on_master_failure_means_never_take_over() -> None:
     ha = loads_activemq_xml(_xml('<broker shutdownOnMasterFailure="true" '
-                                 'masterConnectorURI="tcp://m:62001">')).ha
+                                 'masterConnectorURI="static:(tcp://m:62001,tcp://w:1)">')).ha
     assert ha.can_be_master is False
 
 
@@ -88,3 +90,27 @@ def test_shutdown_on_master_failure_means_never_take_over() -> None:
 def test_pure_master_slave_mistakes_name_the_bad_part(broker: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         loads_activemq_xml(_xml(broker))
+
+
+def test_the_tcp_connector_becomes_the_replication_address_and_later_lines_stay_right(
+) -> None:
+    xml = ('<beans>\n<broker brokerName="s" masterConnectorURI="static:(tcp://m:62001,'
+           'tcp://w:62003)">\n<transportConnectors>\n'
+           '<transportConnector name="openwire" uri="tcp://0.0.0.0:62002"/>\n'
+           '<transportConnector name="stomp" uri="stomp://0.0.0.0:61613"/>\n'
+           '<transportConnector name="stomp" uri="stomp://0.0.0.0:61614"/>\n'
+           '</transportConnectors>\n</broker></beans>')
+    with pytest.raises(ConfigError) as info:  # the duplicate is the third connector
+        loads_activemq_xml(xml, file="s.xml")
+    assert (info.value.line, info.value.reason) == (6, "duplicate listener name 'stomp'")
+    config = loads_activemq_xml(xml.replace('name="stomp" uri="stomp://0.0.0.0:61614"',
+                                            'name="stomp2" uri="stomp://0.0.0.0:61614"'))
+    assert config.ha.listen == "0.0.0.0:62002"
+    assert [lst.name for lst in config.listeners] == ["stomp", "stomp2"]
+
+
+def test_without_a_tcp_connector_a_loopback_pair_is_told_to_add_one() -> None:
+    with pytest.raises(ConfigError, match=re.escape(
+            'add <transportConnector name="openwire" uri="tcp://0.0.0.0:PORT"/>')):
+        loads_activemq_xml(_xml('<broker masterConnectorURI='
+                                '"static:(tcp://localhost:61616,tcp://w:1)">'))

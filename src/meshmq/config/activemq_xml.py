@@ -206,6 +206,8 @@ _BRIDGE_FILTER_ATTRIBUTES: dict[str, str] = {
 }
 _LIST_DESTINATIONS = {"queue": "queue", "topic": "topic", "tempQueue": "temp-queue",
                       "tempTopic": "temp-topic"}
+_TLS_PROTOCOLS = frozenset({"ssl", "stomp+ssl", "mqtt+ssl", "wss"})
+_LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0"})
 # Listener protocols that carry broker links (a discoveryUri advertises them).
 _BRIDGE_PROTOCOLS = frozenset({"tcp", "ssl"})
 
@@ -334,6 +336,9 @@ class _Importer:
         self.bridge_filters: list[tuple[dict[str, tuple[str, str]], _Node, str]] = []
         self.ssl: dict[str, tuple[str, str]] = {}  # listener key -> (file, attribute)
         self.ssl_node: _Node | None = None
+        # <masterConnector> / masterConnectorURI: (node, attribute, member addresses)
+        self.master_connector: tuple[_Node, str, list[str]] | None = None
+        self.ha_settings = False  # a locker or lock keep-alive: HA was meant, not implied
 
     # -- plumbing -----------------------------------------------------------
 
@@ -412,7 +417,11 @@ class _Importer:
         broker = brokers[0]
         self.broker(broker)
         self.finish(broker)
-        return build_config(self.raw, self.src, from_strings=True)
+        config = build_config(self.raw, self.src, from_strings=True)
+        if config.ha.mode == "shared" and not self.ha_settings:
+            config = dataclasses.replace(config, ha=dataclasses.replace(config.ha,
+                                                                        implicit=True))
+        return config
 
     def placeholder_files(self, nodes: list[_Node]) -> None:
         for bean in nodes:
@@ -736,9 +745,72 @@ class _Importer:
             members.append(f"{parsed.hostname}:{parsed.port}")
         self.put("ha.mode", "replicated", node, None)
         self.put("ha.members", members, node, uri_attr)
+        # This node's own address comes from its transport connectors (finish_replicated).
+        self.master_connector = (node, uri_attr, members)
+
+    def finish_replicated(self) -> None:
+        """This node's replication address. As in ActiveMQ, where a slave connects to the
+        master's OpenWire connector, the other node's ``masterConnectorURI`` names this
+        node's ``tcp://`` transport connector, which therefore becomes its replication
+        listener (``ha.listen``). A pair alone cannot replace a failed master (meshmq
+        elects by majority), so a witness must be listed too."""
+        if self.master_connector is None:
+            return
+        node, attr, members = self.master_connector
+        file = self.file or "<activemq.xml>"
+        links = [i for i, lst in enumerate(self.listeners) if lst["protocol"] == "tcp"]
+        own = (f"{self.listeners[links[0]]['host']}:{self.listeners[links[0]]['port']}"
+               if links else None)
+        if len(members) < 2:
+            other = members[0]
+            here = "THIS-HOST:" + (own.rpartition(":")[2] if own else "PORT")
+            raise self.fail(node, (
+                f"a master/slave pair cannot replace a failed master without a third vote "
+                f"(meshmq elects the master by majority, docs/ha.md): list a witness too, "
+                f'{attr}="static:(tcp://{other},tcp://WITNESS-HOST:PORT)", give the master '
+                f'masterConnectorURI="static:(tcp://{here},tcp://WITNESS-HOST:PORT)" and run '
+                f"'meshmq witness' with the same setting"), attr)
+        if own is not None:
+            i = links[0]
+            line = self.src.lines.get(f"listeners[{i}]", node.line)
+            label = self.src.labels.get(f"listeners[{i}].port", node.where(attr))
+            lst = self.listeners.pop(i)
+            self.drop_listener_sources(i)
+            self.put("ha.listen", own, node, attr)
+            self.src.lines["ha.listen"], self.src.labels["ha.listen"] = line, label
+            log.info("%s:%d: transportConnector %r (tcp://%s) is this node's replication "
+                     "address (ha.listen), which the other nodes' masterConnectorURI names; "
+                     "it carries no client or network-connector connections",
+                     file, line, lst["name"], own)
+            return
         port = members[0].rpartition(":")[2]
-        self.raw.setdefault("ha", {}).setdefault("listen", f"0.0.0.0:{port}")
-        self.src.lines.setdefault("ha.listen", node.line)
+        local = [m for m in members if m.rpartition(":")[0] in _LOCAL_HOSTS
+                 and m.rpartition(":")[2] == port]
+        if local:
+            raise self.fail(node, (
+                f"this node has no tcp:// transport connector to serve as its replication "
+                f"address, and listening on port {port} would take {local[0]}'s: add "
+                f'<transportConnector name="openwire" uri="tcp://0.0.0.0:PORT"/> (the address '
+                f"the other nodes' masterConnectorURI names)"), attr)
+        self.put("ha.listen", f"0.0.0.0:{port}", node, attr)
+
+    def drop_listener_sources(self, index: int) -> None:
+        """Forget listener ``index``'s source positions and renumber the later ones."""
+        moved: dict[str, tuple[int | None, str | None]] = {}
+        keys = dict.fromkeys(k for k in (*self.src.lines, *self.src.labels)
+                             if k.startswith("listeners["))
+        for key in keys:
+            number, _, rest = key[len("listeners["):].partition("]")
+            if not number.isdigit() or int(number) < index:
+                continue
+            line, label = self.src.lines.pop(key, None), self.src.labels.pop(key, None)
+            if int(number) > index:
+                moved[f"listeners[{int(number) - 1}]{rest}"] = (line, label)
+        for key, (line, label) in moved.items():
+            if line is not None:
+                self.src.lines[key] = line
+            if label is not None:
+                self.src.labels[key] = label
 
     def wait_for_slave(self, node: _Node, attr: str) -> None:
         # A replicated master never confirms a write without a majority, so it always
@@ -756,6 +828,7 @@ class _Importer:
 
     def keepalive(self, node: _Node, attr: str) -> None:
         value = self.value(node, attr).strip()
+        self.ha_settings = True
         if value not in ("0", ""):  # 0 = ActiveMQ's "no keep-alive"; meshmq always renews
             self.put("ha.keepalive_ms", value, node, attr)
 
@@ -766,6 +839,7 @@ class _Importer:
         known = ("shared-file-locker", "lease-database-locker", "database-locker",
                  "transact-database-locker")
         self.elements(wrapper, dict.fromkeys(known, found.append))
+        self.ha_settings = self.ha_settings or bool(found)
         for n in found:
             if n.tag != expected and not (expected == "lease-database-locker"
                                           and n.tag.endswith("database-locker")):
@@ -1079,15 +1153,24 @@ class _Importer:
     # -- assembling -------------------------------------------------------------
 
     def finish(self, broker: _Node) -> None:
+        self.finish_replicated()
         self.finish_ha()
         # <sslContext> is broker-wide in ActiveMQ: every TLS connector shares it.
         for i, listener in enumerate(self.listeners):
-            if listener["protocol"] not in ("ssl", "stomp+ssl") or self.ssl_node is None:
+            if listener["protocol"] not in _TLS_PROTOCOLS or self.ssl_node is None:
                 continue
             for key, (location, attr) in self.ssl.items():
                 listener[key] = location
                 self.src.lines[f"listeners[{i}].{key}"] = self.ssl_node.line
                 self.src.labels[f"listeners[{i}].{key}"] = self.ssl_node.where(attr)
+        for i, listener in enumerate(self.listeners):
+            if listener["protocol"] in _BRIDGE_PROTOCOLS:
+                log.info("%s:%s: transportConnector %r (%s://) becomes a meshmq broker-link "
+                         "listener: it speaks meshmq's broker-to-broker wire protocol for "
+                         "other meshmq brokers' network connectors, not OpenWire; Java "
+                         "OpenWire/JMS clients cannot connect to it",
+                         self.file or "<activemq.xml>", self.src.lines.get(f"listeners[{i}]"),
+                         listener["name"], listener["protocol"])
         if not self.listeners:
             self.warn(broker, "no supported transport connector: the broker will accept no "
                       "connections")

@@ -247,6 +247,10 @@ class HaConfig:
     password: str | None = None
     synchronous: bool = True  # confirm a write once a majority has it on disk
     log_retain_bytes: int = 64 * 1024 * 1024  # batches kept in memory for catch-up
+    # Set by the activemq.xml importer when the mode comes only from a <kahaDB>'s lock
+    # (every ActiveMQ broker has one): the broker logs no master/slave role lines until
+    # another broker shares its store. Not a TOML option.
+    implicit: bool = False
 
 
 @dataclass(frozen=True, slots=True)

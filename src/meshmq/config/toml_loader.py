@@ -28,6 +28,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import difflib
+import logging
 import re
 import tomllib
 import types
@@ -44,6 +45,7 @@ from meshmq.config.model import (
     STORE_KINDS,
     TRACE_FORMATS,
     BrokerConfig,
+    HaConfig,
     ListenerConfig,
     NetworkConnectorConfig,
 )
@@ -67,6 +69,7 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+log = logging.getLogger("meshmq.config")
 
 BROKER_SECTION = "broker"
 # Nested sections of BrokerConfig: TOML name -> field name (they coincide).
@@ -80,7 +83,8 @@ SECTIONS: dict[str, str] = {
 }
 # Model field -> TOML key where the two differ ([broker] name reads better than broker_name).
 _RENAMED: dict[tuple[type, str], str] = {(BrokerConfig, "broker_name"): "name"}
-_NOT_CONFIGURABLE: frozenset[tuple[type, str]] = frozenset({(BrokerConfig, "source")})
+_NOT_CONFIGURABLE: frozenset[tuple[type, str]] = frozenset({(BrokerConfig, "source"),
+                                                            (HaConfig, "implicit")})
 
 # Int fields that also accept "64 mb"-style strings.
 SIZE_FIELDS: frozenset[str] = frozenset({
@@ -264,7 +268,30 @@ class _Builder:
                                                    f"BrokerConfig.{field_name}")
         config = BrokerConfig(**kwargs, source=self.src.file)
         self._check(config)
+        self._explain(raw, config)
         return config
+
+    def _explain(self, raw: Mapping[str, Any], config: BrokerConfig) -> None:
+        """Log what a valid config does that its author may not expect."""
+        tables = raw.get("network_connectors")
+        for i, nc in enumerate(config.network_connectors):
+            table = tables[i] if isinstance(tables, list) and i < len(tables) else {}
+            if nc.conduit_subscriptions or "decrease_network_consumer_priority" in table:
+                continue
+            # ActiveMQ's older docs (and their 10/10/10 example) assume the priority is
+            # not decreased; 5.18+ and meshmq decrease it, so local consumers come first.
+            at = f"network_connectors[{i}].conduit_subscriptions"
+            line = self.src.line_of(at)
+            log.warning(
+                "%s:%s: network connector %r sets conduit subscriptions off but keeps "
+                "decrease_network_consumer_priority = true (the default, as in ActiveMQ "
+                "5.18+): queue messages go to consumers on this broker first and reach "
+                "remote consumers only when local ones are busy or absent; to share them "
+                "evenly between local and remote consumers (ActiveMQ's older documented "
+                "behaviour), also set decreaseNetworkConsumerPriority=\"false\" "
+                "(TOML: decrease_network_consumer_priority = false); setting it either way "
+                "silences this",
+                self.src.file or "<config>", line if line is not None else "?", nc.name)
 
     # -- structure --------------------------------------------------------
 

@@ -101,8 +101,12 @@ class HaController:
                     why = ("it was free" if view.record is None or view.record.holder is None
                            else f"{view.record.holder} is gone" if view.holder_alive is False
                            else f"{view.record.holder} let it expire")
-                    log.info("master: took the %s lease at epoch %d (%s)", self.mode, epoch,
-                             why)
+                    # A broker whose HA is only implied (a lone <kahaDB>) is no pair
+                    # until another broker shares its store: no role line for a free lease.
+                    quiet = self.config.implicit and why == "it was free"
+                    log.log(logging.DEBUG if quiet else logging.INFO,
+                            "master: took the %s lease at epoch %d (%s)", self.mode, epoch,
+                            why)
                     self._keepalive = asyncio.get_running_loop().create_task(
                         self._keep_alive())
                     return True

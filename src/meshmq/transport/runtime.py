@@ -172,7 +172,8 @@ class BrokerRuntime:
                 await self._stop_management()
                 self._stopped.set()
                 return
-            log.info("master: recovering the store and starting all connectors")
+            if not self.config.ha.implicit:  # a lone <kahaDB> broker is no pair
+                log.info("master: recovering the store and starting all connectors")
         t0 = time.monotonic()
         recovery = self.store.open()
         self.broker.recover(recovery)

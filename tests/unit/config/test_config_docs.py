@@ -24,7 +24,7 @@ PREFIX: dict[type, str] = {
     model.NetworkConnectorConfig: "network_connectors[]",
     model.HaConfig: "ha",
 }
-NOT_OPTIONS = {"BrokerConfig.source"}  # set by the loader, not by users
+NOT_OPTIONS = {"BrokerConfig.source", "HaConfig.implicit"}  # set by loaders, not users
 EXTRA_KEYS = {"listeners[].url"}  # accepted by the loader without being a field
 
 

@@ -158,7 +158,9 @@ def test_several_connectors_and_multicast(tmp_path: Path,
     assert topics.dynamically_included_destinations == ("topic://>",)
     assert (lan.name, lan.uri) == ("lan", "multicast://default?group=g")
     file = tmp_path / "activemq.xml"
-    assert warnings(caplog) == [
+    *logged, explained = warnings(caplog)
+    assert explained.startswith(f"{file}:4: network connector 'queues' sets conduit")
+    assert logged == [
         f"{file}:7: <networkConnector> attribute 'destinationFilter' is ignored by meshmq",
         f"{file}:9: <durableDestinations> is not supported yet, ignored",
         f"{file}:11: <multicastNetworkConnector> bridges to each broker discovered in the "
@@ -327,3 +329,47 @@ def test_errors_name_file_line_and_option(tmp_path: Path, body: str, line: int, 
     err = info.value
     assert (err.file, err.line, err.option) == (str(tmp_path / "activemq.xml"), line, option)
     assert reason in err.reason
+
+
+def test_conduit_off_with_default_priority_explains_the_difference(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The seed's example (conduitSubscriptions="false" alone) promises 10/10/10; with
+    the modern default priority local consumers come first, and the load says so."""
+    caplog.set_level(logging.WARNING, "meshmq.config")
+    load(tmp_path, in_connectors(
+        '<networkConnector name="qs" uri="static:(tcp://b2:61616)" '
+        'conduitSubscriptions="false"/>\n'
+        '<networkConnector name="even" uri="static:(tcp://b3:61616)" '
+        'conduitSubscriptions="false" decreaseNetworkConsumerPriority="false"/>\n'
+        '<networkConnector name="kept" uri="static:(tcp://b4:61616)" '
+        'conduitSubscriptions="false" decreaseNetworkConsumerPriority="true"/>'))
+    logged = warnings(caplog)
+    assert len(logged) == 1, logged
+    assert logged[0].startswith(f"{tmp_path / 'activemq.xml'}:4: network connector 'qs' ")
+    assert 'decreaseNetworkConsumerPriority="false"' in logged[0]
+
+
+def test_conduit_off_explained_for_toml_too(tmp_path: Path,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, "meshmq.config")
+    path = tmp_path / "b.toml"
+    path.write_text('[[network_connectors]]\nname = "qs"\nuri = "static:(tcp://b2:61616)"\n'
+                    "conduit_subscriptions = false\n")
+    load_config(path)
+    logged = warnings(caplog)
+    assert len(logged) == 1 and logged[0].startswith(f"{path}:4: network connector 'qs' ")
+    assert "decrease_network_consumer_priority = false" in logged[0]
+
+
+def test_an_openwire_connector_is_accepted_and_said_to_be_a_broker_link(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "meshmq.config")
+    config = load(tmp_path, '<transportConnectors>\n'
+                  '  <transportConnector name="openwire" uri="tcp://0.0.0.0:61616"/>\n'
+                  '</transportConnectors>\n')
+    assert [(lst.name, lst.protocol) for lst in config.listeners] == [("openwire", "tcp")]
+    infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert len(infos) == 1, infos
+    assert infos[0].startswith(f"{tmp_path / 'activemq.xml'}:4: transportConnector "
+                               "'openwire' (tcp://) becomes a meshmq broker-link listener")
+    assert "Java OpenWire/JMS clients cannot connect to it" in infos[0]
