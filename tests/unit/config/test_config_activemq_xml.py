@@ -61,6 +61,7 @@ def test_stock_example_imports(caplog: pytest.LogCaptureFixture) -> None:
     assert topics.max_redeliveries == 6
     assert config.usage.memory_limit == 64 * MIB
     assert (config.usage.on_limit, config.usage.block_timeout_ms) == ("block", 30000)
+    assert config.store.max_disk_bytes == 100 * 1024 * MIB  # <storeUsage limit="100 gb">
     assert config.auth.anonymous_access is False
     assert config.auth.users == (User("system", "manager", ("users", "admins")),
                                  User("user", "password", ("users",)))
@@ -69,7 +70,6 @@ def test_stock_example_imports(caplog: pytest.LogCaptureFixture) -> None:
                      ":135: <shutdownHooks> is not supported yet, ignored",
                      ":128: amqp:// transport connectors are not supported yet, ignored",
                      ":39: <pendingMessageLimitStrategy> is not supported yet, ignored",
-                     ":110: <storeUsage> is not supported yet, ignored",
                      ":24: <broker> attribute 'schedulerSupport' is ignored by meshmq"):
         assert f"{EXAMPLE}{expected}" in logged
 
