@@ -41,7 +41,7 @@ def test_options_are_typed_and_mapped_to_the_policy() -> None:
 
 def test_endpoints_protocols_ports_and_tls() -> None:
     spec = parse_failover("failover:(stomp+ssl://a,stomp://b,tcp://c:7,ssl://d:8)")
-    assert spec.endpoints == (Endpoint("stomp", "a", 61614, True), Endpoint("stomp", "b", 61613),
+    assert spec.endpoints == (Endpoint("stomp", "a", 61612, True), Endpoint("stomp", "b", 61613),
                               Endpoint("stomp", "c", 7), Endpoint("stomp", "d", 8, True))
     mqtt = parse_failover("failover:mqtt://a,mqtts://b")
     assert [(e.protocol, e.port, e.tls) for e in mqtt.endpoints] == [("mqtt", 1883, False),

@@ -32,7 +32,8 @@ _SCHEMES: dict[str, tuple[str | None, bool]] = {
     "ws": (None, False), "wss": (None, True),  # WebSocket: the client's protocol
 }
 _WEBSOCKET = frozenset({"ws", "wss"})
-_DEFAULT_PORTS = {("stomp", False): 61613, ("stomp", True): 61614,
+# 61612 is ActiveMQ's documented STOMP-over-TLS port (and the example config's).
+_DEFAULT_PORTS = {("stomp", False): 61613, ("stomp", True): 61612,
                   ("mqtt", False): 1883, ("mqtt", True): 8883}
 
 #: Options accepted on an endpoint URI (or as ``nested.<name>`` on the failover URI).
