@@ -222,3 +222,29 @@ def test_providers_are_read_at_every_connect() -> None:
     assert t.header_value("stomp") == "stomp://s:61613,stomp://n2:61613"
     live.clear()
     assert t.header_value("mqtt") is None
+
+
+def test_push_follows_the_listener_a_client_came_through(tmp_path: Path) -> None:
+    """Two STOMP listeners: only the clients of the one with update_cluster_clients are
+    told the peers."""
+    from meshmq.config.model import ListenerConfig
+    from tests.interop.stomp_helpers import RawClient
+    from tests.support.brokers import make_config
+
+    broker = ThreadBroker(make_config(
+        tmp_path / "d", advertised_peers="stomp://peer:61613",
+        listeners=(ListenerConfig(name="quiet", protocol="stomp", host="127.0.0.1", port=0),
+                   ListenerConfig(name="loud", protocol="stomp", host="127.0.0.1", port=0,
+                                  update_cluster_clients=True)))).start()
+    try:
+        assert broker.runtime is not None
+        heard = {}
+        for name in ("quiet", "loud"):
+            class Addr:
+                host = "127.0.0.1"
+                port = broker.runtime.addresses[name][1]
+            with RawClient(Addr()) as c:  # type: ignore[arg-type]
+                heard[name] = c.connect("1.2").get("meshmq-peers")
+        assert heard == {"quiet": None, "loud": "stomp://peer:61613"}
+    finally:
+        broker.stop()

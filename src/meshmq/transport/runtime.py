@@ -82,6 +82,8 @@ class BrokerRuntime:
         self.topology = Topology(config.advertised_peer_list, enabled=config.push_topology,
                                  push_to=push_families((lst.protocol, lst.update_cluster_clients)
                                                        for lst in config.listeners))
+        self._push_listeners = frozenset(lst.name for lst in config.listeners
+                                         if lst.update_cluster_clients)
         self.sessions: dict[str, Session] = {}  # by broker connection id
         self._all_sessions: set[Session] = set()
         self._to_flush: dict[Session, None] = {}
@@ -455,6 +457,11 @@ class BrokerRuntime:
             self._stopped.set()
 
     # ------------------------------------------------------------ sessions
+    def pushes_topology(self, listener: str | None) -> bool:
+        """Whether clients of ``listener`` are told the peer brokers (its
+        ``update_cluster_clients``)."""
+        return listener is not None and listener in self._push_listeners
+
     def admit(self, listener: str) -> bool:
         """Count a new connection on ``listener``; False once it is at max_connections."""
         count = self._counts.get(listener, 0)

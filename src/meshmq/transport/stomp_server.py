@@ -76,8 +76,11 @@ CONSUMERS_CLOSED_PER_TURN = 1000
 class StompSession(BufferedOutput):
     """Per-connection STOMP state. Everything here runs on the event loop thread."""
 
-    def __init__(self, runtime: BrokerRuntime, transport: asyncio.Transport, remote: str) -> None:
+    def __init__(self, runtime: BrokerRuntime, transport: asyncio.Transport, remote: str,
+                 *, push_topology: bool = False) -> None:
         self.runtime = runtime
+        # Tell this client the peer brokers (its listener has update_cluster_clients).
+        self.push_topology = push_topology
         self.broker = runtime.broker
         self.transport = transport
         self.remote = remote
@@ -238,7 +241,7 @@ class StompSession(BufferedOutput):
                    ("server", f"meshmq/{__version__}")]
         if version != "1.0":
             headers.append(("heart-beat", f"{server_cx},{server_cy}"))
-        peers = self.runtime.topology.header_value("stomp")
+        peers = self.runtime.topology.header_value("stomp") if self.push_topology else None
         if peers is not None:
             headers.append((PEERS_HEADER, peers))  # topology push (docs/client.md)
         self._write(encode_frame("CONNECTED", headers, version=version))
@@ -825,4 +828,5 @@ class StompProtocol(SessionProtocol[StompSession]):
     """The asyncio adapter for STOMP: one per TCP (or WebSocket) connection."""
 
     def make_session(self, transport: asyncio.Transport, remote: str) -> StompSession:
-        return StompSession(self.runtime, transport, remote)
+        return StompSession(self.runtime, transport, remote,
+                            push_topology=self.runtime.pushes_topology(self.listener))
