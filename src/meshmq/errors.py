@@ -100,3 +100,18 @@ class CorruptStoreError(StoreError):
     """On-disk data failed validation (bad magic, version, checksum or structure)."""
 
     code = "store-corrupt"
+
+
+class ListenError(MeshmqError):
+    """A listener could not bind its address (in use, not permitted, no such address)."""
+
+    code = "listen-failed"
+
+
+def describe_bind_failure(what: str, host: str, port: int, exc: OSError,
+                          change: str) -> ListenError:
+    """One line for a failed bind: what could not listen where, why, and what to change."""
+    reason = exc.strerror or str(exc)
+    if exc.errno is not None and exc.errno == 98:  # EADDRINUSE on Linux
+        reason = "address already in use: another process (another broker?) listens there"
+    return ListenError(f"cannot listen for {what} on {host}:{port}: {reason}; {change}")

@@ -1,9 +1,14 @@
-"""``meshmq``: a thin shell over configuration, the runtime and management."""
+"""``meshmq``: a thin shell over configuration, the runtime and management.
+
+Every user error ends in one line on stderr and a non-zero exit status, never a
+traceback: a broker that cannot be reached, a port in use, a bad configuration.
+"""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import http.client
 import json
 import logging
 import sys
@@ -23,9 +28,39 @@ def _version_text() -> str:
     return f"meshmq {__version__} ({describe()})"
 
 
+DESCRIPTION = """\
+meshmq: an ActiveMQ-compatible message broker (STOMP 1.0-1.2, MQTT 3.1.1/5) that forms
+networks of brokers and master/slave pairs."""
+
+EPILOG = """\
+examples:
+  meshmq broker                                   STOMP on 127.0.0.1:61613, MQTT on :1883,
+                                                  management on :8161, journal in ./data
+  meshmq broker --stomp 127.0.0.1:61700           another STOMP port (other listeners kept)
+  meshmq broker --stomp 127.0.0.1:0               let the OS choose (the log says which)
+  meshmq broker --config examples/meshmq.toml     or an activemq.xml
+  meshmq send /queue/orders "hello" --persistent
+  meshmq receive /queue/orders --count 1
+  meshmq stat --url 127.0.0.1:8161
+
+docs: docs/config.md (every option), docs/networks.md, docs/ha.md, docs/client.md"""
+
+
 def _hostport(text: str, default_port: int) -> tuple[str, int]:
+    """HOST:PORT, HOST or :PORT; port 0 is kept (the OS chooses)."""
     parsed = urlparse(text if "://" in text else f"x://{text}")
-    return parsed.hostname or "127.0.0.1", parsed.port or default_port
+    try:
+        port = parsed.port
+    except ValueError:
+        raise ConfigError(f"{text!r} is not HOST:PORT (a port is 0 to 65535)") from None
+    return parsed.hostname or "127.0.0.1", default_port if port is None else port
+
+
+def _unreachable(command: str, where: str, exc: BaseException) -> int:
+    reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    print(f"meshmq {command}: cannot reach a broker at {where}: {reason} (is one running "
+          "there? point --url at it)", file=sys.stderr)
+    return 2
 
 
 def cmd_broker(args: argparse.Namespace) -> int:
@@ -41,16 +76,20 @@ def cmd_broker(args: argparse.Namespace) -> int:
     if args.data:
         changes["data_directory"] = Path(args.data)
     if args.stomp or args.mqtt:
-        # Either flag replaces the configured listeners with exactly those named.
-        listeners = []
-        if args.stomp:
-            host, port = _hostport(args.stomp, 61613)
-            listeners.append(ListenerConfig(name="stomp", protocol="stomp", host=host,
-                                            port=port))
-        if args.mqtt:
-            host, port = _hostport(args.mqtt, 1883)
-            listeners.append(ListenerConfig(name="mqtt", protocol="mqtt", host=host,
-                                            port=port))
+        # Each flag replaces the plain listener of its protocol; every other configured
+        # listener (the other protocol, TLS, WebSocket, broker links) is kept.
+        listeners = list(config.listeners)
+        for flag, protocol, default_port in ((args.stomp, "stomp", 61613),
+                                             (args.mqtt, "mqtt", 1883)):
+            if not flag:
+                continue
+            host, port = _hostport(flag, default_port)
+            kept = [lst for lst in listeners if lst.protocol != protocol]
+            replaced = next((lst for lst in listeners if lst.protocol == protocol), None)
+            new = ListenerConfig(name=protocol, protocol=protocol, host=host, port=port)
+            if replaced is not None:
+                new = dataclasses.replace(replaced, host=host, port=port)
+            listeners = [*kept, new]
         changes["listeners"] = tuple(listeners)
     if args.management is not None:
         if args.management in ("off", "none", ""):
@@ -92,17 +131,31 @@ def cmd_send(args: argparse.Namespace) -> int:
         bodies = [args.body.encode()] * args.count
     else:
         bodies = [line.rstrip("\n").encode() for line in sys.stdin]
-    with SimpleStompClient(host, port, login=args.user, passcode=args.password) as client:
-        for body in bodies:
-            client.send(args.destination, body, headers, confirm=not args.no_receipt)
+    try:
+        with SimpleStompClient(host, port, login=args.user,
+                               passcode=args.password) as client:
+            for body in bodies:
+                client.send(args.destination, body, headers, confirm=not args.no_receipt)
+    except OSError as exc:
+        return _unreachable("send", f"{host}:{port}", exc)
     print(f"sent {len(bodies)} message(s) to {args.destination}", file=sys.stderr)
     return 0
 
 
 def cmd_receive(args: argparse.Namespace) -> int:
-    from meshmq.client.simple_stomp import SimpleStompClient
 
     host, port = _hostport(args.url, 61613)
+    try:
+        received = _receive(args, host, port)
+    except OSError as exc:
+        return _unreachable("receive", f"{host}:{port}", exc)
+    print(f"received {received} message(s) from {args.destination}", file=sys.stderr)
+    return 0 if args.count <= 0 or received >= args.count else 1
+
+
+def _receive(args: argparse.Namespace, host: str, port: int) -> int:
+    from meshmq.client.simple_stomp import SimpleStompClient
+
     received = 0
     with SimpleStompClient(host, port, login=args.user, passcode=args.password,
                            client_id=args.client_id) as client:
@@ -124,8 +177,7 @@ def cmd_receive(args: argparse.Namespace) -> int:
             sys.stdout.flush()
             client.ack(frame)
             received += 1
-    print(f"received {received} message(s) from {args.destination}", file=sys.stderr)
-    return 0 if args.count <= 0 or received >= args.count else 1
+    return received
 
 
 def fetch_stat(url: str) -> dict[str, Any]:
@@ -138,6 +190,12 @@ def fetch_stat(url: str) -> dict[str, Any]:
 def cmd_stat(args: argparse.Namespace) -> int:
     try:
         stat = fetch_stat(args.url)
+    except (http.client.HTTPException, ValueError) as exc:
+        # Something answered, but not meshmq's management endpoint (a STOMP port, say).
+        print(f"meshmq stat: {args.url} is not a meshmq management endpoint ({exc!r}); "
+              "point --url at the broker's management HOST:PORT (default 127.0.0.1:8161)",
+              file=sys.stderr)
+        return 2
     except (urllib.error.URLError, OSError) as exc:
         print(f"meshmq stat: cannot reach the management endpoint at {args.url}: {exc}",
               file=sys.stderr)
@@ -220,7 +278,8 @@ def cmd_witness(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="meshmq", description=__doc__)
+    parser = argparse.ArgumentParser(prog="meshmq", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=_version_text())
     parser.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -229,9 +288,14 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("broker", help="run one broker in the foreground")
     b.add_argument("--config", help="meshmq.toml or activemq.xml")
     b.add_argument("--data", help="data directory (default ./data)")
-    b.add_argument("--stomp", help="STOMP listen address HOST:PORT (default 127.0.0.1:61613)")
-    b.add_argument("--mqtt", help="MQTT listen address HOST:PORT (default 127.0.0.1:1883)")
-    b.add_argument("--management", help="management HOST:PORT, or 'off'")
+    b.add_argument("--stomp", metavar="HOST:PORT",
+                   help="STOMP listen address (default 127.0.0.1:61613; port 0: the OS "
+                        "chooses); replaces only the plain STOMP listener")
+    b.add_argument("--mqtt", metavar="HOST:PORT",
+                   help="MQTT listen address (default 127.0.0.1:1883; port 0: the OS "
+                        "chooses); replaces only the plain MQTT listener")
+    b.add_argument("--management", metavar="HOST:PORT",
+                   help="management endpoint (default 127.0.0.1:8161), or 'off'")
     b.add_argument("--no-fsync", action="store_true", help="do not fsync (unsafe; benchmarks)")
     b.add_argument("--accept-data-loss", action="store_true",
                    help="start even if a damaged journal segment holds data that cannot be "

@@ -417,6 +417,9 @@ class _Importer:
         broker = brokers[0]
         self.broker(broker)
         self.finish(broker)
+        # activemq.xml names no management port: take 8161, or the next free port when
+        # another broker on this host has it (logged), so several brokers start.
+        self.raw.setdefault("management", {}).setdefault("next_free_port", True)
         config = build_config(self.raw, self.src, from_strings=True)
         if config.ha.mode == "shared" and not self.ha_settings:
             config = dataclasses.replace(config, ha=dataclasses.replace(config.ha,

@@ -157,6 +157,10 @@ class ManagementConfig:
     enabled: bool = True
     host: str = "127.0.0.1"
     port: int = 8161  # 0 = let the OS choose
+    # Port in use: take the next free one (up to 20 above) and log it, instead of
+    # refusing to start. On for brokers configured from activemq.xml, which names no
+    # management port (so several of them start on one host).
+    next_free_port: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from meshmq.config.model import BrokerConfig
-from meshmq.errors import MeshmqError, StoreError
+from meshmq.errors import MeshmqError, StoreError, describe_bind_failure
 from meshmq.ha.replica_files import Generations, write_atomic
 from meshmq.ha.replica_follower import FollowerSide
 from meshmq.ha.replica_leader import LeaderStreams
@@ -202,8 +202,14 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
                 # node, and never taken for anybody else's history (ADOPTED).
                 self.last = self.durable = ADOPTED
         host, port = split_address(self.ha.listen)
-        self._server = await asyncio.start_server(self._serve, host, port,
-                                                  reuse_address=True)
+        try:
+            self._server = await asyncio.start_server(self._serve, host, port,
+                                                      reuse_address=True)
+        except OSError as exc:
+            raise describe_bind_failure(
+                "replication", host, port, exc,
+                "change [ha] listen (in activemq.xml: the node's tcp:// "
+                "transportConnector that the other nodes' masterConnectorURI names)") from None
         log.info("replication: node %s listening on %s (term %d, log at %s, %d nodes)",
                  self.node_id, self.ha.listen, self.term, self.last, self.nodes)
 

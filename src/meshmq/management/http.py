@@ -7,9 +7,12 @@ to loopback by default; it will grow into the web console.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 from typing import TYPE_CHECKING
+
+from meshmq.errors import describe_bind_failure
 
 if TYPE_CHECKING:
     from meshmq.transport.runtime import BrokerRuntime
@@ -26,12 +29,25 @@ class ManagementServer:
 
     async def start(self) -> None:
         cfg = self.runtime.config.management
-        self._server = await asyncio.start_server(self._handle, cfg.host, cfg.port,
-                                                  reuse_address=True)
+        tries = 21 if cfg.next_free_port and cfg.port else 1
+        for offset in range(tries):
+            try:
+                self._server = await asyncio.start_server(
+                    self._handle, cfg.host, cfg.port + offset, reuse_address=True)
+                break
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE and offset + 1 < tries:
+                    continue
+                raise describe_bind_failure(
+                    "the management endpoint", cfg.host, cfg.port + offset, exc,
+                    "set [management] port (0: the OS chooses) or enabled = false, or "
+                    "run with --management HOST:PORT or --management off") from None
+        assert self._server is not None
         sock = self._server.sockets[0].getsockname()
         self.address = (sock[0], sock[1])
         self.runtime.addresses["management"] = self.address
-        log.info("management endpoint on http://%s:%d/api/stat", sock[0], sock[1])
+        moved = f" ({cfg.port} was in use)" if cfg.port and sock[1] != cfg.port else ""
+        log.info("management endpoint on http://%s:%d/api/stat%s", sock[0], sock[1], moved)
 
     async def stop(self) -> None:
         if self._server is not None:

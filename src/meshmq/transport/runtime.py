@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 from meshmq.config.model import BrokerConfig, ListenerConfig
 from meshmq.core.broker import RETAINED_PREFIX, SYS_PREFIX, Broker
 from meshmq.core.queue import BrowseEnd, Delivery
-from meshmq.errors import StoreError
+from meshmq.errors import StoreError, describe_bind_failure
 from meshmq.store.base import Store
 from meshmq.transport.topology import Topology, push_families
 
@@ -195,21 +195,11 @@ class BrokerRuntime:
         if self.broker.auth.open:
             log.info("authentication is off (no users configured): any login is accepted "
                      "as anonymous")
-        for listener in self.config.listeners:
-            if listener.protocol in ("stomp", "stomp+ssl"):
-                await self._listen_stomp(listener)
-            elif listener.protocol in ("ws", "wss"):
-                await self._listen_ws(listener)
-            elif listener.protocol in ("mqtt", "mqtt+ssl"):
-                await self._listen_mqtt(listener)
-            elif listener.protocol in ("tcp", "ssl", "nio"):
-                server = await self.network.listen(listener)
-                self._listening(listener, server)
-                await self.network.advertise(listener, self.addresses[listener.name])
-            else:
-                log.warning("listener %s (%s://) is not available yet: MQTT and WebSocket "
-                            "listeners are being built", listener.name, listener.protocol)
-        await self._start_management()
+        try:
+            await self._start_listeners()
+        except BaseException:
+            await self._abort_start()
+            raise
         self._timer = self._loop.call_later(TIMER_INTERVAL, self._on_timer)
         self.started = True
         await self.network.start_connectors()
@@ -225,6 +215,52 @@ class BrokerRuntime:
         log.info("meshmq broker %r started (%s)", self.config.broker_name, describe())
         if self._stop_requested or self.deposed:
             await self.stop()
+
+    async def _start_listeners(self) -> None:
+        for listener in self.config.listeners:
+            try:
+                await self._listen(listener)
+            except OSError as exc:
+                change = (f"change the url of listener '{listener.name}' in "
+                          f"{self.config.source or 'the configuration'}"
+                          + (f" (or --{listener.protocol} HOST:PORT)"
+                             if listener.protocol in ("stomp", "mqtt") else ""))
+                raise describe_bind_failure(f"{listener.protocol} (listener "
+                                            f"'{listener.name}')", listener.host,
+                                            listener.port, exc, change) from None
+        await self._start_management()
+
+    async def _abort_start(self) -> None:
+        """Undo a start that failed half-way: nothing stays bound, the store is closed."""
+        for server in self._servers:
+            server.close()
+        self._servers.clear()
+        with contextlib.suppress(Exception):
+            await self._stop_management()
+        with contextlib.suppress(Exception):
+            await self.network.stop()
+        self._store_closed = True
+        with contextlib.suppress(Exception):
+            await self.store.close()
+        if self.ha is not None:
+            with contextlib.suppress(Exception):
+                await self.ha.stop()
+        self._stopped.set()
+
+    async def _listen(self, listener: ListenerConfig) -> None:
+        if listener.protocol in ("stomp", "stomp+ssl"):
+            await self._listen_stomp(listener)
+        elif listener.protocol in ("ws", "wss"):
+            await self._listen_ws(listener)
+        elif listener.protocol in ("mqtt", "mqtt+ssl"):
+            await self._listen_mqtt(listener)
+        elif listener.protocol in ("tcp", "ssl", "nio"):
+            server = await self.network.listen(listener)
+            self._listening(listener, server)
+            await self.network.advertise(listener, self.addresses[listener.name])
+        else:
+            log.warning("listener %s (%s://) is not available yet: MQTT and WebSocket "
+                        "listeners are being built", listener.name, listener.protocol)
 
     async def _start_management(self) -> None:
         if self.config.management.enabled and self._management is None:
