@@ -436,6 +436,10 @@ class MqttSession(BufferedOutput):
             state = None
         elif state is not None or durable or record is not None:
             present = True
+        # A resumed session keeps its durable subscriptions (and the messages queued for
+        # them) while this connection lasts, even when CONNECT names no expiry: the new
+        # interval applies when this connection ends (MQTT 5, 3.1.2.11.2).
+        self.persistent = expiry > 0 or present
         if state is None:
             state = SessionState(client_id)
             for name in durable:  # subscriptions recovered from the store
@@ -926,7 +930,7 @@ class MqttSession(BufferedOutput):
             self.runtime.schedule_will(client_id, self._will_message(self.will), delay)
         state = self.state
         if state is not None:
-            if not self.persistent:
+            if not self.persistent or state.expiry_s == 0:
                 self.runtime.mqtt_states.pop(client_id, None)
                 self._drop_durables(client_id)
                 self.broker.drop_record(self._record_name(client_id))
