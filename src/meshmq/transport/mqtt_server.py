@@ -19,6 +19,7 @@ import json
 import logging
 import secrets
 import time
+import zlib
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
@@ -109,6 +110,12 @@ class SessionState:
     client_id: str
     subscriptions: dict[str, MqttSubscription] = field(default_factory=dict)
     inbound_qos2: set[int] = field(default_factory=set)  # PUBREC sent, PUBREL awaited
+    # Fingerprints (see _fingerprint) of the messages behind inbound_qos2.
+    inbound_fp: dict[int, int] = field(default_factory=dict)
+    # PUBREL taken but our PUBCOMP not yet written (pid -> fingerprint): the client still
+    # holds the id, so a PUBLISH of the same message with it is a retransmission, not a
+    # new message (some clients resend PUBLISH instead of PUBREL after a reconnect).
+    released: dict[int, int] = field(default_factory=dict)
     outbound_pubrel: set[int] = field(default_factory=set)  # PUBREL sent, PUBCOMP awaited
     expiry_s: int = 0
     expiry_handle: asyncio.TimerHandle | None = None
@@ -205,7 +212,7 @@ class MqttSession(BufferedOutput):
         self.will: Will | None = None
         self.keep_alive = 0
         self._out: list[bytes] = []
-        self._acks: collections.deque[tuple[bytes, Awaitable[None] | None, bool]] = \
+        self._acks: collections.deque[tuple[bytes, Awaitable[None] | None, bool, int]] = \
             collections.deque()
         self._ack_task: asyncio.Task[None] | None = None
         self._by_consumer: dict[Consumer, MqttSubscription] = {}
@@ -450,6 +457,8 @@ class MqttSession(BufferedOutput):
             if record is not None:  # QoS 2 exchanges in progress when the broker stopped
                 saved = json.loads(record[1])
                 state.inbound_qos2 = set(saved.get("qos2_in", []))
+                state.inbound_fp = {int(k): v for k, v in saved.get("qos2_fp", {}).items()}
+                state.released = {int(k): v for k, v in saved.get("released", {}).items()}
                 state.outbound_pubrel = set(saved.get("pubrel_out", []))
         state.expiry_s = expiry
         self.state = state
@@ -472,6 +481,8 @@ class MqttSession(BufferedOutput):
         state = self.state
         self.broker.put_record(self._record_name(state.client_id), json.dumps({
             "expiry": state.expiry_s, "qos2_in": sorted(state.inbound_qos2),
+            "qos2_fp": {str(k): v for k, v in state.inbound_fp.items()},
+            "released": {str(k): v for k, v in state.released.items()},
             "pubrel_out": sorted(state.outbound_pubrel)}).encode())
 
     def _resume_consumers(self) -> None:
@@ -506,8 +517,10 @@ class MqttSession(BufferedOutput):
                                                 reason_code=ReasonCode.PROTOCOL_ERROR)
                     topic = found
         if qos:
-            if qos == 2 and self.state is not None \
-                    and packet.packet_id in self.state.inbound_qos2:
+            state = self.state
+            if qos == 2 and state is not None and (
+                    packet.packet_id in state.inbound_qos2
+                    or self._is_released_resend(state, packet, topic)):
                 # A retransmission of a QoS 2 message we already own: acknowledge only.
                 self._ack(encode(Pubrec(packet.packet_id or 0), self.level), None,
                           settles=False)
@@ -528,7 +541,10 @@ class MqttSession(BufferedOutput):
         if not qos:
             return  # QoS 0: nothing to acknowledge
         if qos == 2 and self.state is not None:
-            self.state.inbound_qos2.add(packet.packet_id or 0)
+            pid = packet.packet_id or 0
+            self.state.inbound_qos2.add(pid)
+            self.state.inbound_fp[pid] = _fingerprint(topic, packet.payload)
+            self.state.released.pop(pid, None)
             if self.persistent:
                 self._save_state()
                 needs_sync = True  # the PUBREC promise must survive a crash
@@ -583,33 +599,55 @@ class MqttSession(BufferedOutput):
         if self.state is None or packet.packet_id not in self.state.inbound_qos2:
             code = ReasonCode.PACKET_IDENTIFIER_NOT_FOUND
         else:
-            self.state.inbound_qos2.discard(packet.packet_id)
+            state = self.state
+            state.inbound_qos2.discard(packet.packet_id)
+            state.released[packet.packet_id] = state.inbound_fp.pop(packet.packet_id, 0)
             self._inbound_pending = max(0, self._inbound_pending - 1)
             if self.persistent:
-                # Forget the id durably before PUBCOMP, or a restart could take the
-                # client's next message with this id for a duplicate.
+                # Record the release durably before PUBCOMP: after a restart the client
+                # may resend PUBREL (answered below) or, wrongly, the PUBLISH.
                 self._save_state()
                 self.runtime.write_ops()
                 wait = self.runtime.store.sync()
+        if code == ReasonCode.PACKET_IDENTIFIER_NOT_FOUND and self.state is not None \
+                and self.state.released.pop(packet.packet_id, None) is not None:
+            code = ReasonCode.SUCCESS  # released before a restart; PUBCOMP never reached it
         self._ack(encode(Pubcomp(packet.packet_id, reason_code=code), self.level), wait,
-                  settles=False)
+                  settles=False, completes=packet.packet_id)
 
-    def _ack(self, data: bytes, wait: Awaitable[None] | None, *, settles: bool = True) -> None:
+    def _is_released_resend(self, state: SessionState, packet: Publish, topic: str) -> bool:
+        """A PUBLISH with an id we released but whose PUBCOMP the client never got, and
+        the same message: a retransmission. The id goes back to awaiting PUBREL."""
+        pid = packet.packet_id or 0
+        fp = state.released.get(pid)
+        if fp is None:
+            return False
+        del state.released[pid]
+        if fp != _fingerprint(topic, packet.payload):
+            return False  # a different message: the client reused the id
+        state.inbound_qos2.add(pid)
+        state.inbound_fp[pid] = fp
+        return True
+
+    def _ack(self, data: bytes, wait: Awaitable[None] | None, *, settles: bool = True,
+             completes: int = -1) -> None:
         """PUBACK/PUBREC/PUBCOMP in the order the packets came, each after its store sync.
-        ``settles``: the ack ends an inbound QoS 1 exchange (frees receive-maximum room)."""
+        ``settles``: the ack ends an inbound QoS 1 exchange (frees receive-maximum room).
+        ``completes``: a PUBCOMP's packet id, no longer held by the client once written."""
         if wait is None and not self._acks:
             if settles:
                 self._inbound_pending = max(0, self._inbound_pending - 1)
             self._write(data)
+            self._completed(completes)
             return
-        self._acks.append((data, wait, settles))
+        self._acks.append((data, wait, settles, completes))
         if self._ack_task is None:
             self._ack_task = asyncio.get_running_loop().create_task(self._drain_acks())
 
     async def _drain_acks(self) -> None:
         try:
             while self._acks:
-                data, wait, settles = self._acks[0]
+                data, wait, settles, completes = self._acks[0]
                 if wait is not None:
                     try:
                         await wait
@@ -625,8 +663,13 @@ class MqttSession(BufferedOutput):
                     return
                 self._write(data)
                 self.flush()
+                self._completed(completes)
         finally:
             self._ack_task = None
+
+    def _completed(self, pid: int) -> None:
+        if pid >= 0 and self.state is not None:
+            self.state.released.pop(pid, None)
 
     # ------------------------------------------------------------ SUBSCRIBE
     def on_subscribe(self, packet: Subscribe) -> None:
@@ -790,10 +833,12 @@ class MqttSession(BufferedOutput):
         self._write_publish(msg, topic, qos, pid, retain=retain,
                             dup=outcome.redelivered and qos > 0, sub=sub, field=out.field)
 
-    def _consume(self, consumer: Consumer, tag: int) -> None:
+    def _consume(self, consumer: Consumer, tag: int) -> bool:
+        """Acknowledge a delivered message; True if that must reach the store."""
         if consumer.ack_mode is not AckMode.AUTO and tag in consumer.dispatched:
             assert self.conn is not None
-            self.broker.ack(self.conn, consumer, tag, cumulative=False)
+            return self.broker.ack(self.conn, consumer, tag, cumulative=False)
+        return False
 
     def _write_publish(self, msg: Message, topic: str, qos: int, pid: int | None, *,
                        retain: bool, dup: bool, sub: MqttSubscription,
@@ -853,8 +898,10 @@ class MqttSession(BufferedOutput):
 
     def on_pubrec(self, packet: Pubrec) -> None:
         entry = self._outbound.get(packet.packet_id)
+        needs_sync = False
         if entry is not None and entry[0] is not None:
-            self._consume(entry[0], entry[1])  # the receiver owns the message now
+            # The receiver owns the message now.
+            needs_sync = self._consume(entry[0], entry[1])
             self._outbound[packet.packet_id] = (None, 0)
         if packet.reason_code.is_failure:
             self._outbound.pop(packet.packet_id, None)
@@ -862,7 +909,14 @@ class MqttSession(BufferedOutput):
         if self.state is not None:
             self.state.outbound_pubrel.add(packet.packet_id)
             self._save_state()
-        self._write(encode(Pubrel(packet.packet_id), self.level))
+            needs_sync = needs_sync or self.persistent
+        wait = None
+        if needs_sync:
+            # PUBREL lets the receiver hand the message to its application: the ack must
+            # be durable first, or a crash would deliver the message again as a new one.
+            self.runtime.write_ops()
+            wait = self.runtime.store.sync()
+        self._ack(encode(Pubrel(packet.packet_id), self.level), wait, settles=False)
 
     # ------------------------------------------------------------ DISCONNECT and close
     def on_disconnect(self, packet: Disconnect) -> None:
@@ -999,3 +1053,8 @@ def _plain_credentials(data: bytes | None) -> tuple[str, str] | None:
     if len(parts) != 3:
         return None
     return parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
+
+
+def _fingerprint(topic: str, payload: bytes) -> int:
+    """Tells a retransmitted QoS 2 PUBLISH from a new message that reuses its id."""
+    return zlib.crc32(payload, zlib.crc32(topic.encode())) ^ len(payload)

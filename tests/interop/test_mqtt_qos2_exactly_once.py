@@ -1,0 +1,155 @@
+"""QoS 2 exactly-once at the edges of a connection, with the store's syncs held back
+by the test (a gated store), so that what the broker writes before and after a sync is
+observable without timing.
+
+* Inbound: PUBREL taken, PUBCOMP still waiting for the sync, connection lost. A client
+  that then resends the PUBLISH (paho-mqtt does after two reconnect attempts) must not
+  make the broker take it for a new message.
+* Outbound: the broker sends PUBREL (which lets the receiver hand the message to its
+  application) only once the acknowledgement it implies is durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from meshmq.protocol.mqtt import (
+    Pingresp,
+    Properties,
+    Pubcomp,
+    Publish,
+    Pubrec,
+    Pubrel,
+    ReasonCode,
+)
+from meshmq.store.memory import MemoryStore
+from tests.interop.mqtt_helpers import RawMqtt, mqtt_config, uid
+from tests.support.brokers import ThreadBroker, poll
+
+
+class GatedStore(MemoryStore):
+    """A memory store whose sync() waits while the test holds the gate closed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.gate.set()
+        self.syncs_waiting = 0
+
+    async def sync(self) -> None:
+        if not self.gate.is_set():
+            self.syncs_waiting += 1
+            await asyncio.get_running_loop().run_in_executor(None, self.gate.wait)
+        await super().sync()
+
+
+_CLIENTS: list[RawMqtt] = []
+
+
+@pytest.fixture
+def gated(tmp_path: Path) -> Iterator[tuple[ThreadBroker, GatedStore]]:
+    store = GatedStore()
+    broker = ThreadBroker(mqtt_config(tmp_path / "data"), store=store).start()
+    try:
+        yield broker, store
+    finally:
+        store.gate.set()
+        while _CLIENTS:
+            _CLIENTS.pop().close()
+        broker.stop()
+
+
+def _raw(broker: ThreadBroker) -> RawMqtt:
+    assert broker.runtime is not None
+    raw = RawMqtt(int(broker.runtime.addresses["mqtt"][1]), level=5)
+    _CLIENTS.append(raw)
+    return raw
+
+
+def _session(broker: ThreadBroker, client_id: str) -> RawMqtt:
+    raw = _raw(broker)
+    raw.connect(client_id, clean=False, properties=Properties(session_expiry_interval=300))
+    return raw
+
+
+def test_publish_resent_after_pubrel_is_not_a_new_message(
+        gated: tuple[ThreadBroker, GatedStore]) -> None:
+    broker, store = gated
+    topic = f"eo/{uid('in')}"
+    sub = _raw(broker)
+    sub.connect(uid("sub"))
+    sub.subscribe((topic, 1))
+    pub_id = uid("pub")
+    pub = _session(broker, pub_id)
+    pub.send(Publish(topic=topic, payload=b"once", qos=2, packet_id=7))
+    assert pub.expect(Pubrec).packet_id == 7
+    store.gate.clear()
+    waiting = store.syncs_waiting
+    pub.send(Pubrel(7))
+    poll(lambda: store.syncs_waiting > waiting, 10, "the PUBREL to wait for its sync")
+    pub.abort()  # PUBCOMP never reached the client
+    store.gate.set()
+    again = _raw(broker)
+    ack = again.connect(pub_id, clean=False,
+                        properties=Properties(session_expiry_interval=300))
+    assert ack.session_present
+    # The client resends the PUBLISH it still holds, instead of PUBREL.
+    again.send(Publish(topic=topic, payload=b"once", qos=2, packet_id=7))
+    assert again.expect(Pubrec).packet_id == 7
+    again.send(Pubrel(7))
+    comp = again.expect(Pubcomp)
+    assert (comp.packet_id, comp.reason_code) == (7, ReasonCode.SUCCESS)
+    # The same id for a different message later is a new message.
+    again.send(Publish(topic=topic, payload=b"next", qos=2, packet_id=7))
+    assert again.expect(Pubrec).packet_id == 7
+    again.send(Pubrel(7))
+    again.expect(Pubcomp)
+    got = [p.payload for p in sub.publishes(2)]
+    assert got == [b"once", b"next"]
+    assert [p for p in sub.ping() if isinstance(p, Publish)] == []  # no second "once"
+
+
+def test_pubrel_resent_after_a_lost_pubcomp_completes(
+        gated: tuple[ThreadBroker, GatedStore]) -> None:
+    broker, store = gated
+    pub_id = uid("pub")
+    pub = _session(broker, pub_id)
+    pub.send(Publish(topic=f"eo/{uid('rel')}", payload=b"x", qos=2, packet_id=9))
+    pub.expect(Pubrec)
+    store.gate.clear()
+    waiting = store.syncs_waiting
+    pub.send(Pubrel(9))
+    poll(lambda: store.syncs_waiting > waiting, 10, "the PUBREL to wait for its sync")
+    pub.abort()
+    store.gate.set()
+    again = _session(broker, pub_id)
+    again.send(Pubrel(9))
+    comp = again.expect(Pubcomp)
+    assert (comp.packet_id, comp.reason_code) == (9, ReasonCode.SUCCESS)
+
+
+def test_pubrel_is_sent_only_once_the_ack_is_durable(
+        gated: tuple[ThreadBroker, GatedStore]) -> None:
+    broker, store = gated
+    topic = f"eo/{uid('out')}"
+    sub = _session(broker, uid("sub"))
+    sub.subscribe((topic, 2))
+    pub = _raw(broker)
+    pub.connect(uid("pub"))
+    pub.publish(topic, b"one", qos=2)
+    delivered = sub.expect(Publish)
+    store.gate.clear()
+    sub.send(Pubrec(delivered.packet_id or 0))
+    # PINGRESP is written at once; PUBREL must not be there before it (the ack that
+    # lets the receiver deliver is not durable yet).
+    before = sub.ping()
+    assert not [p for p in before if isinstance(p, Pubrel)], before
+    store.gate.set()
+    rel = sub.expect(Pubrel)
+    assert rel.packet_id == delivered.packet_id
+    assert not isinstance(rel, Pingresp)
