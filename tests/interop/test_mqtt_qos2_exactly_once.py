@@ -71,6 +71,13 @@ def _raw(broker: ThreadBroker) -> RawMqtt:
     return raw
 
 
+def _wait_gone(broker: ThreadBroker, client_id: str) -> None:
+    """The broker has seen the connection end (before the test lets the sync finish)."""
+    assert broker.runtime is not None
+    sessions = broker.runtime.mqtt_sessions
+    poll(lambda: client_id not in sessions, 10, "the broker to see the connection end")
+
+
 def _session(broker: ThreadBroker, client_id: str) -> RawMqtt:
     raw = _raw(broker)
     raw.connect(client_id, clean=False, properties=Properties(session_expiry_interval=300))
@@ -93,6 +100,7 @@ def test_publish_resent_after_pubrel_is_not_a_new_message(
     pub.send(Pubrel(7))
     poll(lambda: store.syncs_waiting > waiting, 10, "the PUBREL to wait for its sync")
     pub.abort()  # PUBCOMP never reached the client
+    _wait_gone(broker, pub_id)
     store.gate.set()
     again = _raw(broker)
     ack = again.connect(pub_id, clean=False,
@@ -126,6 +134,7 @@ def test_pubrel_resent_after_a_lost_pubcomp_completes(
     pub.send(Pubrel(9))
     poll(lambda: store.syncs_waiting > waiting, 10, "the PUBREL to wait for its sync")
     pub.abort()
+    _wait_gone(broker, pub_id)
     store.gate.set()
     again = _session(broker, pub_id)
     again.send(Pubrel(9))

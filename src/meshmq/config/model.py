@@ -71,6 +71,12 @@ class MqttConfig:
     max_session_expiry_s: int = 0xFFFFFFFF  # cap on a v5 session expiry interval
     sys_interval_ms: int = 10_000  # how often $SYS/broker/... topics are published; 0 = off
     retain_available: bool = True
+    # Longest keep-alive a client may use; a v5 client asking more (or 0) is told this
+    # one in CONNACK (Server Keep Alive) and held to it. 0 = the client's own.
+    max_keep_alive_s: int = 0
+    # Topic aliases towards MQTT 5 clients that announce a Topic Alias Maximum (a bounded
+    # least-recently-used map per connection).
+    outbound_topic_aliases: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -211,6 +211,9 @@ class MqttSession(BufferedOutput):
         self.closing = False
         self.will: Will | None = None
         self.keep_alive = 0
+        # Topic aliases towards the client: topic -> alias, least recently used first.
+        self._alias_max = 0
+        self._out_aliases: collections.OrderedDict[str, int] = collections.OrderedDict()
         self._out: list[bytes] = []
         self._acks: collections.deque[tuple[bytes, Awaitable[None] | None, bool, int]] = \
             collections.deque()
@@ -387,9 +390,15 @@ class MqttSession(BufferedOutput):
         session_present = self._restore_session(client_id, packet.clean_start, expiry)
         self.will = packet.will
         self.keep_alive = packet.keep_alive
+        server_keep_alive = None
+        limit = self.cfg.max_keep_alive_s
+        if v5 and limit and (self.keep_alive == 0 or self.keep_alive > limit):
+            self.keep_alive = server_keep_alive = limit
         if v5:
             if props.receive_maximum:
                 self._client_receive_max = min(props.receive_maximum, self.cfg.max_inflight)
+            if props.topic_alias_maximum and self.cfg.outbound_topic_aliases:
+                self._alias_max = props.topic_alias_maximum
             self._client_max_packet = props.maximum_packet_size or 0
         ack_props = Properties()
         if v5:
@@ -398,7 +407,7 @@ class MqttSession(BufferedOutput):
                 maximum_packet_size=self.cfg.max_packet_size,
                 topic_alias_maximum=TOPIC_ALIAS_MAXIMUM,
                 retain_available=1 if self.cfg.retain_available else 0,
-                assigned_client_identifier=assigned,
+                assigned_client_identifier=assigned, server_keep_alive=server_keep_alive,
                 session_expiry_interval=expiry if props.session_expiry_interval is not None
                 and expiry != props.session_expiry_interval else None)
             peers = self.runtime.topology.header_value("mqtt")
@@ -845,8 +854,17 @@ class MqttSession(BufferedOutput):
                        field: bytes | None = None) -> None:
         """``field``: the topic's encoded field when cached (see :func:`_out_topic`)."""
         props: Properties | None = None
+        alias = 0
+        evicted: tuple[str, int] | None = None
         if self.level == PROTOCOL_LEVEL_5:
             props = self._outbound_properties(msg, sub)
+            if self._alias_max:
+                alias, known, evicted = self._topic_alias(topic)
+                if props is None:
+                    props = Properties()
+                props.topic_alias = alias
+                if known:
+                    topic, field = "", None  # the client maps the alias to the topic
         if field is not None:
             header = field if pid is None else field + pid.to_bytes(2, "big")
             if self.level == PROTOCOL_LEVEL_5:
@@ -860,12 +878,33 @@ class MqttSession(BufferedOutput):
             # MQTT 5: never send a packet larger than the client accepts; drop it instead.
             log.info("dropping %s for %s: %d bytes exceed the client's maximum packet size",
                      msg.message_id, self.remote, len(data))
+            if alias and topic:  # the client never learnt this alias: forget it again
+                self._out_aliases.pop(topic, None)
+                if evicted is not None:
+                    self._out_aliases[evicted[0]] = evicted[1]
+                    self._out_aliases.move_to_end(evicted[0], last=False)
             if pid is not None:
                 consumer, tag = self._outbound.pop(pid)
                 if consumer is not None:
                     self._consume(consumer, tag)
             return
         self._write(data)
+
+    def _topic_alias(self, topic: str) -> tuple[int, bool, tuple[str, int] | None]:
+        """(alias, whether the client knows it already, the mapping it replaced)."""
+        aliases = self._out_aliases
+        alias = aliases.get(topic)
+        if alias is not None:
+            aliases.move_to_end(topic)
+            return alias, True, None
+        evicted = None
+        if len(aliases) < self._alias_max:
+            alias = len(aliases) + 1
+        else:
+            evicted = aliases.popitem(last=False)
+            alias = evicted[1]
+        aliases[topic] = alias
+        return alias, False, evicted
 
     def _outbound_properties(self, msg: Message, sub: MqttSubscription) -> Properties | None:
         user = [(k, v if isinstance(v, str) else str(v).lower() if isinstance(v, bool)
