@@ -195,8 +195,11 @@ _WIRE_Q0 = "mqtt4-q0"
 class MqttSession(BufferedOutput):
     """Per-connection MQTT state. Everything here runs on the event loop thread."""
 
-    def __init__(self, runtime: BrokerRuntime, transport: asyncio.Transport, remote: str) -> None:
+    def __init__(self, runtime: BrokerRuntime, transport: asyncio.Transport, remote: str,
+                 *, push_topology: bool = False) -> None:
         self.runtime = runtime
+        # Tell this client the peer brokers (its listener has update_cluster_clients).
+        self.push_topology = push_topology
         self.broker = runtime.broker
         self.cfg = runtime.config.mqtt
         self.transport = transport
@@ -410,7 +413,8 @@ class MqttSession(BufferedOutput):
                 assigned_client_identifier=assigned, server_keep_alive=server_keep_alive,
                 session_expiry_interval=expiry if props.session_expiry_interval is not None
                 and expiry != props.session_expiry_interval else None)
-            peers = self.runtime.topology.header_value("mqtt")
+            peers = self.runtime.topology.header_value("mqtt") if self.push_topology \
+                else None
             if peers is not None:
                 ack_props.user_properties = [(PEERS_HEADER, peers)]  # topology push
         self._write(encode(Connack(session_present=session_present,
@@ -1083,7 +1087,8 @@ class MqttProtocol(SessionProtocol[MqttSession]):
     """The asyncio adapter for MQTT: one per TCP (or WebSocket) connection."""
 
     def make_session(self, transport: asyncio.Transport, remote: str) -> MqttSession:
-        return MqttSession(self.runtime, transport, remote)
+        return MqttSession(self.runtime, transport, remote,
+                           push_topology=self.runtime.pushes_topology(self.listener))
 
 
 def _plain_credentials(data: bytes | None) -> tuple[str, str] | None:
