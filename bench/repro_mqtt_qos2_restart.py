@@ -14,6 +14,7 @@ import argparse
 import collections
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -116,6 +117,8 @@ enabled = false
     proc.wait(30)
     if os.environ.get("REPRO_VERBOSE"):
         print({k: v for k, v in seen.items() if len(v) > 1}, "log:", log)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
     with lock:
         return {"arrived": len(got), "duplicates": sum(n - 1 for n in got.values()),
                 "missing": count - len(got)}
