@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import stomp
-from tests.support.brokers import ProcessBroker, poll
+from tests.support.brokers import ProcessBroker, poll, write_broker_toml
 
 from meshmq.store.journal import format as fmt
 
@@ -18,20 +18,7 @@ pytestmark = pytest.mark.slow
 
 
 def _config(tmp_path: Path) -> Path:
-    cfg = tmp_path / "meshmq.toml"
-    cfg.write_text(f"""
-[broker]
-name = "damaged"
-data_directory = "{tmp_path / 'data'}"
-
-[[listeners]]
-name = "stomp"
-url = "stomp://127.0.0.1:0"
-
-[management]
-enabled = false
-""")
-    return cfg
+    return write_broker_toml(tmp_path / "meshmq.toml", name="damaged", data=tmp_path / "data")
 
 
 def _send(port: int, count: int) -> None:

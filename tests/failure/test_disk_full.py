@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.interop.stomp_helpers import ClosedError, RawClient
-from tests.support.brokers import ProcessBroker, poll
+from tests.interop.stomp_helpers import Address, ClosedError, RawClient
+from tests.support.brokers import ProcessBroker, poll, write_broker_toml
 
 pytestmark = pytest.mark.slow
 
@@ -44,34 +44,11 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
-class _Addr:
-    def __init__(self, port: int) -> None:
-        self.host = "127.0.0.1"
-        self.port = port
-
 
 def _config(tmp_path: Path, data: Path) -> Path:
-    cfg = tmp_path / "meshmq.toml"
-    cfg.write_text(f"""
-[broker]
-name = "full"
-data_directory = "{data}"
-
-[[listeners]]
-name = "stomp"
-url = "stomp://127.0.0.1:0"
-
-[store]
-segment_size = "1 mb"
-min_free_disk = 0
-disk_reserve = "1 mb"
-
-[management]
-enabled = true
-host = "127.0.0.1"
-port = 0
-""")
-    return cfg
+    return write_broker_toml(tmp_path / "meshmq.toml", name="full", data=data, extra=(
+        '[store]\nsegment_size = "1 mb"\nmin_free_disk = 0\ndisk_reserve = "1 mb"\n'),
+        management=True)
 
 
 def _management_url(log_path: Path) -> str:
@@ -83,7 +60,7 @@ def _management_url(log_path: Path) -> str:
 def _persistent_send(port: int, receipt: str) -> str | None:
     """One receipted persistent send on a new connection: None if confirmed, else the
     ERROR message."""
-    with RawClient(_Addr(port)) as c:
+    with RawClient(Address(port)) as c:
         c.connect("1.2")
         c.send_frame("SEND", [("destination", "/queue/full"), ("persistent", "true"),
                               ("receipt", receipt)], BODY)
@@ -100,7 +77,7 @@ def test_full_disk_refuses_persistent_sends_and_recovers_by_itself(
     broker = ProcessBroker(_config(tmp_path, small_fs / "data"), log_path).start()
     try:
         port = broker.port
-        producer = RawClient(_Addr(port))
+        producer = RawClient(Address(port))
         producer.connect("1.2")
         sent = 0
         refusal = None
@@ -125,7 +102,7 @@ def test_full_disk_refuses_persistent_sends_and_recovers_by_itself(
             stat.stdout + stat.stderr
 
         # Non-persistent traffic still flows.
-        with RawClient(_Addr(port)) as other:
+        with RawClient(Address(port)) as other:
             other.connect("1.2")
             other.send_frame("SUBSCRIBE", [("destination", "/queue/np"), ("id", "n")])
             other.send_frame("SEND", [("destination", "/queue/np")], b"light")
@@ -133,7 +110,7 @@ def test_full_disk_refuses_persistent_sends_and_recovers_by_itself(
             assert frame.body == b"light"
 
         # The consumer drains every confirmed message, acknowledging each: no ERROR.
-        with RawClient(_Addr(port)) as consumer:
+        with RawClient(Address(port)) as consumer:
             consumer.connect("1.2")
             consumer.send_frame("SUBSCRIBE", [("destination", "/queue/full"), ("id", "c"),
                                               ("ack", "client-individual"),

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.interop.stomp_helpers import ClosedError, RawClient, frame_bytes, uid
-from tests.support.brokers import ProcessBroker
+from tests.interop.stomp_helpers import Address, ClosedError, RawClient, frame_bytes, uid
+from tests.support.brokers import ProcessBroker, write_broker_toml
 
 pytestmark = pytest.mark.slow
 
@@ -22,34 +22,11 @@ FRAME_TIMEOUT_MS = 300
 
 
 def _config(tmp_path: Path, block_timeout_ms: int) -> Path:
-    cfg = tmp_path / "meshmq.toml"
-    cfg.write_text(f"""
-[broker]
-name = "flow"
-data_directory = "{tmp_path / 'data'}"
+    return write_broker_toml(tmp_path / "meshmq.toml", name="flow", data=tmp_path / "data",
+                             extra=f"[stomp]\nframe_timeout_ms = {FRAME_TIMEOUT_MS}\n\n"
+                                   '[usage]\nmemory_limit = 5000\non_limit = "block"\n'
+                                   f"block_timeout_ms = {block_timeout_ms}\n")
 
-[[listeners]]
-name = "stomp"
-url = "stomp://127.0.0.1:0"
-
-[stomp]
-frame_timeout_ms = {FRAME_TIMEOUT_MS}
-
-[usage]
-memory_limit = 5000
-on_limit = "block"
-block_timeout_ms = {block_timeout_ms}
-
-[management]
-enabled = false
-""")
-    return cfg
-
-
-class _Addr:
-    def __init__(self, port: int) -> None:
-        self.host = "127.0.0.1"
-        self.port = port
 
 
 def _frames(q: str, first: int, count: int) -> bytes:
@@ -75,8 +52,8 @@ def _only_receipts_within(client: RawClient, seconds: float) -> list[str]:
 
 def test_blocked_producer_is_not_timed_out_and_completes(tmp_path: Path) -> None:
     broker = ProcessBroker(_config(tmp_path, 0), tmp_path / "broker.log").start()
-    producer = RawClient(_Addr(broker.port))
-    consumer = RawClient(_Addr(broker.port))
+    producer = RawClient(Address(broker.port))
+    consumer = RawClient(Address(broker.port))
     try:
         producer.connect("1.2")
         q = f"/queue/{uid('held')}"
@@ -108,7 +85,7 @@ def test_blocked_producer_is_not_timed_out_and_completes(tmp_path: Path) -> None
 
 def test_block_timeout_answers_with_an_error(tmp_path: Path) -> None:
     broker = ProcessBroker(_config(tmp_path, 600), tmp_path / "broker.log").start()
-    producer = RawClient(_Addr(broker.port))
+    producer = RawClient(Address(broker.port))
     try:
         producer.connect("1.2")
         q = f"/queue/{uid('timeout')}"

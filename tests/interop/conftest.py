@@ -8,10 +8,12 @@ closed at teardown. Every interop test gets a 30 s timeout.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.interop.mqtt_helpers import MqttEnv
 from tests.interop.stomp_helpers import Client, RawClient
 from tests.support.brokers import ThreadBroker
 
@@ -60,3 +62,13 @@ def raw(request: pytest.FixtureRequest) -> Iterator[Callable[..., RawClient]]:
     finally:
         for r in made:
             r.close()
+
+
+@pytest.fixture
+def mqtt_env(tmp_path: Path) -> Iterator[MqttEnv]:
+    """A broker with STOMP, MQTT and WebSocket listeners and MQTT client factories."""
+    env = MqttEnv(tmp_path / "mqtt-data")
+    try:
+        yield env
+    finally:
+        env.close()

@@ -312,6 +312,14 @@ def frame_bytes(command: str, headers: Iterable[tuple[str, str]] = (), body: byt
     return eol.join(lines) + eol + eol + body + b"\x00"
 
 
+@dataclass(frozen=True)
+class Address:
+    """Where a RawClient connects when there is no ThreadBroker object (a subprocess)."""
+
+    port: int
+    host: str = "127.0.0.1"
+
+
 class ClosedError(Exception):
     """The broker closed the socket."""
 

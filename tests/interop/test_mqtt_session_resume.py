@@ -4,59 +4,47 @@ are delivered) and the new interval, 0, applies when this connection ends."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from paho.mqtt.packettypes import PacketTypes
 
 from tests.interop.mqtt_helpers import MqttEnv, paho_props, uid
 
 
-@pytest.fixture
-def env(tmp_path: Path) -> Iterator[MqttEnv]:
-    e = MqttEnv(tmp_path / "data")
-    try:
-        yield e
-    finally:
-        e.close()
-
-
 @pytest.mark.parametrize("qos", [1, 2])
-def test_resumed_without_expiry_gets_the_queued_messages(env: MqttEnv, qos: int) -> None:
+def test_resumed_without_expiry_gets_the_queued_messages(mqtt_env: MqttEnv, qos: int) -> None:
     client_id, topic = uid("resume"), f"resume/{uid('t')}"
-    first = env.paho(5, client_id=client_id, clean=False, session_expiry=300)
+    first = mqtt_env.paho(5, client_id=client_id, clean=False, session_expiry=300)
     first.subscribe(topic, qos=qos)
     first.disconnect()
-    publisher = env.paho(5)
+    publisher = mqtt_env.paho(5)
     for i in range(3):
         publisher.publish(topic, f"m{i}".encode(), qos=qos)
     publisher.disconnect()
-    again = env.paho(5, client_id=client_id, clean=False)  # no Session Expiry Interval
+    again = mqtt_env.paho(5, client_id=client_id, clean=False)  # no Session Expiry Interval
     assert again.session_present
     assert [m.payload for m in again.wait_messages(3)] == [b"m0", b"m1", b"m2"]
     # New messages flow too, on the same subscription.
-    publisher = env.paho(5)
+    publisher = mqtt_env.paho(5)
     publisher.publish(topic, b"live", qos=qos)
     again.wait_for(b"live")
     publisher.disconnect()
     again.disconnect()
     # The interval of the last connection (0) ended the session with it.
-    last = env.paho(5, client_id=client_id, clean=False)
+    last = mqtt_env.paho(5, client_id=client_id, clean=False)
     assert not last.session_present
     last.disconnect()
 
 
-def test_message_expiry_still_applies_to_a_resumed_session(env: MqttEnv) -> None:
+def test_message_expiry_still_applies_to_a_resumed_session(mqtt_env: MqttEnv) -> None:
     client_id, topic = uid("resume"), f"resume/{uid('x')}"
-    first = env.paho(5, client_id=client_id, clean=False, session_expiry=300)
+    first = mqtt_env.paho(5, client_id=client_id, clean=False, session_expiry=300)
     first.subscribe(topic, qos=1)
     first.disconnect()
-    publisher = env.paho(5)
+    publisher = mqtt_env.paho(5)
     publisher.publish(topic, b"kept", qos=1,
                       properties=paho_props(PacketTypes.PUBLISH, MessageExpiryInterval=300))
     publisher.disconnect()
-    again = env.paho(5, client_id=client_id, clean=False)
+    again = mqtt_env.paho(5, client_id=client_id, clean=False)
     [message] = again.wait_messages(1)
     assert message.payload == b"kept"
     expiry = getattr(message.properties, "MessageExpiryInterval", None)

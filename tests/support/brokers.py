@@ -181,3 +181,14 @@ class ProcessBroker:
             self._log.close()
         return code
 
+
+def write_broker_toml(path: Path, *, name: str, data: Path, extra: str = "",
+                      management: bool = False) -> Path:
+    """A meshmq.toml for a subprocess broker: one STOMP listener on a port the OS picks,
+    the management endpoint off (or on a port the OS picks), plus ``extra`` TOML."""
+    mgmt = ('[management]\nhost = "127.0.0.1"\nport = 0\n' if management
+            else "[management]\nenabled = false\n")
+    path.write_text(f'[broker]\nname = "{name}"\ndata_directory = "{data}"\n\n'
+                    f'[[listeners]]\nname = "stomp"\nurl = "stomp://127.0.0.1:0"\n\n'
+                    f"{extra}\n{mgmt}")
+    return path
