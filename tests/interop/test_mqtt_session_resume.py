@@ -50,3 +50,27 @@ def test_message_expiry_still_applies_to_a_resumed_session(mqtt_env: MqttEnv) ->
     expiry = getattr(message.properties, "MessageExpiryInterval", None)
     assert expiry is not None and 0 < expiry <= 300
     again.disconnect()
+
+
+def test_a_burst_larger_than_one_turn_keeps_its_order(mqtt_env: MqttEnv) -> None:
+    """More pipelined packets than one event-loop turn handles: served over several
+    turns, in order, every one acknowledged."""
+    from meshmq.protocol.mqtt import Puback, Publish, encode
+
+    topic = f"burst/{uid('b')}"
+    sub = mqtt_env.raw(4)
+    sub.connect(uid("bsub"))
+    sub.subscribe((topic, 1))
+    pub = mqtt_env.raw(4)
+    pub.connect(uid("bpub"))
+    count = 1000
+    pub.send_bytes(b"".join(encode(Publish(topic=topic, payload=str(i).encode(), qos=1,
+                                           packet_id=i + 1), 4) for i in range(count)))
+    acks = [pub.expect(Puback).packet_id for _ in range(count)]
+    assert acks == list(range(1, count + 1))
+    got = []
+    for _ in range(count):
+        packet = sub.expect(Publish)
+        got.append(int(packet.payload))
+        sub.ack(packet)
+    assert got == list(range(count))

@@ -87,6 +87,8 @@ QOS_PROPERTY = "ActiveMQ.MQTT.QoS"
 RETAIN_PROPERTY = "ActiveMQ.Retain"
 _INTERNAL = frozenset({QOS_PROPERTY, RETAIN_PROPERTY, "dlqDeliveryFailureCause"})
 TOPIC_ALIAS_MAXIMUM = 64
+# Packets of one connection handled per event-loop turn before the rest waits for the next.
+PACKETS_PER_TURN = 256
 SERVER_SESSION_FOREVER = 0xFFFFFFFF
 
 
@@ -210,6 +212,7 @@ class MqttSession(BufferedOutput):
         self.conn: Connection | None = None
         self.state: SessionState | None = None
         self._auth_method: str | None = None  # CONNECT's MQTT 5 authentication method
+        self._held: list[Packet] = []  # decoded, waiting for the next event-loop turn
         self.persistent = False
         self.closing = False
         self.will: Will | None = None
@@ -249,13 +252,23 @@ class MqttSession(BufferedOutput):
             self.protocol_failure(exc)
             self.runtime.request_pump()
             return
+        if self._held:
+            self._held.extend(packets)  # behind the packets still waiting their turn
+            return
         self._handle_all(packets)
         self.runtime.request_pump()
         self.flush()
 
     def _handle_all(self, packets: list[Packet]) -> None:
-        for packet in packets:
+        for i, packet in enumerate(packets):
             if self.closing:
+                break
+            if i == PACKETS_PER_TURN:
+                # One client's burst must not hold the event loop: the rest waits for the
+                # next turn, after the other connections.
+                self._held = packets[i:]
+                self.transport.pause_reading()
+                asyncio.get_running_loop().call_soon(self._resume_turn)
                 break
             try:  # _handle_safely inlined, PUBLISH dispatched first
                 if packet.__class__ is Publish:
@@ -264,6 +277,16 @@ class MqttSession(BufferedOutput):
                     self.handle(packet)
             except Exception as exc:
                 self._handling_failed(packet, exc)
+
+    def _resume_turn(self) -> None:
+        held, self._held = self._held, []
+        if self.closing:
+            return
+        self._handle_all(held)
+        self.runtime.request_pump()
+        self.flush()
+        if not self._held and not self.closing:
+            self.transport.resume_reading()
 
     def _handle_safely(self, packet: Packet) -> None:
         try:
