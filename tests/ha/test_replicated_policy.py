@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from meshmq.errors import RemoteProtocolError
 from meshmq.ha.replica_ops import decode_ops, encode_ops
 from meshmq.ha.replication_policy import (
+    ADOPTED,
     ZERO,
     Catchup,
     RetainedLog,
@@ -57,7 +58,7 @@ def test_out_of_range_positions_are_refused() -> None:
 
 voters = st.builds(VoterState, st.integers(0, 20), st.none() | st.sampled_from("abc"),
                    st.tuples(st.integers(0, 20), st.integers(0, 50)),
-                   st.none() | st.integers(0, 10_000))
+                   st.none() | st.integers(0, 10_000), st.booleans())
 
 
 @given(voters, st.sampled_from("abc"), st.integers(0, 25),
@@ -71,6 +72,8 @@ def test_a_vote_obeys_every_rule(state: VoterState, cand: str, term: int,
         assert last >= state.last  # never for a candidate behind this node
         assert state.leader_seen_ms is None or now - state.leader_seen_ms >= 1000
         assert term > state.term or state.voted_for in (None, cand)
+        # A node without state of its own votes only in a cluster that never wrote.
+        assert not state.amnesiac or last <= ADOPTED
     if state.leader_seen_ms is not None and now - state.leader_seen_ms < 1000:
         assert (d.term, d.voted_for, d.granted) == (state.term, state.voted_for, False)
 

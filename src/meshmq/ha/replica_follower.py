@@ -110,8 +110,8 @@ class FollowerSide(NodeState):
         candidate = str(req.get("candidate"))
         term = int(req.get("term", 0))
         last = position(req.get("last"), "vote request last")
-        d = decide_vote(VoterState(self.term, self.voted_for, self.last, seen), candidate, term,
-                        last, now, self.ha.lease_ms)
+        d = decide_vote(VoterState(self.term, self.voted_for, self.last, seen, self.amnesiac),
+                        candidate, term, last, now, self.ha.lease_ms)
         if not req.get("pre") and (d.term, d.voted_for) != (self.term, self.voted_for):
             if d.term > self.term and self.kind is not Kind.FOLLOWER:
                 self._adopt_term(d.term)
@@ -149,6 +149,11 @@ class FollowerSide(NodeState):
             log.info("slave: following %s in term %d (log at %s)", leader, term, self.last)
         self.leader_id = leader
         self.leader_seen_ms = self._clock()
+        if self.amnesiac:
+            self.amnesiac = False  # the master's stream brings this node up to date
+            self._save_state()
+            log.info("replication: node %s has state again (following %s)", self.node_id,
+                     leader)
         return True
 
     def _on_append(self, head: dict[str, Any], batches: list[tuple[Position, bytes]],

@@ -22,6 +22,7 @@ class NodeState:
     witness: bool
     term: int
     voted_for: str | None
+    amnesiac: bool
     kind: Kind
     leader_id: str | None
     leader_seen_ms: int | None

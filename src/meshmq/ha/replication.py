@@ -104,6 +104,8 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
         self._state_path = base / STATE_FILE
         self.term = 0
         self.voted_for: str | None = None
+        # Started without a state file and no master accepted since (replication_policy).
+        self.amnesiac = False
         self.kind = Kind.FOLLOWER
         self.leader_id: str | None = None
         self.leader_seen_ms: int | None = None
@@ -159,11 +161,18 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
 
     def _load_state(self) -> None:
         self._state_path.parent.mkdir(parents=True, exist_ok=True)
-        if self._state_path.exists():
+        if not self._state_path.exists():
+            self.amnesiac = True
+            log.warning("replication: node %s starts with no state in %s: it will not vote "
+                        "for a candidate with data until a master has brought it up to "
+                        "date (a lost state directory must not elect a stale node)",
+                        self.node_id, self._state_path.parent)
+        else:
             try:
                 raw = json.loads(self._state_path.read_text())
                 self.term = int(raw["term"])
                 self.voted_for = raw.get("voted_for")
+                self.amnesiac = bool(raw.get("amnesiac", False))
                 if self.witness:
                     self.last = self.durable = position(raw.get("last", [0, 0]), "last")
             except (ValueError, KeyError, TypeError) as exc:
@@ -172,6 +181,8 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
 
     def _save_state(self) -> None:
         state: dict[str, Any] = {"term": self.term, "voted_for": self.voted_for}
+        if self.amnesiac:
+            state["amnesiac"] = True  # survives restarts until a master is accepted
         if self.witness:
             state["last"] = list(self.last)
         write_atomic(self._state_path, json.dumps(state).encode())
@@ -390,6 +401,9 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
         self.kind = Kind.LEADER
         self.leader_id = self.node_id
         self.leader_seen_ms = self._leader_since_ms = self._clock()
+        if self.amnesiac:
+            self.amnesiac = False  # elected by a majority: its log is the cluster's
+            self._save_state()
         self.retained = RetainedLog(self.last, self.ha.log_retain_bytes)
         self.commit = 0
         self._peers = {m: Peer(m) for m in self.ha.members}

@@ -56,6 +56,9 @@ class VoterState:
     voted_for: str | None
     last: Position
     leader_seen_ms: int | None  # when this node last heard from a live master (or is one)
+    # No state of its own (a new node, or one whose directory was lost) and no master
+    # heard since: it cannot know what it promised before.
+    amnesiac: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +82,14 @@ def decide_vote(state: VoterState, candidate: str, term: int, last: Position,
         return VoteDecision(False, term, voted_for, f"already voted for {voted_for}")
     if last < state.last:
         return VoteDecision(False, term, voted_for, "candidate log is behind")
+    if state.amnesiac and last > ADOPTED:
+        # A node that lost its state may have promised (or recorded) more than this
+        # candidate holds: it votes only in a cluster that has never written (a new one)
+        # until a master has brought it up to date. A candidate with the newest log
+        # still wins with the other nodes' votes.
+        return VoteDecision(False, term, voted_for, "this node has no state of its own "
+                            "yet (new or wiped): it votes only once a master has "
+                            "brought it up to date")
     return VoteDecision(True, term, candidate, "granted")
 
 
