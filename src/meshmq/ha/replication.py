@@ -163,7 +163,9 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
         self._state_path.parent.mkdir(parents=True, exist_ok=True)
         if not self._state_path.exists():
             self.amnesiac = True
-            log.warning("replication: node %s starts with no state in %s: it will not vote "
+            # INFO: every new node starts so; for a node that had state, the refused votes
+            # it logs say why no stale node is elected.
+            log.info("replication: node %s starts with no state in %s: it will not vote "
                         "for a candidate with data until a master has brought it up to "
                         "date (a lost state directory must not elect a stale node)",
                         self.node_id, self._state_path.parent)
