@@ -4,7 +4,7 @@
     .venv/bin/python bench/network_bench.py --quick    # smoke run (~20 s)
     .venv/bin/python bench/network_bench.py --profile /tmp/prof   # + py-spy on every broker
 
-Issue 6 asks that a network of brokers forwards at least 0.8x the single-broker rate.
+The target: a network of brokers forwards at least 0.8x the single-broker rate.
 Every case starts fresh ``meshmq broker`` subprocesses (journal store, ``fsync = true``,
 STOMP + ``tcp`` + management listeners on free loopback ports) and drives them with
 bench/loadgen.py's workers, producer and consumer on different brokers:

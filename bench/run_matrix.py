@@ -1,4 +1,4 @@
-"""Run the benchmark matrix of issue 3 against meshmq and every peer broker on this machine.
+"""Run the benchmark matrix (docs/benchmarks.md) against meshmq and every peer broker here.
 
     .venv/bin/python bench/run_matrix.py            # full matrix (~40 min on 2 cores)
     .venv/bin/python bench/run_matrix.py --quick    # smoke run, small counts (~5 min)
@@ -429,7 +429,7 @@ def write_markdown(path: Path, data: dict[str, Any], charts: list[str]) -> None:
         lines.append(f"| {n} | {e.get('version', '—')} | {status} | {_fmt(e.get('startup_s'), 2)} "
                  f"| {_fmt(e.get('idle_rss_mb'), 1)} |")
     lines.append("")
-    lines.append("## Targets (issue 3)\n")
+    lines.append("## Targets\n")
     lines.append("| target | measured | verdict |")
     lines.append("|---|---|---|")
     for t, m, v in evaluate_targets(res):

@@ -1,4 +1,4 @@
-"""Advisory topics in ActiveMQ's names (issue 2, point 5)."""
+"""Advisory topics in ActiveMQ's names."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Authentication (issue 2, point 7) and memory limits / producer flow control (point 6)."""
+"""Authentication, memory limits and producer flow control."""
 
 from __future__ import annotations
 

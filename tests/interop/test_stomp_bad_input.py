@@ -1,4 +1,4 @@
-"""Bad input (issue 2, "Bad input"): the offending client gets an ERROR with a precise
+"""Bad input: the offending client gets an ERROR with a precise
 reason and is closed; a client connected at the same time keeps working; the broker
 stays up."""
 

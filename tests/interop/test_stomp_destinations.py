@@ -1,4 +1,4 @@
-"""ActiveMQ destinations, message headers and subscription headers (issue 2, point 2)."""
+"""ActiveMQ destinations, message headers and subscription headers."""
 
 from __future__ import annotations
 

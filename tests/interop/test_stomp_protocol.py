@@ -1,4 +1,4 @@
-"""STOMP 1.0/1.1/1.2 protocol behaviour (issue 2, point 1) with stomp.py and raw sockets."""
+"""STOMP 1.0/1.1/1.2 protocol behaviour with stomp.py and raw sockets."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Queue semantics (issue 2, point 3) and topics (point 4) with stomp.py."""
+"""Queue semantics and topics with stomp.py."""
 
 from __future__ import annotations
 

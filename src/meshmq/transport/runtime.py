@@ -259,8 +259,8 @@ class BrokerRuntime:
             self._listening(listener, server)
             await self.network.advertise(listener, self.addresses[listener.name])
         else:
-            log.warning("listener %s (%s://) is not available yet: MQTT and WebSocket "
-                        "listeners are being built", listener.name, listener.protocol)
+            log.warning("listener %s: %s:// is not a protocol this broker serves; ignored",
+                        listener.name, listener.protocol)
 
     async def _start_management(self) -> None:
         if self.config.management.enabled and self._management is None:
