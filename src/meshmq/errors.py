@@ -111,7 +111,13 @@ class ListenError(MeshmqError):
 def describe_bind_failure(what: str, host: str, port: int, exc: OSError,
                           change: str) -> ListenError:
     """One line for a failed bind: what could not listen where, why, and what to change."""
-    reason = exc.strerror or str(exc)
-    if exc.errno is not None and exc.errno == 98:  # EADDRINUSE on Linux
-        reason = "address already in use: another process (another broker?) listens there"
-    return ListenError(f"cannot listen for {what} on {host}:{port}: {reason}; {change}")
+    import errno
+    import os
+
+    if exc.errno == errno.EADDRINUSE:
+        reason = "address already in use: another process, another broker perhaps, has it"
+    elif isinstance(exc.errno, int) and exc.errno > 0:
+        reason = os.strerror(exc.errno).lower()  # not the event loop's long wording
+    else:
+        reason = exc.strerror or str(exc)  # name resolution: "Name or service not known"
+    return ListenError(f"cannot listen for {what} on {host}:{port} ({reason}): {change}")

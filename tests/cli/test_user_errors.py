@@ -44,7 +44,7 @@ def broker_args(tmp_path: Path, *extra: str) -> list[str]:
     return ["--log-level", "WARNING", "broker", "--data", str(tmp_path / "data"), *extra]
 
 
-@pytest.mark.parametrize(("flag", "what"), [("--stomp", "stomp"), ("--mqtt", "mqtt")])
+@pytest.mark.parametrize(("flag", "what"), [("--stomp", "STOMP"), ("--mqtt", "MQTT")])
 def test_busy_listener_port_is_one_line(tmp_path: Path, busy_port: int, flag: str,
                                         what: str) -> None:
     others = {"--stomp": "127.0.0.1:0", "--mqtt": "127.0.0.1:0"}

@@ -46,13 +46,20 @@ examples:
 docs: docs/config.md (every option), docs/networks.md, docs/ha.md, docs/client.md"""
 
 
-def _hostport(text: str, default_port: int) -> tuple[str, int]:
+class UsageError(MeshmqError):
+    """A command-line argument that cannot be used as given (exit status 2)."""
+
+    code = "usage"
+
+
+def _hostport(text: str, default_port: int, option: str) -> tuple[str, int]:
     """HOST:PORT, HOST or :PORT; port 0 is kept (the OS chooses)."""
-    parsed = urlparse(text if "://" in text else f"x://{text}")
     try:
+        parsed = urlparse(text if "://" in text else f"x://{text}")
         port = parsed.port
     except ValueError:
-        raise ConfigError(f"{text!r} is not HOST:PORT (a port is 0 to 65535)") from None
+        raise UsageError(f"{option} {text!r} is not HOST:PORT (a port is 0 to "
+                         "65535)") from None
     return parsed.hostname or "127.0.0.1", default_port if port is None else port
 
 
@@ -60,6 +67,23 @@ def _unreachable(command: str, where: str, exc: BaseException) -> int:
     reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
     print(f"meshmq {command}: cannot reach a broker at {where}: {reason} (is one running "
           "there? point --url at it)", file=sys.stderr)
+    return 2
+
+
+def _stomp_failure(command: str, where: str, exc: MeshmqError, connected: bool) -> int:
+    """One line for a STOMP conversation that went wrong, and what to change."""
+    text = str(exc)
+    if connected:
+        print(f"meshmq {command}: the broker at {where} refused: "
+              f"{text.removeprefix('broker error: ')}", file=sys.stderr)
+        return 1
+    if text.startswith("broker error"):  # an ERROR frame: a broker that refused us
+        print(f"meshmq {command}: the broker at {where} refused the connection: {text} "
+              "(check --user and --password)", file=sys.stderr)
+        return 2
+    print(f"meshmq {command}: {where} does not answer as a STOMP broker ({text}); point "
+          "--url at the broker's STOMP HOST:PORT (default 127.0.0.1:61613)",
+          file=sys.stderr)
     return 2
 
 
@@ -83,7 +107,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
                                              (args.mqtt, "mqtt", 1883)):
             if not flag:
                 continue
-            host, port = _hostport(flag, default_port)
+            host, port = _hostport(flag, default_port, f"--{protocol}")
             kept = [lst for lst in listeners if lst.protocol != protocol]
             replaced = next((lst for lst in listeners if lst.protocol == protocol), None)
             new = ListenerConfig(name=protocol, protocol=protocol, host=host, port=port)
@@ -95,7 +119,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
         if args.management in ("off", "none", ""):
             changes["management"] = ManagementConfig(enabled=False)
         else:
-            host, port = _hostport(args.management, 8161)
+            host, port = _hostport(args.management, 8161, "--management")
             changes["management"] = ManagementConfig(enabled=True, host=host, port=port)
     if args.no_fsync:
         changes["store"] = dataclasses.replace(config.store, fsync=False)
@@ -122,8 +146,13 @@ def cmd_broker(args: argparse.Namespace) -> int:
 def cmd_send(args: argparse.Namespace) -> int:
     from meshmq.client.simple_stomp import SimpleStompClient
 
-    host, port = _hostport(args.url, 61613)
-    headers = dict(h.split("=", 1) for h in args.header)
+    host, port = _hostport(args.url, 61613, "--url")
+    headers: dict[str, str] = {}
+    for header in args.header:
+        name, eq, value = header.partition("=")
+        if not eq or not name:
+            raise UsageError(f"--header {header!r} is not NAME=VALUE")
+        headers[name] = value
     if args.persistent:
         headers["persistent"] = "true"
     bodies: list[bytes]
@@ -131,34 +160,45 @@ def cmd_send(args: argparse.Namespace) -> int:
         bodies = [args.body.encode()] * args.count
     else:
         bodies = [line.rstrip("\n").encode() for line in sys.stdin]
+    connected = False
     try:
         with SimpleStompClient(host, port, login=args.user,
                                passcode=args.password) as client:
+            connected = True
             for body in bodies:
                 client.send(args.destination, body, headers, confirm=not args.no_receipt)
     except OSError as exc:
         return _unreachable("send", f"{host}:{port}", exc)
+    except MeshmqError as exc:
+        return _stomp_failure("send", f"{host}:{port}", exc, connected)
     print(f"sent {len(bodies)} message(s) to {args.destination}", file=sys.stderr)
     return 0
 
 
 def cmd_receive(args: argparse.Namespace) -> int:
 
-    host, port = _hostport(args.url, 61613)
+    host, port = _hostport(args.url, 61613, "--url")
+    if args.durable and not args.client_id:
+        raise UsageError("--durable needs --client-id (a durable subscription belongs to "
+                         "one client id)")
+    state = {"connected": False}
     try:
-        received = _receive(args, host, port)
+        received = _receive(args, host, port, state)
     except OSError as exc:
         return _unreachable("receive", f"{host}:{port}", exc)
+    except MeshmqError as exc:
+        return _stomp_failure("receive", f"{host}:{port}", exc, state["connected"])
     print(f"received {received} message(s) from {args.destination}", file=sys.stderr)
     return 0 if args.count <= 0 or received >= args.count else 1
 
 
-def _receive(args: argparse.Namespace, host: str, port: int) -> int:
+def _receive(args: argparse.Namespace, host: str, port: int, state: dict[str, bool]) -> int:
     from meshmq.client.simple_stomp import SimpleStompClient
 
     received = 0
     with SimpleStompClient(host, port, login=args.user, passcode=args.password,
                            client_id=args.client_id) as client:
+        state["connected"] = True
         extra = {}
         if args.selector:
             extra["selector"] = args.selector
@@ -182,6 +222,13 @@ def _receive(args: argparse.Namespace, host: str, port: int) -> int:
 
 def fetch_stat(url: str) -> dict[str, Any]:
     base = url if "://" in url else f"http://{url}"
+    try:
+        parsed = urlparse(base)
+        parsed.port  # noqa: B018 (raises ValueError for a port out of range)
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise UsageError(f"--url {url!r} is not HOST:PORT or http://HOST:PORT")
     with urllib.request.urlopen(base.rstrip("/") + "/api/stat", timeout=10) as resp:
         data: dict[str, Any] = json.loads(resp.read())
     return data
@@ -364,6 +411,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"meshmq: configuration error: {exc}", file=sys.stderr)
         return 2
+    except UsageError as exc:
+        print(f"meshmq {args.command}: {exc}", file=sys.stderr)
+        return 2
     except MeshmqError as exc:
         print(f"meshmq: {exc}", file=sys.stderr)
         return 1
@@ -373,6 +423,13 @@ def main(argv: list[str] | None = None) -> int:
         # `meshmq stat | head`: the reader left; say nothing more.
         sys.stderr.close()
         return 0
+    except OSError as exc:
+        # The machine said no (a file or directory that cannot be used, a full disk):
+        # the operator's to fix, so one line; the traceback with --log-level DEBUG.
+        logging.getLogger("meshmq.cli").debug("%s failed", args.command, exc_info=True)
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"meshmq {args.command}: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

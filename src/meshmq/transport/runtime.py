@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 from meshmq.config.model import BrokerConfig, ListenerConfig
 from meshmq.core.broker import RETAINED_PREFIX, SYS_PREFIX, Broker
 from meshmq.core.queue import BrowseEnd, Delivery
-from meshmq.errors import StoreError, describe_bind_failure
+from meshmq.errors import ConfigError, StoreError, describe_bind_failure
 from meshmq.store.base import Store
 from meshmq.transport.topology import Topology, push_families
 
@@ -43,6 +43,12 @@ class Session(Protocol):
     def check_timeouts(self, now: float) -> None: ...
 
 log = logging.getLogger("meshmq.runtime")
+
+# How a listener's protocol is named in messages to the operator.
+LISTENER_LABELS = {"stomp": "STOMP", "stomp+ssl": "STOMP over TLS", "mqtt": "MQTT",
+                   "mqtt+ssl": "MQTT over TLS", "ws": "WebSocket", "wss": "WebSocket over TLS",
+                   "tcp": "broker links", "ssl": "broker links over TLS",
+                   "nio": "broker links"}
 
 TIMER_INTERVAL = 0.5
 SHUTDOWN_DRAIN_S = 3.0  # how long stop() waits for connections to finish closing
@@ -169,15 +175,31 @@ class BrokerRuntime:
         if self.ha is not None:
             # The management endpoint comes up first so a slave's role is visible; client
             # connectors wait until this broker holds the lease.
-            await self._start_management()
-            if not await self.ha.acquire():
+            try:
+                await self._start_management()
+                acquired = await self.ha.acquire()
+            except BaseException as exc:
+                # A bind failure (management, replication) leaves nothing bound or locked.
+                with contextlib.suppress(Exception):
+                    await self._stop_management()
+                with contextlib.suppress(Exception):
+                    await self.ha.stop()
+                self._stopped.set()
+                if isinstance(exc, OSError):
+                    raise self._store_unusable(exc) from None
+                raise
+            if not acquired:
                 await self._stop_management()
                 self._stopped.set()
                 return
             if not self.config.ha.implicit:  # a lone <kahaDB> broker is no pair
                 log.info("master: recovering the store and starting all connectors")
         t0 = time.monotonic()
-        recovery = self.store.open()
+        try:
+            recovery = self.store.open()
+        except OSError as exc:
+            await self._abort_start()
+            raise self._store_unusable(exc) from None
         self.broker.recover(recovery)
         if hasattr(self.store, "space_listener"):
             loop = asyncio.get_running_loop()
@@ -216,19 +238,42 @@ class BrokerRuntime:
         if self._stop_requested or self.deposed:
             await self.stop()
 
+    def _index(self, listener: ListenerConfig) -> int:
+        return next((i for i, lst in enumerate(self.config.listeners) if lst is listener), 0)
+
+    def _store_unusable(self, exc: OSError) -> StoreError:
+        """The data directory cannot be used (a file, not writable, a full disk)."""
+        where = exc.filename or self.config.data_directory
+        reason = exc.strerror or str(exc)
+        return StoreError(f"cannot use {where} for the store ({reason.lower()}): change "
+                          "--data DIR, or data_directory in the configuration "
+                          "(activemq.xml: dataDirectory)")
+
     async def _start_listeners(self) -> None:
         for listener in self.config.listeners:
             try:
                 await self._listen(listener)
             except OSError as exc:
-                change = (f"change the url of listener '{listener.name}' in "
-                          f"{self.config.source or 'the configuration'}"
-                          + (f" (or --{listener.protocol} HOST:PORT)"
-                             if listener.protocol in ("stomp", "mqtt") else ""))
-                raise describe_bind_failure(f"{listener.protocol} (listener "
-                                            f"'{listener.name}')", listener.host,
-                                            listener.port, exc, change) from None
+                what, change = self._bind_advice(listener)
+                raise describe_bind_failure(what, listener.host, listener.port, exc,
+                                            change) from None
         await self._start_management()
+
+    def _bind_advice(self, listener: ListenerConfig) -> tuple[str, str]:
+        """What a listener is called in a bind failure, and where its address is set."""
+        label = LISTENER_LABELS.get(listener.protocol, listener.protocol)
+        flag = (f"--{listener.protocol} HOST:PORT (port 0: the OS chooses)"
+                if listener.protocol in ("stomp", "mqtt") else "")
+        source = self.config.source
+        if source is None:
+            return label, f"run with {flag}" if flag else "change the listener's address"
+        if source.endswith(".xml"):
+            where = f"change uri of <transportConnector name=\"{listener.name}\"> in {source}"
+        else:
+            where = (f"change url of the [[listeners]] entry named \"{listener.name}\" "
+                     f"in {source}")
+        return (f"{label} (listener \"{listener.name}\")",
+                f"{where}, or run with {flag}" if flag else where)
 
     async def _abort_start(self) -> None:
         """Undo a start that failed half-way: nothing stays bound, the store is closed."""
@@ -297,15 +342,25 @@ class BrokerRuntime:
         if self._loop is not None:
             self._loop.create_task(self.stop())
 
-    @staticmethod
-    def _ssl_context(listener: ListenerConfig) -> ssl.SSLContext | None:
+    def _ssl_context(self, listener: ListenerConfig) -> ssl.SSLContext | None:
         if listener.protocol not in ("stomp+ssl", "mqtt+ssl", "wss"):
             return None
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         assert listener.ssl_certfile is not None  # the config loader requires it
-        ctx.load_cert_chain(listener.ssl_certfile, listener.ssl_keyfile)
-        if listener.ssl_cafile is not None:
-            ctx.load_verify_locations(listener.ssl_cafile)
+        option = "ssl_certfile"
+        try:
+            ctx.load_cert_chain(listener.ssl_certfile, listener.ssl_keyfile)
+            if listener.ssl_cafile is not None:
+                option = "ssl_cafile"
+                ctx.load_verify_locations(listener.ssl_cafile)
+        except OSError as exc:  # ssl.SSLError too: not a bind failure
+            path = listener.ssl_cafile if option == "ssl_cafile" else listener.ssl_certfile
+            keyfile = (f" (key {listener.ssl_keyfile})"
+                       if option == "ssl_certfile" and listener.ssl_keyfile else "")
+            reason = exc.strerror or str(exc)
+            raise ConfigError(f"cannot load {path}{keyfile}: {reason}",
+                              file=self.config.source,
+                              option=f"listeners[{self._index(listener)}].{option}") from None
         return ctx
 
     async def _listen_stomp(self, listener: ListenerConfig) -> None:
