@@ -4,6 +4,7 @@ sockets held busy by the test."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import socket
 import subprocess
@@ -13,8 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.support.brokers import ProcessBroker, ThreadBroker, poll
+from tests.support.brokers import ProcessBroker, ThreadBroker, make_config, poll
 from tests.support.ports import free_port
+
+from meshmq.config.model import ListenerConfig
 
 pytestmark = pytest.mark.slow
 
@@ -198,3 +201,179 @@ def test_broker_started_on_port_zero_logs_the_real_port(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.communicate(timeout=20)
+
+
+def _stomp_config(tmp_path: Path, kind: str, port: int) -> Path:
+    if kind == "toml":
+        path = tmp_path / "meshmq.toml"
+        path.write_text(f"""
+[broker]
+name = "cfg"
+data_directory = "{tmp_path / 'data'}"
+
+[[listeners]]
+name = "front"
+url = "stomp://127.0.0.1:{port}"
+
+[management]
+enabled = false
+""")
+    else:
+        path = tmp_path / "activemq.xml"
+        path.write_text(f"""<beans><broker xmlns="http://activemq.apache.org/schema/core"
+  brokerName="cfg" dataDirectory="{tmp_path / 'data'}" persistent="false">
+  <transportConnectors>
+    <transportConnector name="front" uri="stomp://127.0.0.1:{port}"/>
+  </transportConnectors>
+</broker></beans>""")
+    return path
+
+
+@pytest.mark.parametrize(("kind", "entry"), [
+    ("toml", 'the [[listeners]] entry named "front"'),
+    ("xml", '<transportConnector name="front">'),
+    ("flags", None),
+])
+def test_bind_failure_says_where_the_address_is_set(tmp_path: Path, busy_port: int,
+                                                    kind: str, entry: str | None) -> None:
+    if kind == "flags":
+        args = broker_args(tmp_path, "--stomp", f"127.0.0.1:{busy_port}", "--mqtt",
+                           "127.0.0.1:0", "--management", "off")
+    else:
+        cfg = _stomp_config(tmp_path, kind, busy_port)
+        args = ["--log-level", "WARNING", "broker", "--config", str(cfg)]
+    done = meshmq(*args)
+    assert done.returncode != 0
+    line = one_line(done)
+    assert line.startswith("meshmq: cannot listen for STOMP")
+    assert f"on 127.0.0.1:{busy_port} (address already in use" in line
+    assert "--stomp HOST:PORT" in line
+    if entry is None:
+        assert "configuration" not in line  # there is none: the flag is what to change
+    else:
+        assert entry in line and str(cfg) in line
+
+
+def test_unloadable_tls_certificate_is_a_config_error(tmp_path: Path) -> None:
+    cfg = tmp_path / "tls.toml"
+    cfg.write_text(f"""
+[broker]
+name = "tls"
+data_directory = "{tmp_path / 'data'}"
+
+[[listeners]]
+name = "secure"
+url = "stomp+ssl://127.0.0.1:0"
+ssl_certfile = "{tmp_path / 'missing.pem'}"
+
+[management]
+enabled = false
+""")
+    done = meshmq("--log-level", "WARNING", "broker", "--config", str(cfg))
+    assert done.returncode == 2
+    line = one_line(done)
+    assert "cannot listen" not in line  # the address is fine; the certificate is not
+    assert str(cfg) in line and "ssl_certfile" in line and "missing.pem" in line
+
+
+def test_replication_bind_failure_leaves_nothing_bound_or_locked(tmp_path: Path,
+                                                                 busy_port: int) -> None:
+    import asyncio
+    import fcntl
+    import os
+
+    from meshmq.config.load import load_config
+    from meshmq.errors import ListenError
+    from meshmq.transport.runtime import BrokerRuntime
+
+    management = free_port()
+    cfg = tmp_path / "node.toml"
+    cfg.write_text(f"""
+[broker]
+name = "n1"
+data_directory = "{tmp_path / 'data'}"
+
+[[listeners]]
+name = "stomp"
+url = "stomp://127.0.0.1:0"
+
+[management]
+port = {management}
+
+[ha]
+mode = "replicated"
+listen = "127.0.0.1:{busy_port}"
+members = ["127.0.0.1:{free_port()}", "127.0.0.1:{free_port()}"]
+""")
+    config = load_config(cfg)
+    config = dataclasses.replace(config, store=dataclasses.replace(config.store, fsync=False))
+
+    async def start() -> None:
+        with pytest.raises(ListenError, match="cannot listen for replication"):
+            await BrokerRuntime(config).start()
+
+    asyncio.run(start())
+    with socket.socket() as s:  # the management endpoint let go of its port
+        s.bind(("127.0.0.1", management))
+    locks = list((tmp_path / "data").rglob("lock"))
+    assert locks
+    for lock in locks:  # and the journal of its lock
+        fd = os.open(lock, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+
+
+def test_unusable_data_directory_is_one_line(tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    done = meshmq("--log-level", "WARNING", "broker", "--data", str(not_a_dir), "--stomp",
+                  "127.0.0.1:0", "--mqtt", "127.0.0.1:0", "--management", "off")
+    assert done.returncode != 0
+    line = one_line(done)
+    assert str(not_a_dir) in line and "--data" in line
+
+
+@pytest.mark.parametrize(("args", "option"), [
+    (("send", "/queue/q", "x", "--header", "no-equals-sign"), "--header"),
+    (("send", "/queue/q", "x", "--url", "a:b:c"), "--url"),
+    (("stat", "--url", "127.0.0.1:99999"), "--url"),
+    (("stat", "--url", "http://[::1"), "--url"),
+    (("receive", "/topic/t", "--durable", "sub"), "--client-id"),
+    (("broker", "--stomp", "host:port"), "--stomp"),
+])
+def test_malformed_arguments_are_one_line(args: tuple[str, ...], option: str) -> None:
+    done = meshmq(*args)
+    assert done.returncode == 2
+    line = one_line(done)
+    assert line.startswith(f"meshmq {args[0]}: ") and option in line
+    assert "configuration error" not in line  # a flag, not a file
+
+
+def test_send_and_receive_at_a_port_that_is_no_stomp_broker(tmp_path: Path) -> None:
+    mqtt = ListenerConfig(name="mqtt", protocol="mqtt", host="127.0.0.1", port=0)
+    config = make_config(tmp_path / "data")
+    broker = ThreadBroker(dataclasses.replace(config, listeners=(*config.listeners, mqtt)))
+    broker.start()
+    try:
+        assert broker.runtime is not None
+        where = f"127.0.0.1:{broker.runtime.addresses['mqtt'][1]}"
+        for args in (("send", "/queue/q", "x"), ("receive", "/queue/q", "--timeout", "5")):
+            done = meshmq(*args, "--url", where)
+            assert done.returncode == 2
+            line = one_line(done)
+            assert f"{where} does not answer as a STOMP broker" in line
+            assert "--url" in line
+    finally:
+        broker.stop()
+
+
+def test_send_refused_by_the_broker_names_it(broker: ThreadBroker) -> None:
+    where = f"127.0.0.1:{broker.port}"
+    done = meshmq("send", "not-a-destination", "x", "--url", where)
+    assert done.returncode != 0
+    line = one_line(done)
+    assert f"meshmq send: the broker at {where} refused: " in line
+    assert "not-a-destination" in line
+
