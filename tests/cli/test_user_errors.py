@@ -348,6 +348,8 @@ def test_malformed_arguments_are_one_line(args: tuple[str, ...], option: str) ->
     assert done.returncode == 2
     line = one_line(done)
     assert line.startswith(f"meshmq {args[0]}: ") and option in line
+    if option == "--url":
+        assert "is not HOST:PORT" in line
     assert "configuration error" not in line  # a flag, not a file
 
 
