@@ -332,9 +332,15 @@ def build_parser() -> argparse.ArgumentParser:
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    b = sub.add_parser("broker", help="run one broker in the foreground")
-    b.add_argument("--config", help="meshmq.toml or activemq.xml")
-    b.add_argument("--data", help="data directory (default ./data)")
+    b = sub.add_parser(
+        "broker", help="run one broker in the foreground",
+        description="Run one broker in the foreground until Ctrl-C or SIGTERM. Without "
+        "--config: STOMP on 127.0.0.1:61613, MQTT on 127.0.0.1:1883, management on "
+        "127.0.0.1:8161, journal in ./data. Each of --stomp, --mqtt and --management "
+        "changes one listener and keeps the others; a second broker on one host needs its "
+        "own ports and --data.")
+    b.add_argument("--config", metavar="FILE", help="meshmq.toml or activemq.xml")
+    b.add_argument("--data", metavar="DIR", help="data directory (default ./data)")
     b.add_argument("--stomp", metavar="HOST:PORT",
                    help="STOMP listen address (default 127.0.0.1:61613; port 0: the OS "
                         "chooses); replaces only the plain STOMP listener")
