@@ -379,3 +379,13 @@ def test_send_refused_by_the_broker_names_it(broker: ThreadBroker) -> None:
     assert f"meshmq send: the broker at {where} refused: " in line
     assert "not-a-destination" in line
 
+
+
+def test_audit_of_a_missing_trace_path_is_one_line_before_spark_starts(tmp_path: Path) -> None:
+    pytest.importorskip("pyspark")
+    missing = tmp_path / "no-such-traces"
+    for extra in ((), ("--follow", "--once")):
+        done = meshmq("audit", str(missing), "--out", str(tmp_path / "audit"), *extra)
+        assert done.returncode != 0
+        line = one_line(done)  # no Spark start-up chatter either
+        assert f"trace path {missing} does not exist" in line

@@ -292,6 +292,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     paths = [Path(p) for p in args.trace_dirs]
+    if args.follow:
+        missing = [p for p in paths if not p.exists()]
+        if missing:
+            raise UsageError(f"trace path {missing[0]} does not exist")
+    else:
+        audit_job.trace_files(paths)  # a wrong path is one line before Spark starts
     out = Path(args.out)
     master = None if args.master == "submit" else args.master
     spark = audit_job.spark_session(master)
