@@ -389,3 +389,16 @@ def test_audit_of_a_missing_trace_path_is_one_line_before_spark_starts(tmp_path:
         assert done.returncode != 0
         line = one_line(done)  # no Spark start-up chatter either
         assert f"trace path {missing} does not exist" in line
+
+
+def test_second_broker_on_the_same_data_directory_is_told_to_use_its_own(
+        tmp_path: Path) -> None:
+    first = ThreadBroker(make_config(tmp_path / "data")).start()
+    try:
+        done = meshmq(*broker_args(tmp_path, "--stomp", "127.0.0.1:0", "--mqtt",
+                                   "127.0.0.1:0", "--management", "off"))
+        assert done.returncode != 0
+        line = one_line(done)
+        assert "locked by another broker" in line and "--data DIR" in line
+    finally:
+        first.stop()

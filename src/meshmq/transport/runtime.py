@@ -200,6 +200,13 @@ class BrokerRuntime:
         except OSError as exc:
             await self._abort_start()
             raise self._store_unusable(exc) from None
+        except StoreError as exc:
+            await self._abort_start()
+            if exc.code != "store-locked":
+                raise
+            raise StoreError(f"{exc.message}: give each broker its own data directory "
+                             "(--data DIR, or data_directory in the configuration)",
+                             code=exc.code, retriable=exc.retriable) from None
         self.broker.recover(recovery)
         if hasattr(self.store, "space_listener"):
             loop = asyncio.get_running_loop()

@@ -219,7 +219,7 @@ class JournalStore:
                 raise StoreError(f"store directory {self.directory} is locked by a broker "
                                  "running without HA", retriable=True) from None
             raise StoreError(f"store directory {self.directory} is locked by another broker",
-                             retriable=True) from None
+                             code="store-locked", retriable=True) from None
         self._lock_fd = fd
         if shared:
             return
