@@ -21,7 +21,6 @@ from meshmq.store.base import AddMessage
 from meshmq.store.fence import FencedError
 from meshmq.store.journal import JournalStore
 from tests.store.helpers import msg
-from tests.support.brokers import poll
 
 
 def test_first_broker_takes_a_fresh_lease(tmp_path: Path) -> None:

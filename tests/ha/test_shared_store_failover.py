@@ -268,7 +268,7 @@ def test_paused_master_under_write_load_is_replaced_and_the_new_master_keeps_its
     deadline = time.monotonic() + 120
     while acked <= backlog and time.monotonic() < deadline:
         with rec.cond:
-            rec.cond.wait_for(lambda: len(rec.messages) > acked, 1)
+            rec.cond.wait_for(lambda n=acked: len(rec.messages) > n, 1)
             frames = rec.messages[acked:]
         for frame in frames:
             conn.ack(frame.headers["ack"])
