@@ -878,6 +878,8 @@ class Broker:
 
     def set_paused(self, conn: Connection, paused: bool) -> None:
         """Transport back-pressure: stop (or resume) dispatching to this connection."""
+        if conn.closed:
+            return  # being closed: its consumers stay paused (see close_connection_step)
         for consumer in conn.consumers.values():
             if consumer.paused != paused:
                 consumer.paused = paused

@@ -90,6 +90,9 @@ TOPIC_ALIAS_MAXIMUM = 64
 # Packets of one connection handled per event-loop turn before the rest waits for the next.
 PACKETS_PER_TURN = 256
 SERVER_SESSION_FOREVER = 0xFFFFFFFF
+# Consumers of a closed connection unsubscribed (or durable subscriptions of an ended
+# session deleted) per event-loop turn.
+CONSUMERS_CLOSED_PER_TURN = 1000
 
 
 @dataclass(slots=True)
@@ -399,6 +402,13 @@ class MqttSession(BufferedOutput):
         if old is not None and old is not self:
             old.disconnect(ReasonCode.SESSION_TAKEN_OVER, "another connection took over")
             old.connection_lost()
+        pending = self.runtime.mqtt_teardowns.get(client_id)
+        if pending is not None:
+            # The client id's previous connection (or expired session) is still being
+            # taken apart: finish now, so that the client id is free, its durable
+            # subscriptions have no consumer, and the session is found exactly as an
+            # instantaneous close would have left it.
+            pending.finish()
         if client_id in self.broker.client_ids:
             self._refuse(ReasonCode.CLIENT_IDENTIFIER_NOT_VALID,
                          f"client id {client_id!r} is in use by a non-MQTT connection")
@@ -507,7 +517,7 @@ class MqttSession(BufferedOutput):
 
     @staticmethod
     def _record_name(client_id: str) -> str:
-        return f"mqtt-session/{client_id}"
+        return _record_name(client_id)
 
     def _save_state(self) -> None:
         """Persist what a persistent session needs beyond its subscriptions: that it
@@ -1041,39 +1051,37 @@ class MqttSession(BufferedOutput):
         if self.runtime.mqtt_sessions.get(client_id) is self:
             del self.runtime.mqtt_sessions[client_id]
         self._by_consumer.clear()
-        self.broker.close_connection(self.conn)  # consumers closed; unacked are redelivered
         self.runtime.unregister(self)
+        # The session tables, the saved state and the will are settled now, in this turn;
+        # the consumers (unacked messages are redelivered) and, for a session that ends
+        # here, its durable subscriptions go over as many turns as they need.
+        state = self.state
+        ends = state is not None and (not self.persistent or state.expiry_s == 0)
+        if ends:
+            self.runtime.mqtt_states.pop(client_id, None)
+        SessionTeardown(self.runtime, client_id, self.conn, drop_session=ends).start()
         if self.will is not None:
             delay = self.will.properties.will_delay_interval or 0
             if self.level == PROTOCOL_LEVEL_5 and self.state is not None:
                 delay = min(delay, self.state.expiry_s)
             self.runtime.schedule_will(client_id, self._will_message(self.will), delay)
-        state = self.state
-        if state is not None:
-            if not self.persistent or state.expiry_s == 0:
-                self.runtime.mqtt_states.pop(client_id, None)
-                self._drop_durables(client_id)
-                self.broker.drop_record(self._record_name(client_id))
-            else:
-                self._save_state()
-                if state.expiry_s != SERVER_SESSION_FOREVER:
-                    state.expiry_handle = asyncio.get_running_loop().call_later(
-                        state.expiry_s, self._expire_session, client_id, state)
+        if state is not None and not ends:
+            self._save_state()
+            if state.expiry_s != SERVER_SESSION_FOREVER:
+                state.expiry_handle = asyncio.get_running_loop().call_later(
+                    state.expiry_s, self._expire_session, client_id, state)
         self.runtime.request_pump()
-
-    def _drop_durables(self, client_id: str) -> None:
-        for cid, name in [k for k in self.broker.durables if k[0] == client_id]:
-            if parse_durable_name(name) is not None:
-                self.broker.drop_durable((cid, name))
 
     def _expire_session(self, client_id: str, state: SessionState) -> None:
         if self.runtime.mqtt_states.get(client_id) is state \
                 and client_id not in self.runtime.mqtt_sessions:
             log.info("MQTT session %s expired", client_id)
             del self.runtime.mqtt_states[client_id]
-            self._drop_durables(client_id)
-            self.broker.drop_record(self._record_name(client_id))
-            self.runtime.request_pump()
+            pending = self.runtime.mqtt_teardowns.get(client_id)
+            if pending is not None:
+                pending.drop_session()  # its connection is still being taken apart
+            else:
+                SessionTeardown(self.runtime, client_id, None, drop_session=True).start()
 
     def _will_message(self, will: Will) -> Message:
         assert self.conn is not None
@@ -1104,6 +1112,89 @@ class MqttSession(BufferedOutput):
         if self.conn is not None:
             self.broker.set_paused(self.conn, False)
             self.runtime.request_pump()
+
+
+def _record_name(client_id: str) -> str:
+    return f"mqtt-session/{client_id}"
+
+
+class SessionTeardown:
+    """What is left of an MQTT connection's end that costs O(subscriptions): closing the
+    connection's consumers (:meth:`Broker.close_connection_step`) and, for a session
+    that ends with it (clean, expiry 0, or expired), deleting its durable subscriptions
+    and then its session record. Done ``CONSUMERS_CLOSED_PER_TURN`` at a time, one batch
+    per event-loop turn, so that a client with 100,000 subscriptions does not hold up the
+    others. Nothing is dispatched to the connection's consumers from the first turn on.
+
+    One per client id at most (``runtime.mqtt_teardowns``); a CONNECT with that client id
+    calls :meth:`finish` first, and so does the broker's shutdown."""
+
+    def __init__(self, runtime: BrokerRuntime, client_id: str, conn: Connection | None,
+                 *, drop_session: bool) -> None:
+        self.runtime = runtime
+        self.client_id = client_id
+        self._conn = conn
+        self._drop = drop_session
+        self._keys: list[tuple[str, str]] | None = None
+        self.done = False
+        previous = runtime.mqtt_teardowns.get(client_id)
+        if previous is not None:
+            previous.finish()  # not expected: a CONNECT finishes it before anything else
+        runtime.mqtt_teardowns[client_id] = self
+
+    def start(self) -> None:
+        self._turn()
+
+    def drop_session(self) -> None:
+        """The session ends too (it expired while its connection was taken apart)."""
+        self._drop = True
+
+    def finish(self) -> None:
+        """Everything left, now."""
+        if not self.done:
+            self._step(None)
+            self._finished()
+
+    def _turn(self) -> None:
+        if self.done:
+            return
+        if self._step(CONSUMERS_CLOSED_PER_TURN):
+            self._finished()
+        else:
+            asyncio.get_running_loop().call_soon(self._turn)
+        self.runtime.request_pump()
+
+    def _finished(self) -> None:
+        self.done = True
+        if self.runtime.mqtt_teardowns.get(self.client_id) is self:
+            del self.runtime.mqtt_teardowns[self.client_id]
+
+    def _step(self, budget: int | None) -> bool:
+        """At most ``budget`` removals (None: all); True when nothing is left."""
+        broker = self.runtime.broker
+        if self._conn is not None:
+            if not broker.close_connection_step(self._conn, budget):
+                return False
+            self._conn = None
+        if not self._drop:
+            return True
+        keys = self._keys
+        if keys is None:
+            keys = self._keys = [k for k in broker.durables if k[0] == self.client_id
+                                 and parse_durable_name(k[1]) is not None]
+        n = len(keys) if budget is None else budget
+        while keys and n > 0:
+            key = keys.pop()
+            n -= 1
+            sub = broker.durables.get(key)
+            if sub is not None and sub.consumer is None:
+                broker.drop_durable(key)
+        if keys:
+            return False
+        broker.drop_record(_record_name(self.client_id))
+        self._drop = False
+        self._keys = None
+        return True
 
 
 class MqttProtocol(SessionProtocol[MqttSession]):

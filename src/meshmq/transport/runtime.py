@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from meshmq.core.trace import TraceSink
     from meshmq.ha.controller import HaController
     from meshmq.ha.replication import ReplicatedHa
-    from meshmq.transport.mqtt_server import MqttSession, SessionState
+    from meshmq.transport.mqtt_server import MqttSession, SessionState, SessionTeardown
 
 
 class Session(Protocol):
@@ -103,6 +103,8 @@ class BrokerRuntime:
         self._management: object | None = None
         self.mqtt_sessions: dict[str, MqttSession] = {}  # MQTT client id -> live session
         self.mqtt_states: dict[str, SessionState] = {}  # persistent MQTT sessions
+        # MQTT client id -> the connection (or expired session) still being taken apart.
+        self.mqtt_teardowns: dict[str, SessionTeardown] = {}
         self._wills: dict[str, asyncio.TimerHandle] = {}
         self._sys_timer: asyncio.TimerHandle | None = None
         self._store_closed = False
@@ -457,7 +459,8 @@ class BrokerRuntime:
         values = {
             "version": f"meshmq {__version__}",
             "uptime": f"{(broker.now_ms() - broker.started_ms) // 1000} seconds",
-            "clients/connected": str(len(broker.connections)),
+            # Not the connections still being taken apart (see Broker.close_connection_step).
+            "clients/connected": str(sum(not c.closed for c in broker.connections.values())),
             "messages/received": str(received),
             "messages/sent": str(sent),
             "store/messages/count": str(sum(q.depth for q in queues)),
@@ -513,6 +516,8 @@ class BrokerRuntime:
         await asyncio.sleep(0)
         while self._all_sessions and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
+        for teardown in list(self.mqtt_teardowns.values()):
+            teardown.finish()  # what a clean session leaves behind is deleted, as ever
         self.pump()
         self._stop_trace()
         self._store_closed = True

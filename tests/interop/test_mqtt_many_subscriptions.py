@@ -1,0 +1,130 @@
+"""An MQTT client with very many subscriptions does not stall the broker when it goes
+away: its consumers (and, for a session that ends with it, its durable subscriptions)
+are removed a budget per event-loop turn, and other clients are served in between. A
+client that reconnects with the same client id meanwhile finds its session exactly as
+an instantaneous close would have left it."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+from meshmq.protocol.mqtt import (
+    Properties,
+    Publish,
+    ReasonCode,
+    Suback,
+    Subscribe,
+    SubscriptionOptions,
+    Will,
+    encode,
+)
+from meshmq.transport import mqtt_server
+from tests.interop.mqtt_helpers import MqttEnv, RawMqtt, poll, uid
+
+pytestmark = pytest.mark.timeout(120)
+BATCH = 1000  # topic filters per SUBSCRIBE
+
+
+def subscribe_many(client: RawMqtt, filters: list[str], qos: int) -> None:
+    """SUBSCRIBE every filter, BATCH per packet, all packets pipelined."""
+    batches = [filters[i:i + BATCH] for i in range(0, len(filters), BATCH)]
+    pids = [client.next_pid() for _ in batches]
+    client.send_bytes(b"".join(
+        encode(Subscribe(pid, [(f, SubscriptionOptions(qos=qos)) for f in batch]),
+               client.level) for pid, batch in zip(pids, batches, strict=True)))
+    for pid, batch in zip(pids, batches, strict=True):
+        ack = client.expect(Suback, timeout=60)
+        assert ack.packet_id == pid
+        assert ack.reason_codes == [ReasonCode(qos)] * len(batch)
+
+
+def consumers_of(env: MqttEnv, client_id: str) -> int:
+    broker = env.runtime.broker
+    return int(env.broker.run(lambda: sum(
+        len(c.consumers) for c in broker.connections.values() if c.client_id == client_id)))
+
+
+def test_other_clients_are_served_while_a_big_client_is_taken_apart(
+        mqtt_env: MqttEnv) -> None:
+    count = 20_000
+    big_id, topic = uid("big"), f"probe/{uid('t')}"
+    dest = topic.replace("/", ".")
+    # One STOMP consumer on the probe topic and the connection advisories: it sees, in
+    # the order the broker routed them, the big client's will (its close has begun), the
+    # probe's message and the advisory that the big client's connection is gone.
+    observer = mqtt_env.stomp()
+    observer.subscribe(f"/topic/{dest},/topic/ActiveMQ.Advisory.Connection")
+    big = mqtt_env.raw(4)
+    big.connect(big_id, will=Will(topic=topic, payload=b"will", qos=0))
+    subscribe_many(big, [f"many/{big_id}/{i}" for i in range(count)], qos=0)
+    assert consumers_of(mqtt_env, big_id) == count
+
+    big.abort()
+    poll(lambda: any(m.body == "will" for m in observer.messages), 30, "the will")
+    t0 = time.monotonic()
+    probe = mqtt_env.raw_connected(4)
+    assert probe.publish(topic, b"probe", qos=1) is not None  # the PUBACK
+    probe_s = time.monotonic() - t0
+    probe.close()
+
+    def removed(m: Any) -> bool:
+        return m.headers.get("advisoryType") == "ConnectionRemoved" \
+            and json.loads(m.body).get("clientId") == big_id
+
+    poll(lambda: any(removed(m) for m in observer.messages)
+         and any(m.body == "probe" for m in observer.messages), 60,
+         "the probe's message and the big connection's end")
+    order = [("probe" if m.body == "probe" else "will" if m.body == "will" else "removed")
+             for m in observer.messages if m.body in ("probe", "will") or removed(m)]
+    # The probe was served while the big connection was still being taken apart.
+    assert order == ["will", "probe", "removed"], (order, f"probe took {probe_s:.3f}s")
+    assert consumers_of(mqtt_env, big_id) == 0
+    mqtt_env.assert_healthy()
+
+
+@pytest.mark.parametrize("level", [4, 5])
+def test_a_persistent_session_resumed_during_the_teardown_is_complete(
+        mqtt_env: MqttEnv, monkeypatch: pytest.MonkeyPatch, level: int) -> None:
+    # A budget of 0 holds the teardown at its first step (consumers paused, none
+    # removed), so the reconnect below certainly arrives while it is pending.
+    monkeypatch.setattr(mqtt_server, "CONSUMERS_CLOSED_PER_TURN", 0, raising=False)
+    count = 3000
+    client_id, prefix = uid("resume"), f"many/{uid('r')}"
+    expiry = Properties(session_expiry_interval=300) if level == 5 else None
+    first = mqtt_env.raw(level)
+    first.connect(client_id, clean=False, properties=expiry)
+    subscribe_many(first, [f"{prefix}/{i}" for i in range(count)], qos=1)
+    first.abort()
+    broker = mqtt_env.runtime.broker
+    poll(lambda: mqtt_env.broker.run(lambda: all(
+        c.closed for c in broker.connections.values() if c.client_id == client_id)),
+        30, "the broker to see the abort")
+
+    # Queued for the session while it is away (QoS 1, so kept for it).
+    away = mqtt_env.raw_connected(4)
+    for i in range(10):
+        away.publish(f"{prefix}/{i}", b"away%d" % i, qos=1)
+    away.close()
+
+    again = mqtt_env.raw(level)
+    ack = again.connect(client_id, clean=False, properties=expiry)
+    assert ack.session_present
+    assert consumers_of(mqtt_env, client_id) == count
+    assert len(mqtt_env.durables(client_id)) == count
+    publisher = mqtt_env.raw_connected(4)
+    publisher.send_bytes(b"".join(encode(Publish(f"{prefix}/{i}", str(i).encode()), 4)
+                                  for i in range(count)))
+    assert publisher.ping() == []
+    got = []
+    for packet in again.publishes(count + 10, timeout=60):
+        got.append(packet.payload.decode())
+        again.ack(packet)
+    # The messages queued while away, then each subscription's message, each once.
+    assert sorted(got) == sorted([f"away{i}" for i in range(10)]
+                                 + [str(i) for i in range(count)])
+    assert again.ping() == []  # nothing more
+    mqtt_env.assert_healthy()
