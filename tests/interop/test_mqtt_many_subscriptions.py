@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -128,3 +129,34 @@ def test_a_persistent_session_resumed_during_the_teardown_is_complete(
                                  + [str(i) for i in range(count)])
     assert again.ping() == []  # nothing more
     mqtt_env.assert_healthy()
+
+
+@pytest.mark.parametrize("level", [4, 5])
+def test_subscriptions_beyond_the_limit_are_refused_in_the_suback(
+        tmp_path: Path, level: int) -> None:
+    env = MqttEnv(tmp_path / "data", max_subscriptions_per_connection=2)
+    try:
+        client = env.raw_connected(level)
+        refused = 0x97 if level == 5 else 0x80  # Quota exceeded / 3.1.1 Failure
+        ack = client.subscribe(("lim/a", 1), ("lim/b", 0), ("lim/c", 1))
+        assert ack.reason_codes == [1, 0, refused]
+        if level == 5:
+            assert "broker.max_subscriptions_per_connection" in \
+                (ack.properties.reason_string or "")
+        # Subscribing again to a filter held replaces it: allowed at the limit.
+        assert client.subscribe(("lim/a", 0)).reason_codes == [0]
+        assert client.subscribe(("lim/d", 0)).reason_codes == [refused]
+        # The connection stays usable, and the granted subscriptions work.
+        publisher = env.raw_connected(4)
+        publisher.publish("lim/c", b"not subscribed", qos=1)
+        publisher.publish("lim/b", b"granted", qos=1)
+        [packet] = client.publishes(1)
+        assert packet.payload == b"granted"
+        client.unsubscribe("lim/b")
+        assert client.subscribe(("lim/c", 0)).reason_codes == [0]
+        publisher.publish("lim/c", b"now subscribed", qos=1)
+        [packet] = client.publishes(1)
+        assert packet.payload == b"now subscribed"
+        assert client.ping() == []
+    finally:
+        env.close()

@@ -724,8 +724,15 @@ class MqttSession(BufferedOutput):
         fresh: list[MqttSubscription] = []
         sub_id = packet.properties.subscription_identifiers[0] \
             if packet.properties.subscription_identifiers else None
+        refused = None
         for flt, options in packet.subscriptions:
             existing = self.state.subscriptions.get(flt)
+            if existing is None and self._at_subscription_limit():
+                # broker.max_subscriptions_per_connection: this filter is refused (0x97
+                # Quota exceeded; 3.1.1 SUBACK says 0x80 Failure), the others stand.
+                codes.append(ReasonCode.QUOTA_EXCEEDED)
+                refused = flt
+                continue
             if existing is not None:
                 self._close_consumer(existing, drop_durable=existing.options != options)
             sub = MqttSubscription(flt, options, sub_id)
@@ -736,10 +743,27 @@ class MqttSession(BufferedOutput):
                     options.retain_handling == RetainHandling.SEND_IF_NEW_SUBSCRIPTION
                     and existing is None):
                 fresh.append(sub)
-        self._write(encode(Suback(packet.packet_id, codes), self.level))
+        props = Properties()
+        if refused is not None:
+            limit = self.broker.config.max_subscriptions_per_connection
+            log.info("MQTT client %s at its subscription limit (%d): %s refused", self.remote,
+                     limit, refused)
+            if self.level == PROTOCOL_LEVEL_5:
+                props.reason_string = (
+                    f"subscription limit reached: a connection may hold at most {limit} "
+                    "subscriptions (broker.max_subscriptions_per_connection)")
+        data = encode(Suback(packet.packet_id, codes, props), self.level)
+        if self._client_max_packet and len(data) > self._client_max_packet:
+            data = encode(Suback(packet.packet_id, codes), self.level)  # without the reason
+        self._write(data)
         for sub in fresh:
             if not sub.shared:
                 self._send_retained(sub)
+
+    def _at_subscription_limit(self) -> bool:
+        assert self.conn is not None
+        limit = self.broker.config.max_subscriptions_per_connection
+        return bool(limit) and len(self.conn.consumers) >= limit
 
     def _patterns(self, sub: MqttSubscription) -> tuple[tuple[Destination, ...], str | None]:
         flt = sub.filter
