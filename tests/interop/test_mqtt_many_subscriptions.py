@@ -160,3 +160,49 @@ def test_subscriptions_beyond_the_limit_are_refused_in_the_suback(
         assert client.ping() == []
     finally:
         env.close()
+
+
+@pytest.mark.parametrize("held", [False, True])
+def test_a_session_ending_with_its_connection_loses_every_durable_subscription(
+        mqtt_env: MqttEnv, monkeypatch: pytest.MonkeyPatch, held: bool) -> None:
+    """MQTT 5 DISCONNECT with Session Expiry Interval 0 ends a persistent session: its
+    durable subscriptions are deleted over several turns; a reconnect meanwhile (held:
+    the teardown does not move by itself) finds no session, as after an instant close."""
+    monkeypatch.setattr(mqtt_server, "CONSUMERS_CLOSED_PER_TURN", 0 if held else 100)
+    count = 2500
+    client_id, prefix = uid("ends"), f"many/{uid('e')}"
+    first = mqtt_env.raw(5)
+    first.connect(client_id, clean=False, properties=Properties(session_expiry_interval=300))
+    subscribe_many(first, [f"{prefix}/{i}" for i in range(count)], qos=1)
+    assert len(mqtt_env.durables(client_id)) == count
+    first.disconnect(0, Properties(session_expiry_interval=0))
+    first.until_closed()
+    if not held:
+        poll(lambda: not mqtt_env.durables(client_id), 30, "the durables to be deleted")
+    again = mqtt_env.raw(5)
+    ack = again.connect(client_id, clean=False,
+                        properties=Properties(session_expiry_interval=300))
+    assert not ack.session_present
+    assert mqtt_env.durables(client_id) == []
+    record = mqtt_env.broker.run(lambda: mqtt_env.runtime.broker.records.get(
+        f"mqtt-session/{client_id}"))
+    assert record is not None and json.loads(record[1])["qos2_in"] == []  # a fresh one
+    mqtt_env.assert_healthy()
+
+
+def test_a_session_expiring_while_its_connection_is_taken_apart_is_gone(
+        mqtt_env: MqttEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mqtt_server, "CONSUMERS_CLOSED_PER_TURN", 0)  # held, see above
+    client_id, prefix = uid("expires"), f"many/{uid('x')}"
+    first = mqtt_env.raw(5)
+    first.connect(client_id, clean=False, properties=Properties(session_expiry_interval=1))
+    subscribe_many(first, [f"{prefix}/{i}" for i in range(1500)], qos=1)
+    first.abort()
+    runtime = mqtt_env.runtime
+    poll(lambda: mqtt_env.broker.run(lambda: client_id not in runtime.mqtt_states
+                                     and client_id in runtime.mqtt_teardowns),
+         30, "the session to expire during the teardown")
+    again = mqtt_env.raw(5)
+    assert not again.connect(client_id, clean=False).session_present
+    assert mqtt_env.durables(client_id) == []
+    mqtt_env.assert_healthy()
