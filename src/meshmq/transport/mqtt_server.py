@@ -87,7 +87,8 @@ QOS_PROPERTY = "ActiveMQ.MQTT.QoS"
 RETAIN_PROPERTY = "ActiveMQ.Retain"
 _INTERNAL = frozenset({QOS_PROPERTY, RETAIN_PROPERTY, "dlqDeliveryFailureCause"})
 TOPIC_ALIAS_MAXIMUM = 64
-# Packets of one connection handled per event-loop turn before the rest waits for the next.
+# Packets of one connection handled per event-loop turn before the rest waits for the next
+# (a SUBSCRIBE counts once per topic filter).
 PACKETS_PER_TURN = 256
 SERVER_SESSION_FOREVER = 0xFFFFFFFF
 # Consumers of a closed connection unsubscribed (or durable subscriptions of an ended
@@ -263,10 +264,11 @@ class MqttSession(BufferedOutput):
         self.flush()
 
     def _handle_all(self, packets: list[Packet]) -> None:
+        budget = PACKETS_PER_TURN
         for i, packet in enumerate(packets):
             if self.closing:
                 break
-            if i == PACKETS_PER_TURN:
+            if budget <= 0:
                 # One client's burst must not hold the event loop: the rest waits for the
                 # next turn, after the other connections.
                 self._held = packets[i:]
@@ -275,8 +277,13 @@ class MqttSession(BufferedOutput):
                 break
             try:  # _handle_safely inlined, PUBLISH dispatched first
                 if packet.__class__ is Publish:
+                    budget -= 1
                     self.on_publish(packet)
                 else:
+                    # A SUBSCRIBE counts once per topic filter: pipelined SUBSCRIBEs of a
+                    # thousand filters each are taken one per turn.
+                    budget -= len(packet.subscriptions) if isinstance(packet, Subscribe) \
+                        else 1
                     self.handle(packet)
             except Exception as exc:
                 self._handling_failed(packet, exc)
