@@ -168,6 +168,12 @@ class Broker:
         self._bursting: list[Consumer] = []
         self._ops: list[StoreOp] = []
         self._outbox: list[Outcome] = []
+        # Dispatch marks (Queue._cover): off unless the runtime's store keeps them across
+        # a restart. Marks written since the last take_dispatch_marks(), and whether a
+        # delivery of this pump waits for one to be durable.
+        self.dispatch_marks = False
+        self._marks: list[tuple[Queue, int]] = []
+        self._hold = False
         self._listeners: list[Callable[[ConsumerEvent], None]] = []
         self.dedup = DuplicateWindow(config.duplicate_window)
         self._policies = [(Destination.parse_uri(p.match), p) for p in config.policies]
@@ -193,6 +199,26 @@ class Broker:
 
     def remember_network_message(self, message: Message) -> None:
         self.dedup.remember(network_key(message))
+
+    def dispatch_marked(self, queue: Queue, mark: int) -> None:
+        self._marks.append((queue, mark))
+
+    def hold_deliveries(self) -> None:
+        self._hold = True
+
+    def take_dispatch_marks(self) -> tuple[list[tuple[Queue, int]], bool]:
+        """The dispatch marks written since the last call, and whether the outcomes
+        taken next must wait until the store has made them (and everything written
+        before) durable: a delivery that a crash could forget must not leave the broker
+        before its mark is on disk. Call after ``take_ops``, before ``take_outcomes``."""
+        marks, self._marks = self._marks, []
+        hold, self._hold = self._hold, False
+        return marks, hold
+
+    def dispatch_marks_durable(self, marks: list[tuple[Queue, int]]) -> None:
+        """The store synced the batches holding ``marks`` (from ``take_dispatch_marks``)."""
+        for queue, mark in marks:
+            queue.mark_durable(mark)
 
     def mark_dirty(self, queue: Queue) -> None:
         self._dirty[queue] = None
@@ -337,14 +363,16 @@ class Broker:
                 self._ops.append(DropKey(key))
                 continue
             self.queues[dest] = Queue(dest, key, self.policy_for(dest), self, self.store,
-                                      last_seq=info.last_seq, stored_count=info.count)
+                                      last_seq=info.last_seq, stored_count=info.count,
+                                      dispatched=info.dispatched)
             self.mark_dirty(self.queues[dest])
         for record in recovery.durable_subscriptions:
             stored = recovery.keys.get(record.key)
             patterns = tuple(Destination.parse_uri(u) for u in record.destination.split(","))
             queue = Queue(patterns[0], record.key, self.policy_for(patterns[0]), self,
                           self.store, last_seq=stored.last_seq if stored else 0,
-                          stored_count=stored.count if stored else 0, prefiltered=True)
+                          stored_count=stored.count if stored else 0, prefiltered=True,
+                          dispatched=stored.dispatched if stored else 0)
             sub = TopicSubscription(patterns, queue, selector_text=record.selector,
                                     no_local=record.no_local, connection_id=None,
                                     durable=record)
