@@ -25,7 +25,10 @@ from meshmq.errors import CorruptStoreError
 from meshmq.store import codec
 from meshmq.store.base import DurableSubscription
 
-FORMAT_VERSION = 1
+# 1: the first format. 2: adds OP_DISPATCHED (a version-1 reader refuses version-2
+# segments instead of meeting an operation it does not know); version-1 segments are
+# still read, they simply hold no dispatch marks.
+FORMAT_VERSION = 2
 MAGIC = b"MMQJRNL\x00"
 
 SEGMENT_HEADER = struct.Struct("<8sHHQ")
