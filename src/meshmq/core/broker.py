@@ -379,6 +379,31 @@ class Broker:
             self.durables[(record.client_id, record.subscription_name)] = sub
             self._add_topic_sub(sub)
 
+    def remember_stored_network_messages(self, recovery: Recovery) -> int:
+        """Put the newest stored messages that came over a bridge into the duplicate
+        window, up to its capacity, right after ``recover``; returns how many.
+
+        A bridge re-sends what it never saw acknowledged, and those are the messages this
+        broker received last: found here, they are acknowledged as duplicates and not
+        stored twice. (Paging in re-adds them too, but a queue deeper than its page size
+        pages the newest ones in only after a long while.)"""
+        budget = self.dedup.capacity
+        found = 0
+        for key, info in recovery.keys.items():
+            if budget <= 0:
+                break
+            if not info.count or key.startswith((STREAM_PREFIX, RETAINED_PREFIX,
+                                                 RECORD_PREFIX)):
+                continue
+            want = min(info.count, budget)
+            entries = self.store.load(key, max(0, info.last_seq - want), want)
+            budget -= len(entries)
+            for entry in entries:
+                if entry.message.broker_path:
+                    self.remember_network_message(entry.message)
+                    found += 1
+        return found
+
     def _replace_single(self, key: str, old_seq: int | None,
                         message: Message | None) -> int | None:
         """Replace the one stored reference of ``key`` (retained messages and records

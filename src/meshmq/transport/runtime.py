@@ -226,6 +226,11 @@ class BrokerRuntime:
                              "(--data DIR, or data_directory in the configuration)",
                              code=exc.code, retriable=exc.retriable) from None
         self.broker.recover(recovery)
+        if self.config.network_connectors or any(
+                lst.protocol in ("tcp", "ssl", "nio") for lst in self.config.listeners):
+            # Linked to other brokers: re-forwards of what they sent before the restart
+            # must find the stored copies in the duplicate window.
+            self.broker.remember_stored_network_messages(recovery)
         if hasattr(self.store, "space_listener"):
             loop = asyncio.get_running_loop()
             self.store.space_listener = lambda: loop.call_soon_threadsafe(
