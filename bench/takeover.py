@@ -22,6 +22,11 @@ Pairs:
 Run by hand (a few minutes): ``.venv/bin/python bench/takeover.py --rounds 5``. Results go
 to ``bench/results/<date>-takeover.{json,md}``. Each round pre-loads 1000 persistent
 messages so the new master has something to recover.
+
+``--load``: one connection pipelines persistent 1 KB sends to the master while it is
+stopped, so the journal writer and the replication streams are busy at that moment.
+``--graceful``: stop the master with SIGTERM instead of SIGKILL (a handover: the shared
+lease is released, a replicated master resigns) and measure from the signal.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -163,16 +169,41 @@ def meshmq_round(work: Path, store: str, ha: str) -> dict[str, float]:
         send_with_receipts(ports[0], PRELOAD)
         b.start()
         wait_for(lambda: "slave: the" in b.text(), 60, "the slave to wait")
-        return measure(a, ports[1])
+        return measure(a, ports[1], ports[0])
     finally:
         a.kill()
         b.kill()
 
 
-def measure(master: Node, slave_port: int) -> dict[str, float]:
+LOAD = False
+GRACEFUL = False
+
+
+def flood(port: int, stop: threading.Event) -> None:
+    """Pipelined persistent sends, no receipts, until the broker goes or ``stop``."""
+    with contextlib.suppress(OSError), socket.create_connection((HOST, port)) as sock:
+        buf = bytearray()
+        sock.sendall(stomp_frame("CONNECT", {"accept-version": "1.2", "host": "/"}))
+        read_frame(sock, buf)
+        frame = stomp_frame("SEND", {"destination": "/queue/flood", "persistent": "true"},
+                            b"f" * 1024)
+        while not stop.is_set():
+            sock.sendall(frame * 16)
+
+
+def measure(master: Node, slave_port: int, master_port: int) -> dict[str, float]:
+    stop = threading.Event()
+    if LOAD:
+        threading.Thread(target=flood, args=(master_port, stop), daemon=True).start()
+        time.sleep(1.0)  # the load is running when the master stops
     t0 = time.perf_counter()
-    master.kill()
+    if GRACEFUL:
+        assert master.proc is not None
+        master.proc.send_signal(signal.SIGTERM)
+    else:
+        master.kill()
     killed = time.perf_counter()
+    stop.set()
     while not port_accepts(slave_port, timeout=0.05):
         if time.perf_counter() - t0 > 120:
             raise RuntimeError("the slave never took over")
@@ -224,7 +255,7 @@ keepalive_ms = 200
         # Caught up: it has applied the master's batches up to the preload.
         wait_for(lambda: "slave: following" in b.text(), 60, "the slave to follow")
         send_with_receipts(stomp[0], 1)  # confirmed => on b's disk (majority of a, b, w)
-        return measure(a, stomp[1])
+        return measure(a, stomp[1], stomp[0])
     finally:
         for n in (a, b, w):
             n.kill()
@@ -264,7 +295,7 @@ def activemq_round(work: Path) -> dict[str, float]:
         # The slave logs this once it found the lock taken.
         wait_for(lambda: "slave" in b.text().lower() or "locked" in b.text().lower(), 120,
                  "the ActiveMQ slave to wait for the lock")
-        return measure(a, ports[1])
+        return measure(a, ports[1], ports[0])
     finally:
         a.kill()
         b.kill()
@@ -288,7 +319,13 @@ def main() -> int:
     parser.add_argument("--only", choices=["meshmq-shared", "meshmq-database",
                                            "meshmq-replicated", "activemq-shared"],
                         action="append")
+    parser.add_argument("--load", action="store_true",
+                        help="pipelined persistent sends to the master while it stops")
+    parser.add_argument("--graceful", action="store_true",
+                        help="SIGTERM (a handover) instead of SIGKILL")
     args = parser.parse_args()
+    global LOAD, GRACEFUL
+    LOAD, GRACEFUL = args.load, args.graceful
     wanted = args.only or ["meshmq-shared", "meshmq-database", "meshmq-replicated",
                            "activemq-shared"]
     results: dict[str, object] = {"date": datetime.datetime.now(datetime.UTC).isoformat(),
@@ -334,12 +371,16 @@ def main() -> int:
         cluster.stop()
     RESULTS.mkdir(exist_ok=True)
     suffix = "-" + "-".join(args.only) if args.only else ""
+    suffix += ("-load" if LOAD else "") + ("-graceful" if GRACEFUL else "")
     stem = RESULTS / f"{datetime.date.today().isoformat()}-takeover{suffix}"
     stem.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
-    lines = [f"# Takeover after kill -9 of the master ({results['date'][:19]}Z)", "",
+    how = "SIGTERM (graceful handover)" if GRACEFUL else "kill -9"
+    lines = [f"# Takeover after {how} of the master{' under write load' if LOAD else ''} "
+             f"({results['date'][:19]}Z)", "",
              f"{args.rounds} rounds per pair, {PRELOAD} persistent messages in the store; "
              "command: `.venv/bin/python bench/takeover.py --rounds "
-             f"{args.rounds}{''.join(f' --only {p}' for p in args.only or [])}`.", "",
+             f"{args.rounds}{''.join(f' --only {p}' for p in args.only or [])}"
+             f"{' --load' if LOAD else ''}{' --graceful' if GRACEFUL else ''}`.", "",
              "| pair | accepting (median, min-max) | first receipt (median, min-max) |",
              "|---|---|---|"]
     for pair, data in pairs.items():

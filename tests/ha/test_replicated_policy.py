@@ -19,6 +19,7 @@ from meshmq.ha.replication_policy import (
     ZERO,
     Catchup,
     RetainedLog,
+    SendTimeEstimate,
     VoterState,
     commit_index,
     decide_vote,
@@ -62,20 +63,61 @@ voters = st.builds(VoterState, st.integers(0, 20), st.none() | st.sampled_from("
 
 
 @given(voters, st.sampled_from("abc"), st.integers(0, 25),
-       st.tuples(st.integers(0, 20), st.integers(0, 50)), st.integers(0, 20_000))
+       st.tuples(st.integers(0, 20), st.integers(0, 50)), st.integers(0, 20_000),
+       st.none() | st.integers(0, 20))
 def test_a_vote_obeys_every_rule(state: VoterState, cand: str, term: int,
-                                 last: tuple[int, int], now: int) -> None:
-    d = decide_vote(state, cand, term, last, now, lease_ms=1000)
+                                 last: tuple[int, int], now: int,
+                                 resigned: int | None) -> None:
+    d = decide_vote(state, cand, term, last, now, lease_ms=1000, resigned_term=resigned)
+    handed_over = resigned == state.term
     assert d.term >= state.term  # terms never go back
     if d.granted:
         assert d.voted_for == cand and d.term == term
         assert last >= state.last  # never for a candidate behind this node
-        assert state.leader_seen_ms is None or now - state.leader_seen_ms >= 1000
+        # Only the master of this very term may waive its own lease, by resigning.
+        assert handed_over or state.leader_seen_ms is None \
+            or now - state.leader_seen_ms >= 1000
         assert term > state.term or state.voted_for in (None, cand)
         # A node without state of its own votes only in a cluster that never wrote.
         assert not state.amnesiac or last <= ADOPTED
-    if state.leader_seen_ms is not None and now - state.leader_seen_ms < 1000:
+    if not handed_over and state.leader_seen_ms is not None \
+            and now - state.leader_seen_ms < 1000:
         assert (d.term, d.voted_for, d.granted) == (state.term, state.voted_for, False)
+
+
+def test_a_handover_lets_a_voter_of_that_term_vote_at_once() -> None:
+    state = VoterState(4, "m", (4, 10), leader_seen_ms=1000)
+    assert not decide_vote(state, "s", 5, (4, 10), 1100, 1000).granted
+    assert decide_vote(state, "s", 5, (4, 10), 1100, 1000, resigned_term=4).granted
+    # A resignation from an older term says nothing about the master of this one.
+    assert not decide_vote(state, "s", 5, (4, 10), 1100, 1000, resigned_term=3).granted
+
+
+@given(st.integers(-10**9, 10**9),
+       st.lists(st.tuples(st.integers(0, 3_000), st.integers(0, 5_000)), min_size=1,
+                max_size=60))
+def test_a_send_time_estimate_never_comes_before_the_true_send_time(
+        clock_offset: int, messages: list[tuple[int, int]]) -> None:
+    """Messages sent at rising times (master clock) and delivered after any delay: the
+    estimate lies between the true send time and the time the message was read."""
+    est = SendTimeEstimate(window_ms=10_000)
+    sent = 0
+    for gap, delay in messages:
+        sent += gap
+        received = sent + clock_offset + delay  # this node's clock
+        at = est.sent_at(sent, received)
+        assert sent + clock_offset <= at <= received
+
+
+def test_a_backlog_read_late_counts_from_when_it_was_sent() -> None:
+    est = SendTimeEstimate()
+    assert est.sent_at(100, 5_100) == 5_100  # first message: no better knowledge
+    assert est.sent_at(400, 5_400) == 5_400
+    # The master died at 400; its last 600 ms of heartbeats are read 2 s late.
+    assert est.sent_at(700, 7_400) == 5_700
+    assert est.sent_at(1_000, 7_401) == 6_000
+    est.reset()  # another master, another clock
+    assert est.sent_at(50, 7_500) == 7_500
 
 
 @given(st.lists(st.tuples(st.sampled_from("abcde"), st.integers(0, 6)), max_size=40))
@@ -236,7 +278,10 @@ _message = st.one_of(  # one heartbeat at a time, delivered late, out of order, 
     st.tuples(st.just("exchange"), st.integers(0, N - 1), st.integers(0, N - 1)),
     st.tuples(st.just("deliver"), st.integers(0, 1000)),
     st.tuples(st.just("drop"), st.integers(0, 1000)))
-actions = st.lists(st.one_of(_tick, _round, _campaign, _message, _message),
+# A master resigns (stops taking writes) and hands over to a node that heard it.
+_handover = st.tuples(st.just("handover"), st.integers(0, N - 1), st.integers(0, N - 1),
+                      st.sets(st.integers(0, N - 1)))
+actions = st.lists(st.one_of(_tick, _round, _campaign, _handover, _message, _message),
                    min_size=8, max_size=60)
 
 
@@ -261,7 +306,25 @@ def test_the_model_catches_a_master_lease_longer_than_the_voters_wait() -> None:
         _run_model(RACE, int(LEASE * 1.1))
 
 
-def _run_model(steps: list[tuple[object, ...]], leader_lease: int) -> None:
+# A heartbeat delivered and acknowledged through the pool, then just under the master's
+# lease later another node campaigns.
+LATE: list[tuple[object, ...]] = [
+    ("campaign", 0, {1}), ("heartbeat", 0, 1), ("deliver", 0), ("deliver", 0),
+    ("tick", 300), ("tick", 300), ("tick", 50), ("tick", 50), ("tick", 50), ("tick", 50),
+    ("tick", 1), ("campaign", 1, {2}), ("round", {2})]
+
+
+def test_voters_counting_from_the_send_time_are_safe() -> None:
+    _run_model(LATE, LEADER_LEASE)
+
+
+def test_the_model_catches_a_voter_counting_from_before_the_send_time() -> None:
+    with pytest.raises(AssertionError):
+        _run_model(LATE, LEADER_LEASE, seen_skew=-200)
+
+
+def _run_model(steps: list[tuple[object, ...]], leader_lease: int,
+               seen_skew: int = 0) -> None:
     now = 0
     term = [0] * N
     voted: list[str | None] = [None] * N
@@ -313,26 +376,38 @@ def _run_model(steps: list[tuple[object, ...]], leader_lease: int) -> None:
                     pool.append(("nack", dst, src, term[dst], sent))
                     continue
                 adopt(dst, t)
-                seen[dst] = now
+                # A voter counts from when the heartbeat was sent (SendTimeEstimate is
+                # never earlier): the most a backlog read late may be discounted.
+                at = sent + seen_skew
+                seen[dst] = at if seen[dst] is None else max(seen[dst], at)
                 pool.append(("ack", dst, src, t, sent))
             elif what == "ack":
                 if leader.get(dst) == t:
                     acked[dst][src] = max(acked[dst].get(src, 0), sent)
             elif t > term[dst]:  # nack from a newer term
                 adopt(dst, t)
-        elif kind == "campaign":
-            c = int(action[1])  # type: ignore[call-overload]
-            voters = action[2]
+        elif kind in ("campaign", "handover"):
+            resigned: int | None = None
+            if kind == "handover":
+                old, c = int(action[1]), int(action[2])  # type: ignore[call-overload]
+                voters = action[3]
+                if old not in leader or c == old or term[c] != leader[old]:
+                    continue  # only a node in the resigning master's term hears it
+                resigned = leader[old]
+                step_down(old)
+            else:
+                c = int(action[1])  # type: ignore[call-overload]
+                voters = action[2]
+                if c in leader or (seen[c] is not None and now - seen[c] < LEASE):
+                    continue  # a node campaigns only after a lease without a master
             assert isinstance(voters, set)
-            if c in leader or (seen[c] is not None and now - seen[c] < LEASE):
-                continue  # a node campaigns only after a lease without a master
             term[c] += 1
             voted[c] = str(c)
             votes = 1
             for v in voters - {c}:
                 v_seen = now if v in leader else seen[v]
                 d = decide_vote(VoterState(term[v], voted[v], ZERO, v_seen), str(c), term[c],
-                                ZERO, now, LEASE)
+                                ZERO, now, LEASE, resigned_term=resigned)
                 if d.term > term[v]:
                     step_down(v)
                 term[v], voted[v] = d.term, d.voted_for

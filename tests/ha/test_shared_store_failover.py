@@ -3,9 +3,11 @@ the lease, graceful handover, and a slave that opens no client connectors."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -197,3 +199,91 @@ def test_deposed_master_exits_when_it_may_not_restart(tmp_path: Path) -> None:
     assert "deposed: another broker took the lease over" in a.text()
     assert not accepts(ports[0])
     intruder.close()
+
+
+def test_paused_master_under_write_load_is_replaced_and_the_new_master_keeps_its_lease(
+        tmp_path: Path) -> None:
+    """SIGSTOP a master while four producers keep its journal writer busy: a slave takes
+    over once the lease ran out, whatever the paused writer was doing (takeover needs no
+    lock the paused process holds). The new master then drains a backlog with one ack per
+    message and never misses a renewal (renewals do not queue behind store work)."""
+    ha = 'mode = "shared"\nlease_ms = 1000\nkeepalive_ms = 300\nacquire_interval_ms = 50'
+    data = tmp_path / "data"
+    ports = [free_port(), free_port()]
+
+    def make(name: str, port: int) -> HaProcess:
+        cfg = write_config(tmp_path / f"{name}.toml", name=name, data_dir=data, ha=ha,
+                           stomp_port=port, fsync=True)
+        return HaProcess(cfg, tmp_path / f"{name}.log")
+
+    a = make("a", ports[0]).start().wait_master()
+    b = make("b", ports[1]).start().wait_slave()
+    backlog = 20000
+    loader, loader_rec = connect(ports[0])
+    for n in range(backlog):
+        loader.send("/queue/backlog", f"b-{n:06d}" + "x" * 190,
+                    headers={"persistent": "true"})
+    loader.send("/queue/backlog", "loaded", headers={"persistent": "true"},
+                receipt="loaded")
+    poll(lambda: "loaded" in loader_rec.receipts, 60, "the backlog to be stored")
+    loader.disconnect()
+
+    targets = list(ports)
+    producers = [FailoverProducer(lambda: list(targets), f"/queue/w{i}", prefix=f"p{i}")
+                 for i in range(4)]
+    for producer in producers:
+        producer.start()
+    poll(lambda: all(len(p.report.confirmed) >= 30 for p in producers)
+         or any(p.fatal for p in producers), 60, "30 confirmed sends from each producer")
+    # And one connection pipelining 4 KB sends: the writer is never idle.
+    flood, _ = connect(ports[0])
+    flooding = threading.Event()
+
+    def flood_sends() -> None:
+        with contextlib.suppress(Exception):
+            while True:
+                flood.send("/queue/flood", "f" * 4096, headers={"persistent": "true"})
+                flooding.set()
+
+    threading.Thread(target=flood_sends, daemon=True).start()
+    poll(flooding.is_set, 30, "the pipelined sends to start")
+
+    a.signal(signal.SIGSTOP)
+    paused = time.monotonic()
+    targets.remove(ports[0])  # the producers' failover list: the paused one never answers
+    try:
+        b.wait_master(timeout=10)
+        took = time.monotonic() - paused
+    finally:
+        a.signal(signal.SIGCONT)
+    assert "let it expire" in b.text()
+    poll(lambda: "restarting as a slave" in a.text(), 30, "the deposed master to restart")
+    a.wait_slave()
+
+    # The new master drains the backlog, one client-individual ack per message.
+    conn, rec = connect(ports[1])
+    conn.subscribe("/queue/backlog", id="s", ack="client-individual",
+                   headers={"activemq.prefetchSize": "500"})
+    acked = 0
+    deadline = time.monotonic() + 120
+    while acked <= backlog and time.monotonic() < deadline:
+        with rec.cond:
+            rec.cond.wait_for(lambda n=acked: len(rec.messages) > n, 1)
+            frames = rec.messages[acked:]
+        for frame in frames:
+            conn.ack(frame.headers["ack"])
+        acked += len(frames)
+    conn.disconnect()
+    assert acked == backlog + 1, f"{acked} of {backlog + 1} backlog messages drained"
+    assert "deposed" not in b.text() and "renewal failed" not in b.text(), b.text()
+    assert b.stat()["ha"]["role"] == "master"
+
+    for producer in producers:
+        producer.stop.set()
+    for producer in producers:
+        producer.join(30)
+        assert producer.fatal is None
+        check_delivery(drain(ports[1], producer.destination), producer)
+    assert b.terminate() == 0
+    assert a.terminate() == 0
+    print(f"takeover of a paused master under write load: {took:.3f}s (lease 1.000s)")

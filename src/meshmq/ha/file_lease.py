@@ -8,20 +8,27 @@ Files in the store directory:
     u8 holder length | u16 0 | u64 epoch | u64 counter | holder (<= 64 bytes) | zero pad |
     u32 crc32 of bytes 0..123``. The valid slot with the highest ``(epoch, counter)``
     is the lease, so a crash in the middle of a write leaves the previous record
-    readable. Every change happens under ``flock(LOCK_EX)`` on this file; readers and the
-    journal's writer take ``LOCK_SH``.
+    readable. Changes (takeover, renewal, release) are made under ``flock(LOCK_EX)`` on
+    this file, one at a time; nobody else locks it. Readers (slaves looking, the journal's
+    writer checking its epoch) read without a lock: a slot being written fails its crc
+    and the other slot, the previous record, is read instead.
 ``ha-alive/<sha1 of holder>``
     Locked (``LOCK_EX``) by the holder for as long as its process lives. A slave that can
     lock it knows the holder is dead and takes over at once, without waiting for the
     lease to run out; a paused (SIGSTOP) holder still holds it, so then the lease
     timeout decides.
 
-Fencing: the writer thread of the journal calls ``begin_write`` before writing a group
-and ``end_write`` after its fsync. ``begin_write`` takes ``LOCK_SH`` and checks the epoch
-in the file; a takeover needs ``LOCK_EX``, so it waits for a write in progress and every
-write after it sees the new epoch and is refused. Requires working ``flock`` between the
-brokers (one host, or a network file system with working locks, as ActiveMQ's shared
-file locker does).
+Fencing without a lock a paused process could hold: the journal's writer thread checks
+the lease (epoch and holder) before it writes a group (``begin_write``) and again once the
+group is durable, before anything in it is confirmed to a client or a segment is unlinked
+(``end_write``). A takeover therefore never waits for the old master: it needs only the
+lease to have expired. A check that passed was made before the takeover's record was
+written, so the group it covers was durable before the new master began to read the
+store. Writes a paused old master makes after a takeover are never confirmed, and they
+cannot reach the new master's files: each epoch writes its journal in a directory of its
+own, taken over as a snapshot of the previous epoch's (``meshmq.store.journal.epochs``).
+Requires ``flock`` between the brokers for lease changes (one host, or a network file
+system with working locks, as ActiveMQ's shared file locker does).
 """
 
 from __future__ import annotations
@@ -34,12 +41,14 @@ import logging
 import os
 import struct
 import threading
+import time
 import zlib
 from pathlib import Path
 
 from meshmq.errors import StoreError
 from meshmq.ha.lease import LeaseRecord, LeaseView, release, renewal, takeover
 from meshmq.store.fence import FencedError
+from meshmq.store.journal.epochs import highest_epoch
 
 log = logging.getLogger("meshmq.ha")
 
@@ -50,6 +59,7 @@ MAX_HOLDER = 64
 _HEAD = struct.Struct("<4sBBHQQ")  # magic, version, holder length, 0, epoch, counter
 _CRC = struct.Struct("<I")
 LEASE_FILE = "ha-lease"
+_UNLOCKED_READ_TRIES = 5
 ALIVE_DIR = "ha-alive"
 
 
@@ -142,23 +152,32 @@ class FileLease:
     def _read(fd: int) -> tuple[LeaseRecord | None, int]:
         return newest(os.pread(fd, 2 * SLOT_SIZE, 0))
 
-    def _write(self, fd: int, record: LeaseRecord, current_slot: int) -> None:
+    @staticmethod
+    def _read_unlocked(fd: int) -> LeaseRecord | None:
+        """The lease, read without a lock. Only the very first record can be caught half
+        written with no older slot to fall back on: read again before calling it damaged."""
+        for _ in range(_UNLOCKED_READ_TRIES - 1):
+            try:
+                return newest(os.pread(fd, 2 * SLOT_SIZE, 0))[0]
+            except StoreError:
+                time.sleep(0.001)
+        return newest(os.pread(fd, 2 * SLOT_SIZE, 0))[0]
+
+    def _write(self, fd: int, record: LeaseRecord, current_slot: int, *,
+               sync: bool = True) -> None:
         slot = 1 - current_slot if current_slot >= 0 else 0
         data = encode_slot(record)
         if os.pwrite(fd, data, slot * SLOT_SIZE) != len(data):
             raise StoreError(f"{self.path}: short write of the lease record")
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
 
     # ------------------------------------------------------------ observing
     def look(self) -> LeaseView:
         """The lease as it is now, and whether its holder's process still lives."""
         with self._mutex:
-            fd = self._open()
-            fcntl.flock(fd, fcntl.LOCK_SH)
-            try:
-                record, _ = self._read(fd)
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
+            # No lock: a slave paused here must not hold up the master's renewals.
+            record = self._read_unlocked(self._open())
         alive = None
         if record is not None and record.holder is not None and record.holder != self.holder:
             alive = self._holder_alive(record.holder)
@@ -215,6 +234,11 @@ class FileLease:
                 if record != seen:
                     return None
                 new = takeover(record, self.holder)
+                # Above every epoch that ever wrote here, even when the lease file was
+                # removed and its history restarted: an epoch is never reused.
+                floor = highest_epoch(self.directory)
+                if new.epoch <= floor:
+                    new = LeaseRecord(floor + 1, self.holder)
                 self._write(fd, new, slot)
                 self._epoch = new.epoch
             finally:
@@ -225,7 +249,11 @@ class FileLease:
         return new.epoch
 
     def renew(self) -> bool:
-        """Bump the counter; False when the lease now belongs to another epoch or holder."""
+        """Bump the counter; False when the lease now belongs to another epoch or holder.
+
+        Not fsynced: a renewal only shows slaves that the master lives, and a lost one
+        costs nothing after a crash. So the lock is held for microseconds, and a master
+        paused in a renewal almost never holds up a takeover."""
         with self._mutex:
             fd = self._open()
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -234,7 +262,7 @@ class FileLease:
                 new = renewal(record, self.holder, self._epoch)
                 if new is None:
                     return False
-                self._write(fd, new, slot)
+                self._write(fd, new, slot, sync=False)
                 return True
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
@@ -254,7 +282,7 @@ class FileLease:
             return new is not None
 
     # ------------------------------------------------------------ fence (writer thread)
-    def begin_write(self) -> None:
+    def _check_epoch(self, when: str) -> None:
         if self._fence_fd is not None and _removed(self._fence_fd):
             # Someone removed or replaced the lease file: read the one that is there now.
             os.close(self._fence_fd)
@@ -263,27 +291,24 @@ class FileLease:
             try:
                 self._fence_fd = os.open(self.path, os.O_RDONLY)
             except FileNotFoundError:
-                raise FencedError("store write refused: the lease file is gone") from None
-        fd = self._fence_fd
-        fcntl.flock(fd, fcntl.LOCK_SH)
-        try:
-            record, _ = self._read(fd)
-        except BaseException:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            raise
+                raise FencedError(f"store write {when}: the lease file is gone") from None
+        record = self._read_unlocked(self._fence_fd)
         # The holder too: should the lease file ever be deleted, a new history would
         # start again at epoch 1, but never under this process's holder id.
         if self._epoch == 0 or record is None or record.epoch != self._epoch \
                 or record.holder != self.holder:
-            fcntl.flock(fd, fcntl.LOCK_UN)
             raise FencedError(
-                f"store write refused: this broker wrote under lease epoch {self._epoch}, "
+                f"store write {when}: this broker wrote under lease epoch {self._epoch}, "
                 f"the lease is now at epoch {record.epoch if record else 0} "
                 f"({record.holder if record else None}); another broker is master")
 
+    def begin_write(self) -> None:
+        """Before a group is written: refuse to touch the store for an old epoch."""
+        self._check_epoch("refused")
+
     def end_write(self) -> None:
-        if self._fence_fd is not None:
-            fcntl.flock(self._fence_fd, fcntl.LOCK_UN)
+        """The group is durable: it may be confirmed only if the lease is still ours."""
+        self._check_epoch("not confirmed")
 
     # ------------------------------------------------------------ close
     def close(self) -> None:

@@ -110,8 +110,10 @@ class FollowerSide(NodeState):
         candidate = str(req.get("candidate"))
         term = int(req.get("term", 0))
         last = position(req.get("last"), "vote request last")
+        resigned = req.get("resigned")
         d = decide_vote(VoterState(self.term, self.voted_for, self.last, seen, self.amnesiac),
-                        candidate, term, last, now, self.ha.lease_ms)
+                        candidate, term, last, now, self.ha.lease_ms,
+                        resigned_term=resigned if isinstance(resigned, int) else None)
         if not req.get("pre") and (d.term, d.voted_for) != (self.term, self.voted_for):
             if d.term > self.term and self.kind is not Kind.FOLLOWER:
                 self._adopt_term(d.term)
@@ -147,8 +149,16 @@ class FollowerSide(NodeState):
         leader = str(head.get("leader"))
         if leader != self.leader_id:
             log.info("slave: following %s in term %d (log at %s)", leader, term, self.last)
+            self._send_times.reset()
         self.leader_id = leader
-        self.leader_seen_ms = self._clock()
+        self._resigned_term = None
+        now = self._clock()
+        stamp = head.get("sent_ms")
+        # From when the master sent it: frames read late from a backlog (the master died
+        # meanwhile) must not keep this node refusing votes.
+        seen = self._send_times.sent_at(stamp, now) if isinstance(stamp, int) else now
+        self.leader_seen_ms = seen if self.leader_seen_ms is None \
+            else max(self.leader_seen_ms, seen)
         if self.amnesiac:
             self.amnesiac = False  # the master's stream brings this node up to date
             self._save_state()
@@ -161,6 +171,7 @@ class FollowerSide(NodeState):
         if head.get("resign"):
             # The master is stopping gracefully: elect a successor now.
             log.info("slave: master %s handed over; electing a successor", self.leader_id)
+            self._resigned_term = int(head.get("term", 0))
             self.leader_seen_ms = None
             self.leader_id = None
             self._timer_base = 0

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from meshmq.config.model import HaConfig
 from meshmq.ha.replica_files import Generations
 from meshmq.ha.replica_peer import Kind, Peer
-from meshmq.ha.replication_policy import Position, RetainedLog
+from meshmq.ha.replication_policy import Position, RetainedLog, SendTimeEstimate
 from meshmq.store.journal import JournalStore
 
 
@@ -26,6 +26,8 @@ class NodeState:
     kind: Kind
     leader_id: str | None
     leader_seen_ms: int | None
+    _send_times: SendTimeEstimate
+    _resigned_term: int | None
     journal: JournalStore | None
     last: Position
     durable: Position

@@ -52,6 +52,7 @@ from meshmq.ha.replication_policy import (
     ZERO,
     Position,
     RetainedLog,
+    SendTimeEstimate,
     commit_index,
     lease_deadline,
     majority,
@@ -109,6 +110,10 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
         self.kind = Kind.FOLLOWER
         self.leader_id: str | None = None
         self.leader_seen_ms: int | None = None
+        # When the master sent what this node read, not when it was read (policy).
+        self._send_times = SendTimeEstimate()
+        # The term whose master told this node it stepped down (a graceful handover).
+        self._resigned_term: int | None = None
         # A node that (re)started may have acknowledged a master just before: it neither
         # campaigns nor votes for a lease after its start (that master's lease may
         # still count on it).
@@ -313,11 +318,14 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
                                                for p in data):
             await asyncio.sleep(0.01)
         frame = encode_append(self._head(self.last, resign=True), [])
+        drains = []
         for p in self._peers.values():
             if p.writer is not None and not p.closed:
                 with contextlib.suppress(Exception):
                     p.writer.write(frame)
-                    await asyncio.wait_for(p.writer.drain(), 1)
+                    drains.append(asyncio.wait_for(p.writer.drain(), 1))
+        # To every member at once: one slow link must not hold the others' notice back.
+        await asyncio.gather(*drains, return_exceptions=True)
         log.info("handed the replicated master role over (term %d, log at %s)", self.term,
                  self.last)
 
@@ -344,20 +352,29 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
                 writer.close()
 
     async def _poll_votes(self, term: int, pre: bool) -> int | None:
-        """Votes granted (this node's included), or None when a higher term was seen."""
+        """Votes granted (this node's included), or None when a higher term was seen.
+        Returns as soon as the outcome is known: a member that is paused or cut off
+        does not hold a round up for its whole timeout once a majority answered."""
         frame = encode_json(FrameType.REPL_VOTE_REQUEST, {
             "term": term, "candidate": self.node_id, "last": list(self.durable),
-            "pre": pre})
-        answers = await asyncio.gather(*(self._ask(m, frame) for m in self.ha.members))
+            "pre": pre, "resigned": self._resigned_term})
+        need = majority(self.nodes)
+        asks = [asyncio.ensure_future(self._ask(m, frame)) for m in self.ha.members]
         granted = 1
-        for a in answers:
-            if a is None:
-                continue
-            if int(a.get("term", 0)) > self.term and not a.get("granted"):
-                self._adopt_term(int(a["term"]))
-                return None
-            if a.get("granted"):
-                granted += 1
+        try:
+            for left, next_answer in enumerate(asyncio.as_completed(asks)):
+                a = await next_answer
+                if a is not None:
+                    if int(a.get("term", 0)) > self.term and not a.get("granted"):
+                        self._adopt_term(int(a["term"]))
+                        return None
+                    if a.get("granted"):
+                        granted += 1
+                if granted >= need or granted + len(asks) - left - 1 < need:
+                    break
+        finally:
+            for ask in asks:
+                ask.cancel()
         return granted
 
     async def _campaign(self) -> bool:

@@ -8,7 +8,10 @@ Safety rests on three rules:
 
 * **Votes** (``decide_vote``): one vote per term, persisted before it is sent; only for a
   candidate whose log is at least as up to date; and never while this node heard from a
-  live master less than ``lease_ms`` ago, so a master's lease (below) stays valid.
+  live master less than ``lease_ms`` ago, so a master's lease (below) stays valid, unless
+  that master resigned. "Heard from" counts from when the message was *sent*, as far as
+  the voter can tell (``SendTimeEstimate``): a backlog of heartbeats read late after the
+  master died must not keep refusing votes.
 * **Master lease** (``lease_deadline``): a master counts, for each node, the send time
   of the newest heartbeat that node acknowledged; once a majority's newest
   acknowledged send time is ``lease_ms`` old it stops accepting writes. A voter that saw
@@ -70,8 +73,14 @@ class VoteDecision:
 
 
 def decide_vote(state: VoterState, candidate: str, term: int, last: Position,
-                now_ms: int, lease_ms: int) -> VoteDecision:
-    if state.leader_seen_ms is not None and now_ms - state.leader_seen_ms < lease_ms:
+                now_ms: int, lease_ms: int, resigned_term: int | None = None) -> VoteDecision:
+    """``resigned_term``: the candidate was told by the master of that term that it
+    stepped down (a graceful handover, Raft's leadership transfer). A master that
+    resigned accepts no more writes, so its lease need not be waited out: a voter still
+    in that term votes at once."""
+    handed_over = resigned_term is not None and resigned_term == state.term
+    if not handed_over and state.leader_seen_ms is not None \
+            and now_ms - state.leader_seen_ms < lease_ms:
         # Not even the term moves: a node that cannot reach the master must not depose
         # it by bumping terms (its lease is still valid here).
         return VoteDecision(False, state.term, state.voted_for, "a master is alive")
@@ -91,6 +100,34 @@ def decide_vote(state: VoterState, candidate: str, term: int, last: Position,
                             "yet (new or wiped): it votes only once a master has "
                             "brought it up to date")
     return VoteDecision(True, term, candidate, "granted")
+
+
+class SendTimeEstimate:
+    """When, on this node's monotonic clock, a master sent a message stamped with its own
+    clock: at the earliest ``stamp + offset``, ``offset`` being the smallest ``received -
+    stamp`` seen over the last ``window_ms``. That offset is the clocks' difference plus
+    the quickest delivery, so the estimate never comes before the true send time (what
+    the lease rule needs), while a message that waited in a buffer counts from when it
+    was sent, not from when it was read. The window bounds the error of clocks that
+    drift apart (ppm: microseconds over the window)."""
+
+    def __init__(self, window_ms: int = 10_000) -> None:
+        self.window_ms = window_ms
+        self._mins: deque[tuple[int, int]] = deque()  # (received, offset), offsets rising
+
+    def reset(self) -> None:
+        """A new master (another process, another clock)."""
+        self._mins.clear()
+
+    def sent_at(self, stamp: int, received: int) -> int:
+        offset = received - stamp
+        mins = self._mins
+        while mins and mins[-1][1] >= offset:
+            mins.pop()
+        mins.append((received, offset))
+        while mins[0][0] < received - self.window_ms:
+            mins.popleft()
+        return stamp + mins[0][1]
 
 
 def commit_index(own: int, matches: Sequence[int], nodes: int) -> int:

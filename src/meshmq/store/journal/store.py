@@ -47,6 +47,7 @@ from meshmq.store.base import (
     StoreOp,
 )
 from meshmq.store.fence import WriteFence
+from meshmq.store.journal import epochs
 from meshmq.store.journal import format as fmt
 from meshmq.store.journal.index import KeyIndex
 from meshmq.store.waiters import Waiter
@@ -193,13 +194,24 @@ class JournalStore:
         if self._opened:
             raise StoreError("store already opened")
         self._opened = True
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self._take_lock(shared=self._fence is not None)
+        base = self.directory
+        base.mkdir(parents=True, exist_ok=True)
+        self._take_lock(base, shared=self._fence is not None)
         try:
+            if self._fence is not None:
+                # Each master of a shared store writes in its epoch's own directory, so
+                # that late writes of a paused old master cannot reach it (epochs.py).
+                self.directory = epochs.enter_epoch(base, self._fence.epoch,
+                                                    fsync=self._fsync)
+                self._reserve_path = self.directory / RESERVE_FILE
+            else:
+                epochs.leave_epochs(base, fsync=self._fsync)
             self._recover()
         except BaseException:
             self._release_files()
             raise
+        if self._fence is not None:
+            epochs.remove_older(base, self._fence.epoch)
         self._make_reserve()
         self._active = (max(self._segs) if self._segs else 0) + 1
         self._segs[self._active] = _SegInfo()
@@ -211,20 +223,20 @@ class JournalStore:
                 if idx.live or idx.last_seq}
         return Recovery(keys, list(self._subs.values()))
 
-    def _take_lock(self, *, shared: bool = False) -> None:
+    def _take_lock(self, base: Path, *, shared: bool = False) -> None:
         """Exclusive for a broker alone on the directory. HA brokers (``shared``) hold it
         shared: the lease decides between them (a paused old master still holds its
         lock), while a broker without HA on the same directory is kept out."""
-        path = self.directory / "lock"
+        path = base / "lock"
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except OSError:
             os.close(fd)
             if shared:
-                raise StoreError(f"store directory {self.directory} is locked by a broker "
+                raise StoreError(f"store directory {base} is locked by a broker "
                                  "running without HA", retriable=True) from None
-            raise StoreError(f"store directory {self.directory} is locked by another broker",
+            raise StoreError(f"store directory {base} is locked by another broker",
                              code="store-locked", retriable=True) from None
         self._lock_fd = fd
         if shared:
@@ -1028,10 +1040,17 @@ class JournalStore:
             self._sync_fd(self._w_fd)
             with self._lock:
                 self._syncs += 1
+        self._confirm()
         with self._lock:
             self._durable_no = max(self._durable_no, self._written_no)
             ready = self._take_ready_waiters()
         notify_waiters(ready, None)
+
+    def _confirm(self) -> None:
+        """Writer thread, once written data is durable and before it is confirmed: the
+        lease must still be this broker's (raises FencedError otherwise)."""
+        if self._fence is not None:
+            self._fence.end_write()
 
     def _sync_directory(self) -> None:
         if self._fsync:
@@ -1046,13 +1065,11 @@ class JournalStore:
         if fence is None:
             self._write_group_unfenced(items)
             return
-        # Held through write, fsync and unlink: a takeover waits for this group, and
-        # every group after a takeover is refused (FencedError fails the store).
+        # Checked before the group touches a file; checked again once it is durable,
+        # before it is confirmed or any segment is unlinked (_confirm). FencedError
+        # fails the store; nothing of the group is confirmed then.
         fence.begin_write()
-        try:
-            self._write_group_unfenced(items)
-        finally:
-            fence.end_write()
+        self._write_group_unfenced(items)
 
     def _write_group_unfenced(self, items: list[_Item]) -> None:
         chunks: list[bytes] = []
@@ -1111,6 +1128,8 @@ class JournalStore:
             self._sync_directory()
         if deletes and self._w_unsynced and self._w_fd is not None:
             self._sync_fd(self._w_fd)  # never unlink ahead of unsynced records
+        if not self._w_unsynced:
+            self._confirm()
         for seg in deletes:
             fd = self._w_read_fds.pop(seg, None)
             if fd is not None:
