@@ -118,6 +118,10 @@ class Recovery:
 
 @runtime_checkable
 class Store(Protocol):
+    # Whether dispatch marks (``MarkDispatched``) survive a restart here, so that the
+    # broker writes them; a store that forgets everything on restart says False.
+    keeps_dispatch_marks: bool
+
     def open(self) -> Recovery:
         """Open (or create) the store and return what it holds. Called once."""
         ...

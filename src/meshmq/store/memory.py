@@ -88,6 +88,8 @@ class _Key:
 class MemoryStore:
     """Everything in dictionaries; ``sync`` returns at once; nothing survives ``close``."""
 
+    keeps_dispatch_marks = False  # nothing survives a restart
+
     def __init__(self) -> None:
         self._keys: dict[str, _Key] = {}
         self._subs: dict[str, DurableSubscription] = {}

@@ -52,6 +52,7 @@ LISTENER_LABELS = {"stomp": "STOMP", "stomp+ssl": "STOMP over TLS", "mqtt": "MQT
                    "nio": "broker links"}
 
 TIMER_INTERVAL = 0.5
+SHUTDOWN_DRAIN_S = 3.0  # how long stop() waits for connections to finish closing
 
 
 class _Gate:
@@ -61,7 +62,6 @@ class _Gate:
 
     def __init__(self) -> None:
         self.ready = False
-SHUTDOWN_DRAIN_S = 3.0  # how long stop() waits for connections to finish closing
 
 
 class BrokerRuntime:
@@ -94,10 +94,8 @@ class BrokerRuntime:
             store = create_store(config, fence=fence)
         self.store = store
         self.broker = Broker(config, self.store)
-        # Stores that keep dispatch marks across a restart (store.base.MarkDispatched);
-        # the memory store forgets everything anyway, and the replicated HA store does
-        # not replicate them (its followers' journals would not have them).
-        self.broker.dispatch_marks = bool(getattr(store, "keeps_dispatch_marks", False))
+        # Dispatch marks (store.base.MarkDispatched) only where they survive a restart.
+        self.broker.dispatch_marks = store.keeps_dispatch_marks
         # Outcomes waiting for a dispatch mark to be durable, in pump order; a group
         # with no gate waits only for the groups before it.
         self._held: deque[tuple[_Gate | None, list[Outcome]]] = deque()

@@ -102,9 +102,7 @@ class _Plan:
 
 
 class JournalStore:
-    # Dispatch marks (store.base.MarkDispatched) survive a restart here, so the broker
-    # writes them (the runtime checks this attribute; stores without it get none).
-    keeps_dispatch_marks = True
+    keeps_dispatch_marks = True  # store.base.Store
 
     def __init__(self, directory: Path, *, segment_size: int = 32 * MIB, fsync: bool = True,
                  max_batch_bytes: int = 4 * MIB, compact_live_ratio: float = 0.5,
