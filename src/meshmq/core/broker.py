@@ -51,6 +51,7 @@ from meshmq.store.base import (
     PutDurableSubscription,
     Recovery,
     RemoveRef,
+    SetDeliveryCount,
     Store,
     StoreOp,
 )
@@ -552,9 +553,10 @@ class Broker:
 
     # ================================================================ producing
     def send(self, conn: Connection, destinations: tuple[Destination, ...], message: Message,
-             txn: str | None = None) -> bool:
+             txn: str | None = None, *, redelivered: bool = False) -> bool:
         """Route ``message`` to every destination. Returns True when a store sync
-        must complete before the send may be confirmed."""
+        must complete before the send may be confirmed. ``redelivered``: it may have
+        been delivered before (a bridge's re-send): its consumers are told so."""
         for d in destinations:
             if d in self._sendable:
                 continue  # validated before (hot path: one set lookup per send)
@@ -584,7 +586,7 @@ class Broker:
         if txn is not None:
             self._txn(conn, txn).sends.append((destinations, message))
             return False
-        return self._route(conn, destinations, message)
+        return self._route(conn, destinations, message, redelivered)
 
     def publish_internal(self, message: Message, *, retain: bool = False,
                          persist: bool = True) -> None:
@@ -595,7 +597,7 @@ class Broker:
             self.retain(message, persist=persist)
 
     def _route(self, conn: Connection | None, destinations: tuple[Destination, ...],
-               message: Message) -> bool:
+               message: Message, redelivered: bool = False) -> bool:
         if message.properties:
             dedup_id = message.properties.get(DEDUP_PROPERTY)
             if dedup_id is not None and self.dedup.check_and_add(str(dedup_id)):
@@ -620,15 +622,17 @@ class Broker:
                               "producerCount": self._producer_count(d)})
             queue = self.queues.get(d)
             if queue is not None or d.kind is DestKind.QUEUE or d.kind is DestKind.TEMP_QUEUE:
-                needs_sync |= self._route_queue(queue or self._get_queue(d), msg)
+                needs_sync |= self._route_queue(queue or self._get_queue(d), msg,
+                                                redelivered)
             else:
-                needs_sync |= self._route_topic(d, msg, traced=tracer is not None)
+                needs_sync |= self._route_topic(d, msg, traced=tracer is not None,
+                                                redelivered=redelivered)
         return needs_sync
 
     def _producer_count(self, d: Destination) -> int:
         return sum(1 for c in self.connections.values() if d in c.producer_destinations)
 
-    def _route_queue(self, queue: Queue, msg: Message) -> bool:
+    def _route_queue(self, queue: Queue, msg: Message, redelivered: bool = False) -> bool:
         seq = queue.allocate_seq()
         if queue.retains_all:  # a stream: every message is stored, with its offset
             assert isinstance(queue, StreamQueue)
@@ -638,15 +642,18 @@ class Broker:
             persisted = msg.persistent and queue.key is not None
         if persisted:
             self._ops.append(AddMessage(msg, ((queue.key or "", seq),)))
+            if redelivered and not queue.retains_all:
+                self._ops.append(SetDeliveryCount(queue.key or "", seq, 1))
             if self.tracer is not None:
                 if queue.retains_all:
                     self.tracer.message(STORED, msg, queue.destination, reason="stream")
                 else:
                     self.tracer.hot(STORED, msg, queue.destination, 0, None)
-        queue.enqueue(msg, seq, persisted)
+        queue.enqueue(msg, seq, persisted, delivery_count=int(redelivered))
         return persisted
 
-    def _route_topic(self, dest: Destination, msg: Message, *, traced: bool = False) -> bool:
+    def _route_topic(self, dest: Destination, msg: Message, *, traced: bool = False,
+                     redelivered: bool = False) -> bool:
         """``traced``: a producer's message, so having no subscriber is traced as a drop."""
         stats = self.topics.get(dest)
         if stats is None:
@@ -681,12 +688,14 @@ class Broker:
             targets.append((queue, seq, persisted))
         if refs:
             self._ops.append(AddMessage(msg, tuple(refs)))
+            if redelivered:
+                self._ops.extend(SetDeliveryCount(key, seq, 1) for key, seq in refs)
             if self.tracer is not None:
                 self.tracer.message(STORED, msg, dest)
         elif not targets and traced and self.tracer is not None:
             self.tracer.message(DROPPED, msg, reason="no matching subscriber")
         for queue, seq, persisted in targets:
-            queue.enqueue(msg, seq, persisted)
+            queue.enqueue(msg, seq, persisted, delivery_count=int(redelivered))
         stats.dispatched += len(targets)
         return bool(refs)
 

@@ -216,8 +216,10 @@ class Queue:
                 break
 
     # ------------------------------------------------------------ enqueue
-    def enqueue(self, message: Message, seq: int, persisted: bool) -> None:
-        """Add a routed message (already written to the store when ``persisted``)."""
+    def enqueue(self, message: Message, seq: int, persisted: bool,
+                delivery_count: int = 0) -> None:
+        """Add a routed message (already written to the store when ``persisted``).
+        ``delivery_count`` 1: it may have been delivered before it came here."""
         self._count += 1
         self.stats.enqueued += 1
         if persisted and (self._paging or self._mem_persisted_pending >= self.policy.page_size
@@ -228,7 +230,7 @@ class Queue:
             return
         if persisted:
             self._mem_high = seq
-        entry = Entry(self, seq, message, persisted)
+        entry = Entry(self, seq, message, persisted, delivery_count)
         self._charge(entry)
         if not self._mem_pending and self._tiers and not message.expiration:
             # Fast path: nothing is waiting, so order cannot suffer; hand the message
