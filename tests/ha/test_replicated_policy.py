@@ -32,6 +32,7 @@ from meshmq.store.base import (
     AddMessage,
     DropKey,
     DurableSubscription,
+    MarkDispatched,
     PutDurableSubscription,
     RemoveRef,
     SetDeliveryCount,
@@ -204,6 +205,7 @@ ops = st.lists(st.one_of(
     st.builds(SetDeliveryCount, keys, seqs, st.integers(0, 2**32 - 1)),
     st.builds(PutDurableSubscription, subs),
     st.builds(DropKey, keys),
+    st.builds(MarkDispatched, keys, seqs),
 ), max_size=8)
 
 

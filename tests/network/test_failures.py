@@ -45,8 +45,59 @@ def test_receiving_broker_killed_mid_stream_loses_nothing(tmp_path: Path, client
              what="every message")
         got = received + [m.body for m in again.listener.messages]
         assert set(got) == {str(i) for i in range(total)}
-        # The only repeats allowed: the one unacknowledged at the kill (client ack).
+        # The only repeats allowed: the one unacknowledged at the kill (client ack),
+        # and it says it may have been delivered before.
         assert sum(n - 1 for n in Counter(got).values()) <= 1
+        seen = set(received)
+        assert all(m.headers.get("redelivered") == "true"
+                   for m in again.listener.messages if m.body in seen)
+    finally:
+        _stop(a, b)
+
+
+def test_every_repeat_after_the_receiving_broker_is_killed_says_redelivered(
+        tmp_path: Path, client) -> None:
+    """A consumer on B acknowledges as it goes; B is killed mid-stream and restarted.
+    Whatever the consumer had received and then gets again (B had not made the ack
+    durable, or A re-forwarded what B had already handed out) is flagged redelivered."""
+    total = 1500
+    b = Node("B", tmp_path / "b").start()
+    a = Node("A", tmp_path / "a").connect_to(f"static:({b.uri})").start()
+    try:
+        a.wait_forwarding()
+        q = uid("acking")
+        consumer = client(on=b)
+        consumer.subscribe(f"/queue/{q}", ack="client-individual",
+                           headers={"activemq.prefetchSize": "50"})
+        a.wait_consumers(q, 1)
+        producer = client(on=a)
+        for i in range(total):
+            producer.send(f"/queue/{q}", str(i), {"persistent": "true"})
+        acked = 0
+        deadline = time.monotonic() + 60
+        while acked < 400 and time.monotonic() < deadline:
+            with consumer.listener.cond:
+                consumer.listener.cond.wait_for(
+                    lambda n=acked: len(consumer.listener.messages) > n, 1)
+                fresh = consumer.listener.messages[acked:]
+            for m in fresh:
+                consumer.ack(m, receipt=False)
+            acked += len(fresh)
+        b.kill9()
+        seen = {m.body for m in consumer.listener.messages}
+        b.start()
+        a.wait_forwarding()
+        again = client(on=b)
+        again.subscribe(f"/queue/{q}", ack="auto")
+        poll(lambda: a.destination(q)["depth"] == 0 and b.destination(q)["depth"] == 0,
+             timeout=60, what="both queues drained")
+        poll(lambda: len(seen | {m.body for m in again.listener.messages}) == total,
+             timeout=30, what="every message")
+        unflagged = [m.body for m in again.listener.messages
+                     if m.body in seen and m.headers.get("redelivered") != "true"]
+        assert not unflagged, f"{len(unflagged)} repeats without the flag: {unflagged[:5]}"
+        repeats = sum(1 for m in again.listener.messages if m.body in seen)
+        print(f"{len(seen)} received before the kill, {repeats} of them again, all flagged")
     finally:
         _stop(a, b)
 

@@ -17,6 +17,7 @@ from meshmq.store.base import (
     AddMessage,
     DropKey,
     KeyInfo,
+    MarkDispatched,
     PutDurableSubscription,
     Recovery,
     RemoveRef,
@@ -155,6 +156,37 @@ async def test_delivery_counts(h: Harness) -> None:
     await h.reopen()
     assert [e.delivery_count for e in h.store.load(Q, 0, 10)] == [0, 4, 0]
     assert [e.delivery_count for e in h.store.load(Q2, 0, 10)] == [0, 0, 2]
+
+
+@run_async
+async def test_dispatch_mark_keeps_the_highest_and_survives_reopen(h: Harness) -> None:
+    h.store.write([AddMessage(msg(i), ((Q, i), (Q2, i))) for i in (1, 2, 3)])
+    h.store.write([MarkDispatched(Q, 50)])
+    h.store.write([MarkDispatched(Q, 20), RemoveRef(Q, 1)])  # never lowers the mark
+    assert h.store.key_info(Q) == KeyInfo(2, len(msg(2).body) + len(msg(3).body), 2, 3, 50)
+    assert h.store.key_info(Q2).dispatched == 0
+    # The mark is a number per key; references and their delivery counts are untouched.
+    assert [e.delivery_count for e in h.store.load(Q, 0, 10)] == [0, 0]
+    await h.store.sync()
+    rec = await h.reopen()
+    assert rec.keys[Q].dispatched == 50
+    assert rec.keys[Q2].dispatched == 0
+    h.store.write([MarkDispatched(Q, 70)])
+    await h.store.sync()
+    rec = await h.reopen()
+    assert rec.keys[Q].dispatched == 70
+
+
+@run_async
+async def test_drop_key_forgets_the_dispatch_mark(h: Harness) -> None:
+    h.store.write([AddMessage(msg(1), ((Q, 1),)), MarkDispatched(Q, 10)])
+    h.store.write([DropKey(Q)])
+    assert h.store.key_info(Q) == KeyInfo()
+    h.store.write([AddMessage(msg(2), ((Q, 1),))])  # a recreated key starts afresh
+    assert h.store.key_info(Q).dispatched == 0
+    await h.store.sync()
+    rec = await h.reopen()
+    assert rec.keys[Q].dispatched == 0
 
 
 @run_async

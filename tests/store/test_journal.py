@@ -16,6 +16,7 @@ from meshmq.errors import CorruptStoreError, StoreError
 from meshmq.store.base import (
     AddMessage,
     KeyInfo,
+    MarkDispatched,
     PutDurableSubscription,
     RemoveRef,
     SetDeliveryCount,
@@ -258,6 +259,34 @@ async def test_compaction_reclaims_space_and_keeps_order_and_counts(tmp_path: Pa
     assert state(store) == state(model)
     assert rec.durable_subscriptions == [sub(D)]
     assert rec.keys[Q2] == KeyInfo(0, 0, 0, 400)  # last_seq survives its records' deletion
+    await store.close()
+
+
+@run_async
+async def test_dispatch_marks_survive_the_compaction_of_their_segment(tmp_path: Path) -> None:
+    d = tmp_path / "j"
+    store = JournalStore(d, segment_size=2048)
+    store.open()
+    store.write([AddMessage(msg(1, b"m" * 100), ((Q, 1),)), MarkDispatched(Q, 40),
+                 MarkDispatched(D, 7)])
+    store.write([MarkDispatched(D, 9)])  # the newest mark of D is in a later record
+    await store.sync()
+    first = segments(d)
+    assert first
+    for i in range(2, 80):  # churn: later segments, all acknowledged
+        store.write([AddMessage(msg(i, b"c" * 100), ((Q2, i),)), RemoveRef(Q2, i)])
+    store.write([RemoveRef(Q, 1)])
+    await store.sync()
+    while store.compact_step():
+        pass
+    await store.sync()
+    assert not set(first) & set(segments(d)), "the segment holding the marks was deleted"
+    assert (store.key_info(Q).dispatched, store.key_info(D).dispatched) == (40, 9)
+    await store.close()
+    store = JournalStore(d, segment_size=2048)
+    rec = store.open()
+    assert rec.keys[Q] == KeyInfo(0, 0, 0, 1, 40)
+    assert store.key_info(D).dispatched == 9
     await store.close()
 
 

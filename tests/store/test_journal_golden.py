@@ -1,6 +1,8 @@
 """Golden journal files: the committed bytes must keep reading to the committed state,
 damaged copies must behave as docs/store-format.md says, and the writer must still
-produce exactly those bytes (no silent format change)."""
+produce exactly those bytes (no silent format change). Every format version's files
+stay committed and readable (``v1``: before dispatch marks); only the current one
+(``v2``) is regenerated."""
 
 from __future__ import annotations
 
@@ -14,22 +16,31 @@ from typing import Any
 import pytest
 
 from meshmq.errors import CorruptStoreError
+from meshmq.store.base import MarkDispatched
 from meshmq.store.journal import JournalStore
-from tests.store.golden.make_golden import generate, state, subs_view
+from meshmq.store.journal import format as fmt
+from tests.store.golden.make_golden import dispatched, generate, state, subs_view
 
 GOLDEN = Path(__file__).parent / "golden"
-EXPECTED: dict[str, Any] = json.loads((GOLDEN / "v1" / "expected.json").read_text())
+CURRENT = f"v{fmt.FORMAT_VERSION}"
+VERSIONS = ["v1", CURRENT]  # every format version a reader must still accept
+EXPECTED: dict[str, dict[str, Any]] = {
+    v: json.loads((GOLDEN / v / "expected.json").read_text()) for v in VERSIONS}
+
+versions = pytest.mark.parametrize("version", VERSIONS)
 
 
-def open_copy(name: str, tmp_path: Path) -> tuple[JournalStore, Any]:
+def open_copy(version: str, name: str, tmp_path: Path) -> tuple[JournalStore, Any]:
     d = tmp_path / name
-    shutil.copytree(GOLDEN / "v1" / name, d)
+    shutil.copytree(GOLDEN / version / name, d)
     store = JournalStore(d, segment_size=1024)
     return store, store.open()
 
 
 def check(store: JournalStore, recovery: Any, expected: dict[str, Any]) -> None:
     assert json.loads(json.dumps(state(store))) == expected["keys"]
+    # Version 1 had no dispatch marks: its keys recover with none.
+    assert dispatched(store) == expected.get("dispatched", dict.fromkeys(expected["keys"], 0))
     assert json.loads(json.dumps(subs_view(recovery.durable_subscriptions))) == \
         expected["subscriptions"]
     for key, info in recovery.keys.items():
@@ -41,49 +52,55 @@ def close(store: JournalStore) -> None:
     asyncio.run(store.close())
 
 
-def test_basic_reads_to_expected_state(tmp_path: Path) -> None:
-    store, rec = open_copy("basic", tmp_path)
+@versions
+def test_basic_reads_to_expected_state(version: str, tmp_path: Path) -> None:
+    store, rec = open_copy(version, "basic", tmp_path)
     try:
-        check(store, rec, EXPECTED["all"])
+        check(store, rec, EXPECTED[version]["all"])
     finally:
         close(store)
 
 
+@versions
 @pytest.mark.parametrize("name", ["torn_tail", "bad_crc_tail"])
-def test_damaged_tail_drops_only_the_last_batch(name: str, tmp_path: Path,
+def test_damaged_tail_drops_only_the_last_batch(version: str, name: str, tmp_path: Path,
                                                 caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="meshmq.store")
-    store, rec = open_copy(name, tmp_path)
+    store, rec = open_copy(version, name, tmp_path)
     try:
-        check(store, rec, EXPECTED["all_but_last"])
+        check(store, rec, EXPECTED[version]["all_but_last"])
     finally:
         close(store)
     assert any("torn tail" in r.getMessage() for r in caplog.records)
     # The file was cut back to the last intact record: a second open is clean.
     caplog.clear()
     store = JournalStore(tmp_path / name, segment_size=1024)
-    check(store, store.open(), EXPECTED["all_but_last"])
+    check(store, store.open(), EXPECTED[version]["all_but_last"])
     close(store)
     assert not caplog.records
 
 
-def test_torn_new_segment_is_removed(tmp_path: Path) -> None:
-    store, rec = open_copy("torn_new_segment", tmp_path)
+@versions
+def test_torn_new_segment_is_removed(version: str, tmp_path: Path) -> None:
+    store, rec = open_copy(version, "torn_new_segment", tmp_path)
     try:
-        check(store, rec, EXPECTED["all"])
+        check(store, rec, EXPECTED[version]["all"])
     finally:
         close(store)
     assert not (tmp_path / "torn_new_segment" / "seg-0000000000000006.log").exists()
 
 
-@pytest.mark.parametrize(("name", "match"), [
-    ("bad_crc_middle", r"seg-0000000000000001\.log: record checksum mismatch at offset 24"),
-    ("future_version", r"format version 2 is newer than this broker supports"),
+@pytest.mark.parametrize(("version", "name", "match"), [
+    ("v1", "bad_crc_middle", r"seg-0000000000000001\.log: record checksum mismatch at offset 24"),
+    (CURRENT, "bad_crc_middle",
+     r"seg-0000000000000001\.log: record checksum mismatch at offset 24"),
+    (CURRENT, "future_version",
+     rf"format version {fmt.FORMAT_VERSION + 1} is newer than this broker supports"),
 ])
-def test_damage_outside_the_tail_refuses_to_open(name: str, match: str,
+def test_damage_outside_the_tail_refuses_to_open(version: str, name: str, match: str,
                                                  tmp_path: Path) -> None:
     d = tmp_path / name
-    shutil.copytree(GOLDEN / "v1" / name, d)
+    shutil.copytree(GOLDEN / version / name, d)
     before = {p.name: p.read_bytes() for p in d.iterdir()}
     with pytest.raises(CorruptStoreError, match=match):
         JournalStore(d).open()
@@ -96,9 +113,10 @@ def test_damage_outside_the_tail_refuses_to_open(name: str, match: str,
         store.open()
 
 
-def test_refusal_names_the_flag_that_accepts_the_loss(tmp_path: Path) -> None:
+@versions
+def test_refusal_names_the_flag_that_accepts_the_loss(version: str, tmp_path: Path) -> None:
     d = tmp_path / "bad_crc_middle"
-    shutil.copytree(GOLDEN / "v1" / "bad_crc_middle", d)
+    shutil.copytree(GOLDEN / version / "bad_crc_middle", d)
     with pytest.raises(CorruptStoreError, match="--accept-data-loss") as info:
         JournalStore(d).open()
     assert "recovering its first 0 intact records" in str(info.value)
@@ -114,13 +132,14 @@ def test_refusal_names_the_flag_that_accepts_the_loss(tmp_path: Path) -> None:
     close(store)
 
 
+@versions
 def test_damaged_header_with_intact_records_recovers_everything(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+        version: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="meshmq.store")
-    original = (GOLDEN / "v1" / "bad_magic" / "seg-0000000000000001.log").read_bytes()
-    store, rec = open_copy("bad_magic", tmp_path)
+    original = (GOLDEN / version / "bad_magic" / "seg-0000000000000001.log").read_bytes()
+    store, rec = open_copy(version, "bad_magic", tmp_path)
     try:
-        check(store, rec, EXPECTED["all"])
+        check(store, rec, EXPECTED[version]["all"])
     finally:
         close(store)
     d = tmp_path / "bad_magic"
@@ -128,15 +147,34 @@ def test_damaged_header_with_intact_records_recovers_everything(
     assert "kept the original as seg-0000000000000001.log.damaged" in caplog.text
     caplog.clear()
     store = JournalStore(d, segment_size=1024)
-    check(store, store.open(), EXPECTED["all"])
+    check(store, store.open(), EXPECTED[version]["all"])
     close(store)
     assert not caplog.records
 
 
+def test_version_1_segments_read_on_beside_newer_ones(tmp_path: Path) -> None:
+    """An upgraded broker appends version-2 segments to a version-1 journal."""
+    store, _ = open_copy("v1", "basic", tmp_path)
+    try:
+        store.write([MarkDispatched("queue://orders", 30)])
+        asyncio.run(store.sync())  # (store.sync needs a running loop)
+    finally:
+        close(store)
+    store = JournalStore(tmp_path / "basic", segment_size=1024)
+    try:
+        store.open()
+        assert json.loads(json.dumps(state(store))) == EXPECTED["v1"]["all"]["keys"]
+        assert store.key_info("queue://orders").dispatched == 30
+    finally:
+        close(store)
+
+
 def test_generator_reproduces_committed_bytes(tmp_path: Path) -> None:
     generate(tmp_path)
+    # Older versions' files are kept as they were, not generated any more.
     committed = sorted(p.relative_to(GOLDEN) for p in GOLDEN.rglob("*")
-                       if p.is_file() and p.suffix != ".py" and "__pycache__" not in p.parts)
+                       if p.is_file() and p.suffix != ".py" and "__pycache__" not in p.parts
+                       and p.relative_to(GOLDEN).parts[0] in (CURRENT, "codec_v1.bin"))
     produced = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
     assert produced == committed
     for rel in committed:

@@ -51,6 +51,7 @@ from meshmq.store.base import (
     PutDurableSubscription,
     Recovery,
     RemoveRef,
+    SetDeliveryCount,
     Store,
     StoreOp,
 )
@@ -168,6 +169,12 @@ class Broker:
         self._bursting: list[Consumer] = []
         self._ops: list[StoreOp] = []
         self._outbox: list[Outcome] = []
+        # Dispatch marks (Queue._cover): off unless the runtime's store keeps them across
+        # a restart. Marks written since the last take_dispatch_marks(), and whether a
+        # delivery of this pump waits for one to be durable.
+        self.dispatch_marks = False
+        self._marks: list[tuple[Queue, int]] = []
+        self._hold = False
         self._listeners: list[Callable[[ConsumerEvent], None]] = []
         self.dedup = DuplicateWindow(config.duplicate_window)
         self._policies = [(Destination.parse_uri(p.match), p) for p in config.policies]
@@ -193,6 +200,26 @@ class Broker:
 
     def remember_network_message(self, message: Message) -> None:
         self.dedup.remember(network_key(message))
+
+    def dispatch_marked(self, queue: Queue, mark: int) -> None:
+        self._marks.append((queue, mark))
+
+    def hold_deliveries(self) -> None:
+        self._hold = True
+
+    def take_dispatch_marks(self) -> tuple[list[tuple[Queue, int]], bool]:
+        """The dispatch marks written since the last call, and whether the outcomes
+        taken next must wait until the store has made them (and everything written
+        before) durable: a delivery that a crash could forget must not leave the broker
+        before its mark is on disk. Call after ``take_ops``, before ``take_outcomes``."""
+        marks, self._marks = self._marks, []
+        hold, self._hold = self._hold, False
+        return marks, hold
+
+    def dispatch_marks_durable(self, marks: list[tuple[Queue, int]]) -> None:
+        """The store synced the batches holding ``marks`` (from ``take_dispatch_marks``)."""
+        for queue, mark in marks:
+            queue.mark_durable(mark)
 
     def mark_dirty(self, queue: Queue) -> None:
         self._dirty[queue] = None
@@ -337,19 +364,46 @@ class Broker:
                 self._ops.append(DropKey(key))
                 continue
             self.queues[dest] = Queue(dest, key, self.policy_for(dest), self, self.store,
-                                      last_seq=info.last_seq, stored_count=info.count)
+                                      last_seq=info.last_seq, stored_count=info.count,
+                                      dispatched=info.dispatched)
             self.mark_dirty(self.queues[dest])
         for record in recovery.durable_subscriptions:
             stored = recovery.keys.get(record.key)
             patterns = tuple(Destination.parse_uri(u) for u in record.destination.split(","))
             queue = Queue(patterns[0], record.key, self.policy_for(patterns[0]), self,
                           self.store, last_seq=stored.last_seq if stored else 0,
-                          stored_count=stored.count if stored else 0, prefiltered=True)
+                          stored_count=stored.count if stored else 0, prefiltered=True,
+                          dispatched=stored.dispatched if stored else 0)
             sub = TopicSubscription(patterns, queue, selector_text=record.selector,
                                     no_local=record.no_local, connection_id=None,
                                     durable=record)
             self.durables[(record.client_id, record.subscription_name)] = sub
             self._add_topic_sub(sub)
+
+    def remember_stored_network_messages(self, recovery: Recovery) -> int:
+        """Put the newest stored messages that came over a bridge into the duplicate
+        window, up to its capacity, right after ``recover``; returns how many.
+
+        A bridge re-sends what it never saw acknowledged, and those are the messages this
+        broker received last: found here, they are acknowledged as duplicates and not
+        stored twice. (Paging in re-adds them too, but a queue deeper than its page size
+        pages the newest ones in only after a long while.)"""
+        budget = self.dedup.capacity
+        found = 0
+        for key, info in recovery.keys.items():
+            if budget <= 0:
+                break
+            if not info.count or key.startswith((STREAM_PREFIX, RETAINED_PREFIX,
+                                                 RECORD_PREFIX)):
+                continue
+            want = min(info.count, budget)
+            entries = self.store.load(key, max(0, info.last_seq - want), want)
+            budget -= len(entries)
+            for entry in entries:
+                if entry.message.broker_path:
+                    self.remember_network_message(entry.message)
+                    found += 1
+        return found
 
     def _replace_single(self, key: str, old_seq: int | None,
                         message: Message | None) -> int | None:
@@ -499,9 +553,10 @@ class Broker:
 
     # ================================================================ producing
     def send(self, conn: Connection, destinations: tuple[Destination, ...], message: Message,
-             txn: str | None = None) -> bool:
+             txn: str | None = None, *, redelivered: bool = False) -> bool:
         """Route ``message`` to every destination. Returns True when a store sync
-        must complete before the send may be confirmed."""
+        must complete before the send may be confirmed. ``redelivered``: it may have
+        been delivered before (a bridge's re-send): its consumers are told so."""
         for d in destinations:
             if d in self._sendable:
                 continue  # validated before (hot path: one set lookup per send)
@@ -531,7 +586,7 @@ class Broker:
         if txn is not None:
             self._txn(conn, txn).sends.append((destinations, message))
             return False
-        return self._route(conn, destinations, message)
+        return self._route(conn, destinations, message, redelivered)
 
     def publish_internal(self, message: Message, *, retain: bool = False,
                          persist: bool = True) -> None:
@@ -542,7 +597,7 @@ class Broker:
             self.retain(message, persist=persist)
 
     def _route(self, conn: Connection | None, destinations: tuple[Destination, ...],
-               message: Message) -> bool:
+               message: Message, redelivered: bool = False) -> bool:
         if message.properties:
             dedup_id = message.properties.get(DEDUP_PROPERTY)
             if dedup_id is not None and self.dedup.check_and_add(str(dedup_id)):
@@ -567,15 +622,17 @@ class Broker:
                               "producerCount": self._producer_count(d)})
             queue = self.queues.get(d)
             if queue is not None or d.kind is DestKind.QUEUE or d.kind is DestKind.TEMP_QUEUE:
-                needs_sync |= self._route_queue(queue or self._get_queue(d), msg)
+                needs_sync |= self._route_queue(queue or self._get_queue(d), msg,
+                                                redelivered)
             else:
-                needs_sync |= self._route_topic(d, msg, traced=tracer is not None)
+                needs_sync |= self._route_topic(d, msg, traced=tracer is not None,
+                                                redelivered=redelivered)
         return needs_sync
 
     def _producer_count(self, d: Destination) -> int:
         return sum(1 for c in self.connections.values() if d in c.producer_destinations)
 
-    def _route_queue(self, queue: Queue, msg: Message) -> bool:
+    def _route_queue(self, queue: Queue, msg: Message, redelivered: bool = False) -> bool:
         seq = queue.allocate_seq()
         if queue.retains_all:  # a stream: every message is stored, with its offset
             assert isinstance(queue, StreamQueue)
@@ -585,15 +642,18 @@ class Broker:
             persisted = msg.persistent and queue.key is not None
         if persisted:
             self._ops.append(AddMessage(msg, ((queue.key or "", seq),)))
+            if redelivered and not queue.retains_all:
+                self._ops.append(SetDeliveryCount(queue.key or "", seq, 1))
             if self.tracer is not None:
                 if queue.retains_all:
                     self.tracer.message(STORED, msg, queue.destination, reason="stream")
                 else:
                     self.tracer.hot(STORED, msg, queue.destination, 0, None)
-        queue.enqueue(msg, seq, persisted)
+        queue.enqueue(msg, seq, persisted, delivery_count=int(redelivered))
         return persisted
 
-    def _route_topic(self, dest: Destination, msg: Message, *, traced: bool = False) -> bool:
+    def _route_topic(self, dest: Destination, msg: Message, *, traced: bool = False,
+                     redelivered: bool = False) -> bool:
         """``traced``: a producer's message, so having no subscriber is traced as a drop."""
         stats = self.topics.get(dest)
         if stats is None:
@@ -628,12 +688,14 @@ class Broker:
             targets.append((queue, seq, persisted))
         if refs:
             self._ops.append(AddMessage(msg, tuple(refs)))
+            if redelivered:
+                self._ops.extend(SetDeliveryCount(key, seq, 1) for key, seq in refs)
             if self.tracer is not None:
                 self.tracer.message(STORED, msg, dest)
         elif not targets and traced and self.tracer is not None:
             self.tracer.message(DROPPED, msg, reason="no matching subscriber")
         for queue, seq, persisted in targets:
-            queue.enqueue(msg, seq, persisted)
+            queue.enqueue(msg, seq, persisted, delivery_count=int(redelivered))
         stats.dispatched += len(targets)
         return bool(refs)
 

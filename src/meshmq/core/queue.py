@@ -23,7 +23,7 @@ from meshmq.core.message import Message
 from meshmq.core.selector import message_lookup
 from meshmq.core.trace import ACKED, DELIVERED, DISPATCHED, DROPPED, REDELIVERED, Tracer
 from meshmq.core.usage import MemoryUsage
-from meshmq.store.base import RemoveRef, SetDeliveryCount, StoredEntry, StoreOp
+from meshmq.store.base import MarkDispatched, RemoveRef, SetDeliveryCount, StoredEntry, StoreOp
 
 if TYPE_CHECKING:
     from meshmq.store.base import Store
@@ -35,6 +35,15 @@ DONE = 2
 # How many undeliverable entries (selector or group mismatch) one dispatch pass
 # may step over before giving up until the next change.
 SCAN_LIMIT = 2000
+
+# The dispatch mark (store.base.MarkDispatched) runs a window of seqs ahead of the
+# highest persistent message dispatched, and moves on once dispatching is within half of
+# it: one small record per half window, written ahead so that it is durable before
+# dispatching reaches it. The window is twice the prefetch of the queue's consumers
+# (what one pump may hand out at once), within these bounds; after a crash at most that
+# many never-dispatched messages per queue come back flagged redelivered.
+DISPATCH_MARK_WINDOW = 512
+DISPATCH_MARK_MIN_WINDOW = 32
 
 
 class Entry:
@@ -90,12 +99,16 @@ class QueueContext(Protocol):
 
     usage: MemoryUsage
     tracer: Tracer | None
+    # Whether the store keeps dispatch marks across a restart (so they are worth writing).
+    dispatch_marks: bool
 
     def now_ms(self) -> int: ...
     def store_op(self, op: StoreOp) -> None: ...
     def emit(self, outcome: Outcome) -> None: ...
     def mark_dirty(self, queue: Queue) -> None: ...
     def remember_network_message(self, message: Message) -> None: ...
+    def dispatch_marked(self, queue: Queue, mark: int) -> None: ...
+    def hold_deliveries(self) -> None: ...
     def defer(self, queue: Queue) -> None: ...
     def bursting(self, consumer: Consumer) -> None: ...
     def dead_letter(self, queue: Queue, entry: Entry, cause: str) -> None: ...
@@ -118,7 +131,8 @@ class Queue:
 
     def __init__(self, destination: Destination, key: str | None, policy: DestinationPolicy,
                  ctx: QueueContext, store: Store | None, *, last_seq: int = 0,
-                 stored_count: int = 0, prefiltered: bool = False) -> None:
+                 stored_count: int = 0, prefiltered: bool = False,
+                 dispatched: int = 0) -> None:
         self.destination = destination
         self.key = key  # store key; None: memory only
         self.policy = policy
@@ -142,6 +156,14 @@ class Queue:
         self._mem_high = 0
         self._expiring = 0  # in-memory entries that carry an expiration
         self.deleted = False
+        # Dispatch marks (store.base.MarkDispatched). Entries up to _recovered_mark may
+        # have been delivered before the last stop: they come back flagged redelivered.
+        # _mark is the highest mark written, _mark_durable the highest known durable; a
+        # persistent entry beyond _mark_durable is delivered only once its mark is.
+        self._recovered_mark = min(dispatched, last_seq)  # seqs beyond were never used
+        self._mark_window = DISPATCH_MARK_MIN_WINDOW
+        self._mark = dispatched
+        self._mark_durable = dispatched
 
     # ------------------------------------------------------------ introspection
     @property
@@ -181,6 +203,8 @@ class Queue:
             if not c.spec.browser:
                 by_prio.setdefault(c.priority, []).append(c)
         self._tiers = [by_prio[p] for p in sorted(by_prio, reverse=True)]
+        window = 2 * sum(c.prefetch for c in self.consumers)
+        self._mark_window = min(DISPATCH_MARK_WINDOW, max(DISPATCH_MARK_MIN_WINDOW, window))
         self._rr = [0] * len(self._tiers)
         self._exclusive = None
         for tier in self._tiers:
@@ -192,8 +216,10 @@ class Queue:
                 break
 
     # ------------------------------------------------------------ enqueue
-    def enqueue(self, message: Message, seq: int, persisted: bool) -> None:
-        """Add a routed message (already written to the store when ``persisted``)."""
+    def enqueue(self, message: Message, seq: int, persisted: bool,
+                delivery_count: int = 0) -> None:
+        """Add a routed message (already written to the store when ``persisted``).
+        ``delivery_count`` 1: it may have been delivered before it came here."""
         self._count += 1
         self.stats.enqueued += 1
         if persisted and (self._paging or self._mem_persisted_pending >= self.policy.page_size
@@ -204,7 +230,7 @@ class Queue:
             return
         if persisted:
             self._mem_high = seq
-        entry = Entry(self, seq, message, persisted)
+        entry = Entry(self, seq, message, persisted, delivery_count)
         self._charge(entry)
         if not self._mem_pending and self._tiers and not message.expiration:
             # Fast path: nothing is waiting, so order cannot suffer; hand the message
@@ -371,9 +397,28 @@ class Queue:
             consumer.dispatched[tag] = entry
             consumer.by_message_id[msg.message_id] = tag
             if entry.persisted:
-                # So a restart can flag this message redelivered.
+                # The exact count, for the DLQ limit after a restart (written, not synced;
+                # the dispatch mark is what guarantees the redelivered flag).
                 self.ctx.store_op(SetDeliveryCount(self.key or "", entry.seq,
                                                    entry.delivery_count))
+        if entry.persisted and self.ctx.dispatch_marks:
+            self._cover(entry.seq)
+
+    def _cover(self, seq: int) -> None:
+        """Make sure a crash cannot forget that ``seq`` may have been delivered: advance
+        the dispatch mark when ``seq`` is beyond it or getting close, and hold this pump's
+        deliveries while the mark covering ``seq`` is not durable yet."""
+        window = self._mark_window
+        if self._mark - seq < window // 2:
+            mark = self._mark = seq + window
+            self.ctx.store_op(MarkDispatched(self.key or "", mark))
+            self.ctx.dispatch_marked(self, mark)
+        if seq > self._mark_durable:
+            self.ctx.hold_deliveries()
+
+    def mark_durable(self, mark: int) -> None:
+        """The store confirmed a dispatch mark written by ``_cover`` (runtime feedback)."""
+        self._mark_durable = max(self._mark_durable, mark)
 
     # ------------------------------------------------------------ settle
     def ack_entry(self, entry: Entry) -> None:
@@ -454,7 +499,8 @@ class Queue:
                 # After a restart, a bridge may re-send what it never saw acknowledged:
                 # messages held here that came over a bridge go back in the window.
                 self.ctx.remember_network_message(stored.message)
-            self._push(Entry(self, stored.seq, stored.message, True, stored.delivery_count))
+            self._push(Entry(self, stored.seq, stored.message, True,
+                             self._recovered_count(stored)))
         if len(loaded) < want:
             self._paging = False
 
@@ -474,8 +520,16 @@ class Queue:
                 and len(out) < limit:
             stored: list[StoredEntry] = self.store.load(self.key, self._mem_high,
                                                         limit - len(out))
-            out.extend((s.message, s.delivery_count) for s in stored)
+            out.extend((s.message, self._recovered_count(s)) for s in stored)
         return out
+
+    def _recovered_count(self, stored: StoredEntry) -> int:
+        """The delivery count of a reference read from the store: at least 1 when the
+        dispatch mark of the previous run covers it (it may have been delivered, and the
+        record of its delivery count or of its acknowledgement may have been lost)."""
+        if stored.delivery_count == 0 and stored.seq <= self._recovered_mark:
+            return 1
+        return stored.delivery_count
 
     def purge(self) -> int:
         """Remove every pending message (admin operation); returns how many."""

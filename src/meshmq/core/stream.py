@@ -173,7 +173,9 @@ class StreamQueue(Queue):
         return message.copy_to(self.destination, properties=props)
 
     # ------------------------------------------------------------ appending and retention
-    def enqueue(self, message: Message, seq: int, persisted: bool) -> None:
+    def enqueue(self, message: Message, seq: int, persisted: bool,
+                delivery_count: int = 0) -> None:
+        # (delivery_count: a stream's readers track offsets, not deliveries.)
         self.stats.enqueued += 1
         self._ts.append(message.timestamp)
         size = len(message.body)

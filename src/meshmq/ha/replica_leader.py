@@ -30,6 +30,7 @@ from meshmq.protocol.wire.codec import (
 )
 from meshmq.store.base import (
     AddMessage,
+    MarkDispatched,
     PutDurableSubscription,
     SetDeliveryCount,
     StoredEntry,
@@ -198,7 +199,10 @@ class LeaderStreams(NodeState):
         for key in journal.key_names():
             if key == REPL_KEY:
                 continue
-            marks[key] = journal.key_info(key).last_seq
+            info = journal.key_info(key)
+            marks[key] = info.last_seq
+            if info.dispatched:
+                ops.append(MarkDispatched(key, info.dispatched))
             entries: list[StoredEntry] = journal.load(key, 0, 1 << 62)
             for e in entries:
                 ops.append(AddMessage(e.message, ((key, e.seq),)))

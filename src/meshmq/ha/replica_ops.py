@@ -14,6 +14,7 @@ journal)::
                   [| str selector]
     DROP     u8 5 | str key
     MARK     u8 6 | str key | i64 seq      (a key's last_seq is at least seq; snapshots)
+    DISPATCH u8 7 | str key | i64 seq      (refs up to seq may have been delivered)
 
 ``str`` is ``u32 length | UTF-8``.
 """
@@ -29,6 +30,7 @@ from meshmq.store.base import (
     AddMessage,
     DropKey,
     DurableSubscription,
+    MarkDispatched,
     PutDurableSubscription,
     RemoveRef,
     SetDeliveryCount,
@@ -41,7 +43,7 @@ _I64 = struct.Struct("<q")
 _SEQ_COUNT = struct.Struct("<qI")
 _SUB_HEAD = struct.Struct("<Bq")
 
-ADD, REMOVE, DELIVERY, SUB, DROP, MARK = 1, 2, 3, 4, 5, 6
+ADD, REMOVE, DELIVERY, SUB, DROP, MARK, DISPATCH = 1, 2, 3, 4, 5, 6, 7
 _NO_LOCAL, _HAS_SELECTOR = 0x01, 0x02
 
 
@@ -85,6 +87,10 @@ def encode_ops(ops: Sequence[StoreOp], marks: Mapping[str, int] | None = None) -
         elif isinstance(op, DropKey):
             out.append(_U8.pack(DROP))
             _str(out, op.key)
+        elif isinstance(op, MarkDispatched):
+            out.append(_U8.pack(DISPATCH))
+            _str(out, op.key)
+            out.append(_I64.pack(op.seq))
         else:  # pragma: no cover - StoreOp is a closed union
             raise TypeError(f"unknown store operation {op!r}")
     for key, seq in (marks or {}).items():
@@ -161,6 +167,9 @@ def decode_ops(data: bytes) -> tuple[list[StoreOp], dict[str, int]]:
         elif code == MARK:
             key = r.text()
             marks[key] = r.unpack(_I64)[0]
+        elif code == DISPATCH:
+            key = r.text()
+            ops.append(MarkDispatched(key, r.unpack(_I64)[0]))
         else:
             raise RemoteProtocolError(f"replicated batch: unknown operation {code} at byte "
                                       f"{r.pos - 1}")

@@ -23,6 +23,8 @@ class ReplicatedStore:
     """The master's store: its own journal, every batch replicated (``sync`` waits for a
     majority in synchronous mode). Refuses writes once this node is not master."""
 
+    keeps_dispatch_marks = True  # replicated to every member's journal
+
     def __init__(self, node: ReplicatedHa) -> None:
         self.node = node
 

@@ -24,7 +24,15 @@ from meshmq.network.interest import DestinationFilter
 from meshmq.network.link import WireLink
 from meshmq.network.receiver import Receiver
 from meshmq.network.stats import LinkCounters
-from meshmq.protocol.wire import WIRE_VERSION, FrameType, WireFrame, decode_json, encode_json
+from meshmq.protocol.wire import (
+    FEATURE_MESSAGES_AGAIN,
+    FEATURES,
+    WIRE_VERSION,
+    FrameType,
+    WireFrame,
+    decode_json,
+    encode_json,
+)
 
 if TYPE_CHECKING:
     from meshmq.config.model import NetworkConnectorConfig
@@ -180,6 +188,7 @@ class Bridge(LinkEnd):
             flt = DestinationFilter.of(self.config)
             link.write(encode_json(FrameType.HELLO, {
                 "protocol": "meshmq", "versions": [WIRE_VERSION], "software": __version__,
+                "features": list(FEATURES),
                 "broker": self.manager.broker.name, "connector": self.config.name,
                 "username": self.config.username, "password": self.config.password,
                 "duplex": self.config.duplex, "filter": flt.to_json(),
@@ -218,12 +227,13 @@ class Bridge(LinkEnd):
             return (kind, f"{endpoint}: {cause}")
         return error
 
-    def _start_halves(self, link: WireLink) -> None:
+    def _start_halves(self, link: WireLink, *, again: bool = False) -> None:
         assert self.remote is not None
         cfg = self.config
         self.forwarder = Forwarder(self.manager, link, cfg, self.remote,
                                    f"NC_{cfg.name}_{self.manager.broker.name}_outbound_"
-                                   f"{self.remote}", self.counters, self.static)
+                                   f"{self.remote}", self.counters, self.static,
+                                   peer_takes_again=again)
         if cfg.duplex:
             self.receiver = Receiver(self.manager, link, self.remote,
                                      DestinationFilter.of(cfg), self.counters,
@@ -250,9 +260,11 @@ class Bridge(LinkEnd):
                     return
                 self.remote = str(body.get("broker", "?"))
                 self.remote_client_uris = client_uris_of(body)
+                features = body.get("features")
+                again = isinstance(features, list) and FEATURE_MESSAGES_AGAIN in features
                 # The remote's first INTEREST may follow in this very read: the
                 # halves must exist before the next frame is handled.
-                self._start_halves(link)
+                self._start_halves(link, again=again)
                 hs.set_result(("welcome", ""))
                 return
             if frame.type is FrameType.REFUSE:

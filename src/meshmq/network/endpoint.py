@@ -76,10 +76,11 @@ class LinkEnd:
 
     def route(self, link: WireLink, frame: WireFrame) -> None:
         ftype = frame.type
-        if ftype is FrameType.MESSAGES:
+        if ftype is FrameType.MESSAGES or ftype is FrameType.MESSAGES_AGAIN:
             if self.receiver is None:
-                raise RemoteProtocolError("MESSAGES on a link that does not receive")
-            self.receiver.on_messages(decode_messages(frame))
+                raise RemoteProtocolError(f"{ftype.name} on a link that does not receive")
+            self.receiver.on_messages(decode_messages(frame),
+                                      again=ftype is FrameType.MESSAGES_AGAIN)
         elif ftype is FrameType.ACKS:
             if self.forwarder is None:
                 raise RemoteProtocolError("ACKS on a link that does not forward")

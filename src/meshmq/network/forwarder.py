@@ -20,7 +20,7 @@ from meshmq.core.queue import BrowseEnd, Delivery
 from meshmq.errors import MeshmqError, RemoteProtocolError
 from meshmq.network.interest import Demand, InterestItem, plan_demand
 from meshmq.network.stats import LinkCounters
-from meshmq.protocol.wire import AckStatus, encode_records
+from meshmq.protocol.wire import AckStatus, FrameType, encode_records
 from meshmq.store.codec import encode_message
 
 if TYPE_CHECKING:
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("meshmq.network")
 
+_FRAME = {False: FrameType.MESSAGES, True: FrameType.MESSAGES_AGAIN}
 BATCH_MESSAGES = 500  # messages per MESSAGES frame ...
 BATCH_BYTES = 1024 * 1024  # ... and bodies per frame (one big message may exceed it)
 RETRY_PAUSE_S = 0.5
@@ -43,8 +44,12 @@ class Forwarder:
 
     def __init__(self, manager: NetworkManager, link: WireLink, config: NetworkConnectorConfig,
                  remote: str, client_id: str, counters: LinkCounters,
-                 static: tuple[Destination, ...] = ()) -> None:
+                 static: tuple[Destination, ...] = (), *,
+                 peer_takes_again: bool = False) -> None:
         self.manager = manager
+        # The remote flags messages sent in MESSAGES_AGAIN frames redelivered (a peer of
+        # an older version gets everything in MESSAGES).
+        self.peer_takes_again = peer_takes_again
         self.runtime = manager.runtime
         self.broker = manager.runtime.broker
         self.link = link
@@ -63,7 +68,7 @@ class Forwarder:
         self.synced = False
         self._seq = 0
         self._inflight: dict[int, tuple[Consumer, int]] = {}
-        self._out: list[tuple[int, Message]] = []
+        self._out: list[tuple[int, Message, bool]] = []  # seq, message, sent before?
         self._local_acks: list[tuple[Consumer, int]] = []
         self._window_start = 0.0
         self._window_count = 0
@@ -204,7 +209,10 @@ class Forwarder:
             return
         msg = outcome.message
         self._seq += 1
-        self._out.append((self._seq, msg))
+        # Dispatched before (to a bridge whose link dropped, a consumer here, or before a
+        # restart): the remote may have it already, and must say so to its consumers.
+        self._out.append((self._seq, msg, outcome.delivery_count > 1
+                          and self.peer_takes_again))
         if msg.persistent or self.config.always_sync_send:
             self._inflight[self._seq] = (outcome.consumer, outcome.tag)
         else:
@@ -223,7 +231,13 @@ class Forwarder:
             local = self.local
             batch: list[tuple[int, bytes]] = []
             size = 0
-            for seq, msg in out:
+            again = False  # the kind of frame ``batch`` goes in
+            for seq, msg, sent_before in out:
+                if sent_before != again:
+                    if batch:
+                        self.link.write(encode_records(batch, _FRAME[again]))
+                        batch, size = [], 0
+                    again = sent_before
                 # The hop is added while encoding: the message itself is shared and
                 # immutable, and copying it per forward costs more than the encoding.
                 producer = msg.producer_id
@@ -233,10 +247,10 @@ class Forwarder:
                 batch.append((seq, data))
                 size += len(data)
                 if len(batch) >= BATCH_MESSAGES or size >= BATCH_BYTES:
-                    self.link.write(encode_records(batch))
+                    self.link.write(encode_records(batch, _FRAME[again]))
                     batch, size = [], 0
             if batch:
-                self.link.write(encode_records(batch))
+                self.link.write(encode_records(batch, _FRAME[again]))
         if self._local_acks and self.conn is not None:
             acks, self._local_acks = self._local_acks, []
             for consumer, tag in acks:

@@ -82,11 +82,13 @@ class Receiver:
                 "op": "update", "add": added, "remove": removed}))
 
     # ------------------------------------------------------------ messages in
-    def on_messages(self, batch: list[tuple[int, Message]]) -> None:
+    def on_messages(self, batch: list[tuple[int, Message]], *, again: bool = False) -> None:
+        """``again``: the sender may have delivered these before (MESSAGES_AGAIN); those
+        not found in the duplicate window are stored flagged redelivered."""
         now_acks: list[tuple[int, AckStatus]] = []
         after_sync: list[tuple[int, AckStatus]] = []
         for seq, msg in batch:
-            status, needs_sync = self._accept(msg)
+            status, needs_sync = self._accept(msg, again)
             (after_sync if needs_sync else now_acks).append((seq, status))
         self.counters.received += len(batch)  # (rates per batch: one clock read)
         self.counters.receive_rate.add(len(batch))
@@ -107,7 +109,7 @@ class Receiver:
             sync.add_done_callback(done)
         self.runtime.request_pump()
 
-    def _accept(self, msg: Message) -> tuple[AckStatus, bool]:
+    def _accept(self, msg: Message, again: bool = False) -> tuple[AckStatus, bool]:
         local = self.broker.name
         dest = msg.destination
         if dest.is_topic and local in msg.broker_path:
@@ -119,7 +121,7 @@ class Receiver:
             return AckStatus.DUPLICATE, msg.persistent
         self.manager.arrived(msg)
         try:
-            needs_sync = self.broker.send(self.conn, (dest,), msg)
+            needs_sync = self.broker.send(self.conn, (dest,), msg, redelivered=again)
         except ResourceLimitError:
             dedup.forget(key)
             return AckStatus.RETRY, False

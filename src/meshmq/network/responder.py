@@ -15,7 +15,15 @@ from meshmq.network.interest import DestinationFilter
 from meshmq.network.link import WireLink
 from meshmq.network.receiver import Receiver
 from meshmq.network.stats import LinkCounters
-from meshmq.protocol.wire import WIRE_VERSION, FrameType, WireFrame, decode_json, encode_json
+from meshmq.protocol.wire import (
+    FEATURE_MESSAGES_AGAIN,
+    FEATURES,
+    WIRE_VERSION,
+    FrameType,
+    WireFrame,
+    decode_json,
+    encode_json,
+)
 
 if TYPE_CHECKING:
     from meshmq.network.manager import NetworkManager
@@ -85,9 +93,11 @@ class Responder(LinkEnd):
         self.duplex = bool(hello.get("duplex", False))
         self.ready = True
         self.remote_client_uris = client_uris_of(hello)
+        offered = hello.get("features")
+        features = [f for f in FEATURES if isinstance(offered, list) and f in offered]
         link.write(encode_json(FrameType.WELCOME, {
             "version": WIRE_VERSION, "broker": broker.name,
-            "client_uris": self.manager.client_uris()}))
+            "client_uris": self.manager.client_uris(), "features": features}))
         self.receiver = Receiver(self.manager, link, remote, flt, self.counters,
                                  resync_s=config.interest_resync_ms / 1000)
         self.receiver.start()
@@ -95,7 +105,8 @@ class Responder(LinkEnd):
             static = ()  # the initiator forwards its static destinations itself
             self.forwarder = Forwarder(self.manager, link, config, remote,
                                        f"NC_{self.connector}_{broker.name}_duplex_{remote}",
-                                       self.counters, static)
+                                       self.counters, static,
+                                       peer_takes_again=FEATURE_MESSAGES_AGAIN in features)
         log.info("network link from broker %r (%s, connector %r%s) accepted", remote,
                  link.peer, self.connector, ", duplex" if self.duplex else "")
         self.manager.inbound_changed(self, up=True)

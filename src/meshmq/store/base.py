@@ -51,6 +51,21 @@ class SetDeliveryCount:
 
 
 @dataclass(frozen=True, slots=True)
+class MarkDispatched:
+    """References of ``key`` with a seq up to ``seq`` may have been handed to a consumer.
+
+    The broker writes this (and waits for it to be durable) before it dispatches a
+    reference beyond the previous mark, advancing it a window ahead, so one small record
+    covers many deliveries. A store keeps the highest mark per key (a lower one never
+    lowers it) and reports it as ``KeyInfo.dispatched``; ``DropKey`` forgets it. After a
+    crash the broker flags references at or below it redelivered: a delivery whose
+    ``SetDeliveryCount`` or acknowledgement did not reach the disk still says so."""
+
+    key: str
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
 class DurableSubscription:
     """A durable topic subscription as the broker needs it back after a restart."""
 
@@ -75,7 +90,8 @@ class DropKey:
     key: str
 
 
-StoreOp = AddMessage | RemoveRef | SetDeliveryCount | PutDurableSubscription | DropKey
+StoreOp = (AddMessage | RemoveRef | SetDeliveryCount | PutDurableSubscription | DropKey
+           | MarkDispatched)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +107,7 @@ class KeyInfo:
     bytes: int = 0  # sum of the referenced messages' body sizes
     first_seq: int = 0  # smallest live seq (0 when count == 0)
     last_seq: int = 0  # largest seq ever written for the key (live or not)
+    dispatched: int = 0  # highest MarkDispatched seq (refs up to it may have been delivered)
 
 
 @dataclass(slots=True)
@@ -101,6 +118,10 @@ class Recovery:
 
 @runtime_checkable
 class Store(Protocol):
+    # Whether dispatch marks (``MarkDispatched``) survive a restart here, so that the
+    # broker writes them; a store that forgets everything on restart says False.
+    keeps_dispatch_marks: bool
+
     def open(self) -> Recovery:
         """Open (or create) the store and return what it holds. Called once."""
         ...

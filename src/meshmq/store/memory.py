@@ -17,6 +17,7 @@ from meshmq.store.base import (
     DropKey,
     DurableSubscription,
     KeyInfo,
+    MarkDispatched,
     PutDurableSubscription,
     Recovery,
     RemoveRef,
@@ -25,7 +26,8 @@ from meshmq.store.base import (
     StoreOp,
 )
 
-_OP_TYPES = (AddMessage, RemoveRef, SetDeliveryCount, PutDurableSubscription, DropKey)
+_OP_TYPES = (AddMessage, RemoveRef, SetDeliveryCount, PutDurableSubscription, DropKey,
+             MarkDispatched)
 
 
 class _Ref:
@@ -40,13 +42,14 @@ class _Key:
     """Live refs of one key: ``entries`` by seq, plus ``seqs`` sorted with lazily
     dropped removals (``head`` skips the acknowledged prefix, usually all of them)."""
 
-    __slots__ = ("bytes", "entries", "head", "last_seq", "seqs")
+    __slots__ = ("bytes", "dispatched", "entries", "head", "last_seq", "seqs")
 
     def __init__(self) -> None:
         self.entries: dict[int, _Ref] = {}
         self.seqs: list[int] = []  # sorted from head on; may hold seqs no longer live
         self.head = 0
         self.last_seq = 0
+        self.dispatched = 0
         self.bytes = 0
 
     def add(self, seq: int, message: Message) -> None:
@@ -84,6 +87,8 @@ class _Key:
 
 class MemoryStore:
     """Everything in dictionaries; ``sync`` returns at once; nothing survives ``close``."""
+
+    keeps_dispatch_marks = False  # nothing survives a restart
 
     def __init__(self) -> None:
         self._keys: dict[str, _Key] = {}
@@ -124,6 +129,11 @@ class MemoryStore:
                         ref.delivery_count = op.count
             elif isinstance(op, PutDurableSubscription):
                 self._subs[op.subscription.key] = op.subscription
+            elif isinstance(op, MarkDispatched):
+                k = self._keys.get(op.key)
+                if k is None:
+                    k = self._keys[op.key] = _Key()
+                k.dispatched = max(k.dispatched, op.seq)
             else:
                 self._keys.pop(op.key, None)
                 self._subs.pop(op.key, None)
@@ -154,7 +164,7 @@ class MemoryStore:
         k = self._keys.get(key)
         if k is None:
             return KeyInfo()
-        return KeyInfo(len(k.entries), k.bytes, k.first_seq(), k.last_seq)
+        return KeyInfo(len(k.entries), k.bytes, k.first_seq(), k.last_seq, k.dispatched)
 
     def keys(self) -> dict[str, KeyInfo]:
         """Every known key (live refs or a last_seq), as ``Recovery.keys`` reports them."""

@@ -13,7 +13,7 @@ Tables (``<prefix>`` = ``store.table_prefix``)::
     <prefix>messages (id bigint primary key, body bytea)   -- codec-encoded message
     <prefix>refs     (key text, seq bigint, msg_id bigint, size int,
                       delivery_count int, primary key (key, seq))
-    <prefix>keys     (key text primary key, last_seq bigint)
+    <prefix>keys     (key text primary key, last_seq bigint, dispatched bigint)
     <prefix>subs     (key text primary key, client_id, name, destination, selector,
                       no_local, created_ms)
     <prefix>lease    (the HA lease row, see meshmq.ha.pg_lease)
@@ -49,6 +49,7 @@ from meshmq.store.base import (
     DropKey,
     DurableSubscription,
     KeyInfo,
+    MarkDispatched,
     PutDurableSubscription,
     Recovery,
     RemoveRef,
@@ -61,7 +62,8 @@ from meshmq.store.waiters import notify as notify_waiters
 
 log = logging.getLogger("meshmq.store")
 
-_OP_TYPES = (AddMessage, RemoveRef, SetDeliveryCount, PutDurableSubscription, DropKey)
+_OP_TYPES = (AddMessage, RemoveRef, SetDeliveryCount, PutDurableSubscription, DropKey,
+             MarkDispatched)
 Statement = tuple[str, tuple[Any, ...]]
 
 
@@ -75,6 +77,9 @@ def schema(prefix: str) -> list[str]:
         f"DEFAULT 0, PRIMARY KEY (key, seq))",
         f"CREATE TABLE IF NOT EXISTS {prefix}keys (key text PRIMARY KEY, "
         f"last_seq bigint NOT NULL)",
+        # Added later (MarkDispatched); tables of older brokers gain it here.
+        f"ALTER TABLE {prefix}keys ADD COLUMN IF NOT EXISTS dispatched bigint NOT NULL "
+        f"DEFAULT 0",
         f"CREATE TABLE IF NOT EXISTS {prefix}subs (key text PRIMARY KEY, "
         f"client_id text NOT NULL, name text NOT NULL, destination text NOT NULL, "
         f"selector text, no_local boolean NOT NULL, created_ms bigint NOT NULL)",
@@ -114,6 +119,7 @@ class _Key:
     seqs: list[int] = field(default_factory=list)  # sorted; may hold dead seqs after head
     head: int = 0
     last_seq: int = 0
+    dispatched: int = 0
     bytes: int = 0
 
     def add(self, seq: int, ref: _Ref) -> _Ref | None:
@@ -158,6 +164,10 @@ class _Batch:
 
 
 class PostgresStore:
+    # Dispatch marks (store.base.MarkDispatched) survive a restart here, so the broker
+    # writes them (the runtime checks this attribute; stores without it get none).
+    keeps_dispatch_marks = True
+
     def __init__(self, dsn: str, *, table_prefix: str = "meshmq_",
                  fence: WriteFence | None = None) -> None:
         self.dsn = dsn
@@ -239,12 +249,13 @@ class PostgresStore:
                     k = self._keys[key] = _Key()
                 k.add(seq, _Ref(msg_id, size, dc))
                 self._msg_refs[msg_id] = self._msg_refs.get(msg_id, 0) + 1
-            cur.execute(f"SELECT key, last_seq FROM {p}keys")
-            for key, last_seq in cur:
+            cur.execute(f"SELECT key, last_seq, dispatched FROM {p}keys")
+            for key, last_seq, dispatched in cur:
                 k = self._keys.get(key)
                 if k is None:
                     k = self._keys[key] = _Key()
                 k.last_seq = max(k.last_seq, last_seq)
+                k.dispatched = max(k.dispatched, dispatched)
             cur.execute(f"SELECT key, client_id, name, destination, selector, no_local, "
                         f"created_ms FROM {p}subs ORDER BY key")
             for key, cid, name, dest, sel, no_local, created in cur:
@@ -330,6 +341,16 @@ class PostgresStore:
                             f"EXCLUDED.no_local, created_ms = EXCLUDED.created_ms",
                             (s.key, s.client_id, s.subscription_name, s.destination,
                              s.selector, s.no_local, s.created_ms)))
+            elif isinstance(op, MarkDispatched):
+                k = self._keys.get(op.key)
+                if k is None:
+                    k = self._keys[op.key] = _Key()
+                if op.seq > k.dispatched:
+                    k.dispatched = op.seq
+                    out.append((f"INSERT INTO {p}keys (key, last_seq, dispatched) VALUES "
+                                f"(%s, 0, %s) ON CONFLICT (key) DO UPDATE SET dispatched = "
+                                f"GREATEST({p}keys.dispatched, EXCLUDED.dispatched)",
+                                (op.key, op.seq)))
             else:
                 k = self._keys.pop(op.key, None)
                 self._subs.pop(op.key, None)
@@ -426,7 +447,7 @@ class PostgresStore:
         k = self._keys.get(key)
         if k is None:
             return KeyInfo()
-        return KeyInfo(len(k.refs), k.bytes, k.first_seq(), k.last_seq)
+        return KeyInfo(len(k.refs), k.bytes, k.first_seq(), k.last_seq, k.dispatched)
 
     # ------------------------------------------------------------------ writer thread
 

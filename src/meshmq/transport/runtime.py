@@ -14,11 +14,12 @@ import logging
 import signal
 import ssl
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
 from meshmq.config.model import BrokerConfig, ListenerConfig
 from meshmq.core.broker import RETAINED_PREFIX, SYS_PREFIX, Broker
-from meshmq.core.queue import BrowseEnd, Delivery
+from meshmq.core.queue import BrowseEnd, Delivery, Outcome, Queue
 from meshmq.errors import ConfigError, StoreError, describe_bind_failure
 from meshmq.store.base import Store
 from meshmq.transport.topology import Topology, push_families
@@ -54,6 +55,15 @@ TIMER_INTERVAL = 0.5
 SHUTDOWN_DRAIN_S = 3.0  # how long stop() waits for connections to finish closing
 
 
+class _Gate:
+    """Deliveries held until the store has synced a dispatch mark (see ``pump``)."""
+
+    __slots__ = ("ready",)
+
+    def __init__(self) -> None:
+        self.ready = False
+
+
 class BrokerRuntime:
     def __init__(self, config: BrokerConfig, store: Store | None = None) -> None:
         self.config = config
@@ -84,6 +94,12 @@ class BrokerRuntime:
             store = create_store(config, fence=fence)
         self.store = store
         self.broker = Broker(config, self.store)
+        # Dispatch marks (store.base.MarkDispatched) only where they survive a restart.
+        self.broker.dispatch_marks = store.keeps_dispatch_marks
+        # Outcomes waiting for a dispatch mark to be durable, in pump order; a group
+        # with no gate waits only for the groups before it.
+        self._held: deque[tuple[_Gate | None, list[Outcome]]] = deque()
+        self._mark_syncs: set[asyncio.Task[None]] = set()
         # Peer brokers' client URIs, pushed to clients on connect (transport/topology.py).
         self.topology = Topology(config.advertised_peer_list, enabled=config.push_topology,
                                  push_to=push_families((lst.protocol, lst.update_cluster_clients)
@@ -210,6 +226,11 @@ class BrokerRuntime:
                              "(--data DIR, or data_directory in the configuration)",
                              code=exc.code, retriable=exc.retriable) from None
         self.broker.recover(recovery)
+        if self.config.network_connectors or any(
+                lst.protocol in ("tcp", "ssl", "nio") for lst in self.config.listeners):
+            # Linked to other brokers: re-forwards of what they sent before the restart
+            # must find the stored copies in the duplicate window.
+            self.broker.remember_stored_network_messages(recovery)
         if hasattr(self.store, "space_listener"):
             loop = asyncio.get_running_loop()
             self.store.space_listener = lambda: loop.call_soon_threadsafe(
@@ -632,8 +653,26 @@ class BrokerRuntime:
         broker = self.broker
         broker.dispatch_dirty()
         self.write_ops()
+        marks, hold = broker.take_dispatch_marks()
+        gate = self._sync_marks(marks) if marks or hold else None
+        outcomes = broker.take_outcomes()
+        if hold or self._held:
+            # A delivery of this pump is beyond the last durable dispatch mark: nothing
+            # leaves before the mark is on disk (one sync per mark window), and later
+            # pumps' deliveries queue behind, so every consumer keeps its order.
+            if outcomes:
+                self._held.append((gate if hold else None, outcomes))
+        else:
+            self._deliver(outcomes)
+        self._flush_sessions()
+        if broker.tracer is not None:
+            self._write_trace()
+        if broker.has_deferred:
+            self.request_pump()  # after the loop has done I/O (and maybe paused writers)
+
+    def _deliver(self, outcomes: list[Outcome]) -> None:
         sessions = self.sessions
-        for outcome in broker.take_outcomes():
+        for outcome in outcomes:
             session = sessions.get(outcome.consumer.connection_id)
             if session is not None:
                 assert isinstance(outcome, Delivery | BrowseEnd)
@@ -644,14 +683,45 @@ class BrokerRuntime:
                     log.exception("delivery to connection %s failed; closing it",
                                   outcome.consumer.connection_id)
                     session.close()
+
+    def _flush_sessions(self) -> None:
         if self._to_flush:
             to_flush, self._to_flush = self._to_flush, {}
             for session in to_flush:
                 session.flush()
-        if broker.tracer is not None:
-            self._write_trace()
-        if broker.has_deferred:
-            self.request_pump()  # after the loop has done I/O (and maybe paused writers)
+
+    def _sync_marks(self, marks: list[tuple[Queue, int]]) -> _Gate:
+        """Sync the store (it holds ``marks`` and everything written before), then tell
+        the queues their marks are durable and hand out the deliveries that waited."""
+        gate = _Gate()
+        assert self._loop is not None
+
+        async def run() -> None:
+            try:
+                await self.store.sync()
+            except StoreError:
+                # A failed store is reported where it is used; the deliveries go out
+                # anyway (withholding them would not make anything durable).
+                pass
+            else:
+                self.broker.dispatch_marks_durable(marks)
+            gate.ready = True
+            self._release_held()
+
+        task = self._loop.create_task(run())
+        self._mark_syncs.add(task)
+        task.add_done_callback(self._mark_syncs.discard)
+        return gate
+
+    def _release_held(self) -> None:
+        held = self._held
+        while held:
+            gate, outcomes = held[0]
+            if gate is not None and not gate.ready:
+                break
+            held.popleft()
+            self._deliver(outcomes)
+        self._flush_sessions()
 
     def _on_timer(self) -> None:
         assert self._loop is not None

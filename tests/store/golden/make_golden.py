@@ -2,12 +2,17 @@
 
     .venv/bin/python tests/store/golden/make_golden.py [output directory]
 
-``v1/basic`` is a valid three-segment journal written by ``JournalStore`` from the
-fixed batches in ``batches()``; the other ``v1/*`` directories are byte-level damaged
-copies of it. ``v1/expected.json`` is the state a reader must recover (all batches, and
+``v2/basic`` is a valid multi-segment journal written by ``JournalStore`` from the
+fixed batches in ``batches()``; the other ``v2/*`` directories are byte-level damaged
+copies of it. ``v2/expected.json`` is the state a reader must recover (all batches, and
 all but the last for the torn/bad-CRC tails). ``codec_v1.bin`` pins the message codec.
 The output is deterministic: the test suite regenerates it and compares bytes, so a
 format change cannot slip in without a FORMAT_VERSION decision and new golden files.
+
+``v1/`` holds the files of format version 1 (written by the generator of that version,
+from the same batches minus the dispatch marks, which version 1 did not have). They are
+no longer generated: they stay committed as they were, and the tests check that they
+still read to ``v1/expected.json``.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from meshmq.store.base import (
     AddMessage,
     DropKey,
     DurableSubscription,
+    MarkDispatched,
     PutDurableSubscription,
     RemoveRef,
     SetDeliveryCount,
@@ -75,7 +81,8 @@ def batches() -> list[list[StoreOp]]:
             refs.append((audit, n))
         out.append([AddMessage(_message(n), tuple(refs))])
     out.append([RemoveRef(orders, n) for n in range(1, 9)])
-    out.append([SetDeliveryCount(orders, 10, 2), SetDeliveryCount(prices, 4, 1)])
+    out.append([SetDeliveryCount(orders, 10, 2), SetDeliveryCount(prices, 4, 1),
+                MarkDispatched(orders, 40), MarkDispatched(prices, 6)])
     out.append([DropKey(old), RemoveRef(audit, 4), RemoveRef(orders, 15)])
     out.append([AddMessage(_message(99), ((audit, 100),)), RemoveRef(orders, 24)])
     return out
@@ -93,6 +100,11 @@ def state(store: Store) -> dict[str, Any]:
                         for e in store.load(key, 0, 1 << 30)],
         }
     return keys
+
+
+def dispatched(store: Store) -> dict[str, int]:
+    """The dispatch marks a reader must recover (format version 2 on)."""
+    return {key: store.key_info(key).dispatched for key in KEYS}
 
 
 def subs_view(subs: list[DurableSubscription]) -> list[list[Any]]:
@@ -126,10 +138,10 @@ def _flip(path: Path, offset: int) -> None:
 
 
 def generate(out: Path) -> None:
-    v1 = out / "v1"
-    if v1.exists():
-        shutil.rmtree(v1)
-    basic = v1 / "basic"
+    v2 = out / "v2"
+    if v2.exists():
+        shutil.rmtree(v2)
+    basic = v2 / "basic"
     asyncio.run(_write_journal(basic, batches()))
     segs = _segments(basic)
     assert len(segs) >= 3, "golden journal should span several segments"
@@ -137,7 +149,7 @@ def generate(out: Path) -> None:
     tail_off = _last_record_offset(last)
 
     def variant(name: str) -> Path:
-        d = v1 / name
+        d = v2 / name
         shutil.copytree(basic, d)
         return d
 
@@ -167,9 +179,9 @@ def generate(out: Path) -> None:
         model.open()
         for batch in todo:
             model.write(batch)
-        expected[name] = {"keys": state(model),
+        expected[name] = {"keys": state(model), "dispatched": dispatched(model),
                           "subscriptions": subs_view(model.durable_subscriptions())}
-    (v1 / "expected.json").write_text(json.dumps(expected, indent=1, sort_keys=True) + "\n")
+    (v2 / "expected.json").write_text(json.dumps(expected, indent=1, sort_keys=True) + "\n")
     (out / "codec_v1.bin").write_bytes(encode_message(codec_message()))
 
 

@@ -399,3 +399,33 @@ def test_consumer_count_follows_subscribe_and_close() -> None:
     broker.close_connection(b)
     assert broker.consumer_count(dst.queue("q1")) == 1
     assert broker.consumer_count(dst.topic("t")) == 0
+
+
+def test_recovery_puts_the_newest_bridged_messages_in_the_duplicate_window(
+        tmp_path: Path) -> None:
+    """A bridge re-forwards after a restart what it never saw acknowledged: the stored
+    copies must be in the window at once, not only once paging reaches them."""
+    from meshmq.core.dedup import network_key
+
+    store = JournalStore(tmp_path / "j", fsync=False)
+    store.open()
+    q = dst.queue("deep")
+    msgs = [Message(f"ID:a-{i}", q, b"x", persistent=True, broker_path=("a",))
+            for i in range(1, 3001)]
+    local = Message("ID:local", q, b"x", persistent=True)
+    store.write([AddMessage(m, (("queue://deep", i),)) for i, m in enumerate(msgs, 1)])
+    store.write([AddMessage(local, (("queue://deep", 3001),))])
+    asyncio.run(store.close())
+
+    store = JournalStore(tmp_path / "j", fsync=False)
+    config = dataclasses.replace(BrokerConfig(broker_name="b"), duplicate_window=1000,
+                                 policies=(DestinationPolicy(match="queue://>", page_size=100),))
+    broker = Broker(config, store)
+    recovery = store.open()
+    broker.recover(recovery)
+    assert broker.remember_stored_network_messages(recovery) == 999
+    assert network_key(msgs[-1]) in broker.dedup  # the newest, far beyond the first page
+    assert network_key(msgs[2001]) in broker.dedup
+    assert network_key(msgs[0]) not in broker.dedup  # bounded by the window's capacity
+    assert len(broker.dedup) == 999
+    asyncio.run(store.close())

@@ -22,7 +22,9 @@ from meshmq.protocol.wire import (
     encode_json,
     encode_messages,
     encode_ping,
+    encode_records,
 )
+from meshmq.store.codec import encode_message
 
 messages = st.builds(
     lambda i, body, persistent, path, props: Message(
@@ -52,6 +54,16 @@ def test_messages_round_trip_through_any_split(batch, data) -> None:
                 a.properties) == (b.message_id, b.destination, b.body, b.persistent,
                                   b.broker_path, b.properties)
     assert decode_acks(frames[2]) == [(s, AckStatus.STORED) for s, _ in batch]
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**63), messages), min_size=1, max_size=5))
+def test_messages_sent_again_travel_in_their_own_frame_type(batch) -> None:
+    records = [(s, encode_message(m)) for s, m in batch]
+    frames = WireDecoder(expect_magic=False).feed(
+        encode_records(records, FrameType.MESSAGES_AGAIN) + encode_records(records))
+    assert [f.type for f in frames] == [FrameType.MESSAGES_AGAIN, FrameType.MESSAGES]
+    assert [[(s, m.message_id) for s, m in decode_messages(f)] for f in frames] == \
+        [[(s, m.message_id) for s, m in batch]] * 2
 
 
 def test_json_frames() -> None:

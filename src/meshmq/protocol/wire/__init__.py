@@ -1,6 +1,8 @@
 """meshmq's broker-to-broker wire protocol (see docs/wire-protocol.md): a sans-I/O codec."""
 
 from meshmq.protocol.wire.codec import (
+    FEATURE_MESSAGES_AGAIN,
+    FEATURES,
     MAGIC,
     MAX_FRAME,
     WIRE_VERSION,
@@ -19,6 +21,8 @@ from meshmq.protocol.wire.codec import (
 )
 
 __all__ = [
+    "FEATURES",
+    "FEATURE_MESSAGES_AGAIN",
     "MAGIC",
     "MAX_FRAME",
     "WIRE_VERSION",

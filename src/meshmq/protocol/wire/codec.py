@@ -30,6 +30,10 @@ WIRE_VERSION = 1
 # A frame larger than this is a protocol error. Above the largest STOMP frame a broker
 # accepts by default (100 MiB), since one message is never split across frames.
 MAX_FRAME = 128 * 1024 * 1024
+# Optional abilities a peer lists in HELLO / WELCOME ("features"); each side uses one only
+# when the other listed it, so brokers of older versions keep linking.
+FEATURE_MESSAGES_AGAIN = "messages-again"
+FEATURES = (FEATURE_MESSAGES_AGAIN,)
 
 _HEAD = struct.Struct(">IB")
 _COUNT = struct.Struct(">I")
@@ -47,6 +51,10 @@ class FrameType(enum.IntEnum):
     PING = 7
     PONG = 8
     BYE = 9  # orderly close (JSON)
+    # As MESSAGES, for messages the sender may have delivered before (a re-send after a
+    # lost link or a restart): the receiver flags them redelivered. Sent only to a peer
+    # that listed FEATURE_MESSAGES_AGAIN in its HELLO or WELCOME.
+    MESSAGES_AGAIN = 10
     # Replicated master/slave (meshmq.ha.replication, on the [ha] listen address only).
     REPL_VOTE_REQUEST = 16  # candidate -> node: a (pre-)vote request (JSON)
     REPL_VOTE = 17  # node -> candidate: the answer (JSON)
@@ -85,15 +93,16 @@ def encode_messages(batch: list[tuple[int, Message]]) -> bytes:
     return encode_records([(seq, encode_message(msg)) for seq, msg in batch])
 
 
-def encode_records(batch: list[tuple[int, bytes]]) -> bytes:
-    """One MESSAGES frame for ``batch`` of (sequence, message already in the store
-    codec's format)."""
+def encode_records(batch: list[tuple[int, bytes]],
+                   ftype: FrameType = FrameType.MESSAGES) -> bytes:
+    """One MESSAGES (or MESSAGES_AGAIN) frame for ``batch`` of (sequence, message
+    already in the store codec's format)."""
     parts = [_COUNT.pack(len(batch))]
     for seq, data in batch:
         parts.append(_MSG_HEAD.pack(seq, len(data)))
         parts.append(data)
     payload = b"".join(parts)
-    return _HEAD.pack(len(payload) + 1, FrameType.MESSAGES) + payload
+    return _HEAD.pack(len(payload) + 1, ftype) + payload
 
 
 def encode_acks(acks: list[tuple[int, AckStatus]]) -> bytes:

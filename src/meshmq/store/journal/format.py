@@ -25,7 +25,10 @@ from meshmq.errors import CorruptStoreError
 from meshmq.store import codec
 from meshmq.store.base import DurableSubscription
 
-FORMAT_VERSION = 1
+# 1: the first format. 2: adds OP_DISPATCHED (a version-1 reader refuses version-2
+# segments instead of meeting an operation it does not know); version-1 segments are
+# still read, they simply hold no dispatch marks.
+FORMAT_VERSION = 2
 MAGIC = b"MMQJRNL\x00"
 
 SEGMENT_HEADER = struct.Struct("<8sHHQ")
@@ -46,6 +49,7 @@ OP_SUB = 5  # u32 key id, u8 flags, i64 created_ms, str client, str name, str de
 OP_DROP = 6  # u32 key id
 OP_COPY = 7  # u32 msg length, msg, u32 n, n * (u32 key id, i64 seq, u32 delivery count)
 OP_LAST_SEQ = 8  # u32 key id, i64 seq: the key's last_seq is at least seq
+OP_DISPATCHED = 9  # u32 key id, i64 seq: refs of the key up to seq may have been delivered
 
 SUB_NO_LOCAL = 0x01
 SUB_HAS_SELECTOR = 0x02
@@ -214,7 +218,7 @@ def iter_batch_ops(body: memoryview) -> Iterator[Op]:
                     refs.append(KEY_SEQ_DC.unpack_from(body, pos))
                     pos += 16
             yield (op, moff, mlen, msize, refs)
-        elif op in (OP_REMOVE, OP_LAST_SEQ):
+        elif op in (OP_REMOVE, OP_LAST_SEQ, OP_DISPATCHED):
             _, kid, seq = OP_KEY_SEQ.unpack_from(body, pos)
             pos += OP_KEY_SEQ.size
             yield (op, kid, seq)

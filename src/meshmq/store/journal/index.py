@@ -22,12 +22,13 @@ _REBUILD_MIN = 256
 
 
 class KeyIndex:
-    __slots__ = ("bytes", "dcs", "dead", "extra", "head", "last_seq", "lens", "live", "offs",
-                 "segs", "seqs", "sizes")
+    __slots__ = ("bytes", "dcs", "dead", "dispatched", "extra", "head", "last_seq", "lens",
+                 "live", "offs", "segs", "seqs", "sizes")
 
     def __init__(self) -> None:
         self._reset()
         self.last_seq = 0
+        self.dispatched = 0  # MarkDispatched: refs up to this seq may have been delivered
 
     def _reset(self) -> None:
         self.seqs = array("q")

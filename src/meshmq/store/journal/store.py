@@ -38,6 +38,7 @@ from meshmq.store.base import (
     DropKey,
     DurableSubscription,
     KeyInfo,
+    MarkDispatched,
     PutDurableSubscription,
     Recovery,
     RemoveRef,
@@ -97,10 +98,12 @@ class _Plan:
     seg: int
     messages: list[tuple[int, int, list[tuple[str, int]]]]  # (offset, length, refs)
     pos: int = 0
-    carried: bool = False  # subscriptions and last_seq watermarks copied
+    carried: bool = False  # subscriptions, last_seq and dispatch watermarks copied
 
 
 class JournalStore:
+    keeps_dispatch_marks = True  # store.base.Store
+
     def __init__(self, directory: Path, *, segment_size: int = 32 * MIB, fsync: bool = True,
                  max_batch_bytes: int = 4 * MIB, compact_live_ratio: float = 0.5,
                  fence: WriteFence | None = None, accept_data_loss: bool = False,
@@ -144,6 +147,7 @@ class JournalStore:
         self._subs: dict[str, DurableSubscription] = {}
         self._sub_seg: dict[str, int] = {}  # segment holding the newest record of each sub
         self._last_seq_seg: dict[str, int] = {}  # segment whose record set each last_seq
+        self._dispatched_seg: dict[str, int] = {}  # segment whose record set each dispatch mark
         self._segs: dict[int, _SegInfo] = {}  # ascending ids; excludes segments being deleted
         self._key_ids: dict[str, int] = {}
         self._defined: set[int] = set()  # key ids defined in the active segment
@@ -362,6 +366,8 @@ class JournalStore:
                     self._drop_key(key)
                 elif code == fmt.OP_LAST_SEQ:
                     self._raise_last_seq(key, op[2], seg)
+                elif code == fmt.OP_DISPATCHED:
+                    self._raise_dispatched(key, op[2], seg)
 
     # ------------------------------------------------------------------ index updates
 
@@ -412,6 +418,15 @@ class JournalStore:
         self._subs.pop(key, None)
         self._sub_seg.pop(key, None)
         self._last_seq_seg.pop(key, None)
+        self._dispatched_seg.pop(key, None)
+
+    def _raise_dispatched(self, key: str, seq: int, seg: int) -> None:
+        idx = self._index.get(key)
+        if idx is None:
+            idx = self._index[key] = KeyIndex()
+        if seq > idx.dispatched:
+            idx.dispatched = seq
+            self._dispatched_seg[key] = seg
 
     def _raise_last_seq(self, key: str, seq: int, seg: int) -> None:
         idx = self._index.get(key)
@@ -501,6 +516,10 @@ class JournalStore:
                     piece = fmt.OP_U32.pack(fmt.OP_DROP, kid_for(op.key))
                     parts.append(piece)
                     pos += len(piece)
+                elif isinstance(op, MarkDispatched):
+                    piece = fmt.OP_KEY_SEQ.pack(fmt.OP_DISPATCHED, kid_for(op.key), op.seq)
+                    parts.append(piece)
+                    pos += len(piece)
                 else:
                     raise StoreError(f"unknown store operation {op!r}")
             for key, mark in (marks or {}).items():
@@ -535,6 +554,8 @@ class JournalStore:
                     idx.set_delivery_count(op.seq, op.count)
             elif isinstance(op, PutDurableSubscription):
                 self._put_sub(op.subscription, seg)
+            elif isinstance(op, MarkDispatched):
+                self._raise_dispatched(op.key, op.seq, seg)
             else:
                 self._drop_key(op.key)
         for key, mark in (marks or {}).items():
@@ -678,7 +699,7 @@ class JournalStore:
         idx = self._index.get(key)
         if idx is None:
             return KeyInfo()
-        return KeyInfo(idx.live, idx.bytes, idx.first_seq(), idx.last_seq)
+        return KeyInfo(idx.live, idx.bytes, idx.first_seq(), idx.last_seq, idx.dispatched)
 
     # ------------------------------------------------------------------ compaction
 
@@ -764,6 +785,13 @@ class JournalStore:
                     parts.append(piece)
                     pos += len(piece)
                     self._last_seq_seg[key] = seg
+            for key, dseg in list(self._dispatched_seg.items()):
+                if dseg == src:
+                    piece = fmt.OP_KEY_SEQ.pack(fmt.OP_DISPATCHED, kid_for(key),
+                                                self._index[key].dispatched)
+                    parts.append(piece)
+                    pos += len(piece)
+                    self._dispatched_seg[key] = seg
         copied = 0
         rec_base = self._tail + fmt.RECORD_HEADER_SIZE
         while plan.pos < len(plan.messages) and copied < budget:
