@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import stomp
-from tests.support.brokers import ProcessBroker, poll
+from tests.support.brokers import ProcessBroker, poll, write_broker_toml
 
 from meshmq.core.queue import DISPATCH_MARK_MIN_WINDOW
 
@@ -21,23 +21,8 @@ pytestmark = pytest.mark.slow
 
 
 def write_config(tmp_path: Path) -> Path:
-    cfg = tmp_path / "meshmq.toml"
-    cfg.write_text(f"""
-[broker]
-name = "crashy"
-data_directory = "{tmp_path / 'data'}"
-
-[[listeners]]
-name = "stomp"
-url = "stomp://127.0.0.1:0"
-
-[store]
-fsync = true
-
-[management]
-enabled = false
-""")
-    return cfg
+    return write_broker_toml(tmp_path / "meshmq.toml", name="crashy", data=tmp_path / "data",
+                             extra="[store]\nfsync = true\n")
 
 
 class Recorder(stomp.ConnectionListener):  # type: ignore[misc]

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import stomp
 from tests.failure.test_kill9_journal import Recorder, connect
-from tests.support.brokers import ProcessBroker, ThreadBroker, make_config, poll
+from tests.support.brokers import ProcessBroker, ThreadBroker, make_config, poll, write_broker_toml
 
 from meshmq.core.queue import DISPATCH_MARK_MIN_WINDOW, DISPATCH_MARK_WINDOW
 from meshmq.store.journal import JournalStore
@@ -146,23 +146,8 @@ def test_crash_image_flags_every_delivered_message_and_only_near_ones(
 
 
 def _write_config(tmp_path: Path) -> Path:
-    cfg = tmp_path / "meshmq.toml"
-    cfg.write_text(f"""
-[broker]
-name = "flagged"
-data_directory = "{tmp_path / 'data'}"
-
-[[listeners]]
-name = "stomp"
-url = "stomp://127.0.0.1:0"
-
-[store]
-fsync = true
-
-[management]
-enabled = false
-""")
-    return cfg
+    return write_broker_toml(tmp_path / "meshmq.toml", name="flagged", data=tmp_path / "data",
+                             extra="[store]\nfsync = true\n")
 
 
 def test_sigkill_while_consuming_flags_every_message_delivered_before(

@@ -778,20 +778,17 @@ class JournalStore:
                     parts.append(piece)
                     pos += len(piece)
                     self._sub_seg[key] = seg
-            for key, lseg in list(self._last_seq_seg.items()):
-                if lseg == src:
-                    piece = fmt.OP_KEY_SEQ.pack(fmt.OP_LAST_SEQ, kid_for(key),
-                                                self._index[key].last_seq)
-                    parts.append(piece)
-                    pos += len(piece)
-                    self._last_seq_seg[key] = seg
-            for key, dseg in list(self._dispatched_seg.items()):
-                if dseg == src:
-                    piece = fmt.OP_KEY_SEQ.pack(fmt.OP_DISPATCHED, kid_for(key),
-                                                self._index[key].dispatched)
-                    parts.append(piece)
-                    pos += len(piece)
-                    self._dispatched_seg[key] = seg
+            # Per-key watermarks whose newest record is in the segment: written again.
+            for segs, code in ((self._last_seq_seg, fmt.OP_LAST_SEQ),
+                               (self._dispatched_seg, fmt.OP_DISPATCHED)):
+                for key, wseg in list(segs.items()):
+                    if wseg == src:
+                        mark = self._index[key]
+                        value = mark.last_seq if code == fmt.OP_LAST_SEQ else mark.dispatched
+                        piece = fmt.OP_KEY_SEQ.pack(code, kid_for(key), value)
+                        parts.append(piece)
+                        pos += len(piece)
+                        segs[key] = seg
         copied = 0
         rec_base = self._tail + fmt.RECORD_HEADER_SIZE
         while plan.pos < len(plan.messages) and copied < budget:
