@@ -66,9 +66,12 @@ def _msg(i: int) -> AddMessage:
     return AddMessage(m, (("queue://q", i),))
 
 
-def test_links_need_the_configured_credentials(tmp_path: Path) -> None:
+@pytest.mark.parametrize("secret", ["secret", "sécret-密码"])
+def test_links_need_the_configured_credentials(tmp_path: Path, secret: str) -> None:
+    """Any password, non-ASCII included: the right one is accepted, a wrong one refused
+    with the reason (both compared as bytes)."""
     async def main() -> None:
-        cfg = _configs(tmp_path, user="repl", password="secret")["w"]
+        cfg = _configs(tmp_path, user="repl", password=secret)["w"]
         node = ReplicatedHa(cfg, on_lost=lambda why: None)
         task = asyncio.create_task(node.acquire())
         host, port = cfg.ha.listen.split(":")
@@ -77,7 +80,8 @@ def test_links_need_the_configured_credentials(tmp_path: Path) -> None:
             request = encode_json(FrameType.REPL_VOTE_REQUEST, {
                 "term": 1, "candidate": "x", "last": [0, 0], "pre": True})
             for password, expect in (("wrong", FrameType.REFUSE),
-                                     ("secret", FrameType.REPL_VOTE)):
+                                     (secret[:-1] + "é", FrameType.REFUSE),
+                                     (secret, FrameType.REPL_VOTE)):
                 reader, writer = await asyncio.open_connection(host, int(port))
                 writer.write(MAGIC + encode_json(FrameType.HELLO, {
                     "replication": 1, "node": "x", "user": "repl", "password": password})

@@ -38,6 +38,7 @@ from meshmq.core.trace import (
 )
 from meshmq.core.usage import MemoryUsage
 from meshmq.errors import (
+    AuthorizationError,
     DestinationError,
     MeshmqError,
     ProtocolError,
@@ -177,6 +178,8 @@ class Broker:
         self._hold = False
         self._listeners: list[Callable[[ConsumerEvent], None]] = []
         self.dedup = DuplicateWindow(config.duplicate_window)
+        # Client sends refused as not authorized (broker-owned topics), for statistics.
+        self.denied_publishes = 0
         self._policies = [(Destination.parse_uri(p.match), p) for p in config.policies]
         self._stream_policies = [(Destination.parse_uri(p.match), p) for p in config.streams]
         self._default_policy = DestinationPolicy()
@@ -565,8 +568,12 @@ class Broker:
             if d.is_temporary and not self.temp_exists(d):
                 raise DestinationError(f"temporary destination {d} does not exist "
                                        "(its connection has closed)")
-            if d.is_advisory:
-                raise DestinationError(f"advisory topics are read-only: {d}")
+            if d.is_broker_owned:
+                # Whatever an authorization map grants: a spoofed advisory or statistic
+                # would mislead every monitor that reads it.
+                self.denied_publishes += 1
+                raise AuthorizationError(f"{d} is written only by the broker (clients may "
+                                         "read it, not send to it)")
             if not d.is_temporary:  # temporary ones can disappear; always re-check them
                 if len(self._sendable) > 10_000:
                     self._sendable.clear()
@@ -1201,6 +1208,7 @@ class Broker:
                 "connections": len(self.connections), "destinations": dests,
                 "durable_subscriptions": durables,
                 "duplicates_dropped": self.dedup.duplicates,
+                "denied_publishes": self.denied_publishes,
                 "memory": {"used": self.usage.used, "limit": self.usage.limit,
                            "peak": self.usage.peak, "percent": round(self.usage.percent, 1)},
                 "store": self.store.stats(),

@@ -80,6 +80,13 @@ class Destination:
     def is_advisory(self) -> bool:
         return self.kind.is_topic and self.name.startswith("ActiveMQ.Advisory.")
 
+    @property
+    def is_broker_owned(self) -> bool:
+        """Topics only the broker writes: advisories and the ``$SYS`` statistics (MQTT
+        ``$SYS/...``). Clients may read them, never send to them."""
+        return self.kind.is_topic and (self.name.startswith("ActiveMQ.Advisory.")
+                                       or self.name.startswith("$SYS."))
+
     def __str__(self) -> str:
         # The canonical text form, also used as a store key: "queue://a.b".
         return f"{self.kind.value}://{self.name}"

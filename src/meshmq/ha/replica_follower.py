@@ -58,8 +58,11 @@ class FollowerSide(NodeState):
         if body.get("replication") != 1:
             return "not a replication link (this port is a replication listener)"
         if self.ha.user is not None or self.ha.password is not None:
-            ok = hmac.compare_digest(str(body.get("user", "")), self.ha.user or "") and \
-                hmac.compare_digest(str(body.get("password", "")), self.ha.password or "")
+            # As bytes: compare_digest refuses str with non-ASCII characters.
+            ok = hmac.compare_digest(str(body.get("user", "")).encode(),
+                                     (self.ha.user or "").encode()) and \
+                hmac.compare_digest(str(body.get("password", "")).encode(),
+                                    (self.ha.password or "").encode())
             if not ok:
                 return "bad replication credentials (ha.user / ha.password)"
         return None

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from meshmq.core.auth import Principal
 from meshmq.core.dedup import network_key
-from meshmq.errors import DestinationError, MeshmqError, ResourceLimitError
+from meshmq.errors import AuthorizationError, DestinationError, MeshmqError, ResourceLimitError
 from meshmq.network.interest import DestinationFilter, InterestItem, local_interest
 from meshmq.network.stats import LinkCounters
 from meshmq.protocol.wire import AckStatus, FrameType, encode_acks, encode_json
@@ -125,6 +125,9 @@ class Receiver:
         except ResourceLimitError:
             dedup.forget(key)
             return AckStatus.RETRY, False
+        except AuthorizationError:
+            # The remote's statistics or advisories: each broker writes its own.
+            return AckStatus.DROPPED, False
         except DestinationError as exc:
             log.info("network message %s for %s dropped: %s", msg.message_id, dest, exc)
             return AckStatus.DROPPED, False

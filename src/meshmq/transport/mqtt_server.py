@@ -31,6 +31,7 @@ from meshmq.core.message import Message, PropertyValue
 from meshmq.core.queue import BrowseEnd, Delivery
 from meshmq.errors import (
     AuthenticationError,
+    AuthorizationError,
     DestinationError,
     LocalProtocolError,
     MeshmqError,
@@ -232,6 +233,7 @@ class MqttSession(BufferedOutput):
         self._outbound: dict[int, tuple[Consumer | None, int]] = {}  # packet id -> (consumer, tag)
         self._next_pid = 1
         self._aliases: dict[int, str] = {}
+        self._denied_topics: set[str] = set()  # refusals already logged (bounded)
         self._client_max_packet = 0
         self._client_receive_max = self.cfg.max_inflight
         self._inbound_pending = 0
@@ -587,7 +589,11 @@ class MqttSession(BufferedOutput):
             entry = _dest_entry(topic)
         broker = self.broker
         message = self._message(packet, entry[0])
-        needs_sync = broker.send(conn, entry[1], message)
+        try:
+            needs_sync = broker.send(conn, entry[1], message)
+        except AuthorizationError as exc:
+            self._refuse_publish(packet, topic, exc.message)
+            return
         if packet.retain:
             broker.retain(message)
             needs_sync = True
@@ -610,6 +616,32 @@ class MqttSession(BufferedOutput):
         else:
             # Counts against receive maximum until PUBCOMP (MQTT 5 section 3.3.4).
             self._ack(encode(Pubrec(packet.packet_id or 0), self.level), wait, settles=False)
+
+    def _refuse_publish(self, packet: Publish, topic: str, why: str) -> None:
+        """A PUBLISH this client may not make: MQTT 5 answers Not authorized (0x87) in its
+        PUBACK/PUBREC; 3.1.1 has no refusal, so the exchange completes and the message is
+        dropped. Nothing is routed or retained either way; the first refusal per topic is
+        logged."""
+        if topic not in self._denied_topics:
+            if len(self._denied_topics) < 100:
+                self._denied_topics.add(topic)
+            log.info("MQTT client %s (user %s): publish to %r refused: %s", self.remote,
+                     self.conn.principal.user if self.conn is not None else None, topic, why)
+        qos = packet.qos
+        if not qos:
+            return
+        pid = packet.packet_id or 0
+        if self.level == PROTOCOL_LEVEL_5:
+            props = Properties(reason_string=why[:200])
+            ack: Packet = Puback(pid, ReasonCode.NOT_AUTHORIZED, props) if qos == 1 \
+                else Pubrec(pid, ReasonCode.NOT_AUTHORIZED, props)
+            self._ack(encode(ack, self.level), None)  # ends the exchange either way
+        elif qos == 1:
+            self._ack(encode(Puback(pid), self.level), None)
+        else:
+            if self.state is not None:
+                self.state.inbound_qos2.add(pid)  # PUBREL then completes as usual
+            self._ack(encode(Pubrec(pid), self.level), None, settles=False)
 
     def _message(self, packet: Publish, dest: Destination) -> Message:
         conn = self.conn
