@@ -67,3 +67,68 @@ def test_stomp_over_tls_round_trip(tmp_path: Path, cert: tuple[Path, Path]) -> N
         poll(lambda: broker.stats()["connections"] == 0, 10, "connections to close")
     finally:
         broker.stop()
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> dict[str, Path]:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate it signed, and a
+    client certificate from another CA (all made with openssl)."""
+    if shutil.which("openssl") is None:
+        pytest.fail("openssl is needed to make test certificates (Debian package openssl)")
+    d = tmp_path / "pki"
+    d.mkdir()
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=d)
+
+    for ca in ("ca", "other-ca"):
+        run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{ca}.key",
+            "-out", f"{ca}.pem", "-days", "1", "-subj", f"/CN={ca}")
+    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    for name, ca, ext in (("server", "ca", ["-extfile", "san.ext"]),
+                          ("client", "ca", []), ("stranger", "other-ca", [])):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out",
+            f"{name}.csr", "-subj", f"/CN={name}")
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
+            "-CAcreateserial", "-out", f"{name}.pem", "-days", "1", *ext)
+    return {p.stem + p.suffix.replace(".pem", ""): p for p in d.iterdir()}
+
+
+def _handshake(port: int, pki: dict[str, Path], who: str | None) -> str:
+    """CONNECT over TLS as ``who`` (a client certificate) or with none: the first
+    frame's command, or why the connection failed."""
+    ctx = ssl.create_default_context(cafile=str(pki["ca"]))
+    if who is not None:
+        ctx.load_cert_chain(str(pki[who]), str(pki[f"{who}.key"]))
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+                ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            tls.sendall(encode_frame("CONNECT", [("accept-version", "1.2"), ("host", "x")]))
+            frames = StompParser(version="1.2").feed(tls.recv(65536))
+            return frames[0].command if frames else "refused: closed by the broker"
+    except (ssl.SSLError, ConnectionError, OSError) as exc:
+        return f"refused: {type(exc).__name__}"
+
+
+@pytest.mark.parametrize(("client_auth", "expect"), [
+    (None, {None: "refused", "client": "CONNECTED", "stranger": "refused"}),
+    ("need", {None: "refused", "client": "CONNECTED", "stranger": "refused"}),
+    ("want", {None: "CONNECTED", "client": "CONNECTED", "stranger": "refused"}),
+    ("none", {None: "CONNECTED", "client": "CONNECTED", "stranger": "CONNECTED"}),
+])
+def test_client_certificates_on_a_tls_listener(tmp_path: Path, pki: dict[str, Path],
+                                               client_auth: str | None,
+                                               expect: dict[str | None, str]) -> None:
+    """A listener with a CA bundle requires a client certificate it verifies unless told
+    otherwise; a refused client costs nothing to the others."""
+    config = dataclasses.replace(make_config(tmp_path / "data"), listeners=(
+        ListenerConfig(name="stomp", protocol="stomp+ssl", host="127.0.0.1", port=0,
+                       ssl_certfile=pki["server"], ssl_keyfile=pki["server.key"],
+                       ssl_cafile=pki["ca"], client_auth=client_auth),))
+    broker = ThreadBroker(config).start()
+    try:
+        got = {who: _handshake(broker.port, pki, who) for who in expect}
+        assert {who: r.split(":")[0] for who, r in got.items()} == expect, got
+        assert _handshake(broker.port, pki, "client") == "CONNECTED"
+    finally:
+        broker.stop()

@@ -84,6 +84,7 @@ _BROKER_LATER = frozenset({
     "persistenceTaskRunnerFactory", "messageAuthorizationPolicy",
     "adminView", "regionBroker", "startException", "jmsBridgeConnector",
 })
+_TLS_CLIENT_PROTOCOLS = frozenset({"stomp+ssl", "mqtt+ssl", "wss"})
 _CONNECTOR_IGNORED = frozenset({
     "rebalanceClusterClients", "updateClusterClientsOnRemove",
     "updateClusterFilter", "enableStatusMonitor", "allowLinkStealing",
@@ -516,6 +517,11 @@ class _Importer:
             self.src.labels[f"{at}.{key}"] = node.where("name" if key == "name" else "uri")
         self.src.lines[at] = node.line
         self.src.labels[at] = node.where()
+        if protocol in _TLS_CLIENT_PROTOCOLS:
+            # ActiveMQ asks for client certificates only with needClientAuth or
+            # wantClientAuth, whatever the sslContext's trustStore (it also verifies
+            # brokers): so does an imported configuration.
+            listener["client_auth"] = "none"
         for option, value in urllib.parse.parse_qsl(query, keep_blank_values=True):
             self.uri_option(node, listener, at, option, value)
         if "updateClusterClients" in node.attrs:  # topology push to this listener's clients
@@ -537,6 +543,17 @@ class _Importer:
             listener["max_connections"] = value
             self.src.lines[f"{at}.max_connections"] = node.line
             self.src.labels[f"{at}.max_connections"] = node.where("uri")
+        elif option in ("needClientAuth", "wantClientAuth"):
+            if listener["protocol"] not in _TLS_CLIENT_PROTOCOLS:
+                self.warn(node, f"URI option {option} only applies to TLS client "
+                          "connectors (stomp+ssl, mqtt+ssl, wss) in meshmq, ignored")
+                return
+            # needClientAuth wins when both are given, as in ActiveMQ.
+            if value.lower() == "true" and (option == "needClientAuth"
+                                            or listener.get("client_auth") != "need"):
+                listener["client_auth"] = "need" if option == "needClientAuth" else "want"
+            self.src.lines[f"{at}.client_auth"] = node.line
+            self.src.labels[f"{at}.client_auth"] = node.where("uri")
         elif option in _STOMP_URI_OPTIONS:
             if not listener["protocol"].startswith("stomp"):
                 self.warn(node, f"URI option {option} only applies to STOMP connectors in "

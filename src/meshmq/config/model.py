@@ -20,6 +20,8 @@ HA_MODES = ("none", "shared", "database", "replicated")
 HA_ROLES = ("broker", "witness")
 TRACE_FORMATS = ("jsonl", "parquet")
 LIMIT_ACTIONS = ("block", "fail")
+# TLS client certificates on a listener (ActiveMQ wantClientAuth / needClientAuth).
+CLIENT_AUTH = ("none", "want", "need")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +35,9 @@ class ListenerConfig:
     ssl_certfile: Path | None = None
     ssl_keyfile: Path | None = None
     ssl_cafile: Path | None = None
+    # Client certificates: "need" (refused without one that ssl_cafile verifies), "want"
+    # (verified when given), "none". Unset: "need" when ssl_cafile is set, else "none".
+    client_auth: str | None = None
     max_connections: int = 1000
     # Advertise this listener on a discovery group (ActiveMQ transportConnector
     # discoveryUri, e.g. "multicast://default"); tcp/ssl/nio listeners only.

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from meshmq.config.model import (
+    CLIENT_AUTH,
     HA_MODES,
     HA_ROLES,
     LIMIT_ACTIONS,
@@ -139,6 +140,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "ListenerConfig.protocol": LISTENER_PROTOCOLS,
     "StoreConfig.kind": STORE_KINDS,
     "UsageConfig.on_limit": LIMIT_ACTIONS,
+    "ListenerConfig.client_auth": CLIENT_AUTH,
     "TraceConfig.format": TRACE_FORMATS,
     "HaConfig.mode": HA_MODES,
     "HaConfig.role": HA_ROLES,
@@ -465,6 +467,17 @@ class _Builder:
                 raise self.src.error(
                     f"{lst.protocol} listener {lst.name!r} needs ssl_certfile",
                     f"{at}.ssl_certfile")
+            if lst.client_auth is not None and lst.client_auth != "none":
+                if lst.protocol not in ("stomp+ssl", "mqtt+ssl", "wss"):
+                    raise self.src.error(
+                        f"client_auth applies to TLS client listeners (stomp+ssl, "
+                        f"mqtt+ssl, wss); {lst.name!r} is {lst.protocol}",
+                        f"{at}.client_auth")
+                if lst.ssl_cafile is None:
+                    raise self.src.error(
+                        f"client_auth = {lst.client_auth!r} needs ssl_cafile (the CA "
+                        "bundle that client certificates are verified against)",
+                        f"{at}.client_auth")
             if lst.discovery_uri is not None:
                 self._check_discovery_uri(lst, f"{at}.discovery_uri")
         for i, pol in enumerate(config.policies):

@@ -52,6 +52,7 @@ LISTENER_LABELS = {"stomp": "STOMP", "stomp+ssl": "STOMP over TLS", "mqtt": "MQT
                    "nio": "broker links"}
 
 TIMER_INTERVAL = 0.5
+_VERIFY_MODES = {"none": ssl.CERT_NONE, "want": ssl.CERT_OPTIONAL, "need": ssl.CERT_REQUIRED}
 SHUTDOWN_DRAIN_S = 3.0  # how long stop() waits for connections to finish closing
 
 
@@ -383,6 +384,10 @@ class BrokerRuntime:
             if listener.ssl_cafile is not None:
                 option = "ssl_cafile"
                 ctx.load_verify_locations(listener.ssl_cafile)
+            # A CA bundle for client certificates means they are required, unless the
+            # listener says otherwise (config/model.py ListenerConfig.client_auth).
+            auth = listener.client_auth or ("need" if listener.ssl_cafile else "none")
+            ctx.verify_mode = _VERIFY_MODES[auth]
         except OSError as exc:  # ssl.SSLError too: not a bind failure
             path = listener.ssl_cafile if option == "ssl_cafile" else listener.ssl_certfile
             keyfile = (f" (key {listener.ssl_keyfile})"

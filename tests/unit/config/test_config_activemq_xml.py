@@ -100,6 +100,26 @@ def test_caller_properties_win(tmp_path: Path) -> None:
     assert (config.data_directory, config.broker_name) == (Path("/srv/amq"), "n1")
 
 
+def test_client_certificate_options_follow_activemq(tmp_path: Path,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, "meshmq.config")
+    config = load(tmp_path, """\
+<transportConnectors>
+  <transportConnector name="need" uri="stomp+ssl://0.0.0.0:1?needClientAuth=true"/>
+  <transportConnector name="want" uri="mqtt+ssl://0.0.0.0:2?wantClientAuth=true"/>
+  <transportConnector name="both" uri="wss://0.0.0.0:3?wantClientAuth=true&amp;needClientAuth=true"/>
+  <transportConnector name="plain" uri="stomp+ssl://0.0.0.0:4"/>
+  <transportConnector name="bridge" uri="ssl://0.0.0.0:5?needClientAuth=true"/>
+</transportConnectors>
+<sslContext><sslContext keyStore="tls/broker.pem" trustStore="/etc/ca.crt"/></sslContext>
+""")
+    assert [(lst.name, lst.client_auth) for lst in config.listeners] == [
+        ("need", "need"), ("want", "want"), ("both", "need"), ("plain", "none"),
+        ("bridge", None)]
+    assert f"{tmp_path / 'activemq.xml'}:8: URI option needClientAuth only applies to TLS " \
+           "client connectors (stomp+ssl, mqtt+ssl, wss) in meshmq, ignored" in warnings(caplog)
+
+
 def test_connector_schemes_and_uri_options(tmp_path: Path,
                                            caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, "meshmq.config")

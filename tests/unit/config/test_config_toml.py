@@ -197,6 +197,15 @@ ERRORS = [
                  "expected an array of 2 values", id="wrong-arity"),
     pytest.param("[[listeners]]\nname = 'a'\nport = 65536\n", 3, "listeners[0].port",
                  "must be <= 65535, got 65536", id="port-too-high"),
+    pytest.param("[[listeners]]\nurl = 'stomp+ssl://h:1'\nssl_certfile = 'c.pem'\n"
+                 "client_auth = 'need'\n", 4, "listeners[0].client_auth",
+                 "client_auth = 'need' needs ssl_cafile", id="client-auth-without-ca"),
+    pytest.param("[[listeners]]\nurl = 'stomp://h:1'\nclient_auth = 'want'\n", 3,
+                 "listeners[0].client_auth", "client_auth applies to TLS client listeners",
+                 id="client-auth-on-plain-listener"),
+    pytest.param("[[listeners]]\nurl = 'stomp+ssl://h:1'\nssl_certfile = 'c.pem'\n"
+                 "client_auth = 'required'\n", 4, "listeners[0].client_auth",
+                 "must be one of 'none', 'want', 'need'", id="client-auth-choice"),
     pytest.param("[management]\nport = -1\n", 2, "management.port", "must be >= 0",
                  id="port-negative"),
     pytest.param("[usage]\nmemory_limit = -5\n", 2, "usage.memory_limit", "size must be >= 0",
