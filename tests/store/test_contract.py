@@ -78,6 +78,10 @@ def test_store_satisfies_protocol(h: Harness) -> None:
     assert isinstance(h.store, Store)
     assert h.recovery == Recovery()
     assert isinstance(h.store.stats(), dict)
+    # Space: a fresh store has room and nothing to reclaim; the runtime may listen.
+    assert h.store.persistent_refusal() is None
+    assert h.store.compact_step() is False
+    h.store.space_listener = lambda: None
 
 
 @run_async

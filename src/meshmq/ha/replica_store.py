@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from meshmq.config.model import BrokerConfig
@@ -52,6 +53,20 @@ class ReplicatedStore:
 
     def compact_step(self) -> bool:
         return self.node.journal is not None and self.node.journal.compact_step()
+
+    # Space is the master's own journal's: its disk limits and full-disk state count.
+    @property
+    def space_listener(self) -> Callable[[], None] | None:
+        return self.node.journal.space_listener if self.node.journal is not None else None
+
+    @space_listener.setter
+    def space_listener(self, listener: Callable[[], None] | None) -> None:
+        if self.node.journal is not None:
+            self.node.journal.space_listener = listener
+
+    def persistent_refusal(self) -> str | None:
+        journal = self.node.journal
+        return journal.persistent_refusal() if journal is not None else None
 
     def stats(self) -> dict[str, int | float | str]:
         out = dict(self._journal().stats()) if self.node.journal is not None else {}

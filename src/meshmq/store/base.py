@@ -18,7 +18,7 @@ Every implementation passes ``tests/store/test_contract.py``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -121,6 +121,9 @@ class Store(Protocol):
     # Whether dispatch marks (``MarkDispatched``) survive a restart here, so that the
     # broker writes them; a store that forgets everything on restart says False.
     keeps_dispatch_marks: bool
+    # Set by the runtime: called, from any thread, when the store runs out of room or has
+    # room again, so that the broker asks ``persistent_refusal`` at once.
+    space_listener: Callable[[], None] | None
 
     def open(self) -> Recovery:
         """Open (or create) the store and return what it holds. Called once."""
@@ -146,6 +149,16 @@ class Store(Protocol):
 
     def stats(self) -> dict[str, int | float | str]:
         """Implementation figures for ``meshmq stat`` (files, bytes, syncs, ...)."""
+        ...
+
+    def compact_step(self) -> bool:
+        """Reclaim space in a bounded slice of work (the broker calls it while idle too);
+        True while more is pending. Stores that need no reclaiming return False."""
+        ...
+
+    def persistent_refusal(self) -> str | None:
+        """Why new persistent messages must be refused now (a full disk, a size limit),
+        or None."""
         ...
 
     async def close(self) -> None:

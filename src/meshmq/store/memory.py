@@ -8,7 +8,7 @@ with deep queues stays fast.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from meshmq.core.message import Message
 from meshmq.errors import StoreError
@@ -172,6 +172,15 @@ class MemoryStore:
 
     def durable_subscriptions(self) -> list[DurableSubscription]:
         return list(self._subs.values())
+
+    # Nothing to reclaim or run out of here (store.base.Store).
+    space_listener: Callable[[], None] | None = None
+
+    def compact_step(self) -> bool:
+        return False
+
+    def persistent_refusal(self) -> str | None:
+        return None
 
     def stats(self) -> dict[str, int | float | str]:
         return {

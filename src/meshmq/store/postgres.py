@@ -35,7 +35,7 @@ import contextlib
 import logging
 import threading
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -560,6 +560,15 @@ class PostgresStore:
                 with contextlib.suppress(Exception):
                     conn.close()
         self._read = self._lock_conn = None
+
+    # The database manages its own space; nothing is reclaimed here (store.base.Store).
+    space_listener: Callable[[], None] | None = None
+
+    def compact_step(self) -> bool:
+        return False
+
+    def persistent_refusal(self) -> str | None:
+        return None
 
     def stats(self) -> dict[str, int | float | str]:
         with self._cond:

@@ -232,10 +232,12 @@ class BrokerRuntime:
             # Linked to other brokers: re-forwards of what they sent before the restart
             # must find the stored copies in the duplicate window.
             self.broker.remember_stored_network_messages(recovery)
-        if hasattr(self.store, "space_listener"):
-            loop = asyncio.get_running_loop()
-            self.store.space_listener = lambda: loop.call_soon_threadsafe(
-                self._check_store_space)
+        loop = asyncio.get_running_loop()
+
+        def space_changed() -> None:  # from the store's writer thread
+            loop.call_soon_threadsafe(self._check_store_space)
+
+        self.store.space_listener = space_changed
         self._check_store_space()
         self._start_trace()
         self.pump()
@@ -740,16 +742,13 @@ class BrokerRuntime:
         self.pump()
         self._tick_trace(now)
         # Reclaim journal space while idle too (the journal also compacts on writes).
-        compact = getattr(self.store, "compact_step", None)
-        if compact is not None:
-            with contextlib.suppress(StoreError):  # reported where the store is used
-                compact()
+        with contextlib.suppress(StoreError):  # reported where the store is used
+            self.store.compact_step()
         self._check_store_space()
 
     def _check_store_space(self) -> None:
         """Refuse persistent messages while the store says it has no room for them."""
-        space = getattr(self.store, "persistent_refusal", None)
-        reason = space() if space is not None else None
+        reason = self.store.persistent_refusal()
         if reason != self.broker.persistent_refusal:
             if reason is not None:
                 log.warning("refusing persistent messages: %s", reason)
