@@ -168,3 +168,27 @@ def test_a_broker_switched_to_replication_keeps_its_journal(tmp_path: Path) -> N
         await _shutdown(nodes, tasks)
 
     asyncio.run(main())
+
+
+def test_the_master_refuses_persistent_messages_at_its_journal_limit(tmp_path: Path) -> None:
+    """store.max_disk_bytes holds in replicated mode: the master's store says so, and the
+    broker refuses persistent sends (store.base.Store.persistent_refusal)."""
+    async def main() -> None:
+        cfgs = _configs(tmp_path)
+        for n in ("a", "b"):
+            cfgs[n] = dataclasses.replace(cfgs[n], store=StoreConfig(fsync=False,
+                                                                      max_disk_bytes=4096))
+        nodes = {n: ReplicatedHa(c, on_lost=lambda why: None) for n, c in cfgs.items()}
+        leader, tasks = await _elect(nodes)
+        try:
+            store = leader.store
+            assert store.persistent_refusal() is None
+            for i in range(1, 60):
+                store.write([_msg(i)])
+            await store.sync()
+            refusal = store.persistent_refusal()
+            assert refusal is not None and "store.max_disk_bytes" in refusal, refusal
+        finally:
+            await _shutdown(nodes, tasks)
+
+    asyncio.run(main())

@@ -198,7 +198,10 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
         store = self.config.store
         journal = JournalStore(path, segment_size=store.segment_size, fsync=store.fsync,
                                max_batch_bytes=store.max_batch_bytes,
-                               compact_live_ratio=store.compact_live_ratio)
+                               compact_live_ratio=store.compact_live_ratio,
+                               max_disk_bytes=store.max_disk_bytes,
+                               min_free_disk=store.min_free_disk,
+                               disk_reserve=store.disk_reserve)
         journal.open()
         return journal
 
