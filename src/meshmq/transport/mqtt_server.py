@@ -486,13 +486,13 @@ class MqttSession(BufferedOutput):
         durable = [name for cid, name in self.broker.durables
                    if cid == client_id and parse_durable_name(name) is not None]
         present = False
-        record = self.broker.records.get(self._record_name(client_id))
+        record = self.broker.records.get(_record_name(client_id))
         if clean_start:
             assert self.conn is not None
             for name in durable:
                 self.broker.remove_durable(self.conn, name)
             durable = []
-            self.broker.drop_record(self._record_name(client_id))
+            self.broker.drop_record(_record_name(client_id))
             record = None
             self.runtime.mqtt_states.pop(client_id, None)
             state = None
@@ -521,12 +521,8 @@ class MqttSession(BufferedOutput):
             self.runtime.mqtt_states[client_id] = state
             self._save_state()
         else:
-            self.broker.drop_record(self._record_name(client_id))
+            self.broker.drop_record(_record_name(client_id))
         return present
-
-    @staticmethod
-    def _record_name(client_id: str) -> str:
-        return _record_name(client_id)
 
     def _save_state(self) -> None:
         """Persist what a persistent session needs beyond its subscriptions: that it
@@ -534,7 +530,7 @@ class MqttSession(BufferedOutput):
         if not self.persistent or self.state is None:
             return
         state = self.state
-        self.broker.put_record(self._record_name(state.client_id), json.dumps({
+        self.broker.put_record(_record_name(state.client_id), json.dumps({
             "expiry": state.expiry_s, "qos2_in": sorted(state.inbound_qos2),
             "qos2_fp": {str(k): v for k, v in state.inbound_fp.items()},
             "released": {str(k): v for k, v in state.released.items()},
