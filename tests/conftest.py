@@ -52,3 +52,11 @@ def _stop_private_postgres() -> Iterator[None]:
     from tests.support.postgres import stop_cluster
 
     stop_cluster()
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> object:
+    """Certificates made with examples/tls/make-certs.sh (tests/support/pki.py)."""
+    from tests.support.pki import make_pki
+
+    return make_pki(tmp_path / "pki")
