@@ -482,14 +482,16 @@ class Paho:
 class WsStomp:
     """STOMP 1.2 over a websockets connection (subprotocol ``v12.stomp``)."""
 
-    def __init__(self, port: int, path: str = "/") -> None:
+    def __init__(self, port: int, path: str = "/", *, login: str | None = None,
+                 passcode: str | None = None) -> None:
         self.ws: ClientConnection = ws_connect(
             f"ws://127.0.0.1:{port}{path}", subprotocols=["v12.stomp"],  # type: ignore[list-item]
             compression=None, proxy=None, open_timeout=TIMEOUT, close_timeout=TIMEOUT,
             max_size=None, ping_interval=None)
         self.parser = StompParser(version="1.2")
         self.pending: list[Frame] = []
-        self.send("CONNECT", [("accept-version", "1.2"), ("host", "/")])
+        credentials = [("login", login), ("passcode", passcode or "")] if login else []
+        self.send("CONNECT", [("accept-version", "1.2"), ("host", "/"), *credentials])
         self.next("CONNECTED")
 
     def send(self, command: str, headers: Iterable[tuple[str, str]], body: bytes = b"") -> None:
@@ -593,8 +595,8 @@ class MqttEnv:
         self._closers.append(c.disconnect)
         return c
 
-    def ws_stomp(self) -> WsStomp:
-        w = WsStomp(self.ws_port)
+    def ws_stomp(self, login: str | None = None, passcode: str | None = None) -> WsStomp:
+        w = WsStomp(self.ws_port, login=login, passcode=passcode)
         self._closers.append(w.close)
         return w
 

@@ -156,11 +156,45 @@ class User:
 
 
 @dataclass(frozen=True, slots=True)
+class AuthorizationRights:
+    """Groups holding each right (ActiveMQ's default and temp-destination entries);
+    the group "*" means everybody."""
+
+    read: tuple[str, ...] = ()
+    write: tuple[str, ...] = ()
+    admin: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AuthorizationEntry:
+    """The rights on the queues or topics a pattern covers (``>`` and ``*``
+    wildcards; ``orders.>`` covers ``orders`` too). Exactly one of queue/topic."""
+
+    queue: str | None = None
+    topic: str | None = None
+    read: tuple[str, ...] = ()
+    write: tuple[str, ...] = ()
+    admin: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AuthorizationConfig:
+    """ActiveMQ's authorization map (docs/security.md): rights add up over every
+    matching entry plus ``default``; what no entry grants is denied."""
+
+    entries: tuple[AuthorizationEntry, ...] = ()
+    default: AuthorizationRights | None = None  # always added to the matching entries
+    temp: AuthorizationRights | None = None  # temporary destinations; unset: open to all
+
+
+@dataclass(frozen=True, slots=True)
 class AuthConfig:
     anonymous_access: bool = True
     users: tuple[User, ...] = ()
     anonymous_user: str = "anonymous"
     anonymous_groups: tuple[str, ...] = ("anonymous",)
+    # Rights per destination; unset: every connected client may do everything.
+    authorization: AuthorizationConfig | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ from meshmq.config.model import (
     LISTENER_PROTOCOLS,
     STORE_KINDS,
     TRACE_FORMATS,
+    AuthorizationConfig,
     BrokerConfig,
     HaConfig,
     ListenerConfig,
@@ -518,6 +519,8 @@ class _Builder:
             if user.name in users:
                 raise self.src.error(f"duplicate user {user.name!r}", f"auth.users[{i}].name")
             users.add(user.name)
+        if config.auth.authorization is not None:
+            self._check_authorization(config.auth.authorization)
         for peer in config.advertised_peer_list:
             try:
                 if not isinstance(parse_uri(peer), SimpleURI):
@@ -534,6 +537,23 @@ class _Builder:
                     f"{at}.name")
             connectors.add(nc.name)
             self._check_connector(nc, at)
+
+    def _check_authorization(self, authz: AuthorizationConfig) -> None:
+        for i, entry in enumerate(authz.entries):
+            at = f"auth.authorization.entries[{i}]"
+            given = [k for k in ("queue", "topic") if getattr(entry, k) is not None]
+            if len(given) != 1:
+                raise self.src.error(
+                    "an authorization entry names a queue or a topic pattern (one of them)"
+                    if not given else "give either 'queue' or 'topic' in one entry, not both",
+                    at if not given else f"{at}.topic")
+            key = given[0]
+            pattern = getattr(entry, key)
+            try:
+                validate_name(pattern)
+            except DestinationError as exc:
+                raise self.src.error(f"not a destination pattern like 'orders.>': "
+                                     f"{exc.message}", f"{at}.{key}") from None
 
     def _check_discovery_uri(self, lst: ListenerConfig, path: str) -> None:
         if lst.protocol not in _BRIDGE_PROTOCOLS:

@@ -22,6 +22,8 @@ class Principal:
     user: str
     groups: frozenset[str]
     anonymous: bool = False
+    # The broker acting for itself (its own end of a bridge it opened): no rights checked.
+    internal: bool = False
 
 
 class Authenticator:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from meshmq.config.model import BrokerConfig, DestinationPolicy, StreamPolicy
 from meshmq.core import destinations as dst
 from meshmq.core.auth import Authenticator, Principal
+from meshmq.core.authorization import AuthorizationMap, DenialRecord, Right, denial_text
 from meshmq.core.consumer import Consumer, ConsumerSpec
 from meshmq.core.dedup import DEDUP_PROPERTY, DuplicateWindow, network_key
 from meshmq.core.destinations import Destination, DestKind
@@ -87,6 +88,8 @@ class Connection:
     transactions: dict[str, Transaction] = field(default_factory=dict)
     temp_destinations: set[Destination] = field(default_factory=set)
     producer_destinations: set[Destination] = field(default_factory=set)
+    # Destinations this connection was allowed to send to (write checked once each).
+    writable: set[Destination] = field(default_factory=set)
     closed: bool = False
 
 
@@ -94,7 +97,7 @@ class TopicSubscription:
     """A consumer's (or an offline durable subscriber's) interest in topics."""
 
     __slots__ = ("connection_id", "consumer", "durable", "no_local", "patterns", "queue",
-                 "selector_text", "shared_key")
+                 "readable", "selector_text", "shared_key")
 
     def __init__(self, patterns: tuple[Destination, ...], queue: Queue, *,
                  selector_text: str | None, no_local: bool, connection_id: str | None,
@@ -108,6 +111,9 @@ class TopicSubscription:
         self.consumer: Consumer | None = None
         # Set for an MQTT shared subscription group: its key in Broker._shared.
         self.shared_key: tuple[str, tuple[Destination, ...], str | None] | None = None
+        # A wildcard subscription under an authorization map: which of the topics it
+        # matches its subscriber may read (None: all of them).
+        self.readable: Callable[[Destination], bool] | None = None
 
     def matches(self, dest: Destination) -> bool:
         return any(dst.matches(p, dest) for p in self.patterns)
@@ -143,6 +149,10 @@ class Broker:
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
         self.usage = MemoryUsage(config.usage.memory_limit)
         self.auth = Authenticator(config.auth)
+        # Rights per destination (core/authorization.py); None: everything is allowed.
+        self.authz = (AuthorizationMap(config.auth.authorization)
+                      if config.auth.authorization is not None else None)
+        self.denials = DenialRecord()
         self.queues: dict[Destination, Queue] = {}
         self.topics: dict[Destination, TopicStats] = {}
         self.connections: dict[str, Connection] = {}
@@ -453,11 +463,15 @@ class Broker:
         if old is not None:
             self._replace_single(RECORD_PREFIX + name, old[0], None)
 
-    def retained_for(self, patterns: Iterable[Destination]) -> list[Message]:
+    def retained_for(self, patterns: Iterable[Destination],
+                     principal: Principal | None = None) -> list[Message]:
+        """Retained messages for a new subscription: those ``principal`` may read."""
         pats = tuple(patterns)
+        readable = None if principal is None else self.readable_filter(principal)
         return [msg for dest, (_, msg) in sorted(self.retained.items(),
                                                  key=lambda kv: kv[0].name)
-                if any(dst.matches(p, dest) for p in pats)]
+                if any(dst.matches(p, dest) for p in pats)
+                and (readable is None or readable(dest))]
 
     # ================================================================ connections
     def authenticate(self, login: str | None, passcode: str | None) -> Principal:
@@ -519,6 +533,8 @@ class Broker:
     def create_temp(self, conn: Connection, kind: DestKind) -> Destination:
         assert kind.is_temporary
         dest = Destination(kind, f"ID:{self.name}-{self._boot}-{conn.id}:{next(self._temp_seq)}")
+        if self.authz is not None:
+            self.authorize(conn, Right.ADMIN, dest)
         conn.temp_destinations.add(dest)
         if kind is DestKind.TEMP_QUEUE:
             self._get_queue(dest)
@@ -578,6 +594,11 @@ class Broker:
                 if len(self._sendable) > 10_000:
                     self._sendable.clear()
                 self._sendable.add(d)
+        if self.authz is not None and not conn.principal.internal:
+            writable = conn.writable
+            for d in destinations:
+                if d not in writable:
+                    self._authorize_send(conn, d, message)
         if message.persistent and self.persistent_refusal is not None:
             self.trace_dropped(message, "store full")
             raise ResourceLimitError(f"persistent message refused: {self.persistent_refusal}; "
@@ -594,6 +615,48 @@ class Broker:
             self._txn(conn, txn).sends.append((destinations, message))
             return False
         return self._route(conn, destinations, message, redelivered)
+
+    # ================================================================ authorization
+    def _exists(self, dest: Destination) -> bool:
+        return dest in self.queues if dest.is_queue else dest in self.topics
+
+    def _authorize_send(self, conn: Connection, dest: Destination, message: Message) -> None:
+        """Write on ``dest``, and admin when this send creates it (ActiveMQ's rule)."""
+        self.authorize(conn, Right.WRITE, dest, message)
+        if not dest.is_temporary and not self._exists(dest):
+            self.authorize(conn, Right.ADMIN, dest, message)
+        if len(conn.writable) < 10_000:
+            conn.writable.add(dest)
+
+    def may(self, principal: Principal, right: Right, dest: Destination) -> bool:
+        """Whether ``principal`` holds ``right`` on ``dest`` (always, without a map)."""
+        authz = self.authz
+        return authz is None or principal.internal or authz.allowed(principal.groups, right,
+                                                                    dest)
+
+    def authorize(self, conn: Connection, right: Right, dest: Destination,
+                  message: Message | None = None) -> None:
+        """Raise AuthorizationError unless the connection's user holds ``right`` on
+        ``dest``; a denial is counted per user, logged (rate limited) and traced."""
+        principal = conn.principal
+        if self.may(principal, right, dest):
+            return
+        text = denial_text(principal.user, right, dest)
+        unlogged = self.denials.note(principal.user, right, dest, self.now_ms())
+        if unlogged is not None:
+            more = f" ({unlogged} more since the last report)" if unlogged else ""
+            log.warning("%s (connection %s from %s)%s", text, conn.id, conn.remote or "?", more)
+        if self.tracer is not None:
+            self.tracer.denied(dest, text, message)
+        raise AuthorizationError(text)
+
+    def readable_filter(self, principal: Principal) -> Callable[[Destination], bool] | None:
+        """For a wildcard subscription: which concrete destinations it may carry."""
+        authz = self.authz
+        if authz is None or principal.internal:
+            return None
+        groups = principal.groups
+        return lambda dest: authz.allowed(groups, Right.READ, dest)
 
     def publish_internal(self, message: Message, *, retain: bool = False,
                          persist: bool = True) -> None:
@@ -678,6 +741,8 @@ class Broker:
             if sub.no_local and sub.connection_id is not None \
                     and sub.connection_id == msg.producer_id:
                 continue
+            if sub.readable is not None and not sub.readable(dest):
+                continue  # a wildcard subscriber not allowed to read this topic
             net_consumer = sub.consumer
             if net_consumer is not None and net_consumer.net_filter is not None \
                     and not net_consumer.net_filter(msg):
@@ -730,7 +795,8 @@ class Broker:
                 queue = Queue(dest, key, self.policy_for(dest), self, self.store)
             self.queues[dest] = queue
             for consumer in self._queue_wildcards:
-                if any(dst.matches(p, dest) for p in consumer.spec.destinations):
+                if any(dst.matches(p, dest) for p in consumer.spec.destinations) and (
+                        consumer.readable is None or consumer.readable(dest)):
                     consumer.sources.append(queue)
                     queue.add_consumer(consumer)
         return queue
@@ -757,6 +823,15 @@ class Broker:
         for d in spec.destinations:
             if d.is_temporary and not d.is_wildcard and not self.temp_exists(d):
                 raise DestinationError(f"temporary destination {d} does not exist")
+        readable = None
+        if self.authz is not None and not conn.principal.internal:
+            for d in spec.destinations:  # a composite needs every part
+                self.authorize(conn, Right.READ, d)
+                if d.is_queue and not d.is_wildcard and not d.is_temporary \
+                        and d not in self.queues:
+                    self.authorize(conn, Right.ADMIN, d)  # this subscription creates it
+            if any(d.is_wildcard for d in spec.destinations):
+                readable = self.readable_filter(conn.principal)
         if spec.browser and topics:
             raise DestinationError("browsing is only possible on queues")
         durable_key = None
@@ -783,6 +858,7 @@ class Broker:
             prefetch = policy.topic_prefetch
         consumer = Consumer(f"{conn.id}:{subscription_id}", conn.id, subscription_id, spec,
                             prefetch, selector)
+        consumer.readable = readable
         conn.consumers[subscription_id] = consumer
         self._count_consumer(spec, 1)
         if spec.browser:
@@ -793,7 +869,8 @@ class Broker:
                 if consumer not in self._queue_wildcards:
                     self._queue_wildcards.append(consumer)
                 for qd, queue in list(self.queues.items()):
-                    if dst.matches(d, qd) and queue not in consumer.sources:
+                    if dst.matches(d, qd) and queue not in consumer.sources and (
+                            readable is None or readable(qd)):
                         consumer.sources.append(queue)
             else:
                 queue = self._get_queue(d)
@@ -802,6 +879,8 @@ class Broker:
         if topics:
             consumer.topic_sub = self._topic_subscription(conn, consumer, tuple(topics),
                                                           durable_key)
+            if consumer.topic_sub.shared_key is None:
+                consumer.topic_sub.readable = readable
             consumer.sources.append(consumer.topic_sub.queue)
         streams = [q for q in consumer.sources if isinstance(q, StreamQueue)]
         if stream_offset is not None and not streams:
@@ -1209,6 +1288,8 @@ class Broker:
                 "durable_subscriptions": durables,
                 "duplicates_dropped": self.dedup.duplicates,
                 "denied_publishes": self.denied_publishes,
+                "denied": {"total": self.denials.total,
+                           "by_user": dict(sorted(self.denials.by_user.items()))},
                 "memory": {"used": self.usage.used, "limit": self.usage.limit,
                            "peak": self.usage.peak, "percent": round(self.usage.percent, 1)},
                 "store": self.store.stats(),

@@ -63,6 +63,7 @@ class Consumer:
         "next_tag",
         "paused",
         "prefetch",
+        "readable",
         "selector",
         "sources",
         "spec",
@@ -95,6 +96,9 @@ class Consumer:
         # Network demand subscriptions: may this message go to the remote broker (loop
         # prevention, TTL, rate limit)? Checked before the selector.
         self.net_filter: Callable[[Message], bool] | None = None
+        # A wildcard subscription under an authorization map: which of the queues it
+        # matches its subscriber may read (None: all).
+        self.readable: Callable[[Destination], bool] | None = None
 
     @property
     def sub_queue(self) -> Queue | None:

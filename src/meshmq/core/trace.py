@@ -50,12 +50,14 @@ REDELIVERED = "redelivered"  # returned to its queue for another attempt (reason
 EXPIRED = "expired"
 DLQ = "dlq"  # moved to a dead-letter queue (reason: cause and DLQ name)
 DROPPED = "dropped"  # discarded (reason says why)
+DENIED = "denied"  # refused by the authorization map (reason: the refusal's text)
 RECOVERED = "recovered"  # found in the store when the broker started
 BROKER_STARTED = "broker_started"  # message fields are empty
 BROKER_STOPPED = "broker_stopped"  # clean shutdown; a crash leaves no such event
 
 EVENT_KINDS = (RECEIVED, STORED, FORWARDED, RECEIVED_FROM_BRIDGE, DISPATCHED, ACKED, DELIVERED,
-               REDELIVERED, EXPIRED, DLQ, DROPPED, RECOVERED, BROKER_STARTED, BROKER_STOPPED)
+               REDELIVERED, EXPIRED, DLQ, DROPPED, DENIED, RECOVERED, BROKER_STARTED,
+               BROKER_STOPPED)
 
 # The schema: (column, Spark SQL type, Arrow type name, meaning). Readers use this
 # order; the JSON lines carry the same keys (absent or null = not applicable).
@@ -143,6 +145,14 @@ class Tracer:
 
     def broker_event(self, kind: str, reason: str | None = None) -> None:
         self.events.append((self._clock(), kind, None, None, 0, None, None, None, reason))
+
+    def denied(self, dest: Destination, reason: str, msg: Message | None = None) -> None:
+        """A send (``msg``) or subscription refused on ``dest`` by the authorization map."""
+        if msg is not None:
+            self.message(DENIED, msg, dest, reason=reason)
+        else:
+            self.events.append((self._clock(), DENIED, None, dest, 0, None, None, None,
+                                reason))
 
     # -- hooks for network bridges ---------------------------------------------
     def forwarded(self, msg: Message, *, to_broker: str, connector: str) -> None:
@@ -235,7 +245,8 @@ class JsonEncoder:
         append = out.append
         for ts, kind, msg, dest, count, consumer, peer, connector, reason in events:
             if msg is None:
-                part = '"message_id":"","destination":""'
+                part = '"message_id":"","destination":' + (
+                    '""' if dest is None else _js(str(dest)))
             else:
                 cached = parts.get(msg)
                 if cached is None:
@@ -265,7 +276,8 @@ def to_rows(events: Sequence[Event], broker: str, boot: str) -> list[dict[str, A
     for ts, kind, msg, dest, count, consumer, peer, connector, reason in events:
         row: dict[str, Any] = {"v": SCHEMA_VERSION, "ts": ts // 1000, "event": kind,
                                "broker": broker, "boot": boot, "message_id": "", "dedup_id": None,
-                               "destination": "", "msg_ts": None, "size": None,
+                               "destination": "" if dest is None else str(dest),
+                               "msg_ts": None, "size": None,
                                "persistent": None, "path": []}
         if msg is not None:
             dedup = msg.properties.get(DEDUP_HEADER)

@@ -60,7 +60,7 @@ class Forwarder:
         self.static = static
         ttl = config.network_ttl if config.message_ttl is None else config.message_ttl
         self.message_ttl = ttl
-        principal = Principal(f"network:{config.name}", frozenset({"network"}))
+        principal = Principal(f"network:{config.name}", frozenset({"network"}), internal=True)
         self.conn: Connection | None = self.broker.open_connection(
             principal, client_id=client_id, remote=link.peer, protocol="network")
         self.items: dict[str, InterestItem] = {}

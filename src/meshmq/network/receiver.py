@@ -40,7 +40,7 @@ class Receiver:
         self.filter = flt
         self.counters = counters
         self.resync_s = resync_s
-        principal = Principal(f"network:{remote}", frozenset({"network"}))
+        principal = Principal(f"network:{remote}", frozenset({"network"}), internal=True)
         self.conn = self.broker.open_connection(principal, remote=link.peer,
                                                 protocol="network")
         self.advertised: dict[str, InterestItem] = {}

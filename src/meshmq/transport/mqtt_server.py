@@ -539,7 +539,13 @@ class MqttSession(BufferedOutput):
     def _resume_consumers(self) -> None:
         assert self.state is not None
         for sub in list(self.state.subscriptions.values()):
-            self._open_consumer(sub)
+            try:
+                self._open_consumer(sub)
+            except AuthorizationError as exc:
+                # The rights changed since the session subscribed: it loses this one.
+                log.warning("MQTT client %s: subscription %r of its session dropped: %s",
+                            self.remote, sub.filter, exc.message)
+                del self.state.subscriptions[sub.filter]
         # Resend PUBREL for QoS 2 deliveries interrupted after PUBREC.
         for pid in sorted(self.state.outbound_pubrel):
             self._outbound[pid] = (None, 0)
@@ -760,6 +766,7 @@ class MqttSession(BufferedOutput):
         sub_id = packet.properties.subscription_identifiers[0] \
             if packet.properties.subscription_identifiers else None
         refused = None
+        denied: str | None = None
         for flt, options in packet.subscriptions:
             existing = self.state.subscriptions.get(flt)
             if existing is None and self._at_subscription_limit():
@@ -771,14 +778,23 @@ class MqttSession(BufferedOutput):
             if existing is not None:
                 self._close_consumer(existing, drop_durable=existing.options != options)
             sub = MqttSubscription(flt, options, sub_id)
+            try:
+                self._open_consumer(sub)
+            except AuthorizationError as exc:
+                # 0x87 Not authorized (3.1.1 SUBACK says 0x80 Failure); the others stand.
+                codes.append(ReasonCode.NOT_AUTHORIZED)
+                denied = exc.message
+                self.state.subscriptions.pop(flt, None)  # a replaced one is gone too
+                continue
             self.state.subscriptions[flt] = sub
-            self._open_consumer(sub)
             codes.append(ReasonCode(min(options.qos, 2)))
             if options.retain_handling == RetainHandling.SEND_ON_SUBSCRIBE or (
                     options.retain_handling == RetainHandling.SEND_IF_NEW_SUBSCRIPTION
                     and existing is None):
                 fresh.append(sub)
         props = Properties()
+        if denied is not None and self.level == PROTOCOL_LEVEL_5:
+            props.reason_string = denied[:200]
         if refused is not None:
             limit = self.broker.config.max_subscriptions_per_connection
             log.info("MQTT client %s at its subscription limit (%d): %s refused", self.remote,
@@ -848,7 +864,8 @@ class MqttSession(BufferedOutput):
 
     def _send_retained(self, sub: MqttSubscription) -> None:
         patterns, _ = self._patterns(sub)
-        for msg in self.broker.retained_for(patterns):
+        principal = self.conn.principal if self.conn is not None else None
+        for msg in self.broker.retained_for(patterns, principal):
             out = _out_topic(msg.destination.name)
             topic = out.topic
             if topic is None or (sub.exclude_dollar and topic.startswith("$")):

@@ -29,6 +29,7 @@ from meshmq.core.stream import (
 )
 from meshmq.errors import (
     AuthenticationError,
+    AuthorizationError,
     MeshmqError,
     ProtocolError,
     RemoteProtocolError,
@@ -157,6 +158,8 @@ class StompSession(BufferedOutput):
                 break
             try:
                 self.handle(frame)
+            except AuthorizationError as exc:
+                self.refuse(exc.message, frame)
             except MeshmqError as exc:
                 self.fail(exc.message, frame)
             except Exception:
@@ -595,11 +598,24 @@ class StompSession(BufferedOutput):
         return text
 
     # ------------------------------------------------------------ failure and close
+    def refuse(self, reason: str, frame: Frame) -> None:
+        """A frame the user may not send (not authorized): ERROR, with the frame's
+        receipt-id and no RECEIPT, and the connection stays open, as in ActiveMQ
+        (the core has logged it)."""
+        if self.closing:
+            return
+        self._error(reason, frame)
+
     def fail(self, reason: str, frame: Frame | None = None) -> None:
         """Send ERROR with ``reason`` and close; only this connection is affected."""
         if self.closing:
             return
         log.info("closing STOMP connection %s: %s", self.remote, reason)
+        self._error(reason, frame)
+        self.flush()
+        self.close()
+
+    def _error(self, reason: str, frame: Frame | None) -> None:
         headers = [("message", reason.replace("\n", " ")), ("content-type", "text/plain")]
         if frame is not None and frame.get("receipt"):
             headers.append(("receipt-id", frame.get("receipt") or ""))
@@ -609,8 +625,6 @@ class StompSession(BufferedOutput):
             self._write(encode_frame("ERROR", headers, reason.encode(), version=version))
         except MeshmqError:
             self._write(encode_frame("ERROR", [("message", "protocol error")], version="1.0"))
-        self.flush()
-        self.close()
 
     def close(self) -> None:
         if not self.closing:

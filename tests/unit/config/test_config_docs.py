@@ -14,7 +14,7 @@ DOC = Path(__file__).parents[3] / "docs" / "config.md"
 
 # Where each dataclass lives in a TOML file. A new dataclass in model.py fails
 # test_every_dataclass_has_a_place until it is given a section here and in the docs.
-PREFIX: dict[type, str] = {
+PREFIX: dict[type, str | tuple[str, ...]] = {
     model.BrokerConfig: "broker", model.ListenerConfig: "listeners[]",
     model.StompConfig: "stomp", model.StoreConfig: "store",
     model.DestinationPolicy: "policies[]", model.UsageConfig: "usage",
@@ -23,6 +23,9 @@ PREFIX: dict[type, str] = {
     model.TraceConfig: "trace", model.StreamPolicy: "streams[]",
     model.NetworkConnectorConfig: "network_connectors[]",
     model.HaConfig: "ha",
+    model.AuthorizationConfig: "auth.authorization",
+    model.AuthorizationEntry: "auth.authorization.entries[]",
+    model.AuthorizationRights: ("auth.authorization.default", "auth.authorization.temp"),
 }
 NOT_OPTIONS = {"BrokerConfig.source", "HaConfig.implicit"}  # set by loaders, not users
 EXTRA_KEYS = {"listeners[].url"}  # accepted by the loader without being a field
@@ -40,14 +43,17 @@ def documented() -> dict[str, str]:
 
 def options() -> dict[str, tuple[type, dataclasses.Field[typing.Any]]]:
     out = {}
-    for cls, prefix in PREFIX.items():
+    for cls, prefixes in PREFIX.items():
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
+            inner = [a for a in typing.get_args(hints[f.name]) if a is not type(None)]
             nested = dataclasses.is_dataclass(hints[f.name]) or (
-                cls is model.BrokerConfig and typing.get_origin(hints[f.name]) is tuple)
+                cls is model.BrokerConfig and typing.get_origin(hints[f.name]) is tuple) or (
+                len(inner) == 1 and dataclasses.is_dataclass(inner[0]))  # X | None
             if f"{cls.__name__}.{f.name}" in NOT_OPTIONS or nested:
                 continue  # sections are documented through their own fields
-            out[f"{prefix}.{option_key(cls, f.name)}"] = (cls, f)
+            for prefix in (prefixes,) if isinstance(prefixes, str) else prefixes:
+                out[f"{prefix}.{option_key(cls, f.name)}"] = (cls, f)
     return out
 
 
