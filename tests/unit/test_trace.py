@@ -297,3 +297,29 @@ def test_without_a_tracer_the_hooks_do_nothing() -> None:
     conn = connect(broker)
     send(broker, conn, "q", "x")
     pump(broker, store)
+
+
+def test_refused_sends_and_subscriptions_are_traced_as_denied() -> None:
+    from meshmq.config.model import (
+        AuthConfig,
+        AuthorizationConfig,
+        AuthorizationEntry,
+    )
+    from meshmq.core.auth import Principal
+    from meshmq.errors import AuthorizationError
+
+    authz = AuthorizationConfig(entries=(AuthorizationEntry(queue="open", write=("*",)),))
+    broker, _, _, tracer = traced_broker(auth=AuthConfig(authorization=authz))
+    conn = broker.open_connection(Principal("bob", frozenset({"users"})))
+    with pytest.raises(AuthorizationError):
+        send(broker, conn, "closed", "refused")
+    with pytest.raises(AuthorizationError):
+        sub(broker, conn, "s", "closed")
+    events = tracer.take()
+    rows = tr.to_rows(events, "unit", "x")
+    assert [(r["event"], r["destination"], r["reason"]) for r in rows] == [
+        ("denied", "queue://closed", "User bob is not authorized to write to: queue://closed"),
+        ("denied", "queue://closed", "User bob is not authorized to read from: queue://closed")]
+    assert rows[0]["message_id"] and rows[1]["message_id"] == ""
+    lines = tr.encode_jsonl(events, "unit", "x").splitlines()
+    assert [tr.decode_jsonl_line(line) for line in lines] == rows

@@ -31,7 +31,8 @@ from meshmq.core import trace as tr
 # Lifecycle order of events logged in the same microsecond (ties in ``ts``).
 _RANK = {tr.BROKER_STARTED: 0, tr.RECEIVED: 1, tr.RECEIVED_FROM_BRIDGE: 1, tr.RECOVERED: 2,
          tr.STORED: 2, tr.FORWARDED: 3, tr.DISPATCHED: 4, tr.REDELIVERED: 5, tr.ACKED: 6,
-         tr.DELIVERED: 6, tr.DLQ: 7, tr.EXPIRED: 7, tr.DROPPED: 7, tr.BROKER_STOPPED: 8}
+         tr.DELIVERED: 6, tr.DLQ: 7, tr.EXPIRED: 7, tr.DROPPED: 7, tr.DENIED: 7,
+         tr.BROKER_STOPPED: 8}
 
 STATUSES = ("consumed", "dead_lettered", "expired", "dropped", "retained", "pending",
             "in_transit", "lost")
@@ -107,9 +108,10 @@ def journeys(events: DataFrame, boot_table: DataFrame) -> DataFrame:
         _count(tr.REDELIVERED).alias("redeliveries"),
         _count(tr.DLQ).alias("dead_letters"),
         _count(tr.EXPIRED).alias("expiries"),
-        _count(tr.DROPPED).alias("drops"),
+        # A send the authorization map refused never entered the broker: dropped.
+        _count(tr.DROPPED, tr.DENIED).alias("drops"),
         _count(tr.RECOVERED).alias("recoveries"),
-        F.max(F.when(ev == tr.DROPPED, F.col("reason"))).alias("drop_reason"),
+        F.max(F.when(ev.isin(tr.DROPPED, tr.DENIED), F.col("reason"))).alias("drop_reason"),
         F.max((ev == tr.STORED) & (F.col("reason") == "stream")).alias("streamed"),
     )
     start = F.coalesce(F.col("origin"), F.col("seen_first"))
