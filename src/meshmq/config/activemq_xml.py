@@ -119,7 +119,7 @@ _LATER_STORES = frozenset({"levelDB", "levelDBPersistenceAdapter",
                            "replicatedLevelDB", "mKahaDB", "journalPersistenceAdapter",
                            "amqPersistenceAdapter"})
 _LATER_PLUGINS = frozenset({
-    "authorizationPlugin", "jaasAuthenticationPlugin", "jaasCertificateAuthenticationPlugin",
+    "jaasAuthenticationPlugin", "jaasCertificateAuthenticationPlugin",
     "jaasDualAuthenticationPlugin", "timeStampingBrokerPlugin", "statisticsBrokerPlugin",
     "loggingBrokerPlugin", "discardingDLQBrokerPlugin", "forcePersistencyModeBrokerPlugin",
     "traceBrokerPathPlugin", "destinationPathSeparatorPlugin", "runtimeConfigurationPlugin",
@@ -945,6 +945,7 @@ class _Importer:
         self.attributes(node, {})
         self.elements(node, {
             "simpleAuthenticationPlugin": self.simple_authentication,
+            "authorizationPlugin": self.authorization_plugin,
             "redeliveryPlugin": self.redelivery_plugin,
         }, _LATER_PLUGINS)
 
@@ -985,6 +986,93 @@ class _Importer:
             self.elements(n, {"authenticationUser": user})
 
         self.elements(node, {"users": user_list})
+
+    def authorization_plugin(self, node: _Node) -> None:
+        """``<authorizationPlugin><map><authorizationMap>``: entries, the default entry
+        and the temp-destination entry, with ActiveMQ's meaning (docs/security.md)."""
+        self.attributes(node, {})
+        authz: dict[str, Any] = self.raw.setdefault("auth", {}).setdefault("authorization", {})
+        entries: list[dict[str, Any]] = authz.setdefault("entries", [])
+
+        def group_class(n: _Node, a: str) -> None:
+            if not self.value(n, a).endswith("GroupPrincipal"):
+                raise self.fail(n, "meshmq matches the names in read/write/admin against "
+                                "groups only: list groups and remove groupClass", a)
+
+        def rights(n: _Node, at: str, target: dict[str, Any],
+                   more: Mapping[str, Callable[[str], None]] = {}) -> None:
+            self.src.lines[at] = n.line
+            self.src.labels[at] = n.where()
+
+            def keep(key: str) -> Callable[[str], None]:
+                def handler(a: str) -> None:
+                    target[key] = _split(self.value(n, a))
+                    self.src.lines[f"{at}.{key}"] = n.line
+                    self.src.labels[f"{at}.{key}"] = n.where(a)
+                return handler
+
+            self.attributes(n, {"read": keep("read"), "write": keep("write"),
+                                "admin": keep("admin"),
+                                "groupClass": lambda a: group_class(n, a), **more})
+            self.elements(n, {})
+
+        def entry(n: _Node) -> None:
+            at = f"auth.authorization.entries[{len(entries)}]"
+            target: dict[str, Any] = {}
+            temp = [a for a in ("tempQueue", "tempTopic") if a in n.attrs]
+            if temp and not any(a in n.attrs for a in ("queue", "topic")):
+                # ActiveMQ itself consults the tempDestinationAuthorizationEntry for
+                # temporary destinations, never these.
+                self.warn(n, f"<authorizationEntry {temp[0]}=...> has no effect (ActiveMQ "
+                          "and meshmq use <tempDestinationAuthorizationEntry> for temporary "
+                          "destinations); ignored")
+                return
+
+            def pattern(key: str) -> Callable[[str], None]:
+                def handler(a: str) -> None:
+                    target[key] = self.value(n, a)
+                    self.src.lines[f"{at}.{key}"] = n.line
+                    self.src.labels[f"{at}.{key}"] = n.where(a)
+                return handler
+
+            rights(n, at, target, {"queue": pattern("queue"), "topic": pattern("topic"),
+                                   "tempQueue": lambda a: None, "tempTopic": lambda a: None})
+            entries.append(target)
+
+        def entry_list(n: _Node) -> None:
+            self.attributes(n, {})
+            self.elements(n, {"authorizationEntry": entry})
+
+        def single(key: str, tag: str) -> Callable[[_Node], None]:
+            def handler(wrapper: _Node) -> None:
+                inner = self.bean(wrapper, tag)
+                if inner is not None:
+                    target: dict[str, Any] = {}
+                    rights(inner, f"auth.authorization.{key}", target)
+                    authz[key] = target
+            return handler
+
+        def authorization_map(n: _Node) -> None:
+            self.attributes(n, {"groupClass": lambda a: group_class(n, a)})
+            self.elements(n, {
+                "authorizationEntries": entry_list,
+                "defaultEntry": single("default", "authorizationEntry"),
+                "tempDestinationAuthorizationEntry": single(
+                    "temp", "tempDestinationAuthorizationEntry"),
+            })
+
+        def map_wrapper(n: _Node) -> None:
+            self.attributes(n, {})
+            for child in n.children:
+                if child.tag in ("cachedLDAPAuthorizationMap", "simpleAuthorizationMap",
+                                 "lDAPAuthorizationMap"):
+                    # Ignoring it would leave every destination open: refuse to start.
+                    raise self.fail(child, f"<{child.tag}> is not supported: write the "
+                                    "rights as <authorizationMap><authorizationEntries>, or "
+                                    "as [auth.authorization] in meshmq.toml")
+            self.elements(n, {"authorizationMap": authorization_map})
+
+        self.elements(node, {"map": map_wrapper})
 
     def redelivery_plugin(self, node: _Node) -> None:
         self.attributes(node, {}, frozenset({"fallbackToDeadLetter",

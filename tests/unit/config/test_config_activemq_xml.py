@@ -231,14 +231,14 @@ def test_later_features_are_warned_never_silent(tmp_path: Path,
 <networkConnectors><ldapNetworkConnector uri="ldap://l:389"/></networkConnectors>
 <services><statisticsBrokerPlugin/></services>
 <persistenceAdapter><levelDB directory="x"/></persistenceAdapter>
-<plugins><authorizationPlugin/></plugins>
+<plugins><timeStampingBrokerPlugin/></plugins>
 """)
     file = tmp_path / "activemq.xml"
     assert warnings(caplog)[:4] == [
         f"{file}:3: <ldapNetworkConnector> is not supported yet, ignored",
         f"{file}:4: <services> is not supported yet, ignored",
         f"{file}:5: <levelDB> is not supported yet, ignored",
-        f"{file}:6: <authorizationPlugin> is not supported yet, ignored",
+        f"{file}:6: <timeStampingBrokerPlugin> is not supported yet, ignored",
     ]
 
 
@@ -355,3 +355,69 @@ def test_broker_must_exist_once(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="more than one <broker>") as info:
         load_config(path)
     assert info.value.line == 3
+
+
+# ------------------------------------------------------------------ authorizationPlugin
+
+# The block ActiveMQ's documentation and main's conf/activemq.xml use.
+AUTHORIZATION = """<plugins>
+<authorizationPlugin><map><authorizationMap>
+<authorizationEntries>
+  <authorizationEntry queue=">" read="admins" write="admins" admin="admins"/>
+  <authorizationEntry queue="USERS.>" read="users" write="users" admin="users"/>
+  <authorizationEntry topic="ActiveMQ.Advisory.>" read="guests,users" write="guests, users"
+                      admin="guests,users"/>
+  <authorizationEntry tempQueue="true" read="x"/>
+</authorizationEntries>
+<defaultEntry><authorizationEntry read="auditors"/></defaultEntry>
+<tempDestinationAuthorizationEntry>
+  <tempDestinationAuthorizationEntry read="tempDestinationAdmins" write="tempDestinationAdmins"
+                                     admin="tempDestinationAdmins"/>
+</tempDestinationAuthorizationEntry>
+</authorizationMap></map></authorizationPlugin>
+</plugins>
+"""
+
+
+def test_authorization_plugin_imports_entries_default_and_temp(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from meshmq.config.model import AuthorizationEntry, AuthorizationRights
+
+    caplog.set_level(logging.WARNING, "meshmq.config")
+    authz = load(tmp_path, AUTHORIZATION).auth.authorization
+    assert authz is not None
+    assert authz.entries == (
+        AuthorizationEntry(queue=">", read=("admins",), write=("admins",), admin=("admins",)),
+        AuthorizationEntry(queue="USERS.>", read=("users",), write=("users",),
+                           admin=("users",)),
+        AuthorizationEntry(topic="ActiveMQ.Advisory.>", read=("guests", "users"),
+                           write=("guests", "users"), admin=("guests", "users")))
+    assert authz.default == AuthorizationRights(read=("auditors",))
+    assert authz.temp == AuthorizationRights(read=("tempDestinationAdmins",),
+                                             write=("tempDestinationAdmins",),
+                                             admin=("tempDestinationAdmins",))
+    assert any("tempQueue" in w and "no effect" in w for w in warnings(caplog))
+
+
+@pytest.mark.parametrize(("body", "line", "message"), [
+    pytest.param('<plugins><authorizationPlugin><map>\n<cachedLDAPAuthorizationMap/>\n'
+                 "</map></authorizationPlugin></plugins>\n", 4,
+                 "<cachedLDAPAuthorizationMap> is not supported", id="ldap"),
+    pytest.param('<plugins><authorizationPlugin><map><authorizationMap>\n'
+                 '<authorizationEntries><authorizationEntry read="a"/>'
+                 "</authorizationEntries></authorizationMap></map></authorizationPlugin>"
+                 "</plugins>\n", 4, "names a queue or a topic pattern", id="no-pattern"),
+    pytest.param('<plugins><authorizationPlugin><map><authorizationMap>\n'
+                 '<authorizationEntries><authorizationEntry queue="a.>.b" read="a"/>'
+                 "</authorizationEntries></authorizationMap></map></authorizationPlugin>"
+                 "</plugins>\n", 4, "'>' must be the last segment", id="bad-pattern"),
+    pytest.param('<plugins><authorizationPlugin><map>\n<authorizationMap '
+                 'groupClass="org.apache.activemq.jaas.UserPrincipal"/>'
+                 "</map></authorizationPlugin></plugins>\n", 4, "groups only",
+                 id="user-principals"),
+])
+def test_authorization_plugin_errors_name_the_line(tmp_path: Path, body: str, line: int,
+                                                   message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, body)
+    assert info.value.line == line and message in str(info.value), str(info.value)
