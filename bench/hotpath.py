@@ -10,12 +10,18 @@ the load generator are missing. Much steadier than the end-to-end matrix on a sh
 ``bench/results/<date>-hotpath.md``.
 
     .venv/bin/python bench/hotpath.py [--messages 100000] [--rounds 5] [--only stomp-q1x1]
+                                      [--authz 100]
+
+``--authz N`` runs with an authorization map of N entries (the clients are anonymous,
+and one entry grants their group the benchmark's destinations), to measure what
+checking rights costs on the hot path.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import datetime as dt
 import gc
 import platform
@@ -31,12 +37,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mqtt_wire as mw
 
-from meshmq.config.model import BrokerConfig, ManagementConfig
+from meshmq.config.model import (
+    AuthConfig,
+    AuthorizationConfig,
+    AuthorizationEntry,
+    AuthorizationRights,
+    BrokerConfig,
+    ManagementConfig,
+)
 from meshmq.store.memory import MemoryStore
 from meshmq.transport.runtime import BrokerRuntime, tune_gc
 
 CHUNK = 64 * 1024
 BODY = 256
+AUTHZ_ENTRIES = 0  # --authz
 
 
 class SinkTransport:
@@ -150,9 +164,33 @@ async def mqtt_case(messages: int, *, consumers: int, qos: int) -> float:
                        lambda: all(s.bytes >= n for s, n in zip(sinks, need, strict=True)))
 
 
+def authorization_map(entries: int) -> AuthorizationConfig:
+    """``entries`` entries like a multi-tenant broker's: per-team queue and topic
+    patterns for other groups, and one entry granting the (anonymous) benchmark clients
+    the destinations they use (queue/topic ``hot``, MQTT ``hot/t``)."""
+    own = AuthorizationEntry(queue="hot", read=("anonymous",), write=("anonymous",),
+                             admin=("anonymous",))
+    topics = AuthorizationEntry(topic="hot.>", read=("anonymous",), write=("anonymous",),
+                                admin=("anonymous",))
+    others = []
+    for i in range(max(0, entries - 2)):
+        team = f"team{i // 2}"
+        if i % 2:
+            others.append(AuthorizationEntry(topic=f"{team}.*.events", read=(team, "ops"),
+                                             write=(team,), admin=(team,)))
+        else:
+            others.append(AuthorizationEntry(queue=f"{team}.>", read=(team,), write=(team,),
+                                             admin=(team, "ops")))
+    return AuthorizationConfig(entries=(*others, own, topics),
+                               default=AuthorizationRights(read=("admins",)))
+
+
 async def start_runtime() -> BrokerRuntime:
     config = BrokerConfig(persistent=False, listeners=(), advisory_support=False,
                           management=ManagementConfig(enabled=False))
+    if AUTHZ_ENTRIES:
+        config = dataclasses.replace(config, auth=AuthConfig(
+            authorization=authorization_map(AUTHZ_ENTRIES)))
     runtime = BrokerRuntime(config, store=MemoryStore())
     await runtime.start()
     return runtime
@@ -189,7 +227,11 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", choices=sorted(CASES), help="cases to run")
     ap.add_argument("--label", default="", help="a note for the results row")
     ap.add_argument("--no-write", action="store_true", help="print only")
+    ap.add_argument("--authz", type=int, default=0, metavar="N",
+                    help="with an authorization map of N entries")
     args = ap.parse_args()
+    global AUTHZ_ENTRIES
+    AUTHZ_ENTRIES = args.authz
     try:
         import uvloop
         uvloop.install()
@@ -216,8 +258,9 @@ def main() -> None:
             f.write("# Broker hot path, CPU per delivery (bench/hotpath.py)\n\n"
                     "In-process, no sockets: real runtime + protocol sessions, memory store, "
                     "256 B bodies, auto-ack subscribers. Lower is better.\n\n")
+        authz = f" --authz {args.authz}" if args.authz else ""
         f.write(f"## git {rev} {args.label}\n\n`.venv/bin/python bench/hotpath.py "
-                f"--messages {args.messages} --rounds {args.rounds}` on Python "
+                f"--messages {args.messages} --rounds {args.rounds}{authz}` on Python "
                 f"{platform.python_version()}\n\n| case | us/delivery (min) | median |\n"
                 "|---|---|---|\n")
         for name, us, med in rows:
