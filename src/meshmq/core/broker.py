@@ -88,7 +88,9 @@ class Connection:
     transactions: dict[str, Transaction] = field(default_factory=dict)
     temp_destinations: set[Destination] = field(default_factory=set)
     producer_destinations: set[Destination] = field(default_factory=set)
-    # Destinations this connection was allowed to send to (write checked once each).
+    # Whether its rights are checked (an authorization map, and not the broker's own),
+    # and the destinations it was allowed to send to (write checked once each).
+    checked: bool = False
     writable: set[Destination] = field(default_factory=set)
     closed: bool = False
 
@@ -484,7 +486,8 @@ class Broker:
                               code="client-id-in-use", retriable=True)
         conn = Connection(id=f"c{next(self._conn_seq)}", principal=principal,
                           client_id=client_id, remote=remote, protocol=protocol,
-                          connected_ms=self.now_ms())
+                          connected_ms=self.now_ms(),
+                          checked=self.authz is not None and not principal.internal)
         self.connections[conn.id] = conn
         if client_id is not None:
             self.client_ids[client_id] = conn.id
@@ -594,7 +597,7 @@ class Broker:
                 if len(self._sendable) > 10_000:
                     self._sendable.clear()
                 self._sendable.add(d)
-        if self.authz is not None and not conn.principal.internal:
+        if conn.checked:
             writable = conn.writable
             for d in destinations:
                 if d not in writable:
