@@ -259,6 +259,9 @@ def cmd_stat(args: argparse.Namespace) -> int:
     elif ha.get("mode", "none") != "none":
         print(f"role {ha['role']}  ha {ha['mode']}  epoch {ha['epoch']}  lease held by "
               f"{ha.get('lease_holder')} (epoch {ha.get('lease_epoch')})")
+    if stat.get("failed_logins"):
+        print(f"logins failed {stat['failed_logins']}  addresses slowed "
+              f"{stat.get('login_slowed_addresses', 0)}")
     if stat.get("persistent_refused"):
         print(f"store  refusing persistent messages: {stat['persistent_refused']}")
     cols = ("type", "name", "depth", "enqueued", "dequeued", "consumers", "producers",

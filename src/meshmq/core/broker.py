@@ -1209,6 +1209,7 @@ class Broker:
                 "durable_subscriptions": durables,
                 "duplicates_dropped": self.dedup.duplicates,
                 "denied_publishes": self.denied_publishes,
+                **self.auth.statistics(),  # failed_logins, login_slowed_addresses
                 "memory": {"used": self.usage.used, "limit": self.usage.limit,
                            "peak": self.usage.peak, "percent": round(self.usage.percent, 1)},
                 "store": self.store.stats(),

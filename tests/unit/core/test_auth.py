@@ -23,7 +23,7 @@ def test_with_users_a_given_login_must_be_valid() -> None:
     assert auth.authenticate("admin", "secret").user == "admin"
     assert auth.authenticate(None, None).anonymous
     for login, passcode in [("system", "manager"), ("admin", "typo")]:
-        with pytest.raises(AuthenticationError, match="Authentication failed"):
+        with pytest.raises(AuthenticationError, match=r"or password is invalid\."):
             auth.authenticate(login, passcode)
 
 
