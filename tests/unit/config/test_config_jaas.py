@@ -124,12 +124,13 @@ def test_missing_users_file_names_login_config_line(tmp_path: Path) -> None:
 
 def test_missing_entry_and_missing_login_config(tmp_path: Path) -> None:
     xml = conf_dir(tmp_path, '<jaasAuthenticationPlugin configuration="nope"/>')
-    with pytest.raises(ConfigError, match="no entry 'nope'.*entries: activemq, guests"):
+    with pytest.raises(ConfigError, match=r"no entry 'nope'.*entries: activemq, guests"):
         load_activemq_xml(xml)
     (tmp_path / "login.config").unlink()
     with pytest.raises(ConfigError) as err:
         load_activemq_xml(xml)
-    assert str(err.value).startswith(f"{xml}:4, option 'broker/plugins/jaasAuthentication") and "login.config" in str(err.value)
+    assert str(err.value).startswith(f"{xml}:4, option 'broker/plugins/jaasAuthentication")
+    assert "login.config" in str(err.value)
 
 
 def test_jasypt_is_refused_with_advice(tmp_path: Path) -> None:
