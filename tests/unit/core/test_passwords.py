@@ -18,7 +18,7 @@ from meshmq.core.passwords import (
 
 def test_hash_is_self_describing_and_verifies() -> None:
     stored = hash_password("s3cret")
-    algorithm, n, r, p, salt, digest = stored.split("$")
+    algorithm, n, r, p, _salt, _digest = stored.split("$")
     assert (algorithm, int(n), int(r), int(p)) == ("scrypt", DEFAULT_N, 8, 1)
     assert is_hashed(stored) and check_hash(stored) is None
     h = parse_hash(stored)
