@@ -75,7 +75,7 @@ def test_stomppy_unknown_login_refused_once_users_exist(
     try:
         with pytest.raises(stomp.exception.ConnectFailedException):
             c.connect()
-        assert c.listener.wait_error().headers["message"].startswith("Authentication failed")
+        assert c.listener.wait_error().headers["message"].endswith("or password is invalid.")
     finally:
         c.disconnect()
     ok = env.stomp(version, login="admin", passcode="secret")
@@ -88,7 +88,7 @@ def test_paho_unknown_login_refused_once_users_exist(
     env = env_factory(auth=_USERS)
     bad = env.paho(level, username="system", password="manager", expect_success=False)
     # paho reports 3.1.1's return code 4 as the MQTT 5 code 0x86 too
-    assert bad.reason_code.value == ReasonCode.BAD_USER_NAME_OR_PASSWORD
+    assert bad.reason_code.value == ReasonCode.NOT_AUTHORIZED
     assert isinstance(bad.reason_code, PahoReasonCode)
     good = env.paho(level, username="admin", password="secret")
     assert good.reason_code == 0

@@ -346,9 +346,9 @@ def test_username_password_auth(auth_env: MqttEnv, level: int) -> None:
     good = auth_env.paho(level, username="system", password="manager")
     assert good.reason_code == 0
     bad = auth_env.paho(level, username="system", password="wrong", expect_success=False)
-    # paho reports the 3.1.1 return code 4 as the v5 code 0x86 too (the raw-socket test
-    # below checks the byte on the wire)
-    assert bad.reason_code.value == ReasonCode.BAD_USER_NAME_OR_PASSWORD
+    # As ActiveMQ: not authorized (paho reports the 3.1.1 return code 5 as the v5 code
+    # 0x87 too; the raw-socket test below checks the byte on the wire)
+    assert bad.reason_code.value == ReasonCode.NOT_AUTHORIZED
     good.publish(uid("auth/"), b"still fine", 1)
 
 
@@ -358,8 +358,8 @@ def test_raw_auth_refusals_close_the_connection(auth_env: MqttEnv, level: int) -
         raw = auth_env.raw(level)
         ack = raw.connect(uid("refused"), username=username, password=password,
                           expect_success=False)
-        expected = ReasonCode.BAD_USER_NAME_OR_PASSWORD if level == 5 \
-            else reason_code_from_v311_connack(4)
+        expected = ReasonCode.NOT_AUTHORIZED if level == 5 \
+            else reason_code_from_v311_connack(5)
         assert ack.reason_code == expected, (username, ack)
         assert ack.session_present is False
         assert raw.until_closed() == []
@@ -377,7 +377,7 @@ def test_plain_enhanced_auth_v5(auth_env: MqttEnv) -> None:
     bad = auth_env.raw(5)
     ack = bad.connect(uid("plainbad"), expect_success=False, properties=Properties(
         authentication_method="PLAIN", authentication_data=b"\0system\0wrong"))
-    assert ack.reason_code == ReasonCode.BAD_USER_NAME_OR_PASSWORD
+    assert ack.reason_code == ReasonCode.NOT_AUTHORIZED
     assert bad.until_closed() == []
     other = auth_env.raw(5)
     ack = other.connect(uid("scram"), expect_success=False, properties=Properties(

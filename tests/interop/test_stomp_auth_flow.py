@@ -26,14 +26,14 @@ def test_bad_login_gets_error_then_close_raw(secured, raw, login, passcode):
     r.send_frame("CONNECT", [("accept-version", "1.2"), ("host", "h"), ("login", login),
                              ("passcode", passcode)])
     err = r.expect_error_and_close()
-    assert err["message"].startswith("Authentication failed")
+    assert err["message"].endswith("or password is invalid.")
 
 
 def test_anonymous_refused_when_disabled(secured, raw):
     r = raw(on=secured)
     r.send_frame("CONNECT", [("accept-version", "1.1"), ("host", "h")])
     err = r.expect_error_and_close()
-    assert err["message"].startswith("Authentication failed")
+    assert err["message"].endswith("or password is invalid.")
     assert secured.stats()["connections"] == 0
 
 
@@ -43,7 +43,7 @@ def test_bad_login_stomppy(secured, client, version):
     with pytest.raises(stomp.exception.ConnectFailedException):
         c.connect()
     err = c.listener.wait_error()
-    assert err.headers["message"].startswith("Authentication failed")
+    assert err.headers["message"].endswith("or password is invalid.")
     c.listener.wait_disconnected()
 
 
@@ -74,7 +74,7 @@ def test_wrong_login_refused_even_with_anonymous_access(broker_factory, raw):
     r = raw(on=b)
     r.send_frame("CONNECT", [("accept-version", "1.2"), ("host", "h"), ("login", "system"),
                              ("passcode", "typo")])
-    assert r.expect_error_and_close()["message"].startswith("Authentication failed")
+    assert r.expect_error_and_close()["message"].endswith("or password is invalid.")
     ok = raw(on=b)
     ok.connect("1.2")  # anonymous is still fine
 

@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from meshmq import __version__
+from meshmq.cli import passwd
 from meshmq.errors import ConfigError, MeshmqError
 
 
@@ -42,6 +43,7 @@ examples:
   meshmq send /queue/orders "hello" --persistent
   meshmq receive /queue/orders --count 1
   meshmq stat --url 127.0.0.1:8161
+  meshmq passwd                                   hash a password for [[auth.users]]
 
 docs: docs/config.md (every option), docs/networks.md, docs/ha.md, docs/client.md"""
 
@@ -259,6 +261,9 @@ def cmd_stat(args: argparse.Namespace) -> int:
     elif ha.get("mode", "none") != "none":
         print(f"role {ha['role']}  ha {ha['mode']}  epoch {ha['epoch']}  lease held by "
               f"{ha.get('lease_holder')} (epoch {ha.get('lease_epoch')})")
+    if stat.get("failed_logins"):
+        print(f"logins failed {stat['failed_logins']}  addresses slowed "
+              f"{stat.get('login_slowed_addresses', 0)}")
     if stat.get("persistent_refused"):
         print(f"store  refusing persistent messages: {stat['persistent_refused']}")
     cols = ("type", "name", "depth", "enqueued", "dequeued", "consumers", "producers",
@@ -390,6 +395,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "\"replicated\", listen and members")
     w.set_defaults(func=cmd_witness)
 
+    passwd.add_parser(sub)
+
     s = sub.add_parser("stat", help="show destinations of a running broker")
     s.add_argument("--url", default="127.0.0.1:8161", help="management HOST:PORT")
     s.add_argument("--json", action="store_true")
@@ -423,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"meshmq: configuration error: {exc}", file=sys.stderr)
         return 2
-    except UsageError as exc:
+    except (UsageError, passwd.PasswdError) as exc:
         print(f"meshmq {args.command}: {exc}", file=sys.stderr)
         return 2
     except MeshmqError as exc:

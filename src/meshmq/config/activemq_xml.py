@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from meshmq.config import jaas
 from meshmq.config.model import BrokerConfig
 from meshmq.config.toml_loader import Source, build_config, split_listener_url
 from meshmq.core.destinations import name_matches
@@ -119,8 +120,7 @@ _LATER_STORES = frozenset({"levelDB", "levelDBPersistenceAdapter",
                            "replicatedLevelDB", "mKahaDB", "journalPersistenceAdapter",
                            "amqPersistenceAdapter"})
 _LATER_PLUGINS = frozenset({
-    "jaasAuthenticationPlugin", "jaasCertificateAuthenticationPlugin",
-    "jaasDualAuthenticationPlugin", "timeStampingBrokerPlugin", "statisticsBrokerPlugin",
+    "timeStampingBrokerPlugin", "statisticsBrokerPlugin",
     "loggingBrokerPlugin", "discardingDLQBrokerPlugin", "forcePersistencyModeBrokerPlugin",
     "traceBrokerPathPlugin", "destinationPathSeparatorPlugin", "runtimeConfigurationPlugin",
     "virtualSelectorCacheBrokerPlugin", "connectionDotFilePlugin", "destinationDotFilePlugin",
@@ -946,8 +946,43 @@ class _Importer:
         self.elements(node, {
             "simpleAuthenticationPlugin": self.simple_authentication,
             "authorizationPlugin": self.authorization_plugin,
+            "jaasAuthenticationPlugin": self.jaas_authentication,
+            "jaasCertificateAuthenticationPlugin": self.jaas_authentication,
+            "jaasDualAuthenticationPlugin": self.jaas_authentication,
             "redeliveryPlugin": self.redelivery_plugin,
         }, _LATER_PLUGINS)
+
+    def jaas_authentication(self, node: _Node) -> None:
+        """The JAAS plugins read ``login.config`` next to activemq.xml (config/jaas.py)."""
+        login_config = self.base_dir / "login.config"
+        dual = node.tag == "jaasDualAuthenticationPlugin"
+        password_entry = "activemq-domain" if node.tag != "jaasCertificateAuthenticationPlugin" \
+            else None
+        cert_entry = "activemq-domain" if password_entry is None else \
+            "activemq-ssl-domain" if dual else None
+
+        def entry(attr: str) -> None:
+            nonlocal password_entry, cert_entry
+            if attr == "sslConfiguration" or password_entry is None:
+                cert_entry = self.value(node, attr)
+            else:
+                password_entry = self.value(node, attr)
+
+        self.attributes(node, {"configuration": entry,
+                               **({"sslConfiguration": entry} if dual else {})},
+                        frozenset({"discoverLoginConfig"}))
+        self.elements(node, {})
+        if not login_config.is_file():
+            raise self.fail(node, f"<{node.tag}> reads the JAAS login configuration "
+                            f"login.config next to this file, and there is none: "
+                            f"{login_config}")
+        options: dict[str, Any] = {"anonymous_access": "false"}
+        if password_entry is not None:
+            options.update(jaas.password_options(login_config, password_entry))
+        if cert_entry is not None:
+            options.update(jaas.certificate_options(login_config, cert_entry))
+        for key, value in options.items():
+            self.put(f"auth.{key}", value, node, None)
 
     def simple_authentication(self, node: _Node) -> None:
         # Unlike having no plugin at all, the plugin refuses anonymous users by default.

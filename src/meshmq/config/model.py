@@ -151,7 +151,18 @@ class UsageConfig:
 @dataclass(frozen=True, slots=True)
 class User:
     name: str
-    password: str
+    password: str  # a `meshmq passwd` hash (scrypt$...), or clear text (warned about)
+    groups: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CertificateUser:
+    """A TLS client certificate that authenticates as ``name``: its subject DN (Java
+    form, ``CN=bob, OU=clients, O=meshmq``) equals ``dn`` or fully matches ``dn_regex``."""
+
+    name: str
+    dn: str | None = None
+    dn_regex: str | None = None
     groups: tuple[str, ...] = ()
 
 
@@ -189,10 +200,25 @@ class AuthorizationConfig:
 
 @dataclass(frozen=True, slots=True)
 class AuthConfig:
+    """Authentication (rule in ``core/auth.py`` and docs/config.md ``[auth]``)."""
+
     anonymous_access: bool = True
     users: tuple[User, ...] = ()
     anonymous_user: str = "anonymous"
     anonymous_groups: tuple[str, ...] = ("anonymous",)
+    # ActiveMQ PropertiesLoginModule files: user=password and group=user1,user2.
+    users_file: Path | None = None
+    groups_file: Path | None = None
+    # Certificate authentication (TextFileCertificateLoginModule files: user=DN or
+    # user=/regex/, and group=user1,user2), besides or instead of certificate_users.
+    certificate_users: tuple[CertificateUser, ...] = ()
+    certificate_users_file: Path | None = None
+    certificate_groups_file: Path | None = None
+    reload_files: bool = False  # re-read the files above when they change
+    # Refusals of a client address's failed logins after this many are delayed,
+    # doubling from 0.5 s up to login_backoff_max_ms (0 = never delayed).
+    login_backoff_after: int = 3
+    login_backoff_max_ms: int = 5000
     # Rights per destination; unset: every connected client may do everything.
     authorization: AuthorizationConfig | None = None
 

@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
+from meshmq.config.credential_files import read_certificate_users, read_groups, read_users
 from meshmq.config.model import (
     CLIENT_AUTH,
     HA_MODES,
@@ -53,6 +54,7 @@ from meshmq.config.model import (
 )
 from meshmq.config.sizes import parse_size
 from meshmq.core.destinations import Destination, is_wildcard_name, validate_name
+from meshmq.core.passwords import check_hash, is_hashed
 from meshmq.errors import ConfigError, DestinationError
 from meshmq.network.discovery import DiscoveryUriError, parse_multicast_uri
 from meshmq.uri import SimpleURI, URIError, parse_uri
@@ -149,6 +151,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 _NON_EMPTY: frozenset[str] = frozenset({
     "BrokerConfig.broker_name", "ListenerConfig.name", "ListenerConfig.host",
     "ManagementConfig.host", "User.name", "AuthConfig.anonymous_user",
+    "CertificateUser.name",
     "DestinationPolicy.dead_letter_queue", "NetworkConnectorConfig.name",
     "NetworkConnectorConfig.uri",
 })
@@ -274,8 +277,51 @@ class _Builder:
         self._explain(raw, config)
         return config
 
+    def _check_auth(self, config: BrokerConfig) -> None:
+        auth = config.auth
+        users: set[str] = set()
+        for i, user in enumerate(auth.users):
+            if user.name in users:
+                raise self.src.error(f"duplicate user {user.name!r}", f"auth.users[{i}].name")
+            users.add(user.name)
+            problem = check_hash(user.password)
+            if problem is not None:
+                raise self.src.error(problem, f"auth.users[{i}].password")
+        for i, cert_user in enumerate(auth.certificate_users):
+            at = f"auth.certificate_users[{i}]"
+            if (cert_user.dn is None) == (cert_user.dn_regex is None):
+                raise self.src.error("give either 'dn' (the exact subject DN) or 'dn_regex'",
+                                     at)
+            if cert_user.dn_regex is not None:
+                try:
+                    re.compile(cert_user.dn_regex)
+                except re.error as exc:
+                    raise self.src.error(f"not a regular expression: {exc}",
+                                         f"{at}.dn_regex") from None
+        readers: dict[str, Callable[[Path], object]] = {
+            "users_file": read_users, "groups_file": read_groups,
+            "certificate_users_file": read_certificate_users,
+            "certificate_groups_file": read_groups}
+        for option, read in readers.items():
+            path = getattr(auth, option)
+            if path is None:
+                continue
+            try:
+                read(path)
+            except OSError as exc:
+                raise self.src.error(f"cannot read {path}: {exc.strerror}",
+                                     f"auth.{option}") from None
+
     def _explain(self, raw: Mapping[str, Any], config: BrokerConfig) -> None:
         """Log what a valid config does that its author may not expect."""
+        for i, user in enumerate(config.auth.users):
+            if not is_hashed(user.password):
+                at = f"auth.users[{i}].password"
+                line = self.src.line_of(at)
+                log.warning("%s:%s: %s: user %r has a clear-text password; store the line "
+                            "`meshmq passwd` prints instead", self.src.file or "<config>",
+                            line if line is not None else "?", self.src.label_of(at),
+                            user.name)
         tables = raw.get("network_connectors")
         for i, nc in enumerate(config.network_connectors):
             table = tables[i] if isinstance(tables, list) and i < len(tables) else {}
@@ -514,11 +560,7 @@ class _Builder:
                 raise self.src.error("streams are queues: use a queue:// pattern",
                                      f"{at}.match")
         self._check_ha(config)
-        users: set[str] = set()
-        for i, user in enumerate(config.auth.users):
-            if user.name in users:
-                raise self.src.error(f"duplicate user {user.name!r}", f"auth.users[{i}].name")
-            users.add(user.name)
+        self._check_auth(config)
         if config.auth.authorization is not None:
             self._check_authorization(config.auth.authorization)
         for peer in config.advertised_peer_list:

@@ -1293,6 +1293,7 @@ class Broker:
                 "denied_publishes": self.denied_publishes,
                 "denied": {"total": self.denials.total,
                            "by_user": dict(sorted(self.denials.by_user.items()))},
+                **self.auth.statistics(),  # failed_logins, login_slowed_addresses
                 "memory": {"used": self.usage.used, "limit": self.usage.limit,
                            "peak": self.usage.peak, "percent": round(self.usage.percent, 1)},
                 "store": self.store.stats(),

@@ -76,9 +76,11 @@ from meshmq.protocol.mqtt import (
 )
 from meshmq.protocol.mqtt.reason_codes import DISCONNECT_REASON_CODES
 from meshmq.transport.adapter import BufferedOutput, SessionProtocol
+from meshmq.transport.login import authenticate
 from meshmq.transport.topology import PEERS_HEADER
 
 if TYPE_CHECKING:
+    from meshmq.core.auth import Principal
     from meshmq.core.broker import Connection
     from meshmq.transport.runtime import BrokerRuntime
 
@@ -218,6 +220,8 @@ class MqttSession(BufferedOutput):
         self.state: SessionState | None = None
         self._auth_method: str | None = None  # CONNECT's MQTT 5 authentication method
         self._held: list[Packet] = []  # decoded, waiting for the next event-loop turn
+        self._authenticating = False  # CONNECT received, its answer not yet given
+        self._login_deferred = False  # ... and it will come later: reading is paused
         self.persistent = False
         self.closing = False
         self.will: Will | None = None
@@ -258,7 +262,7 @@ class MqttSession(BufferedOutput):
             self.protocol_failure(exc)
             self.runtime.request_pump()
             return
-        if self._held:
+        if self._held or self._authenticating:
             self._held.extend(packets)  # behind the packets still waiting their turn
             return
         self._handle_all(packets)
@@ -289,6 +293,10 @@ class MqttSession(BufferedOutput):
                     self.handle(packet)
             except Exception as exc:
                 self._handling_failed(packet, exc)
+            if self._authenticating and not self.closing:
+                # CONNECT is being authenticated: the rest waits for the answer.
+                self._held = packets[i + 1:]
+                break
 
     def _resume_turn(self) -> None:
         held, self._held = self._held, []
@@ -397,12 +405,37 @@ class MqttSession(BufferedOutput):
                 return
             login, password = credentials
             self._auth_method = props.authentication_method
-        try:
-            principal = self.broker.authenticate(login, password)
-        except AuthenticationError:
+        # Answered at once, or later (a password hash checked off the event loop, a
+        # refusal held back): until then the packets behind CONNECT wait (_handle_all).
+        self._authenticating = True
+        authenticate(self, self.broker.auth, login, password,
+                     lambda principal, refused: self._authenticated(packet, login, principal,
+                                                                    refused))
+        if self._authenticating and not self.closing:
+            self._login_deferred = True
+            self.transport.pause_reading()
+
+    def _authenticated(self, packet: Connect, login: str | None, principal: Principal | None,
+                       refused: str | None) -> None:
+        self._authenticating = False
+        deferred, self._login_deferred = self._login_deferred, False
+        if principal is None:
             log.warning("MQTT authentication failed for %r from %s", login, self.remote)
-            self._refuse(ReasonCode.BAD_USER_NAME_OR_PASSWORD, "Authentication failed")
+            # A SecurityException in ActiveMQ: CONNACK 5, "not authorized".
+            self._refuse(ReasonCode.NOT_AUTHORIZED, refused or "not authorized")
             return
+        if deferred:
+            try:
+                self._connected(packet, principal)
+            except Exception as exc:
+                self._handling_failed(packet, exc)
+            self._resume_turn()  # the packets behind CONNECT, then reading again
+        else:
+            self._connected(packet, principal)
+
+    def _connected(self, packet: Connect, principal: Principal) -> None:
+        v5 = self.level == PROTOCOL_LEVEL_5
+        props = packet.properties
         client_id = packet.client_id
         assigned = None
         if not client_id:

@@ -28,7 +28,6 @@ from meshmq.core.stream import (
     parse_offset,
 )
 from meshmq.errors import (
-    AuthenticationError,
     AuthorizationError,
     MeshmqError,
     ProtocolError,
@@ -44,9 +43,11 @@ from meshmq.protocol.stomp.negotiation import (
 )
 from meshmq.transport import stomp_names
 from meshmq.transport.adapter import BufferedOutput, SessionProtocol
+from meshmq.transport.login import authenticate
 from meshmq.transport.topology import PEERS_HEADER
 
 if TYPE_CHECKING:
+    from meshmq.core.auth import Principal
     from meshmq.core.broker import Connection
     from meshmq.transport.runtime import BrokerRuntime
 
@@ -121,11 +122,17 @@ class StompSession(BufferedOutput):
         self._unsynced = 0  # bytes of persistent sends without receipt since the last sync
         self._store_waits = 0
         self.write_paused = False
+        self._authenticating = False  # CONNECT received, its answer not yet given
+        self._login_deferred = False  # ... and it will come later: reading is paused
+        self._login_input: list[bytes] = []
 
     # ------------------------------------------------------------ input
     def data_received(self, data: bytes) -> None:
         self.last_read = time.monotonic()
         if self.closing:
+            return
+        if self._authenticating:
+            self._login_input.append(data)  # behind a CONNECT being authenticated
             return
         while True:
             try:
@@ -213,11 +220,38 @@ class StompSession(BufferedOutput):
         self._cache_key = f"stomp{version}"
         self._escape = _escape_10 if version == "1.0" else \
             _escape_11 if version == "1.1" else _escape_12
-        try:
-            principal = self.broker.authenticate(frame.get("login"), frame.get("passcode"))
-        except AuthenticationError as exc:
+        # Answered at once, or later (a password hash checked off the event loop, a
+        # refusal held back): until then this connection's input waits.
+        self._authenticating = True
+        authenticate(self, self.broker.auth, frame.get("login"), frame.get("passcode"),
+                     lambda principal, refused: self._authenticated(frame, principal, refused))
+        if self._authenticating and not self.closing:
+            self._login_deferred = True
+            self.transport.pause_reading()
+
+    def _authenticated(self, frame: Frame, principal: Principal | None,
+                       refused: str | None) -> None:
+        self._authenticating = False
+        if principal is None:
             log.warning("authentication failed for %r from %s", frame.get("login"), self.remote)
-            raise MeshmqError("Authentication failed", code=exc.code) from None
+            self.fail(refused or "authentication failed", frame)
+            return
+        try:
+            self._connected(frame, principal)
+        except MeshmqError as exc:
+            self.fail(exc.message, frame)
+            return
+        if self._login_deferred:
+            # Answered later: handle what arrived behind CONNECT in the meantime.
+            self._login_deferred = False
+            self.transport.resume_reading()
+            held, self._login_input = b"".join(self._login_input), []
+            self.data_received(held)
+            self.runtime.request_pump()
+            self.flush()
+
+    def _connected(self, frame: Frame, principal: Principal) -> None:
+        version = self.version
         client_id = frame.get("client-id")
         self.conn = self.broker.open_connection(principal, client_id=client_id,
                                                 remote=self.remote, protocol="stomp")

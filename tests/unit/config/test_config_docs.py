@@ -19,6 +19,7 @@ PREFIX: dict[type, str | tuple[str, ...]] = {
     model.StompConfig: "stomp", model.StoreConfig: "store",
     model.DestinationPolicy: "policies[]", model.UsageConfig: "usage",
     model.AuthConfig: "auth", model.User: "auth.users[]",
+    model.CertificateUser: "auth.certificate_users[]",
     model.ManagementConfig: "management", model.MqttConfig: "mqtt",
     model.TraceConfig: "trace", model.StreamPolicy: "streams[]",
     model.NetworkConnectorConfig: "network_connectors[]",

@@ -1,0 +1,235 @@
+"""Logins over real sockets: users from ActiveMQ's JAAS properties files (activemq.xml
++ login.config), client certificates over TLS (STOMP, MQTT 3.1.1 and 5, WebSocket), and
+refusals held back for an address that keeps failing."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from websockets.sync.client import connect as ws_connect
+
+from meshmq.config.activemq_xml import load_activemq_xml
+from meshmq.config.model import AuthConfig, CertificateUser, ListenerConfig, User
+from meshmq.core.passwords import hash_password
+from meshmq.protocol.mqtt import Properties, ReasonCode
+from meshmq.protocol.stomp import Frame, StompParser, encode_frame
+from tests.interop.mqtt_helpers import RawMqtt
+from tests.support.brokers import ThreadBroker, make_config, poll
+
+BOB_DN = "CN=bob, OU=clients, O=meshmq"
+
+
+def stomp_connect(port: int, login: str | None = None, passcode: str | None = None, *,
+                  tls: ssl.SSLContext | None = None, timeout: float = 10.0) -> Frame:
+    """CONNECT on a fresh socket; the broker's first frame (CONNECTED or ERROR)."""
+    raw = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    sock = tls.wrap_socket(raw, server_hostname="localhost") if tls else raw
+    with sock:
+        headers = [("accept-version", "1.2"), ("host", "x")]
+        headers += [("login", login)] if login is not None else []
+        headers += [("passcode", passcode)] if passcode is not None else []
+        sock.sendall(encode_frame("CONNECT", headers))
+        parser = StompParser(version="1.2")
+        while True:
+            data = sock.recv(65536)
+            assert data, "closed without a frame"
+            frames = parser.feed(data)
+            if frames:
+                return frames[0]
+
+
+def principals(broker: ThreadBroker) -> list[Any]:
+    assert broker.runtime is not None
+    rt = broker.runtime
+    return broker.run(lambda: [c.principal for c in rt.broker.connections.values()])
+
+
+def mqtt(port: int, level: int, tls: ssl.SSLContext | None = None) -> RawMqtt:
+    raw = RawMqtt(port, level)
+    if tls is not None:
+        raw.sock = tls.wrap_socket(raw.sock, server_hostname="localhost")
+    return raw
+
+
+# ------------------------------------------------------------------ JAAS properties files
+
+@pytest.fixture
+def jaas_broker(tmp_path: Path) -> Iterator[ThreadBroker]:
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "login.config").write_text(
+        'activemq {\n  org.apache.activemq.jaas.PropertiesLoginModule required\n'
+        '    org.apache.activemq.jaas.properties.user="users.properties"\n'
+        '    org.apache.activemq.jaas.properties.group="groups.properties";\n};\n')
+    (conf / "users.properties").write_text(
+        f"# users\nsystem=manager\nalice={hash_password('wonder land')}\n")
+    (conf / "groups.properties").write_text("admins=system\nusers=system,\\\n  alice\n")
+    (conf / "activemq.xml").write_text(
+        '<beans><broker brokerName="jaas"><plugins>\n'
+        '<jaasAuthenticationPlugin configuration="activemq"/>\n</plugins></broker></beans>\n')
+    imported = load_activemq_xml(conf / "activemq.xml")
+    config = make_config(tmp_path / "data", auth=imported.auth, listeners=(
+        ListenerConfig(name="stomp", protocol="stomp", port=0),
+        ListenerConfig(name="mqtt", protocol="mqtt", port=0)))
+    broker = ThreadBroker(config).start()
+    yield broker
+    broker.stop()
+
+
+def test_jaas_users_connect_over_stomp_and_mqtt(jaas_broker: ThreadBroker) -> None:
+    assert jaas_broker.runtime is not None
+    mqtt_port = jaas_broker.runtime.addresses["mqtt"][1]
+    raw = socket.create_connection(("127.0.0.1", jaas_broker.port), timeout=10)
+    with raw:  # a hashed password: checked off the event loop, SEND behind CONNECT waits
+        raw.sendall(encode_frame("CONNECT", [("accept-version", "1.2"), ("login", "alice"),
+                                             ("passcode", "wonder land")])
+                    + encode_frame("SEND", [("destination", "/queue/j"), ("receipt", "r1")],
+                                   b"x"))
+        parser, frames = StompParser(version="1.2"), []
+        while len(frames) < 2:
+            frames += parser.feed(raw.recv(65536))
+        assert [f.command for f in frames] == ["CONNECTED", "RECEIPT"]
+        assert {(p.user, p.groups) for p in principals(jaas_broker)} == {
+            ("alice", frozenset({"users"}))}
+    for level in (4, 5):
+        client = mqtt(mqtt_port, level)
+        client.connect(f"sys{level}", username="system", password=b"manager")
+        assert ("system", frozenset({"admins", "users"})) in {
+            (p.user, p.groups) for p in principals(jaas_broker)}
+        client.sock.close()
+
+
+def test_jaas_wrong_password_is_refused(jaas_broker: ThreadBroker) -> None:
+    assert jaas_broker.runtime is not None
+    for login, passcode in (("alice", "wonderland"), ("system", "x"), ("nobody", "manager")):
+        err = stomp_connect(jaas_broker.port, login, passcode)
+        assert err.command == "ERROR"
+        assert err.get("message") == f"User name [{login}] or password is invalid."
+    bad = mqtt(jaas_broker.runtime.addresses["mqtt"][1], 4)
+    ack = bad.connect("bad", username="alice", password=b"nope", expect_success=False)
+    assert ack.reason_code == ReasonCode.NOT_AUTHORIZED  # CONNACK 5 on the 3.1.1 wire
+    assert bad.until_closed() == []
+    bad.sock.close()
+    assert jaas_broker.stats()["failed_logins"] == 4
+
+
+# ------------------------------------------------------------------ client certificates
+
+@pytest.fixture
+def tls_broker(tmp_path: Path, pki: Any) -> Iterator[ThreadBroker]:
+    cert, key = pki.broker("a")
+    tls = {"ssl_certfile": cert, "ssl_keyfile": key, "ssl_cafile": pki.ca,
+           "client_auth": "want"}
+    config = make_config(tmp_path / "data", listeners=(
+        ListenerConfig(name="stomp", protocol="stomp+ssl", port=0, **tls),
+        ListenerConfig(name="mqtt", protocol="mqtt+ssl", port=0, **tls),
+        ListenerConfig(name="wss", protocol="wss", port=0, **tls),
+        ListenerConfig(name="plain", protocol="stomp", port=0)),
+        auth=AuthConfig(anonymous_access=False, users=(User("carol", "pw"),),
+                        certificate_users=(CertificateUser("bob", dn=BOB_DN,
+                                                           groups=("admins",)),)))
+    broker = ThreadBroker(config).start()
+    yield broker
+    broker.stop()
+
+
+def client_tls(pki: Any, who: str | None) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(pki.ca))
+    if who is not None:
+        cert, key = pki.client(who)
+        ctx.load_cert_chain(str(cert), str(key))
+    return ctx
+
+
+def test_certificate_authenticates_stomp_mqtt_and_websocket(
+        tls_broker: ThreadBroker, pki: Any) -> None:
+    assert tls_broker.runtime is not None
+    addresses = tls_broker.runtime.addresses
+    bob = client_tls(pki, "bob")
+    # The certificate decides; the login sent with it is ignored.
+    assert stomp_connect(tls_broker.port, "carol", "wrong", tls=bob).command == "CONNECTED"
+    for level in (4, 5):
+        client = mqtt(addresses["mqtt"][1], level, bob)
+        client.connect(f"bob{level}")
+        client.sock.close()
+    with ws_connect(f"wss://127.0.0.1:{addresses['wss'][1]}/", subprotocols=["v12.stomp"],
+                    ssl=bob, server_hostname="localhost", open_timeout=10) as ws:
+        ws.send(encode_frame("CONNECT", [("accept-version", "1.2"), ("host", "x")]).decode())
+        assert str(ws.recv(timeout=10)).startswith("CONNECTED")
+        found = principals(tls_broker)
+    assert {(p.user, p.groups) for p in found} == {(BOB_DN, frozenset({"admins"}))}
+    # Without a certificate the password rule applies, on TLS and plain listeners alike.
+    anon = client_tls(pki, None)
+    assert stomp_connect(tls_broker.port, "carol", "pw", tls=anon).command == "CONNECTED"
+    assert stomp_connect(addresses["plain"][1], "carol", "pw").command == "CONNECTED"
+
+
+def test_unknown_certificate_is_refused_and_only_logged(
+        tls_broker: ThreadBroker, pki: Any, caplog: pytest.LogCaptureFixture) -> None:
+    assert tls_broker.runtime is not None
+    app = client_tls(pki, "app")
+    err = stomp_connect(tls_broker.port, "carol", "pw", tls=app)
+    assert err.command == "ERROR"
+    assert err.get("message") == "User name [carol] or password is invalid."
+    assert b"CN=app" not in err.body
+    client = mqtt(tls_broker.runtime.addresses["mqtt"][1], 5, app)
+    ack = client.connect("app", expect_success=False)
+    assert ack.reason_code == ReasonCode.NOT_AUTHORIZED
+    assert "CN=app" not in (ack.properties.reason_string or "")
+    client.sock.close()
+    poll(lambda: "No user for client certificate: CN=app, OU=clients, O=meshmq"
+         in caplog.text, what="the DN in the broker log")
+
+
+# ------------------------------------------------------------------ backoff
+
+def test_refusals_are_held_back_while_others_connect(tmp_path: Path) -> None:
+    config = make_config(tmp_path / "data", listeners=(
+        ListenerConfig(name="stomp", protocol="stomp", port=0),
+        ListenerConfig(name="mqtt", protocol="mqtt", port=0)),
+        auth=AuthConfig(users=(User("good", "pw"),), login_backoff_after=1,
+                        login_backoff_max_ms=4000))
+    broker = ThreadBroker(config).start()
+    try:
+        assert broker.runtime is not None
+
+        def timed_refusal() -> float:
+            t0 = time.monotonic()
+            assert stomp_connect(broker.port, "good", "bad").command == "ERROR"
+            return time.monotonic() - t0
+
+        first = timed_refusal()  # within the allowance: answered at once
+        # The second refusal waits 0.5 s; meanwhile another client gets in at once.
+        raw = socket.create_connection(("127.0.0.1", broker.port), timeout=10)
+        t0 = time.monotonic()
+        raw.sendall(encode_frame("CONNECT", [("accept-version", "1.2"), ("login", "good"),
+                                             ("passcode", "bad")]))
+        t_good = time.monotonic()
+        assert stomp_connect(broker.port, "good", "pw").command == "CONNECTED"
+        good = time.monotonic() - t_good
+        parser, frames = StompParser(version="1.2"), []
+        while not frames:
+            frames = parser.feed(raw.recv(65536))
+        held = time.monotonic() - t0
+        raw.close()
+        assert frames[0].command == "ERROR"
+        assert held >= 0.45, held
+        assert good < held and first < held, (first, good, held)
+        # MQTT 5 too: the third refusal waits 1 s, then CONNACK 0x87.
+        client = mqtt(broker.runtime.addresses["mqtt"][1], 5)
+        t0 = time.monotonic()
+        ack = client.connect("x", username="good", password=b"bad", expect_success=False,
+                             properties=Properties())
+        assert ack.reason_code == ReasonCode.NOT_AUTHORIZED
+        assert time.monotonic() - t0 >= 0.95
+        client.sock.close()
+        stats = broker.stats()
+        assert (stats["failed_logins"], stats["login_slowed_addresses"]) == (3, 1)
+    finally:
+        broker.stop()
