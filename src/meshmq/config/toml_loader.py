@@ -49,6 +49,7 @@ from meshmq.config.model import (
     HaConfig,
     ListenerConfig,
     NetworkConnectorConfig,
+    management_exposure,
 )
 from meshmq.config.sizes import parse_size
 from meshmq.core.destinations import Destination, is_wildcard_name, validate_name
@@ -147,7 +148,8 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 }
 _NON_EMPTY: frozenset[str] = frozenset({
     "BrokerConfig.broker_name", "ListenerConfig.name", "ListenerConfig.host",
-    "ManagementConfig.host", "User.name", "AuthConfig.anonymous_user",
+    "ManagementConfig.host", "ManagementConfig.admin_group", "User.name",
+    "AuthConfig.anonymous_user",
     "DestinationPolicy.dead_letter_queue", "NetworkConnectorConfig.name",
     "NetworkConnectorConfig.uri",
 })
@@ -524,6 +526,7 @@ class _Builder:
                     raise URIError(peer, peer, "a peer is one endpoint URI, not a composite")
             except URIError as exc:
                 raise self.src.error(str(exc), f"{BROKER_SECTION}.advertised_peers") from None
+        self._check_management(config)
         connectors: set[str] = set()
         for i, nc in enumerate(config.network_connectors):
             at = f"network_connectors[{i}]"
@@ -534,6 +537,16 @@ class _Builder:
                     f"{at}.name")
             connectors.add(nc.name)
             self._check_connector(nc, at)
+
+    def _check_management(self, config: BrokerConfig) -> None:
+        mgmt = config.management
+        if mgmt.ssl_keyfile is not None and mgmt.ssl_certfile is None:
+            raise self.src.error("ssl_keyfile needs ssl_certfile (the certificate the "
+                                 "management endpoint serves HTTPS with)",
+                                 "management.ssl_keyfile")
+        problem = management_exposure(config)
+        if problem is not None:
+            raise self.src.error(problem, "management.host")
 
     def _check_discovery_uri(self, lst: ListenerConfig, path: str) -> None:
         if lst.protocol not in _BRIDGE_PROTOCOLS:
