@@ -149,10 +149,43 @@ def cmd_broker(args: argparse.Namespace) -> int:
     return asyncio.run(run_broker(config))
 
 
+_TLS_SCHEMES = ("ssl", "stomp+ssl", "stomp+nio+ssl")
+
+
+def _stomp_address(args: argparse.Namespace) -> tuple[str, int, ssl.SSLContext | None]:
+    """--url and the TLS options: TLS for a stomp+ssl:// (ssl://) URL or when --cafile or
+    --cert is given; the broker's certificate is always verified."""
+    from meshmq.client.errors import TlsSetupError
+    from meshmq.client.tls import TlsSettings, client_context
+
+    scheme = args.url.partition("://")[0].lower() if "://" in args.url else ""
+    tls = scheme in _TLS_SCHEMES or args.cafile is not None or args.cert is not None
+    if args.key is not None and args.cert is None:
+        raise UsageError("--key needs --cert (the client certificate the key belongs to)")
+    host, port = _hostport(args.url, 61612 if tls else 61613, "--url")
+    if not tls:
+        return host, port, None
+    try:
+        context = client_context(TlsSettings(cafile=args.cafile, certfile=args.cert,
+                                             keyfile=args.key))
+    except TlsSetupError as exc:
+        raise UsageError(str(exc)) from None
+    return host, port, context
+
+
+def _tls_failure(command: str, where: str, exc: ssl.SSLError) -> int:
+    from meshmq.client.tls import describe_tls_failure
+
+    cert = describe_tls_failure(where, exc, ca_hint="pass the broker's CA with --cafile FILE",
+                                cert_hint="pass one with --cert FILE (and --key FILE)")
+    print(f"meshmq {command}: {cert or f'{where}: TLS failed: {exc}'}", file=sys.stderr)
+    return 2
+
+
 def cmd_send(args: argparse.Namespace) -> int:
     from meshmq.client.simple_stomp import SimpleStompClient
 
-    host, port = _hostport(args.url, 61613, "--url")
+    host, port, tls = _stomp_address(args)
     headers: dict[str, str] = {}
     for header in args.header:
         name, eq, value = header.partition("=")
@@ -168,11 +201,13 @@ def cmd_send(args: argparse.Namespace) -> int:
         bodies = [line.rstrip("\n").encode() for line in sys.stdin]
     connected = False
     try:
-        with SimpleStompClient(host, port, login=args.user,
-                               passcode=args.password) as client:
+        with SimpleStompClient(host, port, login=args.user, passcode=args.password,
+                               tls=tls) as client:
             connected = True
             for body in bodies:
                 client.send(args.destination, body, headers, confirm=not args.no_receipt)
+    except ssl.SSLError as exc:
+        return _tls_failure("send", f"{host}:{port}", exc)
     except OSError as exc:
         return _unreachable("send", f"{host}:{port}", exc)
     except MeshmqError as exc:
@@ -183,13 +218,15 @@ def cmd_send(args: argparse.Namespace) -> int:
 
 def cmd_receive(args: argparse.Namespace) -> int:
 
-    host, port = _hostport(args.url, 61613, "--url")
+    host, port, tls = _stomp_address(args)
     if args.durable and not args.client_id:
         raise UsageError("--durable needs --client-id (a durable subscription belongs to "
                          "one client id)")
     state = {"connected": False}
     try:
-        received = _receive(args, host, port, state)
+        received = _receive(args, host, port, tls, state)
+    except ssl.SSLError as exc:
+        return _tls_failure("receive", f"{host}:{port}", exc)
     except OSError as exc:
         return _unreachable("receive", f"{host}:{port}", exc)
     except MeshmqError as exc:
@@ -198,12 +235,13 @@ def cmd_receive(args: argparse.Namespace) -> int:
     return 0 if args.count <= 0 or received >= args.count else 1
 
 
-def _receive(args: argparse.Namespace, host: str, port: int, state: dict[str, bool]) -> int:
+def _receive(args: argparse.Namespace, host: str, port: int, tls: ssl.SSLContext | None,
+             state: dict[str, bool]) -> int:
     from meshmq.client.simple_stomp import SimpleStompClient
 
     received = 0
     with SimpleStompClient(host, port, login=args.user, passcode=args.password,
-                           client_id=args.client_id) as client:
+                           client_id=args.client_id, tls=tls) as client:
         state["connected"] = True
         extra = {}
         if args.selector:
@@ -427,9 +465,18 @@ def build_parser() -> argparse.ArgumentParser:
                                  ("receive", cmd_receive, "receive messages")):
         p = sub.add_parser(name, help=helptext)
         p.add_argument("destination", help="e.g. /queue/orders or /topic/prices")
-        p.add_argument("--url", default="127.0.0.1:61613", help="broker HOST:PORT")
+        p.add_argument("--url", default="127.0.0.1:61613",
+                       help="broker HOST:PORT, or stomp+ssl://HOST:PORT for TLS")
         p.add_argument("--user")
         p.add_argument("--password")
+        p.add_argument("--cafile", metavar="FILE",
+                       help="TLS: the CA bundle (PEM) that signed the broker's certificate "
+                            "(default: the system's); implies TLS")
+        p.add_argument("--cert", metavar="FILE",
+                       help="TLS: a client certificate (PEM) to present; implies TLS")
+        p.add_argument("--key", metavar="FILE",
+                       help="TLS: the client certificate's private key (PEM), unless "
+                            "--cert holds it")
         p.set_defaults(func=func)
         if name == "send":
             p.add_argument("body", nargs="?", help="message body (default: one per stdin line)")
