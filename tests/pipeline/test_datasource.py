@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 
 from meshmq.client.simple_stomp import SimpleStompClient
-from meshmq.config.model import StreamPolicy
+from meshmq.client.tls import TlsSettings, client_context
+from meshmq.config.model import AuthConfig, ListenerConfig, StreamPolicy, User
 from tests.support.brokers import ThreadBroker, make_config, poll
+from tests.support.pki import Pki
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 pytest.importorskip("pyspark")
@@ -45,6 +47,7 @@ def produce(port: int, dest: str, bodies: list[str]) -> None:
 def test_options_and_broker_lists() -> None:
     assert parse_brokers("failover:(tcp://a:1,stomp://b:2)?randomize=false") == [
         ("a", 1), ("b", 2)]
+    assert parse_brokers("stomp+ssl://s") == [("s", 61612)]
     assert parse_brokers("h") == [("h", 61613)] and parse_brokers("a:1, b:2") == [
         ("a", 1), ("b", 2)]
     with pytest.raises(ValueError, match="unbalanced"):
@@ -54,6 +57,10 @@ def test_options_and_broker_lists() -> None:
     with pytest.raises(ValueError, match="maxRowsPerBatch must be an integer >= 0"):
         ds.Options.parse({"brokers": "h", "destination": "q", "maxRowsPerBatch": "x"},
                          reading=True)
+    with pytest.raises(ValueError, match="keyStoreKey needs keyStore"):
+        ds.Options.parse({"brokers": "h", "keyStoreKey": "k.pem"}, reading=False)
+    with pytest.raises(ValueError, match="verifyHostName must be true or false"):
+        ds.Options.parse({"brokers": "h", "verifyHostName": "no"}, reading=False)
     with pytest.raises(ValueError, match="startingOffset"):
         ds.Options.parse({"brokers": "h", "destination": "q", "startingOffset": "late"},
                          reading=True)
@@ -150,3 +157,49 @@ def test_a_killed_query_restarted_from_its_checkpoint_writes_everything_once(
             client.ack(frame)
         assert client.receive(timeout=0.3) is None
     assert sorted(bodies) == sorted(f"MSG-{i}" for i in range(n))
+
+
+def test_credentials_and_tls_options_reach_the_broker(spark: Any, tmp_path: Path,
+                                                      pki: Pki) -> None:
+    cert, key = pki.broker("a")
+    listener = ListenerConfig(name="stomp_ssl", protocol="stomp+ssl", host="127.0.0.1",
+                              port=0, ssl_certfile=cert, ssl_keyfile=key, ssl_cafile=pki.ca,
+                              client_auth="need")
+    auth = AuthConfig(anonymous_access=False, users=(User("etl", "pw", ("jobs",)),))
+    b = ThreadBroker(make_config(tmp_path / "data", listeners=(listener,), auth=auth,
+                                 streams=(StreamPolicy(match="queue://stream.>"),))).start()
+    try:
+        assert b.runtime is not None
+        port = b.runtime.addresses["stomp_ssl"][1]
+        client_cert, client_key = pki.client("app")
+        with SimpleStompClient("127.0.0.1", port, login="etl", passcode="pw",
+                               tls=client_context(TlsSettings(str(pki.ca), str(client_cert),
+                                                              str(client_key)))) as c:
+            for i in range(5):
+                c.send("/queue/stream.tls", f"t{i}".encode(), confirm=i == 4)
+        options = {"brokers": f"failover:(stomp+ssl://127.0.0.1:{port})",
+                   "destination": "/queue/stream.tls", "login": "etl", "passcode": "pw",
+                   "trustStore": str(pki.ca), "keyStore": str(client_cert),
+                   "keyStoreKey": str(client_key)}
+        wrong = ds.Options.parse({**options, "passcode": "nope"}, reading=True)
+        with pytest.raises(ds.StompIOError, match="Authentication failed"):
+            ds.stream_head(wrong)
+        untrusted = ds.Options.parse({**options, "trustStore": str(pki.untrusted / "ca.pem")},
+                                     reading=True)
+        with pytest.raises(ds.StompIOError, match=f"127.0.0.1:{port}: certificate verify "
+                                                  "failed: .*; pass the broker's CA with "
+                                                  "the trustStore option"):
+            ds.stream_head(untrusted)
+
+        ds.register(spark)
+        reader = spark.readStream.format("meshmq")
+        for name, value in options.items():
+            reader = reader.option(name, value)
+        query = (reader.load().writeStream.format("memory").queryName("tls_rows")
+                 .trigger(availableNow=True).start())
+        query.awaitTermination(300)
+        rows = spark.sql("select offset, body from tls_rows").collect()
+        assert sorted((r["offset"], r["body"]) for r in rows) == [(i, f"t{i}")
+                                                                   for i in range(5)]
+    finally:
+        b.stop()

@@ -7,10 +7,14 @@ traceback: a broker that cannot be reached, a port in use, a bad configuration.
 from __future__ import annotations
 
 import argparse
+import base64
 import dataclasses
+import getpass
 import http.client
 import json
 import logging
+import os
+import ssl
 import sys
 import urllib.error
 import urllib.request
@@ -122,7 +126,9 @@ def cmd_broker(args: argparse.Namespace) -> int:
             changes["management"] = ManagementConfig(enabled=False)
         else:
             host, port = _hostport(args.management, 8161, "--management")
-            changes["management"] = ManagementConfig(enabled=True, host=host, port=port)
+            # Only the address changes: TLS and the admin group stay as configured.
+            changes["management"] = dataclasses.replace(config.management, enabled=True,
+                                                        host=host, port=port)
     if args.no_fsync:
         changes["store"] = dataclasses.replace(config.store, fsync=False)
     if args.accept_data_loss:
@@ -145,10 +151,43 @@ def cmd_broker(args: argparse.Namespace) -> int:
     return asyncio.run(run_broker(config))
 
 
+_TLS_SCHEMES = ("ssl", "stomp+ssl", "stomp+nio+ssl")
+
+
+def _stomp_address(args: argparse.Namespace) -> tuple[str, int, ssl.SSLContext | None]:
+    """--url and the TLS options: TLS for a stomp+ssl:// (ssl://) URL or when --cafile or
+    --cert is given; the broker's certificate is always verified."""
+    from meshmq.client.errors import TlsSetupError
+    from meshmq.client.tls import TlsSettings, client_context
+
+    scheme = args.url.partition("://")[0].lower() if "://" in args.url else ""
+    tls = scheme in _TLS_SCHEMES or args.cafile is not None or args.cert is not None
+    if args.key is not None and args.cert is None:
+        raise UsageError("--key needs --cert (the client certificate the key belongs to)")
+    host, port = _hostport(args.url, 61612 if tls else 61613, "--url")
+    if not tls:
+        return host, port, None
+    try:
+        context = client_context(TlsSettings(cafile=args.cafile, certfile=args.cert,
+                                             keyfile=args.key))
+    except TlsSetupError as exc:
+        raise UsageError(str(exc)) from None
+    return host, port, context
+
+
+def _tls_failure(command: str, where: str, exc: ssl.SSLError) -> int:
+    from meshmq.client.tls import describe_tls_failure
+
+    cert = describe_tls_failure(where, exc, ca_hint="pass the broker's CA with --cafile FILE",
+                                cert_hint="pass one with --cert FILE (and --key FILE)")
+    print(f"meshmq {command}: {cert or f'{where}: TLS failed: {exc}'}", file=sys.stderr)
+    return 2
+
+
 def cmd_send(args: argparse.Namespace) -> int:
     from meshmq.client.simple_stomp import SimpleStompClient
 
-    host, port = _hostport(args.url, 61613, "--url")
+    host, port, tls = _stomp_address(args)
     headers: dict[str, str] = {}
     for header in args.header:
         name, eq, value = header.partition("=")
@@ -164,11 +203,13 @@ def cmd_send(args: argparse.Namespace) -> int:
         bodies = [line.rstrip("\n").encode() for line in sys.stdin]
     connected = False
     try:
-        with SimpleStompClient(host, port, login=args.user,
-                               passcode=args.password) as client:
+        with SimpleStompClient(host, port, login=args.user, passcode=args.password,
+                               tls=tls) as client:
             connected = True
             for body in bodies:
                 client.send(args.destination, body, headers, confirm=not args.no_receipt)
+    except ssl.SSLError as exc:
+        return _tls_failure("send", f"{host}:{port}", exc)
     except OSError as exc:
         return _unreachable("send", f"{host}:{port}", exc)
     except MeshmqError as exc:
@@ -179,13 +220,15 @@ def cmd_send(args: argparse.Namespace) -> int:
 
 def cmd_receive(args: argparse.Namespace) -> int:
 
-    host, port = _hostport(args.url, 61613, "--url")
+    host, port, tls = _stomp_address(args)
     if args.durable and not args.client_id:
         raise UsageError("--durable needs --client-id (a durable subscription belongs to "
                          "one client id)")
     state = {"connected": False}
     try:
-        received = _receive(args, host, port, state)
+        received = _receive(args, host, port, tls, state)
+    except ssl.SSLError as exc:
+        return _tls_failure("receive", f"{host}:{port}", exc)
     except OSError as exc:
         return _unreachable("receive", f"{host}:{port}", exc)
     except MeshmqError as exc:
@@ -194,12 +237,13 @@ def cmd_receive(args: argparse.Namespace) -> int:
     return 0 if args.count <= 0 or received >= args.count else 1
 
 
-def _receive(args: argparse.Namespace, host: str, port: int, state: dict[str, bool]) -> int:
+def _receive(args: argparse.Namespace, host: str, port: int, tls: ssl.SSLContext | None,
+             state: dict[str, bool]) -> int:
     from meshmq.client.simple_stomp import SimpleStompClient
 
     received = 0
     with SimpleStompClient(host, port, login=args.user, passcode=args.password,
-                           client_id=args.client_id) as client:
+                           client_id=args.client_id, tls=tls) as client:
         state["connected"] = True
         extra = {}
         if args.selector:
@@ -222,7 +266,10 @@ def _receive(args: argparse.Namespace, host: str, port: int, state: dict[str, bo
     return received
 
 
-def fetch_stat(url: str) -> dict[str, Any]:
+def fetch_stat(url: str, *, user: str | None = None, password: str | None = None,
+               cafile: str | None = None) -> dict[str, Any]:
+    """GET /api/stat, with HTTP Basic credentials when ``user`` is given; https:// URLs
+    verify the endpoint's certificate (against ``cafile``, else the system's CAs)."""
     base = url if "://" in url else f"http://{url}"
     try:
         parsed = urlparse(base)
@@ -230,22 +277,74 @@ def fetch_stat(url: str) -> dict[str, Any]:
     except ValueError:
         parsed = None
     if parsed is None or parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise UsageError(f"--url {url!r} is not HOST:PORT or http://HOST:PORT")
-    with urllib.request.urlopen(base.rstrip("/") + "/api/stat", timeout=10) as resp:
+        raise UsageError(f"--url {url!r} is not HOST:PORT, http://HOST:PORT or "
+                         "https://HOST:PORT")
+    context = None
+    if parsed.scheme == "https":
+        context = ssl.create_default_context(cafile=cafile)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+    elif cafile is not None:
+        raise UsageError("--cafile is for an HTTPS endpoint: give --url https://HOST:PORT")
+    request = urllib.request.Request(base.rstrip("/") + "/api/stat")
+    if user is not None:
+        token = base64.b64encode(f"{user}:{password or ''}".encode()).decode("ascii")
+        request.add_header("Authorization", f"Basic {token}")
+    with urllib.request.urlopen(request, timeout=10, context=context) as resp:
         data: dict[str, Any] = json.loads(resp.read())
     return data
 
 
-def cmd_stat(args: argparse.Namespace) -> int:
+def _stat_password(user: str | None) -> str | None:
+    """The password for ``--user``: $MESHMQ_PASSWORD, else asked for (never an argument,
+    which other users of the host could read)."""
+    if user is None:
+        return None
+    env = os.environ.get("MESHMQ_PASSWORD")
+    if env is not None:
+        return env
+    return getpass.getpass(f"password for {user}: ")
+
+
+def _refused(args: argparse.Namespace, exc: urllib.error.HTTPError) -> str:
     try:
-        stat = fetch_stat(args.url)
+        reason = str(json.loads(exc.read()).get("error", exc.reason))
+    except (ValueError, AttributeError, OSError):
+        reason = str(exc.reason)
+    if exc.code == 401 and args.user is None:
+        hint = "; pass --user NAME (the password from MESHMQ_PASSWORD, or asked for)"
+    elif exc.code == 401:
+        hint = f" (user {args.user!r}); check --user and MESHMQ_PASSWORD"
+    else:
+        hint = ""
+    return (f"meshmq stat: the management endpoint at {args.url} refused: {exc.code} "
+            f"{reason}{hint}")
+
+
+def cmd_stat(args: argparse.Namespace) -> int:
+    if args.cafile is not None and not Path(args.cafile).is_file():
+        raise UsageError(f"--cafile {args.cafile}: no such file")
+    password = _stat_password(args.user)
+    try:
+        stat = fetch_stat(args.url, user=args.user, password=password, cafile=args.cafile)
+    except urllib.error.HTTPError as exc:
+        print(_refused(args, exc), file=sys.stderr)
+        return 2
     except (http.client.HTTPException, ValueError) as exc:
         # Something answered, but not meshmq's management endpoint (a STOMP port, say).
         print(f"meshmq stat: {args.url} is not a meshmq management endpoint ({exc!r}); "
-              "point --url at the broker's management HOST:PORT (default 127.0.0.1:8161)",
-              file=sys.stderr)
+              "point --url at the broker's management HOST:PORT (default 127.0.0.1:8161; "
+              "https://HOST:PORT when it serves HTTPS)", file=sys.stderr)
         return 2
-    except (urllib.error.URLError, OSError) as exc:
+    except urllib.error.URLError as exc:
+        if isinstance(exc.reason, ssl.SSLCertVerificationError):
+            print(f"meshmq stat: cannot verify the certificate of the management endpoint "
+                  f"at {args.url}: {exc.reason.verify_message}; pass the CA that signed it "
+                  "with --cafile FILE", file=sys.stderr)
+            return 2
+        print(f"meshmq stat: cannot reach the management endpoint at {args.url}: "
+              f"{exc.reason}", file=sys.stderr)
+        return 2
+    except OSError as exc:
         print(f"meshmq stat: cannot reach the management endpoint at {args.url}: {exc}",
               file=sys.stderr)
         return 2
@@ -371,9 +470,18 @@ def build_parser() -> argparse.ArgumentParser:
                                  ("receive", cmd_receive, "receive messages")):
         p = sub.add_parser(name, help=helptext)
         p.add_argument("destination", help="e.g. /queue/orders or /topic/prices")
-        p.add_argument("--url", default="127.0.0.1:61613", help="broker HOST:PORT")
+        p.add_argument("--url", default="127.0.0.1:61613",
+                       help="broker HOST:PORT, or stomp+ssl://HOST:PORT for TLS")
         p.add_argument("--user")
         p.add_argument("--password")
+        p.add_argument("--cafile", metavar="FILE",
+                       help="TLS: the CA bundle (PEM) that signed the broker's certificate "
+                            "(default: the system's); implies TLS")
+        p.add_argument("--cert", metavar="FILE",
+                       help="TLS: a client certificate (PEM) to present; implies TLS")
+        p.add_argument("--key", metavar="FILE",
+                       help="TLS: the client certificate's private key (PEM), unless "
+                            "--cert holds it")
         p.set_defaults(func=func)
         if name == "send":
             p.add_argument("body", nargs="?", help="message body (default: one per stdin line)")
@@ -398,7 +506,13 @@ def build_parser() -> argparse.ArgumentParser:
     passwd.add_parser(sub)
 
     s = sub.add_parser("stat", help="show destinations of a running broker")
-    s.add_argument("--url", default="127.0.0.1:8161", help="management HOST:PORT")
+    s.add_argument("--url", default="127.0.0.1:8161",
+                   help="management HOST:PORT, or https://HOST:PORT")
+    s.add_argument("--user", help="log in as this user (HTTP Basic); the password comes "
+                   "from $MESHMQ_PASSWORD or is asked for")
+    s.add_argument("--cafile", metavar="FILE",
+                   help="https: the CA bundle (PEM) that signed the endpoint's certificate "
+                        "(default: the system's)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_stat)
 

@@ -14,7 +14,9 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import os
 import random
+import ssl
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -30,18 +32,21 @@ from .dedup import DuplicateFilter
 from .errors import (
     AuthenticationFailedError,
     BrokerError,
+    CertificateError,
     ClientClosedError,
     ClientError,
     ConnectionFailedError,
     ConnectionLostError,
     OperationTimeoutError,
     ProtocolVersionRefusedError,
+    TlsSetupError,
     TransactionInDoubtError,
     TransactionRolledBackError,
 )
 from .mqtt_connection import MqttConnection
 from .options import Endpoint, FailoverSpec, parse_failover
 from .stomp_connection import StompConnection
+from .tls import TlsSettings, client_context
 from .types import DEDUP_HEADER, AckMode, Event, EventKind, Message, SubscriptionSpec
 
 log = logging.getLogger("meshmq.client")
@@ -115,8 +120,26 @@ class FailoverClient:
                  keep_alive: int = 30, durable: bool = False,
                  on_event: EventCallback | None = None, rng: random.Random | None = None,
                  spec: FailoverSpec | None = None,
-                 give_up_on_auth_failure: bool = True) -> None:
+                 give_up_on_auth_failure: bool = True,
+                 ssl_cafile: str | os.PathLike[str] | None = None,
+                 ssl_certfile: str | os.PathLike[str] | None = None,
+                 ssl_keyfile: str | os.PathLike[str] | None = None,
+                 ssl_key_password: str | None = None,
+                 ssl_verify: bool = True) -> None:
         self.spec = spec or parse_failover(uri, protocol=protocol)
+        if ssl_keyfile is not None and ssl_certfile is None:
+            raise ClientError("ssl_keyfile needs ssl_certfile (the client certificate the "
+                              "key belongs to)")
+        # TLS endpoints (ssl://, stomp+ssl://, mqtts://, wss://) verify the broker's
+        # certificate; URI options (trustStore, keyStore, ...) override these per endpoint.
+        self.tls = TlsSettings(
+            cafile=None if ssl_cafile is None else os.fspath(ssl_cafile),
+            certfile=None if ssl_certfile is None else os.fspath(ssl_certfile),
+            keyfile=None if ssl_keyfile is None else os.fspath(ssl_keyfile),
+            key_password=ssl_key_password, verify=ssl_verify)
+        self._contexts: dict[TlsSettings, ssl.SSLContext] = {}
+        for endpoint in self.spec.endpoints:  # a file that cannot be used fails here
+            self._tls_context(endpoint)
         self.options = self.spec.options
         self.protocol = self.spec.endpoints[0].protocol
         if durable and self.protocol == "mqtt" and not client_id:
@@ -242,6 +265,8 @@ class FailoverClient:
                 raise ClientClosedError("the client is closed")
             if isinstance(self._failure, AuthenticationFailedError):
                 raise AuthenticationFailedError(f"failover gave up: {self._failure}")
+            if isinstance(self._failure, CertificateError):
+                raise CertificateError(f"failover gave up: {self._failure}")
             if self._failure is not None:
                 raise ConnectionFailedError(f"failover gave up: {self._failure}")
             if self._ready.is_set() and self._conn is not None \
@@ -259,17 +284,30 @@ class FailoverClient:
 
     # ------------------------------------------------------------ supervisor
 
+    def _tls_context(self, endpoint: Endpoint) -> ssl.SSLContext | None:
+        """One context per distinct setting (CA files are read once, the opt-out warned
+        once); pushed peers share the client's."""
+        if not endpoint.tls:
+            return None
+        settings = endpoint.tls_settings(self.tls)
+        ctx = self._contexts.get(settings)
+        if ctx is None:
+            ctx = self._contexts[settings] = client_context(settings, str(endpoint))
+        return ctx
+
     def _new_connection(self, endpoint: Endpoint) -> BaseConnection:
+        tls = self._tls_context(endpoint)
         self._generation += 1
         if self.protocol == "stomp":
             return StompConnection(endpoint, self._on_message, self._generation,
                                    login=self.login, passcode=self.passcode,
-                                   client_id=self.client_id, heartbeat_ms=self.heartbeat_ms)
+                                   client_id=self.client_id, heartbeat_ms=self.heartbeat_ms,
+                                   tls=tls)
         level = self.mqtt_version or self._mqtt_levels.get(endpoint, 5)
         return MqttConnection(endpoint, self._on_message, self._generation, login=self.login,
                               passcode=self.passcode, client_id=self.client_id,
                               keep_alive=self.keep_alive, version=level,
-                              durable=self.durable)
+                              durable=self.durable, tls=tls)
 
     async def _open(self, endpoint: Endpoint) -> BaseConnection:
         """A connected, handshaken connection to ``endpoint``. With the MQTT version left
@@ -308,11 +346,15 @@ class FailoverClient:
                 await asyncio.sleep(attempt.delay)  # the policy's back-off delay
             try:
                 conn = await self._open(attempt.endpoint)
-            except AuthenticationFailedError as exc:
+            except (AuthenticationFailedError, CertificateError) as exc:
                 last_error = exc
                 if self.give_up_on_auth_failure:
                     break
                 log.warning("%s", exc)
+                continue
+            except TlsSetupError as exc:  # a CA or key file of a URI read later
+                last_error = exc
+                log.error("%s", exc)
                 continue
             except BrokerError as exc:  # another broker may differ
                 last_error = exc

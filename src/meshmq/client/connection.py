@@ -15,8 +15,9 @@ import ssl
 from collections.abc import Callable
 from typing import Any
 
-from .errors import ConnectionLostError
+from .errors import CertificateError, ConnectionLostError
 from .options import Endpoint
+from .tls import TlsSettings, client_context, describe_tls_failure
 from .types import Message, SubscriptionSpec
 from .websocket import WebSocketFramer
 
@@ -25,15 +26,20 @@ log = logging.getLogger("meshmq.client")
 __all__ = ["BaseConnection", "DeliverFn"]
 
 DeliverFn = Callable[[Message], None]
+# A TLS listener that rejects a client certificate may just close (meshmq's do, without
+# a TLS alert), which the client cannot tell from a broker going away: say what it means.
+_TLS_CLOSE_HINT = (" during the handshake (a TLS listener that needs a client certificate "
+                   "does this when it gets none, or one its CA did not sign: pass "
+                   "keyStore=FILE or ssl_certfile=FILE)")
 
 
-def ssl_context(endpoint: Endpoint) -> ssl.SSLContext | None:
+def ssl_context(endpoint: Endpoint, defaults: TlsSettings | None = None
+                ) -> ssl.SSLContext | None:
+    """The TLS context to dial ``endpoint`` with (None for plain TCP): ``defaults``
+    (the client's settings) with the endpoint's URI options on top."""
     if not endpoint.tls:
         return None
-    ctx = ssl.create_default_context(cafile=endpoint.trust_store)
-    if not endpoint.verify_host_name:
-        ctx.check_hostname = False
-    return ctx
+    return client_context(endpoint.tls_settings(defaults or TlsSettings()), str(endpoint))
 
 
 class BaseConnection:
@@ -41,8 +47,10 @@ class BaseConnection:
 
     protocol = "stomp"  # or "mqtt": set by the subclass
 
-    def __init__(self, endpoint: Endpoint, deliver: DeliverFn, generation: int) -> None:
+    def __init__(self, endpoint: Endpoint, deliver: DeliverFn, generation: int, *,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.endpoint = endpoint
+        self.tls = tls  # None: made from the endpoint's own options
         self.deliver = deliver
         self.generation = generation
         self.peers: tuple[str, ...] = ()
@@ -57,27 +65,36 @@ class BaseConnection:
         self._early = b""  # protocol bytes that came with the WebSocket upgrade answer
         self._loop = asyncio.get_running_loop()
         self.last_received = self._loop.time()
+        self._opening = False  # between connect and the end of the protocol handshake
 
     # ------------------------------------------------------------------ opening
 
     async def open(self, **handshake: Any) -> None:
         """Connect and complete the protocol handshake within the endpoint's timeout."""
+        self._opening = True
         try:
             async with asyncio.timeout(self.endpoint.connect_timeout):
+                tls = self.tls if self.tls is not None or not self.endpoint.tls \
+                    else ssl_context(self.endpoint)
                 self._reader, self._writer = await asyncio.open_connection(
-                    self.endpoint.host, self.endpoint.port, ssl=ssl_context(self.endpoint))
+                    self.endpoint.host, self.endpoint.port, ssl=tls)
                 if self.endpoint.websocket:
                     await self._upgrade()
                 self._tasks.append(asyncio.create_task(self._read_loop(),
                                                        name=f"read {self.endpoint}"))
                 await self.handshake(**handshake)
+            self._opening = False
         except BaseException as exc:
+            self._opening = False
             self._die(exc if isinstance(exc, Exception) else ConnectionLostError("cancelled"))
             await self._reap()
             if isinstance(exc, TimeoutError):
                 raise ConnectionLostError(
                     f"{self.endpoint}: no connection within "
                     f"{self.endpoint.connect_timeout:g} s") from None
+            cert = describe_tls_failure(str(self.endpoint), exc)
+            if cert is not None:
+                raise cert from None
             if isinstance(exc, OSError):
                 raise ConnectionLostError(f"{self.endpoint}: {exc}") from None
             raise
@@ -155,7 +172,8 @@ class BaseConnection:
             while True:
                 data = await self._reader.read(65536)
                 if not data:
-                    raise ConnectionLostError(f"{self.endpoint}: closed by the broker")
+                    raise ConnectionLostError(f"{self.endpoint}: closed by the broker"
+                                              f"{_TLS_CLOSE_HINT if self._closing_tls() else ''}")
                 self.last_received = self._loop.time()
                 if self._ws is not None:
                     data, reply = self._ws.decode(data)
@@ -167,8 +185,13 @@ class BaseConnection:
         except asyncio.CancelledError:
             self._die(ConnectionLostError(f"{self.endpoint}: connection closed"))
         except Exception as exc:
-            self._die(exc if isinstance(exc, ConnectionLostError)
-                      else ConnectionLostError(f"{self.endpoint}: {exc}"))
+            # TLS 1.3: a broker refuses our certificate after the handshake, in a read.
+            cert = describe_tls_failure(str(self.endpoint), exc)
+            self._die(cert or (exc if isinstance(exc, ConnectionLostError)
+                               else ConnectionLostError(f"{self.endpoint}: {exc}")))
+
+    def _closing_tls(self) -> bool:
+        return self._opening and self.endpoint.tls
 
     def feed(self, data: bytes) -> None:
         raise NotImplementedError
@@ -181,7 +204,7 @@ class BaseConnection:
         self.closed.set()
         for key, fut in list(self._pending.items()):
             if not fut.done():
-                fut.set_exception(exc if isinstance(exc, ConnectionLostError)
+                fut.set_exception(exc if isinstance(exc, ConnectionLostError | CertificateError)
                                   else ConnectionLostError(str(exc)))
             self._pending.pop(key, None)
         if self._writer is not None:

@@ -10,12 +10,14 @@ from meshmq.errors import MeshmqError, TransactionError
 __all__ = [
     "AuthenticationFailedError",
     "BrokerError",
+    "CertificateError",
     "ClientClosedError",
     "ClientError",
     "ConnectionFailedError",
     "ConnectionLostError",
     "OperationTimeoutError",
     "ProtocolVersionRefusedError",
+    "TlsSetupError",
     "TransactionInDoubtError",
     "TransactionRolledBackError",
 ]
@@ -70,6 +72,21 @@ class AuthenticationFailedError(BrokerError, ConnectionFailedError):
     emits a ``FAILED`` event carrying this error, and every operation raises it."""
 
     code = "authentication-failed"
+
+
+class CertificateError(ConnectionFailedError):
+    """TLS: the broker's certificate failed verification (unknown CA, wrong host name,
+    expired), or the broker refused ours. The text names the endpoint, the cause and
+    what to pass. Permanent like a refused login: the client stops reconnecting
+    (unless ``give_up_on_auth_failure=False``)."""
+
+    code = "certificate-error"
+
+
+class TlsSetupError(ClientError):
+    """A CA file, client certificate or key given to the client cannot be used."""
+
+    code = "tls-setup"
 
 
 class ClientClosedError(ClientError):

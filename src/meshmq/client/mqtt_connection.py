@@ -8,6 +8,7 @@ confirmed by SUBACK. MQTT 5 user properties carry the application's headers, the
 from __future__ import annotations
 
 import asyncio
+import ssl
 from typing import Any
 
 from meshmq.protocol.mqtt import (
@@ -60,8 +61,9 @@ class MqttConnection(BaseConnection):
     def __init__(self, endpoint: Endpoint, deliver: DeliverFn, generation: int, *,
                  login: str | None = None, passcode: str | None = None,
                  client_id: str | None = None, keep_alive: int = 30, version: int = 5,
-                 durable: bool = False) -> None:
-        super().__init__(endpoint, deliver, generation)
+                 durable: bool = False,
+                 tls: ssl.SSLContext | None = None) -> None:
+        super().__init__(endpoint, deliver, generation, tls=tls)
         if version not in (4, 5):
             raise ValueError("MQTT version must be 4 (3.1.1) or 5")
         self.login = login

@@ -20,6 +20,8 @@ from typing import Any
 from meshmq.backoff import ReconnectPolicy
 from meshmq.uri import CompositeURI, Options, SimpleURI, URIError, format_uri, parse_uri
 
+from .tls import TlsSettings
+
 __all__ = ["ENDPOINT_OPTIONS", "Endpoint", "FailoverOptions", "FailoverSpec", "parse_failover"]
 
 #: scheme -> (protocol or None for "the client's protocol", TLS)
@@ -41,7 +43,13 @@ ENDPOINT_OPTIONS: dict[str, str] = {
     "connectionTimeout": "ms to open the TCP (and TLS) connection and finish the "
                          "protocol handshake (default 30000)",
     "verifyHostName": "TLS: check the certificate's host name (default true)",
+    "socket.verifyHostName": "the same as verifyHostName (ActiveMQ's spelling)",
     "trustStore": "TLS: a CA bundle file (PEM) to trust instead of the system's",
+    "keyStore": "TLS: the client certificate (PEM), with its key unless keyStoreKey",
+    "keyStoreKey": "TLS: the client certificate's private key (PEM)",
+    "keyStorePassword": "TLS: the passphrase of an encrypted private key",
+    "trustAll": "TLS: accept any broker certificate, unverified (default false; "
+                "logs a warning)",
 }
 
 
@@ -54,10 +62,27 @@ class Endpoint:
     port: int
     tls: bool = False
     connect_timeout: float = 30.0
-    verify_host_name: bool = True
+    # TLS options from the URI; None: not given there (the client's settings apply).
+    verify_host_name: bool | None = None
     trust_store: str | None = None
     websocket: bool = False  # ws:// / wss://: the protocol inside WebSocket frames
     path: str = ""  # the WebSocket request path
+    key_store: str | None = None
+    key_store_key: str | None = None
+    key_store_password: str | None = None
+    trust_all: bool | None = None
+
+    def tls_settings(self, defaults: TlsSettings) -> TlsSettings:
+        """The client's TLS settings with this URI's options on top."""
+        return TlsSettings(
+            cafile=self.trust_store or defaults.cafile,
+            certfile=self.key_store or defaults.certfile,
+            keyfile=self.key_store_key if self.key_store else defaults.keyfile,
+            key_password=(self.key_store_password if self.key_store
+                          else defaults.key_password),
+            verify=defaults.verify if self.trust_all is None else not self.trust_all,
+            check_hostname=(defaults.check_hostname if self.verify_host_name is None
+                            else self.verify_host_name))
 
     def uri(self) -> str:
         if self.websocket:
@@ -285,7 +310,9 @@ def _endpoint(uri: SimpleURI | CompositeURI, text: str, protocol: str,
                            + ", ".join(sorted(ENDPOINT_OPTIONS)))
     try:
         timeout = _int(opts.get("connectionTimeout", "30000"))
-        verify = _bool(opts.get("verifyHostName", "true"))
+        verify_text = opts.get("verifyHostName", opts.get("socket.verifyHostName"))
+        verify = None if verify_text is None else _bool(verify_text)
+        trust_all = None if "trustAll" not in opts else _bool(opts["trustAll"])
     except ValueError as exc:
         raise URIError(text, format_uri(uri), f"bad endpoint option: {exc}") from None
     if timeout <= 0:
@@ -295,5 +322,10 @@ def _endpoint(uri: SimpleURI | CompositeURI, text: str, protocol: str,
         port = uri.port if uri.port is not None else (443 if tls else 80)
     else:
         port = uri.port if uri.port is not None else _DEFAULT_PORTS[(protocol, tls)]
+    if "keyStoreKey" in opts and "keyStore" not in opts:
+        raise URIError(text, "keyStoreKey", "keyStoreKey needs keyStore (the client "
+                       "certificate the key belongs to)")
     return Endpoint(protocol, uri.host, port, tls, timeout / 1000, verify,
-                    opts.get("trustStore"), websocket, uri.path if websocket else "")
+                    opts.get("trustStore"), websocket, uri.path if websocket else "",
+                    key_store=opts.get("keyStore"), key_store_key=opts.get("keyStoreKey"),
+                    key_store_password=opts.get("keyStorePassword"), trust_all=trust_all)

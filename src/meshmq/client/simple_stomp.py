@@ -7,6 +7,7 @@ same codec for applications.
 from __future__ import annotations
 
 import socket
+import ssl
 import time
 from collections import deque
 
@@ -23,8 +24,14 @@ class StompClientError(MeshmqError):
 class SimpleStompClient:
     def __init__(self, host: str, port: int, *, login: str | None = None,
                  passcode: str | None = None, client_id: str | None = None,
-                 timeout: float = 10.0) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+                 timeout: float = 10.0, tls: ssl.SSLContext | None = None) -> None:
+        raw = socket.create_connection((host, port), timeout=timeout)
+        try:
+            # TLS: the context decides what is verified (meshmq.client.tls).
+            self.sock = raw if tls is None else tls.wrap_socket(raw, server_hostname=host)
+        except BaseException:
+            raw.close()
+            raise
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.parser = StompParser(version="1.2")
         self.frames: deque[Frame] = deque()

@@ -7,6 +7,7 @@ ActiveMQ's ``client-id`` + ``activemq.subscriptionName`` convention.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from typing import Any
 
 from meshmq.protocol.stomp import Frame, StompParser, encode_frame, parse_heartbeat
@@ -27,8 +28,9 @@ class StompConnection(BaseConnection):
     def __init__(self, endpoint: Endpoint, deliver: DeliverFn, generation: int, *,
                  login: str | None = None, passcode: str | None = None,
                  client_id: str | None = None, heartbeat_ms: tuple[int, int] = (5000, 5000),
-                 virtual_host: str | None = None) -> None:
-        super().__init__(endpoint, deliver, generation)
+                 virtual_host: str | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
+        super().__init__(endpoint, deliver, generation, tls=tls)
         self.login = login
         self.passcode = passcode
         self.client_id = client_id

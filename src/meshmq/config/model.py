@@ -7,6 +7,7 @@ broker only reads them.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -232,6 +233,21 @@ class ManagementConfig:
     # refusing to start. On for brokers configured from activemq.xml, which names no
     # management port (so several of them start on one host).
     next_free_port: bool = False
+    # Off loopback every request needs HTTP Basic credentials of an [[auth.users]] user;
+    # operations that change the broker also need this group.
+    admin_group: str = "admins"
+    ssl_certfile: Path | None = None  # set: HTTPS only (TLS 1.2 or later)
+    ssl_keyfile: Path | None = None  # unset: the key is in ssl_certfile
+
+    @property
+    def loopback(self) -> bool:
+        """Bound to a loopback address only (reachable from this host alone)."""
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host.strip("[]")).is_loopback
+        except ValueError:
+            return False  # a host name: it may resolve to any interface
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,3 +392,18 @@ class BrokerConfig:
     @property
     def trace_directory(self) -> Path:
         return self.trace.directory or (self.data_directory / "trace")
+
+
+def management_exposure(config: BrokerConfig) -> str | None:
+    """Why the management endpoint must not start as configured, or None.
+
+    Off loopback it is reachable from the network, so it needs users to check
+    credentials against (there is no anonymous management access off loopback)."""
+    mgmt = config.management
+    if not mgmt.enabled or mgmt.loopback or config.auth.users or config.auth.users_file:
+        return None
+    return (f"management.host {mgmt.host!r} is not a loopback address and no users are "
+            "configured, so the management endpoint would be open to the network: add "
+            "[[auth.users]] (requests then need HTTP Basic credentials of one of them; "
+            f"changes need group {mgmt.admin_group!r}, management.admin_group), or set "
+            "management.host = \"127.0.0.1\"")

@@ -51,6 +51,7 @@ from meshmq.config.model import (
     HaConfig,
     ListenerConfig,
     NetworkConnectorConfig,
+    management_exposure,
 )
 from meshmq.config.sizes import parse_size
 from meshmq.core.destinations import Destination, is_wildcard_name, validate_name
@@ -150,8 +151,8 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 }
 _NON_EMPTY: frozenset[str] = frozenset({
     "BrokerConfig.broker_name", "ListenerConfig.name", "ListenerConfig.host",
-    "ManagementConfig.host", "User.name", "AuthConfig.anonymous_user",
-    "CertificateUser.name",
+    "ManagementConfig.host", "ManagementConfig.admin_group", "User.name",
+    "AuthConfig.anonymous_user", "CertificateUser.name",
     "DestinationPolicy.dead_letter_queue", "NetworkConnectorConfig.name",
     "NetworkConnectorConfig.uri",
 })
@@ -569,6 +570,7 @@ class _Builder:
                     raise URIError(peer, peer, "a peer is one endpoint URI, not a composite")
             except URIError as exc:
                 raise self.src.error(str(exc), f"{BROKER_SECTION}.advertised_peers") from None
+        self._check_management(config)
         connectors: set[str] = set()
         for i, nc in enumerate(config.network_connectors):
             at = f"network_connectors[{i}]"
@@ -596,6 +598,16 @@ class _Builder:
             except DestinationError as exc:
                 raise self.src.error(f"not a destination pattern like 'orders.>': "
                                      f"{exc.message}", f"{at}.{key}") from None
+
+    def _check_management(self, config: BrokerConfig) -> None:
+        mgmt = config.management
+        if mgmt.ssl_keyfile is not None and mgmt.ssl_certfile is None:
+            raise self.src.error("ssl_keyfile needs ssl_certfile (the certificate the "
+                                 "management endpoint serves HTTPS with)",
+                                 "management.ssl_keyfile")
+        problem = management_exposure(config)
+        if problem is not None:
+            raise self.src.error(problem, "management.host")
 
     def _check_discovery_uri(self, lst: ListenerConfig, path: str) -> None:
         if lst.protocol not in _BRIDGE_PROTOCOLS:

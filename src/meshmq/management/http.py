@@ -1,7 +1,9 @@
 """A tiny JSON-over-HTTP management endpoint (``meshmq stat`` reads it).
 
 Deliberately minimal (no framework): GET /api/stat, GET /api/health. It binds
-to loopback by default; it will grow into the web console.
+to loopback by default; it will grow into the web console. Off loopback every
+request needs HTTP Basic credentials (:mod:`meshmq.management.access`); with
+``ssl_certfile`` it speaks HTTPS only.
 """
 
 from __future__ import annotations
@@ -10,9 +12,12 @@ import asyncio
 import errno
 import json
 import logging
+import ssl
 from typing import TYPE_CHECKING
 
-from meshmq.errors import describe_bind_failure
+from meshmq.config.model import ManagementConfig, management_exposure
+from meshmq.errors import ConfigError, describe_bind_failure
+from meshmq.management.access import REALM, decide
 
 if TYPE_CHECKING:
     from meshmq.transport.runtime import BrokerRuntime
@@ -28,12 +33,19 @@ class ManagementServer:
         self.address: tuple[str, int] | None = None
 
     async def start(self) -> None:
-        cfg = self.runtime.config.management
+        config = self.runtime.config
+        cfg = config.management
+        # The loader refuses this too; a host from `meshmq broker --management` has not
+        # been through the loader.
+        problem = management_exposure(config)
+        if problem is not None:
+            raise ConfigError(problem, file=config.source, option="management.host")
+        tls = _tls_context(cfg, config.source)
         tries = 21 if cfg.next_free_port and cfg.port else 1
         for offset in range(tries):
             try:
                 self._server = await asyncio.start_server(
-                    self._handle, cfg.host, cfg.port + offset, reuse_address=True)
+                    self._handle, cfg.host, cfg.port + offset, reuse_address=True, ssl=tls)
                 break
             except OSError as exc:
                 if exc.errno == errno.EADDRINUSE and offset + 1 < tries:
@@ -47,7 +59,10 @@ class ManagementServer:
         self.address = (sock[0], sock[1])
         self.runtime.addresses["management"] = self.address
         moved = f" ({cfg.port} was in use)" if cfg.port and sock[1] != cfg.port else ""
-        log.info("management endpoint on http://%s:%d/api/stat%s", sock[0], sock[1], moved)
+        scheme = "https" if tls is not None else "http"
+        login = "" if cfg.loopback else " (HTTP Basic login required)"
+        log.info("management endpoint on %s://%s:%d/api/stat%s%s", scheme, sock[0], sock[1],
+                 moved, login)
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -66,7 +81,13 @@ class ManagementServer:
                 return
             method, path, _ = parts
             path = path.split("?", 1)[0]
-            if method != "GET":
+            decision = decide(self.runtime.config, method, _header(head, b"authorization"),
+                              self.runtime.broker.authenticate)
+            if not decision.allowed:
+                await self._reply(writer, decision.status, {"error": decision.error})
+            elif method != "GET":
+                # No operation changes the broker yet; decide() has already required
+                # the admin group for any that will.
                 await self._reply(writer, 405, {"error": f"method {method} not allowed"})
             elif path == "/api/stat":
                 await self._reply(writer, 200, self.runtime.statistics())
@@ -76,7 +97,7 @@ class ManagementServer:
             else:
                 await self._reply(writer, 404, {"error": f"no such resource: {path}"})
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError,
-                ConnectionError, ValueError):
+                ConnectionError, ValueError, ssl.SSLError):
             pass
         finally:
             writer.close()
@@ -84,9 +105,34 @@ class ManagementServer:
     @staticmethod
     async def _reply(writer: asyncio.StreamWriter, status: int, body: object) -> None:
         data = json.dumps(body, indent=2, default=str).encode()
-        reason = {200: "OK", 400: "Bad Request", 404: "Not Found",
-                  405: "Method Not Allowed"}[status]
+        reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
+                  404: "Not Found", 405: "Method Not Allowed"}[status]
+        challenge = (f'WWW-Authenticate: Basic realm="{REALM}", charset="UTF-8"\r\n'
+                     if status == 401 else "")
         writer.write(f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
-                     f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode()
-                     + data)
+                     f"{challenge}Content-Length: {len(data)}\r\nConnection: close\r\n"
+                     "\r\n".encode() + data)
         await writer.drain()
+
+
+def _header(head: bytes, name: bytes) -> str | None:
+    """The value of header ``name`` (lower case) in a request head, or None."""
+    for line in head.split(b"\r\n")[1:]:
+        key, sep, value = line.partition(b":")
+        if sep and key.strip().lower() == name:
+            return value.strip().decode("latin-1")
+    return None
+
+
+def _tls_context(cfg: ManagementConfig, source: str | None) -> ssl.SSLContext | None:
+    if cfg.ssl_certfile is None:
+        return None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(cfg.ssl_certfile, cfg.ssl_keyfile)
+    except OSError as exc:  # ssl.SSLError too
+        key = f" (key {cfg.ssl_keyfile})" if cfg.ssl_keyfile else ""
+        raise ConfigError(f"cannot load {cfg.ssl_certfile}{key}: {exc.strerror or exc}",
+                          file=source, option="management.ssl_certfile") from None
+    return ctx

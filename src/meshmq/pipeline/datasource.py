@@ -29,7 +29,14 @@ Options (all strings):
                        ``failover:(tcp://a:61613,tcp://b:61613)``; required
 ``destination``        ``/queue/name`` (``name`` alone means a queue); required
                        for reading, optional for writing when rows have one
-``login``/``passcode`` credentials
+``login``/``passcode`` credentials: the job's user, whose destination rights apply
+``trustStore``         TLS: the CA bundle (PEM) that signed the brokers' certificates
+                       (default: the system's); ``ssl://``/``stomp+ssl://`` addresses
+                       are TLS, and every address is once trustStore or keyStore is set
+``keyStore``           TLS: a client certificate (PEM) to present
+``keyStoreKey``        TLS: its private key (PEM), unless ``keyStore`` holds it
+``keyStorePassword``   TLS: the passphrase of an encrypted key
+``verifyHostName``     TLS: ``true`` (default) checks the certificate's host name
 ``mode``               ``stream`` (default) or ``queue`` (reading)
 ``bodyType``           ``string`` (default) or ``binary``: the ``body`` column's type
 ``startingOffset``     ``first`` (default), ``next``, or an offset (stream mode)
@@ -63,6 +70,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from meshmq.client.tls import TlsSettings
 from meshmq.core.stream import FIRST_HEADER, NEXT_HEADER, OFFSET_HEADER
 from meshmq.pipeline.stomp_io import StompIOError, StompLink
 
@@ -105,6 +113,11 @@ class Options:
     fail_on_data_loss: bool = True
     prefetch: int = 0
     producer_id: str | None = None
+    trust_store: str | None = None
+    key_store: str | None = None
+    key_store_key: str | None = None
+    key_store_password: str | None = None
+    verify_host_name: bool = True
 
     @classmethod
     def parse(cls, raw: Mapping[str, str], *, reading: bool) -> Options:
@@ -147,6 +160,13 @@ class Options:
         if loss not in ("true", "false"):
             raise ValueError(f"meshmq option failOnDataLoss must be true or false, "
                              f"got {loss!r}")
+        verify = opts.get("verifyhostname", "true").lower()
+        if verify not in ("true", "false"):
+            raise ValueError(f"meshmq option verifyHostName must be true or false, "
+                             f"got {verify!r}")
+        if "keystorekey" in opts and "keystore" not in opts:
+            raise ValueError("meshmq option keyStoreKey needs keyStore (the client "
+                             "certificate the key belongs to)")
         max_rows = number("maxRowsPerBatch", 10_000, 0)
         return cls(brokers=brokers, destination=destination, login=opts.get("login"),
                    passcode=opts.get("passcode"), mode=mode, binary=body == "binary",
@@ -154,10 +174,20 @@ class Options:
                    partition_size=number("partitionSize", 5000, 1),
                    fail_on_data_loss=loss == "true",
                    prefetch=number("prefetch", 3 * max_rows if max_rows else 30_000, 1),
-                   producer_id=opts.get("producerid"))
+                   producer_id=opts.get("producerid"), trust_store=opts.get("truststore"),
+                   key_store=opts.get("keystore"), key_store_key=opts.get("keystorekey"),
+                   key_store_password=opts.get("keystorepassword"),
+                   verify_host_name=verify == "true")
+
+    def tls(self) -> TlsSettings:
+        return TlsSettings(cafile=self.trust_store, certfile=self.key_store,
+                           keyfile=self.key_store_key, key_password=self.key_store_password,
+                           check_hostname=self.verify_host_name)
 
     def link(self) -> StompLink:
-        return StompLink(self.brokers, login=self.login, passcode=self.passcode)
+        # A CA or client certificate given means TLS, whatever the addresses say.
+        return StompLink(self.brokers, login=self.login, passcode=self.passcode,
+                         tls=self.tls(), tls_only=bool(self.trust_store or self.key_store))
 
 
 def schema_ddl(binary: bool) -> str:

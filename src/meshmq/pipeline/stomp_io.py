@@ -9,12 +9,18 @@ broker that accepts the connection is used.
 from __future__ import annotations
 
 import socket
+import ssl
 import time
 from collections import deque
 from urllib.parse import urlparse
 
+from meshmq.client.errors import TlsSetupError
+from meshmq.client.tls import TlsSettings, client_context, describe_tls_failure
 from meshmq.errors import MeshmqError
 from meshmq.protocol.stomp import Frame, StompParser, encode_frame
+
+_CA_HINT = "pass the broker's CA with the trustStore option"
+_CERT_HINT = "pass one with the keyStore (and keyStoreKey) options"
 
 
 class StompIOError(MeshmqError):
@@ -22,9 +28,18 @@ class StompIOError(MeshmqError):
     retriable = True
 
 
+_TLS_SCHEMES = frozenset({"ssl", "stomp+ssl", "stomp+nio+ssl"})
+
+
 def parse_brokers(uri: str) -> list[tuple[str, int]]:
     """``failover:(tcp://a:61613,tcp://b:61613)?opts``, ``stomp://a:61613``, ``a:61613``
     or ``a:1,b:2`` -> [(host, port), ...]."""
+    return [(host, port) for host, port, _ in parse_broker_list(uri)]
+
+
+def parse_broker_list(uri: str) -> list[tuple[str, int, bool]]:
+    """As :func:`parse_brokers`, with whether each address is TLS (``ssl://``,
+    ``stomp+ssl://``; their default port is 61612)."""
     text = uri.strip()
     if text.startswith("failover:"):
         text = text[len("failover:"):]
@@ -43,25 +58,42 @@ def parse_brokers(uri: str) -> list[tuple[str, int]]:
         parsed = urlparse(part if "://" in part else f"stomp://{part}")
         if not parsed.hostname:
             raise ValueError(f"no host in broker address {part!r} (of {uri!r})")
-        out.append((parsed.hostname, parsed.port or 61613))
+        tls = parsed.scheme.lower() in _TLS_SCHEMES
+        out.append((parsed.hostname, parsed.port or (61612 if tls else 61613), tls))
     if not out:
         raise ValueError(f"no broker address in {uri!r}")
     return out
 
 
 class StompLink:
+    """``tls``: the settings for TLS addresses (``ssl://``, ``stomp+ssl://``; every
+    address with ``tls_only``); the broker's certificate is verified (meshmq.client.tls)."""
+
     def __init__(self, brokers: str, *, login: str | None = None,
-                 passcode: str | None = None, timeout: float = 30.0) -> None:
+                 passcode: str | None = None, timeout: float = 30.0,
+                 tls: TlsSettings | None = None, tls_only: bool = False) -> None:
         self.parser = StompParser(version="1.2")
         self.frames: deque[Frame] = deque()
         self.timeout = timeout
         self._receipts = 0
         errors = []
-        for host, port in parse_brokers(brokers):
+        context: ssl.SSLContext | None = None
+        for host, port, secure in parse_broker_list(brokers):
             try:
-                self.sock = socket.create_connection((host, port), timeout=timeout)
+                if secure or tls_only:
+                    if context is None:
+                        context = client_context(tls or TlsSettings())
+                    self.sock = _tls_connect(host, port, timeout, context)
+                else:
+                    self.sock = socket.create_connection((host, port), timeout=timeout)
                 break
+            except TlsSetupError as exc:
+                raise StompIOError(str(exc), retriable=False) from None
             except OSError as exc:
+                cert = describe_tls_failure(f"{host}:{port}", exc, ca_hint=_CA_HINT,
+                                            cert_hint=_CERT_HINT)
+                if cert is not None:
+                    raise StompIOError(str(cert), retriable=False) from None
                 errors.append(f"{host}:{port}: {exc}")
         else:
             raise StompIOError("no broker reachable: " + "; ".join(errors))
@@ -69,10 +101,14 @@ class StompLink:
         headers = [("accept-version", "1.2"), ("host", "meshmq"), ("heart-beat", "0,0")]
         if login is not None:
             headers += [("login", login), ("passcode", passcode or "")]
-        self.sock.sendall(encode_frame("CONNECT", headers, version="1.2"))
-        frame = self.next_frame(timeout)
-        if frame is None or frame.command != "CONNECTED":
-            raise StompIOError(f"CONNECT failed: {frame.command if frame else 'no answer'}")
+        try:
+            self.sock.sendall(encode_frame("CONNECT", headers, version="1.2"))
+            frame = self.next_frame(timeout)
+            if frame is None or frame.command != "CONNECTED":
+                raise StompIOError(f"CONNECT failed: {frame.command if frame else 'no answer'}")
+        except BaseException:  # a refused login, say: the socket is not kept
+            self.sock.close()
+            raise
 
     def next_frame(self, timeout: float | None = None) -> Frame | None:
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
@@ -155,3 +191,13 @@ class StompLink:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _tls_connect(host: str, port: int, timeout: float, context: ssl.SSLContext
+                 ) -> socket.socket:
+    raw = socket.create_connection((host, port), timeout=timeout)
+    try:
+        return context.wrap_socket(raw, server_hostname=host)
+    except BaseException:
+        raw.close()
+        raise
