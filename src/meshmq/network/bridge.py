@@ -26,6 +26,7 @@ from meshmq.network.receiver import Receiver
 from meshmq.network.stats import LinkCounters
 from meshmq.protocol.wire import (
     FEATURE_MESSAGES_AGAIN,
+    FEATURE_REFUSALS,
     FEATURES,
     WIRE_VERSION,
     FrameType,
@@ -227,7 +228,8 @@ class Bridge(LinkEnd):
             return (kind, f"{endpoint}: {cause}")
         return error
 
-    def _start_halves(self, link: WireLink, *, again: bool = False) -> None:
+    def _start_halves(self, link: WireLink, *, again: bool = False,
+                      refusals: bool = False) -> None:
         assert self.remote is not None
         cfg = self.config
         self.forwarder = Forwarder(self.manager, link, cfg, self.remote,
@@ -237,7 +239,8 @@ class Bridge(LinkEnd):
         if cfg.duplex:
             self.receiver = Receiver(self.manager, link, self.remote,
                                      DestinationFilter.of(cfg), self.counters,
-                                     resync_s=cfg.interest_resync_ms / 1000)
+                                     resync_s=cfg.interest_resync_ms / 1000,
+                                     refusals=refusals)
             self.receiver.start()
         if cfg.static_bridge or self.static:
             # No interest is needed for static demand; forward at once.
@@ -261,10 +264,11 @@ class Bridge(LinkEnd):
                 self.remote = str(body.get("broker", "?"))
                 self.remote_client_uris = client_uris_of(body)
                 features = body.get("features")
-                again = isinstance(features, list) and FEATURE_MESSAGES_AGAIN in features
+                offered = features if isinstance(features, list) else []
                 # The remote's first INTEREST may follow in this very read: the
                 # halves must exist before the next frame is handled.
-                self._start_halves(link, again=again)
+                self._start_halves(link, again=FEATURE_MESSAGES_AGAIN in offered,
+                                   refusals=FEATURE_REFUSALS in offered)
                 hs.set_result(("welcome", ""))
                 return
             if frame.type is FrameType.REFUSE:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from meshmq.core.auth import Principal
 from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
 from meshmq.core.queue import BrowseEnd, Delivery
-from meshmq.errors import MeshmqError, RemoteProtocolError
+from meshmq.errors import AuthorizationError, MeshmqError, RemoteProtocolError
 from meshmq.network.interest import Demand, InterestItem, plan_demand
 from meshmq.network.stats import LinkCounters
 from meshmq.protocol.wire import AckStatus, FrameType, encode_records
@@ -76,6 +76,9 @@ class Forwarder:
         self._redispatch: asyncio.TimerHandle | None = None
         self._draining: dict[Consumer, bool] = {}  # demand gone, waiting for acks
         self._retry_pause: asyncio.TimerHandle | None = None
+        # Destinations the remote refused for this link's user (AckStatus.REFUSED): not
+        # forwarded until its next full interest sync, so a change of rights heals.
+        self.refused: set[Destination] = set()
         self.runtime.register(self)
         self.runtime.accepted(self)
 
@@ -84,6 +87,9 @@ class Forwarder:
         if op == "sync":
             self.items = {i.id: i for i in map(InterestItem.from_json, _list(body, "items"))}
             self.synced = True
+            if self.refused:
+                self.refused.clear()
+                self.redispatch()
         else:
             for x in _list(body, "add"):
                 item = InterestItem.from_json(x)
@@ -127,6 +133,8 @@ class Forwarder:
                                 subscription_name=demand.durable_name)
             try:
                 consumer = self.broker.subscribe(conn, f"nc{len(self.demands)}-{key}", spec)
+            except AuthorizationError:
+                continue  # the link's user may not read it here (the core logged it)
             except MeshmqError as exc:
                 log.warning("bridge %s -> %s: cannot create demand for %s: %s",
                             self.config.name, self.remote, dest, exc)
@@ -151,6 +159,8 @@ class Forwarder:
 
     # ------------------------------------------------------------ what may cross
     def _may_forward(self, msg: Message) -> bool:
+        if self.refused and msg.destination in self.refused:
+            return False  # stays here for local consumers
         path = msg.broker_path
         if self.remote in path:
             # Back towards a broker it came from: only queue messages stuck here.
@@ -283,6 +293,22 @@ class Forwarder:
                     entry.queue.release(entry, count_delivery=False,
                                         cause="the remote broker asked to retry later")
                 self._pause_for_retry()
+                continue
+            if status is AckStatus.REFUSED:
+                # The remote's rights do not let this link's user send it there: keep it
+                # for local consumers, and stop offering that destination for a while.
+                entry = consumer.dispatched.pop(tag, None)
+                if entry is not None:
+                    dest = entry.message.destination
+                    if dest not in self.refused:
+                        log.warning("bridge %s -> %s: broker %s refuses %s from this "
+                                    "link's user; its messages stay here (see the remote's "
+                                    "log and authorization map)", self.config.name,
+                                    self.remote, self.remote, dest)
+                        self.refused.add(dest)
+                    self.counters.refused += 1
+                    entry.queue.release(entry, count_delivery=False,
+                                        cause="the remote broker refused it (not authorized)")
                 continue
             self.counters.acknowledged += 1
             if status is AckStatus.DUPLICATE:

@@ -1,6 +1,11 @@
 """The receiving half of a link: advertise this broker's consumers to the remote
 broker, take the messages it forwards, and settle them once they are stored here.
 
+Only interest the link's user may act on goes out: under an authorization map, a
+destination it may not write here is not advertised, so the remote never forwards what
+this broker would refuse (docs/security.md). A message that arrives anyway (a wildcard
+demand covering destinations it may not write) is REFUSED, and stays on the remote.
+
 Interest goes out as explicit INTEREST frames — a full ``sync`` first, then ``update``s
 as consumers come and go, and a full ``sync`` again every ``interest_resync_ms`` so an
 update lost to a bug or a race heals by itself (anti-entropy) instead of leaving a
@@ -14,6 +19,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from meshmq.core.auth import Principal
+from meshmq.core.authorization import Right
 from meshmq.core.dedup import network_key
 from meshmq.errors import AuthorizationError, DestinationError, MeshmqError, ResourceLimitError
 from meshmq.network.interest import DestinationFilter, InterestItem, local_interest
@@ -31,7 +37,8 @@ log = logging.getLogger("meshmq.network")
 
 class Receiver:
     def __init__(self, manager: NetworkManager, link: WireLink, remote: str,
-                 flt: DestinationFilter, counters: LinkCounters, *, resync_s: float) -> None:
+                 flt: DestinationFilter, counters: LinkCounters, *, resync_s: float,
+                 refusals: bool = False) -> None:
         self.manager = manager
         self.runtime = manager.runtime
         self.broker = manager.runtime.broker
@@ -40,6 +47,8 @@ class Receiver:
         self.filter = flt
         self.counters = counters
         self.resync_s = resync_s
+        # The sender understands REFUSED (FEATURE_REFUSALS); else it gets RETRY.
+        self.refusals = refusals
         principal = Principal(f"network:{remote}", frozenset({"network"}), internal=True)
         self.conn = self.broker.open_connection(principal, remote=link.peer,
                                                 protocol="network")
@@ -56,12 +65,19 @@ class Receiver:
     def _send_sync(self) -> None:
         if self.closed:
             return
-        self.advertised = local_interest(self.broker, self.remote, self.filter)
+        self.advertised = self._interest()
         self.link.write(encode_json(FrameType.INTEREST, {
             "op": "sync", "items": [i.to_json() for i in self.advertised.values()]}))
         if self.resync_s > 0:
             self._resync = asyncio.get_running_loop().call_later(self.resync_s,
                                                                  self._send_sync)
+
+    def _interest(self) -> dict[str, InterestItem]:
+        items = local_interest(self.broker, self.remote, self.filter)
+        if self.broker.authz is None or self.conn.principal.internal:
+            return items
+        may, principal = self.broker.may, self.conn.principal
+        return {k: i for k, i in items.items() if may(principal, Right.WRITE, i.destination)}
 
     def _on_consumer_event(self, event: ConsumerEvent) -> None:
         if not self._update_scheduled and not self.closed:
@@ -73,7 +89,7 @@ class Receiver:
         self._update_scheduled = False
         if self.closed:
             return
-        now = local_interest(self.broker, self.remote, self.filter)
+        now = self._interest()
         added = [i.to_json() for k, i in now.items() if self.advertised.get(k) != i]
         removed = [k for k in self.advertised if k not in now]
         self.advertised = now
@@ -126,8 +142,13 @@ class Receiver:
             dedup.forget(key)
             return AckStatus.RETRY, False
         except AuthorizationError:
-            # The remote's statistics or advisories: each broker writes its own.
-            return AckStatus.DROPPED, False
+            dedup.forget(key)
+            if dest.is_broker_owned:
+                # The remote's statistics or advisories: each broker writes its own.
+                return AckStatus.DROPPED, False
+            # The link's user may not send it here (logged and counted by the core):
+            # it stays on the remote, for its own consumers.
+            return (AckStatus.REFUSED if self.refusals else AckStatus.RETRY), False
         except DestinationError as exc:
             log.info("network message %s for %s dropped: %s", msg.message_id, dest, exc)
             return AckStatus.DROPPED, False

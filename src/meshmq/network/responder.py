@@ -17,6 +17,7 @@ from meshmq.network.receiver import Receiver
 from meshmq.network.stats import LinkCounters
 from meshmq.protocol.wire import (
     FEATURE_MESSAGES_AGAIN,
+    FEATURE_REFUSALS,
     FEATURES,
     WIRE_VERSION,
     FrameType,
@@ -99,7 +100,8 @@ class Responder(LinkEnd):
             "version": WIRE_VERSION, "broker": broker.name,
             "client_uris": self.manager.client_uris(), "features": features}))
         self.receiver = Receiver(self.manager, link, remote, flt, self.counters,
-                                 resync_s=config.interest_resync_ms / 1000)
+                                 resync_s=config.interest_resync_ms / 1000,
+                                 refusals=FEATURE_REFUSALS in features)
         self.receiver.start()
         if self.duplex:
             static = ()  # the initiator forwards its static destinations itself

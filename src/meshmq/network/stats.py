@@ -36,6 +36,7 @@ class LinkCounters:
     acknowledged: int = 0  # ... and settled by it (stored, or a duplicate it already had)
     duplicates: int = 0  # ... of which it already had
     dropped: int = 0  # ... that it could not take and never will (e.g. temp queue gone)
+    refused: int = 0  # ... that the link's user may not send there (kept here)
     received: int = 0  # messages the remote broker forwarded to us
     received_duplicates: int = 0
     forward_rate: RateMeter = field(default_factory=RateMeter)
@@ -44,6 +45,7 @@ class LinkCounters:
     def as_dict(self) -> dict[str, object]:
         return {"forwarded": self.forwarded, "acknowledged": self.acknowledged,
                 "duplicates": self.duplicates, "dropped": self.dropped,
+                "refused": self.refused,
                 "received": self.received, "received_duplicates": self.received_duplicates,
                 "forward_rate": self.forward_rate.rate(),
                 "receive_rate": self.receive_rate.rate()}

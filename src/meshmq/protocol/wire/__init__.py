@@ -2,6 +2,7 @@
 
 from meshmq.protocol.wire.codec import (
     FEATURE_MESSAGES_AGAIN,
+    FEATURE_REFUSALS,
     FEATURES,
     MAGIC,
     MAX_FRAME,
@@ -23,6 +24,7 @@ from meshmq.protocol.wire.codec import (
 __all__ = [
     "FEATURES",
     "FEATURE_MESSAGES_AGAIN",
+    "FEATURE_REFUSALS",
     "MAGIC",
     "MAX_FRAME",
     "WIRE_VERSION",

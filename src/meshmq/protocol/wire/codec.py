@@ -33,7 +33,9 @@ MAX_FRAME = 128 * 1024 * 1024
 # Optional abilities a peer lists in HELLO / WELCOME ("features"); each side uses one only
 # when the other listed it, so brokers of older versions keep linking.
 FEATURE_MESSAGES_AGAIN = "messages-again"
-FEATURES = (FEATURE_MESSAGES_AGAIN,)
+# The receiver may answer REFUSED (its rights for the link's user do not allow it).
+FEATURE_REFUSALS = "refusals"
+FEATURES = (FEATURE_MESSAGES_AGAIN, FEATURE_REFUSALS)
 
 _HEAD = struct.Struct(">IB")
 _COUNT = struct.Struct(">I")
@@ -68,6 +70,10 @@ class AckStatus(enum.IntEnum):
     DUPLICATE = 1  # already had it: the sender may forget it too
     DROPPED = 2  # cannot be delivered here and never will (e.g. its temp queue is gone)
     RETRY = 3  # not taken now (e.g. memory limit): the sender keeps it for later
+    # The link's user may not send it here (authorization): the sender keeps it for its
+    # own consumers and stops forwarding that destination over this link for a while.
+    # Only to a peer that listed FEATURE_REFUSALS; others get RETRY.
+    REFUSED = 4
 
 
 @dataclass(frozen=True, slots=True)
