@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hmac
 from dataclasses import dataclass
+from typing import Any
 
 from meshmq.config.model import AuthConfig
 from meshmq.errors import AuthenticationError
@@ -51,3 +52,16 @@ class Authenticator:
         if not hmac.compare_digest(supplied, expected) or user is None:
             raise AuthenticationError("Authentication failed")
         return Principal(user.name, frozenset(user.groups))
+
+    def certificate_principal(self, cert: dict[str, Any]) -> Principal:
+        """The principal of a peer whose certificate TLS verified (broker links over
+        mutual TLS): its subject DN in Java's form, most specific first, e.g.
+        "CN=b, OU=brokers, O=meshmq"; no groups. A minimal form: certificate
+        authentication of clients maps DNs to users and groups on top of this."""
+        names = {"commonName": "CN", "organizationalUnitName": "OU", "organizationName": "O",
+                 "localityName": "L", "stateOrProvinceName": "ST", "countryName": "C",
+                 "emailAddress": "EMAILADDRESS", "domainComponent": "DC"}
+        # getpeercert() lists RDNs from the root down; Java's getName() goes leaf first.
+        parts = [f"{names.get(k, k)}={v}" for rdn in reversed(cert.get("subject", ()))
+                 for k, v in rdn]
+        return Principal(", ".join(parts), frozenset())

@@ -70,6 +70,8 @@ class FollowerSide(NodeState):
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         decoder = WireDecoder(expect_magic=True)
         greeted = False
+        if self._server_tls is not None and not await self._start_tls(writer):
+            return
         try:
             while True:
                 data = await reader.read(1 << 16)
@@ -90,6 +92,27 @@ class FollowerSide(NodeState):
             log.debug("replication: inbound link closed: %r", exc)
         finally:
             writer.close()
+
+    async def _start_tls(self, writer: asyncio.StreamWriter) -> bool:
+        """TLS handshake of an accepted link; a failure (a plaintext node, a certificate
+        ssl_cafile does not trust) is logged once per address and kind."""
+        assert self._server_tls is not None
+        peer = writer.get_extra_info("peername")
+        try:
+            await writer.start_tls(self._server_tls,
+                                   ssl_handshake_timeout=self.ha.lease_ms / 1000)
+        except (OSError, TimeoutError, ConnectionError) as exc:
+            reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
+            if reason in ("HTTP_REQUEST", "WRONG_VERSION_NUMBER"):
+                reason = f"{reason}: the node speaks plaintext (no ha.ssl_certfile)"
+            key = (peer[0] if peer else "?", reason)
+            if key not in self._tls_refused:
+                self._tls_refused.add(key)
+                log.warning("replication: refused a link from %s: TLS handshake failed (%s)",
+                            peer, reason)
+            writer.transport.abort()
+            return False
+        return True
 
     async def _on_frame(self, frame: WireFrame, writer: asyncio.StreamWriter) -> None:
         if frame.type is FrameType.REPL_VOTE_REQUEST:

@@ -4,6 +4,7 @@ the node they are mixed into (``ReplicatedHa``): declared once, for the type che
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,8 @@ class NodeState:
     _elect_now: asyncio.Event
     _stop: asyncio.Event
     _snapshot: tuple[JournalStore, Path] | None
+    _server_tls: ssl.SSLContext | None
+    _tls_refused: set[tuple[str, str]]  # (address, why) of refused TLS handshakes, logged
 
     if TYPE_CHECKING:
         @property
