@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import ssl
 from typing import TYPE_CHECKING, Any
 
 from meshmq.errors import MeshmqError, StoreError
@@ -102,15 +103,12 @@ class FollowerSide(NodeState):
             await writer.start_tls(self._server_tls,
                                    ssl_handshake_timeout=self.ha.lease_ms / 1000)
         except (OSError, TimeoutError, ConnectionError) as exc:
-            reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
-            if reason in ("HTTP_REQUEST", "WRONG_VERSION_NUMBER"):
-                reason = f"{reason}: the node speaks plaintext (no ha.ssl_certfile)"
-            key = (peer[0] if peer else "?", reason)
-            if key not in self._tls_refused:
-                self._tls_refused.add(key)
-                log.warning("replication: refused a link from %s: TLS handshake failed (%s)",
-                            peer, reason)
             writer.transport.abort()
+            if isinstance(exc, ConnectionError) and not isinstance(exc, ssl.SSLError):
+                # The dialer gave up (a vote round that was already decided): no refusal.
+                log.debug("replication: link from %s closed during the TLS handshake", peer)
+                return False
+            self._tls_failed(f"{peer[0]}:{peer[1]}" if peer else "?", "from", exc)
             return False
         return True
 

@@ -168,9 +168,28 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
     async def _dial(self, host: str, port: int
                     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         ctx = self._client_tls
-        return await asyncio.open_connection(
-            host, port, ssl=ctx, server_hostname=host if ctx is not None else None,
-            ssl_handshake_timeout=self.ha.lease_ms / 1000 if ctx is not None else None)
+        try:
+            return await asyncio.open_connection(
+                host, port, ssl=ctx, server_hostname=host if ctx is not None else None,
+                ssl_handshake_timeout=self.ha.lease_ms / 1000 if ctx is not None else None)
+        except ssl.SSLError as exc:
+            # An EOF mid-handshake is a node going away as often as a refusal: not logged.
+            if not isinstance(exc, ssl.SSLEOFError):
+                self._tls_failed(f"{host}:{port}", "to", exc)
+            raise
+
+    def _tls_failed(self, peer: str, direction: str, exc: BaseException) -> None:
+        """Log a failed TLS handshake once per address and cause (peers retry often)."""
+        reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
+        if reason in ("HTTP_REQUEST", "WRONG_VERSION_NUMBER"):
+            reason = f"{reason}: the node speaks plaintext (no ha.ssl_certfile)"
+        elif isinstance(exc, ssl.SSLCertVerificationError):
+            reason = f"{exc.verify_message}: a certificate ha.ssl_cafile does not trust"
+        key = (f"{direction} {peer.rpartition(':')[0]}", reason)
+        if key not in self._tls_refused:
+            self._tls_refused.add(key)
+            log.warning("replication: refused a link %s %s: TLS handshake failed (%s)",
+                        direction, peer, reason)
 
     # ------------------------------------------------------------ state and status
     @property

@@ -308,13 +308,18 @@ class Bridge(LinkEnd):
     def on_lost(self, link: WireLink, cause: str) -> None:
         hs = self._handshake
         if link is self.link and hs is not None and not hs.done():
-            if isinstance(link.lost_exc, ssl.SSLError):
-                # TLS 1.3: the remote checks our certificate after our handshake ended.
+            tls = self.connected_to is not None and self.connected_to.tls
+            if isinstance(link.lost_exc, ssl.SSLError) or (tls and link.bytes_in == 0):
+                # TLS 1.3: the remote checks our certificate after our side of the
+                # handshake ended, then closes (with an alert, or without a word).
+                why = (f" ({link.lost_exc.reason})"
+                       if isinstance(link.lost_exc, ssl.SSLError) else "")
                 hs.set_result(("tls-refused",
-                               f"{self.connected_to}: the remote refused this broker's TLS "
-                               f"certificate ({link.lost_exc.reason}): set ssl_certfile/"
-                               "ssl_keyfile of the network connector to a certificate that "
-                               "the remote listener's ssl_cafile trusts"))
+                               f"{self.connected_to}: the remote closed the TLS connection "
+                               f"without answering{why}: it refuses this broker's "
+                               "certificate? Set ssl_certfile/ssl_keyfile of the network "
+                               "connector to a certificate that the remote listener's "
+                               "ssl_cafile trusts"))
                 return
             hint = ""
             if self.connected_to is not None and not self.connected_to.tls and \

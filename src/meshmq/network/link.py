@@ -190,7 +190,8 @@ class TlsGate(asyncio.Protocol):
                 tcp, self.link, self.ctx, server_side=True,
                 ssl_handshake_timeout=self.timeout_s)
         except (OSError, TimeoutError, ConnectionError) as exc:
-            self.on_failure(where, _tls_reason(exc))
+            if isinstance(exc, ssl.SSLError) or not isinstance(exc, ConnectionError):
+                self.on_failure(where, _tls_reason(exc))  # a peer gone is no refusal
             tcp.abort()
             self.link.connection_lost(None)
             return
