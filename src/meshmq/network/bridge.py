@@ -176,12 +176,7 @@ class Bridge(LinkEnd):
                     error = ("tls-config", f"{endpoint}: {exc}")
                     continue
             try:
-                _, link = await asyncio.wait_for(loop.create_connection(
-                    lambda: WireLink(self, initiator=True,
-                                     heartbeat_s=self.config.heartbeat_ms / 1000),
-                    endpoint.host, endpoint.port, ssl=ctx,
-                    server_hostname=endpoint.host if ctx is not None else None,
-                    ssl_handshake_timeout=timeout if ctx is not None else None), timeout)
+                link = await asyncio.wait_for(self._connect(endpoint, ctx, timeout), timeout)
             except ssl.SSLCertVerificationError as exc:
                 error = ("tls-verify-failed",
                          f"{endpoint}: the remote's certificate is not trusted "
@@ -249,6 +244,27 @@ class Bridge(LinkEnd):
                                "at": time.time()}
             return (kind, f"{endpoint}: {cause}")
         return error
+
+    async def _connect(self, endpoint: Endpoint, ctx: ssl.SSLContext | None,
+                       timeout: float) -> WireLink:
+        loop = asyncio.get_running_loop()
+        link = WireLink(self, initiator=True, heartbeat_s=self.config.heartbeat_ms / 1000)
+        if ctx is None:
+            await loop.create_connection(lambda: link, endpoint.host, endpoint.port)
+            return link
+        # The TLS handshake on a TCP connection of our own, so a failed handshake closes
+        # it at once (create_connection(ssl=...) can leave it half-closed).
+        tcp, _ = await loop.create_connection(asyncio.Protocol, endpoint.host, endpoint.port)
+        try:
+            tls = await loop.start_tls(tcp, link, ctx, server_hostname=endpoint.host,
+                                       ssl_handshake_timeout=timeout)
+        except BaseException:
+            tcp.abort()
+            raise
+        if tls is None:
+            raise ConnectionResetError("connection closed during the TLS handshake")
+        link.connection_made(tls)
+        return link
 
     def _start_halves(self, link: WireLink, *, again: bool = False) -> None:
         assert self.remote is not None

@@ -55,6 +55,9 @@ class WireLink(asyncio.Protocol):
         self.bytes_out = 0
         self.peercert: object = None  # over TLS: what getpeercert() returned
         self.lost_exc: Exception | None = None
+        self._early = b""
+        # The TCP connection while its TLS handshake runs (TlsGate): closed with the link.
+        self.pending: asyncio.BaseTransport | None = None
 
 
     # ------------------------------------------------------------ asyncio callbacks
@@ -68,8 +71,16 @@ class WireLink(asyncio.Protocol):
         if self.initiator:
             self.write(MAGIC)
         self._schedule()
+        early, self._early = self._early, b""
+        if early:
+            self.data_received(early)
 
     def data_received(self, data: bytes) -> None:
+        if self.transport is None:
+            # TLS (TlsGate): asyncio hands over data that came with the end of the
+            # handshake before the gate can call connection_made.
+            self._early += data
+            return
         self._last_rx = time.monotonic()
         self.bytes_in += len(data)
         try:
@@ -140,12 +151,16 @@ class WireLink(asyncio.Protocol):
         self.closed = True
         if self.transport is not None:
             self.transport.close()
+        elif self.pending is not None:
+            cast(asyncio.Transport, self.pending).abort()
 
     def abort(self, cause: str) -> None:
         self._close_cause = cause
         self.closed = True
         if self.transport is not None:
             self.transport.abort()
+        elif self.pending is not None:
+            cast(asyncio.Transport, self.pending).abort()
 
     # ------------------------------------------------------------ keep-alive
     def _schedule(self) -> None:
@@ -180,6 +195,7 @@ class TlsGate(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         tcp = cast(asyncio.Transport, transport)
         tcp.pause_reading()
+        self.link.pending = tcp
         self._task = asyncio.get_running_loop().create_task(self._handshake(tcp))
 
     async def _handshake(self, tcp: asyncio.Transport) -> None:
