@@ -248,21 +248,32 @@ class Bridge(LinkEnd):
     async def _connect(self, endpoint: Endpoint, ctx: ssl.SSLContext | None,
                        timeout: float) -> WireLink:
         loop = asyncio.get_running_loop()
-        link = WireLink(self, initiator=True, heartbeat_s=self.config.heartbeat_ms / 1000)
+        link = self.manager.track(WireLink(self, initiator=True,
+                                           heartbeat_s=self.config.heartbeat_ms / 1000))
         if ctx is None:
-            await loop.create_connection(lambda: link, endpoint.host, endpoint.port)
+            try:
+                await loop.create_connection(lambda: link, endpoint.host, endpoint.port)
+            except BaseException:
+                link.connection_lost(None)
+                raise
             return link
         # The TLS handshake on a TCP connection of our own, so a failed handshake closes
         # it at once (create_connection(ssl=...) can leave it half-closed).
-        tcp, _ = await loop.create_connection(asyncio.Protocol, endpoint.host, endpoint.port)
+        try:
+            tcp, _ = await loop.create_connection(asyncio.Protocol, endpoint.host,
+                                                  endpoint.port)
+        except BaseException:
+            link.connection_lost(None)  # never connected: nothing to wait for at stop
+            raise
         try:
             tls = await loop.start_tls(tcp, link, ctx, server_hostname=endpoint.host,
                                        ssl_handshake_timeout=timeout)
+            if tls is None:
+                raise ConnectionResetError("connection closed during the TLS handshake")
         except BaseException:
             tcp.abort()
+            link.connection_lost(None)
             raise
-        if tls is None:
-            raise ConnectionResetError("connection closed during the TLS handshake")
         link.connection_made(tls)
         return link
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from meshmq.core.selector import message_lookup
 from meshmq.errors import ConfigError
 from meshmq.network.bridge import ADVISORY_TOPIC, Bridge
-from meshmq.network.link import TlsGate
+from meshmq.network.link import TlsGate, WireLink
 from meshmq.network.responder import Responder
 from meshmq.network.targets import Endpoint, parse_endpoint, plan_connector
 from meshmq.protocol.wire import FrameType, encode_json
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("meshmq.network")
 
 ARRIVALS_KEPT = 100_000
+LINK_CLOSE_WAIT_S = 1.0  # how long stop() waits for links to finish closing
 
 
 class NetworkManager:
@@ -51,6 +52,7 @@ class NetworkManager:
         self._replanning = False
         self._refused: dict[str, str] = {}
         self._client_tls: dict[tuple[str, bool], ssl.SSLContext] = {}
+        self._links: set[WireLink] = set()  # every link not yet closed
 
     # ------------------------------------------------------------ listeners
     async def listen(self, listener: ListenerConfig,
@@ -71,7 +73,7 @@ class NetworkManager:
         def factory() -> asyncio.Protocol:
             responder = Responder(self, listener, ctx)
             self.inbound.add(responder)
-            link = responder.make_link()
+            link = self.track(responder.make_link())
             if ctx is None:
                 return link
             return TlsGate(link, ctx, self.inbound_heartbeat_s * 2, refused_tls)
@@ -83,6 +85,12 @@ class NetworkManager:
             addr = sock.getsockname()
             self.local_addresses.add((addr[0], addr[1]))
         return server
+
+    def track(self, link: WireLink) -> WireLink:
+        """Remember ``link`` until it is closed, so stop() can wait for it."""
+        self._links.add(link)
+        link.lost.add_done_callback(lambda _: self._links.discard(link))
+        return link
 
     def client_uris(self) -> list[str]:
         """Where clients reach this broker (told to peers in the handshake, so each
@@ -240,6 +248,18 @@ class NetworkManager:
                 responder.link.close("broker stopping")
             responder.teardown()
         self.inbound.clear()
+        # A TLS link closes with a close_notify exchange: give it a moment, then cut it.
+        links = list(self._links)
+        for link in links:
+            link.close("broker stopping")
+        waiting = [link.lost for link in links if not link.lost.done()]
+        if waiting:
+            await asyncio.wait(waiting, timeout=LINK_CLOSE_WAIT_S)
+            for link in links:
+                if not link.lost.done():
+                    link.abort("broker stopping")
+            for _ in range(3):  # let the aborted transports close their sockets
+                await asyncio.sleep(0)
 
     # ------------------------------------------------------------ shared services
     def arrived(self, msg: Message) -> None:
