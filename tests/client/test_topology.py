@@ -133,7 +133,7 @@ def test_updateuris_url_file_is_read_on_every_reconnect_cycle(
 def _bridged_pair(tmp_path: Path, *, push: bool) -> tuple[ThreadBroker, ThreadBroker]:
     """B, and A with a network connector to B; A's STOMP listener pushes or not."""
     from meshmq.config.model import ListenerConfig
-    from tests.network.helpers import connector, tcp_uri, wait_forwarding
+    from tests.network.helpers import LINK_AUTH, connector, tcp_uri, wait_forwarding
     from tests.support.brokers import make_config
 
     def listeners(pushing: bool) -> tuple[ListenerConfig, ...]:
@@ -141,7 +141,8 @@ def _bridged_pair(tmp_path: Path, *, push: bool) -> tuple[ThreadBroker, ThreadBr
                                update_cluster_clients=pushing),
                 ListenerConfig(name="tcp", protocol="tcp", host="127.0.0.1", port=0))
 
-    b = ThreadBroker(make_config(tmp_path / "b", broker_name="b", listeners=listeners(False)))
+    b = ThreadBroker(make_config(tmp_path / "b", broker_name="b", listeners=listeners(False),
+                                 auth=LINK_AUTH))
     b.start()
     a = ThreadBroker(make_config(tmp_path / "a", broker_name="a", listeners=listeners(push),
                                  network_connectors=(connector(f"static:({tcp_uri(b)})"),)))

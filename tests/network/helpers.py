@@ -9,8 +9,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from meshmq.config.model import ListenerConfig, NetworkConnectorConfig
+from meshmq.config.model import AuthConfig, ListenerConfig, NetworkConnectorConfig, User
 from tests.support.brokers import ThreadBroker, make_config, poll
+
+# Broker links are admitted only for a configured user: every test broker has this one
+# (anonymous clients are still welcome) and connectors log in with it by default.
+LINK_USER = User("link", "link-secret")
+LINK_AUTH = AuthConfig(users=(LINK_USER,))
 
 
 def net_config(data: Path, name: str, *connectors: NetworkConnectorConfig,
@@ -18,11 +23,14 @@ def net_config(data: Path, name: str, *connectors: NetworkConnectorConfig,
     listeners = (ListenerConfig(name="stomp", protocol="stomp", host="127.0.0.1", port=0,
                                 update_cluster_clients=update_cluster_clients),
                  ListenerConfig(name="tcp", protocol="tcp", host="127.0.0.1", port=0))
+    changes.setdefault("auth", LINK_AUTH)
     return make_config(data, broker_name=name, listeners=listeners,
                        network_connectors=tuple(connectors), **changes)
 
 
 def connector(uri: str, **kw: Any) -> NetworkConnectorConfig:
+    if "username" not in kw and "ssl_certfile" not in kw:
+        kw["username"], kw["password"] = LINK_USER.name, LINK_USER.password
     # Fast reconnects in tests: a failing bridge retries within 50-400 ms.
     kw.setdefault("initial_reconnect_delay_ms", 50)
     kw.setdefault("max_reconnect_delay_ms", 400)
@@ -62,5 +70,5 @@ def consumers_on(broker: ThreadBroker, dest: str) -> int:
     return broker.run(count)
 
 
-__all__ = ["bridges", "connector", "consumers_on", "dataclasses", "net_config", "stat_of",
-           "tcp_uri", "wait_forwarding"]
+__all__ = ["LINK_AUTH", "LINK_USER", "bridges", "connector", "consumers_on", "dataclasses",
+           "net_config", "stat_of", "tcp_uri", "wait_forwarding"]

@@ -171,7 +171,8 @@ def test_authentication_failure_is_visible_and_logged_once(tmp_path: Path) -> No
         poll(lambda: a.bridges()[0]["attempts"] >= 4, what="several retries")
         status = a.bridges()[0]
         assert status["state"] in ("backing-off", "connecting", "handshaking")
-        assert "User name [bridge] or password is invalid." in status["last_error"]["message"]
+        assert "refused by broker 'B': authentication failed for user 'bridge'" in \
+            status["last_error"]["message"]
         assert a.log().count("authentication-failed") == 1  # once, not once per retry
     finally:
         _stop(a, b)

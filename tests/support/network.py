@@ -13,6 +13,10 @@ from typing import Any
 from tests.support.brokers import ProcessBroker, poll
 from tests.support.ports import free_port
 
+# Broker links are admitted only for a configured user (or a verified certificate): every
+# test node has this one, and its connectors use it unless a test says otherwise.
+LINK_USER = ("link", "link-secret")
+
 
 def _toml_value(value: Any) -> str:
     if isinstance(value, bool):
@@ -37,6 +41,7 @@ class Node:
     auth_users: list[tuple[str, str]] = field(default_factory=list)
     data_dir: Path | None = None  # shared by a master/slave pair
     ha: dict[str, Any] = field(default_factory=dict)  # the [ha] table
+    listeners: list[dict[str, Any]] = field(default_factory=list)  # more [[listeners]]
     stomp: int = field(default_factory=free_port)
     tcp: int = field(default_factory=free_port)
     mgmt: int = field(default_factory=free_port)
@@ -53,6 +58,8 @@ class Node:
         return f"tcp://127.0.0.1:{self.tcp}"
 
     def connect_to(self, uri: str, **options: Any) -> Node:
+        if "username" not in options and "ssl_certfile" not in options:
+            options["username"], options["password"] = LINK_USER
         options.setdefault("initial_reconnect_delay_ms", 100)
         options.setdefault("max_reconnect_delay_ms", 500)
         options.setdefault("heartbeat_ms", 500)
@@ -72,11 +79,13 @@ class Node:
         for name, proto, port in (("stomp", "stomp", self.stomp), ("tcp", "tcp", self.tcp)):
             lines += ["[[listeners]]", f'name = "{name}"', f'protocol = "{proto}"',
                       'host = "127.0.0.1"', f"port = {port}", ""]
-        if self.auth_users:
-            lines += ["[auth]", "anonymous_access = false", ""]
-            for user, password in self.auth_users:
-                lines += ["[[auth.users]]", f"name = {_toml_value(user)}",
-                          f"password = {_toml_value(password)}", ""]
+        lines += ["[auth]", f"anonymous_access = {_toml_value(not self.auth_users)}", ""]
+        for user, password in [LINK_USER, *self.auth_users]:
+            lines += ["[[auth.users]]", f"name = {_toml_value(user)}",
+                      f"password = {_toml_value(password)}", ""]
+        for extra in self.listeners:
+            lines += ["[[listeners]]", *(f"{k} = {_toml_value(v)}" for k, v in extra.items()),
+                      ""]
         for nc in self.connectors:
             lines.append("[[network_connectors]]")
             lines += [f"{k} = {_toml_value(v)}" for k, v in nc.items()]

@@ -85,7 +85,13 @@ _BROKER_LATER = frozenset({
     "persistenceTaskRunnerFactory", "messageAuthorizationPolicy",
     "adminView", "regionBroker", "startException", "jmsBridgeConnector",
 })
-_TLS_CLIENT_PROTOCOLS = frozenset({"stomp+ssl", "mqtt+ssl", "wss"})
+# TLS connectors that read needClientAuth/wantClientAuth (broker links too: ssl://).
+_TLS_CLIENT_PROTOCOLS = frozenset({"ssl", "stomp+ssl", "mqtt+ssl", "wss"})
+# Any of these in <plugins> means the broker authenticates; without one, ActiveMQ lets
+# anybody in, broker links included (the importer keeps that, loudly: see finish()).
+_AUTH_PLUGINS = frozenset({"simpleAuthenticationPlugin", "jaasAuthenticationPlugin",
+                           "jaasCertificateAuthenticationPlugin",
+                           "jaasDualAuthenticationPlugin"})
 _CONNECTOR_IGNORED = frozenset({
     "rebalanceClusterClients", "updateClusterClientsOnRemove",
     "updateClusterFilter", "enableStatusMonitor", "allowLinkStealing",
@@ -158,6 +164,11 @@ _REDELIVERY_IGNORED = frozenset({
 # <networkConnector> attribute -> NetworkConnectorConfig field. ActiveMQ's names; the
 # reconnect options (static: URI options in ActiveMQ), the filter-factory ones (a
 # destination policy in ActiveMQ) and meshmq's own fields are accepted as attributes too.
+# Connector TLS fields with no <networkConnector> attribute: the files come from the
+# broker's <sslContext>, the host name check from ?verifyHostName= on the ssl:// URI;
+# ActiveMQ's cipher names are Java's, not OpenSSL's, so ciphers are not imported.
+NETWORK_CONNECTOR_TLS_FIELDS = ("ssl_cafile", "ssl_certfile", "ssl_keyfile",
+                                "verify_hostname", "ssl_ciphers")
 NETWORK_CONNECTOR_ATTRIBUTES: dict[str, str] = {
     "name": "name", "userName": "username", "password": "password", "duplex": "duplex",
     "conduitSubscriptions": "conduit_subscriptions", "networkTTL": "network_ttl",
@@ -337,6 +348,8 @@ class _Importer:
         self.bridge_filters: list[tuple[dict[str, tuple[str, str]], _Node, str]] = []
         self.ssl: dict[str, tuple[str, str]] = {}  # listener key -> (file, attribute)
         self.ssl_node: _Node | None = None
+        self.ssl_unreadable: list[tuple[str, str]] = []  # (attribute, keystore) not PEM
+        self.auth_plugin = False  # an authentication plugin is configured
         # <masterConnector> / masterConnectorURI: (node, attribute, member addresses)
         self.master_connector: tuple[_Node, str, list[str]] | None = None
         self.ha_settings = False  # a locker or lock keep-alive: HA was meant, not implied
@@ -545,8 +558,8 @@ class _Importer:
             self.src.labels[f"{at}.max_connections"] = node.where("uri")
         elif option in ("needClientAuth", "wantClientAuth"):
             if listener["protocol"] not in _TLS_CLIENT_PROTOCOLS:
-                self.warn(node, f"URI option {option} only applies to TLS client "
-                          "connectors (stomp+ssl, mqtt+ssl, wss) in meshmq, ignored")
+                self.warn(node, f"URI option {option} only applies to TLS connectors "
+                          "(ssl, stomp+ssl, mqtt+ssl, wss) in meshmq, ignored")
                 return
             # needClientAuth wins when both are given, as in ActiveMQ.
             if value.lower() == "true" and (option == "needClientAuth"
@@ -581,6 +594,7 @@ class _Importer:
             if not location.lower().endswith((".pem", ".crt", ".cer")):
                 self.warn(ctx, f"{attr} {location!r}: only PEM files are supported "
                           "(convert JKS/PKCS12 with keytool and openssl), ignored")
+                self.ssl_unreadable.append((attr, location))
                 return
             for key in keys:
                 self.ssl[key] = (location, attr)
@@ -942,6 +956,8 @@ class _Importer:
     # -- plugins ------------------------------------------------------------
 
     def plugins(self, node: _Node) -> None:
+        self.auth_plugin = self.auth_plugin or any(c.tag in _AUTH_PLUGINS
+                                                   for c in node.children)
         self.attributes(node, {})
         self.elements(node, {
             "simpleAuthenticationPlugin": self.simple_authentication,
@@ -1295,9 +1311,49 @@ class _Importer:
 
     # -- assembling -------------------------------------------------------------
 
+    def finish_tls(self) -> None:
+        """Network connectors dialing ssl:// use the broker's <sslContext> as in ActiveMQ
+        (keyStore: this broker's certificate, trustStore: the CAs it trusts). A Java
+        keystore cannot be read: a TLS connector that needs it is a config error."""
+        tls_connectors = [i for i, c in enumerate(self.connectors)
+                          if "ssl://" in str(c.get("uri", ""))]
+        uses_tls = tls_connectors or any(lst["protocol"] in _TLS_PROTOCOLS
+                                         for lst in self.listeners)
+        if self.ssl_node is not None and uses_tls and self.ssl_unreadable:
+            attr, location = self.ssl_unreadable[0]
+            what = ("certificate and key" if attr == "keyStore"
+                    else "CA certificates")
+            raise self.fail(self.ssl_node, (
+                f"{attr} {location!r} is a Java keystore, which meshmq cannot read, and "
+                f"TLS connectors need it: convert it to PEM (keytool -importkeystore "
+                f"-srckeystore {location} -destkeystore store.p12 -deststoretype PKCS12; "
+                f"openssl pkcs12 -in store.p12 -nodes -out store.pem) and set {attr} to "
+                f"the .pem file ({what})"), attr)
+        if self.ssl_node is None:
+            return
+        for i in tls_connectors:
+            for key, (location, attr) in self.ssl.items():
+                self.connectors[i][key] = location
+                self.src.lines[f"network_connectors[{i}].{key}"] = self.ssl_node.line
+                self.src.labels[f"network_connectors[{i}].{key}"] = self.ssl_node.where(attr)
+
+    def finish_link_auth(self) -> None:
+        """Without an authentication plugin ActiveMQ admits anybody, broker links
+        included; an imported broker keeps that for its broker-link connectors, and the
+        broker warns at every start (ListenerConfig.allow_anonymous_links)."""
+        if self.auth_plugin:
+            return
+        for i, listener in enumerate(self.listeners):
+            if listener["protocol"] in _BRIDGE_PROTOCOLS:
+                listener["allow_anonymous_links"] = True
+                self.src.lines[f"listeners[{i}].allow_anonymous_links"] = \
+                    self.src.lines.get(f"listeners[{i}]", 0)
+
     def finish(self, broker: _Node) -> None:
         self.finish_replicated()
         self.finish_ha()
+        self.finish_tls()
+        self.finish_link_auth()
         # <sslContext> is broker-wide in ActiveMQ: every TLS connector shares it.
         for i, listener in enumerate(self.listeners):
             if listener["protocol"] not in _TLS_PROTOCOLS or self.ssl_node is None:

@@ -39,6 +39,12 @@ class ListenerConfig:
     # Client certificates: "need" (refused without one that ssl_cafile verifies), "want"
     # (verified when given), "none". Unset: "need" when ssl_cafile is set, else "none".
     client_auth: str | None = None
+    # OpenSSL cipher list for TLS listeners (TLS 1.2 is the minimum); None: Python's.
+    ssl_ciphers: str | None = None
+    # tcp/ssl/nio listeners: admit broker links that present neither a configured user
+    # nor a verified client certificate. Anyone who reaches the port can then read and
+    # write every destination; a WARNING says so at every start.
+    allow_anonymous_links: bool = False
     max_connections: int = 1000
     # Advertise this listener on a discovery group (ActiveMQ transportConnector
     # discoveryUri, e.g. "multicast://default"); tcp/ssl/nio listeners only.
@@ -274,6 +280,13 @@ class NetworkConnectorConfig:
     name: str = "NC"
     username: str | None = None
     password: str | None = None
+    # ssl:// targets: CA bundle the remote's certificate is verified against (None: the
+    # system trust store), this broker's certificate/key for mutual TLS, host name check.
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    verify_hostname: bool = True
+    ssl_ciphers: str | None = None
     duplex: bool = False
     conduit_subscriptions: bool = True
     network_ttl: int = 1
@@ -336,6 +349,13 @@ class HaConfig:
     can_be_master: bool = True  # False: keeps a copy and votes, never takes over
     user: str | None = None  # credentials every replication link presents and checks
     password: str | None = None
+    # TLS on replication links (and to the witness): every node is server and client
+    # with this certificate; peers are verified against ssl_cafile (mutual TLS).
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    ssl_cafile: Path | None = None
+    verify_hostname: bool = True
+    ssl_ciphers: str | None = None
     synchronous: bool = True  # confirm a write once a majority has it on disk
     log_retain_bytes: int = 64 * 1024 * 1024  # batches kept in memory for catch-up
     # Set by the activemq.xml importer when the mode comes only from a <kahaDB>'s lock

@@ -58,6 +58,7 @@ from meshmq.core.destinations import Destination, is_wildcard_name, validate_nam
 from meshmq.core.passwords import check_hash, is_hashed
 from meshmq.errors import ConfigError, DestinationError
 from meshmq.network.discovery import DiscoveryUriError, parse_multicast_uri
+from meshmq.tls import check_ciphers
 from meshmq.uri import SimpleURI, URIError, parse_uri
 
 __all__ = [
@@ -516,9 +517,9 @@ class _Builder:
                     f"{lst.protocol} listener {lst.name!r} needs ssl_certfile",
                     f"{at}.ssl_certfile")
             if lst.client_auth is not None and lst.client_auth != "none":
-                if lst.protocol not in ("stomp+ssl", "mqtt+ssl", "wss"):
+                if lst.protocol not in _SSL_PROTOCOLS:
                     raise self.src.error(
-                        f"client_auth applies to TLS client listeners (stomp+ssl, "
+                        f"client_auth applies to TLS listeners (ssl, stomp+ssl, "
                         f"mqtt+ssl, wss); {lst.name!r} is {lst.protocol}",
                         f"{at}.client_auth")
                 if lst.ssl_cafile is None:
@@ -528,6 +529,11 @@ class _Builder:
                         f"{at}.client_auth")
             if lst.discovery_uri is not None:
                 self._check_discovery_uri(lst, f"{at}.discovery_uri")
+            self._check_ciphers(lst.ssl_ciphers, f"{at}.ssl_ciphers")
+            if lst.allow_anonymous_links and lst.protocol not in _BRIDGE_PROTOCOLS:
+                raise self.src.error(
+                    f"allow_anonymous_links applies to listeners of broker links (tcp, ssl, "
+                    f"nio); {lst.name!r} is {lst.protocol}", f"{at}.allow_anonymous_links")
         for i, pol in enumerate(config.policies):
             at = f"policies[{i}]"
             try:
@@ -619,11 +625,25 @@ class _Builder:
         except DiscoveryUriError as exc:
             raise self.src.error(str(exc), path) from None
 
+    def _check_ciphers(self, ciphers: str | None, path: str) -> None:
+        if ciphers is not None:
+            try:
+                check_ciphers(ciphers)
+            except ValueError as exc:
+                raise self.src.error(str(exc), path) from None
+
+    def _check_tls_pair(self, certfile: Path | None, keyfile: Path | None, at: str) -> None:
+        if keyfile is not None and certfile is None:
+            raise self.src.error("ssl_keyfile needs ssl_certfile (the certificate of this "
+                                 "key)", f"{at}.ssl_keyfile")
+
     def _check_connector(self, nc: NetworkConnectorConfig, at: str) -> None:
         try:
             check_connector_uri(nc.uri)
         except ValueError as exc:
             raise self.src.error(str(exc), f"{at}.uri") from None
+        self._check_ciphers(nc.ssl_ciphers, f"{at}.ssl_ciphers")
+        self._check_tls_pair(nc.ssl_certfile, nc.ssl_keyfile, at)
         if nc.max_reconnect_delay_ms < nc.initial_reconnect_delay_ms:
             raise self.src.error(
                 f"must be >= initial_reconnect_delay_ms ({nc.initial_reconnect_delay_ms}), "
@@ -684,6 +704,11 @@ class _Builder:
                                  "ha.members")
         if ha.node_id is not None and not 0 < len(ha.node_id.encode()) <= 64:
             raise self.src.error("node_id must be 1 to 64 bytes", "ha.node_id")
+        self._check_ciphers(ha.ssl_ciphers, "ha.ssl_ciphers")
+        self._check_tls_pair(ha.ssl_certfile, ha.ssl_keyfile, "ha")
+        if ha.ssl_certfile is None and (ha.ssl_cafile is not None or ha.ssl_ciphers):
+            raise self.src.error("TLS on replication links needs ssl_certfile (each node "
+                                 "is a TLS server to the others)", "ha.ssl_certfile")
 
 
 def _describe(value: Any) -> str:

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import ssl
 from typing import TYPE_CHECKING, Any
 
 from meshmq.errors import MeshmqError, StoreError
@@ -70,6 +71,8 @@ class FollowerSide(NodeState):
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         decoder = WireDecoder(expect_magic=True)
         greeted = False
+        if self._server_tls is not None and not await self._start_tls(writer):
+            return
         try:
             while True:
                 data = await reader.read(1 << 16)
@@ -90,6 +93,24 @@ class FollowerSide(NodeState):
             log.debug("replication: inbound link closed: %r", exc)
         finally:
             writer.close()
+
+    async def _start_tls(self, writer: asyncio.StreamWriter) -> bool:
+        """TLS handshake of an accepted link; a failure (a plaintext node, a certificate
+        ssl_cafile does not trust) is logged once per address and kind."""
+        assert self._server_tls is not None
+        peer = writer.get_extra_info("peername")
+        try:
+            await writer.start_tls(self._server_tls,
+                                   ssl_handshake_timeout=self.ha.lease_ms / 1000)
+        except (OSError, TimeoutError, ConnectionError) as exc:
+            writer.transport.abort()
+            if isinstance(exc, ConnectionError) and not isinstance(exc, ssl.SSLError):
+                # The dialer gave up (a vote round that was already decided): no refusal.
+                log.debug("replication: link from %s closed during the TLS handshake", peer)
+                return False
+            self._tls_failed(f"{peer[0]}:{peer[1]}" if peer else "?", "from", exc)
+            return False
+        return True
 
     async def _on_frame(self, frame: WireFrame, writer: asyncio.StreamWriter) -> None:
         if frame.type is FrameType.REPL_VOTE_REQUEST:

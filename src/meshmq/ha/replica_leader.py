@@ -48,6 +48,8 @@ class LeaderStreams(NodeState):
 
     if TYPE_CHECKING:
         def _hello(self) -> bytes: ...
+        async def _dial(self, host: str, port: int
+                        ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]: ...
 
     def _head(self, prev: Position | None, **extra: Any) -> dict[str, Any]:
         return {"term": self.term, "leader": self.node_id, "sent_ms": self._clock(),
@@ -60,7 +62,7 @@ class LeaderStreams(NodeState):
         while self.kind is Kind.LEADER and self.term == term:
             try:
                 async with asyncio.timeout(self.ha.lease_ms / 1000):
-                    reader, writer = await asyncio.open_connection(host, port)
+                    reader, writer = await self._dial(host, port)
             except (OSError, TimeoutError):
                 p.unreachable = True
                 await asyncio.sleep(backoff)

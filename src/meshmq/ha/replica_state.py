@@ -4,6 +4,7 @@ the node they are mixed into (``ReplicatedHa``): declared once, for the type che
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,8 @@ class NodeState:
     _elect_now: asyncio.Event
     _stop: asyncio.Event
     _snapshot: tuple[JournalStore, Path] | None
+    _server_tls: ssl.SSLContext | None
+    _tls_refused: set[tuple[str, str]]  # (address, why) of refused TLS handshakes, logged
 
     if TYPE_CHECKING:
         @property
@@ -51,3 +54,4 @@ class NodeState:
         def _save_state(self) -> None: ...
         def _open_journal(self, path: Path) -> JournalStore: ...
         def _spawn(self, coro: Any) -> None: ...
+        def _tls_failed(self, peer: str, direction: str, exc: BaseException) -> None: ...

@@ -93,6 +93,8 @@ async def run_witness(config: BrokerConfig) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, lambda: stopping.add(loop.create_task(node.stop())))
+    with contextlib.suppress(NotImplementedError, RuntimeError, AttributeError):
+        loop.add_signal_handler(signal.SIGHUP, node.tls.reload)  # new TLS certificate
     await node.acquire()
     for task in stopping:
         await task

@@ -30,13 +30,14 @@ import contextlib
 import json
 import logging
 import random
+import ssl
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from meshmq.config.model import BrokerConfig
-from meshmq.errors import MeshmqError, StoreError, describe_bind_failure
+from meshmq.errors import ConfigError, MeshmqError, StoreError, describe_bind_failure
 from meshmq.ha.replica_files import Generations, write_atomic
 from meshmq.ha.replica_follower import FollowerSide
 from meshmq.ha.replica_leader import LeaderStreams
@@ -73,6 +74,7 @@ from meshmq.store.base import (
 )
 from meshmq.store.fence import FencedError
 from meshmq.store.journal import JournalStore
+from meshmq.tls import CertificateReloader, TlsFileError, client_context, server_context
 
 log = logging.getLogger("meshmq.ha")
 
@@ -90,10 +92,13 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
     mode = "replicated"
 
     def __init__(self, config: BrokerConfig, *, on_lost: Callable[[str], None],
-                 clock: Callable[[], int] = _now_ms) -> None:
+                 clock: Callable[[], int] = _now_ms,
+                 tls: CertificateReloader | None = None) -> None:
         ha = config.ha
         self.config = config
         self.ha = ha
+        self.tls = tls if tls is not None else CertificateReloader()
+        self._server_tls, self._client_tls = self._tls_contexts()
         self.witness = ha.role == "witness"
         self.node_id = ha.node_id or f"{config.broker_name}@{ha.listen}"
         self.nodes = len(ha.members) + 1
@@ -131,6 +136,7 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
         self._closing = False  # deposed: the runtime is closing this node's journal
         self._tasks: set[asyncio.Task[Any]] = set()
         self._snapshot: tuple[JournalStore, Path] | None = None
+        self._tls_refused: set[tuple[str, str]] = set()
         self._lease_task: asyncio.Task[None] | None = None
         self.became_master_ms: int | None = None
         self._leader_since_ms = 0  # when this node last won an election
@@ -138,6 +144,52 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
         self.snapshots_sent = 0
         self.snapshots_installed = 0
         self.store = ReplicatedStore(self)
+
+    # ------------------------------------------------------------ TLS
+    def _tls_contexts(self) -> tuple[ssl.SSLContext | None, ssl.SSLContext | None]:
+        """With ``ssl_certfile`` every link is TLS, both ways: each node is the server
+        of the links it accepts and the client of those it dials (mutual TLS once
+        ``ssl_cafile`` is set). Never plaintext then."""
+        ha = self.ha
+        if ha.ssl_certfile is None:
+            return None, None
+        try:
+            server = server_context(ha.ssl_certfile, ha.ssl_keyfile, ha.ssl_cafile,
+                                    "need" if ha.ssl_cafile else "none", ha.ssl_ciphers)
+            client = client_context(ha.ssl_cafile, ha.ssl_certfile, ha.ssl_keyfile,
+                                    ha.verify_hostname, ha.ssl_ciphers)
+        except TlsFileError as exc:
+            raise ConfigError(str(exc), file=self.config.source,
+                              option=f"ha.{exc.option}") from None
+        for ctx in (server, client):
+            self.tls.register("replication", ctx, ha.ssl_certfile, ha.ssl_keyfile)
+        return server, client
+
+    async def _dial(self, host: str, port: int
+                    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        ctx = self._client_tls
+        try:
+            return await asyncio.open_connection(
+                host, port, ssl=ctx, server_hostname=host if ctx is not None else None,
+                ssl_handshake_timeout=self.ha.lease_ms / 1000 if ctx is not None else None)
+        except ssl.SSLError as exc:
+            # An EOF mid-handshake is a node going away as often as a refusal: not logged.
+            if not isinstance(exc, ssl.SSLEOFError):
+                self._tls_failed(f"{host}:{port}", "to", exc)
+            raise
+
+    def _tls_failed(self, peer: str, direction: str, exc: BaseException) -> None:
+        """Log a failed TLS handshake once per address and cause (peers retry often)."""
+        reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
+        if reason in ("HTTP_REQUEST", "WRONG_VERSION_NUMBER"):
+            reason = f"{reason}: the node speaks plaintext (no ha.ssl_certfile)"
+        elif isinstance(exc, ssl.SSLCertVerificationError):
+            reason = f"{exc.verify_message}: a certificate ha.ssl_cafile does not trust"
+        key = (f"{direction} {peer.rpartition(':')[0]}", reason)
+        if key not in self._tls_refused:
+            self._tls_refused.add(key)
+            log.warning("replication: refused a link %s %s: TLS handshake failed (%s)",
+                        direction, peer, reason)
 
     # ------------------------------------------------------------ state and status
     @property
@@ -338,7 +390,7 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
         writer: asyncio.StreamWriter | None = None
         try:
             async with asyncio.timeout(self.ha.lease_ms / 2000):
-                reader, writer = await asyncio.open_connection(host, port)
+                reader, writer = await self._dial(host, port)
                 writer.write(MAGIC + self._hello() + frame)
                 decoder = WireDecoder(expect_magic=False)
                 while True:

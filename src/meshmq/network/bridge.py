@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from typing import TYPE_CHECKING, Any
 
 from meshmq import __version__
 from meshmq.core import destinations as dst
+from meshmq.errors import ConfigError
 from meshmq.network.bridge_state import BridgeEvent, BridgeState, ReconnectPolicy, transition
 from meshmq.network.endpoint import BYE_CAUSE, LinkEnd, client_uris_of, mirror_json
 from meshmq.network.forwarder import Forwarder
@@ -167,11 +169,27 @@ class Bridge(LinkEnd):
             self.attempts += 1
             if self.state is not BridgeState.CONNECTING:
                 self._fire(BridgeEvent.NEXT_TARGET)
+            ctx: ssl.SSLContext | None = None
+            if endpoint.tls:  # ssl:// is TLS or nothing: never a plaintext fallback
+                try:
+                    ctx = self.manager.client_tls(self.config, endpoint.verify_hostname)
+                except ConfigError as exc:
+                    error = ("tls-config", f"{endpoint}: {exc}")
+                    continue
             try:
-                _, link = await asyncio.wait_for(loop.create_connection(
-                    lambda: WireLink(self, initiator=True,
-                                     heartbeat_s=self.config.heartbeat_ms / 1000),
-                    endpoint.host, endpoint.port), timeout)
+                link = await asyncio.wait_for(self._connect(endpoint, ctx, timeout), timeout)
+            except ssl.SSLCertVerificationError as exc:
+                error = ("tls-verify-failed",
+                         f"{endpoint}: the remote's certificate is not trusted "
+                         f"({exc.verify_message}): set ssl_cafile of the network connector "
+                         "to the CA that signed it" + (
+                             ", or verify_hostname = false" if exc.verify_code == 62 else ""))
+                continue
+            except ssl.SSLError as exc:
+                error = ("tls-failed", f"{endpoint}: TLS handshake failed ({exc.reason}): "
+                         "ssl:// needs an ssl listener on the remote broker (is it a "
+                         "plaintext tcp:// port?)")
+                continue
             except ConnectionRefusedError:
                 error = ("connection-refused", f"{endpoint}: connection refused")
                 continue
@@ -227,6 +245,38 @@ class Bridge(LinkEnd):
                                "at": time.time()}
             return (kind, f"{endpoint}: {cause}")
         return error
+
+    async def _connect(self, endpoint: Endpoint, ctx: ssl.SSLContext | None,
+                       timeout: float) -> WireLink:
+        loop = asyncio.get_running_loop()
+        link = self.manager.track(WireLink(self, initiator=True,
+                                           heartbeat_s=self.config.heartbeat_ms / 1000))
+        if ctx is None:
+            try:
+                await loop.create_connection(lambda: link, endpoint.host, endpoint.port)
+            except BaseException:
+                link.connection_lost(None)
+                raise
+            return link
+        # The TLS handshake on a TCP connection of our own, so a failed handshake closes
+        # it at once (create_connection(ssl=...) can leave it half-closed).
+        try:
+            tcp, _ = await loop.create_connection(asyncio.Protocol, endpoint.host,
+                                                  endpoint.port)
+        except BaseException:
+            link.connection_lost(None)  # never connected: nothing to wait for at stop
+            raise
+        try:
+            tls = await loop.start_tls(tcp, link, ctx, server_hostname=endpoint.host,
+                                       ssl_handshake_timeout=timeout)
+            if tls is None:
+                raise ConnectionResetError("connection closed during the TLS handshake")
+        except BaseException:
+            tcp.abort()
+            link.connection_lost(None)
+            raise
+        link.connection_made(tls)
+        return link
 
     def _start_halves(self, link: WireLink, *, again: bool = False,
                       refusals: bool = False) -> None:
@@ -289,7 +339,24 @@ class Bridge(LinkEnd):
     def on_lost(self, link: WireLink, cause: str) -> None:
         hs = self._handshake
         if link is self.link and hs is not None and not hs.done():
-            hs.set_result(("connection-lost", f"{self.connected_to}: {cause}"))
+            tls = self.connected_to is not None and self.connected_to.tls
+            if isinstance(link.lost_exc, ssl.SSLError) or (tls and link.bytes_in == 0):
+                # TLS 1.3: the remote checks our certificate after our side of the
+                # handshake ended, then closes (with an alert, or without a word).
+                why = (f" ({link.lost_exc.reason})"
+                       if isinstance(link.lost_exc, ssl.SSLError) else "")
+                hs.set_result(("tls-refused",
+                               f"{self.connected_to}: the remote closed the TLS connection "
+                               f"without answering{why}: it refuses this broker's "
+                               "certificate? Set ssl_certfile/ssl_keyfile of the network "
+                               "connector to a certificate that the remote listener's "
+                               "ssl_cafile trusts"))
+                return
+            hint = ""
+            if self.connected_to is not None and not self.connected_to.tls and \
+                    link.bytes_in == 0:
+                hint = " before answering (a TLS port? then use ssl:// in the URI)"
+            hs.set_result(("connection-lost", f"{self.connected_to}: {cause}{hint}"))
 
     # ------------------------------------------------------------ status
     def status(self) -> dict[str, Any]:

@@ -19,9 +19,11 @@ if TYPE_CHECKING:
     from meshmq.network.receiver import Receiver
 
 # Connector properties the initiator sends in HELLO, so a duplex responder forwards
-# with the same rules (ActiveMQ propagates its configuration the same way).
+# with the same rules (ActiveMQ propagates its configuration the same way). Secrets and
+# this broker's own TLS files stay here.
 MIRRORED = tuple(f.name for f in dataclasses.fields(NetworkConnectorConfig)
-                 if f.name not in ("uri", "username", "password"))
+                 if f.name not in ("uri", "username", "password", "verify_hostname")
+                 and not f.name.startswith("ssl_"))
 
 
 def mirror_json(config: NetworkConnectorConfig) -> dict[str, Any]:

@@ -45,7 +45,7 @@ class Forwarder:
     def __init__(self, manager: NetworkManager, link: WireLink, config: NetworkConnectorConfig,
                  remote: str, client_id: str, counters: LinkCounters,
                  static: tuple[Destination, ...] = (), *,
-                 peer_takes_again: bool = False) -> None:
+                 peer_takes_again: bool = False, principal: Principal | None = None) -> None:
         self.manager = manager
         # The remote flags messages sent in MESSAGES_AGAIN frames redelivered (a peer of
         # an older version gets everything in MESSAGES).
@@ -60,7 +60,9 @@ class Forwarder:
         self.static = static
         ttl = config.network_ttl if config.message_ttl is None else config.message_ttl
         self.message_ttl = ttl
-        principal = Principal(f"network:{config.name}", frozenset({"network"}), internal=True)
+        if principal is None:  # the dialing side acts for its own connector
+            principal = Principal(f"network:{config.name}", frozenset({"network"}),
+                                  internal=True)
         self.conn: Connection | None = self.broker.open_connection(
             principal, client_id=client_id, remote=link.peer, protocol="network")
         self.items: dict[str, InterestItem] = {}

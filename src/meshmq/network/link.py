@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
+from collections.abc import Callable
 from typing import Protocol, cast
 
 from meshmq.errors import MeshmqError
@@ -51,6 +53,12 @@ class WireLink(asyncio.Protocol):
         self._close_cause = ""
         self.bytes_in = 0
         self.bytes_out = 0
+        self.peercert: object = None  # over TLS: what getpeercert() returned
+        self.lost_exc: Exception | None = None
+        self._early = b""
+        # The TCP connection while its TLS handshake runs (TlsGate): closed with the link.
+        self.pending: asyncio.BaseTransport | None = None
+
 
     # ------------------------------------------------------------ asyncio callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -58,12 +66,21 @@ class WireLink(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.peercert = transport.get_extra_info("peercert")
         self.transport.set_write_buffer_limits(high=4 * 1024 * 1024)
         if self.initiator:
             self.write(MAGIC)
         self._schedule()
+        early, self._early = self._early, b""
+        if early:
+            self.data_received(early)
 
     def data_received(self, data: bytes) -> None:
+        if self.transport is None:
+            # TLS (TlsGate): asyncio hands over data that came with the end of the
+            # handshake before the gate can call connection_made.
+            self._early += data
+            return
         self._last_rx = time.monotonic()
         self.bytes_in += len(data)
         try:
@@ -101,6 +118,7 @@ class WireLink(asyncio.Protocol):
             self.handler.on_writable(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.lost_exc = exc
         self.closed = True
         if self._timer is not None:
             self._timer.cancel()
@@ -133,12 +151,16 @@ class WireLink(asyncio.Protocol):
         self.closed = True
         if self.transport is not None:
             self.transport.close()
+        elif self.pending is not None:
+            cast(asyncio.Transport, self.pending).abort()
 
     def abort(self, cause: str) -> None:
         self._close_cause = cause
         self.closed = True
         if self.transport is not None:
             self.transport.abort()
+        elif self.pending is not None:
+            cast(asyncio.Transport, self.pending).abort()
 
     # ------------------------------------------------------------ keep-alive
     def _schedule(self) -> None:
@@ -154,3 +176,62 @@ class WireLink(asyncio.Protocol):
         if now - self._last_tx >= self.heartbeat_s * 0.9:
             self.write(encode_ping())
         self._schedule()
+
+
+class TlsGate(asyncio.Protocol):
+    """Accepts a TCP connection on a TLS listener and hands it to ``link`` once the TLS
+    handshake succeeded. Doing the handshake here (not in ``create_server(ssl=...)``,
+    where a failed handshake vanishes silently) lets the listener say in one line why a
+    peer was refused, e.g. a plaintext bridge dialing a TLS port."""
+
+    def __init__(self, link: WireLink, ctx: ssl.SSLContext, timeout_s: float,
+                 on_failure: Callable[[str, str], None]) -> None:
+        self.link = link
+        self.ctx = ctx
+        self.timeout_s = timeout_s
+        self.on_failure = on_failure
+        self._task: asyncio.Task[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        tcp = cast(asyncio.Transport, transport)
+        tcp.pause_reading()
+        self.link.pending = tcp
+        self._task = asyncio.get_running_loop().create_task(self._handshake(tcp))
+
+    async def _handshake(self, tcp: asyncio.Transport) -> None:
+        peer = tcp.get_extra_info("peername")
+        where = f"{peer[0]}:{peer[1]}" if peer else "?"
+        try:
+            tls = await asyncio.get_running_loop().start_tls(
+                tcp, self.link, self.ctx, server_side=True,
+                ssl_handshake_timeout=self.timeout_s)
+        except (OSError, TimeoutError, ConnectionError) as exc:
+            if isinstance(exc, ssl.SSLError) or not isinstance(exc, ConnectionError):
+                self.on_failure(where, _tls_reason(exc))  # a peer gone is no refusal
+            tcp.abort()
+            self.link.connection_lost(None)
+            return
+        if tls is None:  # closed during the handshake
+            self.link.connection_lost(None)
+            return
+        self.link.connection_made(tls)
+
+    def data_received(self, data: bytes) -> None:  # reading is paused until TLS is up
+        pass
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            self.link.connection_lost(exc)
+
+
+def _tls_reason(exc: BaseException) -> str:
+    if isinstance(exc, ssl.SSLError):
+        reason = exc.reason or exc.strerror or str(exc)
+        if reason in ("HTTP_REQUEST", "WRONG_VERSION_NUMBER", "UNEXPECTED_EOF_WHILE_READING",
+                      "RECORD_LAYER_FAILURE", "UNKNOWN_PROTOCOL"):
+            return f"no TLS handshake ({reason}): the peer speaks plaintext (tcp://)"
+        return f"TLS handshake failed: {reason}"
+    if isinstance(exc, TimeoutError):
+        return "no TLS handshake in time"
+    return f"TLS handshake failed: {exc}"

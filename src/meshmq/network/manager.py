@@ -7,15 +7,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from meshmq.core.selector import message_lookup
+from meshmq.errors import ConfigError
 from meshmq.network.bridge import ADVISORY_TOPIC, Bridge
+from meshmq.network.link import TlsGate, WireLink
 from meshmq.network.responder import Responder
 from meshmq.network.targets import Endpoint, parse_endpoint, plan_connector
 from meshmq.protocol.wire import FrameType, encode_json
+from meshmq.tls import TlsFileError, client_context
 
 if TYPE_CHECKING:
     from meshmq.config.model import ListenerConfig, NetworkConnectorConfig
@@ -27,6 +31,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("meshmq.network")
 
 ARRIVALS_KEPT = 100_000
+LINK_CLOSE_WAIT_S = 1.0  # how long stop() waits for links to finish closing
 
 
 class NetworkManager:
@@ -46,15 +51,32 @@ class NetworkManager:
         self.accepting = True
         self._replanning = False
         self._refused: dict[str, str] = {}
+        self._client_tls: dict[tuple[str, bool], ssl.SSLContext] = {}
+        self._links: set[WireLink] = set()  # every link not yet closed
 
     # ------------------------------------------------------------ listeners
-    async def listen(self, listener: ListenerConfig) -> asyncio.Server:
+    async def listen(self, listener: ListenerConfig,
+                     ctx: ssl.SSLContext | None = None) -> asyncio.Server:
+        """Take links on ``listener``; over TLS when ``ctx`` is given (ssl://)."""
         loop = asyncio.get_running_loop()
+        if listener.allow_anonymous_links:
+            log.warning("listener %s admits broker links without credentials "
+                        "(allow_anonymous_links): anyone who reaches it can read and write "
+                        "every destination", listener.name)
+
+        def refused_tls(peer: str, reason: str) -> None:
+            host = peer.rpartition(":")[0]
+            if self.note_refusal(f"tls {listener.name} {host}", reason):
+                log.warning("listener %s refused a connection from %s: %s", listener.name,
+                            peer, reason)
 
         def factory() -> asyncio.Protocol:
-            responder = Responder(self)
+            responder = Responder(self, listener, ctx)
             self.inbound.add(responder)
-            return responder.make_link()
+            link = self.track(responder.make_link())
+            if ctx is None:
+                return link
+            return TlsGate(link, ctx, self.inbound_heartbeat_s * 2, refused_tls)
 
         server = await loop.create_server(factory, listener.host, listener.port,
                                           reuse_address=True, backlog=128)
@@ -63,6 +85,12 @@ class NetworkManager:
             addr = sock.getsockname()
             self.local_addresses.add((addr[0], addr[1]))
         return server
+
+    def track(self, link: WireLink) -> WireLink:
+        """Remember ``link`` until it is closed, so stop() can wait for it."""
+        self._links.add(link)
+        link.lost.add_done_callback(lambda _: self._links.discard(link))
+        return link
 
     def client_uris(self) -> list[str]:
         """Where clients reach this broker (told to peers in the handshake, so each
@@ -117,6 +145,28 @@ class NetworkManager:
                    for h in hosts for a, p in self.local_addresses)
 
     # ------------------------------------------------------------ connectors
+    def client_tls(self, config: NetworkConnectorConfig,
+                   verify_hostname: bool | None = None) -> ssl.SSLContext:
+        """The TLS context of a connector's ssl:// bridges (one per connector and host
+        name check). Raises ConfigError naming the option whose file does not load."""
+        verify = config.verify_hostname if verify_hostname is None else verify_hostname
+        key = (config.name, verify)
+        ctx = self._client_tls.get(key)
+        if ctx is None:
+            try:
+                ctx = client_context(config.ssl_cafile, config.ssl_certfile,
+                                     config.ssl_keyfile, verify, config.ssl_ciphers)
+            except TlsFileError as exc:
+                index = next((i for i, nc in enumerate(self.config.network_connectors)
+                              if nc.name == config.name), 0)
+                raise ConfigError(str(exc), file=self.config.source,
+                                  option=f"network_connectors[{index}].{exc.option}"
+                                  ) from None
+            self._client_tls[key] = self.runtime.tls.register(
+                f"network connector {config.name}", ctx, config.ssl_certfile,
+                config.ssl_keyfile)
+        return ctx
+
     async def start_connectors(self) -> None:
         for config in self.config.network_connectors:
             if not config.auto_start:
@@ -124,6 +174,8 @@ class NetworkManager:
                          config.name)
                 continue
             plan = plan_connector(config)
+            for endpoint in {e for endpoints in plan.targets for e in endpoints if e.tls}:
+                self.client_tls(plan.config, endpoint.verify_hostname)  # bad files: fail now
             for endpoints in plan.targets:
                 self.add_bridge(plan.config, endpoints)
             if plan.discovery is not None:
@@ -176,7 +228,7 @@ class NetworkManager:
 
         host = address[0] if address[0] not in ("0.0.0.0", "::") else "127.0.0.1"
         agent = MulticastDiscoveryAgent(listener.discovery_uri, broker_name=self.broker.name,
-                                        advertise=f"tcp://{host}:{address[1]}",
+                                        advertise=f"{listener.protocol}://{host}:{address[1]}",
                                         on_up=lambda s, b: None, on_down=lambda s: None)
         await agent.start()
         self._discovery.append(agent)
@@ -196,6 +248,18 @@ class NetworkManager:
                 responder.link.close("broker stopping")
             responder.teardown()
         self.inbound.clear()
+        # A TLS link closes with a close_notify exchange: give it a moment, then cut it.
+        links = list(self._links)
+        for link in links:
+            link.close("broker stopping")
+        waiting = [link.lost for link in links if not link.lost.done()]
+        if waiting:
+            await asyncio.wait(waiting, timeout=LINK_CLOSE_WAIT_S)
+            for link in links:
+                if not link.lost.done():
+                    link.abort("broker stopping")
+            for _ in range(3):  # let the aborted transports close their sockets
+                await asyncio.sleep(0)
 
     # ------------------------------------------------------------ shared services
     def arrived(self, msg: Message) -> None:

@@ -38,7 +38,7 @@ log = logging.getLogger("meshmq.network")
 class Receiver:
     def __init__(self, manager: NetworkManager, link: WireLink, remote: str,
                  flt: DestinationFilter, counters: LinkCounters, *, resync_s: float,
-                 refusals: bool = False) -> None:
+                 refusals: bool = False, principal: Principal | None = None) -> None:
         self.manager = manager
         self.runtime = manager.runtime
         self.broker = manager.runtime.broker
@@ -49,7 +49,10 @@ class Receiver:
         self.resync_s = resync_s
         # The sender understands REFUSED (FEATURE_REFUSALS); else it gets RETRY.
         self.refusals = refusals
-        principal = Principal(f"network:{remote}", frozenset({"network"}), internal=True)
+        # The accepting side passes who authenticated the link; the dialing side acts
+        # for its own connector.
+        if principal is None:
+            principal = Principal(f"network:{remote}", frozenset({"network"}), internal=True)
         self.conn = self.broker.open_connection(principal, remote=link.peer,
                                                 protocol="network")
         self.advertised: dict[str, InterestItem] = {}

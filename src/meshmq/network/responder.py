@@ -5,9 +5,11 @@ too when the initiator asked for duplex)."""
 from __future__ import annotations
 
 import logging
+import ssl
 import time
 from typing import TYPE_CHECKING, Any
 
+from meshmq.core.auth import Principal
 from meshmq.errors import AuthenticationError, RemoteProtocolError
 from meshmq.network.endpoint import LinkEnd, client_uris_of, mirror_config
 from meshmq.network.forwarder import Forwarder
@@ -25,16 +27,22 @@ from meshmq.protocol.wire import (
     decode_json,
     encode_json,
 )
+from meshmq.tls import verified_peer
 
 if TYPE_CHECKING:
+    from meshmq.config.model import ListenerConfig
     from meshmq.network.manager import NetworkManager
 
 log = logging.getLogger("meshmq.network")
 
 
 class Responder(LinkEnd):
-    def __init__(self, manager: NetworkManager) -> None:
+    def __init__(self, manager: NetworkManager, listener: ListenerConfig | None = None,
+                 ctx: ssl.SSLContext | None = None) -> None:
         self.manager = manager
+        self.listener = listener
+        self.ctx = ctx  # the listener's TLS context (None: plaintext)
+        self.principal: Principal | None = None
         self.link: WireLink | None = None
         self.remote: str | None = None
         self.connector = ""
@@ -74,17 +82,19 @@ class Responder(LinkEnd):
         if refusal is not None:
             link.refuse(*refusal)
             return
+        # Keyed by address and name: a stranger gets one log line, not one per attempt.
+        key = f"{link.peer.rpartition(':')[0]} {remote}"
         try:
-            user, password = hello.get("username"), hello.get("password")
-            broker.authenticate(None if user is None else str(user),
-                                None if password is None else str(password))
+            principal = self._authenticate(link, hello)
         except AuthenticationError as exc:
             # Once per remote until it gets in: its bridge retries with backoff.
-            if self.manager.note_refusal(remote, "authentication-failed"):
-                log.warning("network link from %s (broker %r): %s", link.peer, remote, exc)
-            link.refuse("authentication-failed", str(exc))
+            if self.manager.note_refusal(key, str(exc)):
+                log.warning("network link from %s (broker %r) refused: %s", link.peer,
+                            remote, exc)
+            link.refuse("authentication-failed", f"refused by broker {broker.name!r}: {exc}")
             return
-        self.manager.note_refusal(remote, None)
+        self.manager.note_refusal(key, None)
+        self.principal = principal
         config = mirror_config(hello.get("config", {}))
         # Keep-alive at the initiator's pace, so both ends agree on when a link is dead.
         link.heartbeat_s = config.heartbeat_ms / 1000
@@ -101,17 +111,55 @@ class Responder(LinkEnd):
             "client_uris": self.manager.client_uris(), "features": features}))
         self.receiver = Receiver(self.manager, link, remote, flt, self.counters,
                                  resync_s=config.interest_resync_ms / 1000,
-                                 refusals=FEATURE_REFUSALS in features)
+                                 refusals=FEATURE_REFUSALS in features,
+                                 principal=principal)
         self.receiver.start()
         if self.duplex:
             static = ()  # the initiator forwards its static destinations itself
             self.forwarder = Forwarder(self.manager, link, config, remote,
                                        f"NC_{self.connector}_{broker.name}_duplex_{remote}",
                                        self.counters, static,
-                                       peer_takes_again=FEATURE_MESSAGES_AGAIN in features)
-        log.info("network link from broker %r (%s, connector %r%s) accepted", remote,
-                 link.peer, self.connector, ", duplex" if self.duplex else "")
+                                       peer_takes_again=FEATURE_MESSAGES_AGAIN in features,
+                                       principal=principal)
+        log.info("network link from broker %r (%s, connector %r%s) accepted as %s", remote,
+                 link.peer, self.connector, ", duplex" if self.duplex else "",
+                 principal.user)
         self.manager.inbound_changed(self, up=True)
+
+    def _authenticate(self, link: WireLink, hello: dict[str, Any]) -> Principal:
+        """Who the linking broker is. Links are never anonymous (unlike client ports, and
+        whatever ``auth.anonymous_access`` says): a configured user's credentials, or a
+        client certificate this listener's ``ssl_cafile`` verified, or the listener's
+        explicit ``allow_anonymous_links``."""
+        broker = self.manager.broker
+        user, password = hello.get("username"), hello.get("password")
+        if (user is not None and not isinstance(user, str)) or \
+                (password is not None and not isinstance(password, str)):
+            raise AuthenticationError("username and password must be strings")
+        if user:
+            try:
+                principal = broker.authenticate(user, password or "")  # constant time
+            except AuthenticationError:
+                raise AuthenticationError(
+                    f"authentication failed for user {user!r}: set username/password on "
+                    f"the network connector to a user of broker {broker.name!r}, or use "
+                    "mutual TLS") from None
+            if principal.anonymous:  # no users configured: any login would pass
+                raise AuthenticationError(
+                    f"broker {broker.name!r} has no users, and broker links need a "
+                    f"configured user or a client certificate: add a user to [auth] of "
+                    f"broker {broker.name!r} and set it as username/password on the "
+                    "network connector, or use mutual TLS")
+            return principal
+        cert = verified_peer(self.ctx, link.peercert)
+        if cert is not None:
+            return broker.auth.certificate_principal(cert)
+        if self.listener is not None and self.listener.allow_anonymous_links:
+            return Principal(f"network:{hello.get('broker')}", frozenset({"network"}),
+                             anonymous=True)
+        raise AuthenticationError(
+            f"broker links need credentials: set username/password on the network "
+            f"connector to a user of broker {broker.name!r}, or use mutual TLS")
 
     def on_lost(self, link: WireLink, cause: str) -> None:
         self.teardown()

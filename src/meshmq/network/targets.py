@@ -1,6 +1,7 @@
 """What a network connector's URI asks for: which bridges, to which brokers.
 
-- ``tcp://h:p`` (``ssl://``, ``nio://`` are aliases): one bridge.
+- ``tcp://h:p`` (``nio://`` is an alias): one bridge; ``ssl://h:p``: one bridge over TLS
+  (never plaintext), ``?verifyHostName=false`` turning the host name check off.
 - ``static:(u1,u2,...)``: one bridge per URI, each retrying on its own.
 - ``static:(failover:(a,b)?...)`` and ``masterslave:(a,b,...)``: ONE bridge to whichever
   broker of the list answers (tried in order, once per attempt), rebuilt from the
@@ -30,11 +31,17 @@ _STATIC_OPTIONS = {
 }
 
 
+# Spellings of ActiveMQ's host name check option on an ssl:// URI.
+_VERIFY_HOST_OPTIONS = ("verifyHostName", "socket.verifyHostName", "transport.verifyHostName")
+
+
 @dataclass(frozen=True, slots=True)
 class Endpoint:
     host: str
     port: int
     uri: str
+    tls: bool = False  # ssl://: TLS, never plaintext
+    verify_hostname: bool | None = None  # from the URI; None: the connector's option
 
     def __str__(self) -> str:
         return self.uri
@@ -53,11 +60,19 @@ def _error(config: NetworkConnectorConfig, message: str) -> ConfigError:
 
 def _endpoint(uri: URI) -> Endpoint:
     if not isinstance(uri, SimpleURI) or uri.scheme not in BROKER_SCHEMES:
-        raise ValueError(f"{format_uri(uri)!r} is not a broker URI (tcp://host:port; "
-                         "ssl:// and nio:// are aliases)")
+        raise ValueError(f"{format_uri(uri)!r} is not a broker URI (tcp://host:port, "
+                         "ssl://host:port for TLS; nio:// is an alias of tcp://)")
     if uri.port is None or not uri.host:
         raise ValueError(f"{format_uri(uri)!r} needs host:port")
-    return Endpoint(uri.host, uri.port, format_uri(uri))
+    verify: bool | None = None
+    for name in _VERIFY_HOST_OPTIONS:
+        if name in uri.options:
+            value = uri.options[name].lower()
+            if value not in ("true", "false"):
+                raise ValueError(f"{name}={uri.options[name]!r} is not true or false")
+            verify = value == "true"
+    return Endpoint(uri.host, uri.port, format_uri(uri), tls=uri.scheme == "ssl",
+                    verify_hostname=verify)
 
 
 def parse_endpoint(text: str) -> Endpoint:

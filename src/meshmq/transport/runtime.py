@@ -22,6 +22,7 @@ from meshmq.core.broker import RETAINED_PREFIX, SYS_PREFIX, Broker
 from meshmq.core.queue import BrowseEnd, Delivery, Outcome, Queue
 from meshmq.errors import ConfigError, StoreError, describe_bind_failure
 from meshmq.store.base import Store
+from meshmq.tls import CertificateReloader, TlsFileError, server_context
 from meshmq.transport.topology import Topology, push_families
 
 if TYPE_CHECKING:
@@ -52,7 +53,6 @@ LISTENER_LABELS = {"stomp": "STOMP", "stomp+ssl": "STOMP over TLS", "mqtt": "MQT
                    "nio": "broker links"}
 
 TIMER_INTERVAL = 0.5
-_VERIFY_MODES = {"none": ssl.CERT_NONE, "want": ssl.CERT_OPTIONAL, "need": ssl.CERT_REQUIRED}
 SHUTDOWN_DRAIN_S = 3.0  # how long stop() waits for connections to finish closing
 
 
@@ -73,12 +73,14 @@ class BrokerRuntime:
         self.deposed = False  # lost the lease (or the store refused writes) while master
         self.shutdown_requested = False  # SIGTERM/SIGINT: do not restart as a slave
         self._stop_requested = False
+        # Every TLS context that presents a certificate, reloaded on SIGHUP.
+        self.tls = CertificateReloader()
         fence = None
         if config.ha.mode == "replicated":
             # Each broker keeps its own journal; the master replicates it (docs/ha.md).
             from meshmq.ha.replication import ReplicatedHa
 
-            self.ha = ReplicatedHa(config, on_lost=self._on_deposed)
+            self.ha = ReplicatedHa(config, on_lost=self._on_deposed, tls=self.tls)
             if store is None:
                 store = self.ha.store
         elif config.ha.mode != "none":
@@ -333,7 +335,7 @@ class BrokerRuntime:
         elif listener.protocol in ("mqtt", "mqtt+ssl"):
             await self._listen_mqtt(listener)
         elif listener.protocol in ("tcp", "ssl", "nio"):
-            server = await self.network.listen(listener)
+            server = await self.network.listen(listener, self._ssl_context(listener))
             self._listening(listener, server)
             await self.network.advertise(listener, self.addresses[listener.name])
         else:
@@ -376,29 +378,26 @@ class BrokerRuntime:
             self._loop.create_task(self.stop())
 
     def _ssl_context(self, listener: ListenerConfig) -> ssl.SSLContext | None:
-        if listener.protocol not in ("stomp+ssl", "mqtt+ssl", "wss"):
+        if listener.protocol not in ("stomp+ssl", "mqtt+ssl", "wss", "ssl"):
             return None
-        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         assert listener.ssl_certfile is not None  # the config loader requires it
-        option = "ssl_certfile"
+        # A CA bundle for client certificates means they are required, unless the
+        # listener says otherwise (config/model.py ListenerConfig.client_auth).
+        auth = listener.client_auth or ("need" if listener.ssl_cafile else "none")
         try:
-            ctx.load_cert_chain(listener.ssl_certfile, listener.ssl_keyfile)
-            if listener.ssl_cafile is not None:
-                option = "ssl_cafile"
-                ctx.load_verify_locations(listener.ssl_cafile)
-            # A CA bundle for client certificates means they are required, unless the
-            # listener says otherwise (config/model.py ListenerConfig.client_auth).
-            auth = listener.client_auth or ("need" if listener.ssl_cafile else "none")
-            ctx.verify_mode = _VERIFY_MODES[auth]
-        except OSError as exc:  # ssl.SSLError too: not a bind failure
-            path = listener.ssl_cafile if option == "ssl_cafile" else listener.ssl_certfile
-            keyfile = (f" (key {listener.ssl_keyfile})"
-                       if option == "ssl_certfile" and listener.ssl_keyfile else "")
-            reason = exc.strerror or str(exc)
-            raise ConfigError(f"cannot load {path}{keyfile}: {reason}",
-                              file=self.config.source,
-                              option=f"listeners[{self._index(listener)}].{option}") from None
-        return ctx
+            ctx = server_context(listener.ssl_certfile, listener.ssl_keyfile,
+                                 listener.ssl_cafile, auth, listener.ssl_ciphers)
+        except TlsFileError as exc:  # not a bind failure
+            raise ConfigError(str(exc), file=self.config.source,
+                              option=f"listeners[{self._index(listener)}].{exc.option}"
+                              ) from None
+        return self.tls.register(f"listener {listener.name}", ctx, listener.ssl_certfile,
+                                 listener.ssl_keyfile)
+
+    def reload_tls(self) -> int:
+        """Load every TLS certificate/key again (SIGHUP): new connections get the new
+        pair, open ones keep theirs. Returns how many pairs were reloaded."""
+        return self.tls.reload()
 
     async def _listen_stomp(self, listener: ListenerConfig) -> None:
         from meshmq.transport.stomp_server import StompProtocol
@@ -571,6 +570,12 @@ class BrokerRuntime:
                 loop.add_signal_handler(sig, self._on_signal, sig)
             except (NotImplementedError, RuntimeError):
                 pass
+        with contextlib.suppress(NotImplementedError, RuntimeError, AttributeError):
+            loop.add_signal_handler(signal.SIGHUP, self._on_sighup)
+
+    def _on_sighup(self) -> None:
+        log.info("received SIGHUP, reloading TLS certificates")
+        self.reload_tls()
 
     def _on_signal(self, sig: int) -> None:
         log.info("received %s, shutting down", signal.Signals(sig).name)

@@ -110,14 +110,15 @@ def test_client_certificate_options_follow_activemq(tmp_path: Path,
   <transportConnector name="both" uri="wss://0.0.0.0:3?wantClientAuth=true&amp;needClientAuth=true"/>
   <transportConnector name="plain" uri="stomp+ssl://0.0.0.0:4"/>
   <transportConnector name="bridge" uri="ssl://0.0.0.0:5?needClientAuth=true"/>
+  <transportConnector name="plainbridge" uri="tcp://0.0.0.0:6?needClientAuth=true"/>
 </transportConnectors>
 <sslContext><sslContext keyStore="tls/broker.pem" trustStore="/etc/ca.crt"/></sslContext>
 """)
     assert [(lst.name, lst.client_auth) for lst in config.listeners] == [
         ("need", "need"), ("want", "want"), ("both", "need"), ("plain", "none"),
-        ("bridge", None)]
-    assert f"{tmp_path / 'activemq.xml'}:8: URI option needClientAuth only applies to TLS " \
-           "client connectors (stomp+ssl, mqtt+ssl, wss) in meshmq, ignored" in warnings(caplog)
+        ("bridge", "need"), ("plainbridge", None)]
+    assert f"{tmp_path / 'activemq.xml'}:9: URI option needClientAuth only applies to TLS " \
+           "connectors (ssl, stomp+ssl, mqtt+ssl, wss) in meshmq, ignored" in warnings(caplog)
 
 
 def test_connector_schemes_and_uri_options(tmp_path: Path,

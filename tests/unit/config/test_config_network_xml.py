@@ -11,6 +11,7 @@ import pytest
 from meshmq.config.activemq_xml import (
     NETWORK_CONNECTOR_ATTRIBUTES,
     NETWORK_CONNECTOR_LISTS,
+    NETWORK_CONNECTOR_TLS_FIELDS,
     load_activemq_xml,
 )
 from meshmq.config.load import load_config
@@ -88,7 +89,8 @@ def test_seed_snippets_load_verbatim(tmp_path: Path, caplog: pytest.LogCaptureFi
 
 def test_every_model_field_has_an_xml_form() -> None:
     fields = {f.name for f in dataclasses.fields(NetworkConnectorConfig)}
-    mapped = {*NETWORK_CONNECTOR_ATTRIBUTES.values(), *NETWORK_CONNECTOR_LISTS.values(), "uri"}
+    mapped = {*NETWORK_CONNECTOR_ATTRIBUTES.values(), *NETWORK_CONNECTOR_LISTS.values(), "uri",
+              *NETWORK_CONNECTOR_TLS_FIELDS}
     assert mapped == fields
 
 

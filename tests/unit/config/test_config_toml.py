@@ -201,7 +201,7 @@ ERRORS = [
                  "client_auth = 'need'\n", 4, "listeners[0].client_auth",
                  "client_auth = 'need' needs ssl_cafile", id="client-auth-without-ca"),
     pytest.param("[[listeners]]\nurl = 'stomp://h:1'\nclient_auth = 'want'\n", 3,
-                 "listeners[0].client_auth", "client_auth applies to TLS client listeners",
+                 "listeners[0].client_auth", "client_auth applies to TLS listeners",
                  id="client-auth-on-plain-listener"),
     pytest.param("[[listeners]]\nurl = 'stomp+ssl://h:1'\nssl_certfile = 'c.pem'\n"
                  "client_auth = 'required'\n", 4, "listeners[0].client_auth",
