@@ -10,7 +10,7 @@ import json
 import ssl
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,22 +28,12 @@ USERS = AuthConfig(users=(User("admin", "s3cret", ("admins",)),
 
 
 @pytest.fixture
-def start(tmp_path: Path) -> Iterator[Callable[..., ThreadBroker]]:
-    started: list[ThreadBroker] = []
-
+def start(broker_factory: Callable[..., ThreadBroker]) -> Callable[..., ThreadBroker]:
     def make(host: str = "0.0.0.0", auth: AuthConfig = USERS, **mgmt: Any) -> ThreadBroker:
         # 0.0.0.0 on port 0 is "not loopback"; the tests reach it only via 127.0.0.1.
-        config = make_config(tmp_path / f"data{len(started)}", auth=auth,
-                             management=ManagementConfig(host=host, port=0, **mgmt))
-        b = ThreadBroker(config).start()
-        started.append(b)
-        return b
-
-    try:
-        yield make
-    finally:
-        for b in started:
-            b.stop()
+        return broker_factory(auth=auth, management=ManagementConfig(host=host, port=0,
+                                                                     **mgmt))
+    return make
 
 
 def request(port: int, method: str = "GET", path: str = "/api/stat",

@@ -172,15 +172,8 @@ def password_options(login_config: Path, entry: str) -> dict[str, Any]:
             if module.options.get("decrypt", "false").strip().lower() == "true":
                 raise reader.fail(f"decrypt=true: {ENC_ADVICE}",
                                   module.option_lines["decrypt"])
-            reader.check_options(module, {
-                "org.apache.activemq.jaas.properties.user",
-                "org.apache.activemq.jaas.properties.group", "reload", "baseDir", "decrypt"})
-            out["users_file"] = str(reader.file_option(
-                module, "org.apache.activemq.jaas.properties.user", "user"))
-            out["groups_file"] = str(reader.file_option(
-                module, "org.apache.activemq.jaas.properties.group", "group"))
-            if reader.reload(module):
-                out["reload_files"] = "true"
+            _files(reader, module, "org.apache.activemq.jaas.properties",
+                   ("users_file", "groups_file"), out, extra={"decrypt"})
             properties = module
         elif short == "GuestLoginModule":
             reader.check_options(module, {"org.apache.activemq.jaas.guest.user",
@@ -201,6 +194,18 @@ def password_options(login_config: Path, entry: str) -> dict[str, Any]:
     return out
 
 
+def _files(reader: _Reader, module: LoginModule, prefix: str, keys: tuple[str, str],
+           out: dict[str, Any], *, extra: frozenset[str] | set[str] = frozenset()) -> None:
+    """A login module's users and groups files (``<prefix>.user``/``.group``, relative
+    to its ``baseDir``) and its ``reload`` option, into ``[auth]`` options ``keys``."""
+    reader.check_options(module, {f"{prefix}.user", f"{prefix}.group", "reload", "baseDir",
+                                  *extra})
+    out[keys[0]] = str(reader.file_option(module, f"{prefix}.user", "user"))
+    out[keys[1]] = str(reader.file_option(module, f"{prefix}.group", "group"))
+    if reader.reload(module):
+        out["reload_files"] = "true"
+
+
 def certificate_options(login_config: Path, entry: str) -> dict[str, Any]:
     """``[auth]`` options for a certificate entry (``TextFileCertificateLoginModule``)."""
     reader = _read(login_config, entry)
@@ -208,15 +213,8 @@ def certificate_options(login_config: Path, entry: str) -> dict[str, Any]:
     for module in reader.modules:
         if module.name.rsplit(".", 1)[-1] != "TextFileCertificateLoginModule":
             raise _unsupported(reader, module)
-        reader.check_options(module, {"org.apache.activemq.jaas.textfiledn.user",
-                                      "org.apache.activemq.jaas.textfiledn.group", "reload",
-                                      "baseDir"})
-        out["certificate_users_file"] = str(reader.file_option(
-            module, "org.apache.activemq.jaas.textfiledn.user", "user"))
-        out["certificate_groups_file"] = str(reader.file_option(
-            module, "org.apache.activemq.jaas.textfiledn.group", "group"))
-        if reader.reload(module):
-            out["reload_files"] = "true"
+        _files(reader, module, "org.apache.activemq.jaas.textfiledn",
+               ("certificate_users_file", "certificate_groups_file"), out)
     if not out:
         raise ConfigError(f"entry {entry!r} names no {CERTIFICATE_MODULE}",
                           file=str(login_config), line=None)
