@@ -67,3 +67,21 @@ def test_bad_config_file_is_reported_with_file_and_line(tmp_path: object) -> Non
     got = meshmq("broker", "--config", str(cfg))
     assert got.returncode == 2
     assert f"{cfg}:5" in got.stderr and "max_fram_size" in got.stderr
+
+
+def test_stat_shows_authorization_refusals(broker_factory: object) -> None:
+    from tests.interop.stomp_helpers import Client
+
+    from meshmq.config.model import AuthConfig, AuthorizationConfig, AuthorizationEntry
+
+    authz = AuthorizationConfig(entries=(AuthorizationEntry(queue="open", write=("*",),
+                                                            admin=("*",)),))
+    broker = broker_factory(auth=AuthConfig(authorization=authz))  # type: ignore[operator]
+    client = Client(broker)
+    for _ in range(2):
+        client.conn.send("/queue/closed", "x")
+        client.listener.wait(lambda: client.listener.errors, what="an ERROR")
+        client.listener.errors.clear()
+    client.close()
+    table = meshmq("stat", "--url", f"127.0.0.1:{broker.management_port}")
+    assert "denied 2 (not authorized; by user: anonymous 2)" in table.stdout, table.stdout

@@ -363,6 +363,11 @@ def cmd_stat(args: argparse.Namespace) -> int:
     if stat.get("failed_logins"):
         print(f"logins failed {stat['failed_logins']}  addresses slowed "
               f"{stat.get('login_slowed_addresses', 0)}")
+    denied = stat.get("denied") or {}
+    if denied.get("total"):
+        users = ", ".join(f"{u} {n}" for u, n in sorted(denied.get("by_user", {}).items(),
+                                                        key=lambda kv: -kv[1])[:5])
+        print(f"denied {denied['total']} (not authorized; by user: {users})")
     if stat.get("persistent_refused"):
         print(f"store  refusing persistent messages: {stat['persistent_refused']}")
     cols = ("type", "name", "depth", "enqueued", "dequeued", "consumers", "producers",
@@ -381,6 +386,8 @@ def cmd_stat(args: argparse.Namespace) -> int:
         line = (f"bridge {b['name']} ({b['direction']}) {b['state']} remote "
                 f"{b.get('remote_broker') or '-'} forwarded {b['forwarded']} received "
                 f"{b['received']} rate {b['forward_rate']}/s demand {b['demand']}")
+        if b.get("refused"):
+            line += f" refused {b['refused']} (not authorized on {b.get('remote_broker')})"
         if err and b["state"] != "forwarding":
             line += f"  last error: {err.get('kind')}: {err.get('message')}"
         print(line)
