@@ -139,3 +139,22 @@ class CertificateReloader:
         if self._pairs:
             log.info("TLS certificates reloaded: %d of %d", done, len(self._pairs))
         return done
+
+
+def handshake_failure_reason(exc: BaseException) -> str:
+    """Why a TLS handshake with a peer failed, in words an operator can act on."""
+    if isinstance(exc, ssl.SSLError):
+        reason = exc.reason or exc.strerror or str(exc)
+        if reason in ("HTTP_REQUEST", "WRONG_VERSION_NUMBER", "UNEXPECTED_EOF_WHILE_READING",
+                      "RECORD_LAYER_FAILURE", "UNKNOWN_PROTOCOL",
+                      "HTTPS_PROXY_REQUEST"):  # a plaintext STOMP CONNECT reads as one
+            return f"no TLS handshake ({reason}): the peer speaks plaintext"
+        if reason == "CERTIFICATE_VERIFY_FAILED":
+            return ("TLS handshake failed: a client certificate that ssl_cafile does not "
+                    "trust (CERTIFICATE_VERIFY_FAILED)")
+        if reason in ("PEER_DID_NOT_RETURN_A_CERTIFICATE", "TLSV13_ALERT_CERTIFICATE_REQUIRED"):
+            return f"TLS handshake failed: no client certificate, and one is required ({reason})"
+        return f"TLS handshake failed: {reason}"
+    if isinstance(exc, TimeoutError):
+        return "no TLS handshake in time"
+    return f"TLS handshake failed: {exc}"

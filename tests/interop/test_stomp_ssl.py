@@ -132,3 +132,41 @@ def test_client_certificates_on_a_tls_listener(tmp_path: Path, pki: dict[str, Pa
         assert _handshake(broker.port, pki, "client") == "CONNECTED"
     finally:
         broker.stop()
+
+
+def test_refused_handshakes_are_logged_once_per_peer_and_cause(
+        tmp_path: Path, pki: dict[str, Path], caplog: pytest.LogCaptureFixture) -> None:
+    """A client whose certificate the CA does not trust, and a plaintext client, are each
+    refused with one WARNING naming the listener and the cause (a handshake that fails
+    inside asyncio's own TLS listener would leave no trace); repeats are not logged."""
+    config = dataclasses.replace(make_config(tmp_path / "data"), listeners=(
+        ListenerConfig(name="stomp", protocol="stomp+ssl", host="127.0.0.1", port=0,
+                       ssl_certfile=pki["server"], ssl_keyfile=pki["server.key"],
+                       ssl_cafile=pki["ca"]),))
+    broker = ThreadBroker(config).start()
+
+    def refusals() -> list[str]:
+        return [r.getMessage() for r in caplog.records
+                if r.getMessage().startswith("listener stomp refused a connection")]
+
+    try:
+        with caplog.at_level("WARNING", logger="meshmq.runtime"):
+            for _ in range(3):
+                assert _handshake(broker.port, pki, "stranger").startswith("refused")
+            poll(lambda: len(refusals()) == 1, what="the stranger's refusal logged")
+            for _ in range(2):
+                with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as raw:
+                    raw.sendall(encode_frame("CONNECT", [("accept-version", "1.2")]))
+                    raw.settimeout(10)
+                    try:
+                        assert raw.recv(100) in (b"", None)
+                    except ConnectionError:
+                        pass
+            poll(lambda: len(refusals()) == 2, what="the plaintext client's refusal logged")
+            assert _handshake(broker.port, pki, "client") == "CONNECTED"  # others unharmed
+        stranger, plain = refusals()
+        assert "certificate" in stranger.lower(), stranger
+        assert "plaintext" in plain, plain
+        assert len(refusals()) == 2  # repeats from the same host and cause: not again
+    finally:
+        broker.stop()

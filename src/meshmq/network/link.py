@@ -24,6 +24,7 @@ from meshmq.protocol.wire import (
     encode_json,
     encode_ping,
 )
+from meshmq.tls import handshake_failure_reason
 
 log = logging.getLogger("meshmq.network")
 
@@ -207,7 +208,7 @@ class TlsGate(asyncio.Protocol):
                 ssl_handshake_timeout=self.timeout_s)
         except (OSError, TimeoutError, ConnectionError) as exc:
             if isinstance(exc, ssl.SSLError) or not isinstance(exc, ConnectionError):
-                self.on_failure(where, _tls_reason(exc))  # a peer gone is no refusal
+                self.on_failure(where, handshake_failure_reason(exc))  # a peer gone is no refusal
             tcp.abort()
             self.link.connection_lost(None)
             return
@@ -223,15 +224,3 @@ class TlsGate(asyncio.Protocol):
         if self._task is not None and not self._task.done():
             self._task.cancel()
             self.link.connection_lost(exc)
-
-
-def _tls_reason(exc: BaseException) -> str:
-    if isinstance(exc, ssl.SSLError):
-        reason = exc.reason or exc.strerror or str(exc)
-        if reason in ("HTTP_REQUEST", "WRONG_VERSION_NUMBER", "UNEXPECTED_EOF_WHILE_READING",
-                      "RECORD_LAYER_FAILURE", "UNKNOWN_PROTOCOL"):
-            return f"no TLS handshake ({reason}): the peer speaks plaintext (tcp://)"
-        return f"TLS handshake failed: {reason}"
-    if isinstance(exc, TimeoutError):
-        return "no TLS handshake in time"
-    return f"TLS handshake failed: {exc}"

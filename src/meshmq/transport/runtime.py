@@ -15,6 +15,7 @@ import signal
 import ssl
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from meshmq.config.model import BrokerConfig, ListenerConfig
@@ -23,6 +24,7 @@ from meshmq.core.queue import BrowseEnd, Delivery, Outcome, Queue
 from meshmq.errors import ConfigError, StoreError, describe_bind_failure
 from meshmq.store.base import Store
 from meshmq.tls import CertificateReloader, TlsFileError, server_context
+from meshmq.transport.tls_accept import tls_gate
 from meshmq.transport.topology import Topology, push_families
 
 if TYPE_CHECKING:
@@ -394,6 +396,16 @@ class BrokerRuntime:
         return self.tls.register(f"listener {listener.name}", ctx, listener.ssl_certfile,
                                  listener.ssl_keyfile)
 
+    def _accepting(self, listener: ListenerConfig,
+                   make: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
+        """The listener's protocol factory, behind TLS for a +ssl/wss listener (the
+        handshake done by transport/tls_accept.py, so refusals are logged)."""
+        ctx = self._ssl_context(listener)
+        if ctx is None:
+            return make
+        return tls_gate(make, ctx, f"listener {listener.name}",
+                        timeout_s=self.config.stomp.connect_timeout_ms / 1000)
+
     def reload_tls(self) -> int:
         """Load every TLS certificate/key again (SIGHUP): new connections get the new
         pair, open ones keep theirs. Returns how many pairs were reloaded."""
@@ -406,8 +418,8 @@ class BrokerRuntime:
         self._limits[listener.name] = listener.max_connections
         self._counts[listener.name] = 0
         server = await self._loop.create_server(
-            lambda: StompProtocol(self, listener.name), listener.host, listener.port,
-            ssl=self._ssl_context(listener), reuse_address=True, backlog=1024)
+            self._accepting(listener, lambda: StompProtocol(self, listener.name)),
+            listener.host, listener.port, reuse_address=True, backlog=1024)
         self._listening(listener, server)
 
     async def _listen_ws(self, listener: ListenerConfig) -> None:
@@ -431,7 +443,7 @@ class BrokerRuntime:
                      "stomp": stomp, "mqtt": mqtt}
         server = await start_websocket_listener(
             self._loop, listener.host, listener.port, protocols,
-            ssl_context=self._ssl_context(listener),
+            accept=lambda make: self._accepting(listener, make),
             options=WebSocketOptions(max_message_size=self.config.stomp.max_frame_size))
         self._listening(listener, server)
 
@@ -442,8 +454,8 @@ class BrokerRuntime:
         self._limits[listener.name] = listener.max_connections
         self._counts[listener.name] = 0
         server = await self._loop.create_server(
-            lambda: MqttProtocol(self, listener.name), listener.host, listener.port,
-            ssl=self._ssl_context(listener), reuse_address=True, backlog=1024)
+            self._accepting(listener, lambda: MqttProtocol(self, listener.name)),
+            listener.host, listener.port, reuse_address=True, backlog=1024)
         self._listening(listener, server)
 
     # ------------------------------------------------------------ MQTT wills and $SYS
