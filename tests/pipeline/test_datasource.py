@@ -182,7 +182,7 @@ def test_credentials_and_tls_options_reach_the_broker(spark: Any, tmp_path: Path
                    "trustStore": str(pki.ca), "keyStore": str(client_cert),
                    "keyStoreKey": str(client_key)}
         wrong = ds.Options.parse({**options, "passcode": "nope"}, reading=True)
-        with pytest.raises(ds.StompIOError, match="Authentication failed"):
+        with pytest.raises(ds.StompIOError, match=r"User name \[etl\] or password is invalid"):
             ds.stream_head(wrong)
         untrusted = ds.Options.parse({**options, "trustStore": str(pki.untrusted / "ca.pem")},
                                      reading=True)
