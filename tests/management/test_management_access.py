@@ -219,3 +219,21 @@ def test_stat_passes_credentials_and_a_ca(start: Callable[..., ThreadBroker], pk
         f"meshmq stat: cannot verify the certificate of the management endpoint at {url}: "
         "unable to get local issuer certificate; pass the CA that signed it with "
         "--cafile FILE"]
+
+
+def test_users_from_a_users_file_with_hashed_passwords_guard_it(
+        start: Callable[..., ThreadBroker], tmp_path: Path) -> None:
+    """A users file (ActiveMQ's users.properties) counts as configured users, and a
+    hashed password is checked (off the event loop) like an inline one."""
+    from meshmq.core.passwords import hash_password
+
+    users = tmp_path / "users.properties"
+    users.write_text(f"ops={hash_password('0ps-pw')}\n")
+    groups = tmp_path / "groups.properties"
+    groups.write_text("admins=ops\n")
+    port = start(auth=AuthConfig(users_file=users, groups_file=groups)).management_port
+    assert request(port)[0] == 401
+    assert request(port, user="ops", password="wrong")[0] == 401
+    status, _, body = request(port, user="ops", password="0ps-pw")
+    assert status == 200 and "destinations" in body
+    assert request(port, method="POST", user="ops", password="0ps-pw")[0] == 405  # admin

@@ -226,6 +226,11 @@ class AuthConfig:
     # doubling from 0.5 s up to login_backoff_max_ms (0 = never delayed).
     login_backoff_after: int = 3
     login_backoff_max_ms: int = 5000
+
+    @property
+    def has_users(self) -> bool:
+        """Users to check passwords against (inline or in a users file)."""
+        return bool(self.users) or self.users_file is not None
     # Rights per destination; unset: every connected client may do everything.
     authorization: AuthorizationConfig | None = None
 
@@ -420,7 +425,7 @@ def management_exposure(config: BrokerConfig) -> str | None:
     Off loopback it is reachable from the network, so it needs users to check
     credentials against (there is no anonymous management access off loopback)."""
     mgmt = config.management
-    if not mgmt.enabled or mgmt.loopback or config.auth.users or config.auth.users_file:
+    if not mgmt.enabled or mgmt.loopback or config.auth.has_users:
         return None
     return (f"management.host {mgmt.host!r} is not a loopback address and no users are "
             "configured, so the management endpoint would be open to the network: add "

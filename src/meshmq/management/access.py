@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from meshmq.config.model import BrokerConfig
@@ -27,7 +27,8 @@ __all__ = ["READ_METHODS", "REALM", "Decision", "decide", "parse_basic"]
 REALM = "meshmq"
 READ_METHODS = frozenset({"GET", "HEAD"})
 
-Authenticate = Callable[[str | None, str | None], Principal]
+# Checks a user name and password (off the event loop for hashed passwords).
+Authenticate = Callable[[str, str], Awaitable[Principal]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,10 +60,10 @@ def parse_basic(header: str) -> tuple[str, str] | None:
     return user, password
 
 
-def decide(config: BrokerConfig, method: str, authorization: str | None,
-           authenticate: Authenticate) -> Decision:
+async def decide(config: BrokerConfig, method: str, authorization: str | None,
+                 authenticate: Authenticate) -> Decision:
     mgmt = config.management
-    if not config.auth.users:
+    if not config.auth.has_users:
         # Only possible on loopback (the loader refuses it elsewhere): nothing to check
         # credentials against, as the broker's own listeners with authentication off.
         return Decision()
@@ -73,7 +74,7 @@ def decide(config: BrokerConfig, method: str, authorization: str | None,
             return Decision(401, "malformed Authorization header: send HTTP Basic "
                                  "credentials (user name and password)")
         try:
-            principal = authenticate(*creds)
+            principal = await authenticate(*creds)
         except AuthenticationError:
             return Decision(401, "invalid user name or password")
         if principal.anonymous:

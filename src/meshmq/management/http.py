@@ -16,8 +16,10 @@ import ssl
 from typing import TYPE_CHECKING
 
 from meshmq.config.model import ManagementConfig, management_exposure
+from meshmq.core.auth import Principal
 from meshmq.errors import ConfigError, describe_bind_failure
 from meshmq.management.access import REALM, decide
+from meshmq.transport.login import check_password
 
 if TYPE_CHECKING:
     from meshmq.transport.runtime import BrokerRuntime
@@ -69,6 +71,9 @@ class ManagementServer:
             self._server.close()
             await self._server.wait_closed()
 
+    async def _authenticate(self, login: str, passcode: str) -> Principal:
+        return await check_password(self.runtime.broker.auth, login, passcode)
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
@@ -81,8 +86,8 @@ class ManagementServer:
                 return
             method, path, _ = parts
             path = path.split("?", 1)[0]
-            decision = decide(self.runtime.config, method, _header(head, b"authorization"),
-                              self.runtime.broker.authenticate)
+            decision = await decide(self.runtime.config, method,
+                                    _header(head, b"authorization"), self._authenticate)
             if not decision.allowed:
                 await self._reply(writer, decision.status, {"error": decision.error})
             elif method != "GET":

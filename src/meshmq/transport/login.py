@@ -106,6 +106,21 @@ def authenticate(session: LoginSession, auth: Authenticator, login: str | None,
     _verify_off_loop(pending).add_done_callback(checked)
 
 
+async def check_password(auth: Authenticator, login: str, passcode: str) -> Principal:
+    """The same password check for a caller that can wait (the management endpoint,
+    broker links): scrypt on the worker threads, never the event loop. Raises
+    ``AuthenticationError``; no backoff (the caller has its own answer to give)."""
+    decided = auth.begin(login, passcode)
+    if isinstance(decided, Principal):
+        return decided
+    try:
+        matched = await _verify_off_loop(decided)
+    except Exception:  # a broken hash or out of memory: refuse, and say why here
+        log.exception("password check for %r failed", login)
+        matched = False
+    return auth.finish(decided, matched)
+
+
 def _refuse(session: LoginSession, auth: Authenticator, message: str, done: Done) -> None:
     delay = auth.refused(session.remote)
     if delay <= 0:
@@ -119,4 +134,5 @@ def _refuse(session: LoginSession, auth: Authenticator, message: str, done: Done
     asyncio.get_running_loop().call_later(delay, answer)
 
 
-__all__ = ["Done", "LoginSession", "authenticate", "peer_certificate", "refusal"]
+__all__ = ["Done", "LoginSession", "authenticate", "check_password", "peer_certificate",
+           "refusal"]
