@@ -292,3 +292,26 @@ def test_certificates_reload_without_dropping_links(tmp_path: Path, pki: Pki,
     finally:
         a.stop()
         b.stop()
+
+
+def test_a_hashed_link_password_admits_the_bridge_and_a_wrong_one_is_refused(
+        tmp_path: Path) -> None:
+    """The accepting broker checks a link's password as it checks clients' (scrypt off
+    the event loop); frames the bridge sends right behind its HELLO wait for the answer."""
+    from meshmq.config.model import AuthConfig, User
+    from meshmq.core.passwords import hash_password
+    from tests.network.helpers import net_config
+
+    hashed = AuthConfig(users=(User("link", hash_password("link-secret")),))
+    b = ThreadBroker(net_config(tmp_path / "b", "B", auth=hashed)).start()
+    a = ThreadBroker(net_config(tmp_path / "a", "A", connector(tcp_uri(b)))).start()
+    wrong = ThreadBroker(net_config(tmp_path / "w", "W", connector(
+        tcp_uri(b), username="link", password="nope"))).start()
+    try:
+        poll(lambda: any(x["state"] == "forwarding" for x in bridges(a)),
+             what="A's bridge admitted")
+        poll(lambda: (bridges(wrong)[0].get("last_error") or {}).get("kind")
+             == "authentication-failed", what="W's bridge refused")
+    finally:
+        for broker in (a, wrong, b):
+            broker.stop()

@@ -4,6 +4,7 @@ too when the initiator asked for duplex)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
 import time
@@ -35,6 +36,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("meshmq.network")
 
+# Frames a peer may pipeline behind its HELLO before it is admitted.
+MAX_HELD_FRAMES = 1000
+
 
 class Responder(LinkEnd):
     def __init__(self, manager: NetworkManager, listener: ListenerConfig | None = None,
@@ -50,6 +54,10 @@ class Responder(LinkEnd):
         self.counters = LinkCounters()
         self.since = time.time()
         self.ready = False
+        # The HELLO's credentials being checked (scrypt runs off the event loop), and
+        # the frames a peer sent behind its HELLO meanwhile (handled once admitted).
+        self._admission: asyncio.Task[None] | None = None
+        self._held: list[WireFrame] = []
 
     def make_link(self) -> WireLink:
         self.link = WireLink(self, initiator=False,
@@ -58,6 +66,12 @@ class Responder(LinkEnd):
 
     def on_frame(self, link: WireLink, frame: WireFrame) -> None:
         if not self.ready:
+            if self._admission is not None:
+                if len(self._held) >= MAX_HELD_FRAMES:
+                    raise RemoteProtocolError(f"more than {MAX_HELD_FRAMES} frames sent "
+                                              "before WELCOME")
+                self._held.append(frame)
+                return
             if frame.type is not FrameType.HELLO:
                 raise RemoteProtocolError(f"expected HELLO, got {frame.type.name}")
             self._hello(link, decode_json(frame))
@@ -82,17 +96,38 @@ class Responder(LinkEnd):
         if refusal is not None:
             link.refuse(*refusal)
             return
+        self._admission = asyncio.get_running_loop().create_task(
+            self._admit_safely(link, hello, remote))
+
+    async def _admit_safely(self, link: WireLink, hello: dict[str, Any], remote: str) -> None:
+        try:
+            await self._admit(link, hello, remote)
+        except asyncio.CancelledError:
+            raise
+        except RemoteProtocolError as exc:  # as from on_frame: the peer's fault
+            link.abort(f"protocol error: {exc}")
+        except Exception:
+            log.exception("network link from %s (broker %r): internal error", link.peer,
+                          remote)
+            link.abort("internal error")
+
+    async def _admit(self, link: WireLink, hello: dict[str, Any], remote: str) -> None:
+        broker = self.manager.broker
         # Keyed by address and name: a stranger gets one log line, not one per attempt.
         key = f"{link.peer.rpartition(':')[0]} {remote}"
         try:
-            principal = self._authenticate(link, hello)
+            principal = await self._authenticate(link, hello)
         except AuthenticationError as exc:
+            if link.closed:
+                return
             # Once per remote until it gets in: its bridge retries with backoff.
             if self.manager.note_refusal(key, str(exc)):
                 log.warning("network link from %s (broker %r) refused: %s", link.peer,
                             remote, exc)
             link.refuse("authentication-failed", f"refused by broker {broker.name!r}: {exc}")
             return
+        if link.closed:
+            return  # it went away while its credentials were checked
         self.manager.note_refusal(key, None)
         self.principal = principal
         config = mirror_config(hello.get("config", {}))
@@ -125,8 +160,11 @@ class Responder(LinkEnd):
                  link.peer, self.connector, ", duplex" if self.duplex else "",
                  principal.user)
         self.manager.inbound_changed(self, up=True)
+        held, self._held = self._held, []
+        for frame in held:  # (a link closed meanwhile ignores what is written to it)
+            self.route(link, frame)
 
-    def _authenticate(self, link: WireLink, hello: dict[str, Any]) -> Principal:
+    async def _authenticate(self, link: WireLink, hello: dict[str, Any]) -> Principal:
         """Who the linking broker is. Links are never anonymous (unlike client ports, and
         whatever ``auth.anonymous_access`` says): a configured user's credentials, or a
         client certificate this listener's ``ssl_cafile`` verified, or the listener's
@@ -138,7 +176,8 @@ class Responder(LinkEnd):
             raise AuthenticationError("username and password must be strings")
         if user:
             try:
-                principal = broker.authenticate(user, password or "")  # constant time
+                # Constant time; a hashed password is checked off the event loop.
+                principal = await self.manager.runtime.check_password(user, password or "")
             except AuthenticationError:
                 raise AuthenticationError(
                     f"authentication failed for user {user!r}: set username/password on "
@@ -162,6 +201,8 @@ class Responder(LinkEnd):
             f"connector to a user of broker {broker.name!r}, or use mutual TLS")
 
     def on_lost(self, link: WireLink, cause: str) -> None:
+        if self._admission is not None and not self._admission.done():
+            self._admission.cancel()
         self.teardown()
         if self.ready:
             log.info("network link from broker %r closed: %s", self.remote, cause)

@@ -28,6 +28,7 @@ from meshmq.transport.tls_accept import tls_gate
 from meshmq.transport.topology import Topology, push_families
 
 if TYPE_CHECKING:
+    from meshmq.core.auth import Principal
     from meshmq.core.broker import Connection
     from meshmq.core.message import Message
     from meshmq.core.trace import TraceSink
@@ -405,6 +406,13 @@ class BrokerRuntime:
             return make
         return tls_gate(make, ctx, f"listener {listener.name}",
                         timeout_s=self.config.stomp.connect_timeout_ms / 1000)
+
+    async def check_password(self, login: str, passcode: str) -> Principal:
+        """A user's password checked as the client listeners do (scrypt off the event
+        loop), for broker links; raises ``AuthenticationError``."""
+        from meshmq.transport.login import check_password
+
+        return await check_password(self.broker.auth, login, passcode)
 
     def reload_tls(self) -> int:
         """Load every TLS certificate/key again (SIGHUP): new connections get the new
