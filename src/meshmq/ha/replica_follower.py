@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
-import ssl
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from meshmq.errors import MeshmqError, StoreError
@@ -34,6 +34,7 @@ from meshmq.protocol.wire.codec import (
     encode_json,
 )
 from meshmq.store.journal import JournalStore
+from meshmq.tls_accept import tls_gate
 
 log = logging.getLogger("meshmq.ha")
 
@@ -71,8 +72,6 @@ class FollowerSide(NodeState):
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         decoder = WireDecoder(expect_magic=True)
         greeted = False
-        if self._server_tls is not None and not await self._start_tls(writer):
-            return
         try:
             while True:
                 data = await reader.read(1 << 16)
@@ -94,23 +93,21 @@ class FollowerSide(NodeState):
         finally:
             writer.close()
 
-    async def _start_tls(self, writer: asyncio.StreamWriter) -> bool:
-        """TLS handshake of an accepted link; a failure (a plaintext node, a certificate
-        ssl_cafile does not trust) is logged once per address and kind."""
-        assert self._server_tls is not None
-        peer = writer.get_extra_info("peername")
-        try:
-            await writer.start_tls(self._server_tls,
-                                   ssl_handshake_timeout=self.ha.lease_ms / 1000)
-        except (OSError, TimeoutError, ConnectionError) as exc:
-            writer.transport.abort()
-            if isinstance(exc, ConnectionError) and not isinstance(exc, ssl.SSLError):
-                # The dialer gave up (a vote round that was already decided): no refusal.
-                log.debug("replication: link from %s closed during the TLS handshake", peer)
-                return False
-            self._tls_failed(f"{peer[0]}:{peer[1]}" if peer else "?", "from", exc)
-            return False
-        return True
+    def _accepting(self) -> Callable[[], asyncio.Protocol]:
+        """The replication listener's protocol factory: streams served by ``_serve``,
+        behind TLS when ``ha.ssl_certfile`` is set. The handshake is done before any
+        byte is read (meshmq/tls_accept.py): a stream that started reading first could
+        swallow a slow peer's ClientHello. A failure (a plaintext node, a certificate
+        ssl_cafile does not trust) is logged once per address and kind; a dialer that
+        gave up (a vote round already decided) is no refusal."""
+        def streams() -> asyncio.Protocol:
+            return asyncio.StreamReaderProtocol(asyncio.StreamReader(), self._serve)
+
+        if self._server_tls is None:
+            return streams
+        return tls_gate(streams, self._server_tls, "replication",
+                        timeout_s=self.ha.lease_ms / 1000,
+                        on_failure=lambda peer, exc: self._tls_failed(peer, "from", exc))
 
     async def _on_frame(self, frame: WireFrame, writer: asyncio.StreamWriter) -> None:
         if frame.type is FrameType.REPL_VOTE_REQUEST:

@@ -276,8 +276,8 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
                 self.last = self.durable = ADOPTED
         host, port = split_address(self.ha.listen)
         try:
-            self._server = await asyncio.start_server(self._serve, host, port,
-                                                      reuse_address=True)
+            self._server = await asyncio.get_running_loop().create_server(
+                self._accepting(), host, port, reuse_address=True)
         except OSError as exc:
             raise describe_bind_failure(
                 "replication", host, port, exc,

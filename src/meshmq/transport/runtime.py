@@ -15,7 +15,6 @@ import signal
 import ssl
 import time
 from collections import deque
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from meshmq.config.model import BrokerConfig, ListenerConfig
@@ -24,7 +23,6 @@ from meshmq.core.queue import BrowseEnd, Delivery, Outcome, Queue
 from meshmq.errors import ConfigError, StoreError, describe_bind_failure
 from meshmq.store.base import Store
 from meshmq.tls import CertificateReloader, TlsFileError, server_context
-from meshmq.transport.tls_accept import tls_gate
 from meshmq.transport.topology import Topology, push_families
 
 if TYPE_CHECKING:
@@ -397,16 +395,6 @@ class BrokerRuntime:
         return self.tls.register(f"listener {listener.name}", ctx, listener.ssl_certfile,
                                  listener.ssl_keyfile)
 
-    def _accepting(self, listener: ListenerConfig,
-                   make: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
-        """The listener's protocol factory, behind TLS for a +ssl/wss listener (the
-        handshake done by transport/tls_accept.py, so refusals are logged)."""
-        ctx = self._ssl_context(listener)
-        if ctx is None:
-            return make
-        return tls_gate(make, ctx, f"listener {listener.name}",
-                        timeout_s=self.config.stomp.connect_timeout_ms / 1000)
-
     async def check_password(self, login: str, passcode: str) -> Principal:
         """A user's password checked as the client listeners do (scrypt off the event
         loop), for broker links; raises ``AuthenticationError``."""
@@ -426,8 +414,8 @@ class BrokerRuntime:
         self._limits[listener.name] = listener.max_connections
         self._counts[listener.name] = 0
         server = await self._loop.create_server(
-            self._accepting(listener, lambda: StompProtocol(self, listener.name)),
-            listener.host, listener.port, reuse_address=True, backlog=1024)
+            lambda: StompProtocol(self, listener.name), listener.host, listener.port,
+            ssl=self._ssl_context(listener), reuse_address=True, backlog=1024)
         self._listening(listener, server)
 
     async def _listen_ws(self, listener: ListenerConfig) -> None:
@@ -451,7 +439,7 @@ class BrokerRuntime:
                      "stomp": stomp, "mqtt": mqtt}
         server = await start_websocket_listener(
             self._loop, listener.host, listener.port, protocols,
-            accept=lambda make: self._accepting(listener, make),
+            ssl_context=self._ssl_context(listener),
             options=WebSocketOptions(max_message_size=self.config.stomp.max_frame_size))
         self._listening(listener, server)
 
@@ -462,8 +450,8 @@ class BrokerRuntime:
         self._limits[listener.name] = listener.max_connections
         self._counts[listener.name] = 0
         server = await self._loop.create_server(
-            self._accepting(listener, lambda: MqttProtocol(self, listener.name)),
-            listener.host, listener.port, reuse_address=True, backlog=1024)
+            lambda: MqttProtocol(self, listener.name), listener.host, listener.port,
+            ssl=self._ssl_context(listener), reuse_address=True, backlog=1024)
         self._listening(listener, server)
 
     # ------------------------------------------------------------ MQTT wills and $SYS

@@ -585,22 +585,16 @@ async def start_websocket_listener(
         loop: asyncio.AbstractEventLoop, host: str | None, port: int,
         protocols: Mapping[str, ProtocolFactory], *,
         ssl_context: ssl.SSLContext | None = None,
-        options: WebSocketOptions | None = None,
-        accept: Callable[[Callable[[], asyncio.Protocol]],
-                         Callable[[], asyncio.Protocol]] | None = None) -> asyncio.Server:
+        options: WebSocketOptions | None = None) -> asyncio.Server:
     """Listen for WebSocket clients (``wss://`` when ``ssl_context`` is given) and serve
     each with the protocol its negotiated subprotocol names. Port 0 lets the OS choose;
-    read the bound address from ``server.sockets[0].getsockname()``. ``accept`` wraps
-    the protocol factory (the broker's TLS gate, transport/tls_accept.py)."""
+    read the bound address from ``server.sockets[0].getsockname()``."""
     if not protocols:
         raise ValueError("a WebSocket listener needs at least one subprotocol")
     opts = options or WebSocketOptions()
 
-    def make() -> asyncio.Protocol:
-        return WebSocketProtocol(protocols, opts)
-
     return await loop.create_server(
-        accept(make) if accept is not None else make, host, port, ssl=ssl_context,
+        lambda: WebSocketProtocol(protocols, opts), host, port, ssl=ssl_context,
         reuse_address=True, backlog=1024)
 
 

@@ -1,12 +1,13 @@
-"""TLS for client listeners, with the handshake done here so a refusal is visible.
+"""A TLS listener whose handshake is done here, so that a refusal is visible (the
+replication listener; broker links use network/link.py's TlsGate, the same idea).
 
 ``create_server(ssl=...)`` drops a connection whose handshake fails without a word: an
-operator whose clients' certificates are refused (or who pointed a plaintext client at
-a TLS port) sees nothing in the log. ``tls_gate`` wraps a listener's protocol factory:
-each connection is accepted as plain TCP, ``start_tls`` does the handshake, and only then
-is the listener's protocol made and attached. A failed handshake is logged in one line
-naming the listener, the peer and the cause, at most once a minute per (peer host,
-cause), so a client retrying in a loop cannot flood the log.
+operator whose nodes' certificates are refused (or who pointed a plaintext node at a
+TLS port) would see nothing in the log. ``tls_gate`` wraps a listener's protocol
+factory: each connection is accepted as plain TCP with reading paused, ``start_tls``
+does the handshake, and only then is the listener's protocol made and attached. A
+failed handshake goes to ``on_failure`` (or is logged in one line naming the listener,
+the peer and the cause, at most once a minute per peer host and cause).
 
 Bytes that arrive together with the end of the handshake reach the SSL transport before
 the listener's protocol exists; ``_Holding`` keeps them (and an EOF or a close) and
@@ -20,6 +21,7 @@ import logging
 import ssl
 import time
 from collections.abc import Callable
+from typing import cast
 
 from meshmq.tls import handshake_failure_reason
 
@@ -69,18 +71,24 @@ class _Holding(asyncio.Protocol):
         self.lost, self.lost_exc = True, exc
 
 
+# Told about a refused handshake: (peer "host:port", the exception).
+OnFailure = Callable[[str, BaseException], None]
+
+
 class _Gate(asyncio.Protocol):
     def __init__(self, make: ProtocolFactory, ctx: ssl.SSLContext, timeout_s: float,
-                 refusals: _RefusalLog) -> None:
+                 on_failure: OnFailure) -> None:
         self.make = make
         self.ctx = ctx
         self.timeout_s = timeout_s
-        self.refusals = refusals
+        self.on_failure = on_failure
         self._task: asyncio.Task[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._task = asyncio.get_running_loop().create_task(self._handshake(transport))
+        # (uvloop's transports are not asyncio.Transport subclasses: no isinstance here)
+        tcp = cast(asyncio.Transport, transport)
+        tcp.pause_reading()  # not a byte read before the handshake (start_tls resumes)
+        self._task = asyncio.get_running_loop().create_task(self._handshake(tcp))
 
     async def _handshake(self, tcp: asyncio.Transport) -> None:
         peer = tcp.get_extra_info("peername")
@@ -91,7 +99,7 @@ class _Gate(asyncio.Protocol):
                 tcp, holding, self.ctx, server_side=True, ssl_handshake_timeout=self.timeout_s)
         except (OSError, TimeoutError) as exc:
             if not isinstance(exc, ConnectionError) or isinstance(exc, ssl.SSLError):
-                self.refusals.note(where, handshake_failure_reason(exc))  # a peer gone: no
+                self.on_failure(where, exc)  # (a peer that went away is no refusal)
             tcp.abort()
             return
         if tls is None or holding.lost:
@@ -104,7 +112,7 @@ class _Gate(asyncio.Protocol):
         if holding.eof and not app.eof_received():
             tls.close()
 
-    def data_received(self, data: bytes) -> None:  # start_tls takes over the reading
+    def data_received(self, data: bytes) -> None:  # reading is paused until TLS is up
         pass
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -113,8 +121,14 @@ class _Gate(asyncio.Protocol):
 
 
 def tls_gate(make: ProtocolFactory, ctx: ssl.SSLContext, label: str, *,
-             timeout_s: float = 30.0) -> ProtocolFactory:
+             timeout_s: float = 30.0, on_failure: OnFailure | None = None
+             ) -> ProtocolFactory:
     """A protocol factory for ``create_server`` without ``ssl=``: TLS with ``ctx``, then
-    ``make()``'s protocol; failed handshakes logged as ``label`` ("listener stomp-tls")."""
-    refusals = _RefusalLog(label)
-    return lambda: _Gate(make, ctx, timeout_s, refusals)
+    ``make()``'s protocol; failed handshakes logged as ``label`` ("listener stomp-tls"),
+    or handed to ``on_failure``."""
+    if on_failure is None:
+        refusals = _RefusalLog(label)
+
+        def on_failure(peer: str, exc: BaseException) -> None:
+            refusals.note(peer, handshake_failure_reason(exc))
+    return lambda: _Gate(make, ctx, timeout_s, on_failure)
