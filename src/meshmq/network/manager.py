@@ -246,6 +246,7 @@ class NetworkManager:
                 # Say goodbye, so the dialing side sees a clean shutdown, not a crash.
                 responder.link.write(encode_json(FrameType.BYE, {"reason": "broker stopping"}))
                 responder.link.close("broker stopping")
+            responder.cancel_admission()
             responder.teardown()
         self.inbound.clear()
         # A TLS link closes with a close_notify exchange: give it a moment, then cut it.
@@ -258,8 +259,10 @@ class NetworkManager:
             for link in links:
                 if not link.lost.done():
                     link.abort("broker stopping")
-            for _ in range(3):  # let the aborted transports close their sockets
-                await asyncio.sleep(0)
+        # Let closed and aborted transports close their sockets, those of dials cancelled
+        # halfway (their links were never up, so not waited for above) included.
+        for _ in range(3):
+            await asyncio.sleep(0)
 
     # ------------------------------------------------------------ shared services
     def arrived(self, msg: Message) -> None:

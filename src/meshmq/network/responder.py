@@ -200,9 +200,13 @@ class Responder(LinkEnd):
             f"broker links need credentials: set username/password on the network "
             f"connector to a user of broker {broker.name!r}, or use mutual TLS")
 
-    def on_lost(self, link: WireLink, cause: str) -> None:
+    def cancel_admission(self) -> None:
+        """Stop checking the HELLO's credentials (the link or the broker is going)."""
         if self._admission is not None and not self._admission.done():
             self._admission.cancel()
+
+    def on_lost(self, link: WireLink, cause: str) -> None:
+        self.cancel_admission()
         self.teardown()
         if self.ready:
             log.info("network link from broker %r closed: %s", self.remote, cause)
