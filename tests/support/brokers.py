@@ -22,6 +22,7 @@ from typing import Any, ClassVar, TypeVar
 from meshmq.config.model import BrokerConfig, ListenerConfig, ManagementConfig, StoreConfig
 from meshmq.store.base import Store
 from meshmq.transport.runtime import BrokerRuntime
+from tests.support.loop_teardown import drain_loop
 
 T = TypeVar("T")
 
@@ -106,6 +107,10 @@ class ThreadBroker:
     def stop(self) -> None:
         if self.runtime is not None and self.runtime.started:
             self.call(self.runtime.stop())
+        # Tear the loop down as asyncio.run does: tasks still pending are cancelled and
+        # awaited, and callbacks already scheduled (a closed transport's connection_lost,
+        # which releases its socket) get loop turns before the loop closes.
+        self.call(drain_loop())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
         self.loop.close()

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import threading
 
+from tests.support.loop_teardown import drain_loop
 from tests.support.ports import free_port
 
 
@@ -108,6 +109,7 @@ class TcpProxy:
                     await self._server.wait_closed()
 
         asyncio.run_coroutine_threadsafe(shut(), self._loop).result(10)
+        asyncio.run_coroutine_threadsafe(drain_loop(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop.close()
