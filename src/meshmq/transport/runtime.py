@@ -345,7 +345,7 @@ class BrokerRuntime:
 
     async def _start_management(self) -> None:
         if self.config.management.enabled and self._management is None:
-            from meshmq.management.http import ManagementServer
+            from meshmq.management.server import ManagementServer
 
             mgmt = ManagementServer(self)
             await mgmt.start()
@@ -353,7 +353,7 @@ class BrokerRuntime:
 
     async def _stop_management(self) -> None:
         if self._management is not None:
-            from meshmq.management.http import ManagementServer
+            from meshmq.management.server import ManagementServer
 
             assert isinstance(self._management, ManagementServer)
             await self._management.stop()

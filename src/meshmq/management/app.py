@@ -1,0 +1,83 @@
+"""What the management listener serves: one aiohttp application.
+
+Every answer is JSON, errors included (``{"error": "..."}`` with a 4xx or 5xx status),
+so scripts never parse an HTML error page. Two middlewares wrap every route:
+
+- :func:`errors_as_json` turns aiohttp's own refusals (404, 405, 413) and a handler's
+  :class:`ApiError` into JSON bodies, and a handler's bug into a logged 500 that leaves the
+  broker running;
+- :func:`login` applies :func:`meshmq.management.access.decide` (HTTP Basic credentials,
+  the admin group for anything but GET/HEAD) before any handler runs.
+
+Route tables live in one module per resource (``routes_*.py``); :data:`ROUTE_MODULES`
+lists them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from meshmq.core.auth import Principal
+from meshmq.management import routes_core
+from meshmq.management.access import decide
+from meshmq.management.api import PRINCIPAL, RUNTIME, ApiError, error_reply, runtime_of
+from meshmq.transport.login import check_password
+
+if TYPE_CHECKING:
+    from meshmq.transport.runtime import BrokerRuntime
+
+log = logging.getLogger("meshmq.management")
+
+MAX_REQUEST_BODY = 16 * 1024 * 1024
+
+ROUTE_MODULES = (routes_core,)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return error_reply(exc.status, exc.message, **exc.extra)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise  # redirects
+        if exc.status == 404:
+            return error_reply(404, f"no such resource: {request.path}")
+        if exc.status == 405:
+            return error_reply(405, f"method {request.method} not allowed on {request.path}",
+                               allowed=sorted(getattr(exc, "allowed_methods", ())))
+        return error_reply(exc.status, exc.reason)
+    except Exception:
+        log.exception("management request %s %s failed", request.method, request.path)
+        return error_reply(500, "internal error; the broker log has the details")
+
+
+@web.middleware
+async def login(request: web.Request, handler: Handler) -> web.StreamResponse:
+    runtime = runtime_of(request)
+
+    async def authenticate(user: str, password: str) -> Principal:
+        return await check_password(runtime.broker.auth, user, password)
+
+    decision = await decide(runtime.config, request.method,
+                            request.headers.get("Authorization"), authenticate)
+    if not decision.allowed:
+        return error_reply(decision.status, decision.error)
+    request[PRINCIPAL] = decision.principal
+    return await handler(request)
+
+
+def build_app(runtime: BrokerRuntime) -> web.Application:
+    app = web.Application(middlewares=[errors_as_json, login],
+                          client_max_size=MAX_REQUEST_BODY)
+    app[RUNTIME] = runtime
+    for module in ROUTE_MODULES:
+        app.add_routes(module.routes)
+    return app
