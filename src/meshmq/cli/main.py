@@ -7,23 +7,18 @@ traceback: a broker that cannot be reached, a port in use, a bad configuration.
 from __future__ import annotations
 
 import argparse
-import base64
 import dataclasses
-import getpass
-import http.client
 import json
 import logging
-import os
 import ssl
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from meshmq import __version__
-from meshmq.cli import passwd
+from meshmq.cli import admin, passwd
+from meshmq.cli.management_client import ManagementClient, ManagementError, password_for
 from meshmq.errors import ConfigError, MeshmqError
 
 
@@ -47,6 +42,8 @@ examples:
   meshmq send /queue/orders "hello" --persistent
   meshmq receive /queue/orders --count 1
   meshmq stat --url 127.0.0.1:8161
+  meshmq queue list                               admin commands: queue, dlq, connection,
+  meshmq queue move orders --to orders.retry      bridge (docs/operations.md)
   meshmq passwd                                   hash a password for [[auth.users]]
 
 docs: docs/config.md (every option), docs/networks.md, docs/ha.md, docs/client.md"""
@@ -266,88 +263,10 @@ def _receive(args: argparse.Namespace, host: str, port: int, tls: ssl.SSLContext
     return received
 
 
-def fetch_stat(url: str, *, user: str | None = None, password: str | None = None,
-               cafile: str | None = None) -> dict[str, Any]:
-    """GET /api/stat, with HTTP Basic credentials when ``user`` is given; https:// URLs
-    verify the endpoint's certificate (against ``cafile``, else the system's CAs)."""
-    base = url if "://" in url else f"http://{url}"
-    try:
-        parsed = urlparse(base)
-        parsed.port  # noqa: B018 (raises ValueError for a port out of range)
-    except ValueError:
-        parsed = None
-    if parsed is None or parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise UsageError(f"--url {url!r} is not HOST:PORT, http://HOST:PORT or "
-                         "https://HOST:PORT")
-    context = None
-    if parsed.scheme == "https":
-        context = ssl.create_default_context(cafile=cafile)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-    elif cafile is not None:
-        raise UsageError("--cafile is for an HTTPS endpoint: give --url https://HOST:PORT")
-    request = urllib.request.Request(base.rstrip("/") + "/api/stat")
-    if user is not None:
-        token = base64.b64encode(f"{user}:{password or ''}".encode()).decode("ascii")
-        request.add_header("Authorization", f"Basic {token}")
-    with urllib.request.urlopen(request, timeout=10, context=context) as resp:
-        data: dict[str, Any] = json.loads(resp.read())
-    return data
-
-
-def _stat_password(user: str | None) -> str | None:
-    """The password for ``--user``: $MESHMQ_PASSWORD, else asked for (never an argument,
-    which other users of the host could read)."""
-    if user is None:
-        return None
-    env = os.environ.get("MESHMQ_PASSWORD")
-    if env is not None:
-        return env
-    return getpass.getpass(f"password for {user}: ")
-
-
-def _refused(args: argparse.Namespace, exc: urllib.error.HTTPError) -> str:
-    try:
-        reason = str(json.loads(exc.read()).get("error", exc.reason))
-    except (ValueError, AttributeError, OSError):
-        reason = str(exc.reason)
-    if exc.code == 401 and args.user is None:
-        hint = "; pass --user NAME (the password from MESHMQ_PASSWORD, or asked for)"
-    elif exc.code == 401:
-        hint = f" (user {args.user!r}); check --user and MESHMQ_PASSWORD"
-    else:
-        hint = ""
-    return (f"meshmq stat: the management endpoint at {args.url} refused: {exc.code} "
-            f"{reason}{hint}")
-
-
 def cmd_stat(args: argparse.Namespace) -> int:
-    if args.cafile is not None and not Path(args.cafile).is_file():
-        raise UsageError(f"--cafile {args.cafile}: no such file")
-    password = _stat_password(args.user)
-    try:
-        stat = fetch_stat(args.url, user=args.user, password=password, cafile=args.cafile)
-    except urllib.error.HTTPError as exc:
-        print(_refused(args, exc), file=sys.stderr)
-        return 2
-    except (http.client.HTTPException, ValueError) as exc:
-        # Something answered, but not meshmq's management endpoint (a STOMP port, say).
-        print(f"meshmq stat: {args.url} is not a meshmq management endpoint ({exc!r}); "
-              "point --url at the broker's management HOST:PORT (default 127.0.0.1:8161; "
-              "https://HOST:PORT when it serves HTTPS)", file=sys.stderr)
-        return 2
-    except urllib.error.URLError as exc:
-        if isinstance(exc.reason, ssl.SSLCertVerificationError):
-            print(f"meshmq stat: cannot verify the certificate of the management endpoint "
-                  f"at {args.url}: {exc.reason.verify_message}; pass the CA that signed it "
-                  "with --cafile FILE", file=sys.stderr)
-            return 2
-        print(f"meshmq stat: cannot reach the management endpoint at {args.url}: "
-              f"{exc.reason}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"meshmq stat: cannot reach the management endpoint at {args.url}: {exc}",
-              file=sys.stderr)
-        return 2
+    client = ManagementClient(args.url, user=args.user, password=password_for(args.user),
+                              cafile=args.cafile, timeout=10)
+    stat: dict[str, Any] = client.get("/api/stat")
     if args.json:
         print(json.dumps(stat, indent=2))
         return 0
@@ -511,6 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.set_defaults(func=cmd_witness)
 
     passwd.add_parser(sub)
+    admin.add_parsers(sub)
 
     s = sub.add_parser("stat", help="show destinations of a running broker")
     s.add_argument("--url", default="127.0.0.1:8161",
@@ -554,6 +474,9 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, passwd.PasswdError) as exc:
         print(f"meshmq {args.command}: {exc}", file=sys.stderr)
         return 2
+    except ManagementError as exc:
+        print(f"meshmq {args.command}: {exc}", file=sys.stderr)
+        return exc.status
     except MeshmqError as exc:
         print(f"meshmq: {exc}", file=sys.stderr)
         return 1
