@@ -237,3 +237,22 @@ def test_users_from_a_users_file_with_hashed_passwords_guard_it(
     status, _, body = request(port, user="ops", password="0ps-pw")
     assert status == 200 and "destinations" in body
     assert request(port, method="POST", user="ops", password="0ps-pw")[0] == 405  # admin
+
+
+def test_failed_logins_are_counted_and_held_back_like_the_listeners(
+        start: Callable[..., ThreadBroker]) -> None:
+    """The endpoint shares the client listeners' login backoff: after
+    ``login_backoff_after`` failures from one address, each refusal waits."""
+    import time
+
+    broker = start()
+    port = broker.management_port
+    took = []
+    for _ in range(4):
+        began = time.monotonic()
+        assert request(port, user="admin", password="guess")[0] == 401
+        took.append(time.monotonic() - began)
+    assert took[3] >= 0.45  # the fourth failure from 127.0.0.1 waits 0.5 s
+    assert broker.stats()["failed_logins"] >= 4
+    status, _, _ = request(port, user="admin", password="s3cret")
+    assert status == 200

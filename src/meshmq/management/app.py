@@ -15,6 +15,7 @@ lists them.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from meshmq.core.auth import Principal
+from meshmq.errors import AuthenticationError
 from meshmq.management import routes_core
 from meshmq.management.access import decide
 from meshmq.management.api import PRINCIPAL, RUNTIME, ApiError, error_reply, runtime_of
@@ -64,7 +66,16 @@ async def login(request: web.Request, handler: Handler) -> web.StreamResponse:
     runtime = runtime_of(request)
 
     async def authenticate(user: str, password: str) -> Principal:
-        return await check_password(runtime.broker.auth, user, password)
+        auth = runtime.broker.auth
+        try:
+            return await check_password(auth, user, password)
+        except AuthenticationError:
+            # Counted with the client listeners' failures, and held back the same way,
+            # so the endpoint is no faster a place to guess passwords.
+            delay = auth.refused(f"{request.remote or '?'}:0")
+            if delay > 0:
+                await asyncio.sleep(delay)
+            raise
 
     decision = await decide(runtime.config, request.method,
                             request.headers.get("Authorization"), authenticate)
