@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 from typing import Any
+
+
+def basic(user: str, password: str) -> dict[str, str]:
+    """An HTTP Basic Authorization header."""
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
 
 
 def call(port: int, method: str, path: str, body: object | None = None,
