@@ -27,6 +27,7 @@ from meshmq.management import (
     routes_connections,
     routes_core,
     routes_ha,
+    routes_jolokia,
     routes_network,
 )
 from meshmq.management.access import decide
@@ -40,7 +41,8 @@ log = logging.getLogger("meshmq.management")
 
 MAX_REQUEST_BODY = 16 * 1024 * 1024
 
-ROUTE_MODULES = (routes_core, routes_broker, routes_connections, routes_network, routes_ha)
+ROUTE_MODULES = (routes_core, routes_broker, routes_connections, routes_network, routes_ha,
+                 routes_jolokia)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
