@@ -93,6 +93,7 @@ class Connection:
     checked: bool = False
     writable: set[Destination] = field(default_factory=set)
     closed: bool = False
+    sent: int = 0  # messages it sent (accepted or not): the management API shows it
 
 
 class TopicSubscription:
@@ -579,6 +580,7 @@ class Broker:
         """Route ``message`` to every destination. Returns True when a store sync
         must complete before the send may be confirmed. ``redelivered``: it may have
         been delivered before (a bridge's re-send): its consumers are told so."""
+        conn.sent += 1
         for d in destinations:
             if d in self._sendable:
                 continue  # validated before (hot path: one set lookup per send)

@@ -24,7 +24,14 @@ from aiohttp import web
 
 from meshmq.core.auth import Principal
 from meshmq.errors import AuthenticationError
-from meshmq.management import routes_core
+from meshmq.management import (
+    routes_broker,
+    routes_connections,
+    routes_core,
+    routes_ha,
+    routes_jolokia,
+    routes_network,
+)
 from meshmq.management.access import decide
 from meshmq.management.api import PRINCIPAL, RUNTIME, ApiError, error_reply, runtime_of
 from meshmq.transport.login import check_password
@@ -36,7 +43,8 @@ log = logging.getLogger("meshmq.management")
 
 MAX_REQUEST_BODY = 16 * 1024 * 1024
 
-ROUTE_MODULES = (routes_core,)
+ROUTE_MODULES = (routes_core, routes_broker, routes_connections, routes_network, routes_ha,
+                 routes_jolokia)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

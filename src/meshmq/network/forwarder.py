@@ -348,6 +348,11 @@ class Forwarder:
     def inflight(self) -> int:
         return len(self._inflight)
 
+    def close_by_admin(self) -> None:
+        # The bridge's link: the dialing side reconnects with its backoff, as after any
+        # dropped link (stopping for good is the connector's stop).
+        self.link.close("closed by an administrator")
+
     def close(self) -> None:
         """The link is gone: unsettled messages go back to their queues (for the next
         link, or for local consumers); durable demand stays, offline, and keeps

@@ -53,6 +53,10 @@ class NetworkManager:
         self._refused: dict[str, str] = {}
         self._client_tls: dict[tuple[str, bool], ssl.SSLContext] = {}
         self._links: set[WireLink] = set()  # every link not yet closed
+        # Configured connectors now running (the rest: auto_start = false, or stopped by
+        # an operator), and the discovery agent of each one that has one.
+        self.running: set[str] = set()
+        self._connector_agents: dict[str, Any] = {}
 
     # ------------------------------------------------------------ listeners
     async def listen(self, listener: ListenerConfig,
@@ -173,13 +177,50 @@ class NetworkManager:
                 log.info("network connector %s configured with auto_start=false: not started",
                          config.name)
                 continue
-            plan = plan_connector(config)
-            for endpoint in {e for endpoints in plan.targets for e in endpoints if e.tls}:
-                self.client_tls(plan.config, endpoint.verify_hostname)  # bad files: fail now
-            for endpoints in plan.targets:
-                self.add_bridge(plan.config, endpoints)
-            if plan.discovery is not None:
-                await self._start_discovery(plan.config, plan.discovery)
+            await self._start_connector(config)
+
+    def connector_config(self, name: str) -> NetworkConnectorConfig | None:
+        return next((nc for nc in self.config.network_connectors if nc.name == name), None)
+
+    async def start_connector(self, name: str) -> bool:
+        """Start a configured connector that is not running (the management API): its
+        bridges dial with their normal backoff. False when it was running already."""
+        config = self.connector_config(name)
+        if config is None:
+            raise KeyError(name)
+        if name in self.running:
+            return False
+        log.info("network connector %s started by an operator", name)
+        await self._start_connector(config)
+        return True
+
+    async def stop_connector(self, name: str) -> bool:
+        """Stop a running connector: its discovery agent and its bridges close (each link
+        says BYE first, as at shutdown). False when it was not running."""
+        if self.connector_config(name) is None:
+            raise KeyError(name)
+        if name not in self.running:
+            return False
+        self.running.discard(name)
+        log.info("network connector %s stopped by an operator", name)
+        agent = self._connector_agents.pop(name, None)
+        if agent is not None:
+            self._discovery.remove(agent)
+            await agent.stop()
+        for bridge in [b for b in self.bridges if b.config.name == name]:
+            self.bridges.remove(bridge)
+            await bridge.stop()  # its STOP transition advises the new state
+        return True
+
+    async def _start_connector(self, config: NetworkConnectorConfig) -> None:
+        plan = plan_connector(config)
+        for endpoint in {e for endpoints in plan.targets for e in endpoints if e.tls}:
+            self.client_tls(plan.config, endpoint.verify_hostname)  # bad files: fail now
+        self.running.add(config.name)
+        for endpoints in plan.targets:
+            self.add_bridge(plan.config, endpoints)
+        if plan.discovery is not None:
+            await self._start_discovery(plan.config, plan.discovery)
 
     def add_bridge(self, config: NetworkConnectorConfig,
                    endpoints: tuple[Endpoint, ...]) -> Bridge:
@@ -218,6 +259,7 @@ class NetworkManager:
                                         advertise=None, on_up=up, on_down=down)
         await agent.start()
         self._discovery.append(agent)
+        self._connector_agents[config.name] = agent
 
     async def advertise(self, listener: ListenerConfig, address: tuple[str, int]) -> None:
         """Announce a tcp listener on its discovery group (transportConnector
@@ -234,6 +276,8 @@ class NetworkManager:
         self._discovery.append(agent)
 
     async def stop(self) -> None:
+        self.running.clear()
+        self._connector_agents.clear()
         for agent in self._discovery:
             await agent.stop()
         self._discovery.clear()

@@ -1144,6 +1144,10 @@ class MqttSession(BufferedOutput):
                                self.level))
         self.close()
 
+    def close_by_admin(self) -> None:
+        # MQTT 5: DISCONNECT 0x98 (administrative action); 3.1.1 has no way to say it.
+        self.disconnect(ReasonCode.ADMINISTRATIVE_ACTION, "connection closed by an administrator")
+
     def close(self) -> None:
         self.closing = True
         self.flush()

@@ -43,6 +43,7 @@ class Session(Protocol):
     def deliver(self, outcome: Delivery | BrowseEnd) -> None: ...
     def flush(self) -> None: ...
     def close(self) -> None: ...
+    def close_by_admin(self) -> None: ...
     def check_timeouts(self, now: float) -> None: ...
 
 log = logging.getLogger("meshmq.runtime")
@@ -633,6 +634,16 @@ class BrokerRuntime:
     def unregister(self, session: Session) -> None:
         if session.conn is not None:
             self.sessions.pop(session.conn.id, None)
+
+    def close_connection(self, connection_id: str) -> bool:
+        """Close a client connection for an operator (the management API); the client is
+        told so where its protocol can say it. False when no such connection is open."""
+        session = self.sessions.get(connection_id)
+        if session is None:
+            return False
+        log.info("connection %s closed by an administrator", connection_id)
+        session.close_by_admin()
+        return True
 
     def mark_flush(self, session: Session) -> None:
         self._to_flush[session] = None

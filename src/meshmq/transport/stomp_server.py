@@ -660,6 +660,9 @@ class StompSession(BufferedOutput):
         except MeshmqError:
             self._write(encode_frame("ERROR", [("message", "protocol error")], version="1.0"))
 
+    def close_by_admin(self) -> None:
+        self.fail("connection closed by an administrator")
+
     def close(self) -> None:
         if not self.closing:
             self.closing = True
