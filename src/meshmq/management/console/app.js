@@ -142,7 +142,7 @@ async function overview() {
     h("h1", {}, "Broker ", h("span", { id: "broker-name" }, name)),
     h("div", { class: "cards" },
       card("Role", b ? b.role : st.ha?.role ?? "standalone"),
-      card("Version", b ? `${b.version} (${b.build})` : st.build ?? "–"),
+      b ? card("Version", `${b.version} (${b.build})`) : card("Build", st.build ?? "–"),
       card("Uptime", duration(b ? b.uptime_ms : st.uptime_ms)),
       card("Connections", fmt(b ? b.connections : st.connections)),
       card("Destinations", fmt(dests.length)),
