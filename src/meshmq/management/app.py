@@ -27,6 +27,7 @@ from meshmq.errors import AuthenticationError
 from meshmq.management import (
     routes_broker,
     routes_connections,
+    routes_console,
     routes_core,
     routes_ha,
     routes_jolokia,
@@ -44,7 +45,7 @@ log = logging.getLogger("meshmq.management")
 MAX_REQUEST_BODY = 16 * 1024 * 1024
 
 ROUTE_MODULES = (routes_core, routes_broker, routes_connections, routes_network, routes_ha,
-                 routes_jolokia)
+                 routes_jolokia, routes_console)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -99,4 +100,5 @@ def build_app(runtime: BrokerRuntime) -> web.Application:
     app[RUNTIME] = runtime
     for module in ROUTE_MODULES:
         app.add_routes(module.routes)
+    routes_console.install(app)
     return app

@@ -20,7 +20,13 @@ from meshmq import __version__
 from meshmq.core import destinations as dst
 from meshmq.errors import ConfigError
 from meshmq.network.bridge_state import BridgeEvent, BridgeState, ReconnectPolicy, transition
-from meshmq.network.endpoint import BYE_CAUSE, LinkEnd, client_uris_of, mirror_json
+from meshmq.network.endpoint import (
+    BYE_CAUSE,
+    LinkEnd,
+    client_uris_of,
+    management_url_of,
+    mirror_json,
+)
 from meshmq.network.forwarder import Forwarder
 from meshmq.network.interest import DestinationFilter
 from meshmq.network.link import WireLink
@@ -212,6 +218,7 @@ class Bridge(LinkEnd):
                 "username": self.config.username, "password": self.config.password,
                 "duplex": self.config.duplex, "filter": flt.to_json(),
                 "client_uris": self.manager.client_uris(),
+                "management_url": self.manager.management_url(),
                 "config": mirror_json(self.config)}))
             try:
                 kind, detail = await asyncio.wait_for(asyncio.shield(self._handshake), timeout)
@@ -313,6 +320,7 @@ class Bridge(LinkEnd):
                     return
                 self.remote = str(body.get("broker", "?"))
                 self.remote_client_uris = client_uris_of(body)
+                self.remote_management_url = management_url_of(body)
                 features = body.get("features")
                 offered = features if isinstance(features, list) else []
                 # The remote's first INTEREST may follow in this very read: the

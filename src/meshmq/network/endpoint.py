@@ -37,6 +37,15 @@ def client_uris_of(body: dict[str, Any]) -> tuple[str, ...]:
     return tuple(uris)
 
 
+def management_url_of(body: dict[str, Any]) -> str | None:
+    """The peer's management URL (optional: older brokers and brokers without a management
+    endpoint send none)."""
+    url = body.get("management_url")
+    if url is not None and not isinstance(url, str):
+        raise RemoteProtocolError("management_url must be a string")
+    return url or None
+
+
 def mirror_config(data: object) -> NetworkConnectorConfig:
     if not isinstance(data, dict):
         raise RemoteProtocolError("HELLO config must be an object")
@@ -69,6 +78,7 @@ class LinkEnd:
     forwarder: Forwarder | None = None
     receiver: Receiver | None = None
     remote_client_uris: tuple[str, ...] = ()  # where the remote broker's clients connect
+    remote_management_url: str | None = None  # where the remote's management API answers
 
     def on_synced(self) -> None:
         """The remote's first full interest sync arrived."""

@@ -111,6 +111,18 @@ class NetworkManager:
             out.append(f"{scheme}://{host}:{address[1]}")
         return out
 
+    def management_url(self) -> str | None:
+        """Where this broker's management API answers (told to peers in the handshake, so
+        a console opened on one broker can reach every broker of the network)."""
+        address = self.runtime.addresses.get("management")
+        if address is None or not self.config.management.enabled:
+            return None
+        scheme = "https" if self.config.management.ssl_certfile is not None else "http"
+        host = address[0] if address[0] not in ("0.0.0.0", "::") else socket.gethostname()
+        if ":" in host:
+            host = f"[{host}]"
+        return f"{scheme}://{host}:{address[1]}"
+
     def peer_client_uris(self) -> list[str]:
         uris: list[str] = []
         for end in [*self.bridges, *self.inbound]:

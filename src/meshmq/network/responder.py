@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from meshmq.core.auth import Principal
 from meshmq.errors import AuthenticationError, RemoteProtocolError
-from meshmq.network.endpoint import LinkEnd, client_uris_of, mirror_config
+from meshmq.network.endpoint import LinkEnd, client_uris_of, management_url_of, mirror_config
 from meshmq.network.forwarder import Forwarder
 from meshmq.network.interest import DestinationFilter
 from meshmq.network.link import WireLink
@@ -139,11 +139,13 @@ class Responder(LinkEnd):
         self.duplex = bool(hello.get("duplex", False))
         self.ready = True
         self.remote_client_uris = client_uris_of(hello)
+        self.remote_management_url = management_url_of(hello)
         offered = hello.get("features")
         features = [f for f in FEATURES if isinstance(offered, list) and f in offered]
         link.write(encode_json(FrameType.WELCOME, {
             "version": WIRE_VERSION, "broker": broker.name,
-            "client_uris": self.manager.client_uris(), "features": features}))
+            "client_uris": self.manager.client_uris(), "features": features,
+            "management_url": self.manager.management_url()}))
         self.receiver = Receiver(self.manager, link, remote, flt, self.counters,
                                  resync_s=config.interest_resync_ms / 1000,
                                  refusals=FEATURE_REFUSALS in features,
