@@ -221,8 +221,8 @@ def test_only_admins_change_destinations(broker_factory: Callable[..., ThreadBro
                               User("bob", "bobpw", ("users",))))
     broker = broker_factory(auth=users, management=ManagementConfig(host="127.0.0.1", port=0))
     port = broker.management_port
-    bob = {"user": "bob", "password": "bobpw"}
-    admin = {"user": "admin", "password": "s3cret"}
+    bob: dict[str, Any] = {"user": "bob", "password": "bobpw"}
+    admin: dict[str, Any] = {"user": "admin", "password": "s3cret"}
     ok(port, "POST", "/api/destinations", {"type": "queue", "name": "q1"}, 201, **admin)
     for method, path, body in (
             ("POST", "/api/destinations", {"type": "queue", "name": "q2"}),
