@@ -236,3 +236,21 @@ def test_only_admins_change_destinations(broker_factory: Callable[..., ThreadBro
         assert status == 403 and "admins" in answer["error"], (method, path)
     assert ok(port, "GET", "/api/destinations", **bob)["destinations"][0]["name"] == "q1"
     assert ok(port, "GET", "/api/queues/q1/messages", **bob)["total"] == 0
+
+
+def test_a_returned_message_is_listed_once_and_flagged_redelivered(
+        broker: ThreadBroker) -> None:
+    port = broker.management_port
+    ids = send(port, "back", 3)
+    with SimpleStompClient("127.0.0.1", broker.port) as consumer:
+        consumer.subscribe("/queue/back", ack="client-individual",
+                           headers={"activemq.prefetchSize": "1"})
+        assert consumer.receive(10) is not None
+        poll(lambda: ok(port, "GET", "/api/queues/back/messages")["messages"][-1]["in_flight"])
+    # The consumer closed without acknowledging: its message is back in the queue.
+    def waiting() -> list[dict[str, Any]] | None:
+        listed = ok(port, "GET", "/api/queues/back/messages")["messages"]
+        return listed if not any(m["in_flight"] for m in listed) else None
+    listed = poll(waiting, what="the unacknowledged message back in the queue")
+    assert [m["message_id"] for m in listed] == ids
+    assert [m["redelivered"] for m in listed] == [True, False, False]

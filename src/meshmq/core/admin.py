@@ -233,10 +233,17 @@ def matcher(selector: str | None) -> Callable[[Queued], bool] | None:
 
 
 def _pending(queue: Queue) -> list[Entry]:
-    """In-memory entries waiting for a consumer, in dispatch order."""
+    """In-memory entries waiting for a consumer, in dispatch order (once each: the heap
+    deletes lazily, so a returned entry may sit in it twice)."""
     live = sorted((item for item in queue._heap if item[2].state == PENDING),
                   key=lambda item: (item[0], item[1]))
-    return [item[2] for item in live]
+    seen: set[int] = set()
+    out: list[Entry] = []
+    for item in live:
+        if id(item[2]) not in seen:
+            seen.add(id(item[2]))
+            out.append(item[2])
+    return out
 
 
 def _in_flight(queue: Queue) -> list[Entry]:
