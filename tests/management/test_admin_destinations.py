@@ -252,5 +252,6 @@ def test_a_returned_message_is_listed_once_and_flagged_redelivered(
         listed = ok(port, "GET", "/api/queues/back/messages")["messages"]
         return listed if not any(m["in_flight"] for m in listed) else None
     listed = poll(waiting, what="the unacknowledged message back in the queue")
+    assert listed is not None
     assert [m["message_id"] for m in listed] == ids
     assert [m["redelivered"] for m in listed] == [True, False, False]
