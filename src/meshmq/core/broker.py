@@ -25,6 +25,7 @@ from meshmq.core.dedup import DEDUP_PROPERTY, DuplicateWindow, network_key
 from meshmq.core.destinations import Destination, DestKind
 from meshmq.core.message import Message, PropertyValue
 from meshmq.core.queue import Entry, Outcome, Queue
+from meshmq.core.rates import RateSampler
 from meshmq.core.selector import Selector, compile_selector, message_lookup
 from meshmq.core.stream import NEXT, STREAM_PREFIX, StreamOffset, StreamQueue
 from meshmq.core.topic_index import TopicIndex
@@ -203,6 +204,7 @@ class Broker:
         self.started_ms = self._clock()
         # Message trace (docs/pipeline.md); None when tracing is off. The runtime sets it.
         self.tracer: Tracer | None = None
+        self.rates = RateSampler()  # per-destination msg/s for the management API
 
     # ================================================================ plumbing
     def now_ms(self) -> int:
@@ -707,6 +709,15 @@ class Broker:
     def _producer_count(self, d: Destination) -> int:
         return sum(1 for c in self.connections.values() if d in c.producer_destinations)
 
+    def route_admin(self, message: Message) -> bool:
+        """Route a message the management API sends, moves or retries to its destination
+        (core/admin.py): no duplicate check, as a moved message was accepted once already.
+        True when it was stored."""
+        dest = message.destination
+        if dest.is_queue:
+            return self._route_queue(self._get_queue(dest), message)
+        return self._route_topic(dest, message)
+
     def _route_queue(self, queue: Queue, msg: Message, redelivered: bool = False) -> bool:
         seq = queue.allocate_seq()
         if queue.retains_all:  # a stream: every message is stored, with its offset
@@ -1142,11 +1153,12 @@ class Broker:
 
     # ================================================================ expiry and DLQ
     def tick(self) -> None:
-        """Periodic housekeeping: sweep expired messages."""
+        """Periodic housekeeping: sweep expired messages, sample rates."""
         for queue in list(self.queues.values()):
             queue.expire_pending()
         for sub in self._topic_index.all():
             sub.queue.expire_pending()
+        self.rates.sample(self.now_ms(), self.queues, self.topics)
 
     def expired(self, queue: Queue, entry: Entry) -> None:
         queue.remove_entry(entry)
@@ -1184,6 +1196,7 @@ class Broker:
             if self.tracer is not None:
                 self.tracer.message(DROPPED, msg, dlq, reason=f"failed in the DLQ: {cause}")
             return
+        queue.stats.dead_lettered += 1
         if self.tracer is not None:
             self.tracer.message(DLQ, msg, queue.destination, reason=f"{cause} -> {name}",
                                 delivery_count=entry.delivery_count)

@@ -116,9 +116,11 @@ class QueueContext(Protocol):
 
 
 class QueueStats:
-    __slots__ = ("dequeued", "dispatched", "enqueued", "expired", "redelivered")
+    __slots__ = ("dead_lettered", "dequeued", "dispatched", "enqueued", "expired",
+                 "redelivered")
 
     def __init__(self) -> None:
+        self.dead_lettered = 0
         self.enqueued = 0
         self.dequeued = 0
         self.dispatched = 0
@@ -446,6 +448,13 @@ class Queue:
         self._refund(entry)
         if entry.persisted and self.key is not None:
             self.ctx.store_op(RemoveRef(self.key, entry.seq))
+
+    def remove_paged(self, seq: int) -> None:
+        """Forget a reference that lives only in the store (paged out), as ``purge`` does:
+        the management API deletes and moves such messages without loading the queue."""
+        self._count -= 1
+        if self.key is not None:
+            self.ctx.store_op(RemoveRef(self.key, seq))
 
     def release(self, entry: Entry, *, count_delivery: bool = True, cause: str = "",
                 reason: str | None = None) -> None:

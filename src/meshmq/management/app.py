@@ -29,8 +29,10 @@ from meshmq.management import (
     routes_connections,
     routes_console,
     routes_core,
+    routes_destinations,
     routes_ha,
     routes_jolokia,
+    routes_messages,
     routes_network,
 )
 from meshmq.management.access import decide
@@ -44,8 +46,9 @@ log = logging.getLogger("meshmq.management")
 
 MAX_REQUEST_BODY = 16 * 1024 * 1024
 
-ROUTE_MODULES = (routes_core, routes_broker, routes_connections, routes_network, routes_ha,
-                 routes_jolokia, routes_console)
+ROUTE_MODULES = (routes_core, routes_broker, routes_destinations, routes_messages,
+                 routes_connections, routes_network, routes_ha, routes_jolokia,
+                 routes_console)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
