@@ -116,9 +116,11 @@ class QueueContext(Protocol):
 
 
 class QueueStats:
-    __slots__ = ("dequeued", "dispatched", "enqueued", "expired", "redelivered")
+    __slots__ = ("dead_lettered", "dequeued", "dispatched", "enqueued", "expired",
+                 "redelivered")
 
     def __init__(self) -> None:
+        self.dead_lettered = 0  # moved to a dead letter queue (not dropped ones)
         self.enqueued = 0
         self.dequeued = 0
         self.dispatched = 0

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from meshmq.core.auth import Principal
-from meshmq.management import routes_core
+from meshmq.management import routes_core, routes_metrics
 from meshmq.management.access import decide
 from meshmq.management.api import PRINCIPAL, RUNTIME, ApiError, error_reply, runtime_of
 from meshmq.transport.login import check_password
@@ -34,7 +34,7 @@ log = logging.getLogger("meshmq.management")
 
 MAX_REQUEST_BODY = 16 * 1024 * 1024
 
-ROUTE_MODULES = (routes_core,)
+ROUTE_MODULES = (routes_core, routes_metrics)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
