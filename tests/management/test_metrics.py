@@ -4,6 +4,9 @@ and parsed with prometheus_client's own parser."""
 from __future__ import annotations
 
 import base64
+import json
+import re
+import socket
 import http.client
 from collections.abc import Callable
 from pathlib import Path
@@ -194,3 +197,30 @@ def test_a_bridge_is_seen_forwarding_then_failing(tmp_path: Path) -> None:
             local.stop()
         if not remote_stopped:
             remote.stop()
+
+
+DASHBOARD = Path(__file__).parents[2] / "examples" / "grafana" / "meshmq.json"
+
+
+def dashboard_metric_names() -> set[str]:
+    dash = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    exprs += [v["query"] for v in dash["templating"]["list"]]
+    return {name for e in exprs for name in re.findall(r"\bmeshmq_[a-z_]+", e)}
+
+
+def test_every_metric_of_the_grafana_dashboard_is_exposed(tmp_path: Path) -> None:
+    with socket.socket() as closed:  # a port nothing listens on: the bridge keeps failing
+        closed.bind(("127.0.0.1", 0))
+        dead_port = closed.getsockname()[1]
+    broker = ThreadBroker(net_config(tmp_path / "a", "dash", connector(
+        f"static:(tcp://127.0.0.1:{dead_port})", name="NC"))).start()
+    try:
+        with SimpleStompClient("127.0.0.1", broker.port) as client:
+            client.send("/queue/orders", b"x")
+        names = dashboard_metric_names()
+        assert len(names) >= 15  # the parser found the expressions
+        exposed = {name for name, _ in scrape(broker)}
+        assert sorted(names - exposed) == []
+    finally:
+        broker.stop()
