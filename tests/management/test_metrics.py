@@ -4,10 +4,10 @@ and parsed with prometheus_client's own parser."""
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import re
 import socket
-import http.client
 from collections.abc import Callable
 from pathlib import Path
 
