@@ -135,6 +135,9 @@ def cmd_broker(args: argparse.Namespace) -> int:
         changes["persistent"] = False
     if changes:
         config = dataclasses.replace(config, **changes)
+    from meshmq.cli.logsetup import apply_logging
+
+    apply_logging(config.logging, args.log_level, config.source)
     try:
         import uvloop
 
@@ -357,6 +360,9 @@ def cmd_witness(args: argparse.Namespace) -> int:
         print(f"{args.config}: a witness needs [ha] mode = \"replicated\"", file=sys.stderr)
         return 2
     config = dataclasses.replace(config, ha=dataclasses.replace(config.ha, role="witness"))
+    from meshmq.cli.logsetup import apply_logging
+
+    apply_logging(config.logging, args.log_level, config.source)
     return asyncio.run(run_broker(config))
 
 
@@ -364,8 +370,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="meshmq", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=_version_text())
-    parser.add_argument("--log-level", default="INFO",
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    # Unset: [logging] level of the configuration file (default INFO).
+    parser.add_argument("--log-level", type=str.upper,
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="log level; wins over [logging] level")
     sub = parser.add_subparsers(dest="command", required=True)
 
     b = sub.add_parser(
@@ -463,8 +471,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from meshmq.cli.logsetup import start_logging
+
+    start_logging(args.log_level or "INFO")
     try:
         code: int = args.func(args)
         return code

@@ -20,6 +20,8 @@ STORE_KINDS = ("journal", "memory", "postgres")
 HA_MODES = ("none", "shared", "database", "replicated")
 HA_ROLES = ("broker", "witness")
 TRACE_FORMATS = ("jsonl", "parquet")
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+LOG_FORMATS = ("text", "json")
 LIMIT_ACTIONS = ("block", "fail")
 # TLS client certificates on a listener (ActiveMQ wantClientAuth / needClientAuth).
 CLIENT_AUTH = ("none", "want", "need")
@@ -236,6 +238,18 @@ class AuthConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class MetricsConfig:
+    """``GET /metrics`` (Prometheus): which destinations get series of their own, so a
+    broker with many destinations does not flood the monitoring system."""
+
+    # Destination name patterns (the broker's wildcards: ``*`` one segment, ``>`` the
+    # rest); empty = every destination.
+    destinations: tuple[str, ...] = ()
+    # Destinations beyond this many (in name order) are summed into destination="_other".
+    max_destinations: int = 500
+
+
+@dataclass(frozen=True, slots=True)
 class ManagementConfig:
     enabled: bool = True
     host: str = "127.0.0.1"
@@ -249,6 +263,7 @@ class ManagementConfig:
     admin_group: str = "admins"
     ssl_certfile: Path | None = None  # set: HTTPS only (TLS 1.2 or later)
     ssl_keyfile: Path | None = None  # unset: the key is in ssl_certfile
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
     @property
     def loopback(self) -> bool:
@@ -273,6 +288,19 @@ class TraceConfig:
     roll_interval_ms: int = 60_000  # ... or at this age; 0 = by size only
     flush_interval_ms: int = 500  # JSON lines reach the OS at least this often
     max_files: int = 0  # sealed files kept per broker; 0 = keep all
+
+
+@dataclass(frozen=True, slots=True)
+class LoggingConfig:
+    """The broker's log (``meshmq broker``): levels, and a rotating file instead of
+    stderr. ``--log-level`` on the command line wins over ``level``."""
+
+    level: str = "info"  # one of LOG_LEVELS
+    loggers: dict[str, str] = field(default_factory=dict)  # logger name -> level
+    file: Path | None = None  # unset: stderr
+    max_file_bytes: int = 10 * MIB  # rotate the file at this size; 0 = never
+    backup_count: int = 5  # rotated files kept (file.1 ... file.N)
+    format: str = "text"  # one of LOG_FORMATS: human-readable lines, or JSON lines
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,6 +418,7 @@ class BrokerConfig:
     auth: AuthConfig = field(default_factory=AuthConfig)
     management: ManagementConfig = field(default_factory=ManagementConfig)
     trace: TraceConfig = field(default_factory=TraceConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
     streams: tuple[StreamPolicy, ...] = ()  # none: no queue is a stream
     ha: HaConfig = field(default_factory=HaConfig)
     expiry_check_interval_ms: int = 1000

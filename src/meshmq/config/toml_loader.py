@@ -44,6 +44,8 @@ from meshmq.config.model import (
     HA_ROLES,
     LIMIT_ACTIONS,
     LISTENER_PROTOCOLS,
+    LOG_FORMATS,
+    LOG_LEVELS,
     STORE_KINDS,
     TRACE_FORMATS,
     AuthorizationConfig,
@@ -98,7 +100,7 @@ SIZE_FIELDS: frozenset[str] = frozenset({
     "StoreConfig.segment_size", "StoreConfig.max_batch_bytes", "StoreConfig.max_disk_bytes",
     "StoreConfig.min_free_disk", "StoreConfig.disk_reserve",
     "DestinationPolicy.memory_limit", "UsageConfig.memory_limit", "TraceConfig.max_file_bytes",
-    "StreamPolicy.max_bytes", "HaConfig.log_retain_bytes",
+    "StreamPolicy.max_bytes", "HaConfig.log_retain_bytes", "LoggingConfig.max_file_bytes",
 })
 # Inclusive bounds; numbers not listed must merely be >= 0 (no option means anything below).
 _RANGES: dict[str, tuple[float | None, float | None]] = {
@@ -132,6 +134,7 @@ _RANGES: dict[str, tuple[float | None, float | None]] = {
     "HaConfig.keepalive_ms": (10, None),
     "HaConfig.acquire_interval_ms": (10, None),
     "HaConfig.log_retain_bytes": (0, None),
+    "MetricsConfig.max_destinations": (1, None),
 }
 _NONZERO: dict[str, str] = {
     f"NetworkConnectorConfig.{name}": "-1 (unlimited) or at least 1 hop"
@@ -149,6 +152,9 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "TraceConfig.format": TRACE_FORMATS,
     "HaConfig.mode": HA_MODES,
     "HaConfig.role": HA_ROLES,
+    "LoggingConfig.level": LOG_LEVELS,
+    "LoggingConfig.loggers": LOG_LEVELS,
+    "LoggingConfig.format": LOG_FORMATS,
 }
 _NON_EMPTY: frozenset[str] = frozenset({
     "BrokerConfig.broker_name", "ListenerConfig.name", "ListenerConfig.host",
@@ -407,6 +413,10 @@ class _Builder:
             return self._convert(value, inner[0], path, key)
         if origin is tuple:
             return self._tuple(value, get_args(tp), path, key)
+        if origin is dict:  # a table of str keys, e.g. [logging] loggers
+            table = self._table(value, path)
+            return {str(k): self._convert(v, get_args(tp)[1], f'{path}["{k}"]', key)
+                    for k, v in table.items()}
         if dataclasses.is_dataclass(tp):
             return self._dataclass(tp, value, path)  # type: ignore[arg-type]
         if tp is bool:
@@ -577,6 +587,12 @@ class _Builder:
             except URIError as exc:
                 raise self.src.error(str(exc), f"{BROKER_SECTION}.advertised_peers") from None
         self._check_management(config)
+        for i, name in enumerate(config.management.metrics.destinations):
+            try:
+                validate_name(name)
+            except DestinationError as exc:
+                raise self.src.error(exc.message, f"management.metrics.destinations[{i}]"
+                                     ) from None
         connectors: set[str] = set()
         for i, nc in enumerate(config.network_connectors):
             at = f"network_connectors[{i}]"

@@ -1286,6 +1286,7 @@ class Broker:
             dests.append({"name": d.name, "type": d.kind.value, "depth": q.depth,
                           "enqueued": q.stats.enqueued, "dequeued": q.stats.dequeued,
                           "dispatched": q.stats.dispatched, "expired": q.stats.expired,
+                          "dead_lettered": q.stats.dead_lettered,
                           "redelivered": q.stats.redelivered, "inflight": q.inflight,
                           "consumers": len(q.consumers), "memory": q.in_memory_bytes,
                           "producers": self._producer_count(d)})
@@ -1294,7 +1295,8 @@ class Broker:
                 continue  # the broker's own topics, not the operator's destinations
             dests.append({"name": d.name, "type": d.kind.value, "depth": 0,
                           "enqueued": ts.enqueued, "dequeued": ts.dispatched,
-                          "dispatched": ts.dispatched, "expired": 0, "redelivered": 0,
+                          "dispatched": ts.dispatched, "expired": 0, "dead_lettered": 0,
+                          "redelivered": 0,
                           "inflight": 0, "consumers": len(self._subs_for(d)), "memory": 0,
                           "producers": self._producer_count(d)})
         durables = [{"clientId": cid, "name": name, "destination": sub.durable.destination

@@ -120,7 +120,7 @@ class QueueStats:
                  "redelivered")
 
     def __init__(self) -> None:
-        self.dead_lettered = 0
+        self.dead_lettered = 0  # moved to a dead letter queue (not dropped ones)
         self.enqueued = 0
         self.dequeued = 0
         self.dispatched = 0

@@ -33,6 +33,7 @@ from meshmq.management import (
     routes_ha,
     routes_jolokia,
     routes_messages,
+    routes_metrics,
     routes_network,
 )
 from meshmq.management.access import decide
@@ -48,7 +49,7 @@ MAX_REQUEST_BODY = 16 * 1024 * 1024
 
 ROUTE_MODULES = (routes_core, routes_broker, routes_destinations, routes_messages,
                  routes_connections, routes_network, routes_ha, routes_jolokia,
-                 routes_console)
+                 routes_metrics, routes_console)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

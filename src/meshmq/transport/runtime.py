@@ -21,6 +21,7 @@ from meshmq.config.model import BrokerConfig, ListenerConfig
 from meshmq.core.broker import RETAINED_PREFIX, SYS_PREFIX, Broker
 from meshmq.core.queue import BrowseEnd, Delivery, Outcome, Queue
 from meshmq.errors import ConfigError, StoreError, describe_bind_failure
+from meshmq.management.metrics import sync_histogram
 from meshmq.store.base import Store
 from meshmq.tls import CertificateReloader, TlsFileError, server_context
 from meshmq.transport.topology import Topology, push_families
@@ -139,6 +140,10 @@ class BrokerRuntime:
         self.topology.set_provider("network", self.network.peer_client_uris)
         self.trace_sink: TraceSink | None = None
         self._trace_flush_at = 0.0
+        # Read by GET /metrics (management/metrics.py) at scrape time.
+        self.trace_events_written = 0
+        self.trace_events_dropped = 0
+        self.sync_seconds = sync_histogram()
 
     # ------------------------------------------------------------ trace
     def _start_trace(self) -> None:
@@ -165,10 +170,14 @@ class BrokerRuntime:
     def _write_trace(self) -> None:
         tracer = self.broker.tracer
         if tracer is not None and tracer.events and self.trace_sink is not None:
+            events = tracer.take()
             try:
-                self.trace_sink.write(tracer.take())
+                self.trace_sink.write(events)
             except OSError as exc:  # a full disk must not stop message traffic
+                self.trace_events_dropped += len(events)
                 log.error("trace write failed (events dropped): %s", exc)
+            else:
+                self.trace_events_written += len(events)
 
     def _tick_trace(self, now: float) -> None:
         if self.trace_sink is None:
@@ -370,6 +379,10 @@ class BrokerRuntime:
 
         stat["build"] = "compiled" if compiled() else "python"
         return stat
+
+    def connections_by_listener(self) -> dict[str, int]:
+        """Open client connections per listener name."""
+        return dict(self._counts)
 
     def _on_deposed(self, why: str) -> None:
         """Another broker is master now (or our store refuses writes): close everything."""
@@ -728,8 +741,11 @@ class BrokerRuntime:
         assert self._loop is not None
 
         async def run() -> None:
+            started = time.perf_counter()
             try:
                 await self.store.sync()
+                # One observation per mark window (not per message): GET /metrics.
+                self.sync_seconds.observe(time.perf_counter() - started)
             except StoreError:
                 # A failed store is reported where it is used; the deliveries go out
                 # anyway (withholding them would not make anything durable).

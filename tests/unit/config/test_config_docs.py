@@ -21,6 +21,8 @@ PREFIX: dict[type, str | tuple[str, ...]] = {
     model.AuthConfig: "auth", model.User: "auth.users[]",
     model.CertificateUser: "auth.certificate_users[]",
     model.ManagementConfig: "management", model.MqttConfig: "mqtt",
+    model.MetricsConfig: "management.metrics",
+    model.LoggingConfig: "logging",
     model.TraceConfig: "trace", model.StreamPolicy: "streams[]",
     model.NetworkConnectorConfig: "network_connectors[]",
     model.HaConfig: "ha",
@@ -75,6 +77,8 @@ def render_default(cls: type, f: dataclasses.Field[typing.Any]) -> str | None:
         return f"`{value}`"
     if isinstance(value, str | Path):
         return f'`"{value}"`'
+    if isinstance(value, dict) and not value:
+        return "`{}`"
     if isinstance(value, tuple):
         items = ", ".join(f'"{v}"' if isinstance(v, str) else str(v) for v in value)
         return f"`[{items}]`"
