@@ -72,6 +72,14 @@ def test_broker_mbean(broker: ThreadBroker) -> None:
     assert value["TotalEnqueueCount"] == 5
     assert value["TotalMessageCount"] == 3
     assert value["CurrentConnectionsCount"] == 1
+    assert value["TotalConnectionsCount"] == 1
+    client.close()
+    again = RawClient(broker)
+    again.connect()
+    poll(lambda: read(port, BROKER, "CurrentConnectionsCount")["value"] == 1,
+         what="the first connection gone")
+    assert read(port, BROKER, "TotalConnectionsCount")["value"] == 2
+    again.close()
     assert value["Slave"] is False
     assert value["MemoryLimit"] == stat["memory"]["limit"]
     assert value["Queues"] == [{"objectName": "org.apache.activemq:brokerName=test,"

@@ -199,6 +199,7 @@ class Broker:
         self._default_policy = DestinationPolicy()
         self._boot = format(self._clock(), "x")
         self._conn_seq = itertools.count(1)
+        self.client_connections_opened = 0  # since start; broker links not counted
         self._msg_seq = itertools.count(1)
         self._temp_seq = itertools.count(1)
         self.started_ms = self._clock()
@@ -492,6 +493,8 @@ class Broker:
                           connected_ms=self.now_ms(),
                           checked=self.authz is not None and not principal.internal)
         self.connections[conn.id] = conn
+        if protocol != "network":
+            self.client_connections_opened += 1
         if client_id is not None:
             self.client_ids[client_id] = conn.id
         self._advise(dst.topic("ActiveMQ.Advisory.Connection"), "ConnectionAdded", {

@@ -91,6 +91,7 @@ def broker_attributes(runtime: BrokerRuntime) -> dict[str, Callable[[], Any]]:
         "TotalProducerCount": lambda: total("producers"),
         "TotalMessageCount": lambda: total("depth"),
         "CurrentConnectionsCount": lambda: client_connections(runtime),
+        "TotalConnectionsCount": lambda: broker.client_connections_opened,
         "MemoryPercentUsage": lambda: int(usage.percent),
         "MemoryLimit": lambda: usage.limit,
         "StorePercentUsage": lambda: int(store_usage(runtime)["percent"]),
