@@ -6,29 +6,16 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
-
-import pytest
 
 from meshmq import __version__
 from tests.interop.stomp_helpers import RawClient
 from tests.management.http import call, get
-from tests.support.brokers import ThreadBroker, make_config, poll
+from tests.support.brokers import ThreadBroker, poll
 
 BROKER = "org.apache.activemq:type=Broker,brokerName=test"
 QUEUE = BROKER + ",destinationType=Queue,destinationName="
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[ThreadBroker]:
-    b = ThreadBroker(make_config(tmp_path / "data")).start()
-    try:
-        yield b
-    finally:
-        b.stop()
 
 
 def send(client: RawClient, dest: str, n: int) -> None:
