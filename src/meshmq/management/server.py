@@ -56,8 +56,8 @@ class ManagementServer:
         moved = f" ({cfg.port} was in use)" if cfg.port and name[1] != cfg.port else ""
         scheme = "https" if tls is not None else "http"
         login = "" if cfg.loopback else " (HTTP Basic login required)"
-        log.info("management endpoint on %s://%s:%d/api/stat%s%s", scheme, name[0], name[1],
-                 moved, login)
+        log.info("management endpoint on %s://%s:%d/ (web console; admin API /api/..., "
+                 "metrics /metrics)%s%s", scheme, name[0], name[1], moved, login)
 
     async def stop(self) -> None:
         if self._runner is not None:
