@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
+import aiohttp
 from aiohttp import web
 
 from meshmq.management.api import ApiError, reply, runtime_of
@@ -29,6 +30,8 @@ EVENT_INTERVAL_S = 1.0
 
 CLOSING: web.AppKey[asyncio.Event] = web.AppKey("console-closing")
 METER: web.AppKey[RateMeter] = web.AppKey("console-rates")
+# One client for every map: connections to the peers stay open between snapshots.
+PEERS: web.AppKey[aiohttp.ClientSession] = web.AppKey("console-peer-client")
 
 
 def install(app: web.Application) -> None:
@@ -41,6 +44,13 @@ def install(app: web.Application) -> None:
         app[CLOSING].set()
 
     app.on_shutdown.append(end_feeds)
+
+    async def peer_client(app: web.Application) -> AsyncIterator[None]:
+        async with aiohttp.ClientSession() as session:
+            app[PEERS] = session
+            yield
+
+    app.cleanup_ctx.append(peer_client)
 
 
 @routes.get("/")
@@ -79,7 +89,8 @@ async def api_peers(request: web.Request) -> web.Response:
 @routes.get("/api/network/map")
 async def api_network_map(request: web.Request) -> web.Response:
     return reply(await network_map(runtime_of(request), request.app[METER],
-                                   request.headers.get("Authorization")))
+                                   request.headers.get("Authorization"),
+                                   session=request.app[PEERS]))
 
 
 @routes.get("/api/events")
@@ -96,10 +107,12 @@ async def api_events(request: web.Request) -> web.StreamResponse:
     authorization = request.headers.get("Authorization")
     try:
         while not closing.is_set():
-            snapshot: dict[str, object] = {"stat": runtime.statistics()}
+            stat = runtime.statistics()
+            snapshot: dict[str, object] = {"stat": stat}
             if with_map:
                 snapshot["map"] = await _until_closing(
-                    network_map(runtime, request.app[METER], authorization), closing)
+                    network_map(runtime, request.app[METER], authorization,
+                                session=request.app[PEERS], stat=stat), closing)
                 if closing.is_set():
                     break
             data = json.dumps(snapshot, default=str)

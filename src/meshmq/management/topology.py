@@ -104,10 +104,10 @@ def _links_from_stat(stat: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-async def _fetch(session: aiohttp.ClientSession, url: str,
-                 headers: dict[str, str]) -> dict[str, Any] | None:
+async def _fetch(session: aiohttp.ClientSession, url: str, headers: dict[str, str],
+                 timeout: aiohttp.ClientTimeout) -> dict[str, Any] | None:
     """A peer's JSON document; None when that route is not there (an older version)."""
-    async with session.get(url, headers=headers) as resp:
+    async with session.get(url, headers=headers, timeout=timeout) as resp:
         if resp.status == 404:
             return None
         resp.raise_for_status()
@@ -117,10 +117,12 @@ async def _fetch(session: aiohttp.ClientSession, url: str,
         return body
 
 
-async def _look(session: aiohttp.ClientSession, url: str,
-                headers: dict[str, str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    stat, peer_doc = await asyncio.gather(_fetch(session, f"{url}/api/stat", headers),
-                                          _fetch(session, f"{url}/api/peers", headers))
+async def _look(session: aiohttp.ClientSession, url: str, headers: dict[str, str],
+                timeout: aiohttp.ClientTimeout
+                ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    stat, peer_doc = await asyncio.gather(
+        _fetch(session, f"{url}/api/stat", headers, timeout),
+        _fetch(session, f"{url}/api/peers", headers, timeout))
     if stat is None:
         raise ValueError(f"{url} has no /api/stat")
     links = peer_doc.get("peers", []) if peer_doc is not None else _links_from_stat(stat)
@@ -129,47 +131,54 @@ async def _look(session: aiohttp.ClientSession, url: str,
 
 async def network_map(runtime: BrokerRuntime, meter: RateMeter,
                       authorization: str | None = None,
-                      timeout: float = FETCH_TIMEOUT_S) -> dict[str, Any]:
+                      timeout: float = FETCH_TIMEOUT_S, *,
+                      session: aiohttp.ClientSession | None = None,
+                      stat: dict[str, Any] | None = None) -> dict[str, Any]:
     """The graph of every broker reachable from this one, breadth-first. The request's
-    credentials are passed on (brokers of one network usually share their users)."""
+    credentials are passed on (brokers of one network usually share their users).
+    ``session`` keeps connections to the peers open from one map to the next; ``stat``
+    is this broker's statistics when the caller has them already."""
+    if session is None:
+        async with aiohttp.ClientSession() as own:
+            return await network_map(runtime, meter, authorization, timeout, session=own,
+                                     stat=stat)
     headers = {"Authorization": authorization} if authorization else {}
     own_url = runtime.network.management_url()
     nodes: dict[str, dict[str, Any]] = {}
     links_of: dict[str, list[dict[str, Any]]] = {}
-    here = _node(runtime.statistics(), own_url, meter)
+    here = _node(stat if stat is not None else runtime.statistics(), own_url, meter)
     nodes[here["broker"]] = here
     links_of[here["broker"]] = peers(runtime)
     seen_urls = {own_url}
     frontier = [here["broker"]]
     client_timeout = aiohttp.ClientTimeout(total=timeout)
-    async with aiohttp.ClientSession(timeout=client_timeout) as session:
-        while frontier and len(nodes) < MAX_BROKERS:
-            todo: dict[str, str | None] = {}
-            for name in frontier:
-                for link in links_of.get(name, []):
-                    peer, url = str(link["broker"]), link.get("management_url")
-                    if peer in nodes or peer in todo:
-                        continue
-                    if url is not None and url in seen_urls:
-                        continue
-                    todo[peer] = url
-                    seen_urls.add(url)
-            frontier = []
-            wanted = [(peer, url) for peer, url in todo.items() if url is not None]
-            looks = await asyncio.gather(*(_look(session, url, headers) for _, url in wanted),
-                                         return_exceptions=True)
-            for (peer, url), look in zip(wanted, looks, strict=True):
-                if isinstance(look, BaseException):
-                    nodes[peer] = _unreachable(peer, url, look)
+    while frontier and len(nodes) < MAX_BROKERS:
+        todo: dict[str, str | None] = {}
+        for name in frontier:
+            for link in links_of.get(name, []):
+                peer, url = str(link["broker"]), link.get("management_url")
+                if peer in nodes or peer in todo:
                     continue
-                stat, links = look
-                node = _node(stat, url, meter)
-                nodes[peer] = node | {"broker": peer}
-                links_of[peer] = links
-                frontier.append(peer)
-            for peer, url in todo.items():
-                if url is None:
-                    nodes[peer] = _unreachable(peer, None, None)
+                if url is not None and url in seen_urls:
+                    continue
+                todo[peer] = url
+                seen_urls.add(url)
+        frontier = []
+        wanted = [(peer, url) for peer, url in todo.items() if url is not None]
+        looks = await asyncio.gather(*(_look(session, url, headers, client_timeout)
+                                       for _, url in wanted), return_exceptions=True)
+        for (peer, url), look in zip(wanted, looks, strict=True):
+            if isinstance(look, BaseException):
+                nodes[peer] = _unreachable(peer, url, look)
+                continue
+            stat, links = look
+            node = _node(stat, url, meter)
+            nodes[peer] = node | {"broker": peer}
+            links_of[peer] = links
+            frontier.append(peer)
+        for peer, url in todo.items():
+            if url is None:
+                nodes[peer] = _unreachable(peer, None, None)
     return {"broker": here["broker"], "at": time.time(),
             "nodes": sorted(nodes.values(), key=lambda n: n["broker"]),
             "edges": _edges(links_of)}
