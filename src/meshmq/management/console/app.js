@@ -176,6 +176,10 @@ async function destinations() {
     { key: "depth", label: "Depth", num: true },
     { key: "enqueued", label: "Enqueued", num: true },
     { key: "dequeued", label: "Dequeued", num: true },
+    { key: "enqueue_rate", label: "In/s", num: true,
+      render: (d) => d.enqueue_rate === undefined ? "–" : Number(d.enqueue_rate).toFixed(1) },
+    { key: "dequeue_rate", label: "Out/s", num: true,
+      render: (d) => d.dequeue_rate === undefined ? "–" : Number(d.dequeue_rate).toFixed(1) },
     { key: "consumers", label: "Consumers", num: true },
     { key: "producers", label: "Producers", num: true },
     { key: "actions", label: "Actions", sort: false, render: (d) => canChange
