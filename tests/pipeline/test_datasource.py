@@ -65,7 +65,7 @@ def test_options_and_broker_lists() -> None:
                                          r"'randomise' \(did you mean 'randomize'\?\)"):
         ds.Options.parse({"url": "failover:(tcp://a:1)?randomise=false",
                           "destination": "q"}, reading=True)
-    with pytest.raises(ValueError, match="^meshmq option url: "):
+    with pytest.raises(ValueError, match=r"^meshmq option url: "):
         ds.Options.parse({"url": "failover:(tcp://a:1", "destination": "q"}, reading=True)
     with pytest.raises(ValueError, match="'url' is required"):
         ds.Options.parse({}, reading=True)
