@@ -16,6 +16,10 @@ Reading a **queue** (``mode=queue``): messages are consumed with client acks and
 acknowledged only when Spark commits the batch, so at-least-once: see
 ``QueueReader`` for exactly what can be delivered twice.
 
+Every connection is meshmq's failover client (meshmq.pipeline.broker_client): a broker
+that dies is left for the next one; a read task re-subscribes at its range's start
+there and skips by offset what it already has; the sink re-sends unconfirmed sends.
+
 Writing: every row becomes a persistent message sent with a ``dedup-id`` of
 ``<producerId>:<batchId>:<partition>:<row>``. A batch that Spark runs again after a
 crash produces the same ids, and the broker's idempotent-producer window
@@ -25,8 +29,10 @@ long as one batch fits in the window.
 Options (all strings):
 
 =====================  ==========================================================
-``brokers``            ``host:port``, ``stomp://host:port``, or
-                       ``failover:(tcp://a:61613,tcp://b:61613)``; required
+``url``                ``failover:(stomp://a:61613,stomp://b:61613)?options`` (the
+                       failover client's URI, docs/client.md) or plain addresses
+                       (``host:port``, ``a:1,b:2``); required. ``brokers``: its old
+                       name. See meshmq.pipeline.broker_client for the reconnect limit
 ``destination``        ``/queue/name`` (``name`` alone means a queue); required
                        for reading, optional for writing when rows have one
 ``login``/``passcode`` credentials: the job's user, whose destination rights apply
