@@ -35,14 +35,14 @@ def main() -> None:
 
     spark = spark_session(args.master, app="meshmq-stream-copy")
     register(spark)
-    source = (spark.readStream.format("meshmq").option("brokers", args.brokers)
+    source = (spark.readStream.format("meshmq").option("url", args.brokers)
               .option("destination", args.source)
               .option("maxRowsPerBatch", str(args.max_rows)).load())
     out = source.select(F.upper("body").alias("body"),
                         F.map_from_arrays(F.array(F.lit("source-offset")),
                                           F.array(F.col("offset").cast("string")))
                         .alias("headers"))
-    writer = (out.writeStream.format("meshmq").option("brokers", args.brokers)
+    writer = (out.writeStream.format("meshmq").option("url", args.brokers)
               .option("destination", args.sink)
               .option("checkpointLocation", args.checkpoint))
     writer = writer.trigger(availableNow=True) if args.available_now else \

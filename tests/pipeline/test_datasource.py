@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 pytest.importorskip("pyspark")
 
 from meshmq.pipeline import datasource as ds  # noqa: E402
-from meshmq.pipeline.stomp_io import parse_brokers  # noqa: E402
+from meshmq.pipeline.broker_client import build_spec  # noqa: E402
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "spark_stream_copy.py"
 
@@ -44,27 +44,43 @@ def produce(port: int, dest: str, bodies: list[str]) -> None:
             client.send(dest, body.encode(), confirm=i == len(bodies) - 1)
 
 
+def addresses(url: str, **kwargs: Any) -> list[tuple[str, int, bool]]:
+    return [(e.host, e.port, e.tls) for e in build_spec(url, **kwargs).endpoints]
+
+
 def test_options_and_broker_lists() -> None:
-    assert parse_brokers("failover:(tcp://a:1,stomp://b:2)?randomize=false") == [
-        ("a", 1), ("b", 2)]
-    assert parse_brokers("stomp+ssl://s") == [("s", 61612)]
-    assert parse_brokers("h") == [("h", 61613)] and parse_brokers("a:1, b:2") == [
-        ("a", 1), ("b", 2)]
-    with pytest.raises(ValueError, match="unbalanced"):
-        parse_brokers("failover:(tcp://a:1")
-    with pytest.raises(ValueError, match="'brokers' is required"):
+    assert addresses("failover:(tcp://a:1,stomp://b:2)?randomize=false") == [
+        ("a", 1, False), ("b", 2, False)]
+    assert addresses("stomp+ssl://s") == [("s", 61612, True)]
+    assert addresses("h") == [("h", 61613, False)]
+    assert addresses("a:1, b:2") == [("a", 1, False), ("b", 2, False)]
+    assert addresses("tcp://a:1", tls_only=True) == [("a", 1, True)]
+    # A job gives up on a dead cluster unless the URI says otherwise.
+    assert build_spec("h").options.maxReconnectAttempts == 15
+    assert build_spec("failover:(tcp://h:1)?maxReconnectAttempts=-1"
+                      ).options.maxReconnectAttempts == -1
+    assert build_spec("failover:(tcp://h:1)?startupMaxReconnectAttempts=2"
+                      ).options.maxReconnectAttempts == -1
+    with pytest.raises(ValueError, match=r"^meshmq option url: .*unknown failover option "
+                                         r"'randomise' \(did you mean 'randomize'\?\)"):
+        ds.Options.parse({"url": "failover:(tcp://a:1)?randomise=false",
+                          "destination": "q"}, reading=True)
+    with pytest.raises(ValueError, match=r"^meshmq option url: "):
+        ds.Options.parse({"url": "failover:(tcp://a:1", "destination": "q"}, reading=True)
+    with pytest.raises(ValueError, match="'url' is required"):
         ds.Options.parse({}, reading=True)
+    assert ds.Options.parse({"brokers": "h:1"}, reading=False).url == "h:1"  # old name
     with pytest.raises(ValueError, match="maxRowsPerBatch must be an integer >= 0"):
-        ds.Options.parse({"brokers": "h", "destination": "q", "maxRowsPerBatch": "x"},
+        ds.Options.parse({"url": "h", "destination": "q", "maxRowsPerBatch": "x"},
                          reading=True)
     with pytest.raises(ValueError, match="keyStoreKey needs keyStore"):
-        ds.Options.parse({"brokers": "h", "keyStoreKey": "k.pem"}, reading=False)
+        ds.Options.parse({"url": "h", "keyStoreKey": "k.pem"}, reading=False)
     with pytest.raises(ValueError, match="verifyHostName must be true or false"):
-        ds.Options.parse({"brokers": "h", "verifyHostName": "no"}, reading=False)
+        ds.Options.parse({"url": "h", "verifyHostName": "no"}, reading=False)
     with pytest.raises(ValueError, match="startingOffset"):
-        ds.Options.parse({"brokers": "h", "destination": "q", "startingOffset": "late"},
+        ds.Options.parse({"url": "h", "destination": "q", "startingOffset": "late"},
                          reading=True)
-    opts = ds.Options.parse({"brokers": "h", "destination": "stream.x",
+    opts = ds.Options.parse({"url": "h", "destination": "stream.x",
                              "maxRowsPerBatch": "10"}, reading=True)
     assert opts.destination == "/queue/stream.x" and opts.prefetch == 30
     assert [(p.start, p.end) for p in ds.split(5, 17, 5)] == [(5, 10), (10, 15), (15, 17)]
@@ -72,13 +88,13 @@ def test_options_and_broker_lists() -> None:
 
 def test_exact_ranges_read_the_same_rows_every_time(broker: ThreadBroker) -> None:
     produce(broker.port, "/queue/stream.r", [f"m{i}" for i in range(30)])
-    opts = ds.Options.parse({"brokers": f"127.0.0.1:{broker.port}",
+    opts = ds.Options.parse({"url": f"127.0.0.1:{broker.port}",
                              "destination": "/queue/stream.r"}, reading=True)
     assert ds.stream_head(opts) == (0, 30)
     first = list(ds.read_range(opts, 10, 20))
     assert [(r[0], r[4]) for r in first] == [(i, f"m{i}") for i in range(10, 20)]
     assert list(ds.read_range(opts, 10, 20)) == first
-    plain = ds.Options.parse({"brokers": f"127.0.0.1:{broker.port}",
+    plain = ds.Options.parse({"url": f"127.0.0.1:{broker.port}",
                               "destination": "/queue/plain"}, reading=True)
     with pytest.raises(ds.StompIOError, match="not a stream destination"):
         ds.stream_head(plain)
@@ -88,7 +104,7 @@ def test_spark_reads_a_stream_in_batches(spark: Any, broker: ThreadBroker) -> No
     ds.register(spark)
     produce(broker.port, "/queue/stream.s", [f"m{i}" for i in range(250)])
     frame = (spark.readStream.format("meshmq")
-             .option("brokers", f"failover:(tcp://127.0.0.1:{broker.port})")
+             .option("url", f"failover:(tcp://127.0.0.1:{broker.port})")
              .option("destination", "/queue/stream.s").option("maxRowsPerBatch", "100")
              .option("partitionSize", "40").load())
     query = (frame.writeStream.format("memory").queryName("stream_rows")
@@ -103,7 +119,7 @@ def test_spark_reads_a_stream_in_batches(spark: Any, broker: ThreadBroker) -> No
 def test_spark_reads_a_queue_at_least_once(spark: Any, broker: ThreadBroker) -> None:
     ds.register(spark)
     produce(broker.port, "/queue/work", [f"w{i}" for i in range(60)])
-    frame = (spark.readStream.format("meshmq").option("brokers", f"127.0.0.1:{broker.port}")
+    frame = (spark.readStream.format("meshmq").option("url", f"127.0.0.1:{broker.port}")
              .option("destination", "/queue/work").option("mode", "queue")
              .option("maxRowsPerBatch", "25").load())
     query = (frame.writeStream.format("memory").queryName("queue_rows")
@@ -177,7 +193,7 @@ def test_credentials_and_tls_options_reach_the_broker(spark: Any, tmp_path: Path
                                                               str(client_key)))) as c:
             for i in range(5):
                 c.send("/queue/stream.tls", f"t{i}".encode(), confirm=i == 4)
-        options = {"brokers": f"failover:(stomp+ssl://127.0.0.1:{port})",
+        options = {"url": f"failover:(stomp+ssl://127.0.0.1:{port})",
                    "destination": "/queue/stream.tls", "login": "etl", "passcode": "pw",
                    "trustStore": str(pki.ca), "keyStore": str(client_cert),
                    "keyStoreKey": str(client_key)}
@@ -188,7 +204,7 @@ def test_credentials_and_tls_options_reach_the_broker(spark: Any, tmp_path: Path
                                      reading=True)
         with pytest.raises(ds.StompIOError, match=f"127.0.0.1:{port}: certificate verify "
                                                   "failed: .*; pass the broker's CA with "
-                                                  "the trustStore option"):
+                                                  "trustStore"):
             ds.stream_head(untrusted)
 
         ds.register(spark)

@@ -71,6 +71,9 @@ class Subscription:
     duplicates: int = 0  # duplicates dropped by the filter
     active: bool = True
     confirmed: bool = False  # the broker accepted it once: restore it after failover
+    # Headers of the broker's latest confirmation (STOMP RECEIPT; a stream destination's
+    # carries its x-stream-first / x-stream-next offsets); replaced at every restore.
+    receipt: dict[str, str] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -428,7 +431,7 @@ class FailoverClient:
             if not sub.confirmed:
                 continue  # its subscribe() call is still under way and will send it
             try:
-                await conn.subscribe(sub.spec)
+                sub.receipt = await conn.subscribe(sub.spec)
             except BrokerError as exc:
                 log.error("could not restore subscription to %r: %s", sub.spec.destination,
                           exc)
@@ -725,7 +728,8 @@ class FailoverClient:
         while True:
             conn = await self._wait_ready(deadline)
             try:
-                await self._bounded(self._replied(conn, conn.subscribe(spec)), deadline)
+                sub.receipt = await self._bounded(self._replied(conn, conn.subscribe(spec)),
+                                                  deadline)
                 sub.confirmed = True
                 self._adopt_orphans()
                 return sub

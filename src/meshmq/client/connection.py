@@ -252,7 +252,9 @@ class BaseConnection:
                    **extra: Any) -> None:
         raise NotImplementedError
 
-    async def subscribe(self, spec: SubscriptionSpec) -> None:
+    async def subscribe(self, spec: SubscriptionSpec) -> dict[str, str]:
+        """Subscribe; returns the headers of the broker's confirmation (a STOMP RECEIPT
+        may carry some, e.g. a stream's offsets), or {}."""
         raise NotImplementedError
 
     async def unsubscribe(self, spec: SubscriptionSpec, *, remove_durable: bool) -> None:

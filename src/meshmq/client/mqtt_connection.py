@@ -218,7 +218,7 @@ class MqttConnection(BaseConnection):
                                   protocol_level=self.level, properties=props))
         await fut
 
-    async def subscribe(self, spec: SubscriptionSpec) -> None:
+    async def subscribe(self, spec: SubscriptionSpec) -> dict[str, str]:
         pid = self._pid()
         fut = self.expect(f"p{pid}")
         self._send(Subscribe(pid, [(spec.destination, SubscriptionOptions(qos=spec.qos))]))
@@ -227,6 +227,7 @@ class MqttConnection(BaseConnection):
         if code >= 0x80:
             raise BrokerError(f"{self.endpoint}: subscription to {spec.destination!r} "
                               f"refused: {code.name}")
+        return {}
 
     async def unsubscribe(self, spec: SubscriptionSpec, *, remove_durable: bool) -> None:
         pid = self._pid()

@@ -112,14 +112,16 @@ class StompConnection(BaseConnection):
     # ------------------------------------------------------------- requests
 
     async def request(self, command: str, headers: list[tuple[str, str]], body: bytes = b"",
-                      *, confirm: bool = True) -> None:
+                      *, confirm: bool = True) -> Frame | None:
+        """Send a frame; with ``confirm``, wait for its RECEIPT and return it."""
         if not confirm:
             self.write(encode_frame(command, headers, body, version=_V))
-            return
+            return None
         receipt = self.next_id("r-")
         fut = self.expect(receipt)
         self.write(encode_frame(command, [*headers, ("receipt", receipt)], body, version=_V))
-        await fut
+        frame: Frame = await fut
+        return frame
 
     async def send(self, destination: str, body: bytes, headers: dict[str, str], *,
                    confirm: bool = True, transaction: str | None = None,
@@ -129,14 +131,15 @@ class StompConnection(BaseConnection):
             hdrs.append(("transaction", transaction))
         await self.request("SEND", hdrs, body, confirm=confirm)
 
-    async def subscribe(self, spec: SubscriptionSpec) -> None:
+    async def subscribe(self, spec: SubscriptionSpec) -> dict[str, str]:
         hdrs = [("destination", spec.destination), ("id", spec.id), ("ack", spec.ack.value)]
         if spec.durable_name is not None:
             hdrs.append(("activemq.subscriptionName", spec.durable_name))
         if spec.selector is not None:
             hdrs.append(("selector", spec.selector))
         hdrs += [(k, v) for k, v in spec.headers.items()]
-        await self.request("SUBSCRIBE", hdrs)
+        receipt = await self.request("SUBSCRIBE", hdrs)
+        return {} if receipt is None else receipt.header_map()
 
     async def unsubscribe(self, spec: SubscriptionSpec, *, remove_durable: bool) -> None:
         await self.request("UNSUBSCRIBE", [("id", spec.id)])

@@ -16,6 +16,10 @@ Reading a **queue** (``mode=queue``): messages are consumed with client acks and
 acknowledged only when Spark commits the batch, so at-least-once: see
 ``QueueReader`` for exactly what can be delivered twice.
 
+Every connection is meshmq's failover client (meshmq.pipeline.broker_client): a broker
+that dies is left for the next one; a read task re-subscribes at its range's start
+there and skips by offset what it already has; the sink re-sends unconfirmed sends.
+
 Writing: every row becomes a persistent message sent with a ``dedup-id`` of
 ``<producerId>:<batchId>:<partition>:<row>``. A batch that Spark runs again after a
 crash produces the same ids, and the broker's idempotent-producer window
@@ -25,8 +29,10 @@ long as one batch fits in the window.
 Options (all strings):
 
 =====================  ==========================================================
-``brokers``            ``host:port``, ``stomp://host:port``, or
-                       ``failover:(tcp://a:61613,tcp://b:61613)``; required
+``url``                ``failover:(stomp://a:61613,stomp://b:61613)?options`` (the
+                       failover client's URI, docs/client.md) or plain addresses
+                       (``host:port``, ``a:1,b:2``); required. ``brokers``: its old
+                       name. See meshmq.pipeline.broker_client for the reconnect limit
 ``destination``        ``/queue/name`` (``name`` alone means a queue); required
                        for reading, optional for writing when rows have one
 ``login``/``passcode`` credentials: the job's user, whose destination rights apply
@@ -53,12 +59,14 @@ Options (all strings):
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime as dt
 import logging
 import threading
+import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -70,9 +78,16 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from meshmq.client.tls import TlsSettings
+from meshmq.client.errors import ClientError
+from meshmq.client.types import Message
 from meshmq.core.stream import FIRST_HEADER, NEXT_HEADER, OFFSET_HEADER
-from meshmq.pipeline.stomp_io import StompIOError, StompLink
+from meshmq.pipeline.broker_client import (
+    ClientSettings,
+    JobClient,
+    StompIOError,
+    build_spec,
+    one_line,
+)
 
 try:  # pyspark >= 4.2: admission control and Trigger.AvailableNow
     from pyspark.sql.streaming.datasource import (
@@ -88,6 +103,7 @@ except ImportError:  # pragma: no cover - pyspark 4.0/4.1
 log = logging.getLogger("meshmq.pipeline.datasource")
 
 NAME = "meshmq"
+READ_TIMEOUT_S = 30.0  # a connected broker silent this long while a range is unread
 _SKIP_HEADERS = frozenset({"subscription", "ack", "content-length", "message-id",
                            "destination", "timestamp", OFFSET_HEADER})
 
@@ -101,7 +117,7 @@ class DataLossError(StompIOError):
 class Options:
     """The parsed options; plain data, so readers and writers pickle."""
 
-    brokers: str
+    url: str
     destination: str | None
     login: str | None = None
     passcode: str | None = None
@@ -136,10 +152,10 @@ class Options:
                                  f"got {text!r}")
             return value
 
-        brokers = opts.get("brokers")
-        if not brokers:
-            raise ValueError("meshmq option 'brokers' is required, e.g. "
-                             "failover:(tcp://127.0.0.1:61613)")
+        url = opts.get("url") or opts.get("brokers")  # brokers: the option's old name
+        if not url:
+            raise ValueError("meshmq option 'url' is required, e.g. "
+                             "failover:(stomp://127.0.0.1:61613,stomp://127.0.0.1:61614)")
         destination = opts.get("destination")
         if destination is not None and not destination.startswith("/"):
             destination = f"/queue/{destination}"
@@ -168,7 +184,9 @@ class Options:
             raise ValueError("meshmq option keyStoreKey needs keyStore (the client "
                              "certificate the key belongs to)")
         max_rows = number("maxRowsPerBatch", 10_000, 0)
-        return cls(brokers=brokers, destination=destination, login=opts.get("login"),
+        # Parsed here, on the driver, so a bad URI fails the query at once, in one line.
+        build_spec(url, tls_only=bool(opts.get("truststore") or opts.get("keystore")))
+        return cls(url=url, destination=destination, login=opts.get("login"),
                    passcode=opts.get("passcode"), mode=mode, binary=body == "binary",
                    starting_offset=start, max_rows=max_rows,
                    partition_size=number("partitionSize", 5000, 1),
@@ -179,15 +197,16 @@ class Options:
                    key_store_password=opts.get("keystorepassword"),
                    verify_host_name=verify == "true")
 
-    def tls(self) -> TlsSettings:
-        return TlsSettings(cafile=self.trust_store, certfile=self.key_store,
-                           keyfile=self.key_store_key, key_password=self.key_store_password,
-                           check_hostname=self.verify_host_name)
+    def settings(self) -> ClientSettings:
+        return ClientSettings(self.url, login=self.login, passcode=self.passcode,
+                              trust_store=self.trust_store, key_store=self.key_store,
+                              key_store_key=self.key_store_key,
+                              key_store_password=self.key_store_password,
+                              verify_host_name=self.verify_host_name)
 
-    def link(self) -> StompLink:
-        # A CA or client certificate given means TLS, whatever the addresses say.
-        return StompLink(self.brokers, login=self.login, passcode=self.passcode,
-                         tls=self.tls(), tls_only=bool(self.trust_store or self.key_store))
+    def client(self) -> JobClient:
+        """A connected failover client (created where it is used: never pickled)."""
+        return JobClient(self.settings())
 
 
 def schema_ddl(binary: bool) -> str:
@@ -246,17 +265,25 @@ class RangePartition(InputPartition):
         object.__setattr__(self, "value", (start, end))
 
 
-def stream_head(options: Options) -> tuple[int, int]:
-    """(first retained offset, next offset) of the stream, asked over STOMP."""
+def stream_head(options: Options, client: JobClient | None = None) -> tuple[int, int]:
+    """(first retained offset, next offset) of the stream: the RECEIPT of a SUBSCRIBE
+    carries both. ``client``: one to reuse (else one is opened for this question)."""
+    if client is None:
+        with options.client() as own:
+            return stream_head(options, own)
     assert options.destination is not None
-    with options.link() as link:
-        receipt = link.subscribe(options.destination, "head", [(OFFSET_HEADER, "next")])
-        first, nxt = receipt.get(FIRST_HEADER), receipt.get(NEXT_HEADER)
-        if first is None or nxt is None:
-            raise StompIOError(f"{options.destination} is not a stream destination (no "
-                               f"{NEXT_HEADER} in the subscription's receipt); use "
-                               "mode=queue for queues")
-        return int(first), int(nxt)
+    sub = client.subscribe(options.destination, id=f"head-{uuid.uuid4().hex[:8]}",
+                           headers={OFFSET_HEADER: "next", "activemq.prefetchSize": "1"})
+    try:
+        receipt = sub.inner.receipt
+    finally:
+        client.call(sub.unsubscribe)
+    first, nxt = receipt.get(FIRST_HEADER), receipt.get(NEXT_HEADER)
+    if first is None or nxt is None:
+        raise StompIOError(f"{options.destination} is not a stream destination (no "
+                           f"{NEXT_HEADER} in the subscription's receipt); use "
+                           "mode=queue for queues", retriable=False)
+    return int(first), int(nxt)
 
 
 def split(start: int, end: int, size: int) -> list[RangePartition]:
@@ -268,15 +295,26 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Exact offset ranges of a stream destination (see the module docstring)."""
 
     def __init__(self, options: Options) -> None:
-        self.options = options  # nothing else: this object is pickled to executors
+        self.options = options  # plain data only: this object is pickled to executors
+        self.key = uuid.uuid4().hex  # the driver's client, in _HEAD_CLIENTS
         self._target: int | None = None
         self._last: int | None = None
+
+    def _head(self) -> tuple[int, int]:
+        """The stream's head over one failover client kept for the query's life."""
+        with _SESSIONS_LOCK:
+            client = _HEAD_CLIENTS.get(self.key)
+        if client is None:
+            client = self.options.client()
+            with _SESSIONS_LOCK:
+                _HEAD_CLIENTS[self.key] = client
+        return stream_head(self.options, client)
 
     def initialOffset(self) -> dict[str, int]:
         start = self.options.starting_offset
         if start.isdigit():
             return {"offset": int(start)}
-        first, nxt = stream_head(self.options)
+        first, nxt = self._head()
         return {"offset": first if start == "first" else nxt}
 
     def getDefaultReadLimit(self) -> Any:
@@ -285,7 +323,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self.options.max_rows)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = stream_head(self.options)[1]
+        self._target = self._head()[1]
 
     def latestOffset(self, start: dict[str, int] | None = None, limit: Any = None
                      ) -> dict[str, int]:
@@ -295,7 +333,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             begin = self._last
         else:
             begin = self.initialOffset()["offset"]
-        end = stream_head(self.options)[1]
+        end = self._head()[1]
         if self._target is not None:
             end = min(end, self._target)
         if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
@@ -316,41 +354,54 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to do: the checkpoint is the only cursor (the stream keeps data)."""
 
+    def stop(self) -> None:
+        with _SESSIONS_LOCK:
+            client = _HEAD_CLIENTS.pop(self.key, None)
+        if client is not None:
+            client.close()
+
 
 def read_range(options: Options, start: int, end: int) -> Iterator[tuple[Any, ...]]:
-    """The messages at offsets [start, end) of the stream, in order."""
+    """The messages at offsets [start, end) of the stream, in order.
+
+    Across a failover the client subscribes again at ``start`` on the next broker (the
+    same store: the same offsets); what was already read is skipped by offset."""
     if start >= end:
         return
     assert options.destination is not None
     window = max(1, min(1000, end - start))
-    with options.link() as link:
-        link.subscribe(options.destination, "range", [
-            ("ack", "client"), ("activemq.prefetchSize", str(window)),
-            (OFFSET_HEADER, f"offset={start}")])
+    with options.client() as client:
+        sub = client.subscribe(options.destination, ack="client", headers={
+            "activemq.prefetchSize": str(window), OFFSET_HEADER: f"offset={start}"})
         expected = start
-        since_ack = 0
+        unacked = 0
+        quiet_since = time.monotonic()
         while expected < end:
-            frame = link.next_frame()
-            if frame is None:
-                raise StompIOError(f"timed out reading offset {expected} of "
-                                   f"{options.destination}")
-            if frame.command != "MESSAGE":
+            msg = client.next_message(sub, 1.0)
+            if msg is None:
+                if not client.connected:  # failing over: the silence is not the broker's
+                    quiet_since = time.monotonic()
+                elif time.monotonic() - quiet_since > READ_TIMEOUT_S:
+                    raise StompIOError(f"timed out reading offset {expected} of "
+                                       f"{options.destination}")
                 continue
-            offset = int(frame.get(OFFSET_HEADER) or -1)
+            quiet_since = time.monotonic()
+            unacked += 1
+            if unacked * 2 >= window:  # cumulative ack: reopen the prefetch window
+                client.ack(msg)
+                unacked = 0
+            offset = int(msg.headers.get(OFFSET_HEADER) or -1)
             if offset < expected:
-                continue
+                continue  # read before a failover
             if offset > expected and options.fail_on_data_loss:
                 raise DataLossError(
                     f"offsets {expected}..{min(offset, end) - 1} of {options.destination} "
-                    "are gone (stream retention); set failOnDataLoss=false to skip them")
+                    "are gone (stream retention); set failOnDataLoss=false to skip them",
+                    retriable=False)
             if offset >= end:
                 break
-            yield _row(frame, options.binary, offset)
+            yield _row(msg, options.binary, offset)
             expected = offset + 1
-            since_ack += 1
-            if since_ack * 2 >= window:  # cumulative ack: reopen the window
-                link.ack(frame.get("ack") or "")
-                since_ack = 0
 
 
 # ----------------------------------------------------------------------------- queues
@@ -369,24 +420,24 @@ class _QueueSession:
 
     def __init__(self, options: Options) -> None:
         assert options.destination is not None
-        self.link = options.link()
-        self.link.subscribe(options.destination, "q", [
-            ("ack", "client-individual"), ("activemq.prefetchSize", str(options.prefetch))])
-        self.buffer: list[tuple[int, str, tuple[Any, ...]]] = []  # (seq, ack id, row)
+        self.client = options.client()
+        self.sub = self.client.subscribe(options.destination, ack="client-individual",
+                                         headers={"activemq.prefetchSize":
+                                                  str(options.prefetch)})
+        self.buffer: list[tuple[int, Message, tuple[Any, ...]]] = []  # (seq, msg, row)
         self.seq = 0
 
     def poll(self, options: Options, want: int) -> None:
         while len(self.buffer) < want:
-            frame = self.link.next_frame(0.05 if self.buffer else 0.2)
-            if frame is None:
+            msg = self.client.next_message(self.sub, 0.05 if self.buffer else 0.2)
+            if msg is None:
                 return
-            if frame.command == "MESSAGE":
-                self.seq += 1
-                self.buffer.append((self.seq, frame.get("ack") or "",
-                                    _row(frame, options.binary, None)))
+            self.seq += 1
+            self.buffer.append((self.seq, msg, _row(msg, options.binary, None)))
 
 
 _SESSIONS: dict[str, _QueueSession] = {}
+_HEAD_CLIENTS: dict[str, JobClient] = {}  # stream readers' driver clients
 _SESSIONS_LOCK = threading.Lock()
 
 
@@ -458,21 +509,56 @@ class QueueReader(DataSourceStreamReader):
         session = self._session()
         upto = int(end["seq"])
         keep = []
-        for seq, ack_id, row in session.buffer:
+        for seq, msg, row in session.buffer:
             if seq <= upto:
-                session.link.ack(ack_id)
+                # False: it came before a failover; the broker redelivers it (at least once)
+                session.client.ack(msg)
             else:
-                keep.append((seq, ack_id, row))
+                keep.append((seq, msg, row))
         session.buffer = keep
 
     def stop(self) -> None:
         with _SESSIONS_LOCK:
             session = _SESSIONS.pop(self.key, None)
         if session is not None:
-            session.link.close()
+            session.client.close()
 
 
 # ----------------------------------------------------------------------------- sink
+
+SEND_WINDOW = 256  # confirmed sends in flight per write task
+
+
+async def send_confirmed(settings: ClientSettings,
+                         messages: Iterable[tuple[str, bytes, dict[str, str], str]]) -> int:
+    """Send every (destination, body, headers, dedup id) persistently and wait for the
+    broker's receipt of each; returns how many. A send cut off by a broker's death is
+    sent again on the next broker with its dedup id (stored once)."""
+    client = settings.asyncio_client()
+    in_flight: set[asyncio.Task[str]] = set()
+    count = 0
+    try:
+        await client.connect()
+        for dest, data, headers, dedup in messages:
+            if len(in_flight) >= SEND_WINDOW:
+                done, in_flight = await asyncio.wait(in_flight,
+                                                     return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    task.result()
+            in_flight.add(asyncio.create_task(client.send(dest, data, headers,
+                                                          dedup_id=dedup)))
+            count += 1
+        await asyncio.gather(*in_flight)
+        return count
+    except ClientError as exc:
+        raise StompIOError(f"{settings.url}: {one_line(exc)}",
+                           retriable=exc.retriable) from None
+    finally:
+        for task in in_flight:
+            task.cancel()
+        await asyncio.gather(*in_flight, return_exceptions=True)
+        await client.close()
+
 
 @dataclasses.dataclass(frozen=True)
 class SentMessages(WriterCommitMessage):
@@ -506,12 +592,10 @@ class Writer(DataSourceStreamWriter):
         producer = self.options.producer_id or context.getLocalProperty(
             "sql.streaming.queryId") or "meshmq-sink"
         partition = context.partitionId()
-        count = 0
-        with self.options.link() as link:
-            last: tuple[str, bytes, list[tuple[str, str]]] | None = None
+        prefix = f"{producer}:{batch}:{partition}"
+
+        def messages() -> Iterator[tuple[str, bytes, dict[str, str], str]]:
             for i, row in enumerate(iterator):
-                if last is not None:
-                    link.send(*last)
                 body = row["body"]
                 data = body.encode() if isinstance(body, str) else bytes(body or b"")
                 dest = (row["destination"] if self.has_destination else None) or \
@@ -520,16 +604,11 @@ class Writer(DataSourceStreamWriter):
                     raise ValueError(f"row {i} has no destination")
                 if not dest.startswith("/"):
                     dest = f"/queue/{dest}"
-                headers = [(str(k), str(v)) for k, v in (row["headers"] or {}).items()] \
-                    if self.has_headers else []
-                headers += [("persistent", "true"),
-                            ("dedup-id", f"{producer}:{batch}:{partition}:{i}")]
-                last = (dest, data, headers)
-                count += 1
-            if last is not None:
-                # One receipt for the last message: the broker handles a connection's
-                # frames in order, so it confirms all of them.
-                link.send(*last, confirm=True)
+                headers = {str(k): str(v) for k, v in (row["headers"] or {}).items()} \
+                    if self.has_headers else {}
+                yield dest, data, headers, f"{prefix}:{i}"
+
+        count = asyncio.run(send_confirmed(self.options.settings(), messages()))
         return SentMessages(partition, count)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
