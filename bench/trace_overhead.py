@@ -8,6 +8,7 @@ throughput of each setting and its cost against "off". Results go to
 ``bench/results/<date>-trace-overhead.md`` and ``.json``.
 
     python bench/trace_overhead.py [--rounds 3] [--scale 1.0]
+    python bench/trace_overhead.py --settings jsonl,jsonl-exact --name trace-exact
 """
 
 from __future__ import annotations
@@ -35,7 +36,10 @@ SETTINGS = {
     "jsonl": '[trace]\nenabled = true\nformat = "jsonl"\n',
     "parquet": '[trace]\nenabled = true\nformat = "parquet"\n',
     "jsonl-10%": '[trace]\nenabled = true\nformat = "jsonl"\nsample_rate = 0.1\n',
+    "jsonl-exact": '[trace]\nenabled = true\nformat = "jsonl"\nexact = true\n',
 }
+# The settings a run compares (--settings); "off" is always the baseline.
+DEFAULT_SETTINGS = ("off", "jsonl", "parquet", "jsonl-10%")
 SCENARIOS = [
     # name, count, size, persistent, window (0 = confirm only the last)
     ("nonpersistent-256B", 100_000, 256, False, 0),
@@ -75,11 +79,11 @@ def trace_bytes(tmp: Path, setting: str) -> int:
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, dict[str, list[float]]]:
-    runs: dict[str, dict[str, list[float]]] = {s: {} for s in SETTINGS}
+    runs: dict[str, dict[str, list[float]]] = {s: {} for s in args.settings}
     tmp = Path(tempfile.mkdtemp(prefix="meshmq-trace-bench-"))
     try:
         for rnd in range(args.rounds):
-            for setting in SETTINGS:
+            for setting in args.settings:
                 proc, port = start(tmp, setting)
                 try:
                     for name, count, size, persistent, window in SCENARIOS:
@@ -92,7 +96,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, dict[str, list[float
                 finally:
                     proc.terminate()
                     proc.wait(30)
-        for setting in SETTINGS:
+        for setting in args.settings:
             if setting != "off":
                 print(f"{setting}: {trace_bytes(tmp, setting) / 1e6:.1f} MB of trace files")
     finally:
@@ -104,15 +108,16 @@ def report(runs: dict[str, dict[str, list[float]]], args: argparse.Namespace) ->
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, check=False).stdout.strip()
     lines = [f"# Trace overhead, {dt.date.today()} (meshmq {commit})", "",
-             f"`python bench/trace_overhead.py --rounds {args.rounds} --scale {args.scale}`; "
+             f"`python bench/trace_overhead.py --rounds {args.rounds} --scale {args.scale} "
+             f"--settings {','.join(args.settings)} --name {args.name}`; "
              "broker subprocess, fsync off, 1 producer / 1 consumer on one queue, "
              "median end-to-end msg/s over the rounds; cost = throughput lost against off.",
-             "", "| scenario | " + " | ".join(SETTINGS) + " |",
-             "|---|" + "---|" * len(SETTINGS)]
+             "", "| scenario | " + " | ".join(args.settings) + " |",
+             "|---|" + "---|" * len(args.settings)]
     for name, *_ in SCENARIOS:
         base = statistics.median(runs["off"][name])
         cells = []
-        for setting in SETTINGS:
+        for setting in args.settings:
             med = statistics.median(runs[setting][name])
             cost = "" if setting == "off" else f" ({(1 - med / base) * 100:+.1f}% cost)"
             cells.append(f"{med:,.0f}{cost}")
@@ -126,13 +131,20 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--settings", default=",".join(DEFAULT_SETTINGS),
+                        help=f"comma-separated, from {', '.join(SETTINGS)}")
+    parser.add_argument("--name", default="trace-overhead", help="results file name")
     args = parser.parse_args()
+    args.settings = ["off", *(s for s in args.settings.split(",") if s and s != "off")]
+    unknown = [s for s in args.settings if s not in SETTINGS]
+    if unknown:
+        parser.error(f"unknown settings: {', '.join(unknown)}")
     runs = asyncio.run(main_async(args))
     text = report(runs, args)
     print(text)
     if not args.no_write:
         RESULTS.mkdir(exist_ok=True)
-        stem = RESULTS / f"{dt.date.today()}-trace-overhead"
+        stem = RESULTS / f"{dt.date.today()}-{args.name}"
         stem.with_suffix(".md").write_text(text)
         stem.with_suffix(".json").write_text(json.dumps(runs, indent=1) + "\n")
         print(f"written {stem}.md")

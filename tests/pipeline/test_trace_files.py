@@ -39,9 +39,9 @@ def test_broker_traces_a_message_journey_and_its_own_lifecycle(tmp_path: Path) -
                  "the acked event in the trace file")
     finally:
         broker.stop()
-    (path,) = trace_dir.iterdir()
+    (path,) = trace_dir.glob("trace-*")
     assert path.name.startswith("trace-tb-") and path.suffix == ".jsonl"  # sealed at stop
-    got = rows(trace_dir)
+    got = [r for r in rows(trace_dir) if r["event"] != "heartbeat"]
     assert [r["event"] for r in got] == ["broker_started", "received", "stored", "dispatched",
                                          "acked", "broker_stopped"]
     journey = got[1:5]
@@ -67,9 +67,43 @@ def test_parquet_trace_files_and_recovered_messages(tmp_path: Path) -> None:
     broker.stop()
     files = sorted((tmp_path / "trace").glob("*.parquet"))
     assert len(files) == 2
-    first, second = (pq.read_table(f).to_pylist() for f in files)
+    first, second = ([r for r in pq.read_table(f).to_pylist() if r["event"] != "heartbeat"]
+                     for f in files)
     assert [r["event"] for r in first] == ["broker_started"] + ["received", "stored"] * 3 + [
         "broker_stopped"]
     assert [r["event"] for r in second] == ["broker_started", "recovered", "recovered",
                                             "recovered", "broker_stopped"]
     assert [r["message_id"] for r in second[1:4]] == [r["message_id"] for r in first[1:7:2]]
+
+
+def test_heartbeats_bound_a_run_and_the_next_start_names_the_last_one(tmp_path: Path) -> None:
+    trace_dir = tmp_path / "trace"
+    trace = TraceConfig(enabled=True, directory=trace_dir, flush_interval_ms=60_000,
+                        heartbeat_interval_ms=50, exact=True)
+    config = make_config(tmp_path / "data", broker_name="hb", trace=trace)
+    broker = ThreadBroker(config).start()
+    try:
+        # Heartbeats reach the file although the periodic flush is a minute away.
+        poll(lambda: sum(r["event"] == "heartbeat" for r in rows(trace_dir)) >= 3, 10,
+             "three heartbeats in the trace file")
+        with SimpleStompClient("127.0.0.1", broker.port) as client:
+            client.send("/queue/x", b"a", {"persistent": "true"})
+            # exact: the receipt (and the delivery) left only after the trace was
+            # flushed, so the events are in the file the moment the client sees them.
+            assert [r["event"] for r in rows(trace_dir) if r["message_id"]] == [
+                "received", "stored"]
+            client.subscribe("/queue/x", ack="client-individual")
+            assert client.receive(timeout=10) is not None
+            assert "dispatched" in [r["event"] for r in rows(trace_dir)]
+    finally:
+        broker.stop()
+    first = rows(trace_dir)
+    hb = tr.HeartbeatFile(trace_dir, "hb").read()
+    assert hb is not None and hb[0] == first[0]["boot"]
+    assert hb[1] == first[-1]["ts"]  # a clean stop leaves its broker_stopped time
+    assert first[0]["reason"] == "heartbeat_ms=50 exact=1"
+    broker = ThreadBroker(dataclasses.replace(config)).start()
+    broker.stop()
+    started = [r for r in rows(trace_dir) if r["event"] == "broker_started"]
+    assert started[1]["reason"] == (f"heartbeat_ms=50 exact=1 previous_boot={hb[0]} "
+                                    f"last_heartbeat={hb[1]}")

@@ -288,6 +288,11 @@ class TraceConfig:
     roll_interval_ms: int = 60_000  # ... or at this age; 0 = by size only
     flush_interval_ms: int = 500  # JSON lines reach the OS at least this often
     max_files: int = 0  # sealed files kept per broker; 0 = keep all
+    # A flushed heartbeat event this often bounds when a crashed broker died; 0 = none.
+    heartbeat_interval_ms: int = 1000
+    # Flush the trace before a traced message is confirmed to anyone (deliveries,
+    # receipts, bridge acks): nothing confirmed is missing after a crash. JSON lines only.
+    exact: bool = False
 
 
 @dataclass(frozen=True, slots=True)

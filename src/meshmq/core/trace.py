@@ -9,6 +9,18 @@ write rolling files in the versioned schema documented in ``docs/pipeline.md``:
 * ``ParquetSink``: one Parquet file per roll (needs pyarrow, i.e. the ``spark``
   extra); a crash loses the file being collected.
 
+What an audit can know after a crash depends on what reached the OS before it:
+
+* ``heartbeat`` events (every ``heartbeat_interval_ms``, each one flushed) bound the
+  crash: the broker died less than an interval after its last heartbeat. A
+  ``HeartbeatFile`` next to the trace files keeps the last one too, so the next start's
+  ``broker_started`` can name it (``reason``: ``previous_boot=... last_heartbeat=...``)
+  even when the crashed run's file was lost (Parquet).
+* In ``exact`` mode the runtime flushes the trace before anything that confirms a
+  traced message leaves the broker (a delivery, a receipt, a bridge ack), so nothing
+  a client or peer was told about is missing from the trace after a crash;
+  ``broker_started`` says ``exact=1`` so the audit can rely on it.
+
 A file is written under a name ending in ``.open`` and renamed to its final name
 when it is rolled or closed, so a reader following the directory (Spark's file
 source) never sees a half-written file. Files left ``.open`` by a crash are sealed
@@ -54,10 +66,11 @@ DENIED = "denied"  # refused by the authorization map (reason: the refusal's tex
 RECOVERED = "recovered"  # found in the store when the broker started
 BROKER_STARTED = "broker_started"  # message fields are empty
 BROKER_STOPPED = "broker_stopped"  # clean shutdown; a crash leaves no such event
+HEARTBEAT = "heartbeat"  # the broker was alive (and its trace flushed) at ``ts``
 
 EVENT_KINDS = (RECEIVED, STORED, FORWARDED, RECEIVED_FROM_BRIDGE, DISPATCHED, ACKED, DELIVERED,
                REDELIVERED, EXPIRED, DLQ, DROPPED, DENIED, RECOVERED, BROKER_STARTED,
-               BROKER_STOPPED)
+               BROKER_STOPPED, HEARTBEAT)
 
 # The schema: (column, Spark SQL type, Arrow type name, meaning). Readers use this
 # order; the JSON lines carry the same keys (absent or null = not applicable).
@@ -309,7 +322,39 @@ def decode_jsonl_line(line: str) -> dict[str, Any]:
 class TraceSink(Protocol):
     def write(self, events: Sequence[Event]) -> None: ...
     def tick(self) -> None: ...
+    def flush(self) -> None: ...
     def close(self) -> None: ...
+
+
+def start_reason(*, heartbeat_ms: int, exact: bool,
+                 previous: tuple[str, int] | None) -> str:
+    """The ``reason`` of ``broker_started``: how this run traces (``heartbeat_ms``,
+    ``exact``) and, after an earlier run, its boot and last heartbeat (microseconds)."""
+    text = f"heartbeat_ms={heartbeat_ms} exact={int(exact)}"
+    if previous is not None:
+        text += f" previous_boot={previous[0]} last_heartbeat={previous[1]}"
+    return text
+
+
+class HeartbeatFile:
+    """The last heartbeat of this broker's run (``<boot> <ts in µs>``), replaced
+    atomically at every heartbeat, so the next start can say when the previous run
+    was last alive even when that run's trace file did not survive it."""
+
+    def __init__(self, directory: Path, broker: str) -> None:
+        self.path = directory / f"heartbeat-{file_stem(broker)}"
+        self._tmp = self.path.with_name(self.path.name + ".tmp")
+
+    def read(self) -> tuple[str, int] | None:
+        try:
+            boot, ts = self.path.read_text(encoding="ascii").split()
+            return boot, int(ts)
+        except (OSError, ValueError):
+            return None
+
+    def write(self, boot: str, ts_us: int) -> None:
+        self._tmp.write_text(f"{boot} {ts_us}\n", encoding="ascii")
+        os.replace(self._tmp, self.path)
 
 
 OPEN_SUFFIX = ".open"
@@ -407,6 +452,11 @@ class JsonLinesSink(_Rolling):
         else:
             self._file.flush()
 
+    def flush(self) -> None:
+        """Hand everything written so far to the OS (it survives a SIGKILL)."""
+        if self._file is not None:
+            self._file.flush()
+
     def _seal(self) -> None:
         assert self._file is not None and self._path is not None
         self._file.close()
@@ -463,6 +513,10 @@ class ParquetSink(_Rolling):
     def tick(self) -> None:
         if (self._pending or self._writer is not None) and self._due():
             self._seal()
+
+    def flush(self) -> None:
+        """Nothing to do: an unfinished Parquet file is unreadable after a crash anyway
+        (``exact`` needs JSON lines)."""
 
     def table(self, events: Sequence[Event]) -> Any:
         """``events`` as a ``pyarrow.Table`` in the trace schema."""

@@ -111,6 +111,7 @@ class Receiver:
             (after_sync if needs_sync else now_acks).append((seq, status))
         self.counters.received += len(batch)  # (rates per batch: one clock read)
         self.counters.receive_rate.add(len(batch))
+        self.runtime.trace_barrier()  # trace.exact: arrivals traced before they are acked
         if now_acks:
             self.link.write(encode_acks(now_acks))
         if after_sync:

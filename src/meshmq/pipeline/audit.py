@@ -7,13 +7,25 @@ writes files (``meshmq.pipeline.audit_job`` does that). The tables:
 * ``journeys``: one row per message id: where it entered, the brokers it crossed
   (``path``), hop count, deliveries, acks, latencies and a final ``status``:
   consumed, dead_lettered, expired, dropped, retained (in a stream destination, which
-  keeps messages; reads of streams are not traced), pending, in_transit or lost.
-* ``boots``: one row per broker run; ``failover_windows``: the gaps between runs.
-* ``lost``: messages accepted by a broker, never consumed or otherwise settled, and
-  not pending anywhere: the broker that last held them restarted and they did not
-  come back (no ``recovered`` event).
+  keeps messages; reads of streams are not traced), pending, in_transit, lost or
+  unknown (the trace cannot decide; ``reason`` says why). ``e2e_latency_ms``: send
+  (first broker) to the delivery to the consumer that acked, wherever that was.
+* ``boots``: one row per broker run; ``failover_windows``: the gaps between runs,
+  from the last sign of life (heartbeat) of a crashed run to the next start.
+* ``lost``: messages accepted by a broker, never consumed or otherwise settled, with
+  no evidence of a delivery anywhere: the broker that last held them restarted, they
+  did not come back (no ``recovered`` event), and that broker's trace is complete up
+  to the stop (a clean stop, or a crash of a run traced in ``exact`` mode).
+
+After a crash of a run not traced in ``exact`` mode, the events between its last
+flush and the crash are gone: a message it held, or was forwarded to it, may have
+been delivered and acked there. Such messages are ``unknown``, never lost or in
+transit.
 * ``duplicates``: messages delivered more than once (``redelivered``: the same
-  message id dispatched again) and producer resends (``resent``: one dedup id,
+  message id dispatched again, on any broker and run; complete when the runs that
+  crashed traced in ``exact`` mode, otherwise a delivery just before a crash may be
+  missing: journeys' ``possible_deliveries`` is the upper bound from the store's
+  dispatch marks of recovered messages) and producer resends (``resent``: one dedup id,
   several message ids, more than one of them delivered).
 * ``paths``, ``latency``: hop counts / paths and latency percentiles per destination
   and path; ``stuck``: messages pending longer than a threshold, flagged when
@@ -32,10 +44,17 @@ from meshmq.core import trace as tr
 _RANK = {tr.BROKER_STARTED: 0, tr.RECEIVED: 1, tr.RECEIVED_FROM_BRIDGE: 1, tr.RECOVERED: 2,
          tr.STORED: 2, tr.FORWARDED: 3, tr.DISPATCHED: 4, tr.REDELIVERED: 5, tr.ACKED: 6,
          tr.DELIVERED: 6, tr.DLQ: 7, tr.EXPIRED: 7, tr.DROPPED: 7, tr.DENIED: 7,
-         tr.BROKER_STOPPED: 8}
+         tr.BROKER_STOPPED: 8, tr.HEARTBEAT: 8}
 
 STATUSES = ("consumed", "dead_lettered", "expired", "dropped", "retained", "pending",
-            "in_transit", "lost")
+            "in_transit", "lost", "unknown")
+
+
+def _start_field(name: str, cast: str) -> Column:
+    """A ``key=value`` field of ``broker_started``'s reason (core.trace.start_reason)."""
+    value = F.regexp_extract(F.coalesce(F.col("reason"), F.lit("")), rf"(?:^| ){name}=(\S+)",
+                             1)
+    return F.when((F.col("event") == tr.BROKER_STARTED) & (value != ""), value.cast(cast))
 
 
 def _rank(event: Column) -> Column:
@@ -55,39 +74,66 @@ def _first_ts(*kinds: str) -> Column:
 
 def boots(events: DataFrame) -> DataFrame:
     """One row per broker run: when it started, its last event, whether it stopped
-    cleanly, and when the broker's next run started (null for the current run)."""
+    cleanly, whether it traced in ``exact`` mode and its heartbeat interval, when the
+    broker's next run started (null for the current run) and ``alive_until_ts``: the
+    run's last sign of life (its last event, or the last heartbeat the next run
+    found in the heartbeat file, whichever is later)."""
     runs = events.groupBy("broker", "boot").agg(
         F.min("ts").alias("started_ts"), F.max("ts").alias("last_ts"),
         F.max(F.when(F.col("event") == tr.BROKER_STOPPED, True).otherwise(False))
         .alias("clean_stop"),
-        F.count(F.when(F.col("message_id") != "", 1)).alias("events"))
+        F.count(F.when(F.col("message_id") != "", 1)).alias("events"),
+        F.min(F.when((F.col("message_id") != "") & (F.col("event") != tr.RECOVERED),
+                     F.col("ts"))).alias("first_service_ts"),
+        F.coalesce(F.max(_start_field("exact", "int")) == 1, F.lit(False)).alias("exact"),
+        F.max(_start_field("heartbeat_ms", "int")).alias("heartbeat_ms"),
+        F.max(_start_field("previous_boot", "string")).alias("previous_boot"),
+        F.max(_start_field("last_heartbeat", "bigint")).alias("previous_heartbeat_ts"))
     by_broker = Window.partitionBy("broker").orderBy("started_ts")
-    return runs.withColumn("next_started_ts", F.lead("started_ts").over(by_broker))
+    nxt = runs.select(
+        "broker", "boot", F.lead("started_ts").over(by_broker).alias("next_started_ts"),
+        F.lead("first_service_ts").over(by_broker).alias("next_service_ts"),
+        F.lead("previous_boot").over(by_broker).alias("_nb_prev"),
+        F.lead("previous_heartbeat_ts").over(by_broker).alias("_nb_hb"))
+    return (runs.join(nxt, ["broker", "boot"])
+            .withColumn("alive_until_ts", F.when(
+                F.col("_nb_prev") == F.col("boot"),
+                F.greatest("last_ts", "_nb_hb")).otherwise(F.col("last_ts")))
+            .drop("_nb_prev", "_nb_hb"))
 
 
 def failover_windows(boot_table: DataFrame) -> DataFrame:
-    """The time a broker was down between two runs: from its last traced event to the
-    next start; ``kind`` is crash (no clean stop was traced) or restart."""
+    """The time a broker was down between two runs: from its last sign of life (the
+    last heartbeat or event of a crashed run; the clean stop) to the next start;
+    ``kind`` is crash (no clean stop was traced) or restart. A crash happened at most
+    ``uncertainty_ms`` (one heartbeat interval) after ``down_from_ts``;
+    ``first_service_ts``: the next run's first message event."""
     return (boot_table.where(F.col("next_started_ts").isNotNull())
             .select("broker", F.col("boot").alias("ended_boot"),
-                    F.col("last_ts").alias("down_from_ts"),
+                    F.col("alive_until_ts").alias("down_from_ts"),
                     F.col("next_started_ts").alias("up_again_ts"),
-                    ((F.col("next_started_ts") - F.col("last_ts")) / 1000.0)
+                    ((F.col("next_started_ts") - F.col("alive_until_ts")) / 1000.0)
                     .alias("down_ms"),
-                    F.when(F.col("clean_stop"), "restart").otherwise("crash").alias("kind"))
+                    F.when(F.col("clean_stop"), "restart").otherwise("crash").alias("kind"),
+                    F.when(F.col("clean_stop"), F.lit(0.0))
+                    .otherwise(F.col("heartbeat_ms").cast("double")).alias("uncertainty_ms"),
+                    F.col("next_service_ts").alias("first_service_ts"))
             .orderBy("down_from_ts"))
 
 
 def journeys(events: DataFrame, boot_table: DataFrame) -> DataFrame:
-    """One row per message id, with its final ``status``."""
+    """One row per message id, with its final ``status`` (and ``reason`` when it is
+    ``unknown``)."""
     msgs = events.where(F.col("message_id") != "")
     ev = F.col("event")
     point = F.struct(F.col("ts"), ev.alias("event"), F.col("broker"), F.col("boot"),
-                     F.col("destination"))
+                     F.col("destination"), F.col("peer"))
     # Latest event, lifecycle order breaking ties within a microsecond (max_by on a
     # number is much cheaper than max over a struct).
     order = F.col("ts") * 16 + _rank(ev)
     arrival = ev.isin(tr.RECEIVED, tr.RECEIVED_FROM_BRIDGE, tr.RECOVERED)
+    delivery = ev.isin(tr.DISPATCHED, tr.DELIVERED)
+    settle = ev.isin(tr.ACKED, tr.DELIVERED)
     entry = F.struct(F.col("ts"), F.col("broker"), F.col("destination"),
                      F.col("persistent"), F.col("size"))
     agg = msgs.groupBy("message_id").agg(
@@ -100,10 +146,20 @@ def journeys(events: DataFrame, boot_table: DataFrame) -> DataFrame:
             arrival, F.struct(F.col("ts"), F.col("broker"))))), lambda p: p["broker"]))
         .alias("arrivals"),
         _first_ts(tr.RECEIVED).alias("received_ts"),
+        F.min("msg_ts").alias("msg_ts"),
         _first_ts(tr.DISPATCHED, tr.DELIVERED).alias("first_dispatch_ts"),
         _first_ts(tr.ACKED, tr.DELIVERED).alias("first_ack_ts"),
+        # Who acked first, and every delivery (short lists): the delivery it acked.
+        F.min_by(F.struct(F.col("broker"), F.col("consumer")),
+                 F.when(settle, F.col("ts"))).alias("acker"),
+        F.collect_list(F.when(delivery, F.struct(F.col("ts"), F.col("broker"),
+                                                 F.col("consumer")))).alias("_deliveries"),
         _count(tr.FORWARDED).alias("hops"),
         _count(tr.DISPATCHED, tr.DELIVERED).alias("deliveries"),
+        # A recovered message's delivery count says it may have been dispatched before
+        # the crash (the store's dispatch mark runs ahead), traced or not.
+        F.max(F.when(ev == tr.RECOVERED, F.col("delivery_count"))).alias("_rec_count"),
+        F.max(F.when(ev == tr.RECOVERED, F.col("ts"))).alias("_rec_ts"),
         _count(tr.ACKED, tr.DELIVERED).alias("acks"),
         _count(tr.REDELIVERED).alias("redeliveries"),
         _count(tr.DLQ).alias("dead_letters"),
@@ -114,37 +170,77 @@ def journeys(events: DataFrame, boot_table: DataFrame) -> DataFrame:
         F.max(F.when(ev.isin(tr.DROPPED, tr.DENIED), F.col("reason"))).alias("drop_reason"),
         F.max((ev == tr.STORED) & (F.col("reason") == "stream")).alias("streamed"),
     )
+    after_recovery = F.size(F.filter("_deliveries", lambda d: d["ts"] > F.col("_rec_ts")))
+    deliveries = F.col("deliveries")
+    possible = F.greatest(deliveries,
+                          F.coalesce(F.col("_rec_count"), F.lit(0)) + after_recovery)
+    acked_delivery = F.array_max(F.transform(F.filter(
+        "_deliveries", lambda d: (d["broker"] == F.col("acker.broker"))
+        & (d["consumer"] == F.col("acker.consumer")) & (d["ts"] <= F.col("first_ack_ts"))),
+        lambda d: d["ts"]))
     start = F.coalesce(F.col("origin"), F.col("seen_first"))
     # No traced arrival (sampling, a lost trace file): the broker it was last seen on.
     path = F.when(F.size("arrivals") > 0, F.col("arrivals")).otherwise(
         F.array(F.col("last.broker")))
     runs = boot_table.select(F.col("broker").alias("_b"), F.col("boot").alias("_boot"),
-                             F.col("next_started_ts").alias("holder_restarted_ts"))
+                             F.col("next_started_ts").alias("holder_restarted_ts"),
+                             F.col("clean_stop").alias("_h_clean"),
+                             F.col("exact").alias("_h_exact"))
     joined = agg.join(runs, (F.col("last.broker") == F.col("_b"))
                       & (F.col("last.boot") == F.col("_boot")), "left")
+    # The run of the peer a message was last forwarded to, at the time of the forward.
+    peers = boot_table.select(F.col("broker").alias("_p"), F.col("started_ts").alias("_p0"),
+                              F.col("next_started_ts").alias("_p_restarted"),
+                              F.col("clean_stop").alias("_p_clean"),
+                              F.col("exact").alias("_p_exact"))
+    joined = joined.join(peers, (F.col("last.event") == tr.FORWARDED)
+                         & (F.col("last.peer") == F.col("_p")) & (F.col("_p0") <= F.col("last.ts"))
+                         & (F.col("_p_restarted").isNull()
+                            | (F.col("last.ts") < F.col("_p_restarted"))), "left")
     restarted = F.col("holder_restarted_ts").isNotNull()
+    holder_blind = ~F.col("_h_clean") & ~F.col("_h_exact")
+    peer_blind = F.col("_p_restarted").isNotNull() & ~F.col("_p_clean") & ~F.col("_p_exact")
+    settled = (F.col("acks") > 0) | (F.col("dead_letters") > 0) | (F.col("expiries") > 0) \
+        | (F.col("drops") > 0) | F.col("streamed")
+    unknown_reason = (
+        F.when(settled, F.lit(None))
+        .when(peer_blind, F.concat(F.lit("forwarded to "), F.col("last.peer"),
+                                   F.lit(", which crashed before its trace was complete")))
+        .when(restarted & (deliveries > 0),
+              F.concat(F.lit("delivered to a consumer; no ack traced before "),
+                       F.col("last.broker"), F.lit(" restarted")))
+        .when(restarted & holder_blind,
+              F.concat(F.col("last.broker"), F.lit(" crashed; its trace was not exact, so "
+                                                   "a delivery after its last flush is "
+                                                   "missing"))))
     status = (F.when(F.col("acks") > 0, "consumed")
               .when(F.col("dead_letters") > 0, "dead_lettered")
               .when(F.col("expiries") > 0, "expired")
               .when(F.col("drops") > 0, "dropped")
               .when(F.col("streamed"), "retained")
+              .when(unknown_reason.isNotNull(), "unknown")
               .when(restarted, "lost")
               .when(F.col("last.event") == tr.FORWARDED, "in_transit")
               .otherwise("pending"))
+    # Send: the first broker's acceptance, else the producer's timestamp (ms).
+    sent_ts = F.coalesce(F.col("received_ts"), F.col("msg_ts") * 1000)
     return joined.select(
         "message_id", "dedup_id",
         start["broker"].alias("origin_broker"), start["destination"].alias("destination"),
         start["persistent"].alias("persistent"), start["size"].alias("size"),
         start["ts"].alias("first_ts"), "received_ts",
         path.alias("path"), F.concat_ws(">", path).alias("path_text"), "hops",
-        "deliveries", "acks", "redeliveries", "recoveries",
-        "first_dispatch_ts", "first_ack_ts",
+        "deliveries", possible.alias("possible_deliveries"), "acks", "redeliveries",
+        "recoveries", "first_dispatch_ts", "first_ack_ts",
         ((F.col("first_dispatch_ts") - F.col("received_ts")) / 1000.0).alias("latency_ms"),
         ((F.col("first_ack_ts") - F.col("received_ts")) / 1000.0).alias("ack_latency_ms"),
+        F.col("acker.broker").alias("consumed_on"),
+        ((acked_delivery - sent_ts) / 1000.0).alias("e2e_latency_ms"),
         F.col("last.ts").alias("last_ts"), F.col("last.event").alias("last_event"),
         F.col("last.broker").alias("last_broker"), F.col("last.boot").alias("last_boot"),
         F.col("last.destination").alias("last_destination"),
-        "drop_reason", "holder_restarted_ts", status.alias("status"))
+        "drop_reason", "holder_restarted_ts", status.alias("status"),
+        unknown_reason.alias("reason"))
 
 
 def lost(journey_table: DataFrame) -> DataFrame:
@@ -188,15 +284,20 @@ def _latency_stats(df: DataFrame, *keys: str) -> DataFrame:
     return (timed.groupBy(*keys)
             .agg(F.count("*").alias("messages"),
                  F.percentile_approx("latency_ms", _PERCENTILES, 10_000).alias("q"),
-                 F.max("latency_ms").alias("max_ms"), F.avg("hops").alias("avg_hops"))
+                 F.max("latency_ms").alias("max_ms"), F.avg("hops").alias("avg_hops"),
+                 F.percentile_approx("e2e_latency_ms", _PERCENTILES, 10_000).alias("e"),
+                 F.max("e2e_latency_ms").alias("e2e_max_ms"))
             .select(*keys, "messages", F.col("q")[0].alias("p50_ms"),
                     F.col("q")[1].alias("p95_ms"), F.col("q")[2].alias("p99_ms"), "max_ms",
-                    "avg_hops")
+                    "avg_hops", F.col("e")[0].alias("e2e_p50_ms"),
+                    F.col("e")[1].alias("e2e_p95_ms"), F.col("e")[2].alias("e2e_p99_ms"),
+                    "e2e_max_ms")
             .orderBy(*keys))
 
 
 def latency(journey_table: DataFrame) -> DataFrame:
-    """Delivery latency (accepted -> first dispatch) per destination and path."""
+    """Broker latency (accepted -> first dispatch) per destination and path, and
+    end-to-end latency (``e2e_*``: send -> delivery to the consumer that acked)."""
     return _latency_stats(journey_table, "destination", "path_text")
 
 

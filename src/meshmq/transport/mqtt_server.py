@@ -781,6 +781,7 @@ class MqttSession(BufferedOutput):
                     self._inbound_pending = max(0, self._inbound_pending - 1)
                 if self.closing:
                     return
+                self.runtime.trace_barrier()  # trace.exact: traced before confirmed
                 self._write(data)
                 self.flush()
                 self._completed(completes)

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from meshmq.core.auth import Principal
     from meshmq.core.broker import Connection
     from meshmq.core.message import Message
-    from meshmq.core.trace import TraceSink
+    from meshmq.core.trace import HeartbeatFile, TraceSink
     from meshmq.ha.controller import HaController
     from meshmq.ha.replication import ReplicatedHa
     from meshmq.transport.mqtt_server import MqttSession, SessionState, SessionTeardown
@@ -140,6 +140,10 @@ class BrokerRuntime:
         self.topology.set_provider("network", self.network.peer_client_uris)
         self.trace_sink: TraceSink | None = None
         self._trace_flush_at = 0.0
+        self._heartbeat_at = 0.0
+        self._trace_boot = ""
+        self._trace_exact = False
+        self._heartbeat_file: HeartbeatFile | None = None
         # Read by GET /metrics (management/metrics.py) at scrape time.
         self.trace_events_written = 0
         self.trace_events_dropped = 0
@@ -151,21 +155,39 @@ class BrokerRuntime:
         cfg = self.config.trace
         if not cfg.enabled:
             return
-        from meshmq.core.trace import BROKER_STARTED, Tracer, open_sink
+        from meshmq.core.trace import (
+            BROKER_STARTED,
+            HeartbeatFile,
+            JsonLinesSink,
+            Tracer,
+            open_sink,
+            start_reason,
+        )
 
         boot = format(time.time_ns() // 1_000_000, "x")
         self.trace_sink = open_sink(self.config.trace_directory, self.config.broker_name, boot,
                                     fmt=cfg.format, max_file_bytes=cfg.max_file_bytes,
                                     roll_interval_ms=cfg.roll_interval_ms,
                                     max_files=cfg.max_files)
+        if cfg.exact and cfg.format != "jsonl":
+            log.warning("trace.exact needs trace.format = \"jsonl\": an unfinished Parquet "
+                        "file is lost with a crash whatever is flushed")
+        self._trace_boot = boot
+        self._heartbeat_file = HeartbeatFile(self.config.trace_directory,
+                                             self.config.broker_name)
+        # Only exact JSON lines can be relied on to hold everything confirmed.
+        self._trace_exact = cfg.exact and isinstance(self.trace_sink, JsonLinesSink)
         tracer = Tracer(self.config.broker_name, sample_rate=cfg.sample_rate)
         self.broker.tracer = tracer
-        tracer.broker_event(BROKER_STARTED)
+        tracer.broker_event(BROKER_STARTED, start_reason(
+            heartbeat_ms=cfg.heartbeat_interval_ms, exact=self._trace_exact,
+            previous=self._heartbeat_file.read()))
         recovered = self.broker.trace_recovered()
         log.info("tracing messages to %s (%s, sample rate %s); %d stored messages recorded",
                  self.config.trace_directory, cfg.format, cfg.sample_rate, recovered)
         self._write_trace()
         self.trace_sink.tick()
+        self._heartbeat(time.monotonic())
 
     def _write_trace(self) -> None:
         tracer = self.broker.tracer
@@ -179,9 +201,43 @@ class BrokerRuntime:
             else:
                 self.trace_events_written += len(events)
 
+    def trace_barrier(self) -> None:
+        """In exact trace mode: every event recorded so far reaches the OS before the
+        caller confirms anything (so a crash cannot lose what a client was told)."""
+        if self._trace_exact and self.trace_sink is not None:
+            tracer = self.broker.tracer
+            if tracer is not None and tracer.events:
+                self._write_trace()
+                try:
+                    self.trace_sink.flush()
+                except OSError as exc:
+                    log.error("trace flush failed: %s", exc)
+
+    def _heartbeat(self, now: float) -> None:
+        """Record a flushed ``heartbeat`` (and keep it in the heartbeat file): the audit
+        bounds a crash of this run by the last one."""
+        from meshmq.core.trace import HEARTBEAT
+
+        interval = self.config.trace.heartbeat_interval_ms
+        tracer = self.broker.tracer
+        if interval <= 0 or tracer is None or self.trace_sink is None:
+            return
+        self._heartbeat_at = now + interval / 1000
+        tracer.broker_event(HEARTBEAT)
+        ts_us = tracer.events[-1][0] // 1000
+        self._write_trace()
+        try:
+            self.trace_sink.flush()
+            if self._heartbeat_file is not None:
+                self._heartbeat_file.write(self._trace_boot, ts_us)
+        except OSError as exc:
+            log.error("trace heartbeat failed: %s", exc)
+
     def _tick_trace(self, now: float) -> None:
         if self.trace_sink is None:
             return
+        if now >= self._heartbeat_at:
+            self._heartbeat(now)
         if now >= self._trace_flush_at:
             self._trace_flush_at = now + self.config.trace.flush_interval_ms / 1000
             try:
@@ -196,8 +252,12 @@ class BrokerRuntime:
 
         assert self.broker.tracer is not None
         self.broker.tracer.broker_event(BROKER_STOPPED)
+        ts_us = self.broker.tracer.events[-1][0] // 1000
         self._write_trace()
         self.trace_sink.close()
+        if self._heartbeat_file is not None:
+            with contextlib.suppress(OSError):
+                self._heartbeat_file.write(self._trace_boot, ts_us)
         self.trace_sink = None
         self.broker.tracer = None
 
@@ -730,6 +790,8 @@ class BrokerRuntime:
 
     def _flush_sessions(self) -> None:
         if self._to_flush:
+            if self._trace_exact:
+                self.trace_barrier()
             to_flush, self._to_flush = self._to_flush, {}
             for session in to_flush:
                 session.flush()

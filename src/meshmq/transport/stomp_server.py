@@ -336,6 +336,7 @@ class StompSession(BufferedOutput):
                 self._receipts.popleft()
                 if self.closing and self.transport.is_closing():
                     return
+                self.runtime.trace_barrier()  # trace.exact: traced before confirmed
                 self._write(encode_frame("RECEIPT", [("receipt-id", receipt_id), *extra],
                                          version=self.version))
                 self.flush()

@@ -1,0 +1,125 @@
+"""The audit's verdicts after unclean stops, on hand-made trace frames: what the trace
+cannot decide is ``unknown`` (with a reason), never lost or in transit; failover
+windows start at the last heartbeat; end-to-end latency ends at the delivery the
+consumer acked."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from meshmq.core import trace as tr
+from tests.pipeline.test_audit_transforms import S, ev, rows
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+EXACT = "heartbeat_ms=1000 exact=1"
+LOOSE = "heartbeat_ms=1000 exact=0"
+
+ROWS = [
+    ev(0, "broker_started", broker="east", boot="e1", reason=LOOSE),
+    ev(0, "broker_started", broker="west", boot="w1", reason=LOOSE),
+    ev(0, "broker_started", broker="x", boot="x1", reason=EXACT),
+    # u1: forwarded east -> west; west's run crashed before its trace was flushed.
+    ev(1, "received", broker="east", boot="e1", mid="u1", persistent=True),
+    ev(1.001, "forwarded", broker="east", boot="e1", mid="u1", peer="west", connector="n"),
+    # u3: accepted by west, which crashed (not exact); not recovered.
+    ev(2, "received", broker="west", boot="w1", mid="u3", persistent=True),
+    # d1: delivered on west, then (bridged copy) delivered on east: two deliveries.
+    ev(3, "received", broker="west", boot="w1", mid="d1"),
+    ev(3.01, "dispatched", broker="west", boot="w1", mid="d1", consumer="c1",
+       delivery_count=1),
+    ev(3.02, "delivered", broker="east", boot="e1", mid="d1", consumer="c2"),
+    # p1: recovered after west's crash with a dispatch mark, delivered once (traced).
+    ev(4, "received", broker="west", boot="w1", mid="p1", persistent=True),
+    # e2e: send on east at 5 s; west delivered to c1 (not acked), redelivered to c2 at
+    # 5.05 s, which acked at 5.06 s.
+    ev(5, "received", broker="east", boot="e1", mid="e2e", msg_ts=4_999),
+    ev(5.001, "forwarded", broker="east", boot="e1", mid="e2e", peer="west", connector="n"),
+    ev(5.01, "received_from_bridge", broker="west", boot="w1", mid="e2e", peer="east"),
+    ev(5.02, "dispatched", broker="west", boot="w1", mid="e2e", consumer="c1",
+       delivery_count=1),
+    ev(5.04, "redelivered", broker="west", boot="w1", mid="e2e", consumer="c1"),
+    ev(5.05, "dispatched", broker="west", boot="w1", mid="e2e", consumer="c2",
+       delivery_count=2),
+    ev(5.06, "acked", broker="west", boot="w1", mid="e2e", consumer="c2"),
+    ev(10, "heartbeat", broker="west", boot="w1"),
+    # west's next run: the heartbeat file says w1 was alive at 12.5 s (its trace after
+    # 10 s died with it).
+    ev(13, "broker_started", broker="west", boot="w2",
+       reason=LOOSE + " previous_boot=w1 last_heartbeat=12500000"),
+    ev(13, "recovered", broker="west", boot="w2", mid="p1", delivery_count=1),
+    ev(13.5, "dispatched", broker="west", boot="w2", mid="p1", consumer="c3",
+       delivery_count=2),
+    ev(13.6, "acked", broker="west", boot="w2", mid="p1", consumer="c3"),
+    # x: an exact run. l1 accepted, never dispatched: lost. k1 dispatched, no ack
+    # traced: unknown. f1 forwarded to west after west's restart, and west (running,
+    # its trace intact) never saw it arrive: lost with x's crash.
+    ev(20, "received", broker="x", boot="x1", mid="l1"),
+    ev(20, "received", broker="x", boot="x1", mid="k1"),
+    ev(20.1, "dispatched", broker="x", boot="x1", mid="k1", consumer="c4", delivery_count=1),
+    ev(20.2, "received", broker="x", boot="x1", mid="f1"),
+    ev(20.3, "forwarded", broker="x", boot="x1", mid="f1", peer="west", connector="n"),
+    ev(30, "broker_started", broker="x", boot="x2", reason=EXACT),
+]
+
+
+@pytest.fixture(scope="module")
+def tables(spark: Any) -> Any:
+    from meshmq.pipeline.audit_job import compute
+
+    return compute(spark.createDataFrame(ROWS, tr.SPARK_DDL), window="10 seconds")
+
+
+@pytest.fixture(scope="module")
+def journeys(tables: Any) -> dict[str, dict[str, Any]]:
+    return {r["message_id"]: r for r in rows(tables.journeys)}
+
+
+def test_what_the_trace_cannot_decide_is_unknown_with_a_reason(
+        journeys: dict[str, dict[str, Any]]) -> None:
+    verdicts = {mid: (r["status"], r["reason"]) for mid, r in journeys.items()}
+    assert verdicts == {
+        "u1": ("unknown", "forwarded to west, which crashed before its trace was complete"),
+        "u3": ("unknown", "west crashed; its trace was not exact, so a delivery after its "
+                          "last flush is missing"),
+        "d1": ("consumed", None), "p1": ("consumed", None), "e2e": ("consumed", None),
+        "l1": ("lost", None),
+        "k1": ("unknown", "delivered to a consumer; no ack traced before x restarted"),
+        "f1": ("lost", None)}
+
+
+def test_deliveries_count_across_brokers_and_recovery_marks(
+        tables: Any, journeys: dict[str, dict[str, Any]]) -> None:
+    dups = {r["key"]: (r["kind"], r["deliveries"], sorted(r["delivered_by"]))
+            for r in rows(tables.duplicates)}
+    assert dups == {"d1": ("redelivered", 2, ["east", "west"]),
+                    "e2e": ("redelivered", 2, ["west"])}
+    # p1 was traced once; the store's dispatch mark says a delivery before the crash
+    # may have gone untraced.
+    assert (journeys["p1"]["deliveries"], journeys["p1"]["possible_deliveries"]) == (1, 2)
+    assert journeys["d1"]["possible_deliveries"] == 2
+
+
+def test_end_to_end_latency_ends_at_the_delivery_that_was_acked(
+        tables: Any, journeys: dict[str, dict[str, Any]]) -> None:
+    e2e = journeys["e2e"]
+    assert e2e["latency_ms"] == pytest.approx(20.0)  # send -> first dispatch
+    assert e2e["e2e_latency_ms"] == pytest.approx(50.0)  # send -> delivery to c2
+    assert e2e["ack_latency_ms"] == pytest.approx(60.0)
+    assert e2e["consumed_on"] == "west"
+    latency = {(r["destination"], r["path_text"]): r for r in rows(tables.latency)}
+    assert latency[("queue://q", "east>west")]["e2e_p50_ms"] == pytest.approx(50.0)
+
+
+def test_failover_windows_start_at_the_last_heartbeat(tables: Any) -> None:
+    windows = {r["broker"]: r for r in rows(tables.failovers)}
+    west = windows["west"]
+    assert (west["kind"], west["down_from_ts"], west["up_again_ts"], west["down_ms"]) == \
+        ("crash", round(12.5 * S), 13 * S, 500.0)
+    assert west["uncertainty_ms"] == 1000.0 and west["first_service_ts"] == round(13.5 * S)
+    # x's crashed run left no heartbeat file: its last traced event bounds it.
+    assert windows["x"]["down_from_ts"] == round(20.3 * S)
+    boots = {r["boot"]: r for r in rows(tables.boots)}
+    assert boots["x1"]["exact"] and not boots["w1"]["exact"]
