@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,7 +69,7 @@ def test_audit_on_a_standalone_cluster_with_file_uris(tmp_path: Path) -> None:
                       "lost": "1", "duplicates": "1"}
     # Progress: the stages, with how far the table writing is.
     for stage in ("listing trace files", "reading traces (3 files)",
-                  "writing tables (1/11): journeys", "writing tables (11/11)",
+                  "writing tables (1/11): journeys written", "writing tables (11/11)",
                   "writing the report"):
         assert stage in result.stderr
     import pyarrow.parquet as pq
@@ -79,3 +80,16 @@ def test_audit_on_a_standalone_cluster_with_file_uris(tmp_path: Path) -> None:
     assert report[0] == ("# meshmq delivery audit: 1 message lost, 1 delivered more than "
                          "once")
     assert (out / "throughput.png").stat().st_size > 0
+
+
+def test_a_location_spark_cannot_open_is_one_line(spark: Any, tmp_path: Path) -> None:
+    from meshmq.pipeline.paths import LocationError, trace_files
+
+    with pytest.raises(LocationError, match=r"^cannot open nosuchfs://x/traces: .*"
+                                            r"nosuchfs") as info:
+        trace_files(spark, ["nosuchfs://x/traces"])
+    assert "\n" not in str(info.value)
+    write_trace(tmp_path / "trace")
+    jsonl, parquet = trace_files(spark, [(tmp_path / "trace").as_uri()])
+    assert [Path(p).name.split("-")[1] for p in jsonl] == ["a", "a"]
+    assert len(parquet) == 1 and all(p.startswith("file:/") for p in jsonl + parquet)

@@ -39,10 +39,10 @@ class StandaloneCluster:
     def _spawn(self, name: str, *args: str) -> None:
         env = dict(os.environ, SPARK_HOME=str(spark_home()), SPARK_LOCAL_IP="127.0.0.1",
                    SPARK_NO_DAEMONIZE="1")
-        log = (self.root / f"{name}.log").open("wb")
-        self.procs.append(subprocess.Popen(
-            [str(spark_home() / "bin" / "spark-class"), *args], stdout=log,
-            stderr=subprocess.STDOUT, env=env, cwd=self.root))
+        with (self.root / f"{name}.log").open("wb") as log:  # the child keeps its copy
+            self.procs.append(subprocess.Popen(
+                [str(spark_home() / "bin" / "spark-class"), *args], stdout=log,
+                stderr=subprocess.STDOUT, env=env, cwd=self.root))
 
     def status(self) -> dict[str, Any]:
         try:

@@ -15,11 +15,13 @@ in ``out/_checkpoint`` makes a restarted follower carry on where it stopped.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import logging
 import os
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -134,18 +136,37 @@ def compute(events: DataFrame, *, stuck_after_ms: int = 60_000,
 
 
 def write_tables(tables: AuditTables, out: str | os.PathLike[str],
-                 progress: Progress | None = None) -> None:
-    """One Parquet directory per table under ``out`` (a path or URI). Every table but
-    the journeys is small and stays cached, so the report collects it for free."""
+                 progress: Progress | None = None, *, parallel: int = 4) -> None:
+    """One Parquet directory per table under ``out`` (a path or URI).
+
+    The journeys go first: that job fills the events and journey caches. The other
+    tables are small aggregations of those caches, written ``parallel`` at a time:
+    each is a few short Spark jobs, and running several keeps the cores busy while
+    one waits on the driver's scheduling and commit. Every table but the journeys
+    stays cached, so the report collects it without computing it again."""
     progress = progress or Progress()
     items = tables.items()
-    for i, (name, computed) in enumerate(items, 1):
-        progress.stage(f"writing tables ({i}/{len(items)}): {name}")
-        frame = computed
-        if name != "journeys":
-            frame = computed.cache()
-            setattr(tables, name, frame)
+    done = 0
+    lock = threading.Lock()
+
+    def write(name: str, frame: DataFrame) -> None:
+        nonlocal done
+        if progress.spark is not None:
+            progress.spark.sparkContext.setJobDescription(f"writing table {name}")
         frame.write.mode("overwrite").parquet(_join(str(out), name))
+        with lock:
+            done += 1
+            progress.stage(f"writing tables ({done}/{len(items)}): {name} written")
+
+    first, rest = items[0], items[1:]
+    progress.stage(f"writing tables (0/{len(items)}): {first[0]}")
+    write(*first)
+    cached = [(name, frame.cache()) for name, frame in rest]
+    for name, frame in cached:
+        setattr(tables, name, frame)
+    with concurrent.futures.ThreadPoolExecutor(max(1, parallel)) as pool:
+        for future in [pool.submit(write, name, frame) for name, frame in cached]:
+            future.result()
 
 
 def _join(base: str, name: str) -> str:

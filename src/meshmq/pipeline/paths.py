@@ -70,16 +70,23 @@ def _jvm(spark: SparkSession) -> tuple[Any, Any]:
     return sc._jvm, sc._jsc.hadoopConfiguration()
 
 
+def _java_message(exc: Exception) -> str:
+    """The JVM exception's own one-line message (py4j's text begins with the call)."""
+    java = getattr(exc, "java_exception", None)
+    text = str(java.toString()) if java is not None else str(exc)
+    lines = text.strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
 def _fs(spark: SparkSession, location: str) -> tuple[Any, Any]:
     """(FileSystem, qualified Path) for a location."""
     jvm, conf = _jvm(spark)
-    path = jvm.org.apache.hadoop.fs.Path(location)
     try:
+        path = jvm.org.apache.hadoop.fs.Path(location)
         fs = path.getFileSystem(conf)
-    except Exception as exc:  # py4j wraps the JVM's exception: keep its first line
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise LocationError(f"cannot open {location}: {first}") from None
-    return fs, fs.makeQualified(path)
+        return fs, fs.makeQualified(path)
+    except Exception as exc:  # a bad URI, no FileSystem for the scheme, no such host
+        raise LocationError(f"cannot open {location}: {_java_message(exc)}") from None
 
 
 def trace_files(spark: SparkSession, locations: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -89,27 +96,38 @@ def trace_files(spark: SparkSession, locations: Sequence[str]) -> tuple[list[str
     parquet: list[str] = []
     for location in locations:
         fs, path = _fs(spark, location)
-        if not fs.exists(path):
+        try:
+            found_jsonl, found_parquet = _list(fs, path)
+        except Exception as exc:  # the filesystem said no (permissions, unreachable)
+            raise LocationError(f"cannot list {location}: {_java_message(exc)}") from None
+        if found_jsonl is None:
             raise LocationError(f"trace path {location} does not exist")
-        if fs.getFileStatus(path).isFile():
-            name = path.toString()
-            (parquet if name.endswith(PARQUET_SUFFIXES) else jsonl).append(name)
-            continue
-        found_jsonl: list[str] = []
-        found_parquet: list[str] = []
-        files = fs.listFiles(path, True)
-        while files.hasNext():
-            name = files.next().getPath().toString()
-            if name.endswith(JSONL_SUFFIXES):
-                found_jsonl.append(name)
-            elif name.endswith(PARQUET_SUFFIXES):
-                found_parquet.append(name)
-        jsonl += sorted(found_jsonl)
-        parquet += sorted(found_parquet)
+        jsonl += found_jsonl
+        parquet += found_parquet
     if not jsonl and not parquet:
         raise LocationError("no trace files (*.jsonl, *.jsonl.open, *.parquet) under "
                             + ", ".join(locations))
     return jsonl, parquet
+
+
+def _list(fs: Any, path: Any) -> tuple[list[str] | None, list[str]]:
+    """(JSON-lines files, Parquet files) at ``path``, sorted; (None, []) when it
+    does not exist."""
+    if not fs.exists(path):
+        return None, []
+    if fs.getFileStatus(path).isFile():
+        name = str(path.toString())
+        return ([], [name]) if name.endswith(PARQUET_SUFFIXES) else ([name], [])
+    jsonl: list[str] = []
+    parquet: list[str] = []
+    files = fs.listFiles(path, True)
+    while files.hasNext():
+        name = str(files.next().getPath().toString())
+        if name.endswith(JSONL_SUFFIXES):
+            jsonl.append(name)
+        elif name.endswith(PARQUET_SUFFIXES):
+            parquet.append(name)
+    return sorted(jsonl), sorted(parquet)
 
 
 def output_local_dir(spark: SparkSession, out: str) -> Path | None:
