@@ -137,8 +137,7 @@ def main() -> None:
                   f"{n / core[-1]:,.0f} events/s")
             spark.catalog.clearCache()
             t0 = time.perf_counter()
-            tables = audit_job.compute(audit_job.read_traces(spark, [tmp / "trace"]),
-                                       cache_events=args.format == "jsonl")
+            tables = audit_job.compute(audit_job.read_traces(spark, [tmp / "trace"]))
             audit_job.write_tables(tables, tmp / f"out{run}")
             times.append(time.perf_counter() - t0)
             lost = tables.lost.count()

@@ -50,15 +50,14 @@ def test_follow_keeps_the_tables_up_to_date_and_reads_each_file_once(spark: Any,
     assert sorted(r["batch"] for r in events.select("batch").distinct().collect()) == [0, 1]
 
 
-def test_audit_errors_name_the_bad_path(tmp_path: Path) -> None:
-    pytest.importorskip("pyspark")
-    from meshmq.pipeline.audit_job import AuditError, trace_files
+def test_audit_errors_name_the_bad_path(spark: Any, tmp_path: Path) -> None:
+    from meshmq.pipeline.paths import LocationError, trace_files
 
-    with pytest.raises(AuditError, match="does not exist"):
-        trace_files([tmp_path / "nope"])
+    with pytest.raises(LocationError, match="does not exist"):
+        trace_files(spark, [str(tmp_path / "nope")])
     (tmp_path / "empty").mkdir()
-    with pytest.raises(AuditError, match=r"no trace files .* under .*empty"):
-        trace_files([tmp_path / "empty"])
+    with pytest.raises(LocationError, match=r"no trace files .* under .*empty"):
+        trace_files(spark, [(tmp_path / "empty").as_uri()])
 
 
 def test_import_meshmq_does_not_import_pyspark() -> None:

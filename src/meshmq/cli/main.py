@@ -324,28 +324,27 @@ def cmd_audit(args: argparse.Namespace) -> int:
         print(f"meshmq audit needs PySpark: pip install 'meshmq[spark]' ({exc})",
               file=sys.stderr)
         return 2
-    paths = [Path(p) for p in args.trace_dirs]
-    if args.follow:
-        missing = [p for p in paths if not p.exists()]
-        if missing:
-            raise UsageError(f"trace path {missing[0]} does not exist")
-    else:
-        audit_job.trace_files(paths)  # a wrong path is one line before Spark starts
-    out = Path(args.out)
+    from meshmq.pipeline import paths as locations
+
+    if args.master.startswith("local"):
+        # A wrong local path is one line before Spark starts (elsewhere a plain path
+        # may name the cluster's default filesystem: checked once Spark is up).
+        locations.check_local(args.trace_dirs)
     master = None if args.master == "submit" else args.master
-    spark = audit_job.spark_session(master)
+    spark = audit_job.spark_session(master, progress_bar=sys.stderr.isatty())
     try:
         if args.follow:
-            audit_job.follow(spark, paths, out, once=args.once, interval=args.interval,
-                             stuck_after_ms=args.stuck_after_ms, window=args.window)
-            print(f"audit tables and report kept up to date in {out}", file=sys.stderr)
+            audit_job.follow(spark, args.trace_dirs, args.out, once=args.once,
+                             interval=args.interval, stuck_after_ms=args.stuck_after_ms,
+                             window=args.window)
+            print(f"audit tables and report kept up to date in {args.out}", file=sys.stderr)
             return 0
-        counts = audit_job.run_audit(spark, paths, out, stuck_after_ms=args.stuck_after_ms,
-                                     window=args.window)
+        counts = audit_job.run_audit(spark, args.trace_dirs, args.out,
+                                     stuck_after_ms=args.stuck_after_ms, window=args.window)
     finally:
         spark.stop()
     print(" ".join(f"{k}={v}" for k, v in counts.items()))
-    print(f"report: {out / 'report.md'}", file=sys.stderr)
+    print(f"report: {args.out.rstrip('/')}/report.md", file=sys.stderr)
     return 0
 
 
@@ -453,8 +452,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     a = sub.add_parser("audit", help="delivery audit over trace files (PySpark)")
     a.add_argument("trace_dirs", nargs="+", metavar="TRACE_DIR",
-                   help="trace directories or files (several brokers' traces together)")
-    a.add_argument("--out", default="audit", help="output directory (default ./audit)")
+                   help="trace directories or files, paths or URIs (file://, hdfs://, s3a://; "
+                   "several brokers' traces together)")
+    a.add_argument("--out", default="audit",
+                   help="output directory, path or URI (default ./audit)")
     a.add_argument("--master", default="local[2]",
                    help="Spark master URL (default local[2]); 'submit' keeps spark-submit's")
     a.add_argument("--follow", action="store_true",

@@ -1,32 +1,39 @@
 """``meshmq audit``: read trace files, run the audit transforms, write the results.
 
-Batch mode reads every trace file under the given paths once (sealed files and
-files left ``.open``), writes one Parquet table per result under ``--out`` and a
-Markdown report with PNG charts. Streaming mode (``--follow``) watches the trace
-directories with Spark's file source (sealed files only: ``*.jsonl`` and
-``*.parquet``); every micro-batch stores its new events under ``out/events`` (one
-directory per batch id, so a replayed batch overwrites itself) and rebuilds the same
-tables and report from all events seen so far. The checkpoint in
-``out/_checkpoint`` makes a restarted follower carry on where it stopped.
+Locations are paths or URIs that Spark resolves (``meshmq.pipeline.paths``), so the
+same command runs on a laptop and on a cluster reading ``hdfs://`` or ``s3a://``.
+Batch mode reads every trace file under the given locations once (sealed files and
+files left ``.open``) into a cached events frame, computes every table from it and
+one cached journey frame, writes one Parquet table per result under ``--out`` and a
+Markdown report with PNG charts (``meshmq.pipeline.report``). Streaming mode
+(``--follow``) watches the trace directories with Spark's file source (sealed files
+only: ``*.jsonl`` and ``*.parquet``); every micro-batch stores its new events under
+``out/events`` (one directory per batch id, so a replayed batch overwrites itself)
+and rebuilds the same tables and report from all events seen so far. The checkpoint
+in ``out/_checkpoint`` makes a restarted follower carry on where it stopped.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
-import datetime as dt
 import logging
 import os
 import sys
-from collections.abc import Iterable, Sequence
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - the usual Spark spelling
 
 from meshmq.core import trace as tr
 from meshmq.errors import MeshmqError
-from meshmq.pipeline import audit
+from meshmq.pipeline import audit, paths, report
 
 log = logging.getLogger("meshmq.audit")
 
@@ -37,9 +44,10 @@ class AuditError(MeshmqError):
     code = "audit-error"
 
 
-def spark_session(master: str | None = DEFAULT_MASTER, app: str = "meshmq-audit"
-                  ) -> SparkSession:
-    """A Spark session for the audit. ``master=None`` keeps what ``spark-submit`` set.
+def spark_session(master: str | None = DEFAULT_MASTER, app: str = "meshmq-audit",
+                  *, progress_bar: bool = False) -> SparkSession:
+    """A Spark session for the audit. ``master=None`` keeps what ``spark-submit`` set;
+    ``progress_bar``: Spark's console progress bar on stderr (for a terminal).
 
     Python workers use this interpreter (so they find pyarrow) unless PYSPARK_PYTHON
     says otherwise."""
@@ -49,7 +57,7 @@ def spark_session(master: str | None = DEFAULT_MASTER, app: str = "meshmq-audit"
         builder = builder.master(master)
     spark = (builder.config("spark.sql.shuffle.partitions", "4")
              .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.ui.showConsoleProgress", str(progress_bar).lower())
              .config("spark.sql.session.timeZone", "UTC")
              .getOrCreate())
     spark.sparkContext.setLogLevel("WARN")
@@ -58,30 +66,6 @@ def spark_session(master: str | None = DEFAULT_MASTER, app: str = "meshmq-audit"
 
 # ----------------------------------------------------------------------------- input
 
-JSONL_PATTERNS = ("*.jsonl", "*.jsonl.open")
-PARQUET_PATTERNS = ("*.parquet",)
-
-
-def trace_files(paths: Iterable[Path]) -> tuple[list[str], list[str]]:
-    """The JSON-lines and Parquet trace files under ``paths`` (files or directories)."""
-    jsonl: list[str] = []
-    parquet: list[str] = []
-    for path in paths:
-        if path.is_file():
-            (parquet if path.suffix == ".parquet" else jsonl).append(str(path))
-        elif path.is_dir():
-            for pattern in JSONL_PATTERNS:
-                jsonl += sorted(str(p) for p in path.rglob(pattern))
-            for pattern in PARQUET_PATTERNS:
-                parquet += sorted(str(p) for p in path.rglob(pattern))
-        else:
-            raise AuditError(f"trace path {path} does not exist")
-    if not jsonl and not parquet:
-        shown = ", ".join(str(p) for p in paths)
-        raise AuditError(f"no trace files (*.jsonl, *.jsonl.open, *.parquet) under {shown}")
-    return jsonl, parquet
-
-
 def clean(events: DataFrame) -> DataFrame:
     """Rows of the supported schema version; a line cut short by a crash reads as
     nulls (the JSON reader is permissive) and is dropped here."""
@@ -89,8 +73,10 @@ def clean(events: DataFrame) -> DataFrame:
                         & F.col("ts").isNotNull() & F.col("broker").isNotNull())
 
 
-def read_traces(spark: SparkSession, paths: Sequence[Path]) -> DataFrame:
-    return _read(spark, *trace_files(paths))
+def read_traces(spark: SparkSession, locations: Sequence[str | os.PathLike[str]]
+                ) -> DataFrame:
+    """Every trace event under ``locations`` (paths or URIs, files or directories)."""
+    return _read(spark, *paths.trace_files(spark, [str(p) for p in locations]))
 
 
 def _read(spark: SparkSession, jsonl: list[str], parquet: list[str]) -> DataFrame:
@@ -127,24 +113,64 @@ class AuditTables:
 
 def compute(events: DataFrame, *, stuck_after_ms: int = 60_000,
             window: str = "10 seconds", cache_events: bool = True) -> AuditTables:
-    """Every table. ``cache_events``: keep the events in memory between tables (worth
-    it for JSON, which is slow to parse; Parquet is faster to read again)."""
+    """Every table, from one cached copy of the events and one cached journey frame.
+
+    The trace is read once: the first job parses it into the events cache (memory,
+    spilling to disk), and every table after that is computed from the caches.
+    ``cache_events=False`` reads the source again for each table (for a source that
+    is already a fast local Parquet copy)."""
     if cache_events:
-        events = events.cache()
+        events = events.persist(StorageLevel.MEMORY_AND_DISK)
     boot_table = audit.boots(events).cache()
     journeys = audit.journeys(events, boot_table).cache()
+    # "Now" for stuck messages is the newest event: every run's last event is in the
+    # (small, cached) boots table, so this does not scan the events again.
+    now_ts = boot_table.agg(F.max("last_ts").alias("now")).collect()[0]["now"] or 0
     return AuditTables(
         journeys=journeys, summary=audit.summary(journeys), lost=audit.lost(journeys),
         duplicates=audit.duplicates(journeys, events), paths=audit.paths(journeys),
         latency=audit.latency(journeys),
-        stuck=audit.stuck(journeys, events, older_than_ms=stuck_after_ms),
+        stuck=audit.stuck(journeys, events, older_than_ms=stuck_after_ms, now_ts=now_ts),
         throughput=audit.throughput(events, window), bridges=audit.bridges(events, window),
         boots=boot_table, failovers=audit.failover_windows(boot_table))
 
 
-def write_tables(tables: AuditTables, out: Path) -> None:
-    for name, frame in tables.items():
-        frame.write.mode("overwrite").parquet(str(out / name))
+def write_tables(tables: AuditTables, out: str | os.PathLike[str],
+                 progress: Progress | None = None, *, parallel: int = 4) -> None:
+    """One Parquet directory per table under ``out`` (a path or URI).
+
+    The journeys go first: that job fills the events and journey caches. The other
+    tables are small aggregations of those caches, written ``parallel`` at a time:
+    each is a few short Spark jobs, and running several keeps the cores busy while
+    one waits on the driver's scheduling and commit. Every table but the journeys
+    stays cached, so the report collects it without computing it again."""
+    progress = progress or Progress()
+    items = tables.items()
+    done = 0
+    lock = threading.Lock()
+
+    def write(name: str, frame: DataFrame) -> None:
+        nonlocal done
+        if progress.spark is not None:
+            progress.spark.sparkContext.setJobDescription(f"writing table {name}")
+        frame.write.mode("overwrite").parquet(_join(str(out), name))
+        with lock:
+            done += 1
+            progress.stage(f"writing tables ({done}/{len(items)}): {name} written")
+
+    first, rest = items[0], items[1:]
+    progress.stage(f"writing tables (0/{len(items)}): {first[0]}")
+    write(*first)
+    cached = [(name, frame.cache()) for name, frame in rest]
+    for name, frame in cached:
+        setattr(tables, name, frame)
+    with concurrent.futures.ThreadPoolExecutor(max(1, parallel)) as pool:
+        for future in [pool.submit(write, name, frame) for name, frame in cached]:
+            future.result()
+
+
+def _join(base: str, name: str) -> str:
+    return base.rstrip("/") + "/" + name
 
 
 # ----------------------------------------------------------------------------- report
@@ -153,183 +179,119 @@ def _rows(frame: DataFrame, limit: int) -> list[dict[str, Any]]:
     return [r.asDict(recursive=True) for r in frame.limit(limit).collect()]
 
 
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.2f}"
-    if isinstance(value, list):
-        return ", ".join(map(str, value))
-    if isinstance(value, dt.datetime):
-        return value.strftime("%H:%M:%S")
-    return str(value).replace("|", "\\|")
-
-
-def _table(rows: list[dict[str, Any]], columns: Sequence[str]) -> list[str]:
-    if not rows:
-        return ["(none)", ""]
-    out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    out += ["| " + " | ".join(_cell(r.get(c)) for c in columns) + " |" for r in rows]
-    return [*out, ""]
-
-
-def _ts(micros: int | None) -> str:
-    if micros is None:
-        return ""
-    return dt.datetime.fromtimestamp(micros / 1e6, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-
-
-def write_report(tables: AuditTables, out: Path, *, title: str = "meshmq delivery audit",
-                 limit: int = 50) -> Path:
-    """The Markdown report (and its PNG charts) a person reads; returns its path."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out.mkdir(parents=True, exist_ok=True)
+def report_data(tables: AuditTables, *, window: str = "10 seconds",
+                limit: int = 50) -> report.ReportData:
+    """The small results the report shows, collected from the (cached) tables."""
     summary = {r["status"]: r["messages"] for r in _rows(tables.summary, 100)}
-    total = sum(summary.values())
-    lost = _rows(tables.lost, limit)
-    dups = _rows(tables.duplicates, limit)
-    failovers = _rows(tables.failovers, limit)
-    for row in lost:
-        row["last_time"] = _ts(row["last_ts"])
-    for row in failovers:
-        row["down_from"] = _ts(row["down_from_ts"])
-        row["up_again"] = _ts(row["up_again_ts"])
-    n_dups = tables.duplicates.count()
-    n_lost = summary.get("lost", 0)
-    stuck = _rows(tables.stuck, limit)
-    lines = [f"# {title}", "",
-             f"{total} messages traced; **{n_lost} lost**, **{n_dups} delivered more than "
-             f"once**, {len(failovers)} failover window(s).", "",
-             "## Messages by final status", ""]
-    lines += _table([{"status": s, "messages": summary.get(s, 0)} for s in audit.STATUSES],
-                    ["status", "messages"])
-    lines += ["## Lost messages", "",
-              "Accepted by a broker, never consumed, dead-lettered, expired or dropped, and "
-              "not pending anywhere: the broker that last held them restarted and they did "
-              "not come back.", ""]
-    lines += _table(lost, ["message_id", "destination", "persistent", "last_event",
-                           "last_broker", "last_time"])
-    lines += ["## Duplicate deliveries", "",
-              "`redelivered`: one message dispatched more than once; `resent`: one dedup-id "
-              "sent as several messages, more than one of them delivered.", ""]
-    lines += _table(dups, ["kind", "key", "destination", "deliveries", "acks", "message_ids"])
-    lines += ["## Failover windows", ""]
-    lines += _table(failovers, ["broker", "kind", "down_from", "up_again", "down_ms"])
-    lines += ["## Paths and hops", ""]
-    lines += _table(_rows(tables.paths, limit), ["path_text", "hops", "messages", "consumed"])
-    latency = _rows(tables.latency, limit)
-    lines += ["## Delivery latency (accepted -> first dispatch)", ""]
-    lines += _table(latency, ["destination", "path_text", "messages", "p50_ms", "p95_ms",
-                              "p99_ms", "max_ms"])
-    if latency:
-        fig, ax = plt.subplots(figsize=(7, 3.5))
-        labels = [f"{r['destination']}\n{r['path_text']}" for r in latency[:12]]
-        xs = range(len(labels))
-        for i, (key, name) in enumerate((("p50_ms", "p50"), ("p95_ms", "p95"),
-                                         ("p99_ms", "p99"))):
-            ax.bar([x + (i - 1) * 0.27 for x in xs], [r[key] or 0 for r in latency[:12]],
-                   width=0.27, label=name)
-        ax.set_xticks(list(xs), labels, fontsize=7)
-        ax.set_ylabel("ms")
-        ax.set_title("Delivery latency per destination and path")
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(out / "latency.png", dpi=90)
-        plt.close(fig)
-        lines += ["![latency](latency.png)", ""]
-    lines += ["## Stuck messages", "",
-              "Pending longer than the threshold; `consumers_elsewhere`: consumers of the "
-              "destination were served on another broker meanwhile.", ""]
-    lines += _table(stuck, ["message_id", "last_broker", "last_destination", "age_ms",
-                            "consumers_elsewhere", "served_by"])
-    through = _rows(tables.throughput, 5000)
-    lines += ["## Throughput over time", ""]
-    if through:
-        fig, ax = plt.subplots(figsize=(7, 3.5))
-        series: dict[tuple[str, str], list[tuple[dt.datetime, int]]] = {}
-        for r in through:
-            if r["event"] in (tr.RECEIVED, tr.ACKED, tr.DELIVERED, tr.FORWARDED):
-                kind = "consumed" if r["event"] in (tr.ACKED, tr.DELIVERED) else r["event"]
-                series.setdefault((r["broker"], kind), []).append(
-                    (r["window_start"], r["events"]))
-        t0 = min(r["window_start"] for r in through)
-        for (broker, kind), points in sorted(series.items()):
-            merged: dict[dt.datetime, int] = {}
-            for t, n in points:
-                merged[t] = merged.get(t, 0) + n
-            ts = sorted(merged)
-            ax.plot([(t - t0).total_seconds() for t in ts], [merged[t] for t in ts],
-                    marker="o", label=f"{broker} {kind}")
-        ax.set_xlabel(f"seconds since {t0:%Y-%m-%d %H:%M:%S} UTC")
-        ax.set_ylabel("events per window")
-        ax.set_title("Messages in and consumed per broker")
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(out / "throughput.png", dpi=90)
-        plt.close(fig)
-        lines += ["![throughput](throughput.png)", ""]
-    lines += ["### Per bridge", ""]
-    lines += _table(_rows(tables.bridges, limit), ["window_start", "broker", "peer",
-                                                   "connector", "messages"])
-    lines += ["Tables (Parquet) beside this report: " + ", ".join(
-        f"`{name}/`" for name, _ in tables.items()) + ".", ""]
-    path = out / "report.md"
-    path.write_text("\n".join(lines))
-    return path
+    # Only the windows the chart draws: messages in and consumed.
+    chart_events = (tr.RECEIVED, tr.FORWARDED, tr.ACKED, tr.DELIVERED)
+    through = _rows(tables.throughput.where(F.col("event").isin(*chart_events)), 50_000)
+    return report.ReportData(
+        summary=summary, duplicates_total=tables.duplicates.count(),
+        lost=_rows(tables.lost, limit), duplicates=_rows(tables.duplicates, limit),
+        failovers=_rows(tables.failovers, 1000), paths=_rows(tables.paths, limit),
+        latency=_rows(tables.latency, limit), stuck=_rows(tables.stuck, limit),
+        throughput=through, bridges=_rows(tables.bridges, limit),
+        window_s=report.window_seconds(window),
+        table_names=[name for name, _ in tables.items()])
+
+
+def write_report(spark: SparkSession, tables: AuditTables, out: str | os.PathLike[str], *,
+                 title: str = "meshmq delivery audit", window: str = "10 seconds",
+                 limit: int = 50) -> str:
+    """``report.md`` and its charts beside the tables; returns the report's location.
+
+    Rendered on the driver's local disk; when ``out`` is on another filesystem
+    (``hdfs://``, ``s3a://``) the files are uploaded there through Hadoop."""
+    data = report_data(tables, window=window, limit=limit)
+    out = str(out)
+    local = paths.output_local_dir(spark, out)
+    if local is not None:
+        report.render(data, local, title=title)
+        return str(local / "report.md")
+    with tempfile.TemporaryDirectory(prefix="meshmq-report-") as tmp:
+        report.render(data, Path(tmp), title=title)
+        paths.publish(spark, Path(tmp), out, ["report.md", *report.CHARTS])
+    return _join(paths.qualified(spark, out), "report.md")
 
 
 # ----------------------------------------------------------------------------- entry points
 
-def run_audit(spark: SparkSession, paths: Sequence[Path], out: Path, *,
-              stuck_after_ms: int = 60_000, window: str = "10 seconds") -> dict[str, int]:
-    """Batch audit; returns the message count per status (and ``duplicates``)."""
-    jsonl, parquet = trace_files(paths)
+class Progress:
+    """Names the stage the audit is in: a log line per stage (what a person watching
+    a log or a CI job sees) and the Spark job description (what Spark's console
+    progress bar and UI show beside their per-task counts)."""
+
+    def __init__(self, spark: SparkSession | None = None) -> None:
+        self.spark = spark
+        self.started = time.monotonic()
+
+    def stage(self, text: str) -> None:
+        log.info("audit: %s (%.0f s)", text, time.monotonic() - self.started)
+        if self.spark is not None:
+            self.spark.sparkContext.setJobDescription(text)
+
+
+def run_audit(spark: SparkSession, locations: Sequence[str | os.PathLike[str]],
+              out: str | os.PathLike[str], *, stuck_after_ms: int = 60_000,
+              window: str = "10 seconds") -> dict[str, int]:
+    """Batch audit; returns the message count per status (and ``duplicates``).
+
+    ``locations`` and ``out`` are paths or URIs (``file://``, ``hdfs://``, ``s3a://``)
+    that the executors read and write; the trace is read once."""
+    progress = Progress(spark)
+    progress.stage("listing trace files")
+    jsonl, parquet = paths.trace_files(spark, [str(p) for p in locations])
+    progress.stage(f"reading traces ({len(jsonl) + len(parquet)} files) and computing "
+                   "journeys")
     tables = compute(_read(spark, jsonl, parquet), stuck_after_ms=stuck_after_ms,
-                     window=window, cache_events=bool(jsonl))
-    write_tables(tables, out)
-    write_report(tables, out)
+                     window=window)
+    write_tables(tables, out, progress)
+    progress.stage("writing the report")
+    write_report(spark, tables, out, window=window)
     counts = {r["status"]: r["messages"] for r in _rows(tables.summary, 100)}
     counts["duplicates"] = tables.duplicates.count()
+    spark.catalog.clearCache()
+    progress.stage("done")
     return counts
 
 
-def follow(spark: SparkSession, dirs: Sequence[Path], out: Path, *, once: bool = False,
-           interval: str = "10 seconds", stuck_after_ms: int = 60_000,
-           window: str = "10 seconds", timeout_s: float | None = None) -> None:
+def follow(spark: SparkSession, dirs: Sequence[str | os.PathLike[str]],
+           out: str | os.PathLike[str], *, once: bool = False, interval: str = "10 seconds",
+           stuck_after_ms: int = 60_000, window: str = "10 seconds",
+           timeout_s: float | None = None) -> None:
     """Streaming audit over sealed trace files; ``once``: process what is there, stop."""
-    for d in dirs:
-        if not d.is_dir():
+    for d in map(str, dirs):
+        if not paths.is_dir(spark, d):
             raise AuditError(f"--follow needs trace directories; {d} is not one")
     streams = []
-    for d in dirs:
+    for d in map(str, dirs):
         streams.append(spark.readStream.schema(tr.SPARK_DDL)
-                       .option("pathGlobFilter", "*.jsonl").json(str(d)))
+                       .option("pathGlobFilter", "*.jsonl").json(d))
         streams.append(spark.readStream.schema(tr.SPARK_DDL)
-                       .option("pathGlobFilter", "*.parquet").parquet(str(d)))
+                       .option("pathGlobFilter", "*.parquet").parquet(d))
     stream = streams[0]
     for other in streams[1:]:
         stream = stream.unionByName(other)
-    events_dir = out / "events"
+    out = str(out)
+    events_dir = _join(out, "events")
 
     def batch(frame: DataFrame, batch_id: int) -> None:
         # One directory per batch: a batch replayed after a crash overwrites itself.
-        clean(frame).write.mode("overwrite").parquet(str(events_dir / f"batch={batch_id}"))
-        events = spark.read.parquet(str(events_dir)).drop("batch")
+        clean(frame).write.mode("overwrite").parquet(_join(events_dir, f"batch={batch_id}"))
+        events = spark.read.parquet(events_dir).drop("batch")
         tables = compute(events, stuck_after_ms=stuck_after_ms, window=window,
                          cache_events=False)
         write_tables(tables, out)
-        write_report(tables, out, title="meshmq delivery audit (streaming)")
+        write_report(spark, tables, out, title="meshmq delivery audit (streaming)",
+                     window=window)
         # The next batch reads the same path: drop the cached frames, or Spark would
         # match the identical plan to this batch's cached (now stale) data.
         spark.catalog.clearCache()
         log.info("audit batch %d written to %s", batch_id, out)
 
     writer = (stream.writeStream.foreachBatch(batch)
-              .option("checkpointLocation", str(out / "_checkpoint")))
+              .option("checkpointLocation", _join(out, "_checkpoint")))
     writer = writer.trigger(availableNow=True) if once else \
         writer.trigger(processingTime=interval)
     query = writer.start()
