@@ -143,6 +143,7 @@ class BrokerRuntime:
         self._heartbeat_at = 0.0
         self._trace_boot = ""
         self._trace_exact = False
+        self._trace_unflushed = False  # events in the sink's buffer, not yet at the OS
         self._heartbeat_file: HeartbeatFile | None = None
         # Read by GET /metrics (management/metrics.py) at scrape time.
         self.trace_events_written = 0
@@ -200,14 +201,16 @@ class BrokerRuntime:
                 log.error("trace write failed (events dropped): %s", exc)
             else:
                 self.trace_events_written += len(events)
+                self._trace_unflushed = True
 
     def trace_barrier(self) -> None:
         """In exact trace mode: every event recorded so far reaches the OS before the
-        caller confirms anything (so a crash cannot lose what a client was told)."""
+        caller confirms anything (so a crash cannot lose what a client was told). Events
+        written to the sink's buffer earlier, without a flush, count too."""
         if self._trace_exact and self.trace_sink is not None:
-            tracer = self.broker.tracer
-            if tracer is not None and tracer.events:
-                self._write_trace()
+            self._write_trace()
+            if self._trace_unflushed:
+                self._trace_unflushed = False
                 try:
                     self.trace_sink.flush()
                 except OSError as exc:
@@ -228,6 +231,7 @@ class BrokerRuntime:
         self._write_trace()
         try:
             self.trace_sink.flush()
+            self._trace_unflushed = False
             if self._heartbeat_file is not None:
                 self._heartbeat_file.write(self._trace_boot, ts_us)
         except OSError as exc:
@@ -242,6 +246,7 @@ class BrokerRuntime:
             self._trace_flush_at = now + self.config.trace.flush_interval_ms / 1000
             try:
                 self.trace_sink.tick()
+                self._trace_unflushed = False
             except OSError as exc:
                 log.error("trace flush failed: %s", exc)
 
