@@ -12,7 +12,7 @@ import pytest
 
 from meshmq.client.simple_stomp import SimpleStompClient
 from meshmq.config.model import AuthConfig, DestinationPolicy, ManagementConfig, User
-from tests.management.admin_http import all_ids, call, ok, q
+from tests.management.http import all_ids, call, ok, q
 from tests.support.brokers import ThreadBroker, poll
 
 # A small page size: most of a test queue lives only in the store (paged out).

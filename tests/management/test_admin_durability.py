@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from meshmq.client.simple_stomp import SimpleStompClient
-from tests.management.admin_http import all_ids, call, ok
+from tests.management.http import all_ids, call, ok
 from tests.support.brokers import ProcessBroker, poll, write_broker_toml
 
 pytestmark = pytest.mark.slow
