@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,22 @@ def test_heartbeats_bound_a_run_and_the_next_start_names_the_last_one(tmp_path: 
     started = [r for r in rows(trace_dir) if r["event"] == "broker_started"]
     assert started[1]["reason"] == (f"heartbeat_ms=50 exact=1 previous_boot={hb[0]} "
                                     f"last_heartbeat={hb[1]}")
+
+
+def test_heartbeats_and_flushes_keep_intervals_below_the_housekeeping_tick(
+        tmp_path: Path) -> None:
+    """A 50 ms heartbeat (each one flushed) reaches the file every ~50 ms, not every
+    housekeeping tick (500 ms): the audit's crash bound is the configured interval."""
+    trace_dir = tmp_path / "trace"
+    config = make_config(tmp_path / "data", broker_name="hb",
+                         trace=TraceConfig(enabled=True, directory=trace_dir,
+                                           flush_interval_ms=20, heartbeat_interval_ms=50))
+    broker = ThreadBroker(config).start()
+    try:
+        beats = poll(lambda: [r["ts"] for r in rows(trace_dir) if r["event"] == "heartbeat"]
+                     if sum(r["event"] == "heartbeat" for r in rows(trace_dir)) >= 8 else [],
+                     10, "8 heartbeats in the file")
+    finally:
+        broker.stop()
+    gaps = [(b - a) / 1000 for a, b in itertools.pairwise(beats)]
+    assert sorted(gaps)[len(gaps) // 2] < 250, gaps  # median gap: ~50 ms, never ~500

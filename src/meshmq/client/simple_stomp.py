@@ -41,10 +41,14 @@ class SimpleStompClient:
             headers += [("login", login), ("passcode", passcode or "")]
         if client_id is not None:
             headers.append(("client-id", client_id))
-        self._send(encode_frame("CONNECT", headers, version="1.2"))
-        frame = self._next(timeout)
-        if frame is None or frame.command != "CONNECTED":
-            raise StompClientError(f"connect failed: {_describe(frame)}")
+        try:
+            self._send(encode_frame("CONNECT", headers, version="1.2"))
+            frame = self._next(timeout)
+            if frame is None or frame.command != "CONNECTED":
+                raise StompClientError(f"connect failed: {_describe(frame)}")
+        except BaseException:
+            self.sock.close()  # a broker that dies during the handshake leaks no socket
+            raise
         self.session = frame.get("session")
 
     def _send(self, data: bytes) -> None:

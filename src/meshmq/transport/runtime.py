@@ -119,6 +119,7 @@ class BrokerRuntime:
         self._servers: list[asyncio.Server] = []
         self.addresses: dict[str, tuple[str, int]] = {}  # listener name -> bound address
         self._timer: asyncio.TimerHandle | None = None
+        self._trace_timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped = asyncio.Event()
         self._store_failure_logged = False
@@ -250,6 +251,22 @@ class BrokerRuntime:
             except OSError as exc:
                 log.error("trace flush failed: %s", exc)
 
+    def _trace_interval(self) -> float:
+        """How often (s) the trace needs a flush or a heartbeat; the housekeeping timer
+        alone would stretch intervals shorter than its own to TIMER_INTERVAL."""
+        cfg = self.config.trace
+        if self.trace_sink is None:
+            return TIMER_INTERVAL
+        wanted = [cfg.flush_interval_ms] + ([cfg.heartbeat_interval_ms]
+                                            if cfg.heartbeat_interval_ms > 0 else [])
+        return min(wanted) / 1000
+
+    def _on_trace_timer(self) -> None:
+        assert self._loop is not None
+        self._trace_timer = self._loop.call_later(self._trace_interval(), self._on_trace_timer)
+        self._write_trace()
+        self._tick_trace(time.monotonic())
+
     def _stop_trace(self) -> None:
         if self.trace_sink is None:
             return
@@ -334,6 +351,9 @@ class BrokerRuntime:
             await self._abort_start()
             raise
         self._timer = self._loop.call_later(TIMER_INTERVAL, self._on_timer)
+        if self._trace_interval() < TIMER_INTERVAL:
+            self._trace_timer = self._loop.call_later(self._trace_interval(),
+                                                      self._on_trace_timer)
         self.started = True
         await self.network.start_connectors()
         if self.config.mqtt.sys_interval_ms > 0 and any(
@@ -615,6 +635,8 @@ class BrokerRuntime:
             server.close()
         if self._timer is not None:
             self._timer.cancel()
+        if self._trace_timer is not None:
+            self._trace_timer.cancel()
         if self._sys_timer is not None:
             self._sys_timer.cancel()
         for handle in self._wills.values():
