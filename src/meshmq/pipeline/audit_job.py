@@ -2,10 +2,12 @@
 
 Locations are paths or URIs that Spark resolves (``meshmq.pipeline.paths``), so the
 same command runs on a laptop and on a cluster reading ``hdfs://`` or ``s3a://``.
-Batch mode reads every trace file under the given locations once (sealed files and
-files left ``.open``) into a cached events frame, computes every table from it and
-one cached journey frame, writes one Parquet table per result under ``--out`` and a
-Markdown report with PNG charts (``meshmq.pipeline.report``). Streaming mode
+Batch mode reads every trace file under the given locations (sealed files and
+files left ``.open``; a JSON trace is parsed once into a cached events frame, a
+Parquet one is scanned for the columns each table needs), writes the journeys and
+computes the tables derived from them from that written copy, writes one Parquet
+table per result under ``--out`` and a Markdown report with PNG charts
+(``meshmq.pipeline.report``). Streaming mode
 (``--follow``) watches the trace directories with Spark's file source (sealed files
 only: ``*.jsonl`` and ``*.parquet``); every micro-batch stores its new events under
 ``out/events`` (one directory per batch id, so a replayed batch overwrites itself)
