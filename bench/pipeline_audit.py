@@ -3,7 +3,7 @@
 Generates a synthetic trace of three brokers (JSON lines or Parquet, written by
 meshmq's own trace sinks): messages produced on b0, a share forwarded over bridges
 to b1 and on to b2, consumed there or on b0, with planted losses (forwarded to b2
-and never arriving before b2 restarts) and duplicates (delivered twice). Then runs
+and held there, undelivered, when b2 crashes) and duplicates (delivered twice). Then runs
 the audit in one warm Spark session: read, every table computed and written as
 Parquet (the report is left out: it is a few small collects). Prints events/s and
 checks the planted counts; appends to ``bench/results/<date>-pipeline-audit.md``.
@@ -36,6 +36,11 @@ def generate(directory: Path, n_events: int, fmt: str) -> dict[str, int]:
     queues = [dst.queue(f"orders.{i}") for i in range(8)]
     planted = {"lost": 0, "duplicates": 0, "messages": 0}
     t = 1_700_000_000_000_000_000  # ns
+    # Every run traces in exact mode, so the crash of b2's first run leaves a complete
+    # trace: what it held and never delivered is lost, not unknown.
+    started = tr.start_reason(heartbeat_ms=1000, exact=True, previous=None)
+    for events in batches.values():
+        events.append((t - 1000, tr.BROKER_STARTED, None, None, 0, None, None, None, started))
     count = 0
     i = 0
     while count < n_events:
@@ -67,7 +72,7 @@ def generate(directory: Path, n_events: int, fmt: str) -> dict[str, int]:
                 e1.append((t + 900_000, tr.FORWARDED, m1, None, 0, None, "b2", "n12", None))
                 m2 = m1.copy_to(q, broker_path=("b0", "b1"))
                 e2 = batches["b2"]
-                if i % 800 == 9:  # lost: b2 restarts before it arrives
+                if i % 800 == 9:  # lost: b2 crashes before delivering it
                     planted["lost"] += 1
                     e1[-1] = (t + 900_000, tr.FORWARDED, m1, None, 0, None, "b2", "n12",
                               None)
@@ -93,8 +98,10 @@ def generate(directory: Path, n_events: int, fmt: str) -> dict[str, int]:
     # b2 restarts: its earlier run ends (crash) and a new boot begins.
     restart = tr.open_sink(directory, "b2", "boot2", fmt=fmt, max_file_bytes=1 << 40,
                            roll_interval_ms=0, max_files=0)
+    restarted = tr.start_reason(heartbeat_ms=1000, exact=True,
+                                previous=("boot1", t // 1000 + 500_000))
     restart.write([(t + 10_000_000_000, tr.BROKER_STARTED, None, None, 0, None, None, None,
-                    None)])
+                    restarted)])
     restart.close()
     planted["events"] = count + 1
     return planted

@@ -90,12 +90,15 @@ def boots(events: DataFrame) -> DataFrame:
         F.max(_start_field("previous_boot", "string")).alias("previous_boot"),
         F.max(_start_field("last_heartbeat", "bigint")).alias("previous_heartbeat_ts"))
     by_broker = Window.partitionBy("broker").orderBy("started_ts")
+    # The next run's columns beside each run's own (a window over the few runs, not a
+    # self-join, which would aggregate the events twice); runs without a boot id are
+    # left out, as a join on it would.
     nxt = runs.select(
-        "broker", "boot", F.lead("started_ts").over(by_broker).alias("next_started_ts"),
+        "*", F.lead("started_ts").over(by_broker).alias("next_started_ts"),
         F.lead("first_service_ts").over(by_broker).alias("next_service_ts"),
         F.lead("previous_boot").over(by_broker).alias("_nb_prev"),
         F.lead("previous_heartbeat_ts").over(by_broker).alias("_nb_hb"))
-    return (runs.join(nxt, ["broker", "boot"])
+    return (nxt.where(F.col("boot").isNotNull())
             .withColumn("alive_until_ts", F.when(
                 F.col("_nb_prev") == F.col("boot"),
                 F.greatest("last_ts", "_nb_hb")).otherwise(F.col("last_ts")))
@@ -254,11 +257,14 @@ def lost(journey_table: DataFrame) -> DataFrame:
 def duplicates(journey_table: DataFrame, events: DataFrame) -> DataFrame:
     """Messages delivered more than once, and producer resends of one dedup id;
     ``delivered_by``: the brokers that delivered them."""
-    delivered = (events.where(F.col("event").isin(tr.DISPATCHED, tr.DELIVERED))
-                 .groupBy("message_id").agg(F.collect_set("broker").alias("delivered_by")))
     journey_table = journey_table.where(
-        (F.col("deliveries") > 1) | (F.col("dedup_id").isNotNull() & (F.col("deliveries") > 0))
-    ).join(delivered, "message_id", "left")
+        (F.col("deliveries") > 1) | (F.col("dedup_id").isNotNull() & (F.col("deliveries") > 0)))
+    # Only the candidates' deliveries are grouped (a semi-join first): few messages, not
+    # every delivered one.
+    delivered = (events.where(F.col("event").isin(tr.DISPATCHED, tr.DELIVERED))
+                 .join(journey_table.select("message_id"), "message_id", "left_semi")
+                 .groupBy("message_id").agg(F.collect_set("broker").alias("delivered_by")))
+    journey_table = journey_table.join(delivered, "message_id", "left")
     redelivered = (journey_table.where(F.col("deliveries") > 1)
                    .select(F.col("message_id").alias("key"), F.lit("redelivered").alias("kind"),
                            F.array("message_id").alias("message_ids"), "destination",

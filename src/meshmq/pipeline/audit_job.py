@@ -2,10 +2,12 @@
 
 Locations are paths or URIs that Spark resolves (``meshmq.pipeline.paths``), so the
 same command runs on a laptop and on a cluster reading ``hdfs://`` or ``s3a://``.
-Batch mode reads every trace file under the given locations once (sealed files and
-files left ``.open``) into a cached events frame, computes every table from it and
-one cached journey frame, writes one Parquet table per result under ``--out`` and a
-Markdown report with PNG charts (``meshmq.pipeline.report``). Streaming mode
+Batch mode reads every trace file under the given locations (sealed files and
+files left ``.open``; a JSON trace is parsed once into a cached events frame, a
+Parquet one is scanned for the columns each table needs), writes the journeys and
+computes the tables derived from them from that written copy, writes one Parquet
+table per result under ``--out`` and a Markdown report with PNG charts
+(``meshmq.pipeline.report``). Streaming mode
 (``--follow``) watches the trace directories with Spark's file source (sealed files
 only: ``*.jsonl`` and ``*.parquet``); every micro-batch stores its new events under
 ``out/events`` (one directory per batch id, so a replayed batch overwrites itself)
@@ -23,7 +25,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,11 +57,19 @@ def spark_session(master: str | None = DEFAULT_MASTER, app: str = "meshmq-audit"
     builder = SparkSession.builder.appName(app)
     if master is not None:
         builder = builder.master(master)
+    # Input splits: a trace is a few files, one per broker and run, far below the
+    # 128 MB split size, so by default each file is one task and the busiest broker's
+    # file keeps one core busy while the other idles. Several splits per core (of row
+    # groups) spread the scan and the journeys' partial aggregation.
     spark = (builder.config("spark.sql.shuffle.partitions", "4")
+             .config("spark.sql.files.openCostInBytes", str(1 << 20))
              .config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", str(progress_bar).lower())
              .config("spark.sql.session.timeZone", "UTC")
              .getOrCreate())
+    if spark.conf.get("spark.sql.files.minPartitionNum", None) is None:
+        spark.conf.set("spark.sql.files.minPartitionNum",
+                       str(4 * spark.sparkContext.defaultParallelism))
     spark.sparkContext.setLogLevel("WARN")
     return spark
 
@@ -106,44 +116,66 @@ class AuditTables:
     bridges: DataFrame
     boots: DataFrame
     failovers: DataFrame
+    # Builds the journey-derived tables from another copy of the journeys (the written
+    # one); not a table.
+    from_journeys: Callable[[DataFrame], dict[str, DataFrame]] | None = \
+        dataclasses.field(default=None, repr=False, compare=False)
 
     def items(self) -> list[tuple[str, DataFrame]]:
-        return [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self)]
+        return [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self)
+                if f.name != "from_journeys"]
+
+
+def _parquet_only(events: DataFrame) -> bool:
+    files = events.inputFiles()
+    return bool(files) and all(f.endswith(".parquet") for f in files)
 
 
 def compute(events: DataFrame, *, stuck_after_ms: int = 60_000,
-            window: str = "10 seconds", cache_events: bool = True) -> AuditTables:
-    """Every table, from one cached copy of the events and one cached journey frame.
+            window: str = "10 seconds", cache_events: bool | None = None) -> AuditTables:
+    """Every table, as lazy frames over the events and the (small, cached) boots.
 
-    The trace is read once: the first job parses it into the events cache (memory,
-    spilling to disk), and every table after that is computed from the caches.
-    ``cache_events=False`` reads the source again for each table (for a source that
-    is already a fast local Parquet copy)."""
+    ``cache_events``: keep a copy of the events in memory (spilling to disk), so a
+    JSON trace is parsed once rather than by each table; by default only when the
+    input is not all Parquet files: a Parquet scan reads just the few columns each
+    table needs, faster than building the cache. The journeys are not cached:
+    ``write_tables`` writes them first and builds the tables derived from them from
+    the written copy (``from_journeys``)."""
+    if cache_events is None:
+        cache_events = not _parquet_only(events)
     if cache_events:
         events = events.persist(StorageLevel.MEMORY_AND_DISK)
     boot_table = audit.boots(events).cache()
-    journeys = audit.journeys(events, boot_table).cache()
     # "Now" for stuck messages is the newest event: every run's last event is in the
     # (small, cached) boots table, so this does not scan the events again.
     now_ts = boot_table.agg(F.max("last_ts").alias("now")).collect()[0]["now"] or 0
+
+    def from_journeys(journeys: DataFrame) -> dict[str, DataFrame]:
+        return {"summary": audit.summary(journeys), "lost": audit.lost(journeys),
+                "duplicates": audit.duplicates(journeys, events),
+                "paths": audit.paths(journeys), "latency": audit.latency(journeys),
+                "stuck": audit.stuck(journeys, events, older_than_ms=stuck_after_ms,
+                                     now_ts=now_ts)}
+
+    journeys = audit.journeys(events, boot_table)
     return AuditTables(
-        journeys=journeys, summary=audit.summary(journeys), lost=audit.lost(journeys),
-        duplicates=audit.duplicates(journeys, events), paths=audit.paths(journeys),
-        latency=audit.latency(journeys),
-        stuck=audit.stuck(journeys, events, older_than_ms=stuck_after_ms, now_ts=now_ts),
+        journeys=journeys, **from_journeys(journeys),
         throughput=audit.throughput(events, window), bridges=audit.bridges(events, window),
-        boots=boot_table, failovers=audit.failover_windows(boot_table))
+        boots=boot_table, failovers=audit.failover_windows(boot_table),
+        from_journeys=from_journeys)
 
 
 def write_tables(tables: AuditTables, out: str | os.PathLike[str],
                  progress: Progress | None = None, *, parallel: int = 4) -> None:
     """One Parquet directory per table under ``out`` (a path or URI).
 
-    The journeys go first: that job fills the events and journey caches. The other
-    tables are small aggregations of those caches, written ``parallel`` at a time:
-    each is a few short Spark jobs, and running several keeps the cores busy while
-    one waits on the driver's scheduling and commit. Every table but the journeys
-    stays cached, so the report collects it without computing it again."""
+    The journeys go first, and the tables derived from them are then built from the
+    written copy (a columnar file read for the few columns each needs, cheaper than
+    keeping the journeys in memory). The other tables are small aggregations, written
+    ``parallel`` at a time: each is a few short Spark jobs, and running several keeps
+    the cores busy while one waits on the driver's scheduling and commit. Every table
+    but the journeys stays cached, so the report collects it without computing it
+    again."""
     progress = progress or Progress()
     items = tables.items()
     done = 0
@@ -161,6 +193,12 @@ def write_tables(tables: AuditTables, out: str | os.PathLike[str],
     first, rest = items[0], items[1:]
     progress.stage(f"writing tables (0/{len(items)}): {first[0]}")
     write(*first)
+    if tables.from_journeys is not None:
+        written = first[1].sparkSession.read.parquet(_join(str(out), first[0]))
+        tables.journeys = written
+        for name, frame in tables.from_journeys(written).items():
+            setattr(tables, name, frame)
+        rest = tables.items()[1:]
     cached = [(name, frame.cache()) for name, frame in rest]
     for name, frame in cached:
         setattr(tables, name, frame)
