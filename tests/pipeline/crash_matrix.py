@@ -48,6 +48,23 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
+Span = tuple[int, int]  # (before, after) in µs: when something happened, bounded
+
+
+def kill_and_restart(node: Any, between: Callable[[], None] | None = None
+                     ) -> tuple[Span, Span]:
+    """SIGKILL ``node``, run ``between`` (a client giving up, say), start it again; when
+    the kill and the restart happened, each bounded by clock readings around it."""
+    before = now_us()
+    node.kill9()
+    killed = (before, now_us())
+    if between is not None:
+        between()
+    before = now_us()
+    node.start()
+    return killed, (before, now_us())
+
+
 @dataclass
 class Truth:
     """What the clients know. Thread-safe: producers and consumers run in threads."""

@@ -27,6 +27,7 @@ from tests.pipeline.crash_matrix import (
     audit,
     check,
     check_window,
+    kill_and_restart,
     now_us,
     send_all,
 )
@@ -71,13 +72,7 @@ def test_receiving_broker_killed_mid_stream(tmp_path: Path, spark: Any) -> None:
         producer = Producer(truth, lambda: [east.port], N)
         producer.start()
         consumer.consume_then_hold(N // 3, held)
-        killed = (now_us(), 0)
-        west.kill9()
-        killed = (killed[0], now_us())
-        consumer.abandon()
-        up = (now_us(), 0)
-        west.start()
-        up = (up[0], now_us())
+        killed, up = kill_and_restart(west, consumer.abandon)
         pump.start()
         producer.finish()
         assert producer.sent == N and not truth.in_doubt
@@ -111,12 +106,7 @@ def test_sending_broker_killed_mid_stream(tmp_path: Path, spark: Any,
         producer = Producer(truth, lambda: [a.port], N)
         producer.start()
         poll(lambda: producer.sent >= N // 3, 60, "a third of the stream sent to A")
-        killed = (now_us(), 0)
-        a.kill9()
-        killed = (killed[0], now_us())
-        up = (now_us(), 0)
-        a.start()
-        up = (up[0], now_us())
+        killed, up = kill_and_restart(a)
         producer.finish()
         settle(truth, [a, b])
         pump.finish()
@@ -148,12 +138,7 @@ def test_relaying_broker_killed_mid_stream(tmp_path: Path, spark: Any) -> None:
         producer = Producer(truth, lambda: [a.port], N)
         producer.start()
         poll(lambda: len(truth.seen) >= N // 3, 60, "a third of the stream on C")
-        killed = (now_us(), 0)
-        b.kill9()
-        killed = (killed[0], now_us())
-        up = (now_us(), 0)
-        b.start()
-        up = (up[0], now_us())
+        killed, up = kill_and_restart(b)
         producer.finish()
         assert producer.sent == N and not truth.in_doubt
         settle(truth, [a, b, c])
@@ -277,13 +262,7 @@ def test_broker_killed_after_delivery_plants_duplicates(tmp_path: Path, spark: A
         for i, frame in enumerate(frames[:20]):
             assert frame is not None
             consumer.ack(frame, confirm=i < 10)
-        killed = (now_us(), 0)
-        solo.kill9()
-        killed = (killed[0], now_us())
-        consumer.abandon()
-        up = (now_us(), 0)
-        solo.start()
-        up = (up[0], now_us())
+        killed, up = kill_and_restart(solo, consumer.abandon)
         pump.start()
         settle(truth, [solo])
         pump.finish()
