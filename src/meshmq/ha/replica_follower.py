@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import hmac
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from meshmq.errors import MeshmqError, StoreError
@@ -34,7 +33,7 @@ from meshmq.protocol.wire.codec import (
     encode_json,
 )
 from meshmq.store.journal import JournalStore
-from meshmq.tls_accept import tls_gate
+from meshmq.tls_accept import TlsListener, tls_listen
 
 log = logging.getLogger("meshmq.ha")
 
@@ -93,21 +92,23 @@ class FollowerSide(NodeState):
         finally:
             writer.close()
 
-    def _accepting(self) -> Callable[[], asyncio.Protocol]:
-        """The replication listener's protocol factory: streams served by ``_serve``,
-        behind TLS when ``ha.ssl_certfile`` is set. The handshake is done before any
-        byte is read (meshmq/tls_accept.py): a stream that started reading first could
-        swallow a slow peer's ClientHello. A failure (a plaintext node, a certificate
-        ssl_cafile does not trust) is logged once per address and kind; a dialer that
-        gave up (a vote round already decided) is no refusal."""
+    async def _listen(self, host: str, port: int) -> asyncio.Server | TlsListener:
+        """The replication listener: streams served by ``_serve``, behind TLS when
+        ``ha.ssl_certfile`` is set. With TLS it accepts sockets itself and each
+        connection speaks TLS from its first byte (meshmq/tls_accept.py): no plain phase
+        in which the event loop could read a peer's ClientHello before the handshake. A
+        failure (a plaintext node, a certificate ssl_cafile does not trust) is logged
+        once per address and kind; a dialer that gave up (a vote round already decided)
+        is no refusal. OSError when it cannot bind."""
         def streams() -> asyncio.Protocol:
             return asyncio.StreamReaderProtocol(asyncio.StreamReader(), self._serve)
 
         if self._server_tls is None:
-            return streams
-        return tls_gate(streams, self._server_tls, "replication",
-                        timeout_s=self.ha.lease_ms / 1000,
-                        on_failure=lambda peer, exc: self._tls_failed(peer, "from", exc))
+            return await asyncio.get_running_loop().create_server(
+                streams, host, port, reuse_address=True)
+        return await tls_listen(
+            streams, self._server_tls, host, port, timeout_s=self.ha.lease_ms / 1000,
+            on_failure=lambda peer, exc: self._tls_failed(peer, "from", exc))
 
     async def _on_frame(self, frame: WireFrame, writer: asyncio.StreamWriter) -> None:
         if frame.type is FrameType.REPL_VOTE_REQUEST:

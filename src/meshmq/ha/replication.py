@@ -75,6 +75,7 @@ from meshmq.store.base import (
 from meshmq.store.fence import FencedError
 from meshmq.store.journal import JournalStore
 from meshmq.tls import CertificateReloader, TlsFileError, client_context, server_context
+from meshmq.tls_accept import TlsListener
 
 log = logging.getLogger("meshmq.ha")
 
@@ -130,7 +131,7 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
         self.retained: RetainedLog | None = None
         self._peers: dict[str, Peer] = {}
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
-        self._server: asyncio.Server | None = None
+        self._server: asyncio.Server | TlsListener | None = None
         self._stop = asyncio.Event()
         self._elect_now = asyncio.Event()
         self._closing = False  # deposed: the runtime is closing this node's journal
@@ -276,8 +277,7 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
                 self.last = self.durable = ADOPTED
         host, port = split_address(self.ha.listen)
         try:
-            self._server = await asyncio.get_running_loop().create_server(
-                self._accepting(), host, port, reuse_address=True)
+            self._server = await self._listen(host, port)
         except OSError as exc:
             raise describe_bind_failure(
                 "replication", host, port, exc,
