@@ -50,7 +50,8 @@ class TlsListener:
             try:
                 conn, addr = await loop.sock_accept(self._sock)
             except OSError as exc:  # out of file descriptors, say: keep the listener
-                log.warning("replication listener: accept failed: %s", exc)
+                log.warning("TLS listener on %s: accept failed: %s",
+                            self._sock.getsockname(), exc)
                 await asyncio.sleep(0.1)
                 continue
             task = loop.create_task(self._admit(conn, addr))

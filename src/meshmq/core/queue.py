@@ -450,8 +450,8 @@ class Queue:
             self.ctx.store_op(RemoveRef(self.key, entry.seq))
 
     def remove_paged(self, seq: int) -> None:
-        """Forget a reference that lives only in the store (paged out), as ``purge`` does:
-        the management API deletes and moves such messages without loading the queue."""
+        """Forget a reference that lives only in the store (paged out): ``purge`` and the
+        management API's deletes and moves, which do not load the queue."""
         self._count -= 1
         if self.key is not None:
             self.ctx.store_op(RemoveRef(self.key, seq))
@@ -559,8 +559,7 @@ class Queue:
                     break
                 for s in page:
                     self._mem_high = s.seq
-                    self._count -= 1
+                    self.remove_paged(s.seq)
                     removed += 1
-                    self.ctx.store_op(RemoveRef(self.key, s.seq))
             self._paging = False
         return removed
