@@ -24,6 +24,7 @@ from meshmq.errors import ConfigError, StoreError, describe_bind_failure
 from meshmq.management.metrics import sync_histogram
 from meshmq.store.base import Store
 from meshmq.tls import CertificateReloader, TlsFileError, server_context
+from meshmq.transport.durability import Durability
 from meshmq.transport.topology import Topology, push_families
 
 if TYPE_CHECKING:
@@ -102,6 +103,9 @@ class BrokerRuntime:
         self.broker = Broker(config, self.store)
         # Dispatch marks (store.base.MarkDispatched) only where they survive a restart.
         self.broker.dispatch_marks = store.keeps_dispatch_marks
+        # Every "confirm once durable" (receipts, MQTT acks, bridge acks) goes through here.
+        self.durability = Durability(self.write_ops, self.store.sync,
+                                     self.trace_barrier)
         # Outcomes waiting for a dispatch mark to be durable, in pump order; a group
         # with no gate waits only for the groups before it.
         self._held: deque[tuple[_Gate | None, list[Outcome]]] = deque()

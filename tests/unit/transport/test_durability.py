@@ -1,0 +1,126 @@
+"""The one "confirm once durable" path: order, the failure policy, the trace barrier."""
+
+from __future__ import annotations
+
+import asyncio
+
+from meshmq.transport.durability import NOT_STORED, Durability
+
+
+class FakeStore:
+    """Syncs complete when the test says so; ``writes`` counts write_ops calls."""
+
+    def __init__(self) -> None:
+        self.writes = 0
+        self.syncs: list[asyncio.Future[None]] = []
+        self.barriers = 0
+
+    def write_ops(self) -> None:
+        self.writes += 1
+
+    def sync(self) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.syncs.append(fut)
+        return fut
+
+    def barrier(self) -> None:
+        self.barriers += 1
+
+    def durability(self) -> Durability:
+        return Durability(self.write_ops, self.sync, self.barrier)
+
+
+async def turns(n: int = 3) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+def test_not_durable_confirmation_is_sent_at_once_without_touching_the_store() -> None:
+    async def main() -> None:
+        store = FakeStore()
+        sent: list[str] = []
+        q = store.durability().confirmations(flush=lambda: None, closed=lambda: False,
+                                             fail=lambda r: None, who="c1")
+        q.confirm(lambda: sent.append("r1"), durable=False)
+        assert sent == ["r1"]
+        assert store.writes == 0 and store.syncs == []
+
+    asyncio.run(main())
+
+
+def test_durable_confirmation_waits_for_its_sync_and_later_ones_queue_behind() -> None:
+    async def main() -> None:
+        store = FakeStore()
+        sent: list[str] = []
+        flushes: list[int] = []
+        q = store.durability().confirmations(flush=lambda: flushes.append(len(sent)),
+                                             closed=lambda: False, fail=lambda r: None,
+                                             who="c1")
+        q.confirm(lambda: sent.append("durable"), durable=True)
+        q.confirm(lambda: sent.append("plain"), durable=False)
+        await turns()
+        assert sent == [] and store.writes == 1 and len(q) == 2
+        store.syncs[0].set_result(None)
+        await turns()
+        assert sent == ["durable", "plain"]
+        assert flushes == [1, 2]
+        assert store.barriers == 2  # traced before each waited-for confirmation
+        assert len(q) == 0
+
+    asyncio.run(main())
+
+
+def test_failed_sync_withholds_it_and_every_later_confirmation_and_fails_once() -> None:
+    async def main() -> None:
+        store = FakeStore()
+        sent: list[str] = []
+        reasons: list[str] = []
+        q = store.durability().confirmations(flush=lambda: None, closed=lambda: False,
+                                             fail=reasons.append, who="c1")
+        q.confirm(lambda: sent.append("a"), durable=True)
+        q.confirm(lambda: sent.append("b"), durable=True)
+        q.confirm(lambda: sent.append("c"), durable=False)
+        store.syncs[0].set_exception(OSError("disk full"))
+        store.syncs[1].set_result(None)
+        await turns()
+        assert sent == []
+        assert reasons == [f"{NOT_STORED}: disk full"]
+        q.confirm(lambda: sent.append("d"), durable=False)
+        await turns()
+        assert sent == [] and reasons == [f"{NOT_STORED}: disk full"]
+
+    asyncio.run(main())
+
+
+def test_nothing_is_sent_once_the_connection_is_closed() -> None:
+    async def main() -> None:
+        store = FakeStore()
+        sent: list[str] = []
+        closed = [False]
+        q = store.durability().confirmations(flush=lambda: None, closed=lambda: closed[0],
+                                             fail=lambda r: None, who="c1")
+        q.confirm(lambda: sent.append("a"), durable=True)
+        closed[0] = True
+        store.syncs[0].set_result(None)
+        await turns()
+        assert sent == [] and len(q) == 0
+
+    asyncio.run(main())
+
+
+def test_unordered_confirmation_runs_after_its_sync_or_fails() -> None:
+    async def main() -> None:
+        store = FakeStore()
+        done: list[str] = []
+        d = store.durability()
+        d.when_durable(lambda: done.append("ok"), done.append, who="bridge")
+        d.when_durable(lambda: done.append("ok2"), done.append, who="bridge")
+        store.syncs[1].set_result(None)  # later sync first: no order is owed
+        await turns()
+        assert done == ["ok2"]
+        store.syncs[0].set_exception(OSError("gone"))
+        await turns()
+        assert done == ["ok2", f"{NOT_STORED}: gone"]
+        assert store.writes == 2
+
+    asyncio.run(main())
