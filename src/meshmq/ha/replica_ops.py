@@ -2,12 +2,12 @@
 
 A journal record names keys by ids defined per segment, so its raw bytes cannot be
 applied by a node whose segments differ. A replicated batch therefore spells every key
-out, and carries messages in the store codec's encoding (the exact bytes the journal
+out, and carries messages in the message codec's encoding (the exact bytes the journal
 keeps), so a slave stores what the master stored. Layout (little-endian, like the
 journal)::
 
     u32 op count | ops...
-    ADD      u8 1 | u32 len | message (store codec) | u32 n | n * (str key, i64 seq)
+    ADD      u8 1 | u32 len | message (message codec) | u32 n | n * (str key, i64 seq)
     REMOVE   u8 2 | str key | i64 seq
     DELIVERY u8 3 | str key | i64 seq | u32 count
     SUB      u8 4 | str key | u8 flags | i64 created_ms | str client | str name | str dest
@@ -24,8 +24,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping, Sequence
 
+from meshmq.core import message_codec as codec
 from meshmq.errors import RemoteProtocolError
-from meshmq.store import codec
 from meshmq.store.base import (
     AddMessage,
     DropKey,

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 
 from meshmq.core.auth import Principal
 from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
+from meshmq.core.message_codec import encode_message
 from meshmq.core.queue import BrowseEnd, Delivery
 from meshmq.errors import AuthorizationError, MeshmqError, RemoteProtocolError
 from meshmq.network.interest import Demand, InterestItem, plan_demand
 from meshmq.network.stats import LinkCounters
 from meshmq.protocol.wire import AckStatus, FrameType, encode_records
-from meshmq.store.codec import encode_message
 
 if TYPE_CHECKING:
     from meshmq.config.model import NetworkConnectorConfig

@@ -41,9 +41,9 @@ from typing import Any
 
 import psycopg
 
+from meshmq.core import message_codec as codec
 from meshmq.core.message import Message
 from meshmq.errors import StoreError
-from meshmq.store import codec
 from meshmq.store.base import (
     AddMessage,
     DropKey,

@@ -28,6 +28,7 @@ from typing import Any
 
 from meshmq.core.destinations import queue, topic
 from meshmq.core.message import Message
+from meshmq.core.message_codec import encode_message
 from meshmq.store.base import (
     AddMessage,
     DropKey,
@@ -39,7 +40,6 @@ from meshmq.store.base import (
     Store,
     StoreOp,
 )
-from meshmq.store.codec import encode_message
 from meshmq.store.journal import JournalStore
 from meshmq.store.journal import format as fmt
 

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from meshmq.core import destinations as dst
 from meshmq.core.message import Message
+from meshmq.core.message_codec import encode_message
 from meshmq.errors import RemoteProtocolError
 from meshmq.protocol.wire import (
     MAGIC,
@@ -24,7 +25,6 @@ from meshmq.protocol.wire import (
     encode_ping,
     encode_records,
 )
-from meshmq.store.codec import encode_message
 
 messages = st.builds(
     lambda i, body, persistent, path, props: Message(

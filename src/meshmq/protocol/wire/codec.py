@@ -7,7 +7,7 @@ both sides exchange frames::
 
 Control frames (HELLO, WELCOME, REFUSE, INTEREST, BYE) carry UTF-8 JSON objects: they
 are rare and their fields evolve. The data path is binary and batched: one MESSAGES
-frame carries many messages (each a sequence number and the store codec's encoding,
+frame carries many messages (each a sequence number and the message codec's encoding,
 so a message crosses the network in the exact form brokers keep on disk), and one ACKS
 frame settles many of them. Nothing waits for a reply per message, so a bridge
 pipelines up to its credit window.
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from meshmq.core.message import Message
+from meshmq.core.message_codec import STORE_CACHE, decode_message, encode_message
 from meshmq.errors import RemoteProtocolError
-from meshmq.store.codec import STORE_CACHE, decode_message, encode_message
 
 MAGIC = b"MMQ1"
 WIRE_VERSION = 1
@@ -102,7 +102,7 @@ def encode_messages(batch: list[tuple[int, Message]]) -> bytes:
 def encode_records(batch: list[tuple[int, bytes]],
                    ftype: FrameType = FrameType.MESSAGES) -> bytes:
     """One MESSAGES (or MESSAGES_AGAIN) frame for ``batch`` of (sequence, message
-    already in the store codec's format)."""
+    already in the message codec's format)."""
     parts = [_COUNT.pack(len(batch))]
     for seq, data in batch:
         parts.append(_MSG_HEAD.pack(seq, len(data)))
@@ -143,7 +143,7 @@ def decode_messages(frame: WireFrame) -> list[tuple[int, Message]]:
         raw = data[pos:pos + size]
         try:
             msg = decode_message(raw)
-        except Exception as exc:  # the store codec raises its own errors on garbage
+        except Exception as exc:  # the message codec raises its own errors on garbage
             raise RemoteProtocolError(f"undecodable message in MESSAGES frame: {exc}") from None
         # The receiver stores exactly these bytes: no re-encoding.
         msg.wire_cache = {STORE_CACHE: raw}

@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from meshmq.core import message_codec as codec
 from meshmq.errors import CorruptStoreError
-from meshmq.store import codec
 from meshmq.store.base import DurableSubscription
 
 # 1: the first format. 2: adds OP_DISPATCHED (a version-1 reader refuses version-2

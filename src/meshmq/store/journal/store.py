@@ -30,9 +30,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from meshmq.core import message_codec as codec
 from meshmq.core.message import Message
 from meshmq.errors import CorruptStoreError, StoreError
-from meshmq.store import codec
 from meshmq.store.base import (
     AddMessage,
     DropKey,

@@ -1,5 +1,9 @@
 """Compact, versioned binary encoding of ``Message`` (store records, network bridges).
 
+It lives next to ``Message`` because two layers share the bytes: every store keeps
+messages in this form and the broker-to-broker wire protocol carries them in it, so a
+message crosses the network exactly as brokers keep it on disk. Neither layer owns it.
+
 Layout (little-endian), version 1::
 
     u8  version (= 1)
@@ -46,7 +50,7 @@ _POSITIONAL = ("message_id", "destination", "body", "properties", "persistent", 
                "group_seq", "producer_id", "broker_path", "original_destination", "user_id",
                "content_type")
 if tuple(Message.__dataclass_fields__)[:len(_POSITIONAL)] != _POSITIONAL:  # pragma: no cover
-    raise ImportError("meshmq.store.codec: Message fields changed; update the codec")
+    raise ImportError("meshmq.core.message_codec: Message fields changed; update the codec")
 
 _HEADER = struct.Struct("<BBBBIqqqHH")
 HEADER_SIZE = _HEADER.size

@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from meshmq.core.message import Message
-from meshmq.errors import CorruptStoreError, StoreError
-from meshmq.store.codec import body_length, decode_message, encode_message
 from tests.store.golden.make_golden import codec_message
 from tests.store.helpers import fields, full_msg, messages, msg
 
-GOLDEN = Path(__file__).parent / "golden" / "codec_v1.bin"
+from meshmq.core.message import Message
+from meshmq.core.message_codec import body_length, decode_message, encode_message
+from meshmq.errors import CorruptStoreError, StoreError
+
+GOLDEN = Path(__file__).parents[2] / "store" / "golden" / "codec_v1.bin"
 FUZZ = settings(max_examples=300, derandomize=True, database=None, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow])
 
