@@ -84,6 +84,9 @@ class StoreKind:
     name: str
     make: Callable[[Path], Store]
     survives_reopen: bool
+    # Called after the store closed, for stores that hold more than the store itself
+    # (the replicated store's node: its election, its listener).
+    release: Callable[[Store], None] | None = None
 
 
 STORE_KINDS = [

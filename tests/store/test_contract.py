@@ -34,6 +34,7 @@ from tests.store.helpers import (
     run_async,
     sub,
 )
+from tests.store.replicated import release, replicated_store
 from tests.support.postgres import contract_store
 
 Q = "queue://orders"
@@ -53,16 +54,26 @@ class Harness:
         if not self.kind.survives_reopen:
             pytest.skip(f"{self.kind.name} store does not keep data across reopen")
         await self.store.close()
+        self.released()
         self.store = self.kind.make(self.directory)
         self.recovery = self.store.open()
         return self.recovery
+
+    def released(self) -> None:
+        if self.kind.release is not None:
+            self.kind.release(self.store)
 
     def all(self, key: str) -> list[tuple[int, tuple[object, ...], int]]:
         return entry_view(self.store.load(key, 0, 1 << 30))
 
 
-# PostgreSQL runs on the private cluster of tests/support/postgres.py.
-CONTRACT_KINDS = [*STORE_KINDS, StoreKind("postgres", contract_store, survives_reopen=True)]
+# PostgreSQL runs on the private cluster of tests/support/postgres.py; the replicated
+# store on a one-node replicated cluster (tests/store/replicated.py).
+CONTRACT_KINDS = [
+    *STORE_KINDS,
+    StoreKind("replicated", replicated_store, survives_reopen=True, release=release),
+    StoreKind("postgres", contract_store, survives_reopen=True),
+]
 
 
 @pytest.fixture(params=CONTRACT_KINDS, ids=lambda k: k.name)
@@ -72,6 +83,7 @@ def h(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
     import asyncio
 
     asyncio.run(harness.store.close())
+    harness.released()
 
 
 def test_store_satisfies_protocol(h: Harness) -> None:

@@ -25,7 +25,7 @@ import struct
 from collections.abc import Mapping, Sequence
 
 from meshmq.core import message_codec as codec
-from meshmq.errors import RemoteProtocolError
+from meshmq.errors import RemoteProtocolError, StoreError
 from meshmq.store.base import (
     AddMessage,
     DropKey,
@@ -91,8 +91,8 @@ def encode_ops(ops: Sequence[StoreOp], marks: Mapping[str, int] | None = None) -
             out.append(_U8.pack(DISPATCH))
             _str(out, op.key)
             out.append(_I64.pack(op.seq))
-        else:  # pragma: no cover - StoreOp is a closed union
-            raise TypeError(f"unknown store operation {op!r}")
+        else:  # the store contract: a batch with an invalid operation is refused whole
+            raise StoreError(f"unknown store operation {op!r}")
     for key, seq in (marks or {}).items():
         out.append(_U8.pack(MARK))
         _str(out, key)

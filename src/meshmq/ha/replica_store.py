@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from meshmq.config.model import BrokerConfig
 from meshmq.errors import StoreError
-from meshmq.store.base import Recovery, StoredEntry
+from meshmq.store.base import KeyInfo, Recovery, Store, StoredEntry, StoreOp
 from meshmq.store.journal import JournalStore
 
 if TYPE_CHECKING:
@@ -20,9 +20,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("meshmq.ha")
 
 
-class ReplicatedStore:
+class ReplicatedStore(Store):
     """The master's store: its own journal, every batch replicated (``sync`` waits for a
-    majority in synchronous mode). Refuses writes once this node is not master."""
+    majority in synchronous mode). Refuses writes once this node is not master.
+
+    It implements the store contract (``meshmq.store.base.Store``) and passes its
+    contract suite (tests/store/test_contract.py), so the runtime uses it like any other
+    store."""
 
     keeps_dispatch_marks = True  # replicated to every member's journal
 
@@ -37,7 +41,7 @@ class ReplicatedStore:
     def open(self) -> Recovery:
         return self.node.recovery()
 
-    def write(self, ops: Any) -> None:
+    def write(self, ops: Sequence[StoreOp]) -> None:
         if ops:
             self.node.replicate(list(ops))
 
@@ -48,7 +52,7 @@ class ReplicatedStore:
              max_bytes: int = 1 << 62) -> list[StoredEntry]:
         return self._journal().load(key, after_seq, max_count, max_bytes)
 
-    def key_info(self, key: str) -> Any:
+    def key_info(self, key: str) -> KeyInfo:
         return self._journal().key_info(key)
 
     def compact_step(self) -> bool:
