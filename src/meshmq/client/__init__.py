@@ -1,6 +1,13 @@
 """meshmq's clients: the failover client (asyncio and blocking, STOMP and MQTT), the
 Python Cartridge Agent compatibility layer (:mod:`meshmq.client.agent`) and the small
-single-socket STOMP client the CLI uses (:mod:`meshmq.client.simple_stomp`)."""
+single-socket STOMP client the CLI uses (:mod:`meshmq.client.simple_stomp`).
+
+Public: the names in ``__all__`` below (``FailoverClient`` for asyncio code,
+``BlockingClient`` for threads, ``parse_failover`` for ``failover:(...)`` URIs, the
+``ClientError`` hierarchy) and :mod:`meshmq.client.agent`. The other submodules are the
+implementation; ``simple_stomp`` is the CLI's one-socket client. tests/unit/test_public_api.py pins
+the set.
+"""
 
 from .aio import FailoverClient, Subscription, Transaction
 from .blocking import BlockingClient, BlockingSubscription
