@@ -42,7 +42,7 @@ PEERS = ["activemq", "rabbitmq", "coilmq", "mosquitto", "amqtt"]
 @dataclass
 class Scenario:
     key: str
-    group: str           # issue scenario number ("1".."7", "lat")
+    group: str           # scenario group ("1".."7", "lat"), as numbered in docs/benchmarks.md
     title: str
     spec: dict[str, Any]
     quick: dict[str, Any] = field(default_factory=dict)  # overrides for --quick
@@ -609,7 +609,7 @@ def main() -> None:
     ap.add_argument("--only", nargs="+", metavar="BROKER", choices=BROKER_ORDER,
                     help="run only these brokers (default: all)")
     ap.add_argument("--scenarios", nargs="+", metavar="KEY",
-                    help="scenario keys or issue numbers (e.g. q1x1 2 7 backlog)")
+                    help="scenario keys or group numbers (e.g. q1x1 2 7 backlog)")
     ap.add_argument("--no-backlog", action="store_true", help="skip scenario 6")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply message counts")
     ap.add_argument("--out", default=None, help="results file stem (default: the date)")
