@@ -199,8 +199,8 @@ def test_a_session_expiring_while_its_connection_is_taken_apart_is_gone(
     subscribe_many(first, [f"{prefix}/{i}" for i in range(1500)], qos=1)
     first.abort()
     runtime = mqtt_env.runtime
-    poll(lambda: mqtt_env.broker.run(lambda: client_id not in runtime.mqtt_states
-                                     and client_id in runtime.mqtt_teardowns),
+    poll(lambda: mqtt_env.broker.run(lambda: client_id not in runtime.mqtt.states
+                                     and client_id in runtime.mqtt.teardowns),
          30, "the session to expire during the teardown")
     again = mqtt_env.raw(5)
     assert not again.connect(client_id, clean=False).session_present

@@ -74,7 +74,7 @@ def _raw(broker: ThreadBroker) -> RawMqtt:
 def _wait_gone(broker: ThreadBroker, client_id: str) -> None:
     """The broker has seen the connection end (before the test lets the sync finish)."""
     assert broker.runtime is not None
-    sessions = broker.runtime.mqtt_sessions
+    sessions = broker.runtime.mqtt.sessions
     poll(lambda: client_id not in sessions, 10, "the broker to see the connection end")
 
 

@@ -29,14 +29,14 @@ def test_server_keep_alive(env: MqttEnv, asked: int, told: int | None) -> None:
     raw = env.raw(5)
     ack = raw.connect(uid("ka"), keep_alive=asked)
     assert ack.properties.server_keep_alive == told
-    session = next(iter(env.runtime.mqtt_sessions.values()))
+    session = next(iter(env.runtime.mqtt.sessions.values()))
     assert session.keep_alive == (told or asked)
 
 
 def test_keep_alive_of_311_clients_is_their_own(env: MqttEnv) -> None:
     raw = env.raw(4)
     raw.connect(uid("ka311"), keep_alive=60)
-    assert [s.keep_alive for s in env.runtime.mqtt_sessions.values()] == [60]
+    assert [s.keep_alive for s in env.runtime.mqtt.sessions.values()] == [60]
 
 
 def _resolve(packets: list[Publish], known: dict[int, str]) -> list[tuple[str, bytes]]:

@@ -14,13 +14,10 @@ retain flag in ``ActiveMQ.Retain`` (ActiveMQ's names).
 from __future__ import annotations
 
 import asyncio
-import collections
 import json
 import logging
 import secrets
 import time
-import zlib
-from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -41,10 +38,8 @@ from meshmq.protocol.mqtt import (
     PROTOCOL_LEVEL_311,
     Auth,
     Connack,
-    ConnackReturnCode,
     Connect,
     Disconnect,
-    MqttDecoder,
     MqttProtocolError,
     Packet,
     Pingreq,
@@ -63,33 +58,36 @@ from meshmq.protocol.mqtt import (
     Unsuback,
     Unsubscribe,
     Will,
-    connack_return_code_v311,
     destination_name_to_mqtt_topic,
-    encode,
-    encode_properties,
-    encode_publish,
     encode_publish_prepared,
     is_shared,
     mqtt_filter_to_destination,
     mqtt_topic_to_destination_name,
     publish_topic_field,
 )
-from meshmq.protocol.mqtt.reason_codes import DISCONNECT_REASON_CODES
+from meshmq.protocol.mqtt.session import (
+    TOPIC_ALIAS_MAXIMUM,
+    ConnectTimeout,
+    InflightState,
+    ProtocolViolation,
+    ServerConnection,
+)
 from meshmq.transport.adapter import BufferedOutput, SessionProtocol
 from meshmq.transport.login import authenticate
+from meshmq.transport.mqtt_service import RETAIN_PROPERTY
 from meshmq.transport.topology import PEERS_HEADER
 
 if TYPE_CHECKING:
     from meshmq.core.auth import Principal
     from meshmq.core.broker import Connection
+    from meshmq.transport.mqtt_service import MqttService
     from meshmq.transport.runtime import BrokerRuntime
 
 log = logging.getLogger("meshmq.mqtt")
 
 QOS_PROPERTY = "ActiveMQ.MQTT.QoS"
-RETAIN_PROPERTY = "ActiveMQ.Retain"
 _INTERNAL = frozenset({QOS_PROPERTY, RETAIN_PROPERTY, "dlqDeliveryFailureCause"})
-TOPIC_ALIAS_MAXIMUM = 64
+__all__ = ["RETAIN_PROPERTY", "TOPIC_ALIAS_MAXIMUM", "MqttProtocol", "MqttSession"]
 # Packets of one connection handled per event-loop turn before the rest waits for the next
 # (a SUBSCRIBE counts once per topic filter).
 PACKETS_PER_TURN = 256
@@ -118,14 +116,7 @@ class SessionState:
 
     client_id: str
     subscriptions: dict[str, MqttSubscription] = field(default_factory=dict)
-    inbound_qos2: set[int] = field(default_factory=set)  # PUBREC sent, PUBREL awaited
-    # Fingerprints (see _fingerprint) of the messages behind inbound_qos2.
-    inbound_fp: dict[int, int] = field(default_factory=dict)
-    # PUBREL taken but our PUBCOMP not yet written (pid -> fingerprint): the client still
-    # holds the id, so a PUBLISH of the same message with it is a retransmission, not a
-    # new message (some clients resend PUBLISH instead of PUBREL after a reconnect).
-    released: dict[int, int] = field(default_factory=dict)
-    outbound_pubrel: set[int] = field(default_factory=set)  # PUBREL sent, PUBCOMP awaited
+    inflight: InflightState = field(default_factory=InflightState)  # QoS 2 exchanges
     expiry_s: int = 0
     expiry_handle: asyncio.TimerHandle | None = None
 
@@ -213,54 +204,49 @@ class MqttSession(BufferedOutput):
         self.cfg = runtime.config.mqtt
         self.transport = transport
         self.remote = remote
-        self.decoder = MqttDecoder(max_packet_size=self.cfg.max_packet_size,
-                                   retain_available=self.cfg.retain_available)
-        self.level = 4
+        self.service: MqttService = runtime.mqtt
+        now = time.monotonic()
+        # The protocol: states, packet ids, in-flight windows, aliases, keep-alive.
+        # Outbound packet ids hold (consumer, delivery tag) to acknowledge on settling.
+        self.machine: ServerConnection[tuple[Consumer, int]] = ServerConnection(
+            max_packet_size=self.cfg.max_packet_size,
+            retain_available=self.cfg.retain_available,
+            receive_maximum=self.cfg.receive_maximum, max_inflight=self.cfg.max_inflight,
+            connect_timeout_s=self.cfg.connect_timeout_ms / 1000,
+            keepalive_grace=self.cfg.keepalive_grace, now=now)
         self.conn: Connection | None = None
         self.state: SessionState | None = None
         self._auth_method: str | None = None  # CONNECT's MQTT 5 authentication method
-        self._held: list[Packet] = []  # decoded, waiting for the next event-loop turn
+        self._held: list[Packet | ProtocolViolation] = []  # for the next event-loop turn
         self._authenticating = False  # CONNECT received, its answer not yet given
         self._login_deferred = False  # ... and it will come later: reading is paused
         self.persistent = False
         self.closing = False
         self.will: Will | None = None
-        self.keep_alive = 0
-        # Topic aliases towards the client: topic -> alias, least recently used first.
-        self._alias_max = 0
-        self._out_aliases: collections.OrderedDict[str, int] = collections.OrderedDict()
         self._out: list[bytes] = []
-        self._acks: collections.deque[tuple[bytes, Awaitable[None] | None, bool, int]] = \
-            collections.deque()
-        self._ack_task: asyncio.Task[None] | None = None
+        # PUBACK/PUBREC/PUBREL/PUBCOMP leave in order, each once what it confirms is
+        # durable (the runtime's one confirm-once-durable path).
+        self.confirms = runtime.durability.confirmations(
+            flush=self.flush, closed=self.is_closing, fail=self._store_failed, who=remote)
         self._by_consumer: dict[Consumer, MqttSubscription] = {}
-        self._outbound: dict[int, tuple[Consumer | None, int]] = {}  # packet id -> (consumer, tag)
-        self._next_pid = 1
-        self._aliases: dict[int, str] = {}
         self._denied_topics: set[str] = set()  # refusals already logged (bounded)
-        self._client_max_packet = 0
-        self._client_receive_max = self.cfg.max_inflight
-        self._inbound_pending = 0
-        now = time.monotonic()
-        self.accepted_at = now
-        self.last_read = now
         self.last_write = now
+
+    @property
+    def level(self) -> int:
+        return self.machine.level
+
+    @property
+    def keep_alive(self) -> int:
+        return self.machine.keep_alive
 
     def is_closing(self) -> bool:
         return self.closing
 
     # ------------------------------------------------------------ input
     def data_received(self, data: bytes) -> None:
-        self.last_read = time.monotonic()
+        packets = self.machine.receive_data(data, time.monotonic())
         if self.closing:
-            return
-        try:
-            packets = self.decoder.feed(data)
-        except MqttProtocolError as exc:
-            for packet in self.decoder.packets_before_error:
-                self._handle_safely(packet)
-            self.protocol_failure(exc)
-            self.runtime.request_pump()
             return
         if self._held or self._authenticating:
             self._held.extend(packets)  # behind the packets still waiting their turn
@@ -269,7 +255,7 @@ class MqttSession(BufferedOutput):
         self.runtime.request_pump()
         self.flush()
 
-    def _handle_all(self, packets: list[Packet]) -> None:
+    def _handle_all(self, packets: list[Packet | ProtocolViolation]) -> None:
         budget = PACKETS_PER_TURN
         for i, packet in enumerate(packets):
             if self.closing:
@@ -308,13 +294,7 @@ class MqttSession(BufferedOutput):
         if not self._held and not self.closing:
             self.transport.resume_reading()
 
-    def _handle_safely(self, packet: Packet) -> None:
-        try:
-            self.handle(packet)
-        except Exception as exc:
-            self._handling_failed(packet, exc)
-
-    def _handling_failed(self, packet: Packet, exc: Exception) -> None:
+    def _handling_failed(self, packet: Packet | ProtocolViolation, exc: Exception) -> None:
         """Answer an error from handling ``packet``: the reason code it carries for a
         protocol error, else a generic one (logged as a bug if not a MeshmqError)."""
         if isinstance(exc, MqttProtocolError):
@@ -326,18 +306,18 @@ class MqttSession(BufferedOutput):
                       self.remote, exc_info=exc)
             self.disconnect(ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR, "internal broker error")
 
-    def handle(self, packet: Packet) -> None:
+    def handle(self, packet: Packet | ProtocolViolation) -> None:
         if isinstance(packet, Publish):
             self.on_publish(packet)
         elif isinstance(packet, Puback):
-            self._settle_outbound(packet.packet_id)
+            self._settle(self.machine.puback_received(packet.packet_id))
         elif isinstance(packet, Pubrec):
             self.on_pubrec(packet)
         elif isinstance(packet, Pubcomp):
-            if self.state is not None and packet.packet_id in self.state.outbound_pubrel:
-                self.state.outbound_pubrel.discard(packet.packet_id)
+            if self.machine.pubcomp_received(packet.packet_id):
                 self._save_state()
-            self._outbound.pop(packet.packet_id, None)
+        elif isinstance(packet, ProtocolViolation):
+            self.protocol_failure(packet.error)
         elif isinstance(packet, Pubrel):
             self.on_pubrel(packet)
         elif isinstance(packet, Subscribe):
@@ -345,7 +325,7 @@ class MqttSession(BufferedOutput):
         elif isinstance(packet, Unsubscribe):
             self.on_unsubscribe(packet)
         elif isinstance(packet, Pingreq):
-            self._write(encode(Pingresp(), self.level))
+            self._write(self.machine.send(Pingresp()))
         elif isinstance(packet, Disconnect):
             self.on_disconnect(packet)
         elif isinstance(packet, Connect):
@@ -382,13 +362,11 @@ class MqttSession(BufferedOutput):
             self.disconnect(ReasonCode.NOT_AUTHORIZED,
                             "re-authentication must name the same user")
             return
-        self._write(encode(Auth(ReasonCode.SUCCESS,
-                                Properties(authentication_method=self._auth_method)),
-                           self.level))
+        self._write(self.machine.send(Auth(ReasonCode.SUCCESS,
+                                           Properties(authentication_method=self._auth_method))))
 
     # ------------------------------------------------------------ CONNECT
     def on_connect(self, packet: Connect) -> None:
-        self.level = packet.protocol_level
         v5 = self.level == PROTOCOL_LEVEL_5
         props = packet.properties
         login = packet.username
@@ -419,6 +397,8 @@ class MqttSession(BufferedOutput):
                        refused: str | None) -> None:
         self._authenticating = False
         deferred, self._login_deferred = self._login_deferred, False
+        if self.closing:
+            return  # closed while the password was checked: no connection to open
         if principal is None:
             log.warning("MQTT authentication failed for %r from %s", login, self.remote)
             # A SecurityException in ActiveMQ: CONNACK 5, "not authorized".
@@ -440,11 +420,11 @@ class MqttSession(BufferedOutput):
         assigned = None
         if not client_id:
             client_id = assigned = "meshmq-" + secrets.token_hex(8)
-        old = self.runtime.mqtt_sessions.get(client_id)
+        old = self.service.sessions.get(client_id)
         if old is not None and old is not self:
             old.disconnect(ReasonCode.SESSION_TAKEN_OVER, "another connection took over")
             old.connection_lost()
-        pending = self.runtime.mqtt_teardowns.get(client_id)
+        pending = self.service.teardowns.get(client_id)
         if pending is not None:
             # The client id's previous connection (or expired session) is still being
             # taken apart: finish now, so that the client id is free, its durable
@@ -458,26 +438,29 @@ class MqttSession(BufferedOutput):
         self.conn = self.broker.open_connection(principal, client_id=client_id,
                                                 remote=self.remote, protocol="mqtt")
         self.runtime.register(self)
-        self.runtime.mqtt_sessions[client_id] = self
+        self.service.sessions[client_id] = self
         if v5:
             expiry = min(props.session_expiry_interval or 0, self.cfg.max_session_expiry_s)
         else:
             expiry = 0 if packet.clean_start else SERVER_SESSION_FOREVER
         self.persistent = expiry > 0
-        self.runtime.cancel_will(client_id)
+        self.service.cancel_will(client_id)
         session_present = self._restore_session(client_id, packet.clean_start, expiry)
         self.will = packet.will
-        self.keep_alive = packet.keep_alive
+        keep_alive = packet.keep_alive
         server_keep_alive = None
         limit = self.cfg.max_keep_alive_s
-        if v5 and limit and (self.keep_alive == 0 or self.keep_alive > limit):
-            self.keep_alive = server_keep_alive = limit
+        if v5 and limit and (keep_alive == 0 or keep_alive > limit):
+            keep_alive = server_keep_alive = limit
         if v5:
-            if props.receive_maximum:
-                self._client_receive_max = min(props.receive_maximum, self.cfg.max_inflight)
-            if props.topic_alias_maximum and self.cfg.outbound_topic_aliases:
-                self._alias_max = props.topic_alias_maximum
-            self._client_max_packet = props.maximum_packet_size or 0
+            self.machine.accept(
+                keep_alive=keep_alive, receive_maximum=props.receive_maximum,
+                alias_max=props.topic_alias_maximum or 0
+                if self.cfg.outbound_topic_aliases else 0,
+                client_max_packet=props.maximum_packet_size or 0)
+        else:
+            self.machine.accept(keep_alive=keep_alive, receive_maximum=None, alias_max=0,
+                                client_max_packet=0)
         ack_props = Properties()
         if v5:
             ack_props = Properties(
@@ -492,27 +475,22 @@ class MqttSession(BufferedOutput):
                 else None
             if peers is not None:
                 ack_props.user_properties = [(PEERS_HEADER, peers)]  # topology push
-        self._write(encode(Connack(session_present=session_present,
-                                   reason_code=ReasonCode.SUCCESS, properties=ack_props),
-                           self.level))
+        self._write(self.machine.send(Connack(session_present=session_present,
+                                              reason_code=ReasonCode.SUCCESS,
+                                              properties=ack_props)))
         self._resume_consumers()
 
     def _refuse(self, code: ReasonCode, reason: str) -> None:
-        if self.level != PROTOCOL_LEVEL_5 and code != ReasonCode.SERVER_UNAVAILABLE and \
-                connack_return_code_v311(code) == ConnackReturnCode.SERVER_UNAVAILABLE:
-            # 3.1.1 has no return code for this (e.g. a malformed CONNECT): just close
-            # rather than claim "server unavailable".
-            self.close()
+        if self.closing:
             return
-        props = Properties(reason_string=reason) if self.level == PROTOCOL_LEVEL_5 \
-            else Properties()
-        self._write(encode(Connack(session_present=False, reason_code=code, properties=props),
-                           self.level))
+        data = self.machine.refuse(code, reason)
+        if data:
+            self._write(data)
         self.close()
 
     def _restore_session(self, client_id: str, clean_start: bool, expiry: int) -> bool:
         """Attach the stored session of ``client_id`` (or discard it on clean start)."""
-        state = self.runtime.mqtt_states.get(client_id)
+        state = self.service.states.get(client_id)
         if state is not None and state.expiry_handle is not None:
             state.expiry_handle.cancel()
             state.expiry_handle = None
@@ -527,7 +505,7 @@ class MqttSession(BufferedOutput):
             durable = []
             self.broker.drop_record(_record_name(client_id))
             record = None
-            self.runtime.mqtt_states.pop(client_id, None)
+            self.service.states.pop(client_id, None)
             state = None
         elif state is not None or durable or record is not None:
             present = True
@@ -543,15 +521,12 @@ class MqttSession(BufferedOutput):
                 flt, options = parsed
                 state.subscriptions[flt] = MqttSubscription(flt, options, None)
             if record is not None:  # QoS 2 exchanges in progress when the broker stopped
-                saved = json.loads(record[1])
-                state.inbound_qos2 = set(saved.get("qos2_in", []))
-                state.inbound_fp = {int(k): v for k, v in saved.get("qos2_fp", {}).items()}
-                state.released = {int(k): v for k, v in saved.get("released", {}).items()}
-                state.outbound_pubrel = set(saved.get("pubrel_out", []))
+                state.inflight = InflightState.from_record(json.loads(record[1]))
         state.expiry_s = expiry
         self.state = state
+        self.machine.inflight = state.inflight
         if self.persistent:
-            self.runtime.mqtt_states[client_id] = state
+            self.service.states[client_id] = state
             self._save_state()
         else:
             self.broker.drop_record(_record_name(client_id))
@@ -563,11 +538,8 @@ class MqttSession(BufferedOutput):
         if not self.persistent or self.state is None:
             return
         state = self.state
-        self.broker.put_record(_record_name(state.client_id), json.dumps({
-            "expiry": state.expiry_s, "qos2_in": sorted(state.inbound_qos2),
-            "qos2_fp": {str(k): v for k, v in state.inbound_fp.items()},
-            "released": {str(k): v for k, v in state.released.items()},
-            "pubrel_out": sorted(state.outbound_pubrel)}).encode())
+        self.broker.put_record(_record_name(state.client_id), json.dumps(
+            {"expiry": state.expiry_s, **state.inflight.to_record()}).encode())
 
     def _resume_consumers(self) -> None:
         assert self.state is not None
@@ -580,9 +552,8 @@ class MqttSession(BufferedOutput):
                             self.remote, sub.filter, exc.message)
                 del self.state.subscriptions[sub.filter]
         # Resend PUBREL for QoS 2 deliveries interrupted after PUBREC.
-        for pid in sorted(self.state.outbound_pubrel):
-            self._outbound[pid] = (None, 0)
-            self._write(encode(Pubrel(pid), self.level))
+        for pid in self.machine.resume_pubrels():
+            self._write(self.machine.send(Pubrel(pid)))
 
     # ------------------------------------------------------------ PUBLISH in
     def on_publish(self, packet: Publish) -> None:
@@ -590,35 +561,13 @@ class MqttSession(BufferedOutput):
         assert conn is not None
         qos = packet.qos
         topic = packet.topic
-        if self.level == PROTOCOL_LEVEL_5:
-            props = packet.properties
-            if props.topic_alias is not None:
-                alias = props.topic_alias
-                if alias > TOPIC_ALIAS_MAXIMUM:
-                    raise MqttProtocolError(f"topic alias {alias} above the maximum "
-                                            f"{TOPIC_ALIAS_MAXIMUM}",
-                                            reason_code=ReasonCode.TOPIC_ALIAS_INVALID)
-                if topic:
-                    self._aliases[alias] = topic
-                else:
-                    found = self._aliases.get(alias)
-                    if found is None:
-                        raise MqttProtocolError(f"unknown topic alias {alias}",
-                                                reason_code=ReasonCode.PROTOCOL_ERROR)
-                    topic = found
-        if qos:
-            state = self.state
-            if qos == 2 and state is not None and (
-                    packet.packet_id in state.inbound_qos2
-                    or self._is_released_resend(state, packet, topic)):
+        if qos or self.machine.level == PROTOCOL_LEVEL_5:  # else nothing to resolve or count
+            resolved = self.machine.publish_received(packet)
+            if resolved is None:
                 # A retransmission of a QoS 2 message we already own: acknowledge only.
-                self._ack(encode(Pubrec(packet.packet_id or 0), self.level), None,
-                          settles=False)
+                self._confirm(Pubrec(packet.packet_id or 0), durable=False)
                 return
-            self._inbound_pending += 1
-            if self._inbound_pending > self.cfg.receive_maximum:
-                raise MqttProtocolError("too many unacknowledged QoS 1/2 publishes",
-                                        reason_code=ReasonCode.RECEIVE_MAXIMUM_EXCEEDED)
+            topic = resolved
         entry = _DEST_CACHE.get(topic)
         if entry is None:
             entry = _dest_entry(topic)
@@ -634,23 +583,24 @@ class MqttSession(BufferedOutput):
             needs_sync = True
         if not qos:
             return  # QoS 0: nothing to acknowledge
-        if qos == 2 and self.state is not None:
-            pid = packet.packet_id or 0
-            self.state.inbound_qos2.add(pid)
-            self.state.inbound_fp[pid] = _fingerprint(topic, packet.payload)
-            self.state.released.pop(pid, None)
-            if self.persistent:
-                self._save_state()
-                needs_sync = True  # the PUBREC promise must survive a crash
-        wait = None
-        if needs_sync:
-            self.runtime.write_ops()
-            wait = self.runtime.store.sync()
+        pid = packet.packet_id or 0
         if qos == 1:
-            self._ack(encode(Puback(packet.packet_id or 0), self.level), wait)
-        else:
-            # Counts against receive maximum until PUBCOMP (MQTT 5 section 3.3.4).
-            self._ack(encode(Pubrec(packet.packet_id or 0), self.level), wait, settles=False)
+            self._confirm(Puback(pid), durable=needs_sync)
+            return
+        self.machine.qos2_received(pid, topic, packet.payload)
+        if self.persistent:
+            self._save_state()
+            needs_sync = True  # the PUBREC promise must survive a crash
+        # Counts against receive maximum until PUBREL (MQTT 5 section 3.3.4).
+        self._confirm(Pubrec(pid), durable=needs_sync)
+
+    def _confirm(self, packet: Packet, *, durable: bool) -> None:
+        """Send an acknowledgement in order, once what it confirms is durable (sending it
+        through the machine settles what it ends)."""
+        self.confirms.confirm(lambda: self._write(self.machine.send(packet)), durable=durable)
+
+    def _store_failed(self, reason: str) -> None:
+        self.disconnect(ReasonCode.UNSPECIFIED_ERROR, reason)
 
     def _refuse_publish(self, packet: Publish, topic: str, why: str) -> None:
         """A PUBLISH this client may not make: MQTT 5 answers Not authorized (0x87) in its
@@ -670,13 +620,12 @@ class MqttSession(BufferedOutput):
             props = Properties(reason_string=why[:200])
             ack: Packet = Puback(pid, ReasonCode.NOT_AUTHORIZED, props) if qos == 1 \
                 else Pubrec(pid, ReasonCode.NOT_AUTHORIZED, props)
-            self._ack(encode(ack, self.level), None)  # ends the exchange either way
+            self._confirm(ack, durable=False)  # ends the exchange either way
         elif qos == 1:
-            self._ack(encode(Puback(pid), self.level), None)
+            self._confirm(Puback(pid), durable=False)
         else:
-            if self.state is not None:
-                self.state.inbound_qos2.add(pid)  # PUBREL then completes as usual
-            self._ack(encode(Pubrec(pid), self.level), None, settles=False)
+            self.machine.inflight.inbound_qos2.add(pid)  # PUBREL then completes as usual
+            self._confirm(Pubrec(pid), durable=False)
 
     def _message(self, packet: Publish, dest: Destination) -> Message:
         conn = self.conn
@@ -714,83 +663,14 @@ class MqttSession(BufferedOutput):
                        content_type=props.content_type)
 
     def on_pubrel(self, packet: Pubrel) -> None:
-        code = ReasonCode.SUCCESS
-        wait = None
-        if self.state is None or packet.packet_id not in self.state.inbound_qos2:
-            code = ReasonCode.PACKET_IDENTIFIER_NOT_FOUND
-        else:
-            state = self.state
-            state.inbound_qos2.discard(packet.packet_id)
-            state.released[packet.packet_id] = state.inbound_fp.pop(packet.packet_id, 0)
-            self._inbound_pending = max(0, self._inbound_pending - 1)
-            if self.persistent:
-                # Record the release durably before PUBCOMP: after a restart the client
-                # may resend PUBREL (answered below) or, wrongly, the PUBLISH.
-                self._save_state()
-                self.runtime.write_ops()
-                wait = self.runtime.store.sync()
-        if code == ReasonCode.PACKET_IDENTIFIER_NOT_FOUND and self.state is not None \
-                and self.state.released.pop(packet.packet_id, None) is not None:
-            code = ReasonCode.SUCCESS  # released before a restart; PUBCOMP never reached it
-        self._ack(encode(Pubcomp(packet.packet_id, reason_code=code), self.level), wait,
-                  settles=False, completes=packet.packet_id)
-
-    def _is_released_resend(self, state: SessionState, packet: Publish, topic: str) -> bool:
-        """A PUBLISH with an id we released but whose PUBCOMP the client never got, and
-        the same message: a retransmission. The id goes back to awaiting PUBREL."""
-        pid = packet.packet_id or 0
-        fp = state.released.get(pid)
-        if fp is None:
-            return False
-        del state.released[pid]
-        if fp != _fingerprint(topic, packet.payload):
-            return False  # a different message: the client reused the id
-        state.inbound_qos2.add(pid)
-        state.inbound_fp[pid] = fp
-        return True
-
-    def _ack(self, data: bytes, wait: Awaitable[None] | None, *, settles: bool = True,
-             completes: int = -1) -> None:
-        """PUBACK/PUBREC/PUBCOMP in the order the packets came, each after its store sync.
-        ``settles``: the ack ends an inbound QoS 1 exchange (frees receive-maximum room).
-        ``completes``: a PUBCOMP's packet id, no longer held by the client once written."""
-        if wait is None and not self._acks:
-            if settles:
-                self._inbound_pending = max(0, self._inbound_pending - 1)
-            self._write(data)
-            self._completed(completes)
-            return
-        self._acks.append((data, wait, settles, completes))
-        if self._ack_task is None:
-            self._ack_task = asyncio.get_running_loop().create_task(self._drain_acks())
-
-    async def _drain_acks(self) -> None:
-        try:
-            while self._acks:
-                data, wait, settles, completes = self._acks[0]
-                if wait is not None:
-                    try:
-                        await wait
-                    except Exception as exc:
-                        log.error("store sync failed; MQTT ack withheld: %s", exc)
-                        self.disconnect(ReasonCode.UNSPECIFIED_ERROR,
-                                        "message could not be stored")
-                        return
-                self._acks.popleft()
-                if settles:
-                    self._inbound_pending = max(0, self._inbound_pending - 1)
-                if self.closing:
-                    return
-                self.runtime.trace_barrier()  # trace.exact: traced before confirmed
-                self._write(data)
-                self.flush()
-                self._completed(completes)
-        finally:
-            self._ack_task = None
-
-    def _completed(self, pid: int) -> None:
-        if pid >= 0 and self.state is not None:
-            self.state.released.pop(pid, None)
+        pid = packet.packet_id
+        code, changed = self.machine.pubrel_received(pid)
+        durable = changed and self.persistent
+        if durable:
+            # Record the release durably before PUBCOMP: after a restart the client
+            # may resend PUBREL (answered below) or, wrongly, the PUBLISH.
+            self._save_state()
+        self._confirm(Pubcomp(pid, reason_code=code), durable=durable)
 
     # ------------------------------------------------------------ SUBSCRIBE
     def on_subscribe(self, packet: Subscribe) -> None:
@@ -837,9 +717,10 @@ class MqttSession(BufferedOutput):
                 props.reason_string = (
                     f"subscription limit reached: a connection may hold at most {limit} "
                     "subscriptions (broker.max_subscriptions_per_connection)")
-        data = encode(Suback(packet.packet_id, codes, props), self.level)
-        if self._client_max_packet and len(data) > self._client_max_packet:
-            data = encode(Suback(packet.packet_id, codes), self.level)  # without the reason
+        data = self.machine.send(Suback(packet.packet_id, codes, props))
+        max_packet = self.machine.client_max_packet
+        if max_packet and len(data) > max_packet:
+            data = self.machine.send(Suback(packet.packet_id, codes))  # without the reason
         self._write(data)
         for sub in fresh:
             if not sub.shared:
@@ -873,12 +754,12 @@ class MqttSession(BufferedOutput):
         spec = ConsumerSpec(
             destinations=patterns,
             ack_mode=AckMode.AUTO if options.qos == 0 else AckMode.CLIENT_INDIVIDUAL,
-            prefetch=self._client_receive_max, no_local=options.no_local,
+            prefetch=self.machine.client_receive_max, no_local=options.no_local,
             subscription_name=durable, shared_group=group)
         consumer = self.broker.subscribe(self.conn, sub.filter, spec)
         sub.plain = (self.level == PROTOCOL_LEVEL_311 and options.qos == 0
                      and consumer.ack_mode is AckMode.AUTO and not options.retain_as_published
-                     and not self._client_max_packet)
+                     and not self.machine.client_max_packet)
         sub.consumer = consumer
         self._by_consumer[consumer] = sub
 
@@ -887,8 +768,7 @@ class MqttSession(BufferedOutput):
         consumer = sub.consumer
         if consumer is not None:
             self._by_consumer.pop(consumer, None)
-            for pid in [p for p, (c, _) in self._outbound.items() if c is consumer]:
-                del self._outbound[pid]
+            self.machine.forget_outbound(lambda held: held[0] is consumer)
             self.broker.unsubscribe(self.conn, consumer)
             sub.consumer = None
         if drop_durable:
@@ -905,7 +785,7 @@ class MqttSession(BufferedOutput):
             if topic is None or (sub.exclude_dollar and topic.startswith("$")):
                 continue
             qos = min(sub.options.qos, self._message_qos(msg))
-            pid = self._allocate_pid(None, 0) if qos else None
+            pid = self.machine.allocate_pid(None) if qos else None
             self._write_publish(msg, topic, qos, pid, retain=True, dup=False, sub=sub,
                                 field=out.field)
 
@@ -919,7 +799,7 @@ class MqttSession(BufferedOutput):
                 continue
             self._close_consumer(sub, drop_durable=True)
             codes.append(ReasonCode.SUCCESS)
-        self._write(encode(Unsuback(packet.packet_id, codes), self.level))
+        self._write(self.machine.send(Unsuback(packet.packet_id, codes)))
 
     # ------------------------------------------------------------ PUBLISH out
     @staticmethod
@@ -930,16 +810,6 @@ class MqttSession(BufferedOutput):
         if isinstance(qos, str) and qos in ("0", "1", "2"):
             return int(qos)
         return 1 if msg.persistent else 0
-
-    def _allocate_pid(self, consumer: Consumer | None, tag: int) -> int:
-        for _ in range(65535):
-            pid = self._next_pid
-            self._next_pid = pid % 65535 + 1
-            if pid not in self._outbound and (self.state is None
-                                              or pid not in self.state.outbound_pubrel):
-                self._outbound[pid] = (consumer, tag)
-                return pid
-        raise MeshmqError("no free MQTT packet identifier", code="mqtt-packet-ids")
 
     def deliver(self, outcome: Delivery | BrowseEnd) -> None:
         if self.closing or isinstance(outcome, BrowseEnd):
@@ -984,7 +854,7 @@ class MqttSession(BufferedOutput):
             pid = None
             self._consume(consumer, outcome.tag)
         else:
-            pid = self._allocate_pid(consumer, outcome.tag)
+            pid = self.machine.allocate_pid((consumer, outcome.tag))
         retain = sub.options.retain_as_published and msg.properties.get(RETAIN_PROPERTY) is True
         self._write_publish(msg, topic, qos, pid, retain=retain,
                             dup=outcome.redelivered and qos > 0, sub=sub, field=out.field)
@@ -1000,58 +870,18 @@ class MqttSession(BufferedOutput):
                        retain: bool, dup: bool, sub: MqttSubscription,
                        field: bytes | None = None) -> None:
         """``field``: the topic's encoded field when cached (see :func:`_out_topic`)."""
-        props: Properties | None = None
-        alias = 0
-        evicted: tuple[str, int] | None = None
-        if self.level == PROTOCOL_LEVEL_5:
-            props = self._outbound_properties(msg, sub)
-            if self._alias_max:
-                alias, known, evicted = self._topic_alias(topic)
-                if props is None:
-                    props = Properties()
-                props.topic_alias = alias
-                if known:
-                    topic, field = "", None  # the client maps the alias to the topic
-        if field is not None:
-            header = field if pid is None else field + pid.to_bytes(2, "big")
-            if self.level == PROTOCOL_LEVEL_5:
-                header += b"\x00" if props is None else encode_properties(props, 3)
-            data = encode_publish_prepared(qos << 1 | (8 if dup else 0) | (1 if retain else 0),
-                                           header, msg.body)
-        else:
-            data = encode_publish(topic, msg.body, qos=qos, retain=retain, dup=dup,
-                                  packet_id=pid, protocol_level=self.level, properties=props)
-        if self._client_max_packet and len(data) > self._client_max_packet:
+        props = self._outbound_properties(msg, sub) \
+            if self.machine.level == PROTOCOL_LEVEL_5 else None
+        data = self.machine.publish(topic, field, msg.body, qos, pid, retain=retain, dup=dup,
+                                    props=props)
+        if data is None:
             # MQTT 5: never send a packet larger than the client accepts; drop it instead.
-            log.info("dropping %s for %s: %d bytes exceed the client's maximum packet size",
-                     msg.message_id, self.remote, len(data))
-            if alias and topic:  # the client never learnt this alias: forget it again
-                self._out_aliases.pop(topic, None)
-                if evicted is not None:
-                    self._out_aliases[evicted[0]] = evicted[1]
-                    self._out_aliases.move_to_end(evicted[0], last=False)
+            log.info("dropping %s for %s: more bytes than the client's maximum packet size",
+                     msg.message_id, self.remote)
             if pid is not None:
-                consumer, tag = self._outbound.pop(pid)
-                if consumer is not None:
-                    self._consume(consumer, tag)
+                self._settle(self.machine.drop_outbound(pid))
             return
         self._write(data)
-
-    def _topic_alias(self, topic: str) -> tuple[int, bool, tuple[str, int] | None]:
-        """(alias, whether the client knows it already, the mapping it replaced)."""
-        aliases = self._out_aliases
-        alias = aliases.get(topic)
-        if alias is not None:
-            aliases.move_to_end(topic)
-            return alias, True, None
-        evicted = None
-        if len(aliases) < self._alias_max:
-            alias = len(aliases) + 1
-        else:
-            evicted = aliases.popitem(last=False)
-            alias = evicted[1]
-        aliases[topic] = alias
-        return alias, False, evicted
 
     def _outbound_properties(self, msg: Message, sub: MqttSubscription) -> Properties | None:
         user = [(k, v if isinstance(v, str) else str(v).lower() if isinstance(v, bool)
@@ -1077,32 +907,21 @@ class MqttSession(BufferedOutput):
             props.subscription_identifiers = [sub.subscription_id]
         return props
 
-    def _settle_outbound(self, pid: int) -> None:
-        entry = self._outbound.pop(pid, None)
-        if entry is not None and entry[0] is not None:
-            self._consume(entry[0], entry[1])
+    def _settle(self, held: tuple[Consumer, int] | None) -> bool:
+        """Acknowledge the delivery an outbound packet id held; True if that must reach
+        the store."""
+        return held is not None and self._consume(held[0], held[1])
 
     def on_pubrec(self, packet: Pubrec) -> None:
-        entry = self._outbound.get(packet.packet_id)
-        needs_sync = False
-        if entry is not None and entry[0] is not None:
-            # The receiver owns the message now.
-            needs_sync = self._consume(entry[0], entry[1])
-            self._outbound[packet.packet_id] = (None, 0)
-        if packet.reason_code.is_failure:
-            self._outbound.pop(packet.packet_id, None)
+        held, pubrel = self.machine.pubrec_received(packet.packet_id,
+                                                    packet.reason_code.is_failure)
+        needs_sync = self._settle(held)  # the receiver owns the message now
+        if not pubrel:
             return
-        if self.state is not None:
-            self.state.outbound_pubrel.add(packet.packet_id)
-            self._save_state()
-            needs_sync = needs_sync or self.persistent
-        wait = None
-        if needs_sync:
-            # PUBREL lets the receiver hand the message to its application: the ack must
-            # be durable first, or a crash would deliver the message again as a new one.
-            self.runtime.write_ops()
-            wait = self.runtime.store.sync()
-        self._ack(encode(Pubrel(packet.packet_id), self.level), wait, settles=False)
+        self._save_state()
+        # PUBREL lets the receiver hand the message to its application: the ack must be
+        # durable first, or a crash would deliver the message again as a new one.
+        self._confirm(Pubrel(packet.packet_id), durable=needs_sync or self.persistent)
 
     # ------------------------------------------------------------ DISCONNECT and close
     def on_disconnect(self, packet: Disconnect) -> None:
@@ -1113,36 +932,23 @@ class MqttSession(BufferedOutput):
             self.state.expiry_s = min(packet.properties.session_expiry_interval,
                                       self.cfg.max_session_expiry_s)
             self.persistent = self.state.expiry_s > 0
+        self.machine.client_disconnected()
         self.close()
 
     def protocol_failure(self, exc: MqttProtocolError) -> None:
         log.info("MQTT protocol error from %s: %s", self.remote, exc.message)
-        code = exc.reason_code or ReasonCode.PROTOCOL_ERROR
-        if self.conn is None:
-            level = self.decoder.protocol_level or 4
-            self.level = level
-            if exc.reason_code == ReasonCode.UNSUPPORTED_PROTOCOL_VERSION:
-                self._write(b"\x20\x02\x00\x01")  # the 3.1.1 answer every version reads
-                self.close()
-                return
-            if exc.packet_type != Connect.packet_type:
-                self.close()  # not a CONNECT at all: the spec says just close
-                return
-            self._refuse(code, exc.message)
-            return
-        self.disconnect(code, exc.message)
+        data = self.machine.fail(exc)
+        if data:
+            self._write(data)
+        self.close()
 
     def disconnect(self, code: ReasonCode, reason: str) -> None:
         """Server-initiated close: DISCONNECT with a reason in v5, plain close in 3.1.1."""
         if self.closing:
             return
-        if code not in DISCONNECT_REASON_CODES:
-            # A code DISCONNECT may not carry (e.g. CONNACK-only 0x8C) is never sent.
-            code = ReasonCode.PROTOCOL_ERROR if code < 0x80 else ReasonCode.UNSPECIFIED_ERROR
-        if self.level == PROTOCOL_LEVEL_5 and self.conn is not None:
-            self._write(encode(Disconnect(reason_code=code,
-                                          properties=Properties(reason_string=reason[:200])),
-                               self.level))
+        data = self.machine.disconnect(code, reason)
+        if data:
+            self._write(data)
         self.close()
 
     def close_by_admin(self) -> None:
@@ -1159,11 +965,9 @@ class MqttSession(BufferedOutput):
             self.closing = True
             return
         self.closing = True
-        if self._ack_task is not None:
-            self._ack_task.cancel()
         client_id = self.conn.client_id or ""
-        if self.runtime.mqtt_sessions.get(client_id) is self:
-            del self.runtime.mqtt_sessions[client_id]
+        if self.service.sessions.get(client_id) is self:
+            del self.service.sessions[client_id]
         self._by_consumer.clear()
         self.runtime.unregister(self)
         # The session tables, the saved state and the will are settled now, in this turn;
@@ -1172,13 +976,13 @@ class MqttSession(BufferedOutput):
         state = self.state
         ends = state is not None and (not self.persistent or state.expiry_s == 0)
         if ends:
-            self.runtime.mqtt_states.pop(client_id, None)
+            self.service.states.pop(client_id, None)
         SessionTeardown(self.runtime, client_id, self.conn, drop_session=ends).start()
         if self.will is not None:
             delay = self.will.properties.will_delay_interval or 0
             if self.level == PROTOCOL_LEVEL_5 and self.state is not None:
                 delay = min(delay, self.state.expiry_s)
-            self.runtime.schedule_will(client_id, self._will_message(self.will), delay)
+            self.service.schedule_will(client_id, self._will_message(self.will), delay)
         if state is not None and not ends:
             self._save_state()
             if state.expiry_s != SERVER_SESSION_FOREVER:
@@ -1187,11 +991,11 @@ class MqttSession(BufferedOutput):
         self.runtime.request_pump()
 
     def _expire_session(self, client_id: str, state: SessionState) -> None:
-        if self.runtime.mqtt_states.get(client_id) is state \
-                and client_id not in self.runtime.mqtt_sessions:
+        if self.service.states.get(client_id) is state \
+                and client_id not in self.service.sessions:
             log.info("MQTT session %s expired", client_id)
-            del self.runtime.mqtt_states[client_id]
-            pending = self.runtime.mqtt_teardowns.get(client_id)
+            del self.service.states[client_id]
+            pending = self.service.teardowns.get(client_id)
             if pending is not None:
                 pending.drop_session()  # its connection is still being taken apart
             else:
@@ -1209,14 +1013,15 @@ class MqttSession(BufferedOutput):
     def check_timeouts(self, now: float) -> None:
         if self.closing:
             return
-        if self.conn is None:
-            if now - self.accepted_at > self.cfg.connect_timeout_ms / 1000:
-                log.info("closing %s: no CONNECT in time", self.remote)
-                self.close()
+        overdue = self.machine.timeouts(now)
+        if overdue is None:
             return
-        if self.keep_alive and now - self.last_read > self.keep_alive * self.cfg.keepalive_grace:
+        if isinstance(overdue, ConnectTimeout):
+            log.info("closing %s: no CONNECT in time", self.remote)
+            self.close()
+        else:
             self.disconnect(ReasonCode.KEEP_ALIVE_TIMEOUT,
-                            f"keep-alive timeout: silent for {now - self.last_read:.1f}s")
+                            f"keep-alive timeout: silent for {overdue.silent_s:.1f}s")
 
     def pause_writing(self) -> None:
         if self.conn is not None:
@@ -1240,7 +1045,7 @@ class SessionTeardown:
     per event-loop turn, so that a client with 100,000 subscriptions does not hold up the
     others. Nothing is dispatched to the connection's consumers from the first turn on.
 
-    One per client id at most (``runtime.mqtt_teardowns``); a CONNECT with that client id
+    One per client id at most (``runtime.mqtt.teardowns``); a CONNECT with that client id
     calls :meth:`finish` first, and so does the broker's shutdown."""
 
     def __init__(self, runtime: BrokerRuntime, client_id: str, conn: Connection | None,
@@ -1251,10 +1056,10 @@ class SessionTeardown:
         self._drop = drop_session
         self._keys: list[tuple[str, str]] | None = None
         self.done = False
-        previous = runtime.mqtt_teardowns.get(client_id)
+        previous = runtime.mqtt.teardowns.get(client_id)
         if previous is not None:
             previous.finish()  # not expected: a CONNECT finishes it before anything else
-        runtime.mqtt_teardowns[client_id] = self
+        runtime.mqtt.teardowns[client_id] = self
 
     def start(self) -> None:
         self._turn()
@@ -1280,8 +1085,8 @@ class SessionTeardown:
 
     def _finished(self) -> None:
         self.done = True
-        if self.runtime.mqtt_teardowns.get(self.client_id) is self:
-            del self.runtime.mqtt_teardowns[self.client_id]
+        if self.runtime.mqtt.teardowns.get(self.client_id) is self:
+            del self.runtime.mqtt.teardowns[self.client_id]
 
     def _step(self, budget: int | None) -> bool:
         """At most ``budget`` removals (None: all); True when nothing is left."""
@@ -1326,7 +1131,3 @@ def _plain_credentials(data: bytes | None) -> tuple[str, str] | None:
         return None
     return parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
 
-
-def _fingerprint(topic: str, payload: bytes) -> int:
-    """Tells a retransmitted QoS 2 PUBLISH from a new message that reuses its id."""
-    return zlib.crc32(payload, zlib.crc32(topic.encode())) ^ len(payload)

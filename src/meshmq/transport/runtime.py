@@ -25,16 +25,15 @@ from meshmq.management.metrics import sync_histogram
 from meshmq.store.base import Store
 from meshmq.tls import CertificateReloader, TlsFileError, server_context
 from meshmq.transport.durability import Durability
+from meshmq.transport.mqtt_service import MqttService
 from meshmq.transport.topology import Topology, push_families
 
 if TYPE_CHECKING:
     from meshmq.core.auth import Principal
     from meshmq.core.broker import Connection
-    from meshmq.core.message import Message
     from meshmq.core.trace import HeartbeatFile, TraceSink
     from meshmq.ha.controller import HaController
     from meshmq.ha.replication import ReplicatedHa
-    from meshmq.transport.mqtt_server import MqttSession, SessionState, SessionTeardown
 
 
 class Session(Protocol):
@@ -128,11 +127,7 @@ class BrokerRuntime:
         self._stopped = asyncio.Event()
         self._store_failure_logged = False
         self._management: object | None = None
-        self.mqtt_sessions: dict[str, MqttSession] = {}  # MQTT client id -> live session
-        self.mqtt_states: dict[str, SessionState] = {}  # persistent MQTT sessions
-        # MQTT client id -> the connection (or expired session) still being taken apart.
-        self.mqtt_teardowns: dict[str, SessionTeardown] = {}
-        self._wills: dict[str, asyncio.TimerHandle] = {}
+        self.mqtt = MqttService(self)  # MQTT sessions, wills and teardowns
         self._sys_timer: asyncio.TimerHandle | None = None
         self._store_closed = False
         self._limits: dict[str, int] = {}  # listener -> max_connections
@@ -557,30 +552,7 @@ class BrokerRuntime:
             ssl=self._ssl_context(listener), reuse_address=True, backlog=1024)
         self._listening(listener, server)
 
-    # ------------------------------------------------------------ MQTT wills and $SYS
-    def schedule_will(self, client_id: str, message: Message, delay_s: int) -> None:
-        """Publish an MQTT will now, or after its delay unless the client comes back."""
-        from meshmq.transport.mqtt_server import RETAIN_PROPERTY
-
-        retain = message.properties.get(RETAIN_PROPERTY) is True
-
-        def publish() -> None:
-            self._wills.pop(client_id, None)
-            self.broker.publish_internal(message, retain=retain)
-            self.pump()
-
-        self.cancel_will(client_id)
-        if delay_s <= 0:
-            publish()
-        else:
-            assert self._loop is not None
-            self._wills[client_id] = self._loop.call_later(delay_s, publish)
-
-    def cancel_will(self, client_id: str) -> None:
-        handle = self._wills.pop(client_id, None)
-        if handle is not None:
-            handle.cancel()
-
+    # ------------------------------------------------------------ $SYS
     def _publish_sys(self) -> None:
         """Mosquitto-style $SYS/broker/... statistics as retained messages."""
         from meshmq.core import destinations as dst
@@ -643,8 +615,7 @@ class BrokerRuntime:
             self._trace_timer.cancel()
         if self._sys_timer is not None:
             self._sys_timer.cancel()
-        for handle in self._wills.values():
-            handle.cancel()
+        self.mqtt.stop()
         for session in list(self._all_sessions):
             session.close()
         await self._stop_management()
@@ -656,8 +627,7 @@ class BrokerRuntime:
         await asyncio.sleep(0)
         while self._all_sessions and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
-        for teardown in list(self.mqtt_teardowns.values()):
-            teardown.finish()  # what a clean session leaves behind is deleted, as ever
+        self.mqtt.finish_teardowns()
         self.pump()
         self._stop_trace()
         self._store_closed = True

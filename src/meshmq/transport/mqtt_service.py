@@ -1,0 +1,64 @@
+"""What MQTT keeps across its connections: live sessions by client id, persistent
+sessions between connections, connections still being taken apart, and wills
+waiting for their delay.
+
+Why a service of its own: these outlive any one connection but are MQTT's alone, so
+they belong neither to a connection's session nor to the runtime (which only creates
+one ``MqttService`` and ends it at shutdown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from meshmq.core.message import Message
+    from meshmq.transport.mqtt_server import MqttSession, SessionState, SessionTeardown
+    from meshmq.transport.runtime import BrokerRuntime
+
+RETAIN_PROPERTY = "ActiveMQ.Retain"  # ActiveMQ's name for an MQTT message's retain flag
+
+
+class MqttService:
+    """Owned by the runtime; every MQTT session of it receives the same one."""
+
+    def __init__(self, runtime: BrokerRuntime) -> None:
+        self.runtime = runtime
+        self.sessions: dict[str, MqttSession] = {}  # client id -> live session
+        self.states: dict[str, SessionState] = {}  # persistent sessions
+        # Client id -> the connection (or expired session) still being taken apart.
+        self.teardowns: dict[str, SessionTeardown] = {}
+        self._wills: dict[str, asyncio.TimerHandle] = {}
+
+    def schedule_will(self, client_id: str, message: Message, delay_s: int) -> None:
+        """Publish an MQTT will now, or after its delay unless the client comes back."""
+        retain = message.properties.get(RETAIN_PROPERTY) is True
+        runtime = self.runtime
+
+        def publish() -> None:
+            self._wills.pop(client_id, None)
+            runtime.broker.publish_internal(message, retain=retain)
+            runtime.pump()
+
+        self.cancel_will(client_id)
+        if delay_s <= 0:
+            publish()
+        else:
+            self._wills[client_id] = asyncio.get_running_loop().call_later(delay_s, publish)
+
+    def cancel_will(self, client_id: str) -> None:
+        handle = self._wills.pop(client_id, None)
+        if handle is not None:
+            handle.cancel()
+
+    def stop(self) -> None:
+        """Shutdown: wills still waiting are not published."""
+        for handle in self._wills.values():
+            handle.cancel()
+        self._wills.clear()
+
+    def finish_teardowns(self) -> None:
+        """Shutdown: what clean sessions leave behind is deleted now, as ever."""
+        for teardown in list(self.teardowns.values()):
+            teardown.finish()
