@@ -24,8 +24,10 @@ Semantics follow ActiveMQ's failover transport:
   connection lived at least this long (seconds); a connection that flaps faster keeps
   the grown delay. 0 (ActiveMQ's behaviour) resets on every successful connect.
 
-Network bridges use the same class with their own defaults (``initial_delay=1.0``,
-``max_delay=30.0``, ``multiplier=2.0``), so every default is a parameter.
+Network bridges use the same class (``network/bridge_state.py``) with their own defaults
+(``initial_delay=1.0``, ``max_delay=30.0``, ``multiplier=2.0``, ``jitter=0.1``, the list
+in order, ``reset_after=min_connect_time``), so every default is a parameter and -1 /
+0 / N mean the same for a client and for a bridge.
 """
 
 from __future__ import annotations
@@ -220,6 +222,12 @@ class ReconnectSchedule(Generic[E]):
             return
         # The first pass after a loss waits the current delay (ActiveMQ's doDelay).
         self._pending_delay = self._grow()
+
+    def abandon_pass(self) -> None:
+        """Give up on the rest of this pass (an endpoint answered, and its answer holds
+        for the whole list, e.g. bad credentials): the next attempt starts a new pass,
+        after the backoff delay."""
+        self._pass = []
 
     def restart(self) -> None:
         """Start a fresh cycle after an exhausted one (an explicit new connect call)."""

@@ -359,7 +359,7 @@ class NetworkConnectorConfig:
     max_reconnect_delay_ms: int = 30_000
     use_exponential_backoff: bool = True
     backoff_multiplier: float = 2.0
-    max_reconnect_attempts: int = 0  # 0 or -1: for ever (static: semantics)
+    max_reconnect_attempts: int = -1  # -1: for ever, 0: no reconnect, N: N passes
     min_connect_time_ms: int = 5000  # a link up this long resets the backoff
     handshake_timeout_ms: int = 10_000
     heartbeat_ms: int = 5000  # link keep-alive; silent for 3 intervals = dead

@@ -1,11 +1,11 @@
-"""The initiating end of a network connector: one bridge, its lifecycle, its status.
+"""The initiating end of a network connector: the asyncio driver of one bridge.
 
-``run()`` drives the state machine of ``bridge_state``: connect to the first broker of
-the target list that accepts, handshake, wait for the remote's interest, forward until
-the link fails — then back off and start again from the top of the list. Every failure
-(refused, timeout, authentication, remote is a slave, protocol error, link lost) takes
-the same road, so no failure can leave a bridge dead. Identical failures in a row are
-logged once; the state and the last error with its cause are always in ``status()``.
+The decisions are ``bridge_state.BridgeMachine``'s (sans-I/O): which target to dial,
+when to retry, when to give up, what the state and the last error are. This driver
+performs its actions (dial, timers, write HELLO, close the link, start and tear down the
+forwarding and receiving halves) and feeds back what happened, classifying socket and
+TLS errors into failure kinds. Identical failures in a row are logged once; the state
+and the last error with its cause are always in ``status()``.
 """
 
 from __future__ import annotations
@@ -14,32 +14,37 @@ import asyncio
 import logging
 import ssl
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from meshmq import __version__
 from meshmq.core import destinations as dst
 from meshmq.errors import ConfigError
-from meshmq.network.bridge_state import BridgeEvent, BridgeState, ReconnectPolicy, transition
-from meshmq.network.endpoint import (
-    BYE_CAUSE,
-    LinkEnd,
-    client_uris_of,
-    management_url_of,
-    mirror_json,
+from meshmq.network.bridge_state import (
+    Action,
+    BridgeMachine,
+    BridgeState,
+    CancelTimer,
+    Changed,
+    CloseLink,
+    Connect,
+    GiveUp,
+    Send,
+    StartHalves,
+    StartTimer,
+    Teardown,
 )
+from meshmq.network.endpoint import LinkEnd, mirror_json
 from meshmq.network.forwarder import Forwarder
 from meshmq.network.interest import DestinationFilter
 from meshmq.network.link import WireLink
 from meshmq.network.receiver import Receiver
 from meshmq.network.stats import LinkCounters
 from meshmq.protocol.wire import (
-    FEATURE_MESSAGES_AGAIN,
-    FEATURE_REFUSALS,
     FEATURES,
     WIRE_VERSION,
     FrameType,
     WireFrame,
-    decode_json,
     encode_json,
 )
 
@@ -59,34 +64,50 @@ class Bridge(LinkEnd):
         self.manager = manager
         self.config = config
         self.endpoints = endpoints
-        self.state = BridgeState.STOPPED
+        self.machine = BridgeMachine(config, endpoints, hello=self._hello)
         self.state_since = time.time()
-        self.policy = ReconnectPolicy(
-            initial_delay_s=config.initial_reconnect_delay_ms / 1000,
-            max_delay_s=config.max_reconnect_delay_ms / 1000,
-            exponential=config.use_exponential_backoff,
-            multiplier=config.backoff_multiplier,
-            max_attempts=config.max_reconnect_attempts,
-            min_connect_time_s=config.min_connect_time_ms / 1000)
         self.counters = LinkCounters()
         self.link: WireLink | None = None
-        self.remote: str | None = None
-        self.connected_to: Endpoint | None = None
-        self.last_error: dict[str, Any] | None = None
-        self.attempts = 0
-        self.connects = 0
         self._logged: tuple[str, str] | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._handshake: asyncio.Future[tuple[str, str]] | None = None
-        self._synced: asyncio.Event = asyncio.Event()
+        self._dialing: asyncio.Task[None] | None = None
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._actions: deque[Action] = deque()
+        self._performing = False
         self._stopping = False
-        # Why the last established link ended (kept while retries fail for other reasons).
-        self.link_ended: dict[str, Any] | None = None
         # Exclusions win over static inclusion too (as ActiveMQ checks them first).
         excluded = DestinationFilter.of(config).excluded
         self.static = tuple(d for d in (dst.Destination.parse_uri(u)
                                         for u in config.statically_included_destinations)
                             if not any(dst.matches(p, d) for p in excluded))
+
+    # What the machine knows, as the status and the manager read it.
+    @property
+    def state(self) -> BridgeState:
+        return self.machine.state
+
+    @property
+    def last_error(self) -> dict[str, Any] | None:
+        return self.machine.last_error
+
+    @property
+    def link_ended(self) -> dict[str, Any] | None:
+        return self.machine.link_ended
+
+    @property
+    def remote(self) -> str | None:
+        return self.machine.remote
+
+    @property
+    def connected_to(self) -> Endpoint | None:
+        return self.machine.connected_to
+
+    @property
+    def attempts(self) -> int:
+        return self.machine.attempts
+
+    @property
+    def connects(self) -> int:
+        return self.machine.connects
 
     def stopping(self) -> bool:
         return self._stopping
@@ -97,37 +118,81 @@ class Bridge(LinkEnd):
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(),
-                                                            name=f"bridge {self.name}")
+        self._feed(self.machine.start(time.time()))
 
     async def stop(self) -> None:
         self._stopping = True
-        link = self.link
-        if link is not None and not link.closed:
-            link.write(encode_json(FrameType.BYE, {"reason": "broker stopping"}))
-            link.close("bridge stopped")
-        self.teardown()
-        if self._task is not None:
-            self._task.cancel()
+        dialing, self._dialing = self._dialing, None
+        self._feed(self.machine.stop(time.time()))
+        if dialing is not None:
+            dialing.cancel()
             try:
-                await self._task
+                await dialing
             except asyncio.CancelledError:
                 pass
-        self._fire(BridgeEvent.STOP)
 
-    def _fire(self, event: BridgeEvent, error: tuple[str, str] | None = None) -> None:
-        old = self.state
-        self.state = transition(old, event)
-        if self.state is not old:
-            self.state_since = time.time()
-        if error is not None:
-            kind, message = error
-            self.last_error = {"kind": kind, "message": message, "at": time.time()}
-        self._log(old, event, error)
-        if self.state is not old:
-            self.manager.bridge_changed(self)
+    # ------------------------------------------------------------ performing actions
+    def _feed(self, actions: list[Action]) -> None:
+        """Perform ``actions`` in order; events fed while performing queue behind."""
+        self._actions.extend(actions)
+        if self._performing:
+            return
+        self._performing = True
+        try:
+            while self._actions:
+                self._perform(self._actions.popleft())
+        finally:
+            self._performing = False
 
-    def _log(self, old: BridgeState, event: BridgeEvent, error: tuple[str, str] | None) -> None:
+    def _perform(self, action: Action) -> None:
+        if isinstance(action, Changed):
+            if action.new is not action.old:
+                self.state_since = time.time()
+            self._log(action)
+            if action.new is not action.old:
+                self.manager.bridge_changed(self)
+        elif isinstance(action, Connect):
+            self._dialing = asyncio.get_running_loop().create_task(
+                self._dial(action.endpoint), name=f"bridge {self.name}")
+        elif isinstance(action, StartTimer):
+            self._cancel_timer(action.name)
+            self._timers[action.name] = asyncio.get_running_loop().call_later(
+                action.delay, self._timer_fired, action.name)
+        elif isinstance(action, CancelTimer):
+            self._cancel_timer(action.name)
+        elif isinstance(action, Send):
+            if self.link is not None:
+                self.link.write(action.data)
+        elif isinstance(action, CloseLink):
+            link, self.link = self.link, None
+            if link is not None and not link.closed:
+                if action.bye:
+                    link.write(encode_json(FrameType.BYE, {"reason": "broker stopping"}))
+                link.close(action.reason)
+        elif isinstance(action, StartHalves):
+            assert self.link is not None
+            self.remote_client_uris = action.client_uris
+            self.remote_management_url = action.management_url
+            self._start_halves(self.link, action.remote, again=action.again,
+                               refusals=action.refusals)
+        elif isinstance(action, Teardown):
+            self.teardown()
+            self.link = None
+        elif isinstance(action, GiveUp):
+            log.error("bridge %s: giving up after %d attempts (max_reconnect_attempts)",
+                      self.name, action.attempts)
+
+    def _cancel_timer(self, name: str) -> None:
+        timer = self._timers.pop(name, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _timer_fired(self, name: str) -> None:
+        self._timers.pop(name, None)
+        self._feed(self.machine.timer_fired(name, time.time()))
+
+    def _log(self, change: Changed) -> None:
+        old, error = change.old, change.error
         if error is not None:
             # Once per change of (state, failure kind): a broker down for an hour
             # gives one line, not one per retry.
@@ -139,119 +204,68 @@ class Bridge(LinkEnd):
                         error[1], error[0])
             else:
                 log.debug("bridge %s: %s again", self.name, error[0])
-        elif self.state is BridgeState.FORWARDING:
+        elif change.new is BridgeState.FORWARDING:
             self._logged = None
             log.info("bridge %s: forwarding to broker %r at %s", self.name, self.remote,
                      self.connected_to)
-        elif self.state is not old:
-            log.debug("bridge %s: %s -> %s", self.name, old, self.state)
+        elif change.new is not old:
+            log.debug("bridge %s: %s -> %s", self.name, old, change.new)
 
-    async def _run(self) -> None:
-        self._fire(BridgeEvent.START)
-        while not self.stopping():
-            error = await self._attempt()
-            if self.stopping():
-                return
-            self._fire(BridgeEvent.FAILED, error)
-            delay = self.policy.next_delay()
-            if delay is None:
-                log.error("bridge %s: giving up after %d attempts (max_reconnect_attempts)",
-                          self.name, self.attempts)
-                self._fire(BridgeEvent.GIVE_UP)
-                return
-            await asyncio.sleep(delay)  # the backoff itself
-            self._fire(BridgeEvent.RETRY)
+    def _hello(self) -> bytes:
+        flt = DestinationFilter.of(self.config)
+        return encode_json(FrameType.HELLO, {
+            "protocol": "meshmq", "versions": [WIRE_VERSION], "software": __version__,
+            "features": list(FEATURES),
+            "broker": self.manager.broker.name, "connector": self.config.name,
+            "username": self.config.username, "password": self.config.password,
+            "duplex": self.config.duplex, "filter": flt.to_json(),
+            "client_uris": self.manager.client_uris(),
+            "management_url": self.manager.management_url(),
+            "config": mirror_json(self.config)})
 
-    async def _attempt(self) -> tuple[str, str]:
-        """One pass over the target list; returns why the bridge is not (or no longer)
-        up. The first broker that accepts the handshake wins."""
-        loop = asyncio.get_running_loop()
-        error = ("no-target", "no broker to connect to")
+    async def _dial(self, endpoint: Endpoint) -> None:
+        """Dial ``endpoint``; feed the machine the outcome, as a failure kind or up."""
+        failure = await self._open(endpoint)
+        if self._stopping:
+            return
+        if failure is not None:
+            self._feed(self.machine.connect_failed(*failure, time.time()))
+        else:
+            self._feed(self.machine.transport_up(time.time()))
+
+    async def _open(self, endpoint: Endpoint) -> tuple[str, str] | None:
+        if self.manager.is_self(endpoint):
+            return ("self", f"{endpoint} is this broker")
         timeout = self.config.handshake_timeout_ms / 1000
-        for endpoint in self.endpoints:
-            if self.manager.is_self(endpoint):
-                error = ("self", f"{endpoint} is this broker")
-                continue
-            self.attempts += 1
-            if self.state is not BridgeState.CONNECTING:
-                self._fire(BridgeEvent.NEXT_TARGET)
-            ctx: ssl.SSLContext | None = None
-            if endpoint.tls:  # ssl:// is TLS or nothing: never a plaintext fallback
-                try:
-                    ctx = self.manager.client_tls(self.config, endpoint.verify_hostname)
-                except ConfigError as exc:
-                    error = ("tls-config", f"{endpoint}: {exc}")
-                    continue
+        ctx: ssl.SSLContext | None = None
+        if endpoint.tls:  # ssl:// is TLS or nothing: never a plaintext fallback
             try:
-                link = await asyncio.wait_for(self._connect(endpoint, ctx, timeout), timeout)
-            except ssl.SSLCertVerificationError as exc:
-                error = ("tls-verify-failed",
-                         f"{endpoint}: the remote's certificate is not trusted "
-                         f"({exc.verify_message}): set ssl_cafile of the network connector "
-                         "to the CA that signed it" + (
-                             ", or verify_hostname = false" if exc.verify_code == 62 else ""))
-                continue
-            except ssl.SSLError as exc:
-                error = ("tls-failed", f"{endpoint}: TLS handshake failed ({exc.reason}): "
-                         "ssl:// needs an ssl listener on the remote broker (is it a "
-                         "plaintext tcp:// port?)")
-                continue
-            except ConnectionRefusedError:
-                error = ("connection-refused", f"{endpoint}: connection refused")
-                continue
-            except TimeoutError:
-                error = ("connect-timeout", f"{endpoint}: no answer within {timeout:g}s")
-                continue
-            except OSError as exc:
-                error = ("unreachable", f"{endpoint}: {exc.strerror or exc}")
-                continue
-            self.link = link
-            self.connected_to = endpoint
-            self._handshake = loop.create_future()
-            self._synced = asyncio.Event()
-            self._fire(BridgeEvent.CONNECTED)
-            flt = DestinationFilter.of(self.config)
-            link.write(encode_json(FrameType.HELLO, {
-                "protocol": "meshmq", "versions": [WIRE_VERSION], "software": __version__,
-                "features": list(FEATURES),
-                "broker": self.manager.broker.name, "connector": self.config.name,
-                "username": self.config.username, "password": self.config.password,
-                "duplex": self.config.duplex, "filter": flt.to_json(),
-                "client_uris": self.manager.client_uris(),
-                "management_url": self.manager.management_url(),
-                "config": mirror_json(self.config)}))
-            try:
-                kind, detail = await asyncio.wait_for(asyncio.shield(self._handshake), timeout)
-            except TimeoutError:
-                kind, detail = "handshake-timeout", f"{endpoint}: no handshake within {timeout:g}s"
-            if kind != "welcome":
-                link.close(detail)
-                self.link = None
-                error = (kind, detail)
-                if kind in ("remote-is-slave", "connection-lost"):
-                    continue  # try the next broker of the list at once
-                return error
-            self._fire(BridgeEvent.WELCOMED)
-            up_since = time.monotonic()
-            lost_wait = asyncio.ensure_future(link.lost)
-            synced_wait = asyncio.ensure_future(self._synced.wait())
-            done, _ = await asyncio.wait({lost_wait, synced_wait},
-                                         return_when=asyncio.FIRST_COMPLETED)
-            if synced_wait in done:
-                self.connects += 1
-                self._fire(BridgeEvent.SYNCED)
-            else:
-                synced_wait.cancel()
-            cause = await lost_wait
-            self.teardown()
-            self.link = None
-            self.policy.connected_for(time.monotonic() - up_since)
-            # A BYE is a clean shutdown of the remote broker, not a crash.
-            kind = "remote-shutdown" if cause.startswith(BYE_CAUSE) else "link-lost"
-            self.link_ended = {"kind": kind, "message": f"{endpoint}: {cause}",
-                               "at": time.time()}
-            return (kind, f"{endpoint}: {cause}")
-        return error
+                ctx = self.manager.client_tls(self.config, endpoint.verify_hostname)
+            except ConfigError as exc:
+                return ("tls-config", f"{endpoint}: {exc}")
+        try:
+            link = await asyncio.wait_for(self._connect(endpoint, ctx, timeout), timeout)
+        except ssl.SSLCertVerificationError as exc:
+            return ("tls-verify-failed",
+                    f"{endpoint}: the remote's certificate is not trusted "
+                    f"({exc.verify_message}): set ssl_cafile of the network connector "
+                    "to the CA that signed it" + (
+                        ", or verify_hostname = false" if exc.verify_code == 62 else ""))
+        except ssl.SSLError as exc:
+            return ("tls-failed", f"{endpoint}: TLS handshake failed ({exc.reason}): "
+                    "ssl:// needs an ssl listener on the remote broker (is it a "
+                    "plaintext tcp:// port?)")
+        except ConnectionRefusedError:
+            return ("connection-refused", f"{endpoint}: connection refused")
+        except TimeoutError:
+            return ("connect-timeout", f"{endpoint}: no answer within {timeout:g}s")
+        except OSError as exc:
+            return ("unreachable", f"{endpoint}: {exc.strerror or exc}")
+        if self._stopping:
+            link.close("bridge stopped")
+            return None
+        self.link = link
+        return None
 
     async def _connect(self, endpoint: Endpoint, ctx: ssl.SSLContext | None,
                        timeout: float) -> WireLink:
@@ -285,16 +299,15 @@ class Bridge(LinkEnd):
         link.connection_made(tls)
         return link
 
-    def _start_halves(self, link: WireLink, *, again: bool = False,
-                      refusals: bool = False) -> None:
-        assert self.remote is not None
+    def _start_halves(self, link: WireLink, remote: str, *, again: bool,
+                      refusals: bool) -> None:
         cfg = self.config
-        self.forwarder = Forwarder(self.manager, link, cfg, self.remote,
+        self.forwarder = Forwarder(self.manager, link, cfg, remote,
                                    f"NC_{cfg.name}_{self.manager.broker.name}_outbound_"
-                                   f"{self.remote}", self.counters, self.static,
+                                   f"{remote}", self.counters, self.static,
                                    peer_takes_again=again)
         if cfg.duplex:
-            self.receiver = Receiver(self.manager, link, self.remote,
+            self.receiver = Receiver(self.manager, link, remote,
                                      DestinationFilter.of(cfg), self.counters,
                                      resync_s=cfg.interest_resync_ms / 1000,
                                      refusals=refusals)
@@ -303,68 +316,50 @@ class Bridge(LinkEnd):
             # No interest is needed for static demand; forward at once.
             self.forwarder.replan()
         if cfg.static_bridge:
-            self.forwarder.synced = True
-            self._synced.set()
+            self.forwarder.synced = True  # the machine counts the bridge synced too
 
     # ------------------------------------------------------------ LinkHandler
     def on_frame(self, link: WireLink, frame: WireFrame) -> None:
         if link is not self.link:
             return
-        hs = self._handshake
-        if hs is not None and not hs.done():
-            if frame.type is FrameType.WELCOME:
-                body = decode_json(frame)
-                if body.get("version") != WIRE_VERSION:
-                    hs.set_result(("version-mismatch",
-                                   f"remote speaks wire version {body.get('version')}"))
-                    return
-                self.remote = str(body.get("broker", "?"))
-                self.remote_client_uris = client_uris_of(body)
-                self.remote_management_url = management_url_of(body)
-                features = body.get("features")
-                offered = features if isinstance(features, list) else []
-                # The remote's first INTEREST may follow in this very read: the
-                # halves must exist before the next frame is handled.
-                self._start_halves(link, again=FEATURE_MESSAGES_AGAIN in offered,
-                                   refusals=FEATURE_REFUSALS in offered)
-                hs.set_result(("welcome", ""))
-                return
-            if frame.type is FrameType.REFUSE:
-                body = decode_json(frame)
-                hs.set_result((str(body.get("code", "refused")),
-                               f"{self.connected_to}: {body.get('message', '')}"))
-                return
-            hs.set_result(("protocol-error", f"expected WELCOME, got {frame.type.name}"))
+        if self.machine.state is BridgeState.HANDSHAKING:
+            self._feed(self.machine.handshake_frame(frame, time.time()))
             return
         self.route(link, frame)
 
     def on_synced(self) -> None:
-        self._synced.set()
+        self._feed(self.machine.synced(time.time()))
 
     def on_refused(self, code: str, message: str) -> None:
-        self.last_error = {"kind": code, "message": message, "at": time.time()}
+        self.machine.refused(code, message, time.time())
 
     def on_lost(self, link: WireLink, cause: str) -> None:
-        hs = self._handshake
-        if link is self.link and hs is not None and not hs.done():
-            tls = self.connected_to is not None and self.connected_to.tls
-            if isinstance(link.lost_exc, ssl.SSLError) or (tls and link.bytes_in == 0):
-                # TLS 1.3: the remote checks our certificate after our side of the
-                # handshake ended, then closes (with an alert, or without a word).
-                why = (f" ({link.lost_exc.reason})"
-                       if isinstance(link.lost_exc, ssl.SSLError) else "")
-                hs.set_result(("tls-refused",
-                               f"{self.connected_to}: the remote closed the TLS connection "
-                               f"without answering{why}: it refuses this broker's "
-                               "certificate? Set ssl_certfile/ssl_keyfile of the network "
-                               "connector to a certificate that the remote listener's "
-                               "ssl_cafile trusts"))
-                return
-            hint = ""
-            if self.connected_to is not None and not self.connected_to.tls and \
-                    link.bytes_in == 0:
-                hint = " before answering (a TLS port? then use ssl:// in the URI)"
-            hs.set_result(("connection-lost", f"{self.connected_to}: {cause}{hint}"))
+        if link is not self.link:
+            return
+        now = time.time()
+        if self.machine.state is not BridgeState.HANDSHAKING:
+            self._feed(self.machine.link_lost(cause, now))
+            return
+        tls = self.connected_to is not None and self.connected_to.tls
+        if isinstance(link.lost_exc, ssl.SSLError) or (tls and link.bytes_in == 0):
+            # TLS 1.3: the remote checks our certificate after our side of the
+            # handshake ended, then closes (with an alert, or without a word).
+            why = (f" ({link.lost_exc.reason})"
+                   if isinstance(link.lost_exc, ssl.SSLError) else "")
+            self._feed(self.machine.handshake_failed(
+                "tls-refused",
+                f"{self.connected_to}: the remote closed the TLS connection "
+                f"without answering{why}: it refuses this broker's "
+                "certificate? Set ssl_certfile/ssl_keyfile of the network "
+                "connector to a certificate that the remote listener's "
+                "ssl_cafile trusts", now))
+            return
+        hint = ""
+        if self.connected_to is not None and not self.connected_to.tls and \
+                link.bytes_in == 0:
+            hint = " before answering (a TLS port? then use ssl:// in the URI)"
+        self._feed(self.machine.handshake_failed(
+            "connection-lost", f"{self.connected_to}: {cause}{hint}", now))
 
     # ------------------------------------------------------------ status
     def status(self) -> dict[str, Any]:

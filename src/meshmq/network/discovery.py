@@ -126,7 +126,7 @@ class MulticastSettings:
     max_reconnect_delay_ms: int = 30_000
     use_exponential_backoff: bool = False
     backoff_multiplier: float = 2.0
-    max_reconnect_attempts: int = 0  # 0: for ever
+    max_reconnect_attempts: int = 0  # ActiveMQ's meaning: 0 for ever
     discovered_options: dict[str, str] = field(default_factory=dict)  # "discovered." removed
 
 

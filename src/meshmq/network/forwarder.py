@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from meshmq.core.auth import Principal
 from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
 from meshmq.core.message_codec import encode_message
+from meshmq.core.network_view import has_durable
 from meshmq.core.queue import BrowseEnd, Delivery
 from meshmq.errors import AuthorizationError, MeshmqError, RemoteProtocolError
 from meshmq.network.interest import Demand, InterestItem, plan_demand
@@ -40,7 +41,7 @@ RETRY_PAUSE_S = 0.5
 
 
 class Forwarder:
-    """A runtime session whose consumers are the remote broker's demand."""
+    """A hosted session whose consumers are the remote broker's demand."""
 
     def __init__(self, manager: NetworkManager, link: WireLink, config: NetworkConnectorConfig,
                  remote: str, client_id: str, counters: LinkCounters,
@@ -50,8 +51,8 @@ class Forwarder:
         # The remote flags messages sent in MESSAGES_AGAIN frames redelivered (a peer of
         # an older version gets everything in MESSAGES).
         self.peer_takes_again = peer_takes_again
-        self.runtime = manager.runtime
-        self.broker = manager.runtime.broker
+        self.host = manager.host
+        self.broker = manager.host.broker
         self.link = link
         self.config = config
         self.remote = remote
@@ -81,8 +82,8 @@ class Forwarder:
         # Destinations the remote refused for this link's user (AckStatus.REFUSED): not
         # forwarded until its next full interest sync, so a change of rights heals.
         self.refused: set[Destination] = set()
-        self.runtime.register(self)
-        self.runtime.accepted(self)
+        self.host.register(self)
+        self.host.accepted(self)
 
     # ------------------------------------------------------------ interest
     def apply_interest(self, op: str, body: dict[str, object]) -> None:
@@ -147,7 +148,7 @@ class Forwarder:
             # A shorter route here may make another bridge's route redundant (or a
             # route that went away may bring one back).
             self.manager.demand_changed(self)
-        self.runtime.request_pump()
+        self.host.request_pump()
 
     def _close_demand(self, consumer: Consumer, drop_durable: str | None) -> None:
         conn = self.conn
@@ -156,7 +157,7 @@ class Forwarder:
         self.broker.unsubscribe(conn, consumer)
         if drop_durable is not None and conn.client_id is not None:
             durable_key = (conn.client_id, drop_durable)
-            if durable_key in self.broker.durables:
+            if has_durable(self.broker, durable_key):
                 self.broker.drop_durable(durable_key)
 
     # ------------------------------------------------------------ what may cross
@@ -201,7 +202,7 @@ class Forwarder:
         for _, consumer in self.demands.values():
             for queue in consumer.sources:
                 self.broker.mark_dirty(queue)
-        self.runtime.request_pump()
+        self.host.request_pump()
 
     def redispatch_later(self, delay_s: float) -> None:
         if self._redispatch is None or self._redispatch.when() > \
@@ -233,7 +234,7 @@ class Forwarder:
         if self.broker.tracer is not None:  # the message trace (core/trace.py), if on
             self.broker.trace_forwarded(msg, to_broker=self.remote,
                                         connector=self.config.name)
-        self.runtime.mark_flush(self)
+        self.host.mark_flush(self)
 
     def flush(self) -> None:
         out = self._out
@@ -267,7 +268,7 @@ class Forwarder:
             acks, self._local_acks = self._local_acks, []
             for consumer, tag in acks:
                 self._ack(consumer, tag)
-            self.runtime.request_pump()
+            self.host.request_pump()
         if self.link.paused and self.conn is not None:
             self.broker.set_paused(self.conn, True)
 
@@ -276,7 +277,7 @@ class Forwarder:
             self.broker.set_paused(self.conn, False)
             for consumer in self._draining:
                 consumer.paused = True  # still draining: nothing new
-            self.runtime.request_pump()
+            self.host.request_pump()
 
     def on_acks(self, acks: list[tuple[int, AckStatus]]) -> None:
         conn = self.conn
@@ -324,7 +325,7 @@ class Forwarder:
                     del self._draining[consumer]
                     name = consumer.spec.subscription_name if drop else None
                     self._close_demand(consumer, name)
-        self.runtime.request_pump()
+        self.host.request_pump()
 
     def _pause_for_retry(self) -> None:
         if self._retry_pause is not None or self.conn is None:
@@ -357,15 +358,15 @@ class Forwarder:
         """The link is gone: unsettled messages go back to their queues (for the next
         link, or for local consumers); durable demand stays, offline, and keeps
         collecting messages for the remote broker."""
+        self.host.unregister(self)
         conn, self.conn = self.conn, None
         for timer in (self._rate_timer, self._redispatch, self._retry_pause):
             if timer is not None:
                 timer.cancel()
-        self.runtime.forget(self)
+        self.host.forget(self)
         if conn is not None:
-            self.runtime.sessions.pop(conn.id, None)
             self.broker.close_connection(conn)
-            self.runtime.request_pump()
+            self.host.request_pump()
         self.demands.clear()
         self._draining.clear()
         self._inflight.clear()

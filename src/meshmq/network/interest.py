@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from meshmq.core.destinations import Destination, matches
+from meshmq.core.network_view import consumer_interest, durable_interest
 from meshmq.errors import RemoteProtocolError
 
 if TYPE_CHECKING:
@@ -115,36 +116,30 @@ def local_interest(broker: Broker, peer: str, flt: DestinationFilter) -> dict[st
     subscribers (their messages must keep flowing to this broker)."""
     items: dict[str, InterestItem] = {}
     active_durables: set[tuple[str, str]] = set()
-    for conn in broker.connections.values():
-        for consumer in conn.consumers.values():
-            spec = consumer.spec
-            if consumer.closed or spec.browser:
-                continue
-            path = spec.network_path or ()
-            if peer in path:
-                continue  # the peer's own interest, coming back: never
-            durable = spec.subscription_name is not None and conn.client_id is not None
-            if durable and conn.client_id is not None and spec.subscription_name is not None:
-                active_durables.add((conn.client_id, spec.subscription_name))
-            for dest in spec.destinations:
-                if not flt.permits(dest):
-                    continue
-                item_id = f"{consumer.id}|{dest}"
-                origins = (f"{broker.name}/{consumer.id}",) if spec.network_path is None \
-                    else spec.network_origins
-                items[item_id] = InterestItem(item_id, dest, spec.selector, path,
-                                              durable and dest.is_topic, origins)
-    for key, sub in broker.durables.items():
-        if flt.dynamic_only:
-            break
-        if key in active_durables or sub.durable is None:
-            continue
-        for dest in sub.patterns:
+    for c in consumer_interest(broker):
+        path = c.network_path or ()
+        if peer in path:
+            continue  # the peer's own interest, coming back: never
+        if c.durable_key is not None:
+            active_durables.add(c.durable_key)
+        for dest in c.destinations:
             if not flt.permits(dest):
                 continue
-            item_id = f"durable:{key[0]}:{key[1]}|{dest}"
-            items[item_id] = InterestItem(item_id, dest, sub.selector_text, (), True,
-                                          (f"{broker.name}/durable:{key[0]}:{key[1]}",))
+            item_id = f"{c.consumer_id}|{dest}"
+            origins = (f"{broker.name}/{c.consumer_id}",) if c.network_path is None \
+                else c.network_origins
+            items[item_id] = InterestItem(item_id, dest, c.selector, path,
+                                          c.durable_key is not None and dest.is_topic, origins)
+    if flt.dynamic_only:
+        return items
+    for d in durable_interest(broker, skip=active_durables):
+        for dest in d.patterns:
+            if not flt.permits(dest):
+                continue
+            item_id = f"durable:{d.client_id}:{d.subscription_name}|{dest}"
+            items[item_id] = InterestItem(item_id, dest, d.selector, (), True,
+                                          (f"{broker.name}/durable:{d.client_id}:"
+                                           f"{d.subscription_name}",))
     return items
 
 

@@ -12,7 +12,7 @@ import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from meshmq.core.selector import message_lookup
+from meshmq.core.network_view import local_consumer_takes
 from meshmq.errors import ConfigError
 from meshmq.network.bridge import ADVISORY_TOPIC, Bridge
 from meshmq.network.link import TlsGate, WireLink
@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from meshmq.config.model import ListenerConfig, NetworkConnectorConfig
     from meshmq.core.message import Message
     from meshmq.network.forwarder import Forwarder
+    from meshmq.network.host import BrokerHost
     from meshmq.network.interest import Demand
-    from meshmq.transport.runtime import BrokerRuntime
 
 log = logging.getLogger("meshmq.network")
 
@@ -35,10 +35,10 @@ LINK_CLOSE_WAIT_S = 1.0  # how long stop() waits for links to finish closing
 
 
 class NetworkManager:
-    def __init__(self, runtime: BrokerRuntime) -> None:
-        self.runtime = runtime
-        self.broker = runtime.broker
-        self.config = runtime.config
+    def __init__(self, host: BrokerHost) -> None:
+        self.host = host
+        self.broker = host.broker
+        self.config = host.config
         self.bridges: list[Bridge] = []
         self.inbound: set[Responder] = set()
         self.servers: list[asyncio.Server] = []
@@ -104,7 +104,7 @@ class NetworkManager:
         out = []
         for listener in self.config.listeners:
             scheme = schemes.get(listener.protocol)
-            address = self.runtime.addresses.get(listener.name)
+            address = self.host.addresses.get(listener.name)
             if scheme is None or address is None:
                 continue
             host = address[0] if address[0] not in ("0.0.0.0", "::") else socket.gethostname()
@@ -114,7 +114,7 @@ class NetworkManager:
     def management_url(self) -> str | None:
         """Where this broker's management API answers (told to peers in the handshake, so
         a console opened on one broker can reach every broker of the network)."""
-        address = self.runtime.addresses.get("management")
+        address = self.host.addresses.get("management")
         if address is None or not self.config.management.enabled:
             return None
         scheme = "https" if self.config.management.ssl_certfile is not None else "http"
@@ -178,7 +178,7 @@ class NetworkManager:
                 raise ConfigError(str(exc), file=self.config.source,
                                   option=f"network_connectors[{index}].{exc.option}"
                                   ) from None
-            self._client_tls[key] = self.runtime.tls.register(
+            self._client_tls[key] = self.host.tls.register(
                 f"network connector {config.name}", ctx, config.ssl_certfile,
                 config.ssl_keyfile)
         return ctx
@@ -334,16 +334,9 @@ class NetworkManager:
         been here the configured delay, so messages cannot bounce."""
         if not (config.replay_when_no_consumers or config.redistribution):
             return False
-        queue = self.broker.queues.get(msg.destination)
-        if queue is not None:
-            selector_aware = config.selector_aware or config.redistribution
-            for consumer in queue.consumers:
-                if consumer.spec.network_path is not None or consumer.closed:
-                    continue
-                if not selector_aware or consumer.selector is None:
-                    return False
-                if consumer.selector.matches(message_lookup(msg)):
-                    return False
+        if local_consumer_takes(self.broker, msg, selector_aware=config.selector_aware
+                                or config.redistribution):
+            return False
         delay = config.replay_delay_ms if config.replay_when_no_consumers \
             else config.redistribution_delay_ms
         arrived = self._arrivals.get(msg.message_id)
@@ -405,14 +398,14 @@ class NetworkManager:
             "connector": bridge.config.name, "bridge": bridge.name,
             "state": bridge.state.value, "remoteBroker": bridge.remote,
             "lastError": error.get("kind"), "lastErrorMessage": error.get("message")})
-        self.runtime.request_pump()
+        self.host.request_pump()
 
     def inbound_changed(self, responder: Responder, *, up: bool) -> None:
         self.broker.advise(ADVISORY_TOPIC, "NetworkBridgeStarted" if up else
                            "NetworkBridgeStopped", {
                                "connector": responder.connector,
                                "remoteBroker": responder.remote, "direction": "inbound"})
-        self.runtime.request_pump()
+        self.host.request_pump()
 
     def forget_inbound(self, responder: Responder) -> None:
         self.inbound.discard(responder)

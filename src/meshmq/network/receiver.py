@@ -40,8 +40,8 @@ class Receiver:
                  flt: DestinationFilter, counters: LinkCounters, *, resync_s: float,
                  refusals: bool = False, principal: Principal | None = None) -> None:
         self.manager = manager
-        self.runtime = manager.runtime
-        self.broker = manager.runtime.broker
+        self.host = manager.host
+        self.broker = manager.host.broker
         self.link = link
         self.remote = remote
         self.filter = flt
@@ -111,23 +111,18 @@ class Receiver:
             (after_sync if needs_sync else now_acks).append((seq, status))
         self.counters.received += len(batch)  # (rates per batch: one clock read)
         self.counters.receive_rate.add(len(batch))
-        self.runtime.trace_barrier()  # trace.exact: arrivals traced before they are acked
+        self.host.trace_barrier()  # trace.exact: arrivals traced before they are acked
         if now_acks:
             self.link.write(encode_acks(now_acks))
         if after_sync:
-            self.runtime.write_ops()
-            sync = asyncio.ensure_future(self.runtime.store.sync())
-
-            def done(fut: asyncio.Future[None]) -> None:
-                if fut.cancelled() or fut.exception() is not None:
-                    # Not durable: do not confirm; the sender redelivers after the
-                    # link drops, and the duplicate window absorbs repeats.
-                    self.link.abort(f"store sync failed: {fut.exception()!r}")
-                    return
-                self.link.write(encode_acks(after_sync))
-
-            sync.add_done_callback(done)
-        self.runtime.request_pump()
+            # ACKs name their sequence numbers, so they need no order. Not durable: no
+            # ACK, the link is aborted; the sender redelivers after the link drops, and
+            # the duplicate window absorbs repeats.
+            link = self.link
+            self.host.durability.when_durable(
+                lambda: link.write(encode_acks(after_sync)), link.abort,
+                who=f"bridge link {link.peer}")
+        self.host.request_pump()
 
     def _accept(self, msg: Message, again: bool = False) -> tuple[AckStatus, bool]:
         local = self.broker.name
@@ -172,4 +167,4 @@ class Receiver:
             self._resync.cancel()
         self.broker.remove_listener(self._on_consumer_event)
         self.broker.close_connection(self.conn)
-        self.runtime.request_pump()
+        self.host.request_pump()

@@ -179,7 +179,7 @@ class Responder(LinkEnd):
         if user:
             try:
                 # Constant time; a hashed password is checked off the event loop.
-                principal = await self.manager.runtime.check_password(user, password or "")
+                principal = await self.manager.host.check_password(user, password or "")
             except AuthenticationError:
                 raise AuthenticationError(
                     f"authentication failed for user {user!r}: set username/password on "

@@ -4,8 +4,8 @@
   (never plaintext), ``?verifyHostName=false`` turning the host name check off.
 - ``static:(u1,u2,...)``: one bridge per URI, each retrying on its own.
 - ``static:(failover:(a,b)?...)`` and ``masterslave:(a,b,...)``: ONE bridge to whichever
-  broker of the list answers (tried in order, once per attempt), rebuilt from the
-  start of the list after any failure — never a bridge stuck retrying a slave.
+  broker of the list answers (tried in order, once per pass; after a lost link the
+  broker just lost comes last) — never a bridge stuck retrying a slave.
 - ``multicast://group``: bridges to the brokers a discovery agent finds.
 
 Query options of ``static:`` carry the reconnect policy (ActiveMQ names).
@@ -14,19 +14,29 @@ Query options of ``static:`` carry the reconnect policy (ActiveMQ names).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from meshmq.config.model import NetworkConnectorConfig
 from meshmq.errors import ConfigError
 from meshmq.uri import URI, CompositeURI, Options, SimpleURI, URIError, format_uri, parse_uri
 
+
+def activemq_attempts(text: str) -> int:
+    """``maxReconnectAttempts`` of a static: or multicast: URI, in ActiveMQ's meaning
+    (there 0 retries for ever, as -1 does) mapped onto meshmq's (-1 for ever, 0 no
+    reconnect, N passes)."""
+    value = int(text)
+    return -1 if value == 0 else value
+
+
 BROKER_SCHEMES = ("tcp", "ssl", "nio")
-_STATIC_OPTIONS = {
+_STATIC_OPTIONS: dict[str, tuple[str, Callable[[str], object]]] = {
     "initialReconnectDelay": ("initial_reconnect_delay_ms", int),
     "maxReconnectDelay": ("max_reconnect_delay_ms", int),
     "useExponentialBackOff": ("use_exponential_backoff", bool),
     "backOffMultiplier": ("backoff_multiplier", float),
-    "maxReconnectAttempts": ("max_reconnect_attempts", int),
+    "maxReconnectAttempts": ("max_reconnect_attempts", activemq_attempts),
     "minConnectTime": ("min_connect_time_ms", int),
 }
 
@@ -142,8 +152,8 @@ def _apply_options(config: NetworkConnectorConfig, options: Options) -> NetworkC
             else:
                 changes[field] = kind(value)
         except ValueError:
-            raise ValueError(f"static: option {name}={value!r} is not a "
-                             f"{kind.__name__}") from None
+            what = "int" if kind is activemq_attempts else getattr(kind, "__name__", "")
+            raise ValueError(f"static: option {name}={value!r} is not a {what}") from None
     return dataclasses.replace(config, **changes)  # type: ignore[arg-type]
 
 
