@@ -626,7 +626,12 @@ class _Importer:
 
         def keep(key: str) -> Callable[[str], None]:
             def handler(a: str) -> None:
-                connector[key] = self.value(node, a)
+                value = self.value(node, a)
+                if key == "max_reconnect_attempts" and value.strip() == "0":
+                    # ActiveMQ's meaning (0 retries for ever, as in a static: URI); in
+                    # meshmq 0 means "do not reconnect".
+                    value = "-1"
+                connector[key] = value
                 self.src.lines[f"{at}.{key}"] = node.line
                 self.src.labels[f"{at}.{key}"] = node.where(a)
             return handler

@@ -375,3 +375,13 @@ def test_an_openwire_connector_is_accepted_and_said_to_be_a_broker_link(
     assert infos[0].startswith(f"{tmp_path / 'activemq.xml'}:4: transportConnector "
                                "'openwire' (tcp://) becomes a meshmq broker-link listener")
     assert "Java OpenWire/JMS clients cannot connect to it" in infos[0]
+
+
+@pytest.mark.parametrize(("attribute", "attempts"), [("0", -1), ("-1", -1), ("3", 3)])
+def test_max_reconnect_attempts_attribute_keeps_activemqs_meaning(
+        tmp_path: Path, attribute: str, attempts: int) -> None:
+    """In ActiveMQ the option (of a static: URI) retries for ever at 0; meshmq says -1."""
+    config = load(tmp_path, in_connectors(
+        f'<networkConnector name="nc" uri="static:(tcp://b:61616)" '
+        f'maxReconnectAttempts="{attribute}"/>'))
+    assert config.network_connectors[0].max_reconnect_attempts == attempts
