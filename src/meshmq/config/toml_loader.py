@@ -58,8 +58,8 @@ from meshmq.config.model import (
 from meshmq.config.sizes import parse_size
 from meshmq.core.destinations import Destination, is_wildcard_name, validate_name
 from meshmq.core.passwords import check_hash, is_hashed
+from meshmq.discovery_uri import DiscoveryUriError, parse_multicast_uri
 from meshmq.errors import ConfigError, DestinationError
-from meshmq.network.discovery import DiscoveryUriError, parse_multicast_uri
 from meshmq.tls import check_ciphers
 from meshmq.uri import SimpleURI, URIError, parse_uri
 
@@ -762,7 +762,7 @@ def check_connector_uri(uri: str) -> None:
         return
     if scheme in ("static", "masterslave", "failover", *_BRIDGE_PROTOCOLS):
         # The same parser the network manager plans its bridges with.
-        from meshmq.network.targets import check_uri
+        from meshmq.connector_uri import check_uri
 
         check_uri(text)
         return

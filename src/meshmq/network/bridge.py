@@ -50,8 +50,8 @@ from meshmq.protocol.wire import (
 
 if TYPE_CHECKING:
     from meshmq.config.model import NetworkConnectorConfig
+    from meshmq.connector_uri import Endpoint
     from meshmq.network.manager import NetworkManager
-    from meshmq.network.targets import Endpoint
 
 log = logging.getLogger("meshmq.network")
 

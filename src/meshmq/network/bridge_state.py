@@ -45,7 +45,7 @@ from meshmq.protocol.wire import (
 
 if TYPE_CHECKING:
     from meshmq.config.model import NetworkConnectorConfig
-    from meshmq.network.targets import Endpoint
+    from meshmq.connector_uri import Endpoint
 
 #: Bridges spread their retries by +/- this fraction, so a restarted hub is not stormed.
 BRIDGE_JITTER = 0.1

@@ -12,12 +12,12 @@ import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
+from meshmq.connector_uri import Endpoint, parse_endpoint, plan_connector
 from meshmq.core.network_view import local_consumer_takes
 from meshmq.errors import ConfigError
 from meshmq.network.bridge import ADVISORY_TOPIC, Bridge
 from meshmq.network.link import TlsGate, WireLink
 from meshmq.network.responder import Responder
-from meshmq.network.targets import Endpoint, parse_endpoint, plan_connector
 from meshmq.protocol.wire import FrameType, encode_json
 from meshmq.tls import TlsFileError, client_context
 

@@ -7,19 +7,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from meshmq.network.discovery import (
+from meshmq.discovery_uri import (
     DEFAULT_GROUP_ADDRESS,
     DEFAULT_PORT,
+    DiscoveryUriError,
+    MulticastSettings,
+    parse_multicast_uri,
+)
+from meshmq.network.discovery import (
     MISSED_BEATS_BEFORE_DOWN,
     Beat,
     DiscoveryTracker,
-    DiscoveryUriError,
-    MulticastSettings,
     ServiceDown,
     ServiceUp,
     decode_beat,
     encode_beat,
-    parse_multicast_uri,
 )
 
 # ---------------------------------------------------------------------------

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from meshmq.config.model import NetworkConnectorConfig
+from meshmq.connector_uri import plan_connector
 from meshmq.errors import ConfigError
-from meshmq.network.targets import plan_connector
 
 
 def plan(uri: str):
