@@ -210,14 +210,28 @@ class StompConnection:
         try:
             frames = parser.feed(data)
         except RemoteProtocolError as exc:
-            self._move(Input.FAIL)
-            return [ProtocolViolation(str(exc))]
+            return self._unparseable(exc)
         self.partial_since = (self.partial_since or now) if parser.in_frame else None
         if not frames:
-            return [HEARTBEAT_EVENT] if data else []
+            return [HEARTBEAT_EVENT] if data and not parser.in_frame else []
         if state is ConnectionState.CONNECTED:
             return self._check_connected(frames)
         return self._check_first(frames)
+
+    def _unparseable(self, exc: RemoteProtocolError) -> list[Event]:
+        """The bytes broke the framing. The frames completed before the bad bytes are
+        still events (so how the stream was cut changes nothing), then the violation."""
+        frames = self.parser.frames_before_error
+        events: list[Event] = []
+        if frames:
+            events = list(self._check_connected(frames) if self.state is
+                          ConnectionState.CONNECTED else self._check_first(frames))
+            if self.state is not ConnectionState.CONNECTED and \
+                    self.state is not ConnectionState.AWAITING_CONNECT:
+                return events  # a violation or DISCONNECT came first: the rest is unread
+        self._move(Input.FAIL)
+        events.append(ProtocolViolation(str(exc)))
+        return events
 
     def _check_first(self, frames: list[Frame]) -> list[Event]:
         # The parser stops behind CONNECT, so a CONNECT is always the last frame here.
@@ -335,8 +349,7 @@ class StompConnection:
         try:
             frames = self.parser.feed(held)
         except RemoteProtocolError as exc:
-            self._move(Input.FAIL)
-            return [ProtocolViolation(str(exc))]
+            return self._unparseable(exc)
         if self.parser.in_frame:
             self.partial_since = self.partial_since or self.last_read
         return self._check_connected(frames) if frames else []
