@@ -1,18 +1,20 @@
-"""STOMP 1.0-1.2 server connections: frames in, broker calls, frames out.
+"""STOMP 1.0-1.2 server connections: the asyncio adapter around the protocol machine.
 
-``StompSession`` holds a connection's protocol state and translates frames into
-core calls; ``StompProtocol`` is the thin asyncio adapter around it (read,
-feed, dispatch, write; pause reading under producer flow control; pause
-dispatch when the socket's write buffer is full).
+The protocol itself (states, version and heart-beat negotiation, which frame is
+allowed when, escaping, timers) is ``meshmq.protocol.stomp.connection.StompConnection``,
+which does no I/O. ``StompSession`` feeds it bytes and the clock, turns its events into
+broker calls, renders deliveries through it and writes its bytes, and owns what is
+asyncio's: output buffering, pausing reading under producer flow control or a slow
+store, pausing dispatch when the socket's write buffer is full, and timers.
+Confirmations that wait for the store (RECEIPTs) go through the runtime's
+``Durability``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import time
-from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from meshmq import __version__
@@ -31,18 +33,22 @@ from meshmq.errors import (
     AuthorizationError,
     MeshmqError,
     ProtocolError,
-    RemoteProtocolError,
 )
-from meshmq.protocol.stomp import Frame, StompParser, encode_frame
-from meshmq.protocol.stomp.encoder import HEARTBEAT, encode_message_frame
-from meshmq.protocol.stomp.negotiation import (
-    missing_headers,
-    negotiate_heartbeat,
-    negotiate_version,
-    parse_heartbeat,
+from meshmq.protocol.stomp import Frame, encode_frame
+from meshmq.protocol.stomp.connection import (
+    HEARTBEAT_DUE,
+    Connected,
+    ConnectionState,
+    Error,
+    Event,
+    PeerTimedOut,
+    ProtocolViolation,
+    Receipt,
+    StompConnection,
 )
 from meshmq.transport import stomp_names
 from meshmq.transport.adapter import BufferedOutput, SessionProtocol
+from meshmq.transport.durability import NOT_STORED
 from meshmq.transport.login import authenticate
 from meshmq.transport.topology import PEERS_HEADER
 
@@ -63,7 +69,6 @@ _SEND_RESERVED = frozenset({
 _ACK_MODES = {"auto": AckMode.AUTO, "client": AckMode.CLIENT,
               "client-individual": AckMode.CLIENT_INDIVIDUAL}
 _TRUE = ("true", "1", "yes")
-_CONNECT_COMMANDS = ("CONNECT", "STOMP")
 # Java's bounds for the fields ActiveMQ parses these headers into.
 _INT_MAX = 2**31 - 1
 _LONG_MAX = 2**63 - 1
@@ -88,150 +93,120 @@ class StompSession(BufferedOutput):
         self.remote = remote
         cfg = runtime.config.stomp
         self.cfg = cfg
-        self.parser = StompParser(max_frame_size=cfg.max_frame_size, max_headers=cfg.max_headers,
-                                  max_header_size=cfg.max_header_size, await_version=True)
+        now = time.monotonic()
+        self.machine = StompConnection(
+            now, max_frame_size=cfg.max_frame_size, max_headers=cfg.max_headers,
+            max_header_size=cfg.max_header_size, default_heartbeat=cfg.default_heartbeat,
+            server_heartbeat_ms=cfg.server_heartbeat_ms, max_heartbeat_ms=cfg.max_heartbeat_ms,
+            heartbeat_grace=cfg.heartbeat_grace, connect_timeout_s=cfg.connect_timeout_ms / 1000,
+            frame_timeout_s=cfg.frame_timeout_ms / 1000)
         self.version = "1.0"
         self.conn: Connection | None = None
         self.closing = False
         self._out: list[bytes] = []
-        self._receipts: collections.deque[tuple[str, Awaitable[None] | None,
-                                                tuple[tuple[str, str], ...]]] = \
-            collections.deque()
-        self._receipt_task: asyncio.Task[None] | None = None
+        self.confirms = runtime.durability.confirmations(
+            flush=self.flush, closed=transport.is_closing, fail=self._not_stored,
+            who=f"STOMP connection {remote}")
         self._consumer_index: dict[int, Consumer] = {}
         self._consumer_numbers: dict[Consumer, int] = {}
         self._next_consumer_number = 1
         self._temp_names: dict[tuple[DestKind, str], Destination] = {}
         self._local_names: dict[Destination, str] = {}
-        now = time.monotonic()
-        self.accepted_at = now
-        self.last_read = now
         self.last_write = now
-        self.partial_since: float | None = None
-        self.send_interval = 0.0  # seconds; 0 = no heart-beats
-        self.recv_interval = 0.0
         self._hb_handle: asyncio.TimerHandle | None = None
         self.flow_blocked = False
         self._turn_yielded = False  # reading paused until the next loop turn
         self.blocked_since = 0.0  # monotonic time the current flow-control block began
-        self._held: list[Frame] = []  # frames parsed but not handled while flow-blocked
+        self._held: list[Event] = []  # events parsed but not handled while flow-blocked
         self._dest_cache: dict[str, tuple[Destination, ...]] = {}
         self._render_cache: dict[Destination, str] = {}
         self._cache_key = "stomp1.0"
-        self._escape = _escape_10
+        self._escape = self.machine.escape
         self._unsynced = 0  # bytes of persistent sends without receipt since the last sync
         self._store_waits = 0
         self.write_paused = False
-        self._authenticating = False  # CONNECT received, its answer not yet given
-        self._login_deferred = False  # ... and it will come later: reading is paused
-        self._login_input: list[bytes] = []
+        self._login_deferred = False  # CONNECT's answer comes later: reading is paused
 
     # ------------------------------------------------------------ input
     def data_received(self, data: bytes) -> None:
-        self.last_read = time.monotonic()
         if self.closing:
+            self.machine.last_read = time.monotonic()
             return
-        if self._authenticating:
-            self._login_input.append(data)  # behind a CONNECT being authenticated
+        events = self.machine.receive_data(data, time.monotonic())
+        if not events:
             return
-        while True:
-            try:
-                frames = self.parser.feed(data)
-            except RemoteProtocolError as exc:
-                self.fail(str(exc))
-                return
-            self.partial_since = (self.partial_since or self.last_read) \
-                if self.parser.in_frame else None
-            if self._held:
-                self._held.extend(frames)  # still blocked: keep order behind held frames
-                return
-            self._process(frames)
-            # The parser stops behind CONNECT until the negotiated version is set: frames
-            # pipelined after it are parsed now, with that version's header escaping.
-            if not (frames and frames[-1].command in _CONNECT_COMMANDS and self.parser.buffered
-                    and self.conn is not None and not self.closing):
-                return
-            data = b""
+        if self._held:
+            self._held.extend(events)  # still blocked: keep order behind held frames
+            return
+        self._process(events)
 
-    def _process(self, frames: list[Frame]) -> None:
-        for i, frame in enumerate(frames):
+    def _process(self, events: list[Event]) -> None:
+        for i, event in enumerate(events):
             if self.is_closing():
                 break
             if i == FRAMES_PER_TURN:
                 # One client's burst (say 100,000 pipelined SUBSCRIBEs) must not hold the
                 # event loop: the rest waits for the next turn, after other connections.
-                self._held = frames[i:]
+                self._held = events[i:]
                 self._yield_turn()
                 break
+            if not isinstance(event, Frame):
+                if isinstance(event, ProtocolViolation):
+                    self._violation(event)
+                continue
             try:
-                self.handle(frame)
+                self.handle(event)
             except AuthorizationError as exc:
-                self.refuse(exc.message, frame)
+                self.refuse(exc.message, event)
             except MeshmqError as exc:
-                self.fail(exc.message, frame)
+                self.fail(exc.message, event)
             except Exception:
-                log.exception("internal error handling %s from %s", frame.command, self.remote)
-                self.fail("internal broker error", frame)
-            if frame.command == "SEND" and self.broker.usage.full and not self.is_closing() \
+                log.exception("internal error handling %s from %s", event.command, self.remote)
+                self.fail("internal broker error", event)
+            if event.command == "SEND" and self.broker.usage.full and not self.is_closing() \
                     and self.runtime.config.usage.on_limit == "block":
                 # Producer flow control: hold this connection's remaining frames and stop
                 # reading it until memory drains. Other connections are unaffected.
-                self._held = list(frames[i + 1:])
+                self._held = list(events[i + 1:])
                 self._block_producer()
                 break
         self.runtime.request_pump()
         self.flush()
 
+    def _violation(self, event: ProtocolViolation) -> None:
+        if event.unsupported_version:
+            self._write(self.machine.send(Error(event.reason, event.frame,
+                                                unsupported_version=True)))
+            self.close()
+            return
+        self.fail(event.reason, event.frame)
+
     def is_closing(self) -> bool:
         return self.closing
 
     def handle(self, frame: Frame) -> None:
-        command = frame.command
+        """One client frame the machine allowed: the broker call it stands for."""
         if self.conn is None:
-            if command in ("CONNECT", "STOMP"):
-                self.on_connect(frame)
-                return
-            raise ProtocolError(f"{command} received before CONNECT: connection is not "
-                                "established")
-        handler = _HANDLERS.get(command)
-        if handler is None:
-            if command in ("CONNECT", "STOMP"):
-                raise ProtocolError("already connected")
-            raise ProtocolError(f"Unknown STOMP action: {command}")
-        # SEND is the hot path: on_send checks its one required header itself.
-        missing = missing_headers(frame, self.version) if command != "SEND" else None
-        if missing:
-            raise ProtocolError(f"{command} frame is missing the required header "
-                                f"'{missing[0]}'")
-        handler(self, frame)
+            self.on_connect(frame)
+            return
+        _HANDLERS[frame.command](self, frame)
 
     # ------------------------------------------------------------ CONNECT
     def on_connect(self, frame: Frame) -> None:
-        version = negotiate_version(frame.get("accept-version"))
-        if version is None:
-            self._write(encode_frame("ERROR", [
-                ("version", "1.0,1.1,1.2"), ("content-type", "text/plain"),
-                ("message", "Supported protocol versions are 1.0,1.1,1.2")],
-                b"Supported protocol versions are 1.0,1.1,1.2", version="1.0"))
-            self.close()
-            return
-        self.version = version
-        self.parser.version = version
+        # The machine has negotiated the version.
+        version = self.version = self.machine.version
         self._cache_key = f"stomp{version}"
-        self._escape = _escape_10 if version == "1.0" else \
-            _escape_11 if version == "1.1" else _escape_12
+        self._escape = self.machine.escape
         # Answered at once, or later (a password hash checked off the event loop, a
-        # refusal held back): until then this connection's input waits.
-        self._authenticating = True
+        # refusal held back): until then this connection's input waits in the machine.
         authenticate(self, self.broker.auth, frame.get("login"), frame.get("passcode"),
                      lambda principal, refused: self._authenticated(frame, principal, refused))
-        if self._authenticating and not self.closing:
+        if self.machine.state is ConnectionState.AUTHENTICATING and not self.closing:
             self._login_deferred = True
             self.transport.pause_reading()
 
     def _authenticated(self, frame: Frame, principal: Principal | None,
                        refused: str | None) -> None:
-        self._authenticating = False
         if principal is None:
             log.warning("authentication failed for %r from %s", frame.get("login"), self.remote)
             self.fail(refused or "authentication failed", frame)
@@ -241,47 +216,29 @@ class StompSession(BufferedOutput):
         except MeshmqError as exc:
             self.fail(exc.message, frame)
             return
-        if self._login_deferred:
-            # Answered later: handle what arrived behind CONNECT in the meantime.
+        deferred = self._login_deferred
+        if deferred:
             self._login_deferred = False
             self.transport.resume_reading()
-            held, self._login_input = b"".join(self._login_input), []
-            self.data_received(held)
+        # What the client pipelined behind CONNECT (or sent while it was authenticated),
+        # parsed with the negotiated version's escaping.
+        events = self.machine.received_while_authenticating()
+        if events:
+            self._process(events)
+        elif deferred:
             self.runtime.request_pump()
             self.flush()
 
     def _connected(self, frame: Frame, principal: Principal) -> None:
-        version = self.version
         client_id = frame.get("client-id")
         self.conn = self.broker.open_connection(principal, client_id=client_id,
                                                 remote=self.remote, protocol="stomp")
         self.runtime.register(self)
-        hb = frame.get("heart-beat")
-        if version == "1.0":
-            cx, cy = 0, 0
-        elif hb is None:
-            cx, cy = self.cfg.default_heartbeat  # ActiveMQ's transport.defaultHeartBeat
-        else:
-            cx, cy = parse_heartbeat(hb)
-        server_cx = self.cfg.server_heartbeat_ms if cy else 0
-        server_cy = cx
-        cap = self.cfg.max_heartbeat_ms
-        if cap and server_cy:
-            server_cy = min(server_cy, cap)
-        send_ms, recv_ms = negotiate_heartbeat((cx, cy), (server_cx, server_cy))
-        if cap and recv_ms:
-            # A client may not ask to stay silent longer than the operator allows.
-            recv_ms = min(recv_ms, cap)
-        self.send_interval = send_ms / 1000.0
-        self.recv_interval = recv_ms / 1000.0
-        headers = [("version", version), ("session", self.conn.id),
-                   ("server", f"meshmq/{__version__}")]
-        if version != "1.0":
-            headers.append(("heart-beat", f"{server_cx},{server_cy}"))
         peers = self.runtime.topology.header_value("stomp") if self.push_topology else None
-        if peers is not None:
-            headers.append((PEERS_HEADER, peers))  # topology push (docs/client.md)
-        self._write(encode_frame("CONNECTED", headers, version=version))
+        extra = ((PEERS_HEADER, peers),) if peers is not None else ()  # docs/client.md
+        # Raises for an invalid heart-beat header (then connection_lost closes self.conn).
+        self._write(self.machine.send(Connected(self.conn.id, f"meshmq/{__version__}",
+                                                extra)))
         receipt = frame.get("receipt")
         if receipt:
             self.receipt(receipt)
@@ -310,48 +267,26 @@ class StompSession(BufferedOutput):
             self._dest_cache[text] = dests
         return dests
 
-    def receipt(self, receipt_id: str, wait: Awaitable[None] | None = None,
-                extra: tuple[tuple[str, str], ...] = ()) -> None:
-        """Send RECEIPT in order; ``wait`` (a store sync) must finish first. ``extra``:
-        more headers (a stream subscription's offsets)."""
-        if wait is None and not self._receipts:
-            self._write(encode_frame("RECEIPT", [("receipt-id", receipt_id), *extra],
-                                     version=self.version))
-            return
-        self._receipts.append((receipt_id, wait, extra))
-        if self._receipt_task is None:
-            self._receipt_task = asyncio.get_running_loop().create_task(self._drain_receipts())
-
-    async def _drain_receipts(self) -> None:
-        try:
-            while self._receipts:
-                receipt_id, wait, extra = self._receipts[0]
-                if wait is not None:
-                    try:
-                        await wait
-                    except Exception as exc:  # a store failure: never confirm
-                        log.error("store sync failed; receipt %s withheld: %s", receipt_id, exc)
-                        self.fail(f"message could not be stored: {exc}")
-                        return
-                self._receipts.popleft()
-                if self.closing and self.transport.is_closing():
-                    return
-                self.runtime.trace_barrier()  # trace.exact: traced before confirmed
-                self._write(encode_frame("RECEIPT", [("receipt-id", receipt_id), *extra],
-                                         version=self.version))
-                self.flush()
-        finally:
-            self._receipt_task = None
+    def receipt(self, receipt_id: str, extra: tuple[tuple[str, str], ...] = (), *,
+                durable: bool = False) -> None:
+        """Send RECEIPT in order; ``durable``: only once the store has synced what the
+        frame wrote. ``extra``: more headers (a stream subscription's offsets)."""
+        machine = self.machine
+        self.confirms.confirm(lambda: self._write(machine.send(Receipt(receipt_id, extra))),
+                              durable=durable)
 
     def _confirm(self, frame: Frame, needs_sync: bool) -> None:
         receipt = frame.get("receipt")
         if not receipt:
             return  # the store batch is written by the next pump; nobody waits for it
-        if needs_sync:
-            self.runtime.write_ops()
-            self.receipt(receipt, self.runtime.store.sync())
+        self.receipt(receipt, durable=needs_sync)
+
+    def _not_stored(self, reason: str) -> None:
+        """A store sync failed under a pending RECEIPT: never confirm (see Durability)."""
+        if self.closing:
+            self.close()  # after DISCONNECT: the receipts are withheld, the close goes on
         else:
-            self.receipt(receipt)
+            self.fail(reason)
 
     # ------------------------------------------------------------ SEND
     def on_send(self, frame: Frame) -> None:
@@ -374,22 +309,21 @@ class StompSession(BufferedOutput):
         this much unconfirmed data in the store's write queue, stop reading it until the
         store has caught up, so a disk slower than the producer cannot grow memory."""
         self._unsynced = 0
-        self.runtime.write_ops()
+        synced = self.runtime.durability.sync_after_writes()
         self.transport.pause_reading()
         self._store_waits += 1
 
-        async def resume() -> None:
-            try:
-                await self.runtime.store.sync()
-            except Exception as exc:
-                self.fail(f"message could not be stored: {exc}")
+        def resume(fut: asyncio.Future[None]) -> None:
+            self._store_waits -= 1
+            failure = asyncio.CancelledError("store sync cancelled") if fut.cancelled() \
+                else fut.exception()
+            if failure is not None:
+                self.fail(f"{NOT_STORED}: {failure}")
                 return
-            finally:
-                self._store_waits -= 1
             if not self.closing and not self.reading_held():
                 self._resume_reading()
 
-        asyncio.get_running_loop().create_task(resume())
+        synced.add_done_callback(resume)
 
     def _message(self, headers: dict[str, str], body: bytes, dest: Destination) -> Message:
         assert self.conn is not None
@@ -463,7 +397,7 @@ class StompSession(BufferedOutput):
             streams = [q for q in consumer.sources if isinstance(q, StreamQueue)]
             extra = ((FIRST_HEADER, str(streams[0].first_offset)),
                      (NEXT_HEADER, str(streams[0].next_offset))) if streams else ()
-            self.receipt(receipt, extra=extra)
+            self.receipt(receipt, extra)
         self.runtime.request_pump()
 
     def on_unsubscribe(self, frame: Frame) -> None:
@@ -515,9 +449,7 @@ class StompSession(BufferedOutput):
         self._confirm(frame, needs_sync and bool(frame.get("receipt")))
 
     def on_nack(self, frame: Frame) -> None:
-        assert self.conn is not None
-        if self.version == "1.0":
-            raise ProtocolError("Unknown STOMP action: NACK (not part of STOMP 1.0)")
+        assert self.conn is not None  # the machine refuses NACK in STOMP 1.0
         consumer, tag = self._find_ack(frame)
         needs_sync = self.broker.nack(self.conn, consumer, tag,
                                       cumulative=consumer.ack_mode is AckMode.CLIENT,
@@ -545,12 +477,8 @@ class StompSession(BufferedOutput):
         if receipt:
             self.receipt(receipt)
         self.closing = True
-        if self._receipt_task is None:
-            self.flush()
-            self.transport.close()
-        else:
-            task = self._receipt_task
-            task.add_done_callback(lambda _t: self.close())
+        # Closed once every receipt before it (the DISCONNECT's own included) is out.
+        self.confirms.confirm(self.close, durable=False)
 
     # ------------------------------------------------------------ output
     def deliver(self, outcome: Delivery | BrowseEnd) -> None:
@@ -575,7 +503,7 @@ class StompSession(BufferedOutput):
             per.append(("redelivered", "true"))
         if outcome.delivery_count > 1:
             per.append(("JMSXDeliveryCount", str(outcome.delivery_count)))
-        self._write(encode_message_frame(fixed, per, msg.body, self.version))
+        self._write(self.machine.send_message(fixed, per, msg.body))
 
     def _fixed_headers(self, msg: Message) -> bytes:
         """The MESSAGE header block every subscriber of ``msg`` shares, encoded once per
@@ -639,27 +567,19 @@ class StompSession(BufferedOutput):
         (the core has logged it)."""
         if self.closing:
             return
-        self._error(reason, frame)
+        self._error(reason, frame, fatal=False)
 
     def fail(self, reason: str, frame: Frame | None = None) -> None:
         """Send ERROR with ``reason`` and close; only this connection is affected."""
         if self.closing:
             return
         log.info("closing STOMP connection %s: %s", self.remote, reason)
-        self._error(reason, frame)
+        self._error(reason, frame, fatal=True)
         self.flush()
         self.close()
 
-    def _error(self, reason: str, frame: Frame | None) -> None:
-        headers = [("message", reason.replace("\n", " ")), ("content-type", "text/plain")]
-        if frame is not None and frame.get("receipt"):
-            headers.append(("receipt-id", frame.get("receipt") or ""))
-        version = self.version if frame is None or frame.command not in ("CONNECT", "STOMP") \
-            else "1.0"
-        try:
-            self._write(encode_frame("ERROR", headers, reason.encode(), version=version))
-        except MeshmqError:
-            self._write(encode_frame("ERROR", [("message", "protocol error")], version="1.0"))
+    def _error(self, reason: str, frame: Frame | None, *, fatal: bool) -> None:
+        self._write(self.machine.send(Error(reason, frame, fatal=fatal)))
 
     def close_by_admin(self) -> None:
         self.fail("connection closed by an administrator")
@@ -674,8 +594,6 @@ class StompSession(BufferedOutput):
         self.closing = True
         if self._hb_handle is not None:
             self._hb_handle.cancel()
-        if self._receipt_task is not None:
-            self._receipt_task.cancel()
         if self.flow_blocked:
             self.broker.usage.cancel_wait(self._unblock_producer)
         if self.conn is not None:
@@ -695,9 +613,6 @@ class StompSession(BufferedOutput):
         """Called about every half second by the runtime."""
         if self.closing:
             return
-        if self.conn is None and now - self.accepted_at > self.cfg.connect_timeout_ms / 1000:
-            self.fail("no CONNECT frame received in time")
-            return
         if self.flow_blocked:
             block_timeout = self.runtime.config.usage.block_timeout_ms
             if block_timeout and now - self.blocked_since > block_timeout / 1000:
@@ -705,36 +620,34 @@ class StompSession(BufferedOutput):
                           f"producer was blocked for more than {block_timeout} ms "
                           "(usage.block_timeout_ms); frames after the last receipt were "
                           "not accepted")
-            # Reading is paused: a partial frame or a missing heart-beat is ours, not the
-            # client's, so neither is timed out while blocked.
-            return
-        if self.reading_held():
-            return
-        if self.partial_since is not None and \
-                now - self.partial_since > self.cfg.frame_timeout_ms / 1000:
-            self.fail("incomplete frame: timed out waiting for the rest of it")
+                return
+        self._due(now)
+
+    def _due(self, now: float) -> None:
+        """Act on what the machine says is due: a heart-beat to send, a client that
+        missed a deadline (a paused client is ours to blame, so its clocks stop)."""
+        machine = self.machine
+        machine.last_write = self.last_write
+        for due in machine.timeouts(now, reading_held=self.reading_held()):
+            if due is HEARTBEAT_DUE:
+                self._write(machine.send(HEARTBEAT_DUE))
+                self.flush()
+            elif isinstance(due, PeerTimedOut):
+                self.fail(due.reason)
+                return
 
     def _schedule_heartbeat(self) -> None:
-        if not self.send_interval and not self.recv_interval:
-            return
-        candidates = [i for i in (self.send_interval,
-                                  self.recv_interval * self.cfg.heartbeat_grace) if i]
-        delay = max(0.01, min(candidates) / 2)
-        self._hb_handle = asyncio.get_running_loop().call_later(delay, self._heartbeat_tick)
+        delay = self.machine.heartbeat_delay()
+        if delay is not None:
+            self._hb_handle = asyncio.get_running_loop().call_later(delay,
+                                                                    self._heartbeat_tick)
 
     def _heartbeat_tick(self) -> None:
         if self.closing:
             return
-        now = time.monotonic()
-        if self.recv_interval and now - self.last_read > self.recv_interval * \
-                self.cfg.heartbeat_grace and not self.reading_held():
-            self.fail("heart-beat timeout: no data received from the client for "
-                      f"{now - self.last_read:.1f}s")
-            return
-        if self.send_interval and now - self.last_write >= self.send_interval * 0.5:
-            self._write(HEARTBEAT)
-            self.flush()
-        self._schedule_heartbeat()
+        self._due(time.monotonic())
+        if not self.closing:
+            self._schedule_heartbeat()
 
     # ------------------------------------------------------------ flow control
     def _block_producer(self) -> None:
@@ -782,10 +695,7 @@ class StompSession(BufferedOutput):
 
     def _resume_reading(self) -> None:
         # The client's clocks restart: it could not be read while we held it.
-        now = time.monotonic()
-        self.last_read = now
-        if self.partial_since is not None:
-            self.partial_since = now
+        self.machine.reading_resumed(time.monotonic())
         self.transport.resume_reading()
 
     def pause_writing(self) -> None:
@@ -798,26 +708,6 @@ class StompSession(BufferedOutput):
         if self.conn is not None:
             self.broker.set_paused(self.conn, False)
             self.runtime.request_pump()
-
-
-def _escape_12(text: str) -> str:
-    if "\\" in text or ":" in text or "\n" in text or "\r" in text:
-        return (text.replace("\\", "\\\\").replace("\n", "\\n").replace(":", "\\c")
-                .replace("\r", "\\r"))
-    return text
-
-
-def _escape_11(text: str) -> str:
-    if "\\" in text or ":" in text or "\n" in text:
-        return text.replace("\\", "\\\\").replace("\n", "\\n").replace(":", "\\c")
-    return text
-
-
-def _escape_10(text: str) -> str:
-    # STOMP 1.0 has no escaping: a line break would end the header, so it becomes a space.
-    if "\n" in text or "\r" in text:
-        return text.replace("\r", " ").replace("\n", " ")
-    return text
 
 
 def _int_header(headers: dict[str, str], name: str, low: int, high: int) -> int:

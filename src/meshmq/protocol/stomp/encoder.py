@@ -9,9 +9,12 @@ Two entry points:
   consumer-specific headers (``subscription``, ``message-id``, ``ack``) are
   escaped and prepended by ``encode_message_frame``.
 
-Anything that cannot be represented in the requested version (an LF in a STOMP
-1.0 value, a non-letter command, a lone surrogate, ...) raises
-:class:`LocalProtocolError`: it is our bug, never the peer's.
+Header text is escaped per version by the one set of escaping functions here
+(:func:`escaper`), used by every frame the broker and the clients write: 1.1 and 1.2
+escape, 1.0 (and CONNECT/CONNECTED) replaces CR and LF with a space, since a 1.0
+peer has no way to read them. What cannot be sent at all (a non-letter command, an
+empty header name, a lone surrogate, ...) raises :class:`LocalProtocolError`: it is
+our bug, never the peer's.
 """
 
 from __future__ import annotations
@@ -25,7 +28,11 @@ __all__ = [
     "encode_frame",
     "encode_header_block",
     "encode_message_frame",
+    "escape_10",
+    "escape_11",
+    "escape_12",
     "escape_header",
+    "escaper",
 ]
 
 HEARTBEAT: bytes = b"\n"
@@ -34,55 +41,41 @@ _VERSIONS = ("1.0", "1.1", "1.2")
 _UNESCAPED_COMMANDS = frozenset({"CONNECT", "CONNECTED"})
 
 
-def _check_raw(text: str, is_name: bool) -> str:
-    """Validate text sent without escaping (STOMP 1.0, CONNECT, CONNECTED)."""
-    if "\n" in text:
-        raise LocalProtocolError(f"header {'name' if is_name else 'value'} {text!r} "
-                                 "contains LF, which cannot be sent without escaping")
-    if is_name and ":" in text:
-        raise LocalProtocolError(f"header name {text!r} contains ':', "
-                                 "which cannot be sent without escaping")
-    if text.endswith("\r"):
-        # The receiver would take the CR as half of a CRLF line ending.
-        raise LocalProtocolError(f"header {'name' if is_name else 'value'} {text!r} "
-                                 "ends in CR, which cannot be sent without escaping")
+def escape_10(text: str) -> str:
+    """STOMP 1.0, and CONNECT/CONNECTED in every version: no escaping exists, so the
+    text is sent as is, except that CR and LF become a space (a line break would end
+    the header line, and the peer could not read the rest of the frame)."""
+    if "\n" in text or "\r" in text:
+        return text.replace("\r", " ").replace("\n", " ")
     return text
 
 
-def _escape_11(text: str, is_name: bool = False) -> str:
-    if "\\" in text:
-        text = text.replace("\\", "\\\\")
-    if "\n" in text:
-        text = text.replace("\n", "\\n")
-    if ":" in text:
-        text = text.replace(":", "\\c")
-    if text.endswith("\r"):
-        # 1.1 has no escape for CR; a trailing one would be read as part of CRLF.
-        raise LocalProtocolError(f"header {'name' if is_name else 'value'} {text!r} "
-                                 "ends in CR, which STOMP 1.1 cannot represent")
+def escape_11(text: str) -> str:
+    """STOMP 1.1: backslash, LF and ':' escaped; 1.1 has no escape for CR, which is sent
+    as is (a trailing one is then read by the peer as part of the line ending)."""
+    if "\\" in text or ":" in text or "\n" in text:
+        return text.replace("\\", "\\\\").replace("\n", "\\n").replace(":", "\\c")
     return text
 
 
-def _escape_12(text: str, is_name: bool = False) -> str:
+def escape_12(text: str) -> str:
+    """STOMP 1.2: backslash, LF, ':' and CR escaped."""
     # The fast path: most names and values need no escaping at all.
-    if "\\" in text:
-        text = text.replace("\\", "\\\\")
-    if "\n" in text:
-        text = text.replace("\n", "\\n")
-    if ":" in text:
-        text = text.replace(":", "\\c")
-    if "\r" in text:
-        text = text.replace("\r", "\\r")
+    if "\\" in text or ":" in text or "\n" in text or "\r" in text:
+        return (text.replace("\\", "\\\\").replace("\n", "\\n").replace(":", "\\c")
+                .replace("\r", "\\r"))
     return text
 
 
-def _escaper(version: str, command: str | None = None) -> Callable[[str, bool], str]:
+def escaper(version: str, command: str | None = None) -> Callable[[str], str]:
+    """The escaping function for header names and values of ``command`` frames in
+    ``version`` (CONNECT and CONNECTED are never escaped, as the spec says)."""
     if version == "1.2" and command not in _UNESCAPED_COMMANDS:
-        return _escape_12
+        return escape_12
     if version == "1.1" and command not in _UNESCAPED_COMMANDS:
-        return _escape_11
+        return escape_11
     if version in _VERSIONS:
-        return _check_raw
+        return escape_10
     raise LocalProtocolError(f"unsupported STOMP version {version!r}")
 
 
@@ -101,12 +94,12 @@ def _check_command(command: str) -> None:
 def escape_header(value: str, version: str) -> str:
     """Escape a header name or value for ``version``.
 
-    1.1 escapes backslash, LF and ':' (as ``\\\\``, ``\\n``, ``\\c``); 1.2 also CR
-    (``\\r``). 1.0 has no escaping: the text is returned as is, and an LF (or a
-    trailing CR, which a receiver would take for CRLF) raises
-    :class:`LocalProtocolError`.
+    1.1 escapes backslash, LF and ':' (as ``\\\\``, ``\\n``, ``\\c``) and sends CR as
+    is; 1.2 also escapes CR (``\\r``). 1.0 has no escaping: the text is sent as is,
+    except that CR and LF become a space, which every 1.0 peer can parse. Never raises
+    for text; an unsupported version raises :class:`LocalProtocolError`.
     """
-    return _escaper(version)(value, False)
+    return escaper(version)(value)
 
 
 def encode_frame(command: str, headers: Iterable[tuple[str, str]], body: bytes = b"", *,
@@ -121,7 +114,7 @@ def encode_frame(command: str, headers: Iterable[tuple[str, str]], body: bytes =
     must match the body.
     """
     _check_command(command)
-    escape = _escaper(version, command)
+    escape = escaper(version, command)
     parts = [command, "\n"]
     has_length = False
     for name, value in headers:
@@ -132,7 +125,7 @@ def encode_frame(command: str, headers: Iterable[tuple[str, str]], body: bytes =
             if value.strip() != str(len(body)):
                 raise LocalProtocolError(
                     f"content-length {value!r} does not match the {len(body)}-byte body")
-        parts += (escape(name, True), ":", escape(value, False), "\n")
+        parts += (escape(name), ":", escape(value), "\n")
     if not has_length and ((content_length and body) or b"\0" in body):
         parts.append(f"content-length:{len(body)}\n")
     parts.append("\n")
@@ -147,7 +140,7 @@ def encode_header_block(headers: Iterable[tuple[str, str]], version: str) -> byt
     derived from the body by ``encode_message_frame``. The result depends on the
     version, so cache one block per negotiated version.
     """
-    escape = _escaper(version, "MESSAGE")
+    escape = escaper(version, "MESSAGE")
     return _encode_text(_header_lines(
         [(n, v) for n, v in headers if n != "content-length"], escape))
 
@@ -155,18 +148,18 @@ def encode_header_block(headers: Iterable[tuple[str, str]], version: str) -> byt
 _SPECIAL = ("\\", ":", "\n", "\r")
 
 
-def _header_lines(headers: list[tuple[str, str]], escape: Callable[[str, bool], str]) -> str:
+def _header_lines(headers: list[tuple[str, str]], escape: Callable[[str], str]) -> str:
     """``name:value\\n`` lines; one scan of all the text decides whether any escaping
     is needed at all (the common case is none), instead of one call per name and value."""
     text = "\0".join([n + "\0" + v for n, v in headers])
-    if escape is not _check_raw and not any(c in text for c in _SPECIAL) \
+    if not any(c in text for c in _SPECIAL) \
             and all(n for n, _ in headers):
         return "".join([f"{n}:{v}\n" for n, v in headers])
     parts: list[str] = []
     for name, value in headers:
         if not name:
             raise LocalProtocolError("empty header name")
-        parts += (escape(name, True), ":", escape(value, False), "\n")
+        parts += (escape(name), ":", escape(value), "\n")
     return "".join(parts)
 
 
@@ -182,13 +175,13 @@ def encode_message_frame(fixed_headers: bytes, per_delivery: Iterable[tuple[str,
     is always derived from ``body`` (any in ``per_delivery`` is ignored); with
     ``content_length=False`` it is omitted unless the body contains a NUL.
     """
-    escape = _escaper(version, "MESSAGE")
+    escape = escaper(version, "MESSAGE")
     parts = ["MESSAGE\n"]
     for name, value in per_delivery:
         if not name:
             raise LocalProtocolError("empty header name")
         if name != "content-length":
-            parts += (escape(name, True), ":", escape(value, False), "\n")
+            parts += (escape(name), ":", escape(value), "\n")
     with_length = content_length or b"\0" in body
     tail = b"content-length:%d\n\n" % len(body) if with_length else b"\n"
     return b"".join((_encode_text("".join(parts)), fixed_headers, tail, body, b"\0"))

@@ -17,7 +17,7 @@ import re
 
 from meshmq.errors import FrameTooLargeError, RemoteProtocolError
 
-from .frames import Frame
+from .frames import CLIENT_FRAME_TYPES, Frame
 
 __all__ = ["StompParser"]
 
@@ -191,7 +191,9 @@ class StompParser:
                         break
                 # One copy straight out of the buffer (a bytearray slice would copy twice).
                 body = bytes(memoryview(buf)[body_start:stop]) if stop > body_start else b""
-                frames.append(Frame(command, self._headers, body))
+                # A client's frame comes back typed (Send, Subscribe, ...); others as Frame.
+                frames.append(CLIENT_FRAME_TYPES.get(command, Frame)(command, self._headers,
+                                                                     body))
                 self._command = None
                 self._headers = []
                 self._clen = -1
