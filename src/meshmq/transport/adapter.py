@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, cast
 
 if TYPE_CHECKING:
-    from meshmq.transport.runtime import BrokerRuntime, Session
+    from meshmq.transport.host import Session, SessionHost
 
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 WRITE_LOW_WATER = 1024 * 1024
@@ -21,7 +21,7 @@ class BufferedOutput:
     """Output of a protocol session: frames are queued as they are produced and written
     with one ``transport.write`` when the runtime's pump flushes the session."""
 
-    runtime: BrokerRuntime
+    host: SessionHost
     transport: asyncio.Transport
     _out: list[bytes]
     last_write: float
@@ -31,7 +31,7 @@ class BufferedOutput:
         if not out:
             # Only an empty buffer needs marking: flush() empties it, so a non-empty one
             # is marked already (one dict insert per pump, not per frame).
-            self.runtime.mark_flush(self)  # type: ignore[arg-type]  # every user is a Session
+            self.host.mark_flush(self)  # type: ignore[arg-type]  # every user is a Session
         out.append(data)
 
     def flush(self) -> None:
@@ -58,8 +58,8 @@ S = TypeVar("S", bound=ConnectionSession)
 class SessionProtocol(asyncio.Protocol, Generic[S]):
     """Subclasses name the session class to create in ``make_session``."""
 
-    def __init__(self, runtime: BrokerRuntime, listener: str | None = None) -> None:
-        self.runtime = runtime
+    def __init__(self, host: SessionHost, listener: str | None = None) -> None:
+        self.host = host
         self.listener = listener  # counts against this listener's max_connections
         self.admitted = False
         self.session: S | None = None
@@ -71,7 +71,7 @@ class SessionProtocol(asyncio.Protocol, Generic[S]):
         # uvloop's transports do not subclass asyncio.Transport; cast, don't assert.
         transport = cast(asyncio.Transport, transport)
         if self.listener is not None:
-            if not self.runtime.admit(self.listener):
+            if not self.host.admit(self.listener):
                 transport.close()
                 return
             self.admitted = True
@@ -79,7 +79,7 @@ class SessionProtocol(asyncio.Protocol, Generic[S]):
         remote = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
         self.session = self.make_session(transport, remote)
-        self.runtime.accepted(cast("Session", self.session))
+        self.host.accepted(cast("Session", self.session))
 
     def data_received(self, data: bytes) -> None:
         if self.session is not None:
@@ -90,10 +90,10 @@ class SessionProtocol(asyncio.Protocol, Generic[S]):
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.admitted and self.listener is not None:
-            self.runtime.release(self.listener)
+            self.host.release(self.listener)
             self.admitted = False
         if self.session is not None:
-            self.runtime.forget(cast("Session", self.session))
+            self.host.forget(cast("Session", self.session))
             self.session.connection_lost()
 
     def pause_writing(self) -> None:

@@ -80,8 +80,8 @@ from meshmq.transport.topology import PEERS_HEADER
 if TYPE_CHECKING:
     from meshmq.core.auth import Principal
     from meshmq.core.broker import Connection
+    from meshmq.transport.host import SessionHost
     from meshmq.transport.mqtt_service import MqttService
-    from meshmq.transport.runtime import BrokerRuntime
 
 log = logging.getLogger("meshmq.mqtt")
 
@@ -195,16 +195,16 @@ _WIRE_Q0 = "mqtt4-q0"
 class MqttSession(BufferedOutput):
     """Per-connection MQTT state. Everything here runs on the event loop thread."""
 
-    def __init__(self, runtime: BrokerRuntime, transport: asyncio.Transport, remote: str,
+    def __init__(self, host: SessionHost, transport: asyncio.Transport, remote: str,
                  *, push_topology: bool = False) -> None:
-        self.runtime = runtime
+        self.host = host
         # Tell this client the peer brokers (its listener has update_cluster_clients).
         self.push_topology = push_topology
-        self.broker = runtime.broker
-        self.cfg = runtime.config.mqtt
+        self.broker = host.broker
+        self.cfg = host.config.mqtt
         self.transport = transport
         self.remote = remote
-        self.service: MqttService = runtime.mqtt
+        self.service: MqttService = host.mqtt
         now = time.monotonic()
         # The protocol: states, packet ids, in-flight windows, aliases, keep-alive.
         # Outbound packet ids hold (consumer, delivery tag) to acknowledge on settling.
@@ -226,7 +226,7 @@ class MqttSession(BufferedOutput):
         self._out: list[bytes] = []
         # PUBACK/PUBREC/PUBREL/PUBCOMP leave in order, each once what it confirms is
         # durable (the runtime's one confirm-once-durable path).
-        self.confirms = runtime.durability.confirmations(
+        self.confirms = host.durability.confirmations(
             flush=self.flush, closed=self.is_closing, fail=self._store_failed, who=remote)
         self._by_consumer: dict[Consumer, MqttSubscription] = {}
         self._denied_topics: set[str] = set()  # refusals already logged (bounded)
@@ -252,7 +252,7 @@ class MqttSession(BufferedOutput):
             self._held.extend(packets)  # behind the packets still waiting their turn
             return
         self._handle_all(packets)
-        self.runtime.request_pump()
+        self.host.request_pump()
         self.flush()
 
     def _handle_all(self, packets: list[Packet | ProtocolViolation]) -> None:
@@ -289,7 +289,7 @@ class MqttSession(BufferedOutput):
         if self.closing:
             return
         self._handle_all(held)
-        self.runtime.request_pump()
+        self.host.request_pump()
         self.flush()
         if not self._held and not self.closing:
             self.transport.resume_reading()
@@ -437,7 +437,7 @@ class MqttSession(BufferedOutput):
             return
         self.conn = self.broker.open_connection(principal, client_id=client_id,
                                                 remote=self.remote, protocol="mqtt")
-        self.runtime.register(self)
+        self.host.register(self)
         self.service.sessions[client_id] = self
         if v5:
             expiry = min(props.session_expiry_interval or 0, self.cfg.max_session_expiry_s)
@@ -471,7 +471,7 @@ class MqttSession(BufferedOutput):
                 assigned_client_identifier=assigned, server_keep_alive=server_keep_alive,
                 session_expiry_interval=expiry if props.session_expiry_interval is not None
                 and expiry != props.session_expiry_interval else None)
-            peers = self.runtime.topology.header_value("mqtt") if self.push_topology \
+            peers = self.host.topology.header_value("mqtt") if self.push_topology \
                 else None
             if peers is not None:
                 ack_props.user_properties = [(PEERS_HEADER, peers)]  # topology push
@@ -969,7 +969,7 @@ class MqttSession(BufferedOutput):
         if self.service.sessions.get(client_id) is self:
             del self.service.sessions[client_id]
         self._by_consumer.clear()
-        self.runtime.unregister(self)
+        self.host.unregister(self)
         # The session tables, the saved state and the will are settled now, in this turn;
         # the consumers (unacked messages are redelivered) and, for a session that ends
         # here, its durable subscriptions go over as many turns as they need.
@@ -977,7 +977,7 @@ class MqttSession(BufferedOutput):
         ends = state is not None and (not self.persistent or state.expiry_s == 0)
         if ends:
             self.service.states.pop(client_id, None)
-        SessionTeardown(self.runtime, client_id, self.conn, drop_session=ends).start()
+        SessionTeardown(self.host, client_id, self.conn, drop_session=ends).start()
         if self.will is not None:
             delay = self.will.properties.will_delay_interval or 0
             if self.level == PROTOCOL_LEVEL_5 and self.state is not None:
@@ -988,7 +988,7 @@ class MqttSession(BufferedOutput):
             if state.expiry_s != SERVER_SESSION_FOREVER:
                 state.expiry_handle = asyncio.get_running_loop().call_later(
                     state.expiry_s, self._expire_session, client_id, state)
-        self.runtime.request_pump()
+        self.host.request_pump()
 
     def _expire_session(self, client_id: str, state: SessionState) -> None:
         if self.service.states.get(client_id) is state \
@@ -999,7 +999,7 @@ class MqttSession(BufferedOutput):
             if pending is not None:
                 pending.drop_session()  # its connection is still being taken apart
             else:
-                SessionTeardown(self.runtime, client_id, None, drop_session=True).start()
+                SessionTeardown(self.host, client_id, None, drop_session=True).start()
 
     def _will_message(self, will: Will) -> Message:
         assert self.conn is not None
@@ -1030,7 +1030,7 @@ class MqttSession(BufferedOutput):
     def resume_writing(self) -> None:
         if self.conn is not None:
             self.broker.set_paused(self.conn, False)
-            self.runtime.request_pump()
+            self.host.request_pump()
 
 
 def _record_name(client_id: str) -> str:
@@ -1048,18 +1048,18 @@ class SessionTeardown:
     One per client id at most (``runtime.mqtt.teardowns``); a CONNECT with that client id
     calls :meth:`finish` first, and so does the broker's shutdown."""
 
-    def __init__(self, runtime: BrokerRuntime, client_id: str, conn: Connection | None,
+    def __init__(self, host: SessionHost, client_id: str, conn: Connection | None,
                  *, drop_session: bool) -> None:
-        self.runtime = runtime
+        self.host = host
         self.client_id = client_id
         self._conn = conn
         self._drop = drop_session
         self._keys: list[tuple[str, str]] | None = None
         self.done = False
-        previous = runtime.mqtt.teardowns.get(client_id)
+        previous = host.mqtt.teardowns.get(client_id)
         if previous is not None:
             previous.finish()  # not expected: a CONNECT finishes it before anything else
-        runtime.mqtt.teardowns[client_id] = self
+        host.mqtt.teardowns[client_id] = self
 
     def start(self) -> None:
         self._turn()
@@ -1081,16 +1081,16 @@ class SessionTeardown:
             self._finished()
         else:
             asyncio.get_running_loop().call_soon(self._turn)
-        self.runtime.request_pump()
+        self.host.request_pump()
 
     def _finished(self) -> None:
         self.done = True
-        if self.runtime.mqtt.teardowns.get(self.client_id) is self:
-            del self.runtime.mqtt.teardowns[self.client_id]
+        if self.host.mqtt.teardowns.get(self.client_id) is self:
+            del self.host.mqtt.teardowns[self.client_id]
 
     def _step(self, budget: int | None) -> bool:
         """At most ``budget`` removals (None: all); True when nothing is left."""
-        broker = self.runtime.broker
+        broker = self.host.broker
         if self._conn is not None:
             if not broker.close_connection_step(self._conn, budget):
                 return False
@@ -1120,8 +1120,8 @@ class MqttProtocol(SessionProtocol[MqttSession]):
     """The asyncio adapter for MQTT: one per TCP (or WebSocket) connection."""
 
     def make_session(self, transport: asyncio.Transport, remote: str) -> MqttSession:
-        return MqttSession(self.runtime, transport, remote,
-                           push_topology=self.runtime.pushes_topology(self.listener))
+        return MqttSession(self.host, transport, remote,
+                           push_topology=self.host.pushes_topology(self.listener))
 
 
 def _plain_credentials(data: bytes | None) -> tuple[str, str] | None:

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from meshmq.core.message import Message
+    from meshmq.transport.host import SessionHost
     from meshmq.transport.mqtt_server import MqttSession, SessionState, SessionTeardown
-    from meshmq.transport.runtime import BrokerRuntime
 
 RETAIN_PROPERTY = "ActiveMQ.Retain"  # ActiveMQ's name for an MQTT message's retain flag
 
@@ -23,8 +23,8 @@ RETAIN_PROPERTY = "ActiveMQ.Retain"  # ActiveMQ's name for an MQTT message's ret
 class MqttService:
     """Owned by the runtime; every MQTT session of it receives the same one."""
 
-    def __init__(self, runtime: BrokerRuntime) -> None:
-        self.runtime = runtime
+    def __init__(self, host: SessionHost) -> None:
+        self.host = host
         self.sessions: dict[str, MqttSession] = {}  # client id -> live session
         self.states: dict[str, SessionState] = {}  # persistent sessions
         # Client id -> the connection (or expired session) still being taken apart.
@@ -34,12 +34,12 @@ class MqttService:
     def schedule_will(self, client_id: str, message: Message, delay_s: int) -> None:
         """Publish an MQTT will now, or after its delay unless the client comes back."""
         retain = message.properties.get(RETAIN_PROPERTY) is True
-        runtime = self.runtime
+        host = self.host
 
         def publish() -> None:
             self._wills.pop(client_id, None)
-            runtime.broker.publish_internal(message, retain=retain)
-            runtime.pump()
+            host.broker.publish_internal(message, retain=retain)
+            host.pump()
 
         self.cancel_will(client_id)
         if delay_s <= 0:

@@ -55,7 +55,7 @@ from meshmq.transport.topology import PEERS_HEADER
 if TYPE_CHECKING:
     from meshmq.core.auth import Principal
     from meshmq.core.broker import Connection
-    from meshmq.transport.runtime import BrokerRuntime
+    from meshmq.transport.host import SessionHost
 
 log = logging.getLogger("meshmq.stomp")
 
@@ -83,15 +83,15 @@ CONSUMERS_CLOSED_PER_TURN = 1000
 class StompSession(BufferedOutput):
     """Per-connection STOMP state. Everything here runs on the event loop thread."""
 
-    def __init__(self, runtime: BrokerRuntime, transport: asyncio.Transport, remote: str,
+    def __init__(self, host: SessionHost, transport: asyncio.Transport, remote: str,
                  *, push_topology: bool = False) -> None:
-        self.runtime = runtime
+        self.host = host
         # Tell this client the peer brokers (its listener has update_cluster_clients).
         self.push_topology = push_topology
-        self.broker = runtime.broker
+        self.broker = host.broker
         self.transport = transport
         self.remote = remote
-        cfg = runtime.config.stomp
+        cfg = host.config.stomp
         self.cfg = cfg
         now = time.monotonic()
         self.machine = StompConnection(
@@ -104,7 +104,7 @@ class StompSession(BufferedOutput):
         self.conn: Connection | None = None
         self.closing = False
         self._out: list[bytes] = []
-        self.confirms = runtime.durability.confirmations(
+        self.confirms = host.durability.confirmations(
             flush=self.flush, closed=transport.is_closing, fail=self._not_stored,
             who=f"STOMP connection {remote}")
         self._consumer_index: dict[int, Consumer] = {}
@@ -164,13 +164,13 @@ class StompSession(BufferedOutput):
                 log.exception("internal error handling %s from %s", event.command, self.remote)
                 self.fail("internal broker error", event)
             if event.command == "SEND" and self.broker.usage.full and not self.is_closing() \
-                    and self.runtime.config.usage.on_limit == "block":
+                    and self.host.config.usage.on_limit == "block":
                 # Producer flow control: hold this connection's remaining frames and stop
                 # reading it until memory drains. Other connections are unaffected.
                 self._held = list(events[i + 1:])
                 self._block_producer()
                 break
-        self.runtime.request_pump()
+        self.host.request_pump()
         self.flush()
 
     def _violation(self, event: ProtocolViolation) -> None:
@@ -226,15 +226,15 @@ class StompSession(BufferedOutput):
         if events:
             self._process(events)
         elif deferred:
-            self.runtime.request_pump()
+            self.host.request_pump()
             self.flush()
 
     def _connected(self, frame: Frame, principal: Principal) -> None:
         client_id = frame.get("client-id")
         self.conn = self.broker.open_connection(principal, client_id=client_id,
                                                 remote=self.remote, protocol="stomp")
-        self.runtime.register(self)
-        peers = self.runtime.topology.header_value("stomp") if self.push_topology else None
+        self.host.register(self)
+        peers = self.host.topology.header_value("stomp") if self.push_topology else None
         extra = ((PEERS_HEADER, peers),) if peers is not None else ()  # docs/client.md
         # Raises for an invalid heart-beat header (then connection_lost closes self.conn).
         self._write(self.machine.send(Connected(self.conn.id, f"meshmq/{__version__}",
@@ -309,7 +309,7 @@ class StompSession(BufferedOutput):
         this much unconfirmed data in the store's write queue, stop reading it until the
         store has caught up, so a disk slower than the producer cannot grow memory."""
         self._unsynced = 0
-        synced = self.runtime.durability.sync_after_writes()
+        synced = self.host.durability.sync_after_writes()
         self.transport.pause_reading()
         self._store_waits += 1
 
@@ -398,7 +398,7 @@ class StompSession(BufferedOutput):
             extra = ((FIRST_HEADER, str(streams[0].first_offset)),
                      (NEXT_HEADER, str(streams[0].next_offset))) if streams else ()
             self.receipt(receipt, extra)
-        self.runtime.request_pump()
+        self.host.request_pump()
 
     def on_unsubscribe(self, frame: Frame) -> None:
         assert self.conn is not None
@@ -597,14 +597,14 @@ class StompSession(BufferedOutput):
         if self.flow_blocked:
             self.broker.usage.cancel_wait(self._unblock_producer)
         if self.conn is not None:
-            self.runtime.unregister(self)
+            self.host.unregister(self)
             self._close_step(self.conn)
 
     def _close_step(self, conn: Connection) -> None:
         # A connection with very many subscriptions is taken apart over several event-loop
         # turns, so that other clients are served in between.
         done = self.broker.close_connection_step(conn, CONSUMERS_CLOSED_PER_TURN)
-        self.runtime.request_pump()
+        self.host.request_pump()
         if not done:
             asyncio.get_running_loop().call_soon(self._close_step, conn)
 
@@ -614,7 +614,7 @@ class StompSession(BufferedOutput):
         if self.closing:
             return
         if self.flow_blocked:
-            block_timeout = self.runtime.config.usage.block_timeout_ms
+            block_timeout = self.host.config.usage.block_timeout_ms
             if block_timeout and now - self.blocked_since > block_timeout / 1000:
                 self.fail(f"send refused: the broker's memory limit was reached and this "
                           f"producer was blocked for more than {block_timeout} ms "
@@ -707,7 +707,7 @@ class StompSession(BufferedOutput):
         self.write_paused = False
         if self.conn is not None:
             self.broker.set_paused(self.conn, False)
-            self.runtime.request_pump()
+            self.host.request_pump()
 
 
 def _int_header(headers: dict[str, str], name: str, low: int, high: int) -> int:
@@ -770,5 +770,5 @@ class StompProtocol(SessionProtocol[StompSession]):
     """The asyncio adapter for STOMP: one per TCP (or WebSocket) connection."""
 
     def make_session(self, transport: asyncio.Transport, remote: str) -> StompSession:
-        return StompSession(self.runtime, transport, remote,
-                            push_topology=self.runtime.pushes_topology(self.listener))
+        return StompSession(self.host, transport, remote,
+                            push_topology=self.host.pushes_topology(self.listener))
