@@ -25,6 +25,7 @@ from meshmq.management.metrics import sync_histogram
 from meshmq.store.base import Store
 from meshmq.tls import CertificateReloader, TlsFileError, server_context
 from meshmq.transport.durability import Durability
+from meshmq.transport.paging import PageReader
 from meshmq.transport.topology import Topology, push_families
 
 if TYPE_CHECKING:
@@ -106,6 +107,8 @@ class BrokerRuntime:
         # Every "confirm once durable" (receipts, MQTT acks, bridge acks) goes through here.
         self.durability = Durability(self.write_ops, self.store.sync,
                                      self.trace_barrier)
+        # Pages of paged-out messages the core asks for (core/paging.py).
+        self.pages = PageReader(self.broker, self.store, self.request_pump)
         # Outcomes waiting for a dispatch mark to be durable, in pump order; a group
         # with no gate waits only for the groups before it.
         self._held: deque[tuple[_Gate | None, list[Outcome]]] = deque()
@@ -659,6 +662,7 @@ class BrokerRuntime:
         for teardown in list(self.mqtt_teardowns.values()):
             teardown.finish()  # what a clean session leaves behind is deleted, as ever
         self.pump()
+        self.pages.cancel()  # no page is wanted any more; the store closes next
         self._stop_trace()
         self._store_closed = True
         try:
@@ -788,6 +792,12 @@ class BrokerRuntime:
         broker = self.broker
         broker.dispatch_dirty()
         self.write_ops()
+        loads = broker.take_page_loads()
+        if loads and self.pages.read(loads):
+            broker.dispatch_dirty()  # the pages read at once go out in this pump
+            self.write_ops()
+            if broker.has_page_loads:
+                self.request_pump()
         marks, hold = broker.take_dispatch_marks()
         gate = self._sync_marks(marks) if marks or hold else None
         outcomes = broker.take_outcomes()
