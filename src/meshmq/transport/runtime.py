@@ -32,10 +32,10 @@ if TYPE_CHECKING:
     from meshmq.core.auth import Principal
     from meshmq.core.broker import Connection
     from meshmq.core.message import Message
-    from meshmq.core.trace import HeartbeatFile, TraceSink
     from meshmq.ha.controller import HaController
     from meshmq.ha.replication import ReplicatedHa
     from meshmq.transport.mqtt_server import MqttSession, SessionState, SessionTeardown
+    from meshmq.transport.trace_files import HeartbeatFile, TraceSink
 
 
 class Session(Protocol):
@@ -164,14 +164,8 @@ class BrokerRuntime:
         cfg = self.config.trace
         if not cfg.enabled:
             return
-        from meshmq.core.trace import (
-            BROKER_STARTED,
-            HeartbeatFile,
-            JsonLinesSink,
-            Tracer,
-            open_sink,
-            start_reason,
-        )
+        from meshmq.core.trace import BROKER_STARTED, Tracer, start_reason
+        from meshmq.transport.trace_files import HeartbeatFile, JsonLinesSink, open_sink
 
         boot = format(time.time_ns() // 1_000_000, "x")
         self.trace_sink = open_sink(self.config.trace_directory, self.config.broker_name, boot,
