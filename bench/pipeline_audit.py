@@ -24,13 +24,14 @@ from pathlib import Path
 from meshmq.core import destinations as dst
 from meshmq.core import trace as tr
 from meshmq.core.message import Message
+from meshmq.transport import trace_files as tf
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def generate(directory: Path, n_events: int, fmt: str) -> dict[str, int]:
     """About ``n_events`` events; returns the planted counts."""
-    sinks = {b: tr.open_sink(directory, b, "boot1", fmt=fmt, max_file_bytes=1 << 40,
+    sinks = {b: tf.open_sink(directory, b, "boot1", fmt=fmt, max_file_bytes=1 << 40,
                              roll_interval_ms=0, max_files=0) for b in ("b0", "b1", "b2")}
     batches: dict[str, list[tr.Event]] = {b: [] for b in sinks}
     queues = [dst.queue(f"orders.{i}") for i in range(8)]
@@ -96,7 +97,7 @@ def generate(directory: Path, n_events: int, fmt: str) -> dict[str, int]:
     for sink in sinks.values():
         sink.close()
     # b2 restarts: its earlier run ends (crash) and a new boot begins.
-    restart = tr.open_sink(directory, "b2", "boot2", fmt=fmt, max_file_bytes=1 << 40,
+    restart = tf.open_sink(directory, "b2", "boot2", fmt=fmt, max_file_bytes=1 << 40,
                            roll_interval_ms=0, max_files=0)
     restarted = tr.start_reason(heartbeat_ms=1000, exact=True,
                                 previous=("boot1", t // 1000 + 500_000))

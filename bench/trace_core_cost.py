@@ -29,6 +29,7 @@ from meshmq.core.broker import Broker
 from meshmq.core.consumer import AckMode, ConsumerSpec
 from meshmq.core.message import Message
 from meshmq.store.memory import MemoryStore
+from meshmq.transport import trace_files as tf
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -42,7 +43,7 @@ def run(mode: str, ack: AckMode, n: int) -> float:
     tmp = Path(tempfile.mkdtemp(prefix="meshmq-trace-cost-"))
     if mode != "off":
         broker.tracer = tr.Tracer("bench")
-        sink = tr.open_sink(tmp, "bench", "b", fmt=mode, max_file_bytes=1 << 30,
+        sink = tf.open_sink(tmp, "bench", "b", fmt=mode, max_file_bytes=1 << 30,
                             roll_interval_ms=0, max_files=0)
     conn = broker.open_connection(broker.authenticate(None, None))
     q = dst.queue("bench")

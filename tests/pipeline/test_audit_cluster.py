@@ -17,6 +17,7 @@ import pytest
 from meshmq.core import destinations as dst
 from meshmq.core import trace as tr
 from meshmq.core.message import Message
+from meshmq.transport import trace_files as tf
 from tests.support.spark_cluster import StandaloneCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -30,7 +31,7 @@ def write_trace(root: Path) -> None:
     Parquet."""
     q = dst.queue("orders")
     m1, m2, m3, m4 = (Message(f"m{i}", q, b"x", persistent=i != 2) for i in range(1, 5))
-    first = tr.JsonLinesSink(root / "a", "a", "boot1")
+    first = tf.JsonLinesSink(root / "a", "a", "boot1")
     # Broker a's first run traces in exact mode, so after its crash what it did not
     # trace it did not do: m2 is lost, not unknown.
     first.write([(0, tr.BROKER_STARTED, None, None, 0, None, None, None,
@@ -43,10 +44,10 @@ def write_trace(root: Path) -> None:
                  (6 * S, tr.ACKED, m3, None, 2, "c", None, None, None),
                  (20 * S, tr.RECEIVED, m2, None, 0, None, None, None, None)])
     first.close()
-    second = tr.JsonLinesSink(root / "a", "a", "boot2")
+    second = tf.JsonLinesSink(root / "a", "a", "boot2")
     second.write([(60 * S, tr.BROKER_STARTED, None, None, 0, None, None, None, None)])
     second.close()
-    other = tr.ParquetSink(root / "b", "b", "boot1")
+    other = tf.ParquetSink(root / "b", "b", "boot1")
     other.write([(1 * S, tr.RECEIVED, m4, None, 0, None, None, None, None),
                  (2 * S, tr.DELIVERED, m4, None, 1, "c", None, None, None)])
     other.close()

@@ -10,13 +10,14 @@ import pytest
 from meshmq.core import destinations as dst
 from meshmq.core import trace as tr
 from meshmq.core.message import Message
+from meshmq.transport import trace_files as tf
 
 # Spark jobs on a shared 2-core machine: allow more than the default 120 s.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def write_trace(directory: Path, boot: str, events: list[tr.Event]) -> None:
-    sink = tr.JsonLinesSink(directory, "b1", boot)
+    sink = tf.JsonLinesSink(directory, "b1", boot)
     sink.write(events)
     sink.close()
 

@@ -11,6 +11,7 @@ import pytest
 from meshmq.client.simple_stomp import SimpleStompClient
 from meshmq.config.model import TraceConfig
 from meshmq.core import trace as tr
+from meshmq.transport import trace_files as tf
 from tests.support.brokers import ThreadBroker, make_config, poll
 
 
@@ -99,7 +100,7 @@ def test_heartbeats_bound_a_run_and_the_next_start_names_the_last_one(tmp_path: 
     finally:
         broker.stop()
     first = rows(trace_dir)
-    hb = tr.HeartbeatFile(trace_dir, "hb").read()
+    hb = tf.HeartbeatFile(trace_dir, "hb").read()
     assert hb is not None and hb[0] == first[0]["boot"]
     assert hb[1] == first[-1]["ts"]  # a clean stop leaves its broker_stopped time
     assert first[0]["reason"] == "heartbeat_ms=50 exact=1"

@@ -20,6 +20,7 @@ from meshmq.core.consumer import AckMode
 from meshmq.core.message import Message, PropertyValue
 from meshmq.store.journal import JournalStore
 from meshmq.store.memory import MemoryStore
+from meshmq.transport import trace_files as tf
 
 # ------------------------------------------------------------------ sampling
 
@@ -121,7 +122,7 @@ def read_all(directory: Path) -> list[dict[str, object]]:
 
 def test_jsonl_sink_writes_open_files_and_seals_them(tmp_path: Path) -> None:
     clock = FakeClock()
-    sink = tr.JsonLinesSink(tmp_path, "b 1", "x", roll_interval_ms=1000, clock=clock)
+    sink = tf.JsonLinesSink(tmp_path, "b 1", "x", roll_interval_ms=1000, clock=clock)
     sink.write([event(1), event(2)])
     sink.tick()  # not due: flushed to the OS, still open
     (open_file,) = tmp_path.iterdir()
@@ -138,7 +139,7 @@ def test_jsonl_sink_writes_open_files_and_seals_them(tmp_path: Path) -> None:
 
 
 def test_jsonl_sink_rolls_by_size_and_keeps_max_files(tmp_path: Path) -> None:
-    sink = tr.JsonLinesSink(tmp_path, "b", "x", max_file_bytes=300, roll_interval_ms=0,
+    sink = tf.JsonLinesSink(tmp_path, "b", "x", max_file_bytes=300, roll_interval_ms=0,
                             max_files=2)
     for i in range(20):
         sink.write([event(i)])
@@ -149,22 +150,22 @@ def test_jsonl_sink_rolls_by_size_and_keeps_max_files(tmp_path: Path) -> None:
 
 
 def test_a_restart_seals_files_left_open_by_a_crash(tmp_path: Path) -> None:
-    crashed = tr.JsonLinesSink(tmp_path, "b", "old")
+    crashed = tf.JsonLinesSink(tmp_path, "b", "old")
     crashed.write([event(1)])
     crashed.tick()
     crashed._file.close()  # the process dies here: the file stays .open
     other = tmp_path / "trace-other-z-000001.jsonl.open"
     other.write_text("")
-    tr.JsonLinesSink(tmp_path, "b", "new")
+    tf.JsonLinesSink(tmp_path, "b", "new")
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == ["trace-b-old-000001.jsonl", "trace-other-z-000001.jsonl.open"]
 
 
 def test_parquet_sink_writes_the_documented_schema(tmp_path: Path) -> None:
     pq = pytest.importorskip("pyarrow.parquet")
-    sink = tr.open_sink(tmp_path, "b", "x", fmt="parquet", max_file_bytes=1 << 20,
+    sink = tf.open_sink(tmp_path, "b", "x", fmt="parquet", max_file_bytes=1 << 20,
                         roll_interval_ms=0, max_files=0)
-    assert isinstance(sink, tr.ParquetSink)
+    assert isinstance(sink, tf.ParquetSink)
     msg = Message("ID:9", dst.topic("t"), b"abcd", {"dedup-id": "d-1"}, persistent=True,
                   timestamp=3, broker_path=("a", "b"))
     forwarded: tr.Event = (5000, tr.FORWARDED, msg, None, 2, "c:1", "peer", "nc", None)

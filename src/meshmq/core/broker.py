@@ -24,6 +24,7 @@ from meshmq.core.consumer import Consumer, ConsumerSpec
 from meshmq.core.dedup import DEDUP_PROPERTY, DuplicateWindow, network_key
 from meshmq.core.destinations import Destination, DestKind
 from meshmq.core.message import Message, PropertyValue
+from meshmq.core.paging import PageLoad
 from meshmq.core.queue import Entry, Outcome, Queue
 from meshmq.core.rates import RateSampler
 from meshmq.core.selector import Selector, compile_selector, message_lookup
@@ -56,6 +57,7 @@ from meshmq.store.base import (
     RemoveRef,
     SetDeliveryCount,
     Store,
+    StoredEntry,
     StoreOp,
 )
 
@@ -190,6 +192,10 @@ class Broker:
         self.dispatch_marks = False
         self._marks: list[tuple[Queue, int]] = []
         self._hold = False
+        # Pages of stored messages queues asked for (core/paging.py), for the runtime,
+        # and queues whose last load failed, asked again on the next tick.
+        self._page_loads: list[PageLoad] = []
+        self._page_retry: dict[Queue, None] = {}
         self._listeners: list[Callable[[ConsumerEvent], None]] = []
         self.dedup = DuplicateWindow(config.duplicate_window)
         # Client sends refused as not authorized (broker-owned topics), for statistics.
@@ -239,6 +245,32 @@ class Broker:
         """The store synced the batches holding ``marks`` (from ``take_dispatch_marks``)."""
         for queue, mark in marks:
             queue.mark_durable(mark)
+
+    def request_page(self, load: PageLoad) -> None:
+        self._page_loads.append(load)
+
+    @property
+    def has_page_loads(self) -> bool:
+        return bool(self._page_loads)
+
+    def take_page_loads(self) -> list[PageLoad]:
+        """The pages queues asked for since the last call (core/paging.py): the caller
+        reads each from the store (``Store.load(load.key, load.after_seq, load.count)``)
+        and answers with ``page_loaded`` or ``page_failed``. Call after ``take_ops`` has
+        been written, so that the store holds every reference the page may contain."""
+        loads, self._page_loads = self._page_loads, []
+        return loads
+
+    def page_loaded(self, load: PageLoad, entries: list[StoredEntry]) -> None:
+        """The store returned the page ``load`` asked for: its queue dispatches it on
+        the next ``dispatch_dirty``."""
+        load.queue.page_loaded(load, entries)
+
+    def page_failed(self, load: PageLoad) -> None:
+        """The page could not be read: the queue keeps its place and asks again on the
+        next ``tick`` (a broken store is not retried in a tight loop)."""
+        load.queue.page_failed(load)
+        self._page_retry[load.queue] = None
 
     def mark_dirty(self, queue: Queue) -> None:
         self._dirty[queue] = None
@@ -1157,6 +1189,9 @@ class Broker:
     # ================================================================ expiry and DLQ
     def tick(self) -> None:
         """Periodic housekeeping: sweep expired messages, sample rates."""
+        if self._page_retry:
+            self._dirty.update(self._page_retry)
+            self._page_retry.clear()
         for queue in list(self.queues.values()):
             queue.expire_pending()
         for sub in self._topic_index.all():

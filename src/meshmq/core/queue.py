@@ -20,6 +20,7 @@ from meshmq.config.model import DestinationPolicy
 from meshmq.core.consumer import AckMode, Consumer
 from meshmq.core.destinations import Destination
 from meshmq.core.message import Message
+from meshmq.core.paging import PageLoad
 from meshmq.core.selector import message_lookup
 from meshmq.core.trace import ACKED, DELIVERED, DISPATCHED, DROPPED, REDELIVERED, Tracer
 from meshmq.core.usage import MemoryUsage
@@ -113,6 +114,7 @@ class QueueContext(Protocol):
     def bursting(self, consumer: Consumer) -> None: ...
     def dead_letter(self, queue: Queue, entry: Entry, cause: str) -> None: ...
     def expired(self, queue: Queue, entry: Entry) -> None: ...
+    def request_page(self, load: PageLoad) -> None: ...
 
 
 class QueueStats:
@@ -156,6 +158,9 @@ class Queue:
         # Paging: persisted entries with seq > _mem_high live only in the store.
         self._paging = stored_count > 0
         self._mem_high = 0
+        # The page being read for this queue (core/paging.py), None when none is.
+        self.loading: PageLoad | None = None
+        self.page_failures = 0  # loads the edge reported failed (statistics, retries)
         self._expiring = 0  # in-memory entries that carry an expiration
         self.deleted = False
         # Dispatch marks (store.base.MarkDispatched). Entries up to _recovered_mark may
@@ -228,13 +233,16 @@ class Queue:
                           or self.ctx.usage.full):
             # Leave it in the store only; it is paged in when the queue drains.
             self._paging = True
+            if self.loading is not None:
+                self.loading.more = True  # the page in flight may not reach it
             self.ctx.mark_dirty(self)
             return
         if persisted:
             self._mem_high = seq
         entry = Entry(self, seq, message, persisted, delivery_count)
         self._charge(entry)
-        if not self._mem_pending and self._tiers and not message.expiration:
+        if not self._mem_pending and self._tiers and not message.expiration \
+                and self.loading is None:
             # Fast path: nothing is waiting, so order cannot suffer; hand the message
             # straight to a consumer with room, skipping the heap and a dispatch pass.
             consumer = self._choose(entry)
@@ -294,12 +302,17 @@ class Queue:
         now = self.ctx.now_ms()
         skipped: list[tuple[int, int, Entry]] = []
         budget = SCAN_LIMIT
+        # While a page is being read, nothing beyond it may overtake it.
+        loading = self.loading
+        boundary = loading.after_seq if loading is not None else -1
         while heap:
             item = heap[0]
             entry = item[2]
             if entry.state != PENDING:
                 heapq.heappop(heap)
                 continue
+            if boundary >= 0 and entry.seq > boundary:
+                break
             msg = entry.message
             if msg.expiration and now >= msg.expiration:
                 heapq.heappop(heap)
@@ -322,7 +335,8 @@ class Queue:
                 break
         for item in skipped:
             heapq.heappush(heap, item)
-        if self._paging and self._mem_persisted_pending < self.policy.page_size // 2:
+        if self._paging and self.loading is None and \
+                self._mem_persisted_pending < self.policy.page_size // 2:
             self.ctx.mark_dirty(self)  # more to page in on the next pass
 
     def _any_capacity(self) -> bool:
@@ -453,6 +467,8 @@ class Queue:
         """Forget a reference that lives only in the store (paged out): ``purge`` and the
         management API's deletes and moves, which do not load the queue."""
         self._count -= 1
+        if self.loading is not None and seq > self.loading.after_seq:
+            self.loading.dropped.add(seq)  # the page in flight may hold it
         if self.key is not None:
             self.ctx.store_op(RemoveRef(self.key, seq))
 
@@ -495,23 +511,54 @@ class Queue:
 
     # ------------------------------------------------------------ paging
     def _page_in(self) -> None:
+        """Ask for the next page of stored messages when the in-memory window runs low
+        (a decision: core/paging.py); one load at a time per queue."""
         if not self._paging or self.store is None or self.key is None:
             self._paging = False
+            return
+        if self.loading is not None:
             return
         want = self.policy.page_size - self._mem_persisted_pending
         if want < self.policy.page_size // 2 or self.ctx.usage.full:
             return
-        loaded = self.store.load(self.key, self._mem_high, want)
+        load = self.loading = PageLoad(self, self.key, self._mem_high, want)
+        self.ctx.request_page(load)
+
+    def page_loaded(self, load: PageLoad, loaded: list[StoredEntry]) -> None:
+        """The page ``load`` asked for, as the store returned it: the entries join the
+        queue in seq order and dispatching carries on."""
+        if load is not self.loading:
+            return  # purged or deleted meanwhile: the page is stale
+        self.loading = None
+        if self.deleted:
+            return
+        dropped = load.dropped
         for stored in loaded:
             self._mem_high = stored.seq
+            if dropped and stored.seq in dropped:
+                continue  # removed by the management API while the page was read
             if stored.message.broker_path:
                 # After a restart, a bridge may re-send what it never saw acknowledged:
                 # messages held here that came over a bridge go back in the window.
                 self.ctx.remember_network_message(stored.message)
             self._push(Entry(self, stored.seq, stored.message, True,
                              self._recovered_count(stored)))
-        if len(loaded) < want:
+        if len(loaded) < load.count and not load.more:
             self._paging = False
+        self.ctx.mark_dirty(self)
+
+    def page_failed(self, load: PageLoad) -> None:
+        """The store could not read the page: the queue stays paging and asks again
+        the next time it is dispatched (the broker retries on its housekeeping tick)."""
+        if load is self.loading:
+            self.loading = None
+            self.page_failures += 1
+
+    def cancel_load(self) -> None:
+        """Forget the page in flight (purge, deletion): when it arrives it is ignored."""
+        if self.loading is not None:
+            self.loading.cancelled = True
+            self.loading = None
 
     # ------------------------------------------------------------ browsing
     def browse(self, limit: int = 10_000) -> list[tuple[Message, int]]:
@@ -553,6 +600,7 @@ class Queue:
         self._heap = [item for item in self._heap if item[2].state != DONE]
         heapq.heapify(self._heap)
         if self._paging and self.store is not None and self.key is not None:
+            self.cancel_load()
             while True:
                 page = self.store.load(self.key, self._mem_high, 1000)
                 if not page:

@@ -117,6 +117,19 @@ class Recovery:
 
 
 @runtime_checkable
+class LoadsAsync(Protocol):
+    """A store whose reads can block (a database over the network) also offers ``load``
+    as a coroutine that keeps the event loop free while it waits. The runtime reads
+    pages of paged-out messages (core/paging.py) through it where a store has it; the
+    stores whose reads are local (memory, the journal) are read with ``load``."""
+
+    async def load_async(self, key: str, after_seq: int,
+                         max_count: int) -> list[StoredEntry]:
+        """What ``load(key, after_seq, max_count)`` returns, without blocking the loop."""
+        ...
+
+
+@runtime_checkable
 class Store(Protocol):
     # Whether dispatch marks (``MarkDispatched``) survive a restart here, so that the
     # broker writes them; a store that forgets everything on restart says False.

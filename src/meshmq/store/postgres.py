@@ -395,6 +395,25 @@ class PostgresStore:
 
     def load(self, key: str, after_seq: int, max_count: int,
              max_bytes: int = 1 << 62) -> list[StoredEntry]:
+        picked = self._pick(key, after_seq, max_count, max_bytes)
+        out, missing = self._pending_bodies(picked)
+        if missing:
+            self._found_bodies(out, missing, self._select_bodies(missing))
+        return [StoredEntry(seq, out[ref.msg_id], ref.delivery_count) for seq, ref in picked]
+
+    async def load_async(self, key: str, after_seq: int,
+                         max_count: int) -> list[StoredEntry]:
+        """``load`` with the SELECT on a worker thread (store.base.LoadsAsync): the index
+        and the pending bodies are read on the loop, where they are kept."""
+        picked = self._pick(key, after_seq, max_count, 1 << 62)
+        out, missing = self._pending_bodies(picked)
+        if missing:
+            rows = await asyncio.to_thread(self._select_bodies, missing)
+            self._found_bodies(out, missing, rows)
+        return [StoredEntry(seq, out[ref.msg_id], ref.delivery_count) for seq, ref in picked]
+
+    def _pick(self, key: str, after_seq: int, max_count: int,
+              max_bytes: int) -> list[tuple[int, _Ref]]:
         k = self._keys.get(key)
         if k is None or max_count <= 0:
             return []
@@ -409,39 +428,43 @@ class PostgresStore:
             total += ref.size
             if len(picked) >= max_count or total >= max_bytes:
                 break
-        bodies = self._bodies([ref.msg_id for _, ref in picked])
-        return [StoredEntry(seq, bodies[ref.msg_id], ref.delivery_count)
-                for seq, ref in picked]
+        return picked
 
-    def _bodies(self, ids: list[int]) -> dict[int, Message]:
+    def _pending_bodies(self, picked: list[tuple[int, _Ref]]
+                        ) -> tuple[dict[int, Message], list[int]]:
         out: dict[int, Message] = {}
         missing: list[int] = []
-        for msg_id in ids:
-            msg = self._pending.get(msg_id)
+        for _, ref in picked:
+            msg = self._pending.get(ref.msg_id)
             if msg is not None:
-                out[msg_id] = msg
+                out[ref.msg_id] = msg
             else:
-                missing.append(msg_id)
-        if missing:
-            if self._read is None:
-                raise StoreError("PostgreSQL store is not open")
-            try:
-                rows = self._read.execute(
-                    f"SELECT id, body FROM {self.prefix}messages WHERE id = ANY(%s)",
-                    (missing,)).fetchall()
-            except psycopg.Error as exc:
-                raise StoreError(f"PostgreSQL read failed: {exc}", retriable=True) from exc
-            for msg_id, body in rows:
-                out[msg_id] = codec.decode_message(bytes(body))
-            for msg_id in missing:
-                if msg_id not in out:
-                    # Committed between our two looks: the pending copy was just dropped.
-                    msg = self._pending.get(msg_id)
-                    if msg is None:
-                        raise StoreError(f"message {msg_id} is referenced but missing from "
-                                         f"{self.prefix}messages")
-                    out[msg_id] = msg
-        return out
+                missing.append(ref.msg_id)
+        return out, missing
+
+    def _select_bodies(self, missing: list[int]) -> list[tuple[int, bytes]]:
+        if self._read is None:
+            raise StoreError("PostgreSQL store is not open")
+        try:
+            rows = self._read.execute(
+                f"SELECT id, body FROM {self.prefix}messages WHERE id = ANY(%s)",
+                (missing,)).fetchall()
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL read failed: {exc}", retriable=True) from exc
+        return [(msg_id, bytes(body)) for msg_id, body in rows]
+
+    def _found_bodies(self, out: dict[int, Message], missing: list[int],
+                      rows: list[tuple[int, bytes]]) -> None:
+        for msg_id, body in rows:
+            out[msg_id] = codec.decode_message(body)
+        for msg_id in missing:
+            if msg_id not in out:
+                # Committed between our two looks: the pending copy was just dropped.
+                msg = self._pending.get(msg_id)
+                if msg is None:
+                    raise StoreError(f"message {msg_id} is referenced but missing from "
+                                     f"{self.prefix}messages")
+                out[msg_id] = msg
 
     def key_info(self, key: str) -> KeyInfo:
         k = self._keys.get(key)

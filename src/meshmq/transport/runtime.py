@@ -15,7 +15,7 @@ import signal
 import ssl
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from meshmq.config.model import BrokerConfig, ListenerConfig
 from meshmq.core.broker import RETAINED_PREFIX, SYS_PREFIX, Broker
@@ -25,27 +25,17 @@ from meshmq.management.metrics import sync_histogram
 from meshmq.store.base import Store
 from meshmq.tls import CertificateReloader, TlsFileError, server_context
 from meshmq.transport.durability import Durability
+from meshmq.transport.host import Session
 from meshmq.transport.mqtt_service import MqttService
+from meshmq.transport.paging import PageReader
 from meshmq.transport.topology import Topology, push_families
 
 if TYPE_CHECKING:
     from meshmq.core.auth import Principal
-    from meshmq.core.broker import Connection
-    from meshmq.core.trace import HeartbeatFile, TraceSink
     from meshmq.ha.controller import HaController
     from meshmq.ha.replication import ReplicatedHa
+    from meshmq.transport.trace_files import HeartbeatFile, TraceSink
 
-
-class Session(Protocol):
-    """What the runtime needs from a protocol session (STOMP or MQTT)."""
-
-    conn: Connection | None
-
-    def deliver(self, outcome: Delivery | BrowseEnd) -> None: ...
-    def flush(self) -> None: ...
-    def close(self) -> None: ...
-    def close_by_admin(self) -> None: ...
-    def check_timeouts(self, now: float) -> None: ...
 
 log = logging.getLogger("meshmq.runtime")
 
@@ -105,6 +95,8 @@ class BrokerRuntime:
         # Every "confirm once durable" (receipts, MQTT acks, bridge acks) goes through here.
         self.durability = Durability(self.write_ops, self.store.sync,
                                      self.trace_barrier)
+        # Pages of paged-out messages the core asks for (core/paging.py).
+        self.pages = PageReader(self.broker, self.store, self.request_pump)
         # Outcomes waiting for a dispatch mark to be durable, in pump order; a group
         # with no gate waits only for the groups before it.
         self._held: deque[tuple[_Gate | None, list[Outcome]]] = deque()
@@ -156,14 +148,8 @@ class BrokerRuntime:
         cfg = self.config.trace
         if not cfg.enabled:
             return
-        from meshmq.core.trace import (
-            BROKER_STARTED,
-            HeartbeatFile,
-            JsonLinesSink,
-            Tracer,
-            open_sink,
-            start_reason,
-        )
+        from meshmq.core.trace import BROKER_STARTED, Tracer, start_reason
+        from meshmq.transport.trace_files import HeartbeatFile, JsonLinesSink, open_sink
 
         boot = format(time.time_ns() // 1_000_000, "x")
         self.trace_sink = open_sink(self.config.trace_directory, self.config.broker_name, boot,
@@ -629,6 +615,7 @@ class BrokerRuntime:
             await asyncio.sleep(0.01)
         self.mqtt.finish_teardowns()
         self.pump()
+        self.pages.cancel()  # no page is wanted any more; the store closes next
         self._stop_trace()
         self._store_closed = True
         try:
@@ -758,6 +745,12 @@ class BrokerRuntime:
         broker = self.broker
         broker.dispatch_dirty()
         self.write_ops()
+        loads = broker.take_page_loads()
+        if loads and self.pages.read(loads):
+            broker.dispatch_dirty()  # the pages read at once go out in this pump
+            self.write_ops()
+            if broker.has_page_loads:
+                self.request_pump()
         marks, hold = broker.take_dispatch_marks()
         gate = self._sync_marks(marks) if marks or hold else None
         outcomes = broker.take_outcomes()

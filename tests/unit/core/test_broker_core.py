@@ -38,10 +38,15 @@ def make_broker(**changes: object) -> tuple[Broker, Clock, MemoryStore]:
 
 
 def pump(broker: Broker, store: MemoryStore) -> list[Delivery]:
+    """What the runtime's pump does, with pages of stored messages read at once."""
     broker.dispatch_dirty()
-    ops = broker.take_ops()
-    if ops:
-        store.write(ops)
+    store.write(broker.take_ops())
+    loads = broker.take_page_loads()
+    if loads:
+        for load in loads:
+            broker.page_loaded(load, store.load(load.key, load.after_seq, load.count))
+        broker.dispatch_dirty()
+        store.write(broker.take_ops())
     return [o for o in broker.take_outcomes() if isinstance(o, Delivery)]
 
 

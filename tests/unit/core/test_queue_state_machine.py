@@ -5,7 +5,9 @@ consumer losses, and checks the invariants that make a queue trustworthy:
   consumer), consumed, or dead-lettered — never lost, never duplicated;
 * a consumer never holds more unacked messages than its prefetch window;
 * first deliveries come in send order (ordering per producer);
-* whatever is pending when a consumer with room exists gets dispatched (no stuck queue).
+* whatever is pending when a consumer with room exists gets dispatched (no stuck queue)
+  once the pages the queue asked for have arrived; pages arrive late, possibly stale,
+  or fail, and order and conservation still hold.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from meshmq.core import destinations as dst
 from meshmq.core.broker import Broker
 from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
 from meshmq.core.message import Message
+from meshmq.core.paging import PageLoad
 from meshmq.core.queue import Delivery
+from meshmq.store.base import StoredEntry
 from meshmq.store.memory import MemoryStore
 
 MAX_REDELIVERIES = 3
@@ -44,12 +48,17 @@ class QueueMachine(RuleBasedStateMachine):
         self.tags: dict[str, int] = {}
         self.consumers: list[Consumer] = []
         self.next_id = 0
+        # Pages the queue asked for (core/paging.py), read when asked (a snapshot, as a
+        # store that reads off the loop may return) and handed back by a later rule.
+        self.loads: list[tuple[PageLoad, list[StoredEntry]]] = []
 
     def pump(self) -> None:
         self.broker.dispatch_dirty()
         ops = self.broker.take_ops()
         if ops:
             self.store.write(ops)
+        for load in self.broker.take_page_loads():
+            self.loads.append((load, self.store.load(load.key, load.after_seq, load.count)))
         for out in self.broker.take_outcomes():
             assert isinstance(out, Delivery)
             body = out.message.body.decode()
@@ -110,6 +119,25 @@ class QueueMachine(RuleBasedStateMachine):
         self.broker.unsubscribe(self.conn, consumer)
         self.pump()
 
+    @precondition(lambda self: bool(self.loads))
+    @rule(reread=st.booleans())
+    def page_arrives(self, reread: bool) -> None:
+        load, snapshot = self.loads.pop(0)
+        if reread:  # or the store is read only now, seeing what was stored meanwhile
+            snapshot = self.store.load(load.key, load.after_seq, load.count)
+        self.broker.page_loaded(load, snapshot)
+        self.pump()
+
+    @precondition(lambda self: bool(self.loads))
+    @rule()
+    def page_read_fails(self) -> None:
+        load, _ = self.loads.pop(0)
+        self.broker.page_failed(load)
+        self.pump()
+        assert self.broker.take_page_loads() == []  # no retry before the next tick
+        self.broker.tick()
+        self.pump()
+
     def dead_lettered(self) -> list[str]:
         dlq = self.broker.queues.get(DLQ)
         return [m.body.decode() for m, _ in dlq.browse()] if dlq else []
@@ -138,7 +166,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     @invariant()
     def nothing_stuck(self) -> None:
-        if any(c.has_capacity for c in self.consumers):
+        if any(c.has_capacity for c in self.consumers) and not self.loads:
             assert self.pending() == [], "pending messages while a consumer has room"
 
 
