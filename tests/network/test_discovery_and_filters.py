@@ -47,50 +47,6 @@ def test_multicast_discovery_builds_and_drops_bridges(tmp_path: Path, client) ->
             b.stop()
 
 
-def test_excluded_and_dynamically_included_destinations(tmp_path: Path, client) -> None:
-    b = ThreadBroker(net_config(tmp_path / "b", "B")).start()
-    nc = connector(f"static:({tcp_uri(b)})",
-                   dynamically_included_destinations=("queue://orders.>",),
-                   excluded_destinations=("queue://orders.secret",))
-    a = ThreadBroker(net_config(tmp_path / "a", "A", nc)).start()
-    try:
-        wait_forwarding(a)
-        consumer = client(on=b)
-        for name in ("orders.eu", "orders.secret", "billing"):
-            consumer.subscribe(f"/queue/{name}")
-        poll(lambda: consumers_on(a, "queue://orders.eu") == 1, what="included demand")
-        assert consumers_on(a, "queue://orders.secret") == 0
-        assert consumers_on(a, "queue://billing") == 0
-        assert bridges(a)[0]["demand"] == 1
-        producer = client(on=a)
-        for name in ("orders.eu", "orders.secret", "billing"):
-            producer.send(f"/queue/{name}", name)
-        poll(lambda: consumer.bodies() == ["orders.eu"], what="only the included queue")
-        assert a.destination_stats("orders.secret")["depth"] == 1
-        assert a.destination_stats("billing")["depth"] == 1
-    finally:
-        a.stop()
-        b.stop()
-
-
-def test_static_bridge_forwards_without_consumers(tmp_path: Path, client) -> None:
-    b = ThreadBroker(net_config(tmp_path / "b", "B")).start()
-    nc = connector(f"static:({tcp_uri(b)})", static_bridge=True,
-                   statically_included_destinations=("queue://audit",))
-    a = ThreadBroker(net_config(tmp_path / "a", "A", nc)).start()
-    try:
-        wait_forwarding(a)
-        producer = client(on=a)
-        for i in range(5):
-            producer.send("/queue/audit", str(i), {"persistent": "true"})
-        poll(lambda: b.destination_stats("audit")["depth"] == 5, what="stored on B")
-        # ... and settled on A once B's acks arrive.
-        poll(lambda: a.destination_stats("audit")["depth"] == 0, what="acked on A")
-    finally:
-        a.stop()
-        b.stop()
-
-
 def test_bridge_advisories_and_status_in_api_stat(tmp_path: Path, client) -> None:
     port = free_port()
     b_cfg = net_config(tmp_path / "b", "B")

@@ -51,7 +51,7 @@ from meshmq.protocol.wire import (
 if TYPE_CHECKING:
     from meshmq.config.model import NetworkConnectorConfig
     from meshmq.connector_uri import Endpoint
-    from meshmq.network.manager import NetworkManager
+    from meshmq.network.services import BridgeServices
 
 log = logging.getLogger("meshmq.network")
 
@@ -59,9 +59,9 @@ ADVISORY_TOPIC = dst.topic("ActiveMQ.Advisory.NetworkBridge")
 
 
 class Bridge(LinkEnd):
-    def __init__(self, manager: NetworkManager, config: NetworkConnectorConfig,
+    def __init__(self, services: BridgeServices, config: NetworkConnectorConfig,
                  endpoints: tuple[Endpoint, ...]) -> None:
-        self.manager = manager
+        self.services = services
         self.config = config
         self.endpoints = endpoints
         self.machine = BridgeMachine(config, endpoints, hello=self._hello)
@@ -150,7 +150,7 @@ class Bridge(LinkEnd):
                 self.state_since = time.time()
             self._log(action)
             if action.new is not action.old:
-                self.manager.bridge_changed(self)
+                self.services.bridge_changed(self)
         elif isinstance(action, Connect):
             self._dialing = asyncio.get_running_loop().create_task(
                 self._dial(action.endpoint), name=f"bridge {self.name}")
@@ -216,11 +216,11 @@ class Bridge(LinkEnd):
         return encode_json(FrameType.HELLO, {
             "protocol": "meshmq", "versions": [WIRE_VERSION], "software": __version__,
             "features": list(FEATURES),
-            "broker": self.manager.broker.name, "connector": self.config.name,
+            "broker": self.services.host.broker.name, "connector": self.config.name,
             "username": self.config.username, "password": self.config.password,
             "duplex": self.config.duplex, "filter": flt.to_json(),
-            "client_uris": self.manager.client_uris(),
-            "management_url": self.manager.management_url(),
+            "client_uris": self.services.client_uris(),
+            "management_url": self.services.management_url(),
             "config": mirror_json(self.config)})
 
     async def _dial(self, endpoint: Endpoint) -> None:
@@ -234,13 +234,13 @@ class Bridge(LinkEnd):
             self._feed(self.machine.transport_up(time.time()))
 
     async def _open(self, endpoint: Endpoint) -> tuple[str, str] | None:
-        if self.manager.is_self(endpoint):
+        if self.services.is_self(endpoint):
             return ("self", f"{endpoint} is this broker")
         timeout = self.config.handshake_timeout_ms / 1000
         ctx: ssl.SSLContext | None = None
         if endpoint.tls:  # ssl:// is TLS or nothing: never a plaintext fallback
             try:
-                ctx = self.manager.client_tls(self.config, endpoint.verify_hostname)
+                ctx = self.services.client_tls(self.config, endpoint.verify_hostname)
             except ConfigError as exc:
                 return ("tls-config", f"{endpoint}: {exc}")
         try:
@@ -269,45 +269,20 @@ class Bridge(LinkEnd):
 
     async def _connect(self, endpoint: Endpoint, ctx: ssl.SSLContext | None,
                        timeout: float) -> WireLink:
-        loop = asyncio.get_running_loop()
-        link = self.manager.track(WireLink(self, initiator=True,
-                                           heartbeat_s=self.config.heartbeat_ms / 1000))
-        if ctx is None:
-            try:
-                await loop.create_connection(lambda: link, endpoint.host, endpoint.port)
-            except BaseException:
-                link.connection_lost(None)
-                raise
-            return link
-        # The TLS handshake on a TCP connection of our own, so a failed handshake closes
-        # it at once (create_connection(ssl=...) can leave it half-closed).
-        try:
-            tcp, _ = await loop.create_connection(asyncio.Protocol, endpoint.host,
-                                                  endpoint.port)
-        except BaseException:
-            link.connection_lost(None)  # never connected: nothing to wait for at stop
-            raise
-        try:
-            tls = await loop.start_tls(tcp, link, ctx, server_hostname=endpoint.host,
-                                       ssl_handshake_timeout=timeout)
-            if tls is None:
-                raise ConnectionResetError("connection closed during the TLS handshake")
-        except BaseException:
-            tcp.abort()
-            link.connection_lost(None)
-            raise
-        link.connection_made(tls)
+        link = self.services.track(WireLink(self, initiator=True,
+                                            heartbeat_s=self.config.heartbeat_ms / 1000))
+        await self.services.dial(link, endpoint, ctx, timeout)
         return link
 
     def _start_halves(self, link: WireLink, remote: str, *, again: bool,
                       refusals: bool) -> None:
         cfg = self.config
-        self.forwarder = Forwarder(self.manager, link, cfg, remote,
-                                   f"NC_{cfg.name}_{self.manager.broker.name}_outbound_"
+        self.forwarder = Forwarder(self.services.routes, link, cfg, remote,
+                                   f"NC_{cfg.name}_{self.services.host.broker.name}_outbound_"
                                    f"{remote}", self.counters, self.static,
                                    peer_takes_again=again)
         if cfg.duplex:
-            self.receiver = Receiver(self.manager, link, remote,
+            self.receiver = Receiver(self.services.routes, link, remote,
                                      DestinationFilter.of(cfg), self.counters,
                                      resync_s=cfg.interest_resync_ms / 1000,
                                      refusals=refusals)

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from meshmq.core.destinations import Destination
     from meshmq.core.message import Message
     from meshmq.network.link import WireLink
-    from meshmq.network.manager import NetworkManager
+    from meshmq.network.services import ForwarderServices
 
 log = logging.getLogger("meshmq.network")
 
@@ -43,16 +43,16 @@ RETRY_PAUSE_S = 0.5
 class Forwarder:
     """A hosted session whose consumers are the remote broker's demand."""
 
-    def __init__(self, manager: NetworkManager, link: WireLink, config: NetworkConnectorConfig,
+    def __init__(self, services: ForwarderServices, link: WireLink, config: NetworkConnectorConfig,
                  remote: str, client_id: str, counters: LinkCounters,
                  static: tuple[Destination, ...] = (), *,
                  peer_takes_again: bool = False, principal: Principal | None = None) -> None:
-        self.manager = manager
+        self.services = services
         # The remote flags messages sent in MESSAGES_AGAIN frames redelivered (a peer of
         # an older version gets everything in MESSAGES).
         self.peer_takes_again = peer_takes_again
-        self.host = manager.host
-        self.broker = manager.host.broker
+        self.host = services.host
+        self.broker = services.host.broker
         self.link = link
         self.config = config
         self.remote = remote
@@ -107,7 +107,7 @@ class Forwarder:
             return
         plan = plan_demand(self.items, self.config, local=self.local, remote=self.remote,
                            static=self.static)
-        plan = self.manager.suppress_duplicates(self, plan)
+        plan = self.services.suppress_duplicates(self, plan)
         changed = set(plan) != set(self.demands)
         for key, (old, consumer) in list(self.demands.items()):
             if key in plan and plan[key] != old and plan[key].same_subscription(old):
@@ -147,7 +147,7 @@ class Forwarder:
         if changed:
             # A shorter route here may make another bridge's route redundant (or a
             # route that went away may bring one back).
-            self.manager.demand_changed(self)
+            self.services.demand_changed(self)
         self.host.request_pump()
 
     def _close_demand(self, consumer: Consumer, drop_durable: str | None) -> None:
@@ -169,7 +169,7 @@ class Forwarder:
             # Back towards a broker it came from: only queue messages stuck here.
             if not msg.destination.is_queue:
                 return False
-            return self.manager.may_return(msg, self.config, self)
+            return self.services.may_return(msg, self.config, self)
         if 0 <= self.message_ttl <= len(path):
             return False
         if self.config.rate_limit > 0 and msg.destination.is_queue:

@@ -13,7 +13,7 @@ import logging
 import ssl
 import time
 from collections.abc import Callable
-from typing import Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 from meshmq.errors import MeshmqError
 from meshmq.protocol.wire import (
@@ -25,6 +25,9 @@ from meshmq.protocol.wire import (
     encode_ping,
 )
 from meshmq.tls import handshake_failure_reason
+
+if TYPE_CHECKING:
+    from meshmq.connector_uri import Endpoint
 
 log = logging.getLogger("meshmq.network")
 
@@ -224,3 +227,35 @@ class TlsGate(asyncio.Protocol):
         if self._task is not None and not self._task.done():
             self._task.cancel()
             self.link.connection_lost(exc)
+
+
+async def dial_tcp(link: WireLink, endpoint: Endpoint, ctx: ssl.SSLContext | None,
+                   timeout: float) -> None:
+    """Connect ``link`` to ``endpoint`` over TCP (and TLS when ``ctx`` is given); a
+    failed dial leaves the link lost, so nothing waits for it at stop."""
+    loop = asyncio.get_running_loop()
+    if ctx is None:
+        try:
+            await loop.create_connection(lambda: link, endpoint.host, endpoint.port)
+        except BaseException:
+            link.connection_lost(None)
+            raise
+        return
+    # The TLS handshake on a TCP connection of our own, so a failed handshake closes
+    # it at once (create_connection(ssl=...) can leave it half-closed).
+    try:
+        tcp, _ = await loop.create_connection(asyncio.Protocol, endpoint.host,
+                                              endpoint.port)
+    except BaseException:
+        link.connection_lost(None)
+        raise
+    try:
+        tls = await loop.start_tls(tcp, link, ctx, server_hostname=endpoint.host,
+                                   ssl_handshake_timeout=timeout)
+        if tls is None:
+            raise ConnectionResetError("connection closed during the TLS handshake")
+    except BaseException:
+        tcp.abort()
+        link.connection_lost(None)
+        raise
+    link.connection_made(tls)

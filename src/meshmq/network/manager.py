@@ -9,32 +9,33 @@ import logging
 import socket
 import ssl
 import time
-from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from meshmq.connector_uri import Endpoint, parse_endpoint, plan_connector
-from meshmq.core.network_view import local_consumer_takes
 from meshmq.errors import ConfigError
 from meshmq.network.bridge import ADVISORY_TOPIC, Bridge
-from meshmq.network.link import TlsGate, WireLink
+from meshmq.network.link import TlsGate, WireLink, dial_tcp
 from meshmq.network.responder import Responder
+from meshmq.network.routes import NetworkRoutes
 from meshmq.protocol.wire import FrameType, encode_json
 from meshmq.tls import TlsFileError, client_context
 
 if TYPE_CHECKING:
     from meshmq.config.model import ListenerConfig, NetworkConnectorConfig
-    from meshmq.core.message import Message
     from meshmq.network.forwarder import Forwarder
     from meshmq.network.host import BrokerHost
-    from meshmq.network.interest import Demand
+    from meshmq.network.services import Dialer
 
 log = logging.getLogger("meshmq.network")
 
-ARRIVALS_KEPT = 100_000
 LINK_CLOSE_WAIT_S = 1.0  # how long stop() waits for links to finish closing
 
 
 class NetworkManager:
+    """Owns the network's parts and wires them: implements ``services.BridgeServices``
+    and ``services.ResponderServices`` for its ends, and hands its ``routes`` to the
+    halves of every link."""
+
     def __init__(self, host: BrokerHost) -> None:
         self.host = host
         self.broker = host.broker
@@ -44,12 +45,12 @@ class NetworkManager:
         self.servers: list[asyncio.Server] = []
         self.local_addresses: set[tuple[str, int]] = set()
         self.inbound_heartbeat_s = 5.0
-        # message id -> when it arrived over a bridge (ms): redistribution waits a delay
-        # before sending a message back, so it cannot ping-pong.
-        self._arrivals: OrderedDict[str, int] = OrderedDict()
+        # What the halves of every link share (arrivals, duplicate routes).
+        self.routes = NetworkRoutes(host, self._forwarders)
+        # How bridges open their connections (tests link brokers without sockets).
+        self.dialer: Dialer = dial_tcp
         self._discovery: list[Any] = []
         self.accepting = True
-        self._replanning = False
         self._refused: dict[str, str] = {}
         self._client_tls: dict[tuple[str, bool], ssl.SSLContext] = {}
         self._links: set[WireLink] = set()  # every link not yet closed
@@ -75,9 +76,7 @@ class NetworkManager:
                             peer, reason)
 
         def factory() -> asyncio.Protocol:
-            responder = Responder(self, listener, ctx)
-            self.inbound.add(responder)
-            link = self.track(responder.make_link())
+            link = self.accept(listener, ctx)
             if ctx is None:
                 return link
             return TlsGate(link, ctx, self.inbound_heartbeat_s * 2, refused_tls)
@@ -89,6 +88,18 @@ class NetworkManager:
             addr = sock.getsockname()
             self.local_addresses.add((addr[0], addr[1]))
         return server
+
+    def accept(self, listener: ListenerConfig | None,
+               ctx: ssl.SSLContext | None = None) -> WireLink:
+        """A new inbound link on ``listener``, served by a new responder (its transport
+        is connected by the caller: a listening socket, or an in-memory pipe)."""
+        responder = Responder(self, listener, ctx)
+        self.inbound.add(responder)
+        return self.track(responder.make_link())
+
+    async def dial(self, link: WireLink, endpoint: Endpoint, ctx: ssl.SSLContext | None,
+                   timeout: float) -> None:
+        await self.dialer(link, endpoint, ctx, timeout)
 
     def track(self, link: WireLink) -> WireLink:
         """Remember ``link`` until it is closed, so stop() can wait for it."""
@@ -319,73 +330,6 @@ class NetworkManager:
         # halfway (their links were never up, so not waited for above) included.
         for _ in range(3):
             await asyncio.sleep(0)
-
-    # ------------------------------------------------------------ shared services
-    def arrived(self, msg: Message) -> None:
-        arrivals = self._arrivals
-        arrivals[msg.message_id] = self.broker.now_ms()
-        if len(arrivals) > ARRIVALS_KEPT:
-            arrivals.popitem(last=False)
-
-    def may_return(self, msg: Message, config: NetworkConnectorConfig,
-                   forwarder: Forwarder) -> bool:
-        """May a queue message go back to a broker on its path? Only when nothing here
-        can consume it (replayWhenNoConsumers / redistribution), and only once it has
-        been here the configured delay, so messages cannot bounce."""
-        if not (config.replay_when_no_consumers or config.redistribution):
-            return False
-        if local_consumer_takes(self.broker, msg, selector_aware=config.selector_aware
-                                or config.redistribution):
-            return False
-        delay = config.replay_delay_ms if config.replay_when_no_consumers \
-            else config.redistribution_delay_ms
-        arrived = self._arrivals.get(msg.message_id)
-        if arrived is not None and delay > 0:
-            waited = self.broker.now_ms() - arrived
-            if waited < delay:
-                forwarder.redispatch_later((delay - waited) / 1000 + 0.01)
-                return False
-        return True
-
-    def suppress_duplicates(self, forwarder: Forwarder, plan: dict[str, Demand]
-                            ) -> dict[str, Demand]:
-        """suppressDuplicateQueue/TopicSubscriptions: when another bridge of this broker
-        already serves the same real consumer by a shorter route, drop this demand."""
-        cfg = forwarder.config
-        if not (cfg.suppress_duplicate_queue_subscriptions
-                or cfg.suppress_duplicate_topic_subscriptions):
-            return plan
-        best: dict[str, int] = {}
-        for other in self._forwarders():
-            if other is forwarder:
-                continue
-            for demand, _ in other.demands.values():
-                for origin in demand.origins:
-                    hops = len(demand.path)
-                    if hops < best.get(origin, 1 << 30):
-                        best[origin] = hops
-        kept = {}
-        for key, demand in plan.items():
-            suppress = cfg.suppress_duplicate_queue_subscriptions if demand.destination.is_queue \
-                else cfg.suppress_duplicate_topic_subscriptions
-            if suppress and demand.origins and all(
-                    best.get(o, 1 << 30) < len(demand.path) for o in demand.origins):
-                continue
-            kept[key] = demand
-        return kept
-
-    def demand_changed(self, origin: Forwarder) -> None:
-        if self._replanning:
-            return
-        self._replanning = True
-        try:
-            for forwarder in self._forwarders():
-                cfg = forwarder.config
-                if forwarder is not origin and (cfg.suppress_duplicate_queue_subscriptions
-                                                or cfg.suppress_duplicate_topic_subscriptions):
-                    forwarder.replan()
-        finally:
-            self._replanning = False
 
     def _forwarders(self) -> list[Forwarder]:
         ends = [*self.bridges, *self.inbound]

@@ -30,18 +30,18 @@ if TYPE_CHECKING:
     from meshmq.core.broker import ConsumerEvent
     from meshmq.core.message import Message
     from meshmq.network.link import WireLink
-    from meshmq.network.manager import NetworkManager
+    from meshmq.network.services import ReceiverServices
 
 log = logging.getLogger("meshmq.network")
 
 
 class Receiver:
-    def __init__(self, manager: NetworkManager, link: WireLink, remote: str,
+    def __init__(self, services: ReceiverServices, link: WireLink, remote: str,
                  flt: DestinationFilter, counters: LinkCounters, *, resync_s: float,
                  refusals: bool = False, principal: Principal | None = None) -> None:
-        self.manager = manager
-        self.host = manager.host
-        self.broker = manager.host.broker
+        self.services = services
+        self.host = services.host
+        self.broker = services.host.broker
         self.link = link
         self.remote = remote
         self.filter = flt
@@ -134,7 +134,7 @@ class Receiver:
         if dedup.check_and_add(key):
             self.counters.received_duplicates += 1
             return AckStatus.DUPLICATE, msg.persistent
-        self.manager.arrived(msg)
+        self.services.arrived(msg)
         try:
             needs_sync = self.broker.send(self.conn, (dest,), msg, redelivered=again)
         except ResourceLimitError:

@@ -32,7 +32,7 @@ from meshmq.tls import verified_peer
 
 if TYPE_CHECKING:
     from meshmq.config.model import ListenerConfig
-    from meshmq.network.manager import NetworkManager
+    from meshmq.network.services import ResponderServices
 
 log = logging.getLogger("meshmq.network")
 
@@ -41,9 +41,9 @@ MAX_HELD_FRAMES = 1000
 
 
 class Responder(LinkEnd):
-    def __init__(self, manager: NetworkManager, listener: ListenerConfig | None = None,
+    def __init__(self, services: ResponderServices, listener: ListenerConfig | None = None,
                  ctx: ssl.SSLContext | None = None) -> None:
-        self.manager = manager
+        self.services = services
         self.listener = listener
         self.ctx = ctx  # the listener's TLS context (None: plaintext)
         self.principal: Principal | None = None
@@ -61,7 +61,7 @@ class Responder(LinkEnd):
 
     def make_link(self) -> WireLink:
         self.link = WireLink(self, initiator=False,
-                             heartbeat_s=self.manager.inbound_heartbeat_s)
+                             heartbeat_s=self.services.inbound_heartbeat_s)
         return self.link
 
     def on_frame(self, link: WireLink, frame: WireFrame) -> None:
@@ -79,7 +79,7 @@ class Responder(LinkEnd):
         self.route(link, frame)
 
     def _hello(self, link: WireLink, hello: dict[str, Any]) -> None:
-        broker = self.manager.broker
+        broker = self.services.host.broker
         versions = hello.get("versions")
         if not isinstance(versions, list) or WIRE_VERSION not in versions:
             link.refuse("version-mismatch", f"this broker speaks wire version {WIRE_VERSION}, "
@@ -92,7 +92,7 @@ class Responder(LinkEnd):
             link.refuse("loop", f"broker {remote!r} connected to itself (or two brokers "
                                 "share a name: broker names must be unique in a network)")
             return
-        refusal = self.manager.refusal()
+        refusal = self.services.refusal()
         if refusal is not None:
             link.refuse(*refusal)
             return
@@ -112,7 +112,7 @@ class Responder(LinkEnd):
             link.abort("internal error")
 
     async def _admit(self, link: WireLink, hello: dict[str, Any], remote: str) -> None:
-        broker = self.manager.broker
+        broker = self.services.host.broker
         # Keyed by address and name: a stranger gets one log line, not one per attempt.
         key = f"{link.peer.rpartition(':')[0]} {remote}"
         try:
@@ -121,14 +121,14 @@ class Responder(LinkEnd):
             if link.closed:
                 return
             # Once per remote until it gets in: its bridge retries with backoff.
-            if self.manager.note_refusal(key, str(exc)):
+            if self.services.note_refusal(key, str(exc)):
                 log.warning("network link from %s (broker %r) refused: %s", link.peer,
                             remote, exc)
             link.refuse("authentication-failed", f"refused by broker {broker.name!r}: {exc}")
             return
         if link.closed:
             return  # it went away while its credentials were checked
-        self.manager.note_refusal(key, None)
+        self.services.note_refusal(key, None)
         self.principal = principal
         config = mirror_config(hello.get("config", {}))
         # Keep-alive at the initiator's pace, so both ends agree on when a link is dead.
@@ -144,16 +144,16 @@ class Responder(LinkEnd):
         features = [f for f in FEATURES if isinstance(offered, list) and f in offered]
         link.write(encode_json(FrameType.WELCOME, {
             "version": WIRE_VERSION, "broker": broker.name,
-            "client_uris": self.manager.client_uris(), "features": features,
-            "management_url": self.manager.management_url()}))
-        self.receiver = Receiver(self.manager, link, remote, flt, self.counters,
+            "client_uris": self.services.client_uris(), "features": features,
+            "management_url": self.services.management_url()}))
+        self.receiver = Receiver(self.services.routes, link, remote, flt, self.counters,
                                  resync_s=config.interest_resync_ms / 1000,
                                  refusals=FEATURE_REFUSALS in features,
                                  principal=principal)
         self.receiver.start()
         if self.duplex:
             static = ()  # the initiator forwards its static destinations itself
-            self.forwarder = Forwarder(self.manager, link, config, remote,
+            self.forwarder = Forwarder(self.services.routes, link, config, remote,
                                        f"NC_{self.connector}_{broker.name}_duplex_{remote}",
                                        self.counters, static,
                                        peer_takes_again=FEATURE_MESSAGES_AGAIN in features,
@@ -161,7 +161,7 @@ class Responder(LinkEnd):
         log.info("network link from broker %r (%s, connector %r%s) accepted as %s", remote,
                  link.peer, self.connector, ", duplex" if self.duplex else "",
                  principal.user)
-        self.manager.inbound_changed(self, up=True)
+        self.services.inbound_changed(self, up=True)
         held, self._held = self._held, []
         for frame in held:  # (a link closed meanwhile ignores what is written to it)
             self.route(link, frame)
@@ -171,7 +171,7 @@ class Responder(LinkEnd):
         whatever ``auth.anonymous_access`` says): a configured user's credentials, or a
         client certificate this listener's ``ssl_cafile`` verified, or the listener's
         explicit ``allow_anonymous_links``."""
-        broker = self.manager.broker
+        broker = self.services.host.broker
         user, password = hello.get("username"), hello.get("password")
         if (user is not None and not isinstance(user, str)) or \
                 (password is not None and not isinstance(password, str)):
@@ -179,7 +179,7 @@ class Responder(LinkEnd):
         if user:
             try:
                 # Constant time; a hashed password is checked off the event loop.
-                principal = await self.manager.host.check_password(user, password or "")
+                principal = await self.services.host.check_password(user, password or "")
             except AuthenticationError:
                 raise AuthenticationError(
                     f"authentication failed for user {user!r}: set username/password on "
@@ -212,8 +212,8 @@ class Responder(LinkEnd):
         self.teardown()
         if self.ready:
             log.info("network link from broker %r closed: %s", self.remote, cause)
-            self.manager.inbound_changed(self, up=False)
-        self.manager.forget_inbound(self)
+            self.services.inbound_changed(self, up=False)
+        self.services.forget_inbound(self)
 
     def status(self) -> dict[str, Any]:
         fwd = self.forwarder

@@ -1,0 +1,214 @@
+"""Forwarding across bridges, between real brokers linked in memory (no sockets):
+demand, filters, static bridges, draining demand, TTLs and loops in a mesh, and the
+receiving side's durability rule. tests/network/ keeps what needs sockets or processes.
+"""
+
+from __future__ import annotations
+
+import pytest
+from tests.support.memory_broker import StompClient
+from tests.support.memory_network import NetworkBroker, connector, memory_network
+
+from meshmq.store.memory import MemoryStore
+
+
+def client(broker: NetworkBroker) -> StompClient:
+    c = broker.stomp()
+    c.connect()
+    return c
+
+
+def subscribe(c: StompClient, dest: str, sub_id: str = "1", ack: str = "auto") -> None:
+    c.send("SUBSCRIBE", {"destination": dest, "id": sub_id, "ack": ack})
+
+
+def send(c: StompClient, dest: str, body: str, **headers: str) -> None:
+    c.send("SEND", {"destination": dest, "persistent": "true", **headers}, body.encode())
+
+
+def bodies(c: StompClient) -> list[str]:
+    return [f.body.decode() for f in c.received() if f.command == "MESSAGE"]
+
+
+def test_queue_messages_follow_a_remote_consumer() -> None:
+    with memory_network() as net:
+        b = net.add("B")
+        a = net.add("A", connector("B"))
+        net.start()
+        a.wait_forwarding()
+        consumer = client(b)
+        subscribe(consumer, "/queue/fw")
+        a.wait_for(lambda: a.consumers_on("fw") == 1, what="demand on A")
+        producer = client(a)
+        for i in range(20):
+            send(producer, "/queue/fw", str(i))
+        a.wait_for(lambda: len(bodies(consumer)) == 20, what="20 forwarded messages")
+        assert bodies(consumer) == [str(i) for i in range(20)]
+        status = a.outbound()[0]
+        assert status["remote_broker"] == "B" and status["forwarded"] == 20
+        a.wait_for(lambda: a.outbound()[0]["acknowledged"] == 20, what="acks")
+        assert a.queue_depth("fw") == 0
+
+
+def test_consumer_leaving_mid_stream_neither_loses_nor_doubles() -> None:
+    """The remote consumer goes while messages are on their way: the demand drains
+    (the remote stores them, they are settled here) instead of bouncing them back."""
+    with memory_network() as net:
+        b = net.add("B")
+        a = net.add("A", connector("B", redistribution=False))
+        net.start()
+        a.wait_forwarding()
+        consumer = client(b)
+        subscribe(consumer, "/queue/leave")
+        a.wait_for(lambda: a.consumers_on("leave") == 1, what="demand")
+        producer = client(a)
+        for i in range(300):
+            send(producer, "/queue/leave", str(i))
+        b.wait_for(lambda: len(bodies(consumer)) > 0, what="the first message")
+        consumer.send("UNSUBSCRIBE", {"id": "1"})
+        a.wait_for(lambda: a.outbound()[0]["inflight"] == 0 and a.consumers_on("leave") == 0,
+                   what="the bridge settled")
+        got = bodies(consumer)
+        assert len(got) == len(set(got)), "a message was delivered twice"
+        assert len(got) + a.queue_depth("leave") + b.queue_depth("leave") == 300
+
+
+def test_excluded_and_dynamically_included_destinations() -> None:
+    with memory_network() as net:
+        b = net.add("B")
+        a = net.add("A", connector("B", dynamically_included_destinations=("queue://orders.>",),
+                                   excluded_destinations=("queue://orders.secret",)))
+        net.start()
+        a.wait_forwarding()
+        consumer = client(b)
+        for i, name in enumerate(("orders.eu", "orders.secret", "billing")):
+            subscribe(consumer, f"/queue/{name}", str(i))
+        a.wait_for(lambda: a.consumers_on("orders.eu") == 1, what="included demand")
+        assert a.consumers_on("orders.secret") == 0
+        assert a.consumers_on("billing") == 0
+        assert a.outbound()[0]["demand"] == 1
+        producer = client(a)
+        for name in ("orders.eu", "orders.secret", "billing"):
+            send(producer, f"/queue/{name}", name)
+        a.wait_for(lambda: bodies(consumer) == ["orders.eu"], what="only the included queue")
+        assert a.queue_depth("orders.secret") == 1
+        assert a.queue_depth("billing") == 1
+
+
+def test_static_bridge_forwards_without_consumers() -> None:
+    with memory_network() as net:
+        b = net.add("B")
+        a = net.add("A", connector("B", static_bridge=True,
+                                   statically_included_destinations=("queue://audit",)))
+        net.start()
+        a.wait_forwarding()
+        producer = client(a)
+        for i in range(5):
+            send(producer, "/queue/audit", str(i))
+        a.wait_for(lambda: b.queue_depth("audit") == 5, what="stored on B")
+        # ... and settled on A once B's acks arrive.
+        a.wait_for(lambda: a.queue_depth("audit") == 0, what="acked on A")
+
+
+def test_mesh_of_three_with_ttl_2_has_no_duplicates_or_loops() -> None:
+    with memory_network() as net:
+        names = ("A", "B", "C")
+        nodes = [net.add(n, connector("", uri="static:(" + ",".join(
+            f"tcp://{o}:61616" for o in names if o != n) + ")", network_ttl=2))
+            for n in names]
+        net.start()
+        a, b, c = nodes
+        for node in nodes:
+            node.wait_forwarding(2)
+        tb, tc, qb, qc = client(b), client(c), client(b), client(c)
+        subscribe(tb, "/topic/mesh.t")
+        subscribe(tc, "/topic/mesh.t")
+        subscribe(qb, "/queue/mesh.q")
+        subscribe(qc, "/queue/mesh.q")
+        a.wait_for(lambda: a.consumers_on("mesh.q") >= 2, what="queue demand on A")
+        # Topic demand from both brokers reaches A before anything is published.
+        a.wait_for(lambda: all(br["demand"] >= 2 for br in a.outbound()),
+                   what="topic and queue demand on both bridges of A")
+        producer = client(a)
+        for i in range(50):
+            send(producer, "/topic/mesh.t", f"t{i}")
+            send(producer, "/queue/mesh.q", f"q{i}")
+        a.wait_for(lambda: len(bodies(tb)) >= 50 and len(bodies(tc)) >= 50
+                   and len(bodies(qb)) + len(bodies(qc)) >= 50, what="every message")
+
+        def quiet() -> bool:
+            return all(br["inflight"] == 0 for n in nodes for br in n.bridges()) and \
+                all(n.queue_depth("mesh.q") == 0 for n in nodes)
+        a.wait_for(quiet, what="the mesh to settle")
+        a.turn(50)  # anything still looping would show up now
+        for sub in (tb, tc):
+            assert sorted(bodies(sub)) == sorted(f"t{i}" for i in range(50))  # once each
+        assert sorted(bodies(qb) + bodies(qc)) == sorted(f"q{i}" for i in range(50))
+        # Loop prevention: a topic message crosses at most TTL hops, so no broker
+        # forwards more than (messages x its bridges).
+        forwarded = sum(br["forwarded"] for n in nodes for br in n.bridges())
+        assert forwarded <= 50 * 2 * 3 + 50
+        # ... and none goes back to a broker on its path (it would drop it).
+        assert sum(br["dropped"] for n in nodes for br in n.bridges()) == 0
+
+
+class FailingSyncStore(MemoryStore):
+    """A memory store whose sync raises while ``failing`` (a disk gone bad)."""
+
+    failing = False
+    syncs_failed = 0
+
+    async def sync(self) -> None:
+        if self.failing:
+            self.syncs_failed += 1
+            raise OSError("disk I/O error")
+        await super().sync()
+
+
+def test_a_failed_sync_on_the_receiving_side_aborts_the_link_and_acks_nothing() -> None:
+    """The receiver confirms a persistent message only once it is durable; when the
+    store's sync fails it sends no ACK and aborts the link, so the message stays on the
+    sender, which forwards it again once the link is back (the duplicate window on the
+    receiver keeps it stored once)."""
+    with memory_network() as net:
+        store = FailingSyncStore()
+        b = net.add("B", store=store, persistent=True)
+        a = net.add("A", connector("B", static_bridge=True,
+                                   statically_included_destinations=("queue://d",)))
+        net.start()
+        a.wait_forwarding()
+        connects = a.outbound()[0]["connects"]
+        store.failing = True
+        send(client(a), "/queue/d", "precious")
+        a.wait_for(lambda: store.syncs_failed > 0, what="a failed sync on B")
+        a.wait_for(lambda: a.outbound()[0]["link_ended"] is not None, what="the link aborted")
+        assert a.outbound()[0]["acknowledged"] == 0
+        assert a.queue_depth("d") == 1  # still here, not confirmed by B
+        store.failing = False
+        a.wait_for(lambda: a.outbound()[0]["connects"] > connects
+                   and a.queue_depth("d") == 0, what="forwarded again and acked")
+        assert b.queue_depth("d") == 1
+        assert a.outbound()[0]["duplicates"] + a.outbound()[0]["acknowledged"] >= 1
+
+
+@pytest.mark.parametrize(("ttl", "reaches"), [(1, False), (2, True)])
+def test_network_ttl_bounds_how_far_demand_and_messages_go(ttl: int, reaches: bool) -> None:
+    """A -> B -> C: a consumer on C is two hops from A; ``network_ttl = 1`` keeps it
+    out of A's reach, ``network_ttl = 2`` brings A's messages to it through B."""
+    with memory_network() as net:
+        c = net.add("C")
+        b = net.add("B", connector("C", network_ttl=ttl))
+        a = net.add("A", connector("B", network_ttl=ttl))
+        net.start()
+        a.wait_forwarding()
+        b.wait_forwarding()
+        consumer = client(c)
+        subscribe(consumer, "/topic/far")
+        b.wait_for(lambda: b.outbound()[0]["demand"] == 1, what="demand on B")
+        a.turn(50)  # time for demand to travel on, if it may
+        assert (a.outbound()[0]["demand"] == 1) is reaches
+        send(client(a), "/topic/far", "hello")
+        if reaches:
+            a.wait_for(lambda: bodies(consumer) == ["hello"], what="the message on C")
+        else:
+            consumer.expect_none(50)
