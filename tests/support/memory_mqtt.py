@@ -16,8 +16,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from meshmq.config.model import BrokerConfig
 from meshmq.protocol.mqtt import (
@@ -47,12 +47,21 @@ from meshmq.store.base import Store
 from tests.support.memory_broker import DEFAULT_TIMEOUT_S, MemoryBroker, StompClient
 
 LEVELS = (4, 5)
+T = TypeVar("T")
 _ids = itertools.count(1)
 
 
 def uid(prefix: str = "m") -> str:
     """A name unique within this test process (client ids, topics)."""
     return f"{prefix}{next(_ids)}"
+
+
+def _in_loop(broker: MemoryBroker, call: Callable[[], T]) -> T:
+    """``call()`` inside the broker's running loop, as asyncio calls a protocol (the
+    session schedules timers and tasks on the running loop)."""
+    async def run() -> T:
+        return call()
+    return broker.loop.run_until_complete(run())
 
 
 class ClosedError(AssertionError):
@@ -66,7 +75,7 @@ class MemoryMqtt:
                  listener: str | None = None) -> None:
         self.broker = broker
         self.level = level
-        self.client = broker.mqtt(level, listener)
+        self.client = _in_loop(broker, lambda: broker.mqtt(level, listener))
         self.decoder = MqttDecoder(server_side=False, protocol_level=level)
         self.pending: list[Packet] = []
         self._seen = 0
@@ -78,7 +87,7 @@ class MemoryMqtt:
 
     def send_bytes(self, data: bytes) -> None:
         if not self.client.transport.closed:
-            self.client.send_raw(data)
+            _in_loop(self.broker, lambda: self.client.send_raw(data))
 
     def next_pid(self) -> int:
         return next(self._pid) % 65535 + 1
@@ -232,11 +241,11 @@ class MemoryMqtt:
 
     def close(self) -> None:
         """The client closes its side cleanly (an EOF, no DISCONNECT)."""
-        self.client.transport.close()
+        _in_loop(self.broker, self.client.transport.close)
 
     def abort(self) -> None:
         """The connection breaks (a reset, no DISCONNECT): the broker sees it at once."""
-        self.client.drop()
+        _in_loop(self.broker, self.client.drop)
 
 
 class ErrorLog(logging.Handler):
