@@ -12,11 +12,10 @@ observable without timing.
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from tests.support.memory_mqtt import MemoryMqtt, MqttEnv, mqtt_env, uid
 
 from meshmq.protocol.mqtt import (
     Pingresp,
@@ -28,8 +27,6 @@ from meshmq.protocol.mqtt import (
     ReasonCode,
 )
 from meshmq.store.memory import MemoryStore
-from tests.interop.mqtt_helpers import RawMqtt, mqtt_config, uid
-from tests.support.brokers import ThreadBroker, poll
 
 
 class GatedStore(MemoryStore):
@@ -37,72 +34,60 @@ class GatedStore(MemoryStore):
 
     def __init__(self) -> None:
         super().__init__()
-        self.gate = threading.Event()
-        self.gate.set()
+        self.gate_open = True
         self.syncs_waiting = 0
 
     async def sync(self) -> None:
-        if not self.gate.is_set():
+        if not self.gate_open:
             self.syncs_waiting += 1
-            await asyncio.get_running_loop().run_in_executor(None, self.gate.wait)
+            while not self.gate_open:
+                await asyncio.sleep(0.001)
         await super().sync()
 
 
-_CLIENTS: list[RawMqtt] = []
-
-
 @pytest.fixture
-def gated(tmp_path: Path) -> Iterator[tuple[ThreadBroker, GatedStore]]:
+def gated() -> Iterator[tuple[MqttEnv, GatedStore]]:
     store = GatedStore()
-    broker = ThreadBroker(mqtt_config(tmp_path / "data"), store=store).start()
     try:
-        yield broker, store
+        with mqtt_env(store=store) as env:
+            yield env, store
     finally:
-        store.gate.set()
-        while _CLIENTS:
-            _CLIENTS.pop().close()
-        broker.stop()
+        store.gate_open = True
 
 
-def _raw(broker: ThreadBroker) -> RawMqtt:
-    assert broker.runtime is not None
-    raw = RawMqtt(int(broker.runtime.addresses["mqtt"][1]), level=5)
-    _CLIENTS.append(raw)
-    return raw
-
-
-def _wait_gone(broker: ThreadBroker, client_id: str) -> None:
+def _wait_gone(env: MqttEnv, client_id: str) -> None:
     """The broker has seen the connection end (before the test lets the sync finish)."""
-    assert broker.runtime is not None
-    sessions = broker.runtime.mqtt.sessions
-    poll(lambda: client_id not in sessions, 10, "the broker to see the connection end")
+    sessions = env.runtime.mqtt.sessions
+    env.broker.wait_for(lambda: client_id not in sessions, what="the connection to end")
 
 
-def _session(broker: ThreadBroker, client_id: str) -> RawMqtt:
-    raw = _raw(broker)
+def _session(env: MqttEnv, client_id: str) -> MemoryMqtt:
+    raw = env.raw(5)
     raw.connect(client_id, clean=False, properties=Properties(session_expiry_interval=300))
     return raw
 
 
 def test_publish_resent_after_pubrel_is_not_a_new_message(
-        gated: tuple[ThreadBroker, GatedStore]) -> None:
-    broker, store = gated
+        gated: tuple[MqttEnv, GatedStore]) -> None:
+    env, store = gated
     topic = f"eo/{uid('in')}"
-    sub = _raw(broker)
+    sub = env.raw(5)
     sub.connect(uid("sub"))
     sub.subscribe((topic, 1))
     pub_id = uid("pub")
-    pub = _session(broker, pub_id)
+    pub = _session(env, pub_id)
     pub.send(Publish(topic=topic, payload=b"once", qos=2, packet_id=7))
     assert pub.expect(Pubrec).packet_id == 7
-    store.gate.clear()
+    store.gate_open = False
     waiting = store.syncs_waiting
     pub.send(Pubrel(7))
-    poll(lambda: store.syncs_waiting > waiting, 10, "the PUBREL to wait for its sync")
+    env.broker.wait_for(lambda: store.syncs_waiting > waiting,
+                        what="the PUBREL to wait for its sync")
     pub.abort()  # PUBCOMP never reached the client
-    _wait_gone(broker, pub_id)
-    store.gate.set()
-    again = _raw(broker)
+    _wait_gone(env, pub_id)
+    assert not [p for p in pub.pending if isinstance(p, Pubcomp)]
+    store.gate_open = True
+    again = env.raw(5)
     ack = again.connect(pub_id, clean=False,
                         properties=Properties(session_expiry_interval=300))
     assert ack.session_present
@@ -123,42 +108,43 @@ def test_publish_resent_after_pubrel_is_not_a_new_message(
 
 
 def test_pubrel_resent_after_a_lost_pubcomp_completes(
-        gated: tuple[ThreadBroker, GatedStore]) -> None:
-    broker, store = gated
+        gated: tuple[MqttEnv, GatedStore]) -> None:
+    env, store = gated
     pub_id = uid("pub")
-    pub = _session(broker, pub_id)
+    pub = _session(env, pub_id)
     pub.send(Publish(topic=f"eo/{uid('rel')}", payload=b"x", qos=2, packet_id=9))
     pub.expect(Pubrec)
-    store.gate.clear()
+    store.gate_open = False
     waiting = store.syncs_waiting
     pub.send(Pubrel(9))
-    poll(lambda: store.syncs_waiting > waiting, 10, "the PUBREL to wait for its sync")
+    env.broker.wait_for(lambda: store.syncs_waiting > waiting,
+                        what="the PUBREL to wait for its sync")
     pub.abort()
-    _wait_gone(broker, pub_id)
-    store.gate.set()
-    again = _session(broker, pub_id)
+    _wait_gone(env, pub_id)
+    store.gate_open = True
+    again = _session(env, pub_id)
     again.send(Pubrel(9))
     comp = again.expect(Pubcomp)
     assert (comp.packet_id, comp.reason_code) == (9, ReasonCode.SUCCESS)
 
 
 def test_pubrel_is_sent_only_once_the_ack_is_durable(
-        gated: tuple[ThreadBroker, GatedStore]) -> None:
-    broker, store = gated
+        gated: tuple[MqttEnv, GatedStore]) -> None:
+    env, store = gated
     topic = f"eo/{uid('out')}"
-    sub = _session(broker, uid("sub"))
+    sub = _session(env, uid("sub"))
     sub.subscribe((topic, 2))
-    pub = _raw(broker)
+    pub = env.raw(5)
     pub.connect(uid("pub"))
     pub.publish(topic, b"one", qos=2)
     delivered = sub.expect(Publish)
-    store.gate.clear()
+    store.gate_open = False
     sub.send(Pubrec(delivered.packet_id or 0))
     # PINGRESP is written at once; PUBREL must not be there before it (the ack that
     # lets the receiver deliver is not durable yet).
     before = sub.ping()
     assert not [p for p in before if isinstance(p, Pubrel)], before
-    store.gate.set()
+    store.gate_open = True
     rel = sub.expect(Pubrel)
     assert rel.packet_id == delivered.packet_id
     assert not isinstance(rel, Pingresp)

@@ -5,31 +5,27 @@ messages for an offline persistent session, v5 session expiry, session takeover.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from tests.support.memory_mqtt import LEVELS, MemoryMqtt, MqttEnv, mqtt_env, uid
 
 from meshmq.protocol.mqtt import Disconnect, Properties, Publish, ReasonCode
-from tests.interop.mqtt_helpers import LEVELS, MqttEnv, RawMqtt, poll, uid
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> Iterator[MqttEnv]:
-    e = MqttEnv(tmp_path / "data")
-    try:
+def env() -> Iterator[MqttEnv]:
+    with mqtt_env() as e:
         yield e
-    finally:
-        e.close()
 
 
-def connect(raw: RawMqtt, cid: str, *, persistent: bool, expiry: int = 300) -> bool:
+def connect(raw: MemoryMqtt, cid: str, *, persistent: bool, expiry: int = 300) -> bool:
     props = None
     if raw.level == 5 and persistent:
         props = Properties(session_expiry_interval=expiry)
     return raw.connect(cid, clean=not persistent, properties=props).session_present
 
 
-def leave(raw: RawMqtt) -> None:
+def leave(raw: MemoryMqtt) -> None:
     raw.disconnect()
     assert raw.until_closed() == []
 
@@ -70,17 +66,16 @@ def test_offline_persistent_session_gets_queued_qos1_on_return(env: MqttEnv,
                                                                 level: int) -> None:
     cid = uid("offline")
     topic = uid("offline/")
-    sub = env.paho(level, client_id=cid, clean=False,
-                   session_expiry=300 if level == 5 else None)
-    assert sub.subscribe(topic, 1)[0] == 1
-    sub.disconnect()
-    pub = env.paho(level)
+    sub = env.raw(level)
+    connect(sub, cid, persistent=True)
+    assert sub.subscribe(topic, qos=1).reason_codes == [ReasonCode.GRANTED_QOS_1]
+    leave(sub)
+    pub = env.raw_connected(level)
     for i in range(3):
         pub.publish(topic, b"queued-%d" % i, qos=1)
-    back = env.paho(level, client_id=cid, clean=False,
-                    session_expiry=300 if level == 5 else None)
-    assert back.session_present is True
-    got = back.wait_messages(3)
+    back = env.raw(level)
+    assert connect(back, cid, persistent=True) is True
+    got = back.publishes(3)
     assert [m.payload for m in got] == [b"queued-0", b"queued-1", b"queued-2"]
     assert [m.qos for m in got] == [1, 1, 1]
     assert [m.topic for m in got] == [topic] * 3
@@ -94,7 +89,7 @@ def test_v5_session_expires_after_its_interval(env: MqttEnv) -> None:
     a.subscribe(topic, qos=1)
     leave(a)
     assert env.durables(cid) == [f"mqtt1:{topic}"]  # still there right after leaving
-    poll(lambda: env.durables(cid) == [], 5, "the session to expire")
+    env.broker.wait_for(lambda: env.durables(cid) == [], 5, "the session to expire")
     b = env.raw(5)
     assert connect(b, cid, persistent=True) is False
     assert b.ping() == []
@@ -132,7 +127,7 @@ def test_v5_disconnect_can_end_the_session(env: MqttEnv) -> None:
     a.subscribe(uid("discexp/"), qos=1)
     a.disconnect(0, Properties(session_expiry_interval=0))
     assert a.until_closed() == []
-    poll(lambda: env.durables(cid) == [], 5, "the session to end")
+    env.broker.wait_for(lambda: env.durables(cid) == [], 5, "the session to end")
     b = env.raw(5)
     assert connect(b, cid, persistent=True) is False
 

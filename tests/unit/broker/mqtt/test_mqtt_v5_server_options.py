@@ -6,22 +6,20 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from tests.support.memory_broker import memory_config
+from tests.support.memory_mqtt import MqttEnv, mqtt_env, uid
 
 from meshmq.config.model import MqttConfig
 from meshmq.protocol.mqtt import Properties, Publish
-from tests.interop.mqtt_helpers import MqttEnv, uid
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> Iterator[MqttEnv]:
-    e = MqttEnv(tmp_path / "data", mqtt=dataclasses.replace(MqttConfig(), max_keep_alive_s=20))
-    try:
+def env() -> Iterator[MqttEnv]:
+    config = memory_config(mqtt=dataclasses.replace(MqttConfig(), max_keep_alive_s=20))
+    with mqtt_env(config) as e:
         yield e
-    finally:
-        e.close()
 
 
 @pytest.mark.parametrize(("asked", "told"), [(60, 20), (0, 20), (10, None), (20, None)])

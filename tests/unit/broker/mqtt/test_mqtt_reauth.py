@@ -7,25 +7,23 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from tests.support.memory_broker import memory_config
+from tests.support.memory_mqtt import MqttEnv, mqtt_env, uid
 
 from meshmq.config.model import AuthConfig, User
 from meshmq.protocol.mqtt import Auth, Disconnect, Properties, ReasonCode
-from tests.interop.mqtt_helpers import MqttEnv, uid
 
 PLAIN = "PLAIN"
 
 
 @pytest.fixture
-def auth_env(tmp_path: Path) -> Iterator[MqttEnv]:
-    e = MqttEnv(tmp_path / "auth", auth=AuthConfig(
-        anonymous_access=False, users=(User("system", "manager"), User("other", "pw"))))
-    try:
+def auth_env() -> Iterator[MqttEnv]:
+    with mqtt_env(memory_config(auth=AuthConfig(
+            anonymous_access=False,
+            users=(User("system", "manager"), User("other", "pw"))))) as e:
         yield e
-    finally:
-        e.close()
 
 
 def _plain(env: MqttEnv):  # type: ignore[no-untyped-def]

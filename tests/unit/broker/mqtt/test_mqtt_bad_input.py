@@ -1,17 +1,17 @@
-"""Bad input on raw sockets. MQTT 5 clients get the spec's reason code (a DISCONNECT,
-or a CONNACK while connecting), 3.1.1 clients get the spec's disconnect (the connection
-is closed; CONNACK return codes for CONNECT errors). After each, a connected paho
+"""Bad input on an MQTT connection. MQTT 5 clients get the spec's reason code (a
+DISCONNECT, or a CONNACK while connecting), 3.1.1 clients get the spec's disconnect (the
+connection is closed; CONNACK return codes for CONNECT errors). After each, a connected
 client still round-trips and the broker still accepts new connections.
 """
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from tests.support.memory_broker import memory_config
+from tests.support.memory_mqtt import LEVELS, MemoryMqtt, MqttEnv, mqtt_env, uid
 
 from meshmq.config.model import MqttConfig
 from meshmq.protocol.mqtt import (
@@ -24,24 +24,20 @@ from meshmq.protocol.mqtt import (
     Suback,
     encode,
 )
-from tests.interop.mqtt_helpers import LEVELS, MqttEnv, Paho, RawMqtt, uid
 
 MAX_PACKET = 1024
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> Iterator[MqttEnv]:
-    e = MqttEnv(tmp_path / "data", mqtt=MqttConfig(max_packet_size=MAX_PACKET,
-                                                   connect_timeout_ms=500))
-    try:
+def env() -> Iterator[MqttEnv]:
+    with mqtt_env(memory_config(mqtt=MqttConfig(max_packet_size=MAX_PACKET,
+                                                connect_timeout_ms=500))) as e:
         yield e
-    finally:
-        e.close()
 
 
 @pytest.fixture
-def bystander(env: MqttEnv) -> Paho:
-    return env.paho(5)
+def bystander(env: MqttEnv) -> MemoryMqtt:
+    return env.raw_connected(5)
 
 
 def str16(data: bytes) -> bytes:
@@ -53,7 +49,7 @@ def publish_bytes(topic: bytes, level: int, *, first: int = 0x30, pid: bytes = b
     return bytes([first, len(body)]) + body
 
 
-def expect_rejection(raw: RawMqtt, code: ReasonCode) -> None:
+def expect_rejection(raw: MemoryMqtt, code: ReasonCode) -> None:
     """v5: exactly one DISCONNECT with ``code``, then close; 3.1.1: closed, nothing sent."""
     got = raw.until_closed()
     if raw.level == 5:
@@ -63,24 +59,13 @@ def expect_rejection(raw: RawMqtt, code: ReasonCode) -> None:
         assert got == [], got
 
 
-def read_until_closed(sock: socket.socket, timeout: float = 10.0) -> bytes:
-    """Raw bytes until the broker closes (for answers sent before a level is known)."""
-    deadline = time.monotonic() + timeout
-    data = b""
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise AssertionError(f"connection still open after {timeout}s; got {data!r}")
-        sock.settimeout(remaining)
-        try:
-            chunk = sock.recv(4096)
-        except ConnectionResetError:
-            return data
-        except TimeoutError:
-            continue
-        if not chunk:
-            return data
-        data += chunk
+def bytes_until_closed(env: MqttEnv, data: bytes) -> bytes:
+    """Raw bytes the broker answers to ``data`` on a fresh connection, until it closes
+    (for answers sent before a protocol level is known)."""
+    raw = env.raw(4)
+    raw.send_bytes(data)
+    env.broker.wait_for(lambda: raw.eof, what="the broker to close")
+    return bytes(raw.client.transport.written)
 
 
 def connect_bytes(name: bytes, level: int) -> bytes:
@@ -92,7 +77,7 @@ def connect_bytes(name: bytes, level: int) -> bytes:
 
 
 @pytest.mark.parametrize("level", LEVELS)
-def test_malformed_remaining_length(env: MqttEnv, bystander: Paho, level: int) -> None:
+def test_malformed_remaining_length(env: MqttEnv, bystander: MemoryMqtt, level: int) -> None:
     raw = env.raw_connected(level)
     raw.send_bytes(b"\x30\xff\xff\xff\xff\x01")  # a fifth length byte
     expect_rejection(raw, ReasonCode.MALFORMED_PACKET)
@@ -100,7 +85,7 @@ def test_malformed_remaining_length(env: MqttEnv, bystander: Paho, level: int) -
 
 
 @pytest.mark.parametrize("level", LEVELS)
-def test_non_minimal_remaining_length(env: MqttEnv, bystander: Paho, level: int) -> None:
+def test_non_minimal_remaining_length(env: MqttEnv, bystander: MemoryMqtt, level: int) -> None:
     raw = env.raw_connected(level)
     raw.send_bytes(b"\xc0\x80\x00")  # PINGREQ, remaining length 0 in two bytes
     expect_rejection(raw, ReasonCode.MALFORMED_PACKET)
@@ -108,7 +93,7 @@ def test_non_minimal_remaining_length(env: MqttEnv, bystander: Paho, level: int)
 
 
 @pytest.mark.parametrize("level", LEVELS)
-def test_packet_larger_than_maximum(env: MqttEnv, bystander: Paho, level: int) -> None:
+def test_packet_larger_than_maximum(env: MqttEnv, bystander: MemoryMqtt, level: int) -> None:
     raw = env.raw(level)
     ack = raw.connect(uid("big"))
     if level == 5:
@@ -122,7 +107,7 @@ def test_packet_larger_than_maximum(env: MqttEnv, bystander: Paho, level: int) -
 
 
 @pytest.mark.parametrize("level", LEVELS)
-def test_oversized_packet_header_alone_is_rejected(env: MqttEnv, bystander: Paho,
+def test_oversized_packet_header_alone_is_rejected(env: MqttEnv, bystander: MemoryMqtt,
                                                    level: int) -> None:
     """Only the fixed header of a 100 MB packet arrives: rejected without waiting for it."""
     raw = env.raw_connected(level)
@@ -132,7 +117,8 @@ def test_oversized_packet_header_alone_is_rejected(env: MqttEnv, bystander: Paho
 
 
 @pytest.mark.parametrize("level", LEVELS)
-def test_reserved_packet_type_and_bad_flags(env: MqttEnv, bystander: Paho, level: int) -> None:
+def test_reserved_packet_type_and_bad_flags(env: MqttEnv, bystander: MemoryMqtt,
+                                            level: int) -> None:
     for data in (b"\x00\x00", b"\xc1\x00", b"\x38" + publish_bytes(b"t", level)[1:]):
         # reserved type 0; PINGREQ with flags; DUP on a QoS 0 PUBLISH
         raw = env.raw_connected(level)
@@ -146,7 +132,7 @@ def test_reserved_packet_type_and_bad_flags(env: MqttEnv, bystander: Paho, level
 
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("topic", [b"bad/\xff\xfe", b"nul/\x00/x", b"\xed\xa0\x80surrogate"])
-def test_invalid_utf8_or_nul_in_topic(env: MqttEnv, bystander: Paho, level: int,
+def test_invalid_utf8_or_nul_in_topic(env: MqttEnv, bystander: MemoryMqtt, level: int,
                                       topic: bytes) -> None:
     watcher = env.raw_connected(level)
     watcher.subscribe("bad/#", "nul/#", "+", qos=0)  # where the topics would land
@@ -160,7 +146,7 @@ def test_invalid_utf8_or_nul_in_topic(env: MqttEnv, bystander: Paho, level: int,
 
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("topic", [b"a/+", b"a/#", b"+", b"#"])
-def test_wildcard_in_publish_topic(env: MqttEnv, bystander: Paho, level: int,
+def test_wildcard_in_publish_topic(env: MqttEnv, bystander: MemoryMqtt, level: int,
                                    topic: bytes) -> None:
     raw = env.raw_connected(level)
     raw.send_bytes(publish_bytes(topic, level))
@@ -169,7 +155,7 @@ def test_wildcard_in_publish_topic(env: MqttEnv, bystander: Paho, level: int,
 
 
 @pytest.mark.parametrize("level", LEVELS)
-def test_empty_publish_topic_without_alias(env: MqttEnv, bystander: Paho, level: int) -> None:
+def test_empty_publish_topic_without_alias(env: MqttEnv, bystander: MemoryMqtt, level: int) -> None:
     raw = env.raw_connected(level)
     raw.send_bytes(publish_bytes(b"", level))
     expect_rejection(raw, ReasonCode.TOPIC_NAME_INVALID if level == 4
@@ -179,7 +165,7 @@ def test_empty_publish_topic_without_alias(env: MqttEnv, bystander: Paho, level:
 
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("flt", [b"a/#/b", b"a/b#", b"a+/b", b""])
-def test_invalid_subscription_filter(env: MqttEnv, bystander: Paho, level: int,
+def test_invalid_subscription_filter(env: MqttEnv, bystander: MemoryMqtt, level: int,
                                      flt: bytes) -> None:
     raw = env.raw_connected(level)
     body = b"\x00\x05" + (b"\x00" if level == 5 else b"") + str16(flt) + b"\x01"
@@ -201,7 +187,7 @@ def test_invalid_subscription_filter(env: MqttEnv, bystander: Paho, level: int,
 
 
 @pytest.mark.parametrize("level", LEVELS)
-def test_subscribe_with_packet_id_zero_or_no_filters(env: MqttEnv, bystander: Paho,
+def test_subscribe_with_packet_id_zero_or_no_filters(env: MqttEnv, bystander: MemoryMqtt,
                                                      level: int) -> None:
     props = b"\x00" if level == 5 else b""
     for body in (b"\x00\x00" + props + str16(b"ok") + b"\x01",  # packet id 0
@@ -222,50 +208,36 @@ def test_subscribe_with_packet_id_zero_or_no_filters(env: MqttEnv, bystander: Pa
 
 
 @pytest.mark.parametrize("level", LEVELS)
-def test_second_connect(env: MqttEnv, bystander: Paho, level: int) -> None:
+def test_second_connect(env: MqttEnv, bystander: MemoryMqtt, level: int) -> None:
     raw = env.raw_connected(level)
     raw.send(Connect(client_id=uid("again"), protocol_level=level))
     expect_rejection(raw, ReasonCode.PROTOCOL_ERROR)
     env.assert_healthy(bystander)
 
 
-def test_mqtt31_mqisdp_gets_return_code_1(env: MqttEnv, bystander: Paho) -> None:
-    sock = socket.create_connection(("127.0.0.1", env.mqtt_port), timeout=10)
-    try:
-        sock.sendall(connect_bytes(b"MQIsdp", 3))
-        assert read_until_closed(sock) == b"\x20\x02\x00\x01"  # unacceptable protocol version
-    finally:
-        sock.close()
+def test_mqtt31_mqisdp_gets_return_code_1(env: MqttEnv, bystander: MemoryMqtt) -> None:
+    # unacceptable protocol version
+    assert bytes_until_closed(env, connect_bytes(b"MQIsdp", 3)) == b"\x20\x02\x00\x01"
     env.assert_healthy(bystander)
 
 
-def test_unsupported_protocol_level(env: MqttEnv, bystander: Paho) -> None:
+def test_unsupported_protocol_level(env: MqttEnv, bystander: MemoryMqtt) -> None:
     for level in (3, 6, 0):
-        sock = socket.create_connection(("127.0.0.1", env.mqtt_port), timeout=10)
-        try:
-            sock.sendall(connect_bytes(b"MQTT", level))
-            answer = read_until_closed(sock)
-            # 3.1.1 form (return code 1) or the v5 form (0x84, empty properties)
-            assert answer in (b"\x20\x02\x00\x01", b"\x20\x03\x00\x84\x00"), (level, answer)
-        finally:
-            sock.close()
+        answer = bytes_until_closed(env, connect_bytes(b"MQTT", level))
+        # 3.1.1 form (return code 1) or the v5 form (0x84, empty properties)
+        assert answer in (b"\x20\x02\x00\x01", b"\x20\x03\x00\x84\x00"), (level, answer)
     env.assert_healthy(bystander)
 
 
-def test_unknown_protocol_name(env: MqttEnv, bystander: Paho) -> None:
-    sock = socket.create_connection(("127.0.0.1", env.mqtt_port), timeout=10)
-    try:
-        sock.sendall(connect_bytes(b"MQTX", 4))
-        answer = read_until_closed(sock)
-        # the server may close silently or refuse with "unacceptable protocol version"
-        assert answer in (b"", b"\x20\x02\x00\x01", b"\x20\x03\x00\x84\x00"), answer
-    finally:
-        sock.close()
+def test_unknown_protocol_name(env: MqttEnv, bystander: MemoryMqtt) -> None:
+    answer = bytes_until_closed(env, connect_bytes(b"MQTX", 4))
+    # the server may close silently or refuse with "unacceptable protocol version"
+    assert answer in (b"", b"\x20\x02\x00\x01", b"\x20\x03\x00\x84\x00"), answer
     env.assert_healthy(bystander)
 
 
 @pytest.mark.parametrize("level", LEVELS)
-def test_qos3_publish(env: MqttEnv, bystander: Paho, level: int) -> None:
+def test_qos3_publish(env: MqttEnv, bystander: MemoryMqtt, level: int) -> None:
     raw = env.raw_connected(level)
     raw.send_bytes(publish_bytes(b"q3", level, first=0x36, pid=b"\x00\x01"))
     expect_rejection(raw, ReasonCode.MALFORMED_PACKET)
@@ -273,7 +245,7 @@ def test_qos3_publish(env: MqttEnv, bystander: Paho, level: int) -> None:
 
 
 @pytest.mark.parametrize("level", LEVELS)
-def test_qos3_will_in_connect(env: MqttEnv, bystander: Paho, level: int) -> None:
+def test_qos3_will_in_connect(env: MqttEnv, bystander: MemoryMqtt, level: int) -> None:
     props = b"\x00" if level == 5 else b""
     body = (str16(b"MQTT") + bytes([level, 0x02 | 0x04 | 0x18]) + b"\x00\x3c" + props
             + str16(b"cid") + props + str16(b"will/t") + str16(b"w"))
@@ -290,52 +262,51 @@ def test_qos3_will_in_connect(env: MqttEnv, bystander: Paho, level: int) -> None
 
 
 @pytest.mark.parametrize("first", [b"\x30", b"\x82", b"\xc0", b"\xe0"])
-def test_packet_before_connect_closes_the_connection(env: MqttEnv, bystander: Paho,
+def test_packet_before_connect_closes_the_connection(env: MqttEnv, bystander: MemoryMqtt,
                                                      first: bytes) -> None:
-    sock = socket.create_connection(("127.0.0.1", env.mqtt_port), timeout=10)
-    try:
-        if first == b"\x30":
-            data = publish_bytes(b"early", 4)
-        elif first == b"\x82":
-            data = b"\x82\x06\x00\x01" + str16(b"t")[:2] + b"t\x01"
-            data = bytes([0x82, len(data) - 2]) + data[2:]
-        else:
-            data = first + b"\x00"
-        sock.sendall(data)
-        answer = read_until_closed(sock)
-        # MQTT-3.1.0-1 / 4.8: the first packet must be CONNECT, else the server closes the
-        # connection. A CONNACK is only acceptable as a refusal (never success).
-        assert answer == b"" or (answer[0] == 0x20 and answer[-1] != 0), answer
-    finally:
-        sock.close()
+    if first == b"\x30":
+        data = publish_bytes(b"early", 4)
+    elif first == b"\x82":
+        data = b"\x82\x06\x00\x01" + str16(b"t")[:2] + b"t\x01"
+        data = bytes([0x82, len(data) - 2]) + data[2:]
+    else:
+        data = first + b"\x00"
+    answer = bytes_until_closed(env, data)
+    # MQTT-3.1.0-1 / 4.8: the first packet must be CONNECT, else the server closes the
+    # connection. A CONNACK is only acceptable as a refusal (never success).
+    assert answer == b"" or (answer[0] == 0x20 and answer[-1] != 0), answer
     env.assert_healthy(bystander)
 
 
-def test_silent_connection_closed_after_connect_timeout(env: MqttEnv, bystander: Paho) -> None:
-    sock = socket.create_connection(("127.0.0.1", env.mqtt_port), timeout=10)
-    try:
-        t0 = time.monotonic()
-        assert read_until_closed(sock, timeout=5) == b""
-        assert time.monotonic() - t0 >= 0.4
-    finally:
-        sock.close()
+def test_silent_connection_closed_after_connect_timeout(env: MqttEnv,
+                                                        bystander: MemoryMqtt) -> None:
+    raw = env.raw(4)
+    t0 = time.monotonic()
+    env.broker.wait_for(lambda: raw.eof, 5, "the broker to close a silent connection")
+    assert time.monotonic() - t0 >= 0.4
+    assert bytes(raw.client.transport.written) == b""
     env.assert_healthy(bystander)
 
 
-def test_http_request_on_mqtt_port(env: MqttEnv, bystander: Paho) -> None:
-    sock = socket.create_connection(("127.0.0.1", env.mqtt_port), timeout=10)
-    try:
-        sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-        answer = read_until_closed(sock)
-        assert answer == b"" or (answer[0] == 0x20 and answer[-1] != 0), answer
-    finally:
-        sock.close()
+def test_connect_timeout_is_the_configured_one(env: MqttEnv) -> None:
+    """The session's clock decides: silent 0.4 s is kept, silent 0.6 s is closed."""
+    raw = env.raw(4)
+    now = time.monotonic()
+    raw.session.check_timeouts(now + 0.4)
+    assert not raw.eof
+    raw.session.check_timeouts(now + 0.6)
+    assert raw.until_closed() == []
+
+
+def test_http_request_on_mqtt_port(env: MqttEnv, bystander: MemoryMqtt) -> None:
+    answer = bytes_until_closed(env, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert answer == b"" or (answer[0] == 0x20 and answer[-1] != 0), answer
     env.assert_healthy(bystander)
 
 
 @pytest.mark.parametrize("level", LEVELS)
 def test_truncated_packet_then_abrupt_close_leaves_broker_healthy(env: MqttEnv,
-                                                                  bystander: Paho,
+                                                                  bystander: MemoryMqtt,
                                                                   level: int) -> None:
     raw = env.raw_connected(level)
     raw.send_bytes(encode(Publish(uid("half/"), b"x" * 200, qos=1, packet_id=3),
