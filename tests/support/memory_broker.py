@@ -140,9 +140,21 @@ class MemoryBroker:
                 await asyncio.sleep(0.001 if self.loop._ready else 0.005)  # type: ignore[attr-defined]
         self.loop.run_until_complete(poll())
 
+    def call(self, fn: Callable[[], object]) -> None:
+        """Run ``fn`` inside the loop, as a socket read would (sessions may create
+        tasks), then let the loop take a turn. Already inside the loop: just ``fn()``."""
+        if self.loop.is_running():
+            fn()
+            return
+
+        async def run() -> None:
+            fn()
+            await asyncio.sleep(0)
+        self.loop.run_until_complete(run())
+
     def connect(self, protocol: asyncio.Protocol) -> MemoryTransport:
         transport = MemoryTransport(self.loop, protocol, ("127.0.0.1", next(self._ports)))
-        protocol.connection_made(transport)  # type: ignore[arg-type]
+        self.call(lambda: protocol.connection_made(transport))  # type: ignore[arg-type]
         return transport
 
     def stomp(self, listener: str | None = None) -> StompClient:
@@ -182,7 +194,7 @@ class StompClient:
         self.version = "1.2"
 
     def send_raw(self, data: bytes) -> None:
-        self.protocol.data_received(data)
+        self.broker.call(lambda: self.protocol.data_received(data))
 
     def send(self, command: str, headers: dict[str, str] | None = None,
              body: bytes = b"") -> None:
@@ -252,7 +264,7 @@ class MqttClient:
         self._packets: list[Packet] = []
 
     def send_raw(self, data: bytes) -> None:
-        self.protocol.data_received(data)
+        self.broker.call(lambda: self.protocol.data_received(data))
 
     def send(self, packet: Packet) -> None:
         self.send_raw(self._client.send(packet))
