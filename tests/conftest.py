@@ -96,9 +96,19 @@ START_FIRST = (
 )
 
 # Under `--dist loadgroup` the tests of one xdist_group run on one worker, in order: a
-# module-scoped fixture that starts brokers is then set up once, not once per worker.
+# module-scoped fixture is then set up once, not once per worker. The Spark files go to
+# two groups: Spark is CPU-bound, and a JVM on every worker starved the brokers those
+# tests kill and wait for (on two cores) instead of finishing sooner.
 GROUP_BY_FILE = {
     "tests/client/test_cross_broker.py": "cross-broker",
+    "tests/pipeline/test_audit_crash_matrix.py": "spark-a",
+    "tests/pipeline/test_audit_crash_verdicts.py": "spark-a",
+    "tests/pipeline/test_audit_transforms.py": "spark-a",
+    "tests/pipeline/test_audit_cluster.py": "spark-b",
+    "tests/pipeline/test_audit_end_to_end.py": "spark-b",
+    "tests/pipeline/test_audit_follow.py": "spark-b",
+    "tests/pipeline/test_datasource.py": "spark-b",
+    "tests/pipeline/test_datasource_failover.py": "spark-b",
 }
 
 
