@@ -6,6 +6,7 @@ its port must not find it taken meanwhile as the source port of some client sock
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 from pathlib import Path
@@ -25,14 +26,27 @@ def _ephemeral_range() -> tuple[int, int]:
 _handed_out: set[int] = set()
 
 
+def _worker_slice(low: int, high: int) -> tuple[int, int]:
+    """This process's share of [low, high): under pytest-xdist each worker draws from
+    its own slice, so two workers never pick the same port between probe and bind."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", ...
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if not worker.startswith("gw") or count <= 1:
+        return low, high
+    index = int(worker[2:]) % count
+    size = (high - low) // count
+    return low + index * size, low + (index + 1) * size
+
+
 def free_port() -> int:
     """A free loopback port OUTSIDE the ephemeral range: a broker restarted on it
     after a kill must not find it taken as the source port of some client socket.
-    Never the same port twice in one test process."""
+    Never the same port twice in one test process, nor in two xdist workers."""
     low, _ = _ephemeral_range()
+    first, last = _worker_slice(10_000, max(10_001, low))
     rng = random.Random()
     for _ in range(200):
-        port = rng.randrange(10_000, max(10_001, low))
+        port = rng.randrange(first, max(first + 1, last))
         if port in _handed_out:
             continue
         with socket.socket() as s:
