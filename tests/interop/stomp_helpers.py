@@ -1,5 +1,6 @@
 """Helpers for the interop suite: a stomp.py client wrapper that records what it
-receives, and a raw-socket STOMP client for byte-level edge cases.
+receives, and a raw-socket STOMP client for byte-level edge cases (its parsing is
+tests/support/raw_stomp.py's, shared with the socket-free tests).
 
 Nothing here sleeps to wait for something: every wait is a condition wait or a
 socket read with a deadline, and it fails loudly when the deadline passes.
@@ -7,28 +8,27 @@ socket read with a deadline, and it fails loudly when the deadline passes.
 
 from __future__ import annotations
 
-import itertools
-import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import stomp
 from stomp.utils import Frame as StompPyFrame
 
 from tests.support.brokers import ThreadBroker
-
-TIMEOUT = 10.0
-_ids = itertools.count(1)
-
-
-def uid(prefix: str = "x") -> str:
-    """A name unique within this test process."""
-    return f"{prefix}{next(_ids)}"
-
+from tests.support.raw_stomp import (  # noqa: F401 - the raw helpers, shared
+    TIMEOUT,
+    ClosedError,
+    FrameReader,
+    RawFrame,
+    escape,
+    frame_bytes,
+    uid,
+    unescape,
+)
 
 # ---------------------------------------------------------------------------- stomp.py
 
@@ -272,46 +272,6 @@ class Client:
 # ---------------------------------------------------------------------------- raw sockets
 
 
-@dataclass
-class RawFrame:
-    command: str
-    headers: list[tuple[str, str]] = field(default_factory=list)
-    body: bytes = b""
-
-    def get(self, name: str, default: str | None = None) -> str | None:
-        for k, v in self.headers:
-            if k == name:
-                return v
-        return default
-
-    def __getitem__(self, name: str) -> str:
-        value = self.get(name)
-        if value is None:
-            raise KeyError(f"{name!r} not in {self.command} headers {self.headers}")
-        return value
-
-
-_UNESCAPE = {"\\n": "\n", "\\c": ":", "\\\\": "\\", "\\r": "\r"}
-
-
-def unescape(text: str, version: str) -> str:
-    if version == "1.0" or "\\" not in text:
-        return text
-    return re.sub(r"\\.", lambda m: _UNESCAPE.get(m.group(0), m.group(0)), text)
-
-
-def escape(text: str) -> str:
-    return (text.replace("\\", "\\\\").replace("\n", "\\n").replace(":", "\\c")
-            .replace("\r", "\\r"))
-
-
-def frame_bytes(command: str, headers: Iterable[tuple[str, str]] = (), body: bytes = b"",
-                eol: bytes = b"\n") -> bytes:
-    """Encode a frame verbatim: no escaping, no content-length unless given."""
-    lines = [command.encode()] + [f"{k}:{v}".encode() for k, v in headers]
-    return eol.join(lines) + eol + eol + body + b"\x00"
-
-
 @dataclass(frozen=True)
 class Address:
     """Where a RawClient connects when there is no ThreadBroker object (a subprocess)."""
@@ -320,20 +280,13 @@ class Address:
     host: str = "127.0.0.1"
 
 
-class ClosedError(Exception):
-    """The broker closed the socket."""
-
-
-class RawClient:
+class RawClient(FrameReader):
     """A STOMP client on a bare socket; reads frames exactly as they arrive."""
 
     def __init__(self, broker: ThreadBroker, timeout: float = TIMEOUT) -> None:
+        super().__init__()
         self.sock = socket.create_connection((broker.host, broker.port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.buf = bytearray()
-        self.version = "1.0"
-        self.heartbeats = 0
-        self.eof = False
 
     def close(self) -> None:
         try:
@@ -341,36 +294,9 @@ class RawClient:
         except OSError:
             pass
 
-    def __enter__(self) -> RawClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # -- writing -------------------------------------------------------------
     def send_bytes(self, data: bytes) -> None:
         self.sock.sendall(data)
 
-    def send_frame(self, command: str, headers: Iterable[tuple[str, str]] = (),
-                   body: bytes = b"", eol: bytes = b"\n") -> None:
-        self.send_bytes(frame_bytes(command, headers, body, eol))
-
-    def connect(self, version: str | None = "1.2", *, command: str = "CONNECT",
-                heartbeat: str | None = None, extra: Iterable[tuple[str, str]] = ()) -> RawFrame:
-        headers: list[tuple[str, str]] = []
-        if version is not None:
-            headers.append(("accept-version", version))
-        headers.append(("host", "localhost"))
-        if heartbeat is not None:
-            headers.append(("heart-beat", heartbeat))
-        headers.extend(extra)
-        self.send_frame(command, headers)
-        frame = self.read_frame()
-        assert frame.command == "CONNECTED", f"expected CONNECTED, got {frame}"
-        self.version = frame.get("version", "1.0") or "1.0"
-        return frame
-
-    # -- reading -------------------------------------------------------------
     def _fill(self, deadline: float) -> None:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -386,105 +312,3 @@ class RawClient:
             self.eof = True
             raise ClosedError("the broker closed the connection")
         self.buf += data
-
-    def _skip_heartbeats(self) -> None:
-        while self.buf:
-            if self.buf[:1] == b"\n":
-                del self.buf[:1]
-                self.heartbeats += 1
-            elif self.buf[:2] == b"\r\n":
-                del self.buf[:2]
-                self.heartbeats += 1
-            else:
-                break
-
-    def read_frame(self, timeout: float = TIMEOUT) -> RawFrame:
-        """The next frame (heart-beats are counted and skipped); raises ClosedError on EOF."""
-        deadline = time.monotonic() + timeout
-        while True:
-            self._skip_heartbeats()
-            frame = self._try_parse()
-            if frame is not None:
-                return frame
-            self._fill(deadline)
-
-    def _try_parse(self) -> RawFrame | None:
-        buf = self.buf
-        if not buf or buf == b"\r":
-            return None
-        m = re.search(rb"\r?\n\r?\n", buf)
-        if m is None:
-            return None
-        head = bytes(buf[:m.start()]).decode("utf-8")
-        body_start = m.end()
-        lines = [ln[:-1] if ln.endswith("\r") else ln for ln in head.split("\n")]
-        command = lines[0]
-        version = "1.0" if command == "CONNECTED" else self.version
-        headers = []
-        for line in lines[1:]:
-            k, _, v = line.partition(":")
-            headers.append((unescape(k, version), unescape(v, version)))
-        clen = next((int(v) for k, v in headers if k == "content-length"), None)
-        if clen is not None:
-            if len(buf) < body_start + clen + 1:
-                return None
-            assert buf[body_start + clen] == 0, "frame not NUL-terminated after content-length"
-            body = bytes(buf[body_start:body_start + clen])
-            end = body_start + clen + 1
-        else:
-            nul = buf.find(b"\x00", body_start)
-            if nul < 0:
-                return None
-            body = bytes(buf[body_start:nul])
-            end = nul + 1
-        del buf[:end]
-        return RawFrame(command, headers, body)
-
-    def read_until(self, command: str, timeout: float = TIMEOUT) -> tuple[RawFrame,
-                                                                          list[RawFrame]]:
-        """Read frames until one with ``command``; returns it and the frames before it."""
-        deadline = time.monotonic() + timeout
-        before: list[RawFrame] = []
-        while True:
-            frame = self.read_frame(max(0.001, deadline - time.monotonic()))
-            if frame.command == command:
-                return frame, before
-            before.append(frame)
-
-    def expect_closed(self, timeout: float = TIMEOUT) -> list[RawFrame]:
-        """Read until the broker closes the socket; return the frames read on the way."""
-        deadline = time.monotonic() + timeout
-        frames: list[RawFrame] = []
-        while True:
-            try:
-                frames.append(self.read_frame(max(0.001, deadline - time.monotonic())))
-            except ClosedError:
-                return frames
-
-    def expect_error_and_close(self, timeout: float = TIMEOUT) -> RawFrame:
-        """The next frames end with exactly one ERROR, then the socket closes."""
-        frames = self.expect_closed(timeout)
-        errors = [f for f in frames if f.command == "ERROR"]
-        assert len(errors) == 1, f"expected one ERROR before close, got {frames}"
-        assert frames[-1].command == "ERROR", f"ERROR must be the last frame: {frames}"
-        assert errors[0].get("message"), f"ERROR without a message header: {errors[0]}"
-        return errors[0]
-
-    def receipt_roundtrip(self, timeout: float = TIMEOUT) -> list[RawFrame]:
-        """Barrier: a frame with a receipt; returns the frames that arrived before it."""
-        rid = uid("raw-barrier-")
-        txn = uid("raw-tx-")
-        self.send_frame("BEGIN", [("transaction", txn), ("receipt", rid)])
-        before = self.read_until_receipt(rid, timeout)
-        self.send_frame("ABORT", [("transaction", txn)])
-        return before
-
-    def read_until_receipt(self, rid: str, timeout: float = TIMEOUT) -> list[RawFrame]:
-        """Read until RECEIPT ``rid``; returns every other frame read on the way."""
-        deadline = time.monotonic() + timeout
-        before: list[RawFrame] = []
-        while True:
-            frame = self.read_frame(max(0.001, deadline - time.monotonic()))
-            if frame.command == "RECEIPT" and frame.get("receipt-id") == rid:
-                return before
-            before.append(frame)

@@ -55,6 +55,9 @@ class MemoryTransport:
         self.closed = False
         self.reading = True
         self._lost = False
+        # Called (on the next loop turn) when the session resumes reading, so a client
+        # can hand over what it held back, as a socket's buffer would.
+        self.on_resume: Callable[[], None] | None = None
 
     # -- what the broker calls
     def write(self, data: bytes | bytearray | memoryview) -> None:
@@ -81,6 +84,8 @@ class MemoryTransport:
 
     def resume_reading(self) -> None:
         self.reading = True
+        if self.on_resume is not None:
+            self._loop.call_soon(self.on_resume)
 
     def is_reading(self) -> bool:
         return self.reading

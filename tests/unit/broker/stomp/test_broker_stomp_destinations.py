@@ -5,10 +5,9 @@ from __future__ import annotations
 import time
 
 import pytest
+from tests.support.raw_stomp import uid
 
 from meshmq.config.model import DestinationPolicy
-from tests.interop.stomp_helpers import uid
-from tests.support.brokers import poll
 
 # ------------------------------------------------------------------ destination kinds
 
@@ -62,7 +61,7 @@ def test_temp_queue_disappears_with_its_connection(broker, client, raw):
     owner.send(service, "req", {"reply-to": "/temp-queue/r"})
     (req,) = other.wait_messages(1)
     owner.disconnect()
-    poll(lambda: broker.stats()["connections"] == 1, what="the owner to be gone")
+    broker.wait_for(lambda: broker.stats()["connections"] == 1, what="the owner to be gone")
     r = raw()
     r.connect("1.2")
     r.send_frame("SEND", [("destination", req.headers["reply-to"]), ("receipt", "x")], b"late")
@@ -252,7 +251,7 @@ def test_expired_messages_are_never_delivered(broker, client):
     soon = int(time.time() * 1000) + 150
     producer.send(q, "expires soon", {"expires": soon})
     producer.send(q, "lives", {"expires": now + 3_600_000})
-    poll(lambda: time.time() * 1000 > soon + 50, what="the short expiry to pass")
+    broker.wait_for(lambda: time.time() * 1000 > soon + 50, what="the short expiry to pass")
     consumer.subscribe(q)
     producer.send(q, "marker")
     consumer.wait_messages(2)
@@ -283,7 +282,7 @@ def test_message_groups_are_sticky(broker, client):
     groups = ["A", "B", "C", "D"]
     for i in range(24):
         producer.send(q, f"{groups[i % 4]}-{i}", {"JMSXGroupID": groups[i % 4]})
-    poll(lambda: len(c1.messages) + len(c2.messages) == 24, what="all 24 messages")
+    broker.wait_for(lambda: len(c1.messages) + len(c2.messages) == 24, what="all 24 messages")
     owners: dict[str, set[str]] = {}
     for name, c in (("c1", c1), ("c2", c2)):
         for m in c.messages:
@@ -491,7 +490,7 @@ def test_durable_subscription_receives_while_offline(broker, client):
     producer.send(t, "online", {"persistent": "true"})
     sub.wait_messages(1)
     sub.disconnect()
-    poll(lambda: not broker.stats()["durable_subscriptions"][0]["active"],
+    broker.wait_for(lambda: not broker.stats()["durable_subscriptions"][0]["active"],
          what="the durable subscription to go offline")
     for i in range(3):
         producer.send(t, f"offline-{i}", {"persistent": "true"})
@@ -597,7 +596,7 @@ def test_durable_subscription_with_selector_filters_offline_messages(broker, cli
     s.subscribe(t, "d", headers={"activemq.subscriptionName": "s",
                                  "selector": "level = 'high'"})
     s.disconnect()
-    poll(lambda: not broker.stats()["durable_subscriptions"][0]["active"],
+    broker.wait_for(lambda: not broker.stats()["durable_subscriptions"][0]["active"],
          what="the subscription to go offline")
     producer.send(t, "low", {"level": "low", "persistent": "true"})
     producer.send(t, "high", {"level": "high", "persistent": "true"})

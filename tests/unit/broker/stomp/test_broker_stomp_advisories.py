@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.interop.stomp_helpers import uid
+from tests.support.raw_stomp import uid
 
 
 def _advisories(c, n):

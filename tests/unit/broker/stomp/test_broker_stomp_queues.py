@@ -1,11 +1,9 @@
-"""Queue semantics and topics with stomp.py."""
+"""Queue semantics and topics, without sockets."""
 
 from __future__ import annotations
 
 import pytest
-
-from tests.interop.stomp_helpers import uid
-from tests.support.brokers import poll
+from tests.support.raw_stomp import uid
 
 # ------------------------------------------------------------------ competing consumers
 
@@ -17,7 +15,7 @@ def test_competing_consumers_round_robin(broker, client):
         c.subscribe(q)
     for i in range(12):
         producer.send(q, str(i))
-    poll(lambda: sum(len(c.messages) for c in (c1, c2, c3)) == 12, what="12 messages")
+    broker.wait_for(lambda: sum(len(c.messages) for c in (c1, c2, c3)) == 12, what="12 messages")
     got = [[int(b) for b in c.bodies()] for c in (c1, c2, c3)]
     assert sorted(n for g in got for n in g) == list(range(12))  # each exactly once
     assert [len(g) for g in got] == [4, 4, 4]
@@ -41,11 +39,11 @@ def test_each_message_delivered_once_across_consumers(broker, client):
             for m in c.messages:
                 if m.headers["message-id"] not in acked:
                     acked.add(m.headers["message-id"])
-                    c.ack(m)
+                    c.ack(m, receipt=False)  # inside the wait: no nested wait
         return len(acked) == 40
 
     acked: set[str] = set()
-    poll(drain, what="all 40 messages to be consumed")
+    broker.wait_for(drain, what="all 40 messages to be consumed")
     bodies = sorted(int(b) for c in consumers for b in c.bodies())
     assert bodies == list(range(40))
 
@@ -232,7 +230,7 @@ def test_queue_depth_and_counts(broker, client):
     assert broker.destination_stats(name)["depth"] == 5
     consumer.subscribe(f"/queue/{name}")
     consumer.wait_messages(5)
-    poll(lambda: broker.destination_stats(name)["depth"] == 0, what="the queue to drain")
+    broker.wait_for(lambda: broker.destination_stats(name)["depth"] == 0, what="the queue to drain")
     assert broker.destination_stats(name)["dequeued"] == 5
 
 
@@ -287,7 +285,7 @@ def test_durable_topic_keeps_persistent_messages_and_resumes_order(broker, clien
     producer.send(t, "a", {"persistent": "true"})
     (a,) = s.wait_messages(1)
     s.disconnect()  # "a" unacked: it comes back with the redelivered flag
-    poll(lambda: not broker.stats()["durable_subscriptions"][0]["active"],
+    broker.wait_for(lambda: not broker.stats()["durable_subscriptions"][0]["active"],
          what="the subscription to go offline")
     producer.send(t, "b", {"persistent": "true"})
     producer.send(t, "c", {"persistent": "true"})
@@ -393,7 +391,7 @@ def test_offline_durable_removed_without_resubscribing(broker, client):
     s = client(client_id=cid)
     s.subscribe(t, "d", headers={"activemq.subscriptionName": "old"})
     s.disconnect()
-    poll(lambda: not broker.stats()["durable_subscriptions"][0]["active"],
+    broker.wait_for(lambda: not broker.stats()["durable_subscriptions"][0]["active"],
          what="the subscription to go offline")
     back = client(client_id=cid)
     back.unsubscribe("d", headers={"activemq.subscriptionName": "old"})
