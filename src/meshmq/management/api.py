@@ -13,9 +13,9 @@ from meshmq.core.auth import Principal
 from meshmq.management.access import REALM
 
 if TYPE_CHECKING:
-    from meshmq.transport.runtime import BrokerRuntime
+    from meshmq.management.host import ManagementHost
 
-RUNTIME: web.AppKey[BrokerRuntime] = web.AppKey("runtime")
+RUNTIME: web.AppKey[ManagementHost] = web.AppKey("runtime")
 # The logged-in user of a request (None: anonymous on loopback, or no users configured).
 PRINCIPAL: web.RequestKey[Principal | None] = web.RequestKey("principal")
 
@@ -46,7 +46,7 @@ def error_reply(status: int, message: str, **extra: Any) -> web.Response:
     return response
 
 
-def runtime_of(request: web.Request) -> BrokerRuntime:
+def runtime_of(request: web.Request) -> ManagementHost:
     return request.app[RUNTIME]
 
 

@@ -41,7 +41,7 @@ from meshmq.management.api import PRINCIPAL, RUNTIME, ApiError, error_reply, run
 from meshmq.transport.login import check_password
 
 if TYPE_CHECKING:
-    from meshmq.transport.runtime import BrokerRuntime
+    from meshmq.management.host import ManagementHost
 
 log = logging.getLogger("meshmq.management")
 
@@ -98,7 +98,7 @@ async def login(request: web.Request, handler: Handler) -> web.StreamResponse:
     return await handler(request)
 
 
-def build_app(runtime: BrokerRuntime) -> web.Application:
+def build_app(runtime: ManagementHost) -> web.Application:
     app = web.Application(middlewares=[errors_as_json, login],
                           client_max_size=MAX_REQUEST_BODY)
     app[RUNTIME] = runtime

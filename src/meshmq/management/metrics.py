@@ -31,7 +31,7 @@ from meshmq.ha.roles import Role
 from meshmq.network.bridge_state import BridgeState
 
 if TYPE_CHECKING:
-    from meshmq.transport.runtime import BrokerRuntime
+    from meshmq.management.host import ManagementHost
 
 OTHER = "_other"
 STANDALONE = "standalone"
@@ -85,7 +85,7 @@ def select_destinations(destinations: Sequence[Mapping[str, Any]], config: Metri
 class BrokerCollector(Collector):
     """Every ``meshmq_*`` metric of one broker runtime, read when collected."""
 
-    def __init__(self, runtime: BrokerRuntime) -> None:
+    def __init__(self, runtime: ManagementHost) -> None:
         self.runtime = runtime
 
     def collect(self) -> Iterable[Metric]:

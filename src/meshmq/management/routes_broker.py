@@ -16,7 +16,7 @@ from meshmq.build import describe
 from meshmq.management.api import reply, runtime_of
 
 if TYPE_CHECKING:
-    from meshmq.transport.runtime import BrokerRuntime
+    from meshmq.management.host import ManagementHost
 
 routes = web.RouteTableDef()
 
@@ -31,11 +31,11 @@ def percent(used: int, limit: int) -> float:
     return round(100 * used / limit, 1) if limit > 0 else 0.0
 
 
-def role_of(runtime: BrokerRuntime) -> str:
+def role_of(runtime: ManagementHost) -> str:
     return str(runtime.ha.status()["role"]) if runtime.ha is not None else "standalone"
 
 
-def store_usage(runtime: BrokerRuntime) -> dict[str, Any]:
+def store_usage(runtime: ManagementHost) -> dict[str, Any]:
     stats = runtime.store.stats()
     used = int(stats.get("disk_bytes", 0))  # only the journal measures its size on disk
     limit = runtime.config.store.max_disk_bytes
@@ -43,19 +43,19 @@ def store_usage(runtime: BrokerRuntime) -> dict[str, Any]:
             "limit_bytes": limit, "percent": percent(used, limit)}
 
 
-def memory_usage(runtime: BrokerRuntime) -> dict[str, Any]:
+def memory_usage(runtime: ManagementHost) -> dict[str, Any]:
     usage = runtime.broker.usage
     return {"bytes": usage.used, "limit_bytes": usage.limit,
             "percent": percent(usage.used, usage.limit)}
 
 
-def client_connections(runtime: BrokerRuntime) -> int:
+def client_connections(runtime: ManagementHost) -> int:
     """Open client connections (not broker links, not those being taken apart)."""
     return sum(1 for c in runtime.broker.connections.values()
                if not c.closed and c.protocol != "network")
 
 
-def broker_document(runtime: BrokerRuntime) -> dict[str, Any]:
+def broker_document(runtime: ManagementHost) -> dict[str, Any]:
     broker = runtime.broker
     config = runtime.config
     stat = broker.statistics()

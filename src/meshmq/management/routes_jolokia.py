@@ -23,7 +23,7 @@ from meshmq.management.api import reply, runtime_of
 from meshmq.management.routes_broker import client_connections, role_of, store_usage
 
 if TYPE_CHECKING:
-    from meshmq.transport.runtime import BrokerRuntime
+    from meshmq.management.host import ManagementHost
 
 routes = web.RouteTableDef()
 
@@ -63,7 +63,7 @@ def _canonical(props: dict[str, str]) -> str:
     return f"{DOMAIN}:" + ",".join(f"{k}={props[k]}" for k in sorted(props))
 
 
-def broker_attributes(runtime: BrokerRuntime) -> dict[str, Callable[[], Any]]:
+def broker_attributes(runtime: ManagementHost) -> dict[str, Callable[[], Any]]:
     broker = runtime.broker
     stat = broker.statistics()
     dests: list[Figures] = stat["destinations"]  # type: ignore[assignment]
@@ -107,7 +107,7 @@ def broker_attributes(runtime: BrokerRuntime) -> dict[str, Callable[[], Any]]:
     }
 
 
-def destination_attributes(runtime: BrokerRuntime, d: Figures
+def destination_attributes(runtime: ManagementHost, d: Figures
                            ) -> dict[str, Callable[[], Any]]:
     limit = runtime.broker.usage.limit
     return {
@@ -147,7 +147,7 @@ def _matches(pattern: str, value: str) -> bool:
         else pattern == value
 
 
-def find_mbeans(runtime: BrokerRuntime, text: str
+def find_mbeans(runtime: ManagementHost, text: str
                 ) -> tuple[bool, dict[str, dict[str, Callable[[], Any]]]]:
     """(is it a pattern, canonical name -> attributes) of the mbeans ``text`` names."""
     props = parse_name(text)
@@ -188,7 +188,7 @@ def _values(attrs: dict[str, Callable[[], Any]], wanted: list[str] | None,
     return {a: attrs[a]() for a in wanted}
 
 
-def read(runtime: BrokerRuntime, request: dict[str, Any]) -> dict[str, Any]:
+def read(runtime: ManagementHost, request: dict[str, Any]) -> dict[str, Any]:
     """One Jolokia request's answer (success or error), as Jolokia shapes it."""
     try:
         kind = request.get("type")

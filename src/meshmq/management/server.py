@@ -20,7 +20,7 @@ from meshmq.errors import ConfigError, describe_bind_failure
 from meshmq.management.app import build_app
 
 if TYPE_CHECKING:
-    from meshmq.transport.runtime import BrokerRuntime
+    from meshmq.management.host import ManagementHost
 
 log = logging.getLogger("meshmq.management")
 
@@ -29,7 +29,7 @@ SHUTDOWN_TIMEOUT_S = 1.0
 
 
 class ManagementServer:
-    def __init__(self, runtime: BrokerRuntime) -> None:
+    def __init__(self, runtime: ManagementHost) -> None:
         self.runtime = runtime
         self._runner: web.AppRunner | None = None
         self.address: tuple[str, int] | None = None

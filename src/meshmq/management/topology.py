@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 
 if TYPE_CHECKING:
+    from meshmq.management.host import ManagementHost
     from meshmq.network.bridge import Bridge
     from meshmq.network.responder import Responder
-    from meshmq.transport.runtime import BrokerRuntime
 
 FETCH_TIMEOUT_S = 1.0
 MAX_BROKERS = 64  # a bound on the walk (a network this size needs a better tool)
@@ -32,7 +32,7 @@ def _demand(end: Bridge | Responder) -> list[str]:
     return sorted({str(demand.destination) for demand, _ in fwd.demands.values()})
 
 
-def peers(runtime: BrokerRuntime) -> list[dict[str, Any]]:
+def peers(runtime: ManagementHost) -> list[dict[str, Any]]:
     """One entry per link of this broker: outbound bridges (connected or not) and the
     inbound links other brokers opened."""
     out: list[dict[str, Any]] = []
@@ -129,7 +129,7 @@ async def _look(session: aiohttp.ClientSession, url: str, headers: dict[str, str
     return stat, links
 
 
-async def network_map(runtime: BrokerRuntime, meter: RateMeter,
+async def network_map(runtime: ManagementHost, meter: RateMeter,
                       authorization: str | None = None,
                       timeout: float = FETCH_TIMEOUT_S, *,
                       session: aiohttp.ClientSession | None = None,
