@@ -17,6 +17,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING
 
+from meshmq.config.credential_files import credential_source
 from meshmq.config.model import BrokerConfig, ListenerConfig
 from meshmq.core.broker import RETAINED_PREFIX, SYS_PREFIX, Broker
 from meshmq.core.queue import BrowseEnd, Delivery, Outcome, Queue
@@ -89,7 +90,8 @@ class BrokerRuntime:
 
             store = create_store(config, fence=fence)
         self.store = store
-        self.broker = Broker(config, self.store)
+        self.broker = Broker(config, self.store,
+                             credentials=credential_source(config.auth))
         # Dispatch marks (store.base.MarkDispatched) only where they survive a restart.
         self.broker.dispatch_marks = store.keeps_dispatch_marks
         # Every "confirm once durable" (receipts, MQTT acks, bridge acks) goes through here.
