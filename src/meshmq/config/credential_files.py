@@ -9,18 +9,24 @@ formats of ActiveMQ's JAAS login modules:
 
 Reading one raises ``OSError`` when the file cannot be read (the caller names the
 option that points to it) and ``ConfigError`` naming the file and line for bad
-content.
+content. ``CredentialFiles`` is what the broker's authenticator is handed (the core's
+``CredentialSource``): the tables of the configured files, re-read when a file's
+modification time changes if ``reload_files`` is on.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from meshmq.config.java_properties import Entry, PropertiesError, parse_properties
+from meshmq.config.model import AuthConfig
 from meshmq.core.passwords import check_hash, is_hashed
-from meshmq.errors import ConfigError
+from meshmq.errors import ConfigError, MeshmqError
+
+log = logging.getLogger("meshmq.auth")
 
 ENC_ADVICE = ("encrypted passwords (ENC(...), Jasypt) are not supported: write the "
               "password itself or, better, the hash `meshmq passwd` prints")
@@ -93,3 +99,104 @@ def read_certificate_users(path: Path) -> CertificateUsers:
             raise ConfigError(f"user {e.key!r} has no certificate DN", file=str(path),
                               line=e.line)
     return CertificateUsers(exact, tuple(patterns))
+
+
+class CredentialFiles:
+    """The users/groups/certificate files of an ``AuthConfig``, re-read on change if
+    ``reload_files`` is on (implements ``meshmq.core.auth.CredentialSource``)."""
+
+    def __init__(self, config: AuthConfig) -> None:
+        """Read every configured file; ConfigError if one cannot be read or is bad."""
+        self.reload = config.reload_files
+        self.paths = {"users": config.users_file, "groups": config.groups_file,
+                      "cert_users": config.certificate_users_file,
+                      "cert_groups": config.certificate_groups_file}
+        self.mtimes: dict[str, float] = {}
+        self.users: dict[str, PasswordEntry] = {}
+        self.user_groups: dict[str, frozenset[str]] = {}
+        self.cert_users = CertificateUsers()
+        self.cert_groups: dict[str, frozenset[str]] = {}
+        self._warned: set[tuple[str, str]] = set()
+        try:
+            for kind in self.paths:
+                self._load(kind)
+        except OSError as exc:
+            raise ConfigError(f"cannot read {exc.filename}: {exc.strerror}") from None
+
+    # ------------------------------------------------------------ CredentialSource
+    def password(self, login: str) -> str | None:
+        entry = self.users.get(login)
+        return entry.password if entry is not None else None
+
+    def groups(self, login: str) -> frozenset[str]:
+        return self.user_groups.get(login, frozenset())
+
+    def passwords(self) -> list[str]:
+        return [e.password for e in self.users.values()]
+
+    def certificate_user(self, dn: str) -> str | None:
+        table = self.cert_users
+        name = table.exact.get(dn)
+        if name is None:
+            name = next((n for pattern, n in table.patterns if pattern.fullmatch(dn)), None)
+        return name
+
+    def certificate_groups(self, name: str) -> frozenset[str]:
+        return self.cert_groups.get(name, frozenset())
+
+    def refresh(self) -> bool:
+        """Re-read changed files (``reload_files``); True if one was re-read. A file
+        that has become unreadable or invalid is logged and its last contents kept."""
+        if not self.reload:
+            return False
+        changed = False
+        for kind, path in self.paths.items():
+            if path is None:
+                continue
+            try:
+                if path.stat().st_mtime == self.mtimes.get(kind):
+                    continue
+                self._load(kind)
+                changed = True
+                log.info("re-read %s", path)
+            except OSError as exc:
+                log.error("cannot re-read %s (keeping what was read before): %s", path,
+                          exc.strerror)
+                self.mtimes[kind] = -1.0  # try again next time
+            except MeshmqError as exc:
+                log.error("%s (keeping what was read before)", exc)
+                self.mtimes[kind] = path.stat().st_mtime  # until it changes again
+        return changed
+
+    # ------------------------------------------------------------ reading
+    def _load(self, kind: str) -> None:
+        path = self.paths[kind]
+        if path is None:
+            return
+        self.mtimes[kind] = path.stat().st_mtime
+        if kind == "users":
+            self.users = read_users(path)
+            for name, line in cleartext_users(self.users):
+                self._warn_cleartext(str(path), line, name)
+        elif kind == "groups":
+            self.user_groups = read_groups(path)
+        elif kind == "cert_users":
+            self.cert_users = read_certificate_users(path)
+        else:
+            self.cert_groups = read_groups(path)
+
+    def _warn_cleartext(self, path: str, line: int, name: str) -> None:
+        if (path, name) in self._warned:
+            return
+        self._warned.add((path, name))
+        log.warning("%s:%d: user %r has a clear-text password; store the line `meshmq "
+                    "passwd` prints instead", path, line, name)
+
+
+def credential_source(config: AuthConfig) -> CredentialFiles | None:
+    """The loaded credential files of ``config``, or None when it names none."""
+    if any(p is not None for p in (config.users_file, config.groups_file,
+                                   config.certificate_users_file,
+                                   config.certificate_groups_file)):
+        return CredentialFiles(config)
+    return None

@@ -142,7 +142,7 @@ def describe(broker: Broker, dest: Destination,
             raise NotFoundError(f"no topic named {dest.name!r}")
         view.update(depth=0, enqueued=topic.enqueued, dequeued=topic.dispatched,
                     dispatched=topic.dispatched, expired=0, dead_lettered=0, in_flight=0,
-                    consumers=len(broker._subs_for(dest)), memory_bytes=0, store_bytes=0)
+                    consumers=len(broker.subs_for(dest)), memory_bytes=0, store_bytes=0)
     view.update(producers=producers.get(dest, 0), enqueue_rate=enqueue_rate,
                 dequeue_rate=dequeue_rate)
     return view
@@ -154,7 +154,7 @@ def create_destination(broker: Broker, dest: Destination) -> None:
     if exists(broker, dest):
         raise ConflictError(f"{dest.kind.value} {dest.name!r} already exists")
     if dest.is_queue:
-        broker._get_queue(dest)
+        broker.get_queue(dest)
     else:
         from meshmq.core.broker import TopicStats
 
@@ -179,7 +179,7 @@ def delete_destination(broker: Broker, dest: Destination) -> int:
         return count
     if dest not in broker.topics:
         raise NotFoundError(f"no topic named {dest.name!r}")
-    subscribers = len(broker._subs_for(dest))
+    subscribers = len(broker.subs_for(dest))
     if subscribers:
         raise ConflictError(f"topic {dest.name!r} has {subscribers} subscriber(s); close "
                             "them first (DELETE /api/connections/{id})")

@@ -33,21 +33,13 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from meshmq.config.credential_files import (
-    CertificateUsers,
-    PasswordEntry,
-    cleartext_users,
-    read_certificate_users,
-    read_groups,
-    read_users,
-)
 from meshmq.config.model import AuthConfig
 from meshmq.core.certificates import subject_dn
 from meshmq.core.login_backoff import LoginBackoff
 from meshmq.core.passwords import ScryptHash, dummy_hash, is_hashed, parse_hash
-from meshmq.errors import AuthenticationError, ConfigError, MeshmqError
+from meshmq.errors import AuthenticationError, ConfigError
 
 log = logging.getLogger("meshmq.auth")
 
@@ -90,85 +82,56 @@ class PendingLogin:
         return matched
 
 
-class _Files:
-    """The users/groups/certificate files of the config, re-read on change if asked."""
-
-    def __init__(self, config: AuthConfig, warned: set[tuple[str, str]]) -> None:
-        self.reload = config.reload_files
-        self.paths = {"users": config.users_file, "groups": config.groups_file,
-                      "cert_users": config.certificate_users_file,
-                      "cert_groups": config.certificate_groups_file}
-        self.mtimes: dict[str, float] = {}
-        self.users: dict[str, PasswordEntry] = {}
-        self.groups: dict[str, frozenset[str]] = {}
-        self.cert_users = CertificateUsers()
-        self.cert_groups: dict[str, frozenset[str]] = {}
-        self._warned = warned
-        for kind in self.paths:
-            self._load(kind)
-
-    def _load(self, kind: str) -> None:
-        path = self.paths[kind]
-        if path is None:
-            return
-        self.mtimes[kind] = path.stat().st_mtime
-        if kind == "users":
-            self.users = read_users(path)
-            for name, line in cleartext_users(self.users):
-                _warn_cleartext(self._warned, f"{path}:{line}", name)
-        elif kind == "groups":
-            self.groups = read_groups(path)
-        elif kind == "cert_users":
-            self.cert_users = read_certificate_users(path)
-        else:
-            self.cert_groups = read_groups(path)
+class CredentialSource(Protocol):
+    """The users, groups and certificate users kept outside the configuration (files in
+    ActiveMQ's formats), as the edge loaded them: config/credential_files.py implements
+    it. The core never reads a file; it asks ``refresh`` before each login, and the
+    source re-reads what changed (when ``reload_files`` is on), keeping the last good
+    contents of a file that turned bad."""
 
     def refresh(self) -> bool:
-        """Re-read changed files (``reload_files``); True if one was re-read. A file
-        that has become unreadable or invalid is logged and its last contents kept."""
-        if not self.reload:
-            return False
-        changed = False
-        for kind, path in self.paths.items():
-            if path is None:
-                continue
-            try:
-                if path.stat().st_mtime == self.mtimes.get(kind):
-                    continue
-                self._load(kind)
-                changed = True
-                log.info("re-read %s", path)
-            except OSError as exc:
-                log.error("cannot re-read %s (keeping what was read before): %s", path,
-                          exc.strerror)
-                self.mtimes[kind] = -1.0  # try again next time
-            except MeshmqError as exc:
-                log.error("%s (keeping what was read before)", exc)
-                self.mtimes[kind] = path.stat().st_mtime  # until it changes again
-        return changed
+        """Re-read what changed; True if anything was re-read."""
+        ...
+
+    def password(self, login: str) -> str | None:
+        """The stored password (clear text or a hash) of ``login``, or None."""
+        ...
+
+    def groups(self, login: str) -> frozenset[str]:
+        """The groups that list ``login``."""
+        ...
+
+    def passwords(self) -> list[str]:
+        """Every stored password (to know whether hashes exist)."""
+        ...
+
+    def certificate_user(self, dn: str) -> str | None:
+        """The certificate user a subject DN matches (exactly, then by pattern)."""
+        ...
+
+    def certificate_groups(self, name: str) -> frozenset[str]:
+        """The certificate groups that list certificate user ``name``."""
+        ...
 
 
-def _warn_cleartext(warned: set[tuple[str, str]], where: str, name: str) -> None:
-    if (where.rsplit(":", 1)[0], name) in warned:
-        return
-    warned.add((where.rsplit(":", 1)[0], name))
-    log.warning("%s: user %r has a clear-text password; store the line `meshmq passwd` "
-                "prints instead", where, name)
+def names_files(config: AuthConfig) -> bool:
+    """Whether ``config`` keeps users, groups or certificate users in files."""
+    return any(p is not None for p in (config.users_file, config.groups_file,
+                                       config.certificate_users_file,
+                                       config.certificate_groups_file))
 
 
 class Authenticator:
-    def __init__(self, config: AuthConfig, *, clock: Callable[[], float] = time.monotonic
-                 ) -> None:
+    def __init__(self, config: AuthConfig, *, clock: Callable[[], float] = time.monotonic,
+                 credentials: CredentialSource | None = None) -> None:
+        """``credentials``: the tables of the files ``config`` names (required when it
+        names any; whoever builds the broker loads them at the edge)."""
         self._config = config
         self._inline = {u.name: u for u in config.users}
-        self._warned: set[tuple[str, str]] = set()
-        has_files = any(p is not None for p in (
-            config.users_file, config.groups_file, config.certificate_users_file,
-            config.certificate_groups_file))
-        try:
-            self._files = _Files(config, self._warned) if has_files else None
-        except OSError as exc:
-            raise ConfigError(f"cannot read {exc.filename}: {exc.strerror}") from None
+        if credentials is None and names_files(config):
+            raise ConfigError("the authentication configuration names credential files, "
+                              "but they were not loaded")
+        self._files = credentials
         #: No users and anonymous access: every password login, whatever it says, is
         #: anonymous.
         self.open = config.anonymous_access and not config.users and config.users_file is None
@@ -187,17 +150,16 @@ class Authenticator:
     # -------------------------------------------------------------- passwords
     def _stored(self, login: str) -> tuple[str | None, frozenset[str]]:
         user = self._inline.get(login)
-        file_groups = self._files.groups.get(login, frozenset()) if self._files else frozenset()
+        files = self._files
+        file_groups = files.groups(login) if files is not None else frozenset()
         if user is not None:
             return user.password, frozenset(user.groups) | file_groups
-        entry = self._files.users.get(login) if self._files else None
-        return (entry.password if entry else None), file_groups
+        return (files.password(login) if files is not None else None), file_groups
 
     def _any_hashed(self) -> bool:
         if any(is_hashed(u.password) for u in self._inline.values()):
             return True
-        return self._files is not None and any(is_hashed(e.password)
-                                               for e in self._files.users.values())
+        return self._files is not None and any(is_hashed(p) for p in self._files.passwords())
 
     def _anonymous(self) -> Principal:
         if self._config.anonymous_access:
@@ -264,7 +226,7 @@ class Authenticator:
             log.warning("No user for client certificate: %s", dn)
             raise AuthenticationError(refusal(None))
         if self._files is not None:
-            groups |= self._files.cert_groups.get(name, frozenset())
+            groups |= self._files.certificate_groups(name)
         return Principal(dn, groups)
 
     def _certificate_user(self, dn: str) -> tuple[str | None, frozenset[str]]:
@@ -275,11 +237,7 @@ class Authenticator:
         if user is not None:
             return user.name, frozenset(user.groups)
         if self._files is not None:
-            table = self._files.cert_users
-            name = table.exact.get(dn)
-            if name is None:
-                name = next((n for pattern, n in table.patterns if pattern.fullmatch(dn)),
-                            None)
+            name = self._files.certificate_user(dn)
             if name is not None:
                 return name, frozenset()
         return None, frozenset()

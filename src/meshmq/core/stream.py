@@ -13,7 +13,9 @@ The log lives in the message store under the key ``stream://<name>``, with
 store sequence = offset + 1, so it survives restarts like any persistent queue;
 offsets are never reused. Timestamps and sizes of the retained messages are kept
 in memory (16 bytes per message) for timestamp lookups and size retention; the
-bodies are read back from the store when a consumer is behind the in-memory tail.
+bodies of a consumer behind the in-memory tail come back from the store as pages the
+stream asks for (``PageLoad``, core/paging.py) and the runtime reads, as a deep queue's
+do; only rebuilding the index at start and browsing read the store directly.
 """
 
 from __future__ import annotations
@@ -28,13 +30,14 @@ from meshmq.config.model import DestinationPolicy, StreamPolicy
 from meshmq.core.consumer import AckMode, Consumer
 from meshmq.core.destinations import Destination
 from meshmq.core.message import Message
+from meshmq.core.paging import PageLoad
 from meshmq.core.queue import DONE, INFLIGHT, Delivery, Entry, Queue, QueueContext
 from meshmq.core.trace import DROPPED
 from meshmq.errors import ProtocolError
 from meshmq.store.base import RemoveRef
 
 if TYPE_CHECKING:
-    from meshmq.store.base import Store
+    from meshmq.store.base import Store, StoredEntry
 
 STREAM_PREFIX = "stream://"
 OFFSET_HEADER = "x-stream-offset"
@@ -233,12 +236,42 @@ class StreamQueue(Queue):
         super().remove_consumer(consumer)
 
     def _message(self, seq: int) -> Message | None:
-        msg = self._tail.get(seq) or self._page.get(seq)
+        """The message at ``seq`` if it is in memory (the tail or the last page read)."""
+        return self._tail.get(seq) or self._page.get(seq)
+
+    def _read(self, seq: int) -> Message | None:
+        """The message at ``seq``, read from the store at once if need be: only for
+        browsing, an operator's request (dispatching asks for a page instead)."""
+        msg = self._message(seq)
         if msg is None:
             entries = self._store.load(self.key or "", seq - 1, PAGE)
             self._page = {e.seq: e.message for e in entries}
             msg = self._page.get(seq)
         return msg
+
+    def _ask_page(self, seq: int) -> None:
+        """A consumer is behind the in-memory tail: ask for the page of the log from
+        ``seq`` on (core/paging.py, the same decision queues use); one at a time."""
+        if self.loading is None:
+            load = self.loading = PageLoad(self, self.key or "", seq - 1, PAGE)
+            self.ctx.request_page(load)
+
+    def page_loaded(self, load: PageLoad, loaded: list[StoredEntry]) -> None:
+        """The page asked for by ``_ask_page``: its consumers carry on from it."""
+        if load is not self.loading:
+            return
+        self.loading = None
+        if self.deleted:
+            return
+        self._page = {e.seq: e.message for e in loaded}
+        self.ctx.mark_dirty(self)
+
+    def page_failed(self, load: PageLoad) -> None:
+        """The page could not be read: asked again when the broker's housekeeping tick
+        dispatches the stream again."""
+        if load is self.loading:
+            self.loading = None
+            self.page_failures += 1
 
     def dispatch(self) -> None:
         if self.deleted:
@@ -248,8 +281,11 @@ class StreamQueue(Queue):
             while cursor < self._next_seq and consumer.has_capacity:
                 cursor = max(cursor, self.first_seq)  # trimmed meanwhile: skip ahead
                 msg = self._message(cursor)
-                if msg is None:  # not readable yet (its store write is pending)
-                    self.ctx.defer(self)
+                if msg is None:
+                    # Behind the tail: read by the runtime (a page load), dispatched
+                    # when it comes back. A message whose store write is still pending
+                    # comes back short and is asked for again after that write.
+                    self._ask_page(cursor)
                     break
                 self._deliver_stream(consumer, msg, cursor)
                 cursor += 1
@@ -304,7 +340,7 @@ class StreamQueue(Queue):
         out: list[tuple[Message, int]] = []
         seq = self.first_seq
         while seq < self._next_seq and len(out) < limit:
-            msg = self._message(seq)
+            msg = self._read(seq)
             if msg is not None:
                 out.append((msg, 0))
             seq += 1

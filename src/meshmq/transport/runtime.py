@@ -23,6 +23,7 @@ import signal
 import time
 from typing import TYPE_CHECKING
 
+from meshmq.config.credential_files import credential_source
 from meshmq.config.model import BrokerConfig
 from meshmq.core.broker import RETAINED_PREFIX, SYS_PREFIX, Broker
 from meshmq.errors import StoreError
@@ -95,7 +96,7 @@ class BrokerRuntime:
 
             store = create_store(config, fence=fence)
         self.store = store
-        self.broker = Broker(config, store)
+        self.broker = Broker(config, store, credentials=credential_source(config.auth))
         # Dispatch marks (store.base.MarkDispatched) only where they survive a restart.
         self.broker.dispatch_marks = store.keeps_dispatch_marks
         self.trace = TraceRecorder(config, self.broker)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from meshmq.config.credential_files import CredentialFiles
 from meshmq.config.model import AuthConfig, CertificateUser, User
 from meshmq.core.auth import Authenticator, PendingLogin, Principal
 from meshmq.core.passwords import DEFAULT_N, hash_password
@@ -148,7 +149,8 @@ def test_files_with_groups_and_reload(tmp_path: Path) -> None:
     users, groups = tmp_path / "users.properties", tmp_path / "groups.properties"
     users.write_text("alice=one\nbob=" + _hashed("two") + "\n")
     groups.write_text("admins=alice\nops=alice,bob\n")
-    auth = Authenticator(AuthConfig(users_file=users, groups_file=groups, reload_files=True))
+    config = AuthConfig(users_file=users, groups_file=groups, reload_files=True)
+    auth = Authenticator(config, credentials=CredentialFiles(config))
     assert not auth.open
     assert auth.authenticate("alice", "one").groups == frozenset({"admins", "ops"})
     assert auth.authenticate("bob", "two").groups == frozenset({"ops"})
