@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import itertools
 import shutil
 import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from meshmq.core import destinations as dst
 from meshmq.core import trace as tr
@@ -108,6 +110,33 @@ def generate(directory: Path, n_events: int, fmt: str) -> dict[str, int]:
     return planted
 
 
+def breakdown(spark: Any, trace: Path, out: Path) -> None:
+    """One audit with the tables written one at a time: seconds and Spark jobs per
+    step (what the Spark UI would show, which local runs here do not have)."""
+    from meshmq.pipeline import audit_job
+
+    tracker = spark.sparkContext.statusTracker()
+    marks: list[tuple[str, float, int]] = []
+
+    def mark(text: str) -> None:
+        marks.append((text, time.perf_counter(), len(tracker.getJobIdsForGroup(None))))
+
+    class Timed(audit_job.Progress):
+        def stage(self, text: str) -> None:
+            mark(text)
+
+    spark.catalog.clearCache()
+    mark("start")
+    tables = audit_job.compute(audit_job.read_traces(spark, [trace]))
+    mark("compute (boots, now)")
+    audit_job.write_tables(tables, out, Timed(), parallel=1)
+    mark("end")
+    total = marks[-1][1] - marks[0][1]
+    print(f"breakdown: {total:.1f}s in all, {marks[-1][2] - marks[0][2]} Spark jobs")
+    for (_, t0, j0), (text, t1, j1) in itertools.pairwise(marks):
+        print(f"  {t1 - t0:6.2f}s {j1 - j0:3d} jobs  {text}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -115,6 +144,9 @@ def main() -> None:
     parser.add_argument("--format", choices=("parquet", "jsonl"), default="parquet")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="after the runs, one more run writing one table at a time, "
+                        "printing each step's seconds and Spark job count")
     args = parser.parse_args()
 
     from meshmq.pipeline import audit_job
@@ -154,6 +186,8 @@ def main() -> None:
                   f"lost {lost} (planted {planted['lost']}), duplicates {dups} "
                   f"(planted {planted['duplicates']})")
             assert lost == planted["lost"] and dups == planted["duplicates"]
+        if args.breakdown:
+            breakdown(spark, tmp / "trace", tmp / "out-breakdown")
         spark.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

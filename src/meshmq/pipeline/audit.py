@@ -121,7 +121,7 @@ def failover_windows(boot_table: DataFrame) -> DataFrame:
                     F.when(F.col("clean_stop"), F.lit(0.0))
                     .otherwise(F.col("heartbeat_ms").cast("double")).alias("uncertainty_ms"),
                     F.col("next_service_ts").alias("first_service_ts"))
-            .orderBy("down_from_ts"))
+            .transform(lambda f: sorted_small(f, "down_from_ts")))
 
 
 def journeys(events: DataFrame, boot_table: DataFrame) -> DataFrame:
@@ -251,7 +251,7 @@ def lost(journey_table: DataFrame) -> DataFrame:
             .select("message_id", "dedup_id", "origin_broker", "destination", "persistent",
                     "path_text", "last_event", "last_broker", "last_destination", "last_ts",
                     "holder_restarted_ts")
-            .orderBy("last_ts", "message_id"))
+            .transform(lambda f: sorted_small(f, "last_ts", "message_id")))
 
 
 def duplicates(journey_table: DataFrame, events: DataFrame) -> DataFrame:
@@ -279,10 +279,50 @@ def duplicates(journey_table: DataFrame, events: DataFrame) -> DataFrame:
               .where(F.size("message_ids") > 1)
               .select(F.col("dedup_id").alias("key"), F.lit("resent").alias("kind"),
                       "message_ids", "destination", "deliveries", "acks", "delivered_by"))
-    return redelivered.unionByName(resent).orderBy("kind", "key")
+    return sorted_small(redelivered.unionByName(resent), "kind", "key")
 
 
 _PERCENTILES = [0.5, 0.95, 0.99]
+
+
+def sorted_small(frame: DataFrame, *cols: str | Column) -> DataFrame:
+    """``frame`` sorted, for a small frame: one partition sorted in place, the same
+    order as ``orderBy`` without its sampling job and range shuffle."""
+    return frame.repartition(1).sortWithinPartitions(*cols)
+
+
+def journey_stats(journey_table: DataFrame) -> DataFrame:
+    """The per-status, per-path and per-destination-and-path aggregates of the
+    journeys in one pass (one scan and one shuffle instead of one per table): a row
+    per group, ``table`` saying which (``summary``, ``paths``, ``latency``). Small:
+    ``summary``, ``paths`` and ``latency`` select from it."""
+    timed = F.col("latency_ms").isNotNull()
+    text = F.lit(None).cast("string")
+    double = F.lit(None).cast("double")
+
+    def key(table: str, k1: Column, k2: Column, hops: Column, with_latency: bool) -> Column:
+        return F.struct(F.lit(table).alias("table"), k1.alias("k1"), k2.alias("k2"),
+                        hops.alias("hops"),
+                        (F.col("status") == "consumed").alias("consumed"),
+                        (F.col("latency_ms") if with_latency else double).alias("lat"),
+                        (F.col("e2e_latency_ms") if with_latency else double).alias("e2e"),
+                        (F.col("hops") if with_latency else F.lit(None).cast("long"))
+                        .alias("lat_hops"))
+
+    keyed = journey_table.select(F.explode(F.array(
+        key("summary", F.col("status"), text, F.lit(None).cast("long"), False),
+        key("paths", F.col("path_text"), text, F.col("hops"), False),
+        # Latency counts only messages with a broker latency.
+        F.when(timed, key("latency", F.col("path_text"), F.col("destination"),
+                          F.lit(None).cast("long"), True)))).alias("k")).where(
+        F.col("k").isNotNull()).select("k.*")
+    return (keyed.groupBy("table", "k1", "k2", "hops")
+            .agg(F.count("*").alias("messages"),
+                 F.sum(F.when(F.col("consumed"), 1).otherwise(0)).alias("consumed"),
+                 F.percentile_approx("lat", _PERCENTILES, 10_000).alias("q"),
+                 F.max("lat").alias("max_ms"), F.avg("lat_hops").alias("avg_hops"),
+                 F.percentile_approx("e2e", _PERCENTILES, 10_000).alias("e"),
+                 F.max("e2e").alias("e2e_max_ms")))
 
 
 def _latency_stats(df: DataFrame, *keys: str) -> DataFrame:
@@ -301,14 +341,29 @@ def _latency_stats(df: DataFrame, *keys: str) -> DataFrame:
             .orderBy(*keys))
 
 
-def latency(journey_table: DataFrame) -> DataFrame:
+def latency(journey_table: DataFrame, stats: DataFrame | None = None) -> DataFrame:
     """Broker latency (accepted -> first dispatch) per destination and path, and
-    end-to-end latency (``e2e_*``: send -> delivery to the consumer that acked)."""
-    return _latency_stats(journey_table, "destination", "path_text")
+    end-to-end latency (``e2e_*``: send -> delivery to the consumer that acked).
+    ``stats``: ``journey_stats`` of the journeys, when already computed."""
+    if stats is None:
+        return _latency_stats(journey_table, "destination", "path_text")
+    return sorted_small(
+        stats.where(F.col("table") == "latency")
+        .select(F.col("k2").alias("destination"), F.col("k1").alias("path_text"),
+                "messages", F.col("q")[0].alias("p50_ms"), F.col("q")[1].alias("p95_ms"),
+                F.col("q")[2].alias("p99_ms"), "max_ms", "avg_hops",
+                F.col("e")[0].alias("e2e_p50_ms"), F.col("e")[1].alias("e2e_p95_ms"),
+                F.col("e")[2].alias("e2e_p99_ms"), "e2e_max_ms"),
+        "destination", "path_text")
 
 
-def paths(journey_table: DataFrame) -> DataFrame:
+def paths(journey_table: DataFrame, stats: DataFrame | None = None) -> DataFrame:
     """How many messages took each path (brokers in order) and with how many hops."""
+    if stats is not None:
+        return sorted_small(
+            stats.where(F.col("table") == "paths")
+            .select(F.col("k1").alias("path_text"), "hops", "messages", "consumed"),
+            F.desc("messages"), "path_text")
     return (journey_table.groupBy("path_text", "hops")
             .agg(F.count("*").alias("messages"),
                  F.sum(F.when(F.col("status") == "consumed", 1).otherwise(0))
@@ -317,7 +372,7 @@ def paths(journey_table: DataFrame) -> DataFrame:
 
 
 def stuck(journey_table: DataFrame, events: DataFrame, *, older_than_ms: int,
-          now_ts: int | None = None) -> DataFrame:
+          now_ts: int | None = None, stats: DataFrame | None = None) -> DataFrame:
     """Messages pending for longer than ``older_than_ms`` (measured to ``now_ts``, by
     default the newest event). ``consumers_elsewhere``: another broker dispatched
     messages of the same destination after this one got stuck, so consumers exist
@@ -327,30 +382,79 @@ def stuck(journey_table: DataFrame, events: DataFrame, *, older_than_ms: int,
     pending = journey_table.where(F.col("status") == "pending").withColumn(
         "age_ms", (F.lit(now_ts) - F.col("last_ts")) / 1000.0).where(
         F.col("age_ms") > older_than_ms)
-    served = (events.where(F.col("event").isin(tr.DISPATCHED, tr.DELIVERED))
-              .groupBy(F.col("broker").alias("served_broker"),
-                       F.col("destination").alias("served_destination"))
-              .agg(F.max("ts").alias("served_ts")))
     elsewhere = pending.join(
-        served, (F.col("served_destination") == F.col("last_destination"))
+        served(events, stats), (F.col("served_destination") == F.col("last_destination"))
         & (F.col("served_broker") != F.col("last_broker"))
         & (F.col("served_ts") > F.col("last_ts")), "left")
     return (elsewhere.groupBy("message_id", "last_broker", "last_destination", "last_event",
                               "last_ts", "age_ms")
             .agg(F.collect_set("served_broker").alias("served_by"))
             .withColumn("consumers_elsewhere", F.size("served_by") > 0)
-            .orderBy("last_ts", "message_id"))
+            .transform(lambda f: sorted_small(f, "last_ts", "message_id")))
+
+
+_THROUGHPUT_KINDS = (tr.RECEIVED, tr.RECEIVED_FROM_BRIDGE, tr.DISPATCHED, tr.DELIVERED,
+                    tr.ACKED, tr.FORWARDED)
+
+
+def event_stats(events: DataFrame, window: str = "10 seconds") -> DataFrame:
+    """The events counted per window and broker (``throughput``), per window and
+    bridge (``bridges``) and the last delivery per broker and destination (``served``,
+    for ``stuck``) in one pass over the events, a row per group, ``table`` saying
+    which. Small: ``throughput``, ``bridges`` and ``stuck`` select from it."""
+    start = F.window(F.timestamp_micros("ts"), window)["start"]
+    text = F.lit(None).cast("string")
+
+    def key(table: str, w: Column, event: Column, peer: Column, connector: Column,
+            destination: Column) -> Column:
+        return F.struct(F.lit(table).alias("table"), w.alias("window_start"),
+                        F.col("broker").alias("broker"), event.alias("event"),
+                        peer.alias("peer"), connector.alias("connector"),
+                        destination.alias("destination"), F.col("ts").alias("ts"),
+                        F.col("size").alias("size"))
+
+    ev = F.col("event")
+    keyed = (events.where(ev.isin(*_THROUGHPUT_KINDS)).select(F.explode(F.array(
+        key("throughput", start, ev, text, text, text),
+        F.when(ev == tr.FORWARDED,
+               key("bridges", start, text, F.col("peer"), F.col("connector"), text)),
+        F.when(ev.isin(tr.DISPATCHED, tr.DELIVERED),
+               key("served", F.lit(None).cast("timestamp"), text, text, text,
+                   F.col("destination"))))).alias("k"))
+        .where(F.col("k").isNotNull()).select("k.*"))
+    return (keyed.groupBy("table", "window_start", "broker", "event", "peer", "connector",
+                          "destination")
+            .agg(F.count("*").alias("events"), F.sum("size").alias("bytes"),
+                 F.max("ts").alias("last_ts")))
+
+
+def served(events: DataFrame, stats: DataFrame | None = None) -> DataFrame:
+    """The last delivery to a consumer per broker and destination."""
+    if stats is not None:
+        return stats.where(F.col("table") == "served").select(
+            F.col("broker").alias("served_broker"),
+            F.col("destination").alias("served_destination"),
+            F.col("last_ts").alias("served_ts"))
+    return (events.where(F.col("event").isin(tr.DISPATCHED, tr.DELIVERED))
+            .groupBy(F.col("broker").alias("served_broker"),
+                     F.col("destination").alias("served_destination"))
+            .agg(F.max("ts").alias("served_ts")))
 
 
 def with_time(events: DataFrame) -> DataFrame:
     return events.withColumn("time", F.timestamp_micros("ts"))
 
 
-def throughput(events: DataFrame, window: str = "10 seconds") -> DataFrame:
-    """Events per broker, kind and time window (messages in, out, acked, forwarded)."""
-    kinds = (tr.RECEIVED, tr.RECEIVED_FROM_BRIDGE, tr.DISPATCHED, tr.DELIVERED, tr.ACKED,
-             tr.FORWARDED)
-    return (with_time(events.where(F.col("event").isin(*kinds)))
+def throughput(events: DataFrame, window: str = "10 seconds",
+               stats: DataFrame | None = None) -> DataFrame:
+    """Events per broker, kind and time window (messages in, out, acked, forwarded).
+    ``stats``: ``event_stats`` of the events, when already computed."""
+    if stats is not None:
+        return sorted_small(
+            stats.where(F.col("table") == "throughput")
+            .select("window_start", "broker", "event", "events", "bytes"),
+            "window_start", "broker", "event")
+    return (with_time(events.where(F.col("event").isin(*_THROUGHPUT_KINDS)))
             .groupBy(F.window("time", window).alias("w"), "broker", "event")
             .agg(F.count("*").alias("events"), F.sum("size").alias("bytes"))
             .select(F.col("w.start").alias("window_start"), "broker", "event", "events",
@@ -358,8 +462,15 @@ def throughput(events: DataFrame, window: str = "10 seconds") -> DataFrame:
             .orderBy("window_start", "broker", "event"))
 
 
-def bridges(events: DataFrame, window: str = "10 seconds") -> DataFrame:
+def bridges(events: DataFrame, window: str = "10 seconds",
+            stats: DataFrame | None = None) -> DataFrame:
     """Messages forwarded per bridge (broker -> peer over connector) and time window."""
+    if stats is not None:
+        return sorted_small(
+            stats.where(F.col("table") == "bridges")
+            .select("window_start", "broker", "peer", "connector",
+                    F.col("events").alias("messages"), "bytes"),
+            "window_start", "broker", "peer")
     return (with_time(events.where(F.col("event") == tr.FORWARDED))
             .groupBy(F.window("time", window).alias("w"), "broker", "peer", "connector")
             .agg(F.count("*").alias("messages"), F.sum("size").alias("bytes"))
@@ -368,9 +479,15 @@ def bridges(events: DataFrame, window: str = "10 seconds") -> DataFrame:
             .orderBy("window_start", "broker", "peer"))
 
 
-def summary(journey_table: DataFrame) -> DataFrame:
+def summary(journey_table: DataFrame, stats: DataFrame | None = None) -> DataFrame:
     """Message counts per status (every status present, zero if none)."""
-    counts = journey_table.agg(*[
-        F.sum(F.when(F.col("status") == s, 1).otherwise(0)).alias(s) for s in STATUSES])
+    if stats is None:
+        counts = journey_table.agg(*[
+            F.sum(F.when(F.col("status") == s, 1).otherwise(0)).alias(s) for s in STATUSES])
+    else:
+        per_status = stats.where(F.col("table") == "summary")
+        counts = per_status.agg(*[
+            F.sum(F.when(F.col("k1") == s, F.col("messages")).otherwise(0)).alias(s)
+            for s in STATUSES])
     pairs = ", ".join(f"'{s}', coalesce({s}, 0L)" for s in STATUSES)
     return counts.selectExpr(f"stack({len(STATUSES)}, {pairs}) as (status, messages)")

@@ -149,18 +149,25 @@ def compute(events: DataFrame, *, stuck_after_ms: int = 60_000,
     # "Now" for stuck messages is the newest event: every run's last event is in the
     # (small, cached) boots table, so this does not scan the events again.
     now_ts = boot_table.agg(F.max("last_ts").alias("now")).collect()[0]["now"] or 0
+    # Throughput, bridges and the deliveries per destination (for stuck messages) are
+    # one aggregation over the events, kept: a scan of the trace rather than three.
+    event_stats = audit.event_stats(events, window).cache()
 
     def from_journeys(journeys: DataFrame) -> dict[str, DataFrame]:
-        return {"summary": audit.summary(journeys), "lost": audit.lost(journeys),
+        # Likewise summary, paths and latency: one pass over the journeys, kept.
+        stats = audit.journey_stats(journeys).cache()
+        return {"summary": audit.summary(journeys, stats), "lost": audit.lost(journeys),
                 "duplicates": audit.duplicates(journeys, events),
-                "paths": audit.paths(journeys), "latency": audit.latency(journeys),
+                "paths": audit.paths(journeys, stats),
+                "latency": audit.latency(journeys, stats),
                 "stuck": audit.stuck(journeys, events, older_than_ms=stuck_after_ms,
-                                     now_ts=now_ts)}
+                                     now_ts=now_ts, stats=event_stats)}
 
     journeys = audit.journeys(events, boot_table)
     return AuditTables(
         journeys=journeys, **from_journeys(journeys),
-        throughput=audit.throughput(events, window), bridges=audit.bridges(events, window),
+        throughput=audit.throughput(events, window, event_stats),
+        bridges=audit.bridges(events, window, event_stats),
         boots=boot_table, failovers=audit.failover_windows(boot_table),
         from_journeys=from_journeys)
 
