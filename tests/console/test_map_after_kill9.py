@@ -37,9 +37,12 @@ port = {mgmt}
     return path
 
 
-def _edge(view: dict[str, Any]) -> dict[str, Any]:
-    (edge,) = [e for e in view["edges"] if (e["from"], e["to"]) == ("A", "B")]
-    return edge
+def _edge_state(view: dict[str, Any]) -> str | None:
+    """The A→B edge's state; None while A's bridge has not yet met B (before its first
+    handshake the edge is named by B's URI)."""
+    states = [e["state"] for e in view["edges"] if (e["from"], e["to"]) == ("A", "B")]
+    assert len(states) <= 1
+    return states[0] if states else None
 
 
 def _node(view: dict[str, Any], name: str) -> dict[str, Any]:
@@ -64,15 +67,15 @@ heartbeat_ms = 500
         def view() -> dict[str, Any]:
             return get(a_mgmt, "/api/network/map")  # type: ignore[no-any-return]
 
-        poll(lambda: _edge(view())["state"] == "forwarding", what="A→B forwarding")
+        poll(lambda: _edge_state(view()) == "forwarding", what="A→B forwarding")
         assert _node(view(), "B")["reachable"] is True
 
         b.kill9()
-        poll(lambda: _edge(view())["state"] != "forwarding"
+        poll(lambda: _edge_state(view()) not in (None, "forwarding")
              and _node(view(), "B")["reachable"] is False, what="B down on the map")
 
         b = ProcessBroker(b_conf, tmp_path / "b.log").start()
-        poll(lambda: _edge(view())["state"] == "forwarding"
+        poll(lambda: _edge_state(view()) == "forwarding"
              and _node(view(), "B")["reachable"] is True, what="B back on the map")
     finally:
         for broker in (a, b):
