@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 
 class HostedSession(Protocol):
-    """A session the host pumps deliveries to (a forwarder is one)."""
+    """A session the host pumps deliveries to: a client protocol session (STOMP, MQTT)
+    or a forwarder."""
 
     conn: Connection | None
 

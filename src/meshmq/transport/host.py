@@ -11,25 +11,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+# What the host needs from a protocol session is what the network's host needs from a
+# forwarder: one definition, in the lower layer.
+from meshmq.network.host import HostedSession as Session
+
+__all__ = ["Session", "SessionHost"]
+
 if TYPE_CHECKING:
     from meshmq.config.model import BrokerConfig
-    from meshmq.core.broker import Broker, Connection
-    from meshmq.core.queue import BrowseEnd, Delivery
+    from meshmq.core.broker import Broker
     from meshmq.transport.durability import Durability
     from meshmq.transport.mqtt_service import MqttService
     from meshmq.transport.topology import Topology
-
-
-class Session(Protocol):
-    """What the host needs from a protocol session (STOMP or MQTT)."""
-
-    conn: Connection | None
-
-    def deliver(self, outcome: Delivery | BrowseEnd) -> None: ...
-    def flush(self) -> None: ...
-    def close(self) -> None: ...
-    def close_by_admin(self) -> None: ...
-    def check_timeouts(self, now: float) -> None: ...
 
 
 class SessionHost(Protocol):
