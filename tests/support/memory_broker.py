@@ -239,7 +239,11 @@ class StompClient:
     def connect(self, version: str = "1.2", **headers: str) -> Frame:
         self.version = version if version in ("1.0", "1.1", "1.2") else "1.2"
         self.send("CONNECT", {"accept-version": version, "host": "/", **headers})
-        return self.expect()
+        connected = self.expect()
+        if connected.command == "CONNECTED":
+            # The broker's frames after CONNECTED use the negotiated version's escaping.
+            self._parser.version = connected.get("version") or "1.0"
+        return connected
 
     @property
     def closed(self) -> bool:
