@@ -236,10 +236,10 @@ def test_shared_subscription_splits_messages_across_members(env: MqttEnv) -> Non
         for name, member in (("a", a), ("b", b)):
             member._read()
             taken, member.pending = member.pending, []
-            for p in taken:
-                assert isinstance(p, Publish), p
-                got[name].append(p)
-                member.ack(p)
+            for packet in taken:
+                assert isinstance(packet, Publish), packet
+                got[name].append(packet)
+                member.ack(packet)
     assert a.ping() == [] and b.ping() == []  # and nothing twice
     got_a = [p.payload for p in got["a"] if p.payload != b"marker"]
     got_b = [p.payload for p in got["b"] if p.payload != b"marker"]

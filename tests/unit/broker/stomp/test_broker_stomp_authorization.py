@@ -102,7 +102,7 @@ def test_stomp_subscribe_and_browse_need_read(env: StompTestBroker) -> None:
     carol.send("/queue/secret", "classified")
     bob = stomp(env, "bob")
     for headers in ({}, {"browser": "true"}):
-        msg = error_after(bob, lambda h=headers: bob.conn.subscribe(  # type: ignore[misc]
+        msg = error_after(bob, lambda h=headers: bob.conn.subscribe(
             "/queue/secret", uid("s"), headers=h))
         assert msg == "User bob is not authorized to read from: queue://secret"
     bob.subscribe("/queue/orders.open")  # allowed: the connection still works
