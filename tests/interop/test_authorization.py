@@ -1,5 +1,7 @@
-"""Rights per destination on every door: STOMP, MQTT 3.1.1, MQTT 5, STOMP and MQTT over
-WebSocket, with real sockets and real clients (docs/security.md#authorization).
+"""Rights per destination on the MQTT 3.1.1 and MQTT 5 doors and over WebSocket (paho
+and STOMP), with real sockets and real clients (docs/security.md#authorization). The
+STOMP rights are tested in memory in
+tests/unit/broker/stomp/test_broker_stomp_authorization.py.
 
 The map, the same for every test:
 
@@ -11,7 +13,6 @@ The map, the same for every test:
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from meshmq.config.model import (
 )
 from meshmq.protocol.mqtt.packets import Puback, Publish
 from meshmq.protocol.mqtt.properties import ReasonCode
-from tests.interop.mqtt_helpers import MqttEnv, uid
+from tests.interop.mqtt_helpers import MqttEnv
 
 USERS = (User("alice", "a-pw", ("producers",)), User("bob", "b-pw", ("consumers",)),
          User("carol", "c-pw", ("admins",)), User("dave", "d-pw", ("writers",)))
@@ -56,18 +57,6 @@ def env(tmp_path: Path) -> Iterator[MqttEnv]:
         e.close()
 
 
-def stomp(env: MqttEnv, user: str, **kw: Any) -> Any:
-    return env.stomp(login=user, passcode=PASSWORDS[user], **kw)
-
-
-def error_after(client: Any, send: Any) -> str:
-    """Run ``send`` and return the message header of the ERROR it gets."""
-    before = len(client.listener.errors)
-    send()
-    client.listener.wait(lambda: len(client.listener.errors) > before, what="an ERROR")
-    return str(client.listener.errors[-1].headers.get("message"))
-
-
 def stats(env: MqttEnv) -> dict[str, Any]:
     return dict(env.broker.run(env.runtime.broker.statistics))
 
@@ -77,129 +66,6 @@ def depth(env: MqttEnv, queue: str) -> int | None:
         if d["name"] == queue and d["type"] == "queue":
             return int(d["depth"])
     return None
-
-
-# ------------------------------------------------------------------------------- STOMP
-
-
-def test_stomp_send_is_refused_with_activemqs_words_and_the_connection_stays_usable(
-        env: MqttEnv) -> None:
-    alice = stomp(env, "alice")
-    alice.send("/queue/orders.new", "one")
-    rid = uid("r")
-    msg = error_after(alice, lambda: alice.conn.send("/queue/secret", "x",
-                                                     headers={"receipt": rid}))
-    assert msg == "User alice is not authorized to write to: queue://secret"
-    err = alice.listener.errors[-1]
-    assert err.headers.get("receipt-id") == rid  # the refused frame's receipt, no RECEIPT
-    assert rid not in alice.listener.receipts
-    alice.send("/queue/orders.new", "two")  # same connection, still serving
-    bob = stomp(env, "bob")
-    bob.subscribe("/queue/orders.new")
-    assert sorted(m.body for m in bob.wait_messages(2)) == ["one", "two"]
-    assert depth(env, "secret") is None  # never created
-    msg = error_after(bob, lambda: bob.conn.send("/queue/orders.new", "from bob"))
-    assert msg == "User bob is not authorized to write to: queue://orders.new"
-
-
-def test_stomp_subscribe_and_browse_need_read(env: MqttEnv) -> None:
-    carol = stomp(env, "carol")
-    carol.send("/queue/secret", "classified")
-    bob = stomp(env, "bob")
-    for headers in ({}, {"browser": "true"}):
-        msg = error_after(bob, lambda h=headers: bob.conn.subscribe(  # type: ignore[misc]
-            "/queue/secret", uid("s"), headers=h))
-        assert msg == "User bob is not authorized to read from: queue://secret"
-    bob.subscribe("/queue/orders.open")  # allowed: the connection still works
-    assert depth(env, "secret") == 1  # nothing was consumed
-    carol.subscribe("/queue/secret", headers={"browser": "true"})
-    assert carol.wait_messages(1)[0].body == "classified"  # then the end-of-browse frame
-
-
-def test_the_send_that_creates_a_destination_needs_admin(env: MqttEnv) -> None:
-    dave = stomp(env, "dave")
-    msg = error_after(dave, lambda: dave.conn.send("/queue/logs.app", "line 1"))
-    assert msg.startswith("User dave is not authorized to create: queue://logs.app")
-    assert "admin right" in msg
-    carol = stomp(env, "carol")
-    carol.send("/queue/logs.app", "created by an admin")
-    dave.send("/queue/logs.app", "line 2")  # it exists now: write is enough
-    assert depth(env, "logs.app") == 2
-
-
-def test_a_composite_send_needs_every_part_and_delivers_none_when_refused(
-        env: MqttEnv) -> None:
-    alice = stomp(env, "alice")
-    msg = error_after(alice, lambda: alice.conn.send("/queue/orders.c,/queue/secret", "x"))
-    assert msg == "User alice is not authorized to write to: queue://secret"
-    assert depth(env, "orders.c") is None and depth(env, "secret") is None
-    alice.send("/queue/orders.c,/topic/prices.c", "both allowed")
-    assert depth(env, "orders.c") == 1
-
-
-def test_wildcard_subscriptions_carry_only_what_the_user_may_read(env: MqttEnv) -> None:
-    carol = stomp(env, "carol")
-    bob = stomp(env, "bob")
-    bob.subscribe("/topic/>")
-    bob.subscribe("/queue/>")
-    carol.send("/queue/orders.w", "order")
-    carol.send("/queue/secret", "classified")
-    alice = stomp(env, "alice")
-    alice.send("/topic/prices.eur", "1.08")
-    carol.send("/topic/news.today", "headline")
-    carol.send("/queue/orders.w2", "created after the subscription")
-    carol.send("/queue/secret2", "classified too")
-    marker = "/topic/prices.end"
-    alice.send(marker, "end")
-    bodies = bob.listener.wait(lambda: "end" in bob.listener.bodies()
-                               and "created after the subscription" in bob.listener.bodies()
-                               and bob.listener.bodies(), what="the marker")
-    assert sorted(bodies) == sorted(["order", "1.08", "created after the subscription",
-                                     "end"])
-    assert depth(env, "secret") == 1 and depth(env, "secret2") == 1
-    # A wildcard that can match nothing the user may read is refused outright.
-    msg = error_after(alice, lambda: alice.conn.subscribe("/topic/news.>", uid("s")))
-    assert msg == "User alice is not authorized to read from: topic://news.>"
-
-
-def test_temporary_destinations_use_the_temp_entry(env: MqttEnv) -> None:
-    alice = stomp(env, "alice")
-    msg = error_after(alice, lambda: alice.conn.subscribe("/temp-queue/replies", uid("s")))
-    assert msg.startswith("User alice is not authorized to create: temp-queue://")
-    bob = stomp(env, "bob")
-    bob.subscribe("/temp-queue/replies")
-    bob.send("/temp-queue/replies", "to myself")
-    assert [m.body for m in bob.wait_messages(1)] == ["to myself"]
-
-
-def test_durable_subscriptions_and_advisories_need_read(env: MqttEnv) -> None:
-    bob = stomp(env, "bob", client_id=uid("bob-"))
-    msg = error_after(bob, lambda: bob.conn.subscribe(
-        "/topic/audit", uid("s"), headers={"activemq.subscriptionName": "mine"}))
-    assert msg == "User bob is not authorized to read from: topic://audit"
-    assert env.durables(bob._headers["client-id"]) == []
-    msg = error_after(bob, lambda: bob.conn.subscribe("/topic/ActiveMQ.Advisory.Connection",
-                                                      uid("s")))
-    assert msg == ("User bob is not authorized to read from: "
-                   "topic://ActiveMQ.Advisory.Connection")
-    carol = stomp(env, "carol")
-    carol.subscribe("/topic/ActiveMQ.Advisory.Connection")
-    stomp(env, "alice")  # its connection is advised to carol (the broker writes it)
-    carol.listener.wait(lambda: carol.listener.messages, what="a connection advisory")
-
-
-def test_denials_are_counted_per_user_and_logged_once_per_minute(
-        env: MqttEnv, caplog: pytest.LogCaptureFixture) -> None:
-    alice = stomp(env, "alice")
-    with caplog.at_level(logging.WARNING, logger="meshmq.broker"):
-        for _ in range(5):
-            error_after(alice, lambda: alice.conn.send("/queue/secret", "x"))
-        error_after(alice, lambda: alice.conn.subscribe("/queue/secret", uid("s")))
-    lines = [r.getMessage() for r in caplog.records if "not authorized" in r.getMessage()]
-    assert len(lines) == 2, lines  # one per (user, right, destination)
-    assert lines[0].startswith("User alice is not authorized to write to: queue://secret")
-    denied = stats(env)["denied"]
-    assert denied == {"total": 6, "by_user": {"alice": 6}}
 
 
 # -------------------------------------------------------------------------------- MQTT

@@ -1,10 +1,11 @@
 """Credentials against a broker with no users configured (authentication off: any login
 is accepted, as ActiveMQ without an authentication plugin) and against one with users
-(a given login must be valid), with the real stomp.py and paho-mqtt clients."""
+(a given login must be valid), with the real stomp.py and paho-mqtt clients. The notice
+that authentication is off is tested in memory in
+tests/unit/broker/test_login_credentials.py."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -53,18 +54,6 @@ def test_paho_system_manager_accepted_by_default_broker(
     env = env_factory()
     p = env.paho(level, username="system", password="manager")
     assert p.reason_code == 0
-
-
-def test_default_broker_says_once_that_authentication_is_off(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="meshmq"):
-        off = MqttEnv(tmp_path / "off")
-        off.close()
-        on = MqttEnv(tmp_path / "on", auth=_USERS)
-        on.close()
-    lines = [r.getMessage() for r in caplog.records if "authentication is off" in
-             r.getMessage()]
-    assert len(lines) == 1, lines
 
 
 @pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])

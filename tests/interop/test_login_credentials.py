@@ -1,6 +1,7 @@
-"""Logins over real sockets: users from ActiveMQ's JAAS properties files (activemq.xml
-+ login.config), client certificates over TLS (STOMP, MQTT 3.1.1 and 5, WebSocket), and
-refusals held back for an address that keeps failing."""
+"""Logins over real sockets: client certificates over TLS (STOMP, MQTT 3.1.1 and 5,
+WebSocket), and refusals held back for an address that keeps failing. Users from
+ActiveMQ's JAAS properties files are tested in memory in
+tests/unit/broker/test_login_credentials.py."""
 
 from __future__ import annotations
 
@@ -14,9 +15,7 @@ from typing import Any
 import pytest
 from websockets.sync.client import connect as ws_connect
 
-from meshmq.config.activemq_xml import load_activemq_xml
 from meshmq.config.model import AuthConfig, CertificateUser, ListenerConfig, User
-from meshmq.core.passwords import hash_password
 from meshmq.protocol.mqtt import Properties, ReasonCode
 from meshmq.protocol.stomp import Frame, StompParser, encode_frame
 from tests.interop.mqtt_helpers import RawMqtt
@@ -55,68 +54,6 @@ def mqtt(port: int, level: int, tls: ssl.SSLContext | None = None) -> RawMqtt:
     if tls is not None:
         raw.sock = tls.wrap_socket(raw.sock, server_hostname="localhost")
     return raw
-
-
-# ------------------------------------------------------------------ JAAS properties files
-
-@pytest.fixture
-def jaas_broker(tmp_path: Path) -> Iterator[ThreadBroker]:
-    conf = tmp_path / "conf"
-    conf.mkdir()
-    (conf / "login.config").write_text(
-        'activemq {\n  org.apache.activemq.jaas.PropertiesLoginModule required\n'
-        '    org.apache.activemq.jaas.properties.user="users.properties"\n'
-        '    org.apache.activemq.jaas.properties.group="groups.properties";\n};\n')
-    (conf / "users.properties").write_text(
-        f"# users\nsystem=manager\nalice={hash_password('wonder land')}\n")
-    (conf / "groups.properties").write_text("admins=system\nusers=system,\\\n  alice\n")
-    (conf / "activemq.xml").write_text(
-        '<beans><broker brokerName="jaas"><plugins>\n'
-        '<jaasAuthenticationPlugin configuration="activemq"/>\n</plugins></broker></beans>\n')
-    imported = load_activemq_xml(conf / "activemq.xml")
-    config = make_config(tmp_path / "data", auth=imported.auth, listeners=(
-        ListenerConfig(name="stomp", protocol="stomp", port=0),
-        ListenerConfig(name="mqtt", protocol="mqtt", port=0)))
-    broker = ThreadBroker(config).start()
-    yield broker
-    broker.stop()
-
-
-def test_jaas_users_connect_over_stomp_and_mqtt(jaas_broker: ThreadBroker) -> None:
-    assert jaas_broker.runtime is not None
-    mqtt_port = jaas_broker.runtime.addresses["mqtt"][1]
-    raw = socket.create_connection(("127.0.0.1", jaas_broker.port), timeout=10)
-    with raw:  # a hashed password: checked off the event loop, SEND behind CONNECT waits
-        raw.sendall(encode_frame("CONNECT", [("accept-version", "1.2"), ("login", "alice"),
-                                             ("passcode", "wonder land")])
-                    + encode_frame("SEND", [("destination", "/queue/j"), ("receipt", "r1")],
-                                   b"x"))
-        parser, frames = StompParser(version="1.2"), []
-        while len(frames) < 2:
-            frames += parser.feed(raw.recv(65536))
-        assert [f.command for f in frames] == ["CONNECTED", "RECEIPT"]
-        assert {(p.user, p.groups) for p in principals(jaas_broker)} == {
-            ("alice", frozenset({"users"}))}
-    for level in (4, 5):
-        client = mqtt(mqtt_port, level)
-        client.connect(f"sys{level}", username="system", password=b"manager")
-        assert ("system", frozenset({"admins", "users"})) in {
-            (p.user, p.groups) for p in principals(jaas_broker)}
-        client.sock.close()
-
-
-def test_jaas_wrong_password_is_refused(jaas_broker: ThreadBroker) -> None:
-    assert jaas_broker.runtime is not None
-    for login, passcode in (("alice", "wonderland"), ("system", "x"), ("nobody", "manager")):
-        err = stomp_connect(jaas_broker.port, login, passcode)
-        assert err.command == "ERROR"
-        assert err.get("message") == f"User name [{login}] or password is invalid."
-    bad = mqtt(jaas_broker.runtime.addresses["mqtt"][1], 4)
-    ack = bad.connect("bad", username="alice", password=b"nope", expect_success=False)
-    assert ack.reason_code == ReasonCode.NOT_AUTHORIZED  # CONNACK 5 on the 3.1.1 wire
-    assert bad.until_closed() == []
-    bad.sock.close()
-    assert jaas_broker.stats()["failed_logins"] == 4
 
 
 # ------------------------------------------------------------------ client certificates

@@ -140,6 +140,15 @@ class MemoryMqtt:
         got, self.pending = self.pending, []
         return got
 
+    def until_closed_or(self, stop: type[Any],
+                        timeout: float = DEFAULT_TIMEOUT_S) -> list[Packet]:
+        """Packets until the broker closes; fails if a ``stop`` packet arrives first
+        (e.g. the PINGRESP of a PINGREQ sent after what should have closed us)."""
+        got = self.until_closed(timeout)
+        assert not any(isinstance(p, stop) for p in got), \
+            f"connection not closed first; received {got!r}"
+        return got
+
     def ping(self, timeout: float = DEFAULT_TIMEOUT_S) -> list[Packet]:
         """PINGREQ -> PINGRESP; returns what arrived before the PINGRESP.
 
