@@ -28,6 +28,7 @@ from typing import Any
 from meshmq.config.model import AuthConfig, BrokerConfig, NetworkConnectorConfig, User
 from meshmq.connector_uri import Endpoint
 from meshmq.network.link import WireLink
+from meshmq.protocol.stomp.frames import Frame
 from meshmq.store.base import Store
 from meshmq.store.memory import MemoryStore
 from meshmq.transport.runtime import BrokerRuntime
@@ -245,6 +246,13 @@ class LoopStompClient(StompClient):
     def drop(self) -> None:
         self.broker.call(self.transport.drop)
 
+    def connect(self, version: str = "1.2", **headers: str) -> Frame:
+        frame = super().connect(version, **headers)
+        # Frames after CONNECTED escape their headers as the version says (an
+        # ActiveMQ id's ':' comes as "\c"): read them as a client library would.
+        self._parser.version = self.version
+        return frame
+
     def bodies(self) -> list[str]:
         return [f.body.decode() for f in self.received() if f.command == "MESSAGE"]
 
@@ -265,6 +273,17 @@ class MemoryNetwork:
         config = memory_config(broker_name=name, network_connectors=connectors, **changes)
         broker = NetworkBroker(self, config, store)
         self.brokers[name] = broker
+        return broker
+
+    def restart(self, name: str, store: Store) -> NetworkBroker:
+        """Start broker ``name`` again after ``stop()``: a new runtime on the same
+        config over ``store`` (a new store on the files of a persistent one finds
+        its messages again)."""
+        old = self.brokers[name]
+        assert old.stopped, f"{name} is still running"
+        broker = NetworkBroker(self, old.config, store)
+        self.brokers[name] = broker
+        broker.start()
         return broker
 
     def start(self) -> None:
