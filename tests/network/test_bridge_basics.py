@@ -116,32 +116,3 @@ def test_a_peer_sending_garbage_interest_costs_only_its_link(tmp_path: Path) -> 
         a.stop()
         server.close()
 
-
-def test_a_message_delivered_before_crosses_a_bridge_flagged_redelivered(
-        tmp_path: Path, client) -> None:
-    """A message a consumer here received and never acknowledged, forwarded later to a
-    consumer on the other broker, still says it may have been delivered before; a fresh
-    one does not (the MESSAGES_AGAIN frame)."""
-    b = ThreadBroker(net_config(tmp_path / "b", "B")).start()
-    a = ThreadBroker(net_config(tmp_path / "a", "A", connector(f"static:({tcp_uri(b)})"))).start()
-    try:
-        wait_forwarding(a)
-        q = f"/queue/{uid('again')}"
-        local = client(on=a)
-        local.subscribe(q, ack="client-individual")
-        producer = client(on=a)
-        for i in range(3):
-            producer.send(q, f"seen-{i}", {"persistent": "true"})
-        poll(lambda: len(local.listener.messages) == 3, what="3 local deliveries")
-        local.disconnect()  # never acknowledged: back on A's queue, delivered once
-        remote = client(on=b)
-        remote.subscribe(q)
-        poll(lambda: len(remote.listener.messages) == 3, what="the 3 forwarded to B")
-        producer.send(q, "fresh", {"persistent": "true"})
-        poll(lambda: len(remote.listener.messages) == 4, what="a fresh one forwarded")
-        flags = {m.body: m.headers.get("redelivered") for m in remote.listener.messages}
-        assert flags == {"seen-0": "true", "seen-1": "true", "seen-2": "true",
-                         "fresh": None}, flags
-    finally:
-        a.stop()
-        b.stop()

@@ -28,6 +28,7 @@ from typing import Any
 from meshmq.config.model import AuthConfig, BrokerConfig, NetworkConnectorConfig, User
 from meshmq.connector_uri import Endpoint
 from meshmq.network.link import WireLink
+from meshmq.protocol.stomp.frames import Frame
 from meshmq.store.base import Store
 from meshmq.store.memory import MemoryStore
 from meshmq.transport.runtime import BrokerRuntime
@@ -91,6 +92,14 @@ class MemoryPipe:
         if not (self.closing or self.lost):
             self.closing = True
             self._schedule()
+
+    def cut(self) -> None:
+        """The connection breaks mid-stream: bytes not yet read are lost and both ends
+        see the connection lost with an error (a cable pulled, a firewall's reset)."""
+        for end in (self, self.peer):
+            if end is not None and not end.lost:
+                end._buffer.clear()
+                end._lose(ConnectionResetError("connection reset by peer"))
 
     def abort(self) -> None:
         """A reset: nothing more is delivered; both ends see the connection lost."""
@@ -165,7 +174,7 @@ class NetworkBroker(MemoryBroker):
         self.network = network
         self.runtime = BrokerRuntime(config, store=store if store is not None
                                      else MemoryStore())
-        self.runtime.network.dialer = network.dial
+        self.runtime.network.dialer = self._dial
         self._ports = iter(range(40000, 60000))
         self.started: asyncio.Future[None] = self.loop.create_future()
         self.stopped = False
@@ -173,6 +182,10 @@ class NetworkBroker(MemoryBroker):
     @property
     def name(self) -> str:
         return self.config.broker_name
+
+    async def _dial(self, link: WireLink, endpoint: Endpoint, ctx: ssl.SSLContext | None,
+                    timeout: float) -> None:
+        await self.network.dial(link, endpoint, ctx, timeout, origin=self.name)
 
     def stomp(self, listener: str | None = None) -> StompClient:
         return LoopStompClient(self, listener)
@@ -230,6 +243,19 @@ class LoopStompClient(StompClient):
     def send_raw(self, data: bytes) -> None:
         self.broker.call(self.protocol.data_received, data)
 
+    def drop(self) -> None:
+        self.broker.call(self.transport.drop)
+
+    def connect(self, version: str = "1.2", **headers: str) -> Frame:
+        frame = super().connect(version, **headers)
+        # Frames after CONNECTED escape their headers as the version says (an
+        # ActiveMQ id's ':' comes as "\c"): read them as a client library would.
+        self._parser.version = self.version
+        return frame
+
+    def bodies(self) -> list[str]:
+        return [f.body.decode() for f in self.received() if f.command == "MESSAGE"]
+
 
 class MemoryNetwork:
     """Brokers on one event loop, linked by their connectors over in-memory pipes."""
@@ -237,7 +263,8 @@ class MemoryNetwork:
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self.brokers: dict[str, NetworkBroker] = {}
-        self.pipes: list[tuple[MemoryPipe, MemoryPipe]] = []
+        # (dialing broker, target broker, the dialer's end, the target's end)
+        self.pipes: list[tuple[str, str, MemoryPipe, MemoryPipe]] = []
         self._peer_ports = iter(range(20000, 40000))
 
     def add(self, name: str, *connectors: NetworkConnectorConfig, store: Store | None = None,
@@ -248,13 +275,24 @@ class MemoryNetwork:
         self.brokers[name] = broker
         return broker
 
+    def restart(self, name: str, store: Store) -> NetworkBroker:
+        """Start broker ``name`` again after ``stop()``: a new runtime on the same
+        config over ``store`` (a new store on the files of a persistent one finds
+        its messages again)."""
+        old = self.brokers[name]
+        assert old.stopped, f"{name} is still running"
+        broker = NetworkBroker(self, old.config, store)
+        self.brokers[name] = broker
+        broker.start()
+        return broker
+
     def start(self) -> None:
         for broker in self.brokers.values():
             if not broker.started.done():
                 broker.start()
 
     async def dial(self, link: WireLink, endpoint: Endpoint, ctx: ssl.SSLContext | None,
-                   timeout: float) -> None:
+                   timeout: float, origin: str = "?") -> None:
         target = self.brokers.get(endpoint.host)
         if target is not None and not target.started.done() and not target.stopped:
             await asyncio.wait_for(asyncio.shield(target.started), timeout)
@@ -266,9 +304,18 @@ class MemoryNetwork:
         a = MemoryPipe(self.loop, link, (endpoint.host, endpoint.port))
         b = MemoryPipe(self.loop, inbound, ("127.0.0.1", port))
         a.peer, b.peer = b, a
-        self.pipes.append((a, b))
+        self.pipes.append((origin, endpoint.host, a, b))
         inbound.connection_made(b)  # type: ignore[arg-type]
         link.connection_made(a)  # type: ignore[arg-type]
+
+    def cut(self, origin: str, target: str) -> int:
+        """Break every open link ``origin`` dialed to ``target`` mid-stream (both ends
+        see the connection lost); the number broken."""
+        live = [a for o, t, a, b in self.pipes if (o, t) == (origin, target)
+                and not (a.lost or b.lost)]
+        for pipe in live:
+            self.loop.call_soon(pipe.cut)
+        return len(live)
 
     def wait_for(self, predicate: Any, timeout: float = 10.0, what: str = "the condition"
                  ) -> None:
