@@ -17,7 +17,7 @@ import re
 
 from meshmq.errors import FrameTooLargeError, RemoteProtocolError
 
-from .frames import CLIENT_FRAME_TYPES, Frame
+from .frames import CLIENT_FRAME_TYPES, Frame, Send
 
 __all__ = ["StompParser"]
 
@@ -192,8 +192,13 @@ class StompParser:
                 # One copy straight out of the buffer (a bytearray slice would copy twice).
                 body = bytes(memoryview(buf)[body_start:stop]) if stop > body_start else b""
                 # A client's frame comes back typed (Send, Subscribe, ...); others as Frame.
-                frames.append(CLIENT_FRAME_TYPES.get(command, Frame)(command, self._headers,
-                                                                     body))
+                # SEND, the hot path, is built directly: a native constructor call, where
+                # a class looked up in a dict is a generic (slower) call once compiled.
+                if command == "SEND":
+                    frames.append(Send(command, self._headers, body))
+                else:
+                    frames.append(CLIENT_FRAME_TYPES.get(command, Frame)(
+                        command, self._headers, body))
                 self._command = None
                 self._headers = []
                 self._clen = -1
