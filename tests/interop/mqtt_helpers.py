@@ -12,7 +12,6 @@ Absence is proven with a round trip: a PINGREQ/PINGRESP on the same raw connecti
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
 import socket
 import threading
@@ -30,41 +29,18 @@ from websockets.sync.client import ClientConnection
 from websockets.sync.client import connect as ws_connect
 
 from meshmq.config.model import AuthConfig, BrokerConfig, ListenerConfig, MqttConfig
-from meshmq.protocol.mqtt import (
-    PROTOCOL_LEVEL_5,
-    Connack,
-    Connect,
-    Disconnect,
-    MqttDecoder,
-    Packet,
-    Pingreq,
-    Pingresp,
-    Properties,
-    Puback,
-    Pubcomp,
-    Publish,
-    Pubrec,
-    Pubrel,
-    Suback,
-    Subscribe,
-    SubscriptionOptions,
-    Unsuback,
-    Unsubscribe,
-    Will,
-    encode,
-)
+from meshmq.protocol.mqtt import PROTOCOL_LEVEL_5
 from meshmq.protocol.stomp import Frame, StompParser, encode_frame
 from tests.interop.stomp_helpers import Client
 from tests.support.brokers import ThreadBroker, make_config, poll
-
-TIMEOUT = 10.0
-LEVELS = (4, 5)
-_ids = itertools.count(1)
-
-
-def uid(prefix: str = "m") -> str:
-    """A name unique within this test process (client ids, topics)."""
-    return f"{prefix}{next(_ids)}"
+from tests.support.mqtt_client_ops import (
+    LEVELS,
+    TIMEOUT,
+    ClosedError,
+    ErrorLog,
+    MqttClientOps,
+    uid,
+)
 
 
 def mqtt_config(data_dir: Path, *, mqtt: MqttConfig | None = None,
@@ -84,34 +60,19 @@ def mqtt_config(data_dir: Path, *, mqtt: MqttConfig | None = None,
 # ---------------------------------------------------------------------------- raw sockets
 
 
-class ClosedError(AssertionError):
-    """The broker closed the connection while a packet was awaited."""
-
-
-class RawMqtt:
+class RawMqtt(MqttClientOps):
     """An MQTT client on a bare socket: packets out with meshmq's encoder, packets in
     through a client-side MqttDecoder, exactly as the broker sent them."""
 
     def __init__(self, port: int, level: int = 4, timeout: float = TIMEOUT) -> None:
-        self.level = level
+        super().__init__(level)
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.decoder = MqttDecoder(server_side=False, protocol_level=level)
-        self.pending: list[Packet] = []
         self.eof = False
-        self._pid = itertools.count(1)
-
-    # -- output ---------------------------------------------------------------
-    def send(self, packet: Packet) -> None:
-        self.send_bytes(encode(packet, self.level))
 
     def send_bytes(self, data: bytes) -> None:
         self.sock.sendall(data)
 
-    def next_pid(self) -> int:
-        return next(self._pid) % 65535 + 1
-
-    # -- input ----------------------------------------------------------------
     def _read(self, deadline: float) -> bool:
         """Read once; False on EOF. Raises TimeoutError past ``deadline``."""
         remaining = deadline - time.monotonic()
@@ -120,11 +81,9 @@ class RawMqtt:
         self.sock.settimeout(remaining)
         try:
             data = self.sock.recv(65536)
-        except (ConnectionResetError, BrokenPipeError):
-            data = b""
         except TimeoutError:
             raise
-        except OSError:
+        except OSError:  # a reset or a broken pipe: the broker is gone
             data = b""
         if not data:
             self.eof = True
@@ -132,154 +91,8 @@ class RawMqtt:
         self.pending.extend(self.decoder.feed(data))
         return True
 
-    def recv(self, timeout: float = TIMEOUT) -> Packet:
-        deadline = time.monotonic() + timeout
-        while not self.pending:
-            if self.eof:
-                raise ClosedError("connection closed by the broker")
-            try:
-                if not self._read(deadline):
-                    raise ClosedError("connection closed by the broker")
-            except TimeoutError:
-                raise AssertionError(f"no packet within {timeout}s") from None
-        return self.pending.pop(0)
-
-    def expect(self, cls: type[Any], timeout: float = TIMEOUT) -> Any:
-        packet = self.recv(timeout)
-        assert isinstance(packet, cls), f"expected {cls.__name__}, got {packet!r}"
-        return packet
-
-    def until_closed(self, timeout: float = TIMEOUT) -> list[Packet]:
-        """Every packet received until the broker closes the socket (fails at the deadline)."""
-        deadline = time.monotonic() + timeout
-        got: list[Packet] = []
-        while True:
-            got.extend(self.pending)
-            self.pending.clear()
-            if self.eof:
-                return got
-            try:
-                self._read(deadline)
-            except TimeoutError:
-                raise AssertionError(f"connection still open after {timeout}s; "
-                                     f"received {got!r}") from None
-
-    def until_closed_or(self, stop: type[Any], timeout: float = TIMEOUT) -> list[Packet]:
-        """Packets until the broker closes; fails at once if a ``stop`` packet arrives
-        first (e.g. the PINGRESP of a PINGREQ sent after what should have closed us)."""
-        deadline = time.monotonic() + timeout
-        got: list[Packet] = []
-        while True:
-            for p in self.pending:
-                got.append(p)
-                assert not isinstance(p, stop), f"connection not closed; received {got!r}"
-            self.pending.clear()
-            if self.eof:
-                return got
-            try:
-                self._read(deadline)
-            except TimeoutError:
-                raise AssertionError(f"connection still open after {timeout}s; "
-                                     f"received {got!r}") from None
-
-    def ping(self, timeout: float = TIMEOUT) -> list[Packet]:
-        """PINGREQ -> PINGRESP; returns what arrived before the PINGRESP.
-
-        The broker handles one connection's packets in order and writes in order, so
-        anything it decided to send before our PINGREQ is in the returned list."""
-        self.send(Pingreq())
-        before: list[Packet] = []
-        while True:
-            packet = self.recv(timeout)
-            if isinstance(packet, Pingresp):
-                return before
-            before.append(packet)
-
-    # -- conversations -------------------------------------------------------------
-    def connect(self, client_id: str = "", *, clean: bool = True, keep_alive: int = 0,
-                properties: Properties | None = None, will: Will | None = None,
-                username: str | None = None, password: bytes | None = None,
-                expect_success: bool = True) -> Connack:
-        self.send(Connect(client_id=client_id, clean_start=clean, keep_alive=keep_alive,
-                          username=username, password=password, will=will,
-                          properties=properties or Properties(), protocol_level=self.level))
-        ack = self.expect(Connack)
-        if expect_success:
-            assert ack.reason_code == 0, f"CONNACK refused: {ack!r}"
-        return ack
-
-    def subscribe(self, *filters: str | tuple[str, int] | tuple[str, SubscriptionOptions],
-                  qos: int = 1, properties: Properties | None = None) -> Suback:
-        subs: list[tuple[str, SubscriptionOptions]] = []
-        for f in filters:
-            if isinstance(f, str):
-                subs.append((f, SubscriptionOptions(qos=qos)))
-            elif isinstance(f[1], int):
-                subs.append((f[0], SubscriptionOptions(qos=f[1])))
-            else:
-                subs.append((f[0], f[1]))
-        pid = self.next_pid()
-        self.send(Subscribe(pid, subs, properties or Properties()))
-        ack = self.expect(Suback)
-        assert ack.packet_id == pid
-        return ack
-
-    def unsubscribe(self, *filters: str) -> Unsuback:
-        pid = self.next_pid()
-        self.send(Unsubscribe(pid, list(filters)))
-        ack = self.expect(Unsuback)
-        assert ack.packet_id == pid
-        return ack
-
-    def publish(self, topic: str, payload: bytes = b"", *, qos: int = 0, retain: bool = False,
-                properties: Properties | None = None) -> Packet | None:
-        """PUBLISH; for QoS 1 returns the PUBACK, for QoS 2 runs the whole flow and
-        returns the PUBCOMP. Other packets arriving meanwhile stay in ``pending``."""
-        pid = self.next_pid() if qos else None
-        self.send(Publish(topic, payload, qos=qos, retain=retain, packet_id=pid,
-                          properties=properties or Properties()))
-        if qos == 0:
-            return None
-        if qos == 1:
-            ack = self._expect_ack(Puback, pid)
-            return ack
-        rec = self._expect_ack(Pubrec, pid)
-        assert rec.reason_code < 0x80, rec
-        self.send(Pubrel(pid or 0))
-        return self._expect_ack(Pubcomp, pid)
-
-    def _expect_ack(self, cls: type[Any], pid: int | None, timeout: float = TIMEOUT) -> Any:
-        """Wait for the ack ``cls`` of ``pid``; other packets stay in ``pending``."""
-        deadline = time.monotonic() + timeout
-        while True:
-            for i, p in enumerate(self.pending):
-                if isinstance(p, cls) and p.packet_id == pid:
-                    return self.pending.pop(i)
-            if self.eof:
-                raise ClosedError(f"closed while waiting for {cls.__name__} {pid}")
-            try:
-                self._read(deadline)
-            except TimeoutError:
-                raise AssertionError(f"no {cls.__name__} for {pid} within {timeout}s; "
-                                     f"pending {self.pending!r}") from None
-
-    def publishes(self, n: int, timeout: float = TIMEOUT) -> list[Publish]:
-        """The next ``n`` packets, which must all be PUBLISH."""
-        return [self.expect(Publish, timeout) for _ in range(n)]
-
-    def ack(self, publish: Publish) -> None:
-        """Complete the receiver side of a QoS 1/2 delivery."""
-        if publish.qos == 1:
-            self.send(Puback(publish.packet_id or 0))
-        elif publish.qos == 2:
-            self.send(Pubrec(publish.packet_id or 0))
-            self._expect_ack(Pubrel, publish.packet_id)  # other packets stay pending
-            self.send(Pubcomp(publish.packet_id or 0))
-
-    def disconnect(self, code: int = 0, properties: Properties | None = None) -> None:
-        from meshmq.protocol.mqtt import ReasonCode
-
-        self.send(Disconnect(ReasonCode(code), properties or Properties()))
+    def _fill(self, deadline: float) -> bool:
+        return not self.eof and self._read(deadline)
 
     def close(self) -> None:
         try:
@@ -527,26 +340,6 @@ class WsStomp:
 
 
 # ---------------------------------------------------------------------------- the broker
-
-
-class ErrorLog(logging.Handler):
-    """Collects ERROR records (an exception in the broker's pump, an internal error)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-    def messages(self) -> list[str]:
-        out = []
-        for r in self.records:
-            text = r.getMessage()
-            if r.exc_info and r.exc_info[1] is not None:
-                text += f" -> {type(r.exc_info[1]).__name__}: {r.exc_info[1]}"
-            out.append(text)
-        return out
 
 
 class MqttEnv:

@@ -2,8 +2,9 @@
 
 ``MemoryMqtt`` speaks MQTT packet by packet (or byte by byte) to a real MQTT session of
 a ``MemoryBroker``: packets out with meshmq's encoder, packets in through a client-side
-decoder, exactly as the session wrote them. ``MqttEnv`` is the broker plus client
-factories, and fails the test if the broker logged an error.
+decoder, exactly as the session wrote them; the conversations themselves are the
+socket client's (``mqtt_client_ops``), only the bytes travel differently. ``MqttEnv``
+is the broker plus client factories, and fails the test if the broker logged an error.
 
 Why not the harness's ``MqttClient`` alone: broker behaviour tests need whole
 conversations (subscribe and wait for the SUBACK, publish and run the QoS flow, read
@@ -14,46 +15,24 @@ whose PINGRESP comes after anything the broker had decided to send.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from meshmq.config.model import BrokerConfig
-from meshmq.protocol.mqtt import (
-    Connack,
-    Connect,
-    Disconnect,
-    MqttDecoder,
-    Packet,
-    Pingreq,
-    Pingresp,
-    Properties,
-    Puback,
-    Pubcomp,
-    Publish,
-    Pubrec,
-    Pubrel,
-    ReasonCode,
-    Suback,
-    Subscribe,
-    SubscriptionOptions,
-    Unsuback,
-    Unsubscribe,
-    Will,
-    encode,
-)
+from meshmq.protocol.mqtt import Publish
 from meshmq.store.base import Store
-from tests.support.memory_broker import DEFAULT_TIMEOUT_S, MemoryBroker, StompClient
+from tests.support.memory_broker import MemoryBroker, StompClient
+from tests.support.mqtt_client_ops import (
+    LEVELS,
+    ClosedError,
+    ErrorLog,
+    MqttClientOps,
+    uid,
+)
 
-LEVELS = (4, 5)
 T = TypeVar("T")
-_ids = itertools.count(1)
-
-
-def uid(prefix: str = "m") -> str:
-    """A name unique within this test process (client ids, topics)."""
-    return f"{prefix}{next(_ids)}"
 
 
 def _in_loop(broker: MemoryBroker, call: Callable[[], T]) -> T:
@@ -64,40 +43,25 @@ def _in_loop(broker: MemoryBroker, call: Callable[[], T]) -> T:
     return broker.loop.run_until_complete(run())
 
 
-class ClosedError(AssertionError):
-    """The broker closed the connection while a packet was awaited."""
-
-
-class MemoryMqtt:
+class MemoryMqtt(MqttClientOps):
     """One MQTT connection to a memory broker, driven like a raw socket client."""
 
     def __init__(self, broker: MemoryBroker, level: int = 4,
                  listener: str | None = None) -> None:
+        super().__init__(level)
         self.broker = broker
-        self.level = level
         self.client = _in_loop(broker, lambda: broker.mqtt(level, listener))
-        self.decoder = MqttDecoder(server_side=False, protocol_level=level)
-        self.pending: list[Packet] = []
         self._seen = 0
-        self._pid = itertools.count(1)
-
-    # -- output -------------------------------------------------------------------------
-    def send(self, packet: Packet) -> None:
-        self.send_bytes(encode(packet, self.level))
-
-    def send_bytes(self, data: bytes) -> None:
-        if not self.client.transport.closed:
-            _in_loop(self.broker, lambda: self.client.send_raw(data))
-
-    def next_pid(self) -> int:
-        return next(self._pid) % 65535 + 1
 
     @property
     def session(self) -> Any:
         """The broker's session object for this connection."""
         return self.client.protocol.session
 
-    # -- input --------------------------------------------------------------------------
+    def send_bytes(self, data: bytes) -> None:
+        if not self.client.transport.closed:
+            _in_loop(self.broker, lambda: self.client.send_raw(data))
+
     @property
     def eof(self) -> bool:
         return self.client.transport.closed
@@ -112,141 +76,27 @@ class MemoryMqtt:
         self.pending.extend(self.decoder.feed(chunk))
         return True
 
-    def _wait(self, ready: Any, timeout: float, what: str) -> None:
-        self.broker.wait_for(lambda: (self._read() or True) and ready(), timeout, what)
-
-    def recv(self, timeout: float = DEFAULT_TIMEOUT_S) -> Packet:
-        self._wait(lambda: self.pending or self.eof, timeout, "an MQTT packet")
-        self._read()
-        if not self.pending:
-            raise ClosedError("connection closed by the broker")
-        return self.pending.pop(0)
-
-    def expect(self, cls: type[Any], timeout: float = DEFAULT_TIMEOUT_S) -> Any:
-        packet = self.recv(timeout)
-        assert isinstance(packet, cls), f"expected {cls.__name__}, got {packet!r}"
-        return packet
-
-    def until_closed(self, timeout: float = DEFAULT_TIMEOUT_S) -> list[Packet]:
-        """Every packet received until the broker closes (fails at the deadline)."""
+    def _fill(self, deadline: float) -> bool:
+        """Run the loop until the broker writes or closes. Once it has closed, a few
+        more turns let the session finish going away (wills, session state)."""
+        if self._read():
+            return True
+        if self.eof:
+            self.broker.turn()
+            return self._read()
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError
         try:
-            self._wait(lambda: self.eof, timeout, "the broker to close")
+            self.broker.wait_for(lambda: self._read() or self.eof, remaining,
+                                 "an MQTT packet")
         except AssertionError:
-            self._read()
-            raise AssertionError(f"connection still open; received {self.pending!r}") \
-                from None
-        self.broker.turn()
-        self._read()
-        got, self.pending = self.pending, []
-        return got
+            raise TimeoutError from None
+        return True
 
-    def until_closed_or(self, stop: type[Any],
-                        timeout: float = DEFAULT_TIMEOUT_S) -> list[Packet]:
-        """Packets until the broker closes; fails if a ``stop`` packet arrives first
-        (e.g. the PINGRESP of a PINGREQ sent after what should have closed us)."""
-        got = self.until_closed(timeout)
-        assert not any(isinstance(p, stop) for p in got), \
-            f"connection not closed first; received {got!r}"
-        return got
-
-    def ping(self, timeout: float = DEFAULT_TIMEOUT_S) -> list[Packet]:
-        """PINGREQ -> PINGRESP; returns what arrived before the PINGRESP.
-
-        The loop first runs a few turns (pumps, store syncs), as a socket's latency
-        would let it; the session answers one connection's packets in order, so anything
-        the broker decided to send before the PINGREQ is in the returned list."""
+    def _settle(self) -> None:
+        """A few loop turns (pumps, store syncs), as a socket's latency would allow."""
         self.broker.turn(10)
-        self.send(Pingreq())
-        before: list[Packet] = []
-        while True:
-            packet = self.recv(timeout)
-            if isinstance(packet, Pingresp):
-                return before
-            before.append(packet)
-
-    # -- conversations --------------------------------------------------------------------
-    def connect(self, client_id: str = "", *, clean: bool = True, keep_alive: int = 0,
-                properties: Properties | None = None, will: Will | None = None,
-                username: str | None = None, password: bytes | None = None,
-                expect_success: bool = True) -> Connack:
-        self.send(Connect(client_id=client_id, clean_start=clean, keep_alive=keep_alive,
-                          username=username, password=password, will=will,
-                          properties=properties or Properties(), protocol_level=self.level))
-        ack: Connack = self.expect(Connack)
-        if expect_success:
-            assert ack.reason_code == 0, f"CONNACK refused: {ack!r}"
-        return ack
-
-    def subscribe(self, *filters: str | tuple[str, int] | tuple[str, SubscriptionOptions],
-                  qos: int = 1, properties: Properties | None = None) -> Suback:
-        subs: list[tuple[str, SubscriptionOptions]] = []
-        for f in filters:
-            if isinstance(f, str):
-                subs.append((f, SubscriptionOptions(qos=qos)))
-            elif isinstance(f[1], int):
-                subs.append((f[0], SubscriptionOptions(qos=f[1])))
-            else:
-                subs.append((f[0], f[1]))
-        pid = self.next_pid()
-        self.send(Subscribe(pid, subs, properties or Properties()))
-        ack: Suback = self.expect(Suback)
-        assert ack.packet_id == pid
-        return ack
-
-    def unsubscribe(self, *filters: str) -> Unsuback:
-        pid = self.next_pid()
-        self.send(Unsubscribe(pid, list(filters)))
-        ack: Unsuback = self.expect(Unsuback)
-        assert ack.packet_id == pid
-        return ack
-
-    def publish(self, topic: str, payload: bytes = b"", *, qos: int = 0, retain: bool = False,
-                properties: Properties | None = None) -> Packet | None:
-        """PUBLISH; for QoS 1 returns the PUBACK, for QoS 2 runs the whole flow and
-        returns the PUBCOMP. Other packets arriving meanwhile stay in ``pending``."""
-        pid = self.next_pid() if qos else None
-        self.send(Publish(topic, payload, qos=qos, retain=retain, packet_id=pid,
-                          properties=properties or Properties()))
-        if qos == 0:
-            return None
-        if qos == 1:
-            return self._expect_ack(Puback, pid)  # type: ignore[no-any-return]
-        rec = self._expect_ack(Pubrec, pid)
-        assert rec.reason_code < 0x80, rec
-        self.send(Pubrel(pid or 0))
-        return self._expect_ack(Pubcomp, pid)  # type: ignore[no-any-return]
-
-    def _expect_ack(self, cls: type[Any], pid: int | None,
-                    timeout: float = DEFAULT_TIMEOUT_S) -> Any:
-        """Wait for the ack ``cls`` of ``pid``; other packets stay in ``pending``."""
-        def find() -> int | None:
-            for i, p in enumerate(self.pending):
-                if isinstance(p, cls) and p.packet_id == pid:
-                    return i
-            return None
-        self._wait(lambda: find() is not None or self.eof, timeout,
-                   f"{cls.__name__} for {pid}")
-        self._read()
-        i = find()
-        if i is None:
-            raise ClosedError(f"closed while waiting for {cls.__name__} {pid}")
-        return self.pending.pop(i)
-
-    def publishes(self, n: int, timeout: float = DEFAULT_TIMEOUT_S) -> list[Publish]:
-        """The next ``n`` packets, which must all be PUBLISH."""
-        return [self.expect(Publish, timeout) for _ in range(n)]
-
-    def ack(self, publish: Publish) -> None:
-        """Complete the receiver side of a QoS 1/2 delivery."""
-        if publish.qos == 1:
-            self.send(Puback(publish.packet_id or 0))
-        elif publish.qos == 2:
-            self.send(Pubrec(publish.packet_id or 0))
-            self._expect_ack(Pubrel, publish.packet_id)
-            self.send(Pubcomp(publish.packet_id or 0))
-
-    def disconnect(self, code: int = 0, properties: Properties | None = None) -> None:
-        self.send(Disconnect(ReasonCode(code), properties or Properties()))
 
     def close(self) -> None:
         """The client closes its side cleanly (an EOF, no DISCONNECT)."""
@@ -255,26 +105,6 @@ class MemoryMqtt:
     def abort(self) -> None:
         """The connection breaks (a reset, no DISCONNECT): the broker sees it at once."""
         _in_loop(self.broker, self.client.drop)
-
-
-class ErrorLog(logging.Handler):
-    """Collects ERROR records (an exception in the broker's pump, an internal error)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-    def messages(self) -> list[str]:
-        out = []
-        for r in self.records:
-            text = r.getMessage()
-            if r.exc_info and r.exc_info[1] is not None:
-                text += f" -> {type(r.exc_info[1]).__name__}: {r.exc_info[1]}"
-            out.append(text)
-        return out
 
 
 class MqttEnv:
