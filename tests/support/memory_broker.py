@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from meshmq.config.model import BrokerConfig, ManagementConfig
 from meshmq.protocol.mqtt.client import ClientConnection
@@ -31,7 +31,12 @@ from meshmq.store.memory import MemoryStore
 from meshmq.transport.runtime import BrokerRuntime
 from tests.support.loop_teardown import drain_loop
 
+if TYPE_CHECKING:
+    from meshmq.transport.mqtt_server import MqttProtocol
+    from meshmq.transport.stomp_server import StompProtocol
+
 DEFAULT_TIMEOUT_S = 10.0
+T = TypeVar("T")
 
 
 def memory_config(**changes: Any) -> BrokerConfig:
@@ -184,57 +189,95 @@ class MemoryBroker:
         self.close()
 
 
-class StompClient:
-    """A STOMP client over an in-memory transport: raw frames out, parsed frames in."""
+class _MemoryConnection(Generic[T]):
+    """What the STOMP and the MQTT clients share: bytes go to the session as a socket
+    read would hand them over, what the session wrote is decoded into items (frames,
+    packets) that the waits below take from."""
 
-    def __init__(self, broker: MemoryBroker, listener: str | None = None) -> None:
-        from meshmq.transport.stomp_server import StompProtocol
-
+    def __init__(self, broker: MemoryBroker, protocol: asyncio.Protocol) -> None:
         self.broker = broker
-        self.protocol = StompProtocol(broker.runtime, listener)
-        self.transport = broker.connect(self.protocol)
-        self._parser = StompParser()
+        self.protocol = protocol
+        self.transport = broker.connect(protocol)
         self._seen = 0
-        self._frames: list[Frame] = []
-        self.version = "1.2"
+        self._items: list[T] = []
+
+    def _decode(self, chunk: bytes) -> list[T]:
+        raise NotImplementedError
+
+    def _show(self, items: list[T]) -> str:
+        raise NotImplementedError
 
     def send_raw(self, data: bytes) -> None:
         self.broker.call(lambda: self.protocol.data_received(data))
-
-    def send(self, command: str, headers: dict[str, str] | None = None,
-             body: bytes = b"") -> None:
-        self.send_raw(encode_frame(command, list((headers or {}).items()), body,
-                                   version=self.version))
 
     def _read(self) -> None:
         data = self.transport.written
         if len(data) > self._seen:
             chunk = bytes(data[self._seen:])
             self._seen = len(data)
-            self._frames.extend(self._parser.feed(chunk))
+            self._items.extend(self._decode(chunk))
 
-    def received(self) -> list[Frame]:
-        """Frames received so far and not yet taken (heart-beats are dropped)."""
+    def received(self) -> list[T]:
+        """Items received so far and not yet taken (STOMP heart-beats are dropped)."""
         self._read()
-        return list(self._frames)
+        return list(self._items)
 
-    def expect(self, command: str | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> Frame:
-        """The next frame (of ``command``, which must be the next one)."""
+    def _next(self, timeout: float, what: str) -> T:
+        """Run the loop until an item arrives; take it."""
         def ready() -> bool:
             self._read()
-            return bool(self._frames)
-        self.broker.wait_for(ready, timeout, f"a {command or 'STOMP'} frame")
-        frame = self._frames.pop(0)
-        if command is not None and frame.command != command:
-            raise AssertionError(f"expected {command}, got {frame.command} "
-                                 f"{dict(frame.headers)} {frame.body[:200]!r}")
-        return frame
+            return bool(self._items)
+        self.broker.wait_for(ready, timeout, what)
+        return self._items.pop(0)
 
     def expect_none(self, turns: int = 10) -> None:
         """Nothing more arrives within a few loop turns."""
         self.broker.turn(turns)
         self._read()
-        assert not self._frames, f"unexpected frames: {[f.command for f in self._frames]}"
+        assert not self._items, f"unexpected {self._show(self._items)}"
+
+    @property
+    def closed(self) -> bool:
+        """The broker closed the connection."""
+        return self.transport.closed
+
+    def wait_closed(self, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        self.broker.wait_for(lambda: self.transport.closed, timeout, "the broker to close")
+
+    def drop(self) -> None:
+        self.transport.drop()
+
+
+class StompClient(_MemoryConnection[Frame]):
+    """A STOMP client over an in-memory transport: raw frames out, parsed frames in."""
+
+    protocol: StompProtocol
+
+    def __init__(self, broker: MemoryBroker, listener: str | None = None) -> None:
+        from meshmq.transport.stomp_server import StompProtocol
+
+        super().__init__(broker, StompProtocol(broker.runtime, listener))
+        self._parser = StompParser()
+        self.version = "1.2"
+
+    def _decode(self, chunk: bytes) -> list[Frame]:
+        return self._parser.feed(chunk)
+
+    def _show(self, items: list[Frame]) -> str:
+        return f"frames: {[f.command for f in items]}"
+
+    def send(self, command: str, headers: dict[str, str] | None = None,
+             body: bytes = b"") -> None:
+        self.send_raw(encode_frame(command, list((headers or {}).items()), body,
+                                   version=self.version))
+
+    def expect(self, command: str | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> Frame:
+        """The next frame (of ``command``, which must be the next one)."""
+        frame = self._next(timeout, f"a {command or 'STOMP'} frame")
+        if command is not None and frame.command != command:
+            raise AssertionError(f"expected {command}, got {frame.command} "
+                                 f"{dict(frame.headers)} {frame.body[:200]!r}")
+        return frame
 
     def connect(self, version: str = "1.2", **headers: str) -> Frame:
         self.version = version if version in ("1.0", "1.1", "1.2") else "1.2"
@@ -245,35 +288,25 @@ class StompClient:
             self._parser.version = connected.get("version") or "1.0"
         return connected
 
-    @property
-    def closed(self) -> bool:
-        """The broker closed the connection (after an ERROR or DISCONNECT)."""
-        return self.transport.closed
 
-    def wait_closed(self, timeout: float = DEFAULT_TIMEOUT_S) -> None:
-        self.broker.wait_for(lambda: self.transport.closed, timeout, "the broker to close")
-
-    def drop(self) -> None:
-        self.transport.drop()
-
-
-class MqttClient:
+class MqttClient(_MemoryConnection[Packet]):
     """An MQTT client over an in-memory transport: packets out, decoded packets in."""
+
+    protocol: MqttProtocol
 
     def __init__(self, broker: MemoryBroker, level: int = 4,
                  listener: str | None = None) -> None:
         from meshmq.transport.mqtt_server import MqttProtocol
 
-        self.broker = broker
-        self.protocol = MqttProtocol(broker.runtime, listener)
-        self.transport = broker.connect(self.protocol)
+        super().__init__(broker, MqttProtocol(broker.runtime, listener))
         self.level = level
         self._client = ClientConnection(level)
-        self._seen = 0
-        self._packets: list[Packet] = []
 
-    def send_raw(self, data: bytes) -> None:
-        self.broker.call(lambda: self.protocol.data_received(data))
+    def _decode(self, chunk: bytes) -> list[Packet]:
+        return self._client.receive_data(chunk)
+
+    def _show(self, items: list[Packet]) -> str:
+        return f"packets: {items}"
 
     def send(self, packet: Packet) -> None:
         self.send_raw(self._client.send(packet))
@@ -284,43 +317,13 @@ class MqttClient:
         connack: Connack = self.expect(Connack)
         return connack
 
-    def _read(self) -> None:
-        data = self.transport.written
-        if len(data) > self._seen:
-            chunk = bytes(data[self._seen:])
-            self._seen = len(data)
-            self._packets.extend(self._client.receive_data(chunk))
-
-    def received(self) -> list[Packet]:
-        self._read()
-        return list(self._packets)
-
     def expect(self, kind: type[Packet] | None = None,
                timeout: float = DEFAULT_TIMEOUT_S) -> Any:
         """The next packet (of type ``kind``, which must be the next one)."""
-        def ready() -> bool:
-            self._read()
-            return bool(self._packets)
-        self.broker.wait_for(ready, timeout, f"a {kind.__name__ if kind else 'MQTT'} packet")
-        packet = self._packets.pop(0)
+        packet = self._next(timeout, f"a {kind.__name__ if kind else 'MQTT'} packet")
         if kind is not None and not isinstance(packet, kind):
             raise AssertionError(f"expected {kind.__name__}, got {packet!r}")
         return packet
-
-    def expect_none(self, turns: int = 10) -> None:
-        self.broker.turn(turns)
-        self._read()
-        assert not self._packets, f"unexpected packets: {self._packets}"
-
-    @property
-    def closed(self) -> bool:
-        return self.transport.closed
-
-    def wait_closed(self, timeout: float = DEFAULT_TIMEOUT_S) -> None:
-        self.broker.wait_for(lambda: self.transport.closed, timeout, "the broker to close")
-
-    def drop(self) -> None:
-        self.transport.drop()
 
 
 @contextlib.contextmanager
