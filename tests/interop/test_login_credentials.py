@@ -1,7 +1,7 @@
 """Logins over real sockets: client certificates over TLS (STOMP, MQTT 3.1.1 and 5,
 WebSocket). Users from ActiveMQ's JAAS properties files are tested in memory in
 tests/unit/broker/test_login_credentials.py, refusals held back for an address that
-keeps failing in tests/unit/broker/test_login_backoff.py."""
+keeps failing in tests/unit/broker/test_login_refusals_held_back.py."""
 
 from __future__ import annotations
 
