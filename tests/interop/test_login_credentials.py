@@ -1,13 +1,12 @@
 """Logins over real sockets: client certificates over TLS (STOMP, MQTT 3.1.1 and 5,
-WebSocket), and refusals held back for an address that keeps failing. Users from
-ActiveMQ's JAAS properties files are tested in memory in
-tests/unit/broker/test_login_credentials.py."""
+WebSocket). Users from ActiveMQ's JAAS properties files are tested in memory in
+tests/unit/broker/test_login_credentials.py, refusals held back for an address that
+keeps failing in tests/unit/broker/test_login_refusals_held_back.py."""
 
 from __future__ import annotations
 
 import socket
 import ssl
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import pytest
 from websockets.sync.client import connect as ws_connect
 
 from meshmq.config.model import AuthConfig, CertificateUser, ListenerConfig, User
-from meshmq.protocol.mqtt import Properties, ReasonCode
+from meshmq.protocol.mqtt import ReasonCode
 from meshmq.protocol.stomp import Frame, StompParser, encode_frame
 from tests.interop.mqtt_helpers import RawMqtt
 from tests.support.brokers import ThreadBroker, make_config, poll
@@ -122,51 +121,3 @@ def test_unknown_certificate_is_refused_and_only_logged(
     client.sock.close()
     poll(lambda: "No user for client certificate: CN=app, OU=clients, O=meshmq"
          in caplog.text, what="the DN in the broker log")
-
-
-# ------------------------------------------------------------------ backoff
-
-def test_refusals_are_held_back_while_others_connect(tmp_path: Path) -> None:
-    config = make_config(tmp_path / "data", listeners=(
-        ListenerConfig(name="stomp", protocol="stomp", port=0),
-        ListenerConfig(name="mqtt", protocol="mqtt", port=0)),
-        auth=AuthConfig(users=(User("good", "pw"),), login_backoff_after=1,
-                        login_backoff_max_ms=4000))
-    broker = ThreadBroker(config).start()
-    try:
-        assert broker.runtime is not None
-
-        def timed_refusal() -> float:
-            t0 = time.monotonic()
-            assert stomp_connect(broker.port, "good", "bad").command == "ERROR"
-            return time.monotonic() - t0
-
-        first = timed_refusal()  # within the allowance: answered at once
-        # The second refusal waits 0.5 s; meanwhile another client gets in at once.
-        raw = socket.create_connection(("127.0.0.1", broker.port), timeout=10)
-        t0 = time.monotonic()
-        raw.sendall(encode_frame("CONNECT", [("accept-version", "1.2"), ("login", "good"),
-                                             ("passcode", "bad")]))
-        t_good = time.monotonic()
-        assert stomp_connect(broker.port, "good", "pw").command == "CONNECTED"
-        good = time.monotonic() - t_good
-        parser, frames = StompParser(version="1.2"), []
-        while not frames:
-            frames = parser.feed(raw.recv(65536))
-        held = time.monotonic() - t0
-        raw.close()
-        assert frames[0].command == "ERROR"
-        assert held >= 0.45, held
-        assert good < held and first < held, (first, good, held)
-        # MQTT 5 too: the third refusal waits 1 s, then CONNACK 0x87.
-        client = mqtt(broker.runtime.addresses["mqtt"][1], 5)
-        t0 = time.monotonic()
-        ack = client.connect("x", username="good", password=b"bad", expect_success=False,
-                             properties=Properties())
-        assert ack.reason_code == ReasonCode.NOT_AUTHORIZED
-        assert time.monotonic() - t0 >= 0.95
-        client.sock.close()
-        stats = broker.stats()
-        assert (stats["failed_logins"], stats["login_slowed_addresses"]) == (3, 1)
-    finally:
-        broker.stop()

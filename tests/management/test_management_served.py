@@ -18,7 +18,9 @@ def test_each_resource_family_answers_over_http(broker: ThreadBroker) -> None:
     client.send_frame("SEND", [("destination", "/queue/served"), ("receipt", "r")], b"hello")
     assert client.read_frame().command == "RECEIPT"
 
-    assert get(port, "/api/broker")["name"] == "test"
+    document = get(port, "/api/broker")
+    assert document["name"] == "test"
+    assert document["limits"]["max_connections"] == {"stomp": 1000}  # per listener
     served = get(port, f"/api/destinations/queue/{q('served')}")
     assert served["depth"] == 1
     (message_id,) = all_ids(port, "served")

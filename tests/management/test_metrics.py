@@ -1,5 +1,8 @@
-"""``GET /metrics``: real brokers with STOMP traffic and a bridge, scraped over real HTTP
-and parsed with prometheus_client's own parser."""
+"""``GET /metrics`` of real brokers linked by a real bridge, scraped over real HTTP and
+parsed with prometheus_client's own parser: the bridge series, and every metric the
+Grafana dashboard uses. Names, labels and values after STOMP traffic, the OpenMetrics
+variant, ``_other`` and the login rules are tested without a socket in
+tests/unit/management/test_metrics.py."""
 
 from __future__ import annotations
 
@@ -8,14 +11,12 @@ import http.client
 import json
 import re
 import socket
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from meshmq.client.simple_stomp import SimpleStompClient
-from meshmq.config.model import AuthConfig, ManagementConfig, MetricsConfig, User
 from meshmq.config.toml_loader import loads_toml
 from meshmq.errors import ConfigError
 from tests.network.helpers import connector, consumers_on, net_config, tcp_uri, wait_forwarding
@@ -61,98 +62,12 @@ def series(samples: Samples, name: str, label: str) -> set[str]:
     return {dict(lbls)[label] for n, lbls in samples if n == name}
 
 
-def test_scrape_follows_stomp_traffic_on_a_queue(
-        broker_factory: Callable[..., ThreadBroker]) -> None:
-    broker = broker_factory()
-    status, content_type, _ = fetch(broker.management_port)
-    assert status == 200
-    assert content_type.startswith("text/plain; version=0.0.4")
-    before = scrape(broker)
-    assert value(before, "meshmq_connections", listener="stomp", protocol="stomp") == 0
-    assert value(before, "meshmq_ha_role", mode="none", role="standalone") == 1
-    with SimpleStompClient("127.0.0.1", broker.port) as client:
-        for i in range(3):
-            client.send("/queue/orders", f"order {i}".encode(), {"persistent": "true"})
-        sent = scrape(broker)
-        assert value(sent, "meshmq_connections", listener="stomp", protocol="stomp") == 1
-        assert value(sent, "meshmq_destination_messages", destination="orders",
-                     type="queue") == 3
-        assert value(sent, "meshmq_destination_enqueued_total", destination="orders",
-                     type="queue") == 3
-        assert (value(sent, "meshmq_messages_enqueued_total")
-                - value(before, "meshmq_messages_enqueued_total")) == 3
-        assert value(sent, "meshmq_store_disk_bytes") > 0
-        client.subscribe("/queue/orders", ack="client-individual")
-        for _ in range(3):
-            frame = client.receive(timeout=10)
-            assert frame is not None
-            client.ack(frame)
-        poll(lambda: current(broker, "meshmq_destination_dequeued_total",
-                             destination="orders", type="queue") == 3, what="3 acks counted")
-        after = scrape(broker)
-        assert value(after, "meshmq_destination_messages", destination="orders",
-                     type="queue") == 0
-        assert value(after, "meshmq_destination_consumers", destination="orders",
-                     type="queue") == 1
-        # Persistent deliveries waited for a durable sync: the histogram saw them.
-        assert value(after, "meshmq_store_sync_seconds_count") > value(
-            before, "meshmq_store_sync_seconds_count")
-    assert value(after, "meshmq_uptime_seconds") >= value(before, "meshmq_uptime_seconds")
-
-
-def test_openmetrics_is_served_to_a_scraper_that_asks_for_it(
-        broker_factory: Callable[..., ThreadBroker]) -> None:
-    broker = broker_factory()
-    status, content_type, text = fetch(
-        broker.management_port, accept="application/openmetrics-text; version=1.0.0")
-    assert status == 200
-    assert content_type.startswith("application/openmetrics-text")
-    assert text.endswith("# EOF\n")
-    assert "meshmq_messages_enqueued_total 0" in text
-
-
-def test_destinations_beyond_the_patterns_and_the_limit_are_summed_into_other(
-        broker_factory: Callable[..., ThreadBroker]) -> None:
-    metrics = MetricsConfig(destinations=("orders.>",), max_destinations=2)
-    broker = broker_factory(management=ManagementConfig(host="127.0.0.1", port=0,
-                                                        metrics=metrics))
-    with SimpleStompClient("127.0.0.1", broker.port) as client:
-        for name, count in (("orders.a", 1), ("orders.b", 2), ("orders.c", 3),
-                            ("audit", 4)):
-            for _ in range(count):
-                client.send(f"/queue/{name}", b"x")
-        client.send("/topic/prices", b"x")
-    samples = scrape(broker)
-    assert series(samples, "meshmq_destination_messages", "destination") == {
-        "orders.a", "orders.b", "_other"}
-    assert value(samples, "meshmq_destination_messages", destination="_other",
-                 type="queue") == 3 + 4
-    assert value(samples, "meshmq_destination_enqueued_total", destination="_other",
-                 type="topic") == 1
-    # The broker-wide totals still count every destination.
-    assert value(samples, "meshmq_messages_enqueued_total") == 1 + 2 + 3 + 4 + 1
-    assert not any(d.startswith("ActiveMQ.") for d in
-                   series(samples, "meshmq_destination_enqueued_total", "destination"))
-
-
 def test_a_bad_destination_pattern_is_a_config_error() -> None:
     with pytest.raises(ConfigError) as info:
         loads_toml('[management.metrics]\ndestinations = ["orders.>", "a..b"]\n',
                    file="b.toml")
     assert str(info.value) == ("b.toml:2, option 'management.metrics.destinations[1]': "
                                "destination 'a..b' has an empty segment")
-
-
-def test_metrics_follow_the_login_rules_of_every_get(
-        broker_factory: Callable[..., ThreadBroker]) -> None:
-    users = AuthConfig(users=(User("bob", "bobpw", ("users",)),))
-    broker = broker_factory(auth=users, management=ManagementConfig(host="0.0.0.0", port=0))
-    status, content_type, text = fetch(broker.management_port)
-    assert status == 401 and content_type.startswith("application/json")
-    assert "authentication required" in text
-    assert fetch(broker.management_port, user="bob", password="wrong")[0] == 401
-    status, content_type, text = fetch(broker.management_port, user="bob", password="bobpw")
-    assert status == 200 and "meshmq_uptime_seconds" in text
 
 
 def test_a_bridge_is_seen_forwarding_then_failing(tmp_path: Path) -> None:
