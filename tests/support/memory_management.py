@@ -11,7 +11,9 @@ with ``http.client``. Only the socket is missing, so error bodies, 404/405 refus
 Basic credentials and body limits behave as over HTTP.
 
 Its ``call``/``ok``/``get``/``all_ids`` mirror ``tests/management/http.py`` with the
-broker object in place of a port.
+broker object in place of a port. ``memory_management(config)`` starts a broker of its
+own; ``management_of(broker)`` serves the app of one that already exists (a
+``NetworkBroker`` of a ``MemoryNetwork``, say) and leaves it running.
 """
 
 from __future__ import annotations
@@ -163,3 +165,15 @@ def memory_management(config: BrokerConfig | None = None,
             yield api
         finally:
             api.close()
+
+
+@contextlib.contextmanager
+def management_of(broker: MemoryBroker) -> Iterator[MemoryManagement]:
+    """The management app of ``broker``, which already exists (one of a
+    ``MemoryNetwork``'s brokers, say), served for the block; the broker is left as it
+    was: whoever made it stops it."""
+    api = MemoryManagement(broker)
+    try:
+        yield api
+    finally:
+        api.close()
