@@ -162,16 +162,24 @@ class MemoryBroker:
             await asyncio.sleep(0)
         self.loop.run_until_complete(run())
 
-    def connect(self, protocol: asyncio.Protocol) -> MemoryTransport:
-        transport = MemoryTransport(self.loop, protocol, ("127.0.0.1", next(self._ports)))
+    def connect(self, protocol: asyncio.Protocol,
+                peer: tuple[str, int] | None = None) -> MemoryTransport:
+        """``protocol`` connected to a new transport whose remote end is ``peer``
+        (by default a new port of 127.0.0.1, as a loopback client's)."""
+        transport = MemoryTransport(self.loop, protocol,
+                                    peer if peer is not None else ("127.0.0.1", next(self._ports)))
         self.call(lambda: protocol.connection_made(transport))  # type: ignore[arg-type]
         return transport
 
-    def stomp(self, listener: str | None = None) -> StompClient:
-        return StompClient(self, listener)
+    def stomp(self, listener: str | None = None,
+              peer: tuple[str, int] | None = None) -> StompClient:
+        """A STOMP client; ``peer``: the address it connects from."""
+        return StompClient(self, listener, peer)
 
-    def mqtt(self, level: int = 4, listener: str | None = None) -> MqttClient:
-        return MqttClient(self, level, listener)
+    def mqtt(self, level: int = 4, listener: str | None = None,
+             peer: tuple[str, int] | None = None) -> MqttClient:
+        """An MQTT client; ``peer``: the address it connects from."""
+        return MqttClient(self, level, listener, peer)
 
     def close(self) -> None:
         if self.loop.is_closed():
@@ -194,10 +202,11 @@ class _MemoryConnection(Generic[T]):
     read would hand them over, what the session wrote is decoded into items (frames,
     packets) that the waits below take from."""
 
-    def __init__(self, broker: MemoryBroker, protocol: asyncio.Protocol) -> None:
+    def __init__(self, broker: MemoryBroker, protocol: asyncio.Protocol,
+                 peer: tuple[str, int] | None = None) -> None:
         self.broker = broker
         self.protocol = protocol
-        self.transport = broker.connect(protocol)
+        self.transport = broker.connect(protocol, peer)
         self._seen = 0
         self._items: list[T] = []
 
@@ -253,10 +262,11 @@ class StompClient(_MemoryConnection[Frame]):
 
     protocol: StompProtocol
 
-    def __init__(self, broker: MemoryBroker, listener: str | None = None) -> None:
+    def __init__(self, broker: MemoryBroker, listener: str | None = None,
+                 peer: tuple[str, int] | None = None) -> None:
         from meshmq.transport.stomp_server import StompProtocol
 
-        super().__init__(broker, StompProtocol(broker.runtime, listener))
+        super().__init__(broker, StompProtocol(broker.runtime, listener), peer)
         self._parser = StompParser()
         self.version = "1.2"
 
@@ -295,10 +305,10 @@ class MqttClient(_MemoryConnection[Packet]):
     protocol: MqttProtocol
 
     def __init__(self, broker: MemoryBroker, level: int = 4,
-                 listener: str | None = None) -> None:
+                 listener: str | None = None, peer: tuple[str, int] | None = None) -> None:
         from meshmq.transport.mqtt_server import MqttProtocol
 
-        super().__init__(broker, MqttProtocol(broker.runtime, listener))
+        super().__init__(broker, MqttProtocol(broker.runtime, listener), peer)
         self.level = level
         self._client = ClientConnection(level)
 

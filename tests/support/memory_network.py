@@ -187,8 +187,9 @@ class NetworkBroker(MemoryBroker):
                     timeout: float) -> None:
         await self.network.dial(link, endpoint, ctx, timeout, origin=self.name)
 
-    def stomp(self, listener: str | None = None) -> StompClient:
-        return LoopStompClient(self, listener)
+    def stomp(self, listener: str | None = None,
+              peer: tuple[str, int] | None = None) -> StompClient:
+        return LoopStompClient(self, listener, peer)
 
     def call(self, fn: Any, *args: Any) -> Any:
         """``fn(*args)`` inside the running loop (as the broker's own callbacks run)."""
