@@ -3,8 +3,8 @@
 Every broker runs as a subprocess in its own temporary directory, on free
 loopback ports found by binding port 0, with comparable durability settings
 (see docs/benchmarks.md). :class:`RssSampler` samples the broker's process
-tree (``VmRSS`` summed over the tree) so JVM and Erlang brokers are measured
-whole. Nothing here talks to anything but 127.0.0.1.
+tree (``VmRSS`` summed over the tree) and :func:`tree_cpu` reads its CPU times,
+so JVM and Erlang brokers are measured whole. Nothing here talks to anything but 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+import psutil
 
 HOST = "127.0.0.1"
 ACTIVEMQ_HOME = Path("/usr/share/activemq")
@@ -81,6 +83,36 @@ def _children(pid: int) -> list[int]:
 
 def tree_rss_kb(pid: int) -> int:
     return sum(_rss_kb(p) for p in [pid, *_children(pid)])
+
+
+def tree_cpu(pids: list[int | None], children: bool = True) -> dict[tuple[int, float], float]:
+    """User + system CPU seconds so far of each process in ``pids`` (and, with
+    ``children``, all their descendants), keyed by (pid, start time) so a reused pid is
+    not mistaken for the old process."""
+    out: dict[tuple[int, float], float] = {}
+    for pid in pids:
+        if pid is None:
+            continue
+        try:
+            root = psutil.Process(pid)
+            procs = [root, *(root.children(recursive=True) if children else [])]
+        except psutil.Error:
+            continue
+        for p in procs:
+            try:
+                with p.oneshot():
+                    t = p.cpu_times()
+                    out[(p.pid, p.create_time())] = t.user + t.system
+            except psutil.Error:
+                continue
+    return out
+
+
+def cpu_spent(before: dict[tuple[int, float], float],
+              after: dict[tuple[int, float], float]) -> float:
+    """CPU seconds between two :func:`tree_cpu` readings: processes started in between
+    count whole; one that exited in between is lost (its time is not readable any more)."""
+    return sum(t - before.get(k, 0.0) for k, t in after.items())
 
 
 class RssSampler:

@@ -245,7 +245,7 @@ def main() -> None:
         per_delivery = n // DELIVERIES.get(name, 1) * DELIVERIES.get(name, 1)
         us = min(times) / per_delivery * 1e6
         rows.append((name, us, statistics.median(times) / per_delivery * 1e6))
-        print(f"{name:14s} {us:6.2f} us/delivery (min of {args.rounds}), "
+        print(f"{name:14s} {us:6.2f} CPU µs/delivery (min of {args.rounds}), "
               f"median {rows[-1][2]:6.2f}, {1e6 / us:,.0f} deliveries/s of CPU", flush=True)
     if args.no_write:
         return
@@ -261,7 +261,7 @@ def main() -> None:
         authz = f" --authz {args.authz}" if args.authz else ""
         f.write(f"## git {rev} {args.label}\n\n`.venv/bin/python bench/hotpath.py "
                 f"--messages {args.messages} --rounds {args.rounds}{authz}` on Python "
-                f"{platform.python_version()}\n\n| case | us/delivery (min) | median |\n"
+                f"{platform.python_version()}\n\n| case | CPU µs/delivery (min) | median |\n"
                 "|---|---|---|\n")
         for name, us, med in rows:
             f.write(f"| {name} | {us:.2f} | {med:.2f} |\n")

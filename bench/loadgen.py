@@ -32,6 +32,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+import psutil
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mqtt_wire as mw
@@ -85,6 +87,9 @@ class LoadResult:
     p50_ms: float | None = None
     p99_ms: float | None = None
     max_ms: float | None = None
+    # CPU seconds of the generator's worker processes from the start of sending to the
+    # last receive (or the give-up): per message, it shows when the generator is the limit.
+    gen_cpu_s: float | None = None
     error: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -710,9 +715,24 @@ def _percentile(sorted_vals: list[float], q: float) -> float:
     return sorted_vals[k]
 
 
+def workers_cpu(procs: list[Any]) -> float:
+    """User + system CPU seconds so far of the worker processes still running."""
+    total = 0.0
+    for p in procs:
+        try:
+            t = psutil.Process(p.pid).cpu_times()
+        except (psutil.Error, TypeError):
+            continue
+        total += t.user + t.system
+    return total
+
+
 def run_load(spec: LoadSpec, *, hard_timeout: float = 900.0,
-             on_start: Callable[[], None] | None = None) -> LoadResult:
-    """Run one load and return its result. ``on_start`` runs when sending starts."""
+             on_start: Callable[[], None] | None = None,
+             on_end: Callable[[], None] | None = None) -> LoadResult:
+    """Run one load and return its result. ``on_start`` runs when sending starts,
+    ``on_end`` when the last message arrived (or the run gave up), before the workers
+    are told to stop: between the two is the timed part of the run."""
     if not spec.name:
         spec.name = f"r{os.getpid()}x{int(time.time() * 1000) % 10**8}"
     if spec.protocol == "mqtt":
@@ -742,6 +762,7 @@ def run_load(spec: LoadSpec, *, hard_timeout: float = 900.0,
         t0 = time.time()
         if on_start:
             on_start()
+        gen0 = workers_cpu(procs)
         expected: int | None = spec.drain if spec.producers == 0 else None
         last_count = -1
         last_change = time.time()
@@ -767,6 +788,9 @@ def run_load(spec: LoadSpec, *, hard_timeout: float = 900.0,
                 break
             if not any(p.is_alive() for p in procs):
                 break
+        result.gen_cpu_s = round(workers_cpu(procs) - gen0, 3)
+        if on_end:
+            on_end()
         sh.stop.set()
         outs = _collect(sh, procs, 120)
         result.expected = expected if expected is not None else 0

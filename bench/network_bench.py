@@ -51,7 +51,7 @@ from typing import Any, TypeVar
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import loadgen as lg
-from brokers import HOST, RssSampler, free_ports, port_accepts
+from brokers import HOST, RssSampler, cpu_spent, free_ports, port_accepts, tree_cpu
 
 RESULTS = Path(__file__).resolve().parent / "results"
 REPO = Path(__file__).resolve().parent.parent
@@ -176,15 +176,8 @@ class Node:
         return [b for b in bridges if b.get("direction") == "outbound"]
 
     def cpu_s(self) -> float:
-        """User + system CPU seconds of the broker process so far."""
-        pid = self.pid
-        if pid is None:
-            return 0.0
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return 0.0
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        """User + system CPU seconds of the broker's process tree so far."""
+        return cpu_spent({}, tree_cpu([self.pid]))
 
     def log(self) -> str:
         try:
@@ -235,11 +228,13 @@ def _wait_demand(nodes: list[Node], queue: str, timeout: float) -> None:
 
 
 def run_split_load(prod: lg.LoadSpec, cons: lg.LoadSpec, gate: Callable[[], None],
-                   hard_timeout: float) -> lg.LoadResult:
+                   hard_timeout: float, on_end: Callable[[], None] | None = None
+                   ) -> lg.LoadResult:
     """bench/loadgen.py's ``run_load`` with producers and consumers on different brokers
-    (``prod.port`` / ``cons.port``) and ``gate()`` run after every worker connected and
-    subscribed but before anything is sent. Uses loadgen's own worker processes and its
-    accounting, so the numbers read exactly as the matrix's."""
+    (``prod.port`` / ``cons.port``), ``gate()`` run after every worker connected and
+    subscribed but before anything is sent, and ``on_end()`` when the last message
+    arrived (or the run gave up), before the workers stop. Uses loadgen's own worker
+    processes and its accounting, so the numbers read exactly as the matrix's."""
     assert prod.name and prod.name == cons.name
     roles = lg._assign(prod)
     ctx = mp.get_context("spawn")
@@ -272,6 +267,7 @@ def run_split_load(prod: lg.LoadSpec, cons: lg.LoadSpec, gate: Callable[[], None
                 ("; workers: " + "; ".join(errs[:3]) if errs else "")
             return result
         t0 = time.time()
+        gen0 = lg.workers_cpu(procs)
         expected: int | None = None
         last_count, last_change = -1, time.time()
         while True:
@@ -295,6 +291,9 @@ def run_split_load(prod: lg.LoadSpec, cons: lg.LoadSpec, gate: Callable[[], None
                 break
             if not any(p.is_alive() for p in procs):
                 break
+        result.gen_cpu_s = round(lg.workers_cpu(procs) - gen0, 3)
+        if on_end:
+            on_end()
         sh.stop.set()
         outs = lg._collect(sh, procs, 120)
         result.expected = expected if expected is not None else 0
@@ -380,6 +379,7 @@ def run_case(case: Case, root: Path, duration: float, profile: Path | None,
         queue = f"bench.{name}.0"
         cons = replace(spec, port=nodes[-1].stomp)
         cpu0: list[float] = []
+        cpu1: list[float] = []
         sys0 = (0.0, 0.0)
         t_gate = 0.0
 
@@ -401,10 +401,16 @@ def run_case(case: Case, root: Path, duration: float, profile: Path | None,
             cpu0 = [n.cpu_s() for n in nodes]
             sys0 = _system_busy()
 
+        def on_end() -> None:
+            cpu1.extend(n.cpu_s() for n in nodes)
+
         t0 = time.monotonic()
-        res = run_split_load(spec, cons, gate, hard_timeout=max(120.0, duration * 8))
+        res = run_split_load(spec, cons, gate, hard_timeout=max(120.0, duration * 8),
+                             on_end=on_end)
         wall = time.monotonic() - t0
-        cpu = [round(n.cpu_s() - c, 2) for n, c in zip(nodes, cpu0, strict=False)]
+        if not cpu1:
+            on_end()
+        cpu = [round(b - a, 3) for a, b in zip(cpu0, cpu1, strict=False)]
         busy, total = _system_busy()
         for spy in spies:
             spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
@@ -433,9 +439,11 @@ def run_case(case: Case, root: Path, duration: float, profile: Path | None,
             "demand_wait_s": round(t_gate, 3), "wall_s": round(wall, 1), "settle_s": settle_s,
             "brokers": [{"name": n.name, "peak_rss_mb": s.peak_mb(), "cpu_s": c,
                          "cpu_pct": round(100 * c / res.e2e_s, 1) if res.e2e_s else None,
-                         "cpu_us_per_msg": round(c * 1e6 / res.received, 1)
+                         "cpu_us_per_delivery": round(c * 1e6 / res.received, 2)
                          if res.received else None}
                         for n, s, c in zip(nodes, samplers, cpu, strict=False)],
+            "gen_cpu_us_per_delivery": round(res.gen_cpu_s * 1e6 / res.received, 2)
+            if res.received and res.gen_cpu_s is not None else None,
             "machine_busy_pct": round(100 * (busy - sys0[0]) / (total - sys0[1]), 1)
             if total > sys0[1] else None,
             "loadavg": Path("/proc/loadavg").read_text().split()[:3],
@@ -516,8 +524,10 @@ def cpu_costs(rows: list[dict[str, Any]], key: str) -> list[float | None]:
     for r in rows:
         if r["case"] == key and r.get("received"):
             for i, b in enumerate(r.get("brokers", [])):
-                if b.get("cpu_us_per_msg") is not None:
-                    per.setdefault(i, []).append(b["cpu_us_per_msg"])
+                # cpu_us_per_msg: the name in result files written before the rename
+                cost = b.get("cpu_us_per_delivery", b.get("cpu_us_per_msg"))
+                if cost is not None:
+                    per.setdefault(i, []).append(cost)
     out: list[float | None] = []
     for i in range(max(per, default=-1) + 1):
         vals = sorted(per.get(i, []))
@@ -553,8 +563,9 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                         "expected": r.get("expected"), "ratio": ratio,
                         "target_met": None if ratio is None else ratio >= TARGET,
                         "all_e2e": [x.get("e2e_rate") for x in rows if x["case"] == key],
-                        "cpu_us_per_msg": costs,
-                        "cpu_us_per_msg_total": round(sum(known), 1) if known else None,
+                        "cpu_us_per_delivery": costs,
+                        "cpu_us_per_delivery_total": round(sum(known), 1) if known else None,
+                        "gen_cpu_us_per_delivery": r.get("gen_cpu_us_per_delivery"),
                         "projected_ratio": projected,
                         "brokers": r.get("brokers", []),
                         "machine_busy_pct": r.get("machine_busy_pct"),
@@ -592,13 +603,15 @@ def write_markdown(path: Path, meta: dict[str, Any], summary: list[dict[str, Any
              f"{TARGET}x the single broker's e2e rate.", "",
              "| case | topology | e2e msg/s | send msg/s | p50 ms | p99 ms | received/expected "
              "| vs single | target 0.8x | peak RSS MB (A/B/C) | broker CPU % (A/B/C) "
-             "| CPU µs/msg (A/B/C) | CPU-bound projection | machine busy % "
-             "| e2e of every rep |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| broker CPU µs/delivery (A/B/C) | generator CPU µs/delivery "
+             "| CPU-bound projection | machine busy % | e2e of every rep |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in summary:
         rss = " / ".join(_fmt(b["peak_rss_mb"], 1) for b in s["brokers"])
         cpu = " / ".join(_fmt(b["cpu_pct"]) for b in s["brokers"])
-        cost = " / ".join(_fmt(c, 1) for c in s["cpu_us_per_msg"])
+        cost = " / ".join(_fmt(c, 1) for c in s.get("cpu_us_per_delivery",
+                                                     s.get("cpu_us_per_msg", [])))
+        gen = _fmt(s.get("gen_cpu_us_per_delivery"), 1)
         proj = "—" if s["projected_ratio"] is None else f"{s['projected_ratio']:.2f}x"
         target = "—" if s["target_met"] is None else ("met" if s["target_met"] else "**missed**")
         status = "" if s["status"] == "ok" else f" ({s['status']})"
@@ -608,7 +621,7 @@ def write_markdown(path: Path, meta: dict[str, Any], summary: list[dict[str, Any
             f"| {_fmt(s['send_rate'])} | {_fmt(s['p50_ms'], 2)} | {_fmt(s['p99_ms'], 2)} "
             f"| {_fmt(s['received'])}/{_fmt(s['expected'])} "
             f"| {ratio} "
-            f"| {target} | {rss} | {cpu} | {cost} | {proj} | {_fmt(s['machine_busy_pct'])} "
+            f"| {target} | {rss} | {cpu} | {cost} | {gen} | {proj} | {_fmt(s['machine_busy_pct'])} "
             f"| {', '.join(_fmt(x) for x in s['all_e2e'])} |")
     problems = [(r["case"], r["rep"], p) for r in rows for p in r.get("problems", [])]
     errors = [(r["case"], r["rep"], r["error"]) for r in rows if r.get("error")]
@@ -621,11 +634,13 @@ def write_markdown(path: Path, meta: dict[str, Any], summary: list[dict[str, Any
         lines.append(f"- `{case}` rep {rep}: {p}")
     lines += ["", "Broker CPU % is the broker's CPU time over the run's e2e time (100 = one "
               "core); machine busy % is the whole machine's (all CPUs) over the same span, "
-              "with other users' processes included. CPU µs/msg is each broker's CPU time "
-              "per message delivered (median over the repetitions); it moves much less "
-              "than the rates with the load others put on the machine, but still some "
-              "(smaller batches when preempted). The CPU-bound "
-              "projection is the single broker's µs/msg over the busiest network broker's: "
+              "with other users' processes included. Broker CPU µs/delivery is each broker's "
+              "CPU time from the first send to the last receive per message delivered "
+              "(median over the repetitions); it moves much less than the rates with the "
+              "load others put on the machine, but still some (smaller batches when "
+              "preempted). Generator CPU µs/delivery is the same for the load generator's "
+              "processes. The CPU-bound "
+              "projection is the single broker's µs/delivery over the busiest network broker's: "
               "the ratio to expect when every broker has a core of its own and the load "
               "generator another. Peak RSS is sampled every 0.1 s.", ""]
     path.write_text("\n".join(lines) + "\n")
