@@ -107,7 +107,12 @@ class Node:
                  "[management]", "enabled = true", f'host = "{HOST}"', f"port = {self.mgmt}", ""]
         for name, port in (("stomp", self.stomp), ("tcp", self.tcp)):
             lines += ["[[listeners]]", f'name = "{name}"', f'protocol = "{name}"',
-                      f'host = "{HOST}"', f"port = {port}", ""]
+                      f'host = "{HOST}"', f"port = {port}"]
+            if name == "tcp":
+                # Loopback brokers of one benchmark: links without credentials (a broker
+                # refuses anonymous links unless its listener allows them).
+                lines.append("allow_anonymous_links = true")
+            lines.append("")
         for peer in self.connect_to:
             lines += ["[[network_connectors]]", f'uri = "static:(tcp://{HOST}:{peer.tcp})"',
                       f"network_ttl = {self.network_ttl}",
