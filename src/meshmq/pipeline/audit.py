@@ -287,8 +287,10 @@ _PERCENTILES = [0.5, 0.95, 0.99]
 
 def sorted_small(frame: DataFrame, *cols: str | Column) -> DataFrame:
     """``frame`` sorted, for a small frame: one partition sorted in place, the same
-    order as ``orderBy`` without its sampling job and range shuffle."""
-    return frame.repartition(1).sortWithinPartitions(*cols)
+    order as ``orderBy`` without its sampling job and range shuffle. ``coalesce``,
+    not ``repartition``: the one partition is read straight from the aggregation
+    before it, without a shuffle (and the Spark job adaptive execution runs for it)."""
+    return frame.coalesce(1).sortWithinPartitions(*cols)
 
 
 def journey_stats(journey_table: DataFrame) -> DataFrame:

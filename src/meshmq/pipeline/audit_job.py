@@ -35,7 +35,7 @@ from pyspark.sql import functions as F  # noqa: N812 - the usual Spark spelling
 
 from meshmq.core import trace as tr
 from meshmq.errors import MeshmqError
-from meshmq.pipeline import audit, paths, report
+from meshmq.pipeline import audit, paths, report, small_tables
 
 log = logging.getLogger("meshmq.audit")
 
@@ -178,28 +178,33 @@ def write_tables(tables: AuditTables, out: str | os.PathLike[str],
 
     The journeys go first, and the tables derived from them are then built from the
     written copy (a columnar file read for the few columns each needs, cheaper than
-    keeping the journeys in memory). The other tables are small aggregations, written
-    ``parallel`` at a time: each is a few short Spark jobs, and running several keeps
-    the cores busy while one waits on the driver's scheduling and commit. Every table
-    but the journeys stays cached, so the report collects it without computing it
-    again."""
+    keeping the journeys in memory). The other tables are small aggregations: each is
+    collected once and written from the driver (``small_tables``: one job, not Spark's
+    writer's several and its commit), ``parallel`` at a time, which keeps the cores
+    busy while one waits on the driver. Every table but the journeys stays cached, so
+    the report collects it without computing it again."""
     progress = progress or Progress()
     items = tables.items()
     done = 0
     lock = threading.Lock()
 
-    def write(name: str, frame: DataFrame) -> None:
+    def write(name: str, frame: DataFrame, small: bool = True) -> None:
         nonlocal done
         if progress.spark is not None:
             progress.spark.sparkContext.setJobDescription(f"writing table {name}")
-        frame.write.mode("overwrite").parquet(_join(str(out), name))
+        location = _join(str(out), name)
+        if small:
+            small_tables.write(frame, location, None if local is None else local / name)
+        else:
+            frame.write.mode("overwrite").parquet(location)
         with lock:
             done += 1
             progress.stage(f"writing tables ({done}/{len(items)}): {name} written")
 
     first, rest = items[0], items[1:]
+    local = paths.output_local_dir(first[1].sparkSession, str(out))
     progress.stage(f"writing tables (0/{len(items)}): {first[0]}")
-    write(*first)
+    write(*first, small=False)
     if tables.from_journeys is not None:
         written = first[1].sparkSession.read.parquet(_join(str(out), first[0]))
         tables.journeys = written

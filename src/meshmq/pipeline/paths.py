@@ -166,3 +166,13 @@ def display(location: str) -> str:
 def is_dir(spark: SparkSession, location: str) -> bool:
     fs, path = _fs(spark, location)
     return bool(fs.exists(path) and fs.getFileStatus(path).isDirectory())
+
+
+def replace_dir(spark: SparkSession, local_dir: Path, location: str) -> None:
+    """Upload ``local_dir`` to ``location``, replacing whatever was there (a table
+    written from the driver, as ``mode("overwrite")`` would)."""
+    fs, path = _fs(spark, location)
+    jvm, _ = _jvm(spark)
+    fs.delete(path, True)
+    fs.copyFromLocalFile(False, True, jvm.org.apache.hadoop.fs.Path(
+        local_dir.resolve().as_uri()), path)
