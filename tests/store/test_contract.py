@@ -17,6 +17,7 @@ from meshmq.store.base import (
     AddMessage,
     DropKey,
     KeyInfo,
+    LoadsAsync,
     MarkDispatched,
     PutDurableSubscription,
     Recovery,
@@ -269,6 +270,23 @@ async def test_load_pagination(h: Harness) -> None:
     await h.store.sync()
     await h.reopen()
     assert [e.seq for e in h.store.load(Q, 3, 2)] == [6, 7]
+
+
+@run_async
+async def test_load_async_agrees_with_load(h: Harness) -> None:
+    if not isinstance(h.store, LoadsAsync):
+        pytest.skip(f"{h.kind.name} store reads on the loop only")
+    store: LoadsAsync = h.store
+    h.store.write([AddMessage(msg(i, b"y" * 100), ((Q, i),)) for i in range(1, 11)])
+    h.store.write([RemoveRef(Q, 4), SetDeliveryCount(Q, 6, 3)])
+    expected = entry_view(h.store.load(Q, 2, 4))
+    assert [seq for seq, _, _ in expected] == [3, 5, 6, 7]
+    assert entry_view(await store.load_async(Q, 2, 4)) == expected  # not yet synced
+    await h.store.sync()
+    assert entry_view(await store.load_async(Q, 2, 4)) == expected
+    assert await store.load_async(Q, 10, 5) == []
+    assert await store.load_async("queue://missing", 0, 5) == []
+    assert await store.load_async(Q, 0, 0) == []
 
 
 @run_async

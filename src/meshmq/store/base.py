@@ -118,10 +118,11 @@ class Recovery:
 
 @runtime_checkable
 class LoadsAsync(Protocol):
-    """A store whose reads can block (a database over the network) also offers ``load``
-    as a coroutine that keeps the event loop free while it waits. The runtime reads
-    pages of paged-out messages (core/paging.py) through it where a store has it; the
-    stores whose reads are local (memory, the journal) are read with ``load``."""
+    """A store whose reads can block (a database over the network, files on a slow
+    disk) also offers ``load`` as a coroutine that keeps the event loop free while it
+    waits. The runtime reads pages of paged-out messages (core/paging.py) through it
+    where a store has it (PostgreSQL, the journal); the memory store is read with
+    ``load``."""
 
     async def load_async(self, key: str, after_seq: int,
                          max_count: int) -> list[StoredEntry]:

@@ -1,11 +1,11 @@
 """Reading the pages of stored messages the core asks for (core/paging.py).
 
 The core decides *which* page a queue needs; this module reads it and hands it back.
-A store that offers ``load_async`` (store.base.LoadsAsync: PostgreSQL) is read without
-blocking the event loop, and the page reaches the core when the read completes; a
-store whose reads are local (memory; the journal, whose index and segment files are
-only ever touched from the loop, so a worker thread would race its compaction) is read
-at once, inside the pump that asked, so paging costs no extra loop turn.
+A store that offers ``load_async`` (store.base.LoadsAsync: PostgreSQL, and the journal,
+which reads its pinned segments on a reader thread) is read without blocking the event
+loop, and the page reaches the core when the read completes; a store whose reads cost
+nothing (memory) is read at once, inside the pump that asked, so paging costs no extra
+loop turn.
 
 A failed read is logged once per queue until one succeeds again, and handed back with
 ``Broker.page_failed``: the queue keeps its place and asks again on the next tick.

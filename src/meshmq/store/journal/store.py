@@ -12,11 +12,19 @@ for compaction copies a pointer to the original bytes), so ``load`` sees it at o
 
 Space reclaim copies the live contents of the OLDEST segment forward and deletes it
 once the copies are durable; see docs/store-format.md for why only the oldest.
+
+Page reads off the loop (``load_async``). The loop resolves the page's locations in the
+index and *pins* their segments; a reader thread then reads and decodes them with file
+descriptors of its own, following ``_unwritten`` exactly as ``_fetch`` does for the
+loop (the writer's ordering makes that safe from any thread). Compaction still copies a
+pinned segment forward, but its deletion is held back, together with every younger
+deletion (they must reach the disk oldest first), until the last read pinning it ends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import errno
 import fcntl
@@ -163,6 +171,11 @@ class JournalStore:
         self._closed = False
         self._segments_deleted = 0
         self._bytes_copied = 0
+        # Page reads in flight off the loop: segment -> readers. A compacted segment is
+        # not deleted while pinned; its deletion, and every younger one, wait in _held.
+        self._pins: dict[int, int] = {}
+        self._held: deque[int] = deque()
+        self._readers: concurrent.futures.ThreadPoolExecutor | None = None
         # --- shared with the writer thread (under _lock)
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
@@ -591,6 +604,13 @@ class JournalStore:
             self._queue.append(item)
             self._cond.notify()
 
+    def _release_held(self) -> None:
+        """Queue the deletions no page read holds back, oldest first; stop at the first
+        pinned segment so that no younger segment goes before it."""
+        held = self._held
+        while held and held[0] not in self._pins:
+            self._enqueue_delete(held.popleft())
+
     def _enqueue_delete(self, seg: int) -> None:
         self._batch_no += 1
         with self._cond:
@@ -687,6 +707,99 @@ class JournalStore:
             if len(out) >= max_count or total >= max_bytes:
                 break
         return out
+
+    async def load_async(self, key: str, after_seq: int,
+                         max_count: int) -> list[StoredEntry]:
+        """``load`` with the file reads and decoding on a reader thread (store.base.
+        LoadsAsync): the locations are taken from the index now, on the loop, and their
+        segments stay pinned until the thread is done with them."""
+        if self._closed or not self._opened:
+            raise StoreError("journal store is not open")
+        idx = self._index.get(key)
+        if idx is None or max_count <= 0 or not idx.live:
+            return []
+        page: list[tuple[int, int, int, int, int]] = []  # seq, seg, off, length, dc
+        for seq, seg, off, length, _size, dc in idx.iter_after(after_seq):
+            page.append((seq, seg, off, length, dc))
+            if len(page) >= max_count:
+                break
+        segs = {seg for _, seg, _, _, _ in page}
+        for seg in segs:
+            self._pins[seg] = self._pins.get(seg, 0) + 1
+        loop = asyncio.get_running_loop()
+        if self._readers is None:
+            self._readers = concurrent.futures.ThreadPoolExecutor(
+                max_workers=2, thread_name_prefix="journal-read")
+        try:
+            job = self._readers.submit(self._read_page, page)
+        except RuntimeError:
+            self._unpin(segs)
+            raise StoreError("journal store is closing") from None
+
+        def finished(_: concurrent.futures.Future[list[StoredEntry]]) -> None:
+            # Unpinned when the thread is done, not when the caller stops waiting: a
+            # cancelled await leaves the read running.
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nothing to free
+                loop.call_soon_threadsafe(self._unpin, segs)
+
+        job.add_done_callback(finished)
+        return await asyncio.wrap_future(job)
+
+    def _unpin(self, segs: set[int]) -> None:
+        pins = self._pins
+        for seg in segs:
+            left = pins[seg] - 1
+            if left:
+                pins[seg] = left
+            else:
+                del pins[seg]
+        if self._held and not self._closed and self._failed is None:
+            self._release_held()
+
+    def _read_page(self, page: list[tuple[int, int, int, int, int]]) -> list[StoredEntry]:
+        """Reader thread: the messages of ``page``. Every segment it names is pinned; a
+        redirect (a compaction copy not written yet) may point into a segment being
+        deleted, which is then found written at its new place on the next look."""
+        fds: dict[int, int] = {}
+        try:
+            out: list[StoredEntry] = []
+            for seq, seg, off, length, dc in page:
+                out.append(StoredEntry(seq, self._fetch_from(fds, seg, off, length), dc))
+            return out
+        except FileNotFoundError as exc:  # pragma: no cover - pinned segments stay
+            raise StoreError(f"journal segment missing: {exc}") from exc
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+
+    def _fetch_from(self, fds: dict[int, int], seg: int, off: int, length: int) -> Message:
+        while True:
+            found = self._unwritten.get((seg, off))
+            if found is None:
+                return self._pread(fds, seg, off, length)
+            if not isinstance(found, tuple):
+                return found
+            try:
+                return self._pread(fds, found[0], found[1], length)
+            except FileNotFoundError:
+                if (seg, off) in self._unwritten:  # pragma: no cover - impossible by ordering
+                    raise StoreError(f"journal lost segment {found[0]} while still needed")\
+                        from None
+
+    def _pread(self, fds: dict[int, int], seg: int, off: int, length: int) -> Message:
+        fd = fds.get(seg)
+        path = self._segment_path(seg)
+        try:
+            if fd is None:
+                fd = fds[seg] = os.open(path, os.O_RDONLY)
+            data = os.pread(fd, length, off)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise StoreError(f"cannot read {path}: {exc}") from exc
+        if len(data) != length:
+            raise CorruptStoreError(f"{path}: message at offset {off} is truncated")
+        return codec.decode_message(data)
 
     def key_names(self) -> list[str]:
         """Every key with live references or a ``last_seq`` (for replication snapshots)."""
@@ -837,7 +950,8 @@ class JournalStore:
                       src, info.live_refs)
             return 0
         del self._segs[src]
-        self._enqueue_delete(src)
+        self._held.append(src)
+        self._release_held()
         self._segments_deleted += 1
         return max(0, budget - copied)
 
@@ -1162,6 +1276,9 @@ class JournalStore:
             return
         error: StoreError | None = None
         if self._opened and self._failed is None:
+            # Deletions held back by reads still in flight stay undone: replay after a
+            # lost deletion is safe (docs/store-format.md).
+            self._release_held()
             try:
                 await asyncio.wait_for(self.sync(), self._close_timeout)
             except StoreError as exc:
@@ -1172,6 +1289,9 @@ class JournalStore:
                                    f"{self._close_timeout:.0f} s (disk full?); stopped "
                                    "without them (none of them had been confirmed)")
         self._closed = True
+        if self._readers is not None:
+            # Reads in flight finish on their own descriptors; queued ones are dropped.
+            self._readers.shutdown(wait=False, cancel_futures=True)
         self._abandon = True
         self._space_wake.set()
         if self._thread is not None:
@@ -1219,6 +1339,8 @@ class JournalStore:
             "segments_deleted": self._segments_deleted,
             "bytes_copied": self._bytes_copied,
             "compacting": self._plan.seg if self._plan is not None else 0,
+            "pinned_segments": len(self._pins),
+            "held_deletions": len(self._held),
             "disk_full": self._disk_full,
         }
 
