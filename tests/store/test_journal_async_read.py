@@ -84,6 +84,11 @@ async def test_compaction_during_a_read_keeps_the_segment_until_the_read_ends() 
         assert store.stats()["segments_deleted"] >= 1
         assert store.stats()["held_deletions"] >= 1
         assert first in segment_files(directory)
+        # A held segment is still on disk: it counts towards the store's disk usage.
+        held_size = (directory / first).stat().st_size
+        assert store.disk_bytes() >= held_size
+        on_disk = sum(p.stat().st_size for p in directory.glob("*.log"))
+        assert store.disk_bytes() == on_disk
         gate.set()
         assert entry_view(await read) == expected  # as live when asked: seq 2 included
         assert store.stats()["pinned_segments"] == 0

@@ -175,6 +175,8 @@ class JournalStore:
         # not deleted while pinned; its deletion, and every younger one, wait in _held.
         self._pins: dict[int, int] = {}
         self._held: deque[int] = deque()
+        # Sizes of held segments: still on disk, so they count towards max_disk_bytes.
+        self._held_bytes: dict[int, int] = {}
         self._readers: concurrent.futures.ThreadPoolExecutor | None = None
         # --- shared with the writer thread (under _lock)
         self._lock = threading.Lock()
@@ -609,7 +611,9 @@ class JournalStore:
         pinned segment so that no younger segment goes before it."""
         held = self._held
         while held and held[0] not in self._pins:
-            self._enqueue_delete(held.popleft())
+            seg = held.popleft()
+            self._held_bytes.pop(seg, None)
+            self._enqueue_delete(seg)
 
     def _enqueue_delete(self, seg: int) -> None:
         self._batch_no += 1
@@ -951,6 +955,7 @@ class JournalStore:
             return 0
         del self._segs[src]
         self._held.append(src)
+        self._held_bytes[src] = info.size
         self._release_held()
         self._segments_deleted += 1
         return max(0, budget - copied)
@@ -1101,7 +1106,8 @@ class JournalStore:
             log.warning("journal: disk space available again in %s", self.directory)
 
     def disk_bytes(self) -> int:
-        return sum(si.size for si in self._segs.values())
+        # Segments whose deletion a page read holds back are still on disk.
+        return sum(si.size for si in self._segs.values()) + sum(self._held_bytes.values())
 
     def persistent_refusal(self) -> str | None:
         """Why new persistent messages must be refused now, or None (event loop)."""
