@@ -121,8 +121,12 @@ class Consumer:
         self.truth = truth
         self.client = connect(ports)
         headers = None if prefetch is None else {"activemq.prefetchSize": str(prefetch)}
-        self.client.subscribe(f"/queue/{queue}", "c", ack="client-individual",
-                              headers=headers)
+        try:
+            self.client.subscribe(f"/queue/{queue}", "c", ack="client-individual",
+                                  headers=headers)
+        except BaseException:
+            self.client.close()
+            raise
 
     def take(self, timeout: float) -> Frame | None:
         frame = self.client.receive(timeout)
@@ -181,20 +185,25 @@ class Pump(threading.Thread):
         self.stop = threading.Event()
         self.error: BaseException | None = None
         self.connections = 0
+        self.failovers: list[str] = []  # why each connection (or attempt) ended
 
     def run(self) -> None:
         try:
             while not self.stop.is_set():
-                if self.consumer is None:
-                    self.consumer = Consumer(self.truth, self.ports, **self.options)
-                    self.connections += 1
                 try:
+                    if self.consumer is None:
+                        # No broker may accept yet (a slave still taking over), or the
+                        # one that does may drop us before SUBSCRIBE: try again.
+                        self.consumer = Consumer(self.truth, self.ports, **self.options)
+                        self.connections += 1
                     frame = self.consumer.take(0.1)
                     if frame is not None:
                         self.consumer.ack(frame)
-                except (OSError, StompClientError):
-                    self.consumer.abandon()
-                    self.consumer = None  # the broker died: fail over
+                except (OSError, MeshmqError, AssertionError) as exc:
+                    self.failovers.append(repr(exc))
+                    if self.consumer is not None:
+                        self.consumer.abandon()
+                        self.consumer = None  # the broker died: fail over
         except BaseException as exc:
             self.error = exc
         finally:

@@ -39,16 +39,30 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 N = 200
 
 
-def settle(truth: Truth, nodes: list[Any]) -> None:
+def settle(truth: Truth, nodes: list[Any], pump: Pump) -> None:
     """Wait until every confirmed body was read and acked and no broker holds or
-    forwards anything of the queue."""
-    def quiet() -> bool:
+    forwards anything of the queue. A consumer thread that died fails at once, and a
+    timeout says what was still missing."""
+    def state() -> tuple[bool, str]:
         with truth.lock:
-            done = truth.confirmed <= set(truth.body.values()) and set(truth.seen) <= (
-                truth.acked | truth.unconfirmed)
-        return done and all(n.destination(QUEUE)["depth"] == 0 for n in nodes) and all(
-            br["inflight"] == 0 for n in nodes for br in n.bridges())
-    poll(quiet, 90, "every message to be consumed and every broker to be empty")
+            unread = truth.confirmed - set(truth.body.values())
+            unacked = set(truth.seen) - (truth.acked | truth.unconfirmed)
+        depths = [n.destination(QUEUE)["depth"] for n in nodes]
+        inflight = [br["inflight"] for n in nodes for br in n.bridges()]
+        done = not unread and not unacked and not any(depths) and not any(inflight)
+        return done, (f"{len(unread)} confirmed bodies unread, {len(unacked)} read ids "
+                      f"unacked, queue depths {depths}, bridge in-flight {inflight}, "
+                      f"consumer connections {pump.connections}, ended by {pump.failovers}")
+
+    def quiet() -> bool:
+        if pump.error is not None:
+            raise AssertionError(f"the consuming thread failed: {pump.error!r}")
+        return state()[0]
+
+    try:
+        poll(quiet, 90, "every message to be consumed and every broker to be empty")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {state()[1]}") from None
 
 
 def stop(*nodes: ExactNode) -> None:
@@ -76,7 +90,7 @@ def test_receiving_broker_killed_mid_stream(tmp_path: Path, spark: Any) -> None:
         pump.start()
         producer.finish()
         assert producer.sent == N and not truth.in_doubt
-        settle(truth, [east, west])
+        settle(truth, [east, west], pump)
         pump.finish()
     finally:
         pump.stop.set()
@@ -108,7 +122,7 @@ def test_sending_broker_killed_mid_stream(tmp_path: Path, spark: Any,
         poll(lambda: producer.sent >= N // 3, 60, "a third of the stream sent to A")
         killed, up = kill_and_restart(a)
         producer.finish()
-        settle(truth, [a, b])
+        settle(truth, [a, b], pump)
         pump.finish()
         assert a.destination("m.volatile")["depth"] == 0, "non-persistent: gone with A"
     finally:
@@ -141,7 +155,7 @@ def test_relaying_broker_killed_mid_stream(tmp_path: Path, spark: Any) -> None:
         killed, up = kill_and_restart(b)
         producer.finish()
         assert producer.sent == N and not truth.in_doubt
-        settle(truth, [a, b, c])
+        settle(truth, [a, b, c], pump)
         pump.finish()
     finally:
         pump.stop.set()
@@ -199,7 +213,7 @@ def test_shared_store_master_killed(tmp_path: Path, spark: Any) -> None:
             def bridges(self) -> list[dict[str, Any]]:
                 return []
 
-        settle(truth, [Hub()])
+        settle(truth, [Hub()], pump)
         pump.finish()
         assert pump.connections == 1
     finally:
@@ -233,7 +247,7 @@ def test_consumer_crash_redelivers_unacked(tmp_path: Path, spark: Any) -> None:
         assert all(f is not None for f in frames)
         first.abandon()
         pump.start()
-        settle(truth, [solo])
+        settle(truth, [solo], pump)
         pump.finish()
     finally:
         pump.stop.set()
@@ -264,7 +278,7 @@ def test_broker_killed_after_delivery_plants_duplicates(tmp_path: Path, spark: A
             consumer.ack(frame, confirm=i < 10)
         killed, up = kill_and_restart(solo, consumer.abandon)
         pump.start()
-        settle(truth, [solo])
+        settle(truth, [solo], pump)
         pump.finish()
     finally:
         pump.stop.set()
