@@ -21,29 +21,10 @@ import pytest
 
 from meshmq.config.model import (
     AuthConfig,
-    AuthorizationConfig,
-    AuthorizationEntry,
-    AuthorizationRights,
-    User,
 )
 from meshmq.protocol.mqtt.properties import ReasonCode
 from tests.interop.mqtt_helpers import MqttEnv
-
-USERS = (User("alice", "a-pw", ("producers",)), User("bob", "b-pw", ("consumers",)),
-         User("carol", "c-pw", ("admins",)), User("dave", "d-pw", ("writers",)))
-MAP = AuthorizationConfig(
-    entries=(
-        AuthorizationEntry(queue="orders.>", read=("consumers", "admins"),
-                           write=("producers", "admins"),
-                           admin=("producers", "consumers", "admins")),
-        AuthorizationEntry(topic="prices.>", read=("consumers",), write=("producers",),
-                           admin=("producers",)),
-        AuthorizationEntry(queue="logs.>", write=("writers",)),
-    ),
-    default=AuthorizationRights(read=("admins",), write=("admins",), admin=("admins",)),
-    temp=AuthorizationRights(read=("consumers",), write=("consumers",), admin=("consumers",)),
-)
-PASSWORDS = {u.name: u.password for u in USERS}
+from tests.support.authorization_map import MAP, USERS
 
 
 @pytest.fixture

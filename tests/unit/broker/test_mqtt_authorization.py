@@ -17,32 +17,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from tests.support.authorization_map import MAP, USERS
 from tests.support.memory_broker import memory_config
 from tests.support.memory_mqtt import MqttEnv, mqtt_env
 
 from meshmq.config.model import (
     AuthConfig,
-    AuthorizationConfig,
-    AuthorizationEntry,
-    AuthorizationRights,
-    User,
 )
 from meshmq.protocol.mqtt import Puback, Publish, ReasonCode
-
-USERS = (User("alice", "a-pw", ("producers",)), User("bob", "b-pw", ("consumers",)),
-         User("carol", "c-pw", ("admins",)), User("dave", "d-pw", ("writers",)))
-MAP = AuthorizationConfig(
-    entries=(
-        AuthorizationEntry(queue="orders.>", read=("consumers", "admins"),
-                           write=("producers", "admins"),
-                           admin=("producers", "consumers", "admins")),
-        AuthorizationEntry(topic="prices.>", read=("consumers",), write=("producers",),
-                           admin=("producers",)),
-        AuthorizationEntry(queue="logs.>", write=("writers",)),
-    ),
-    default=AuthorizationRights(read=("admins",), write=("admins",), admin=("admins",)),
-    temp=AuthorizationRights(read=("consumers",), write=("consumers",), admin=("consumers",)),
-)
 
 
 @pytest.fixture

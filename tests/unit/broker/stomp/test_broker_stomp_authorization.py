@@ -16,32 +16,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from tests.support.authorization_map import MAP, PASSWORDS, USERS
 from tests.support.memory_stomp_client import MemoryClient, StompTestBroker
 from tests.support.raw_stomp import uid
 
 from meshmq.config.model import (
     AuthConfig,
-    AuthorizationConfig,
-    AuthorizationEntry,
-    AuthorizationRights,
-    User,
 )
-
-USERS = (User("alice", "a-pw", ("producers",)), User("bob", "b-pw", ("consumers",)),
-         User("carol", "c-pw", ("admins",)), User("dave", "d-pw", ("writers",)))
-MAP = AuthorizationConfig(
-    entries=(
-        AuthorizationEntry(queue="orders.>", read=("consumers", "admins"),
-                           write=("producers", "admins"),
-                           admin=("producers", "consumers", "admins")),
-        AuthorizationEntry(topic="prices.>", read=("consumers",), write=("producers",),
-                           admin=("producers",)),
-        AuthorizationEntry(queue="logs.>", write=("writers",)),
-    ),
-    default=AuthorizationRights(read=("admins",), write=("admins",), admin=("admins",)),
-    temp=AuthorizationRights(read=("consumers",), write=("consumers",), admin=("consumers",)),
-)
-PASSWORDS = {u.name: u.password for u in USERS}
 
 
 @pytest.fixture
