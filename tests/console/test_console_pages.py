@@ -10,6 +10,7 @@ import urllib.request
 from typing import Any
 
 import pytest
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -85,20 +86,26 @@ def test_the_network_map_follows_a_broker_going_down_and_back(
         browser: Any, network3: Network) -> None:
     port = network3.brokers["A"].management_port
     open_page(browser, port, "network")
-    wait = WebDriverWait(browser, 20)
-    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#network-map g.node")) == 3)
-    nodes = browser.find_elements(By.CSS_SELECTOR, "#network-map g.node")
-    assert [n.get_attribute("data-broker") for n in nodes] == ["A", "B", "C"]
+    # The map is redrawn on every refresh: an element found just before a redraw goes
+    # stale, and the wait simply looks again.
+    wait = WebDriverWait(browser, 20, ignored_exceptions=(StaleElementReferenceException,))
+    wait.until(lambda d: [n.get_attribute("data-broker") for n in d.find_elements(
+        By.CSS_SELECTOR, "#network-map g.node")] == ["A", "B", "C"])
     assert edge_state(browser, "A", "B") == "forwarding"
     assert edge_state(browser, "B", "C") == "forwarding"
     assert console_errors(browser, port) == []
 
     network3.stop("C")
     wait.until(lambda d: edge_state(d, "B", "C") not in (None, "forwarding"))
-    edge = browser.find_element(By.CSS_SELECTOR, '#network-map g.edge[data-to="C"]')
-    title = edge.find_element(By.TAG_NAME, "title").get_attribute("textContent")
+
+    def edge_to_c(d: Any) -> tuple[str, str]:
+        edge = d.find_element(By.CSS_SELECTOR, '#network-map g.edge[data-to="C"]')
+        return (edge.find_element(By.TAG_NAME, "title").get_attribute("textContent"),
+                edge.find_element(By.CSS_SELECTOR, "text").text)
+
+    title, label = wait.until(edge_to_c)
     assert "last error:" in title, title
-    assert "forwarding" not in edge.find_element(By.CSS_SELECTOR, "text").text
+    assert "forwarding" not in label
     wait.until(lambda d: d.find_element(By.CSS_SELECTOR, '#network-map g.node[data-broker="C"]')
                .get_attribute("data-reachable") == "false")
 
