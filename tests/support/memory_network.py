@@ -333,6 +333,25 @@ class MemoryNetwork:
             self.loop.close()
 
 
+# Client steps the network tests share: a connected client on a broker, SUBSCRIBE, a
+# persistent SEND.
+def client(broker: NetworkBroker, **headers: str) -> LoopStompClient:
+    c = broker.stomp()
+    assert isinstance(c, LoopStompClient)
+    frame = c.connect(**headers)
+    assert frame.command == "CONNECTED", frame.body
+    return c
+
+
+def subscribe(c: StompClient, dest: str, sub_id: str = "1", ack: str = "auto",
+              **headers: str) -> None:
+    c.send("SUBSCRIBE", {"destination": dest, "id": sub_id, "ack": ack, **headers})
+
+
+def send(c: StompClient, dest: str, body: str, **headers: str) -> None:
+    c.send("SEND", {"destination": dest, "persistent": "true", **headers}, body.encode())
+
+
 @contextlib.contextmanager
 def memory_network() -> Iterator[MemoryNetwork]:
     network = MemoryNetwork()

@@ -7,23 +7,15 @@ from __future__ import annotations
 
 import pytest
 from tests.support.memory_broker import StompClient
-from tests.support.memory_network import NetworkBroker, connector, memory_network
+from tests.support.memory_network import (
+    client,
+    connector,
+    memory_network,
+    send,
+    subscribe,
+)
 
 from meshmq.store.memory import MemoryStore
-
-
-def client(broker: NetworkBroker) -> StompClient:
-    c = broker.stomp()
-    c.connect()
-    return c
-
-
-def subscribe(c: StompClient, dest: str, sub_id: str = "1", ack: str = "auto") -> None:
-    c.send("SUBSCRIBE", {"destination": dest, "id": sub_id, "ack": ack})
-
-
-def send(c: StompClient, dest: str, body: str, **headers: str) -> None:
-    c.send("SEND", {"destination": dest, "persistent": "true", **headers}, body.encode())
 
 
 def bodies(c: StompClient) -> list[str]:

@@ -12,9 +12,11 @@ import pytest
 from tests.support.memory_network import (
     LINK_USER,
     LoopStompClient,
-    NetworkBroker,
+    client,
     connector,
     memory_network,
+    send,
+    subscribe,
 )
 
 from meshmq.config.model import (
@@ -25,23 +27,6 @@ from meshmq.config.model import (
     User,
 )
 from meshmq.protocol.stomp.frames import Frame
-
-
-def client(broker: NetworkBroker, **headers: str) -> LoopStompClient:
-    c = broker.stomp()
-    assert isinstance(c, LoopStompClient)
-    frame = c.connect(**headers)
-    assert frame.command == "CONNECTED", frame.body
-    return c
-
-
-def subscribe(c: LoopStompClient, dest: str, sub_id: str = "1", ack: str = "auto",
-              **headers: str) -> None:
-    c.send("SUBSCRIBE", {"destination": dest, "id": sub_id, "ack": ack, **headers})
-
-
-def send(c: LoopStompClient, dest: str, body: str, **headers: str) -> None:
-    c.send("SEND", {"destination": dest, "persistent": "true", **headers}, body.encode())
 
 
 def messages(c: LoopStompClient) -> list[Frame]:

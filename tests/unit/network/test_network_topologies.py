@@ -9,29 +9,14 @@ from collections import Counter
 from pathlib import Path
 
 from tests.support.memory_network import (
-    LoopStompClient,
-    NetworkBroker,
+    client,
     connector,
     memory_network,
+    send,
+    subscribe,
 )
 
 from meshmq.store.journal import JournalStore
-
-
-def client(broker: NetworkBroker, **headers: str) -> LoopStompClient:
-    c = broker.stomp()
-    assert isinstance(c, LoopStompClient)
-    assert c.connect(**headers).command == "CONNECTED"
-    return c
-
-
-def subscribe(c: LoopStompClient, dest: str, sub_id: str = "1", ack: str = "auto",
-              **headers: str) -> None:
-    c.send("SUBSCRIBE", {"destination": dest, "id": sub_id, "ack": ack, **headers})
-
-
-def send(c: LoopStompClient, dest: str, body: str, **headers: str) -> None:
-    c.send("SEND", {"destination": dest, "persistent": "true", **headers}, body.encode())
 
 
 def test_duplex_hub_and_spokes() -> None:
