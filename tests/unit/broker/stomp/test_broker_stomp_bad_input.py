@@ -7,48 +7,18 @@ from __future__ import annotations
 import pytest
 from tests.support.memory_stomp_client import MemoryClient
 from tests.support.raw_stomp import MemoryRawClient, frame_bytes, uid
+from tests.support.stomp_bad_input import Bystander, bad
 
 from meshmq.config.model import StompConfig
 
 
-class Bystander:
-    """A client connected before the bad input, checked after it."""
-
-    def __init__(self, broker) -> None:
-        self.broker = broker
-        self.client = MemoryClient(broker, "1.2")
-        self.queue = f"/queue/{uid('bystander')}"
-        self.client.subscribe(self.queue, "by")
-        self.rounds = 0
-
-    def check(self) -> None:
-        self.rounds += 1
-        body = f"still fine {self.rounds}"
-        self.client.send(self.queue, body)
-        msgs = self.client.wait_messages(self.rounds)
-        assert msgs[-1].body == body
-        assert not self.client.listener.errors
-        assert not self.client.listener.disconnected
-        # and the broker accepts new connections
-        with MemoryRawClient(self.broker) as fresh:
-            fresh.connect("1.2")
-            fresh.receipt_roundtrip()
-        assert self.broker.runtime is not None and self.broker.runtime.started
-
-
 @pytest.fixture
 def bystander(broker):
-    b = Bystander(broker)
+    b = Bystander(broker, MemoryClient, MemoryRawClient)
     yield b
     b.client.disconnect()
 
 
-def _bad(raw, payload: bytes, version: str | None = "1.2", connect: bool = True):
-    r = raw()
-    if connect:
-        r.connect(version)
-    r.send_bytes(payload)
-    return r.expect_error_and_close()
 
 
 # ------------------------------------------------------------------ malformed frames
@@ -65,19 +35,19 @@ def _bad(raw, payload: bytes, version: str | None = "1.2", connect: bool = True)
      "frame body not terminated by NUL after content-length 2"),
 ])
 def test_malformed_frame(broker, raw, bystander, payload, reason):
-    err = _bad(raw, payload)
+    err = bad(raw, payload)
     assert reason in err["message"]
     bystander.check()
 
 
 def test_unknown_command(broker, raw, bystander):
-    err = _bad(raw, frame_bytes("FROBNICATE", [("x", "y")]))
+    err = bad(raw, frame_bytes("FROBNICATE", [("x", "y")]))
     assert err["message"] == "Unknown STOMP action: FROBNICATE"
     bystander.check()
 
 
 def test_server_command_from_client_is_rejected(broker, raw, bystander):
-    err = _bad(raw, frame_bytes("MESSAGE", [("destination", "/queue/x"),
+    err = bad(raw, frame_bytes("MESSAGE", [("destination", "/queue/x"),
                                             ("message-id", "1"), ("subscription", "1")]))
     assert "MESSAGE" in err["message"]
     bystander.check()
@@ -100,7 +70,7 @@ def test_server_command_from_client_is_rejected(broker, raw, bystander):
     ("1.0", "ABORT", [], "transaction"),
 ])
 def test_missing_required_header(broker, raw, bystander, version, command, headers, missing):
-    err = _bad(raw, frame_bytes(command, [*headers, ("receipt", "r1")]), version)
+    err = bad(raw, frame_bytes(command, [*headers, ("receipt", "r1")]), version)
     assert err["message"] == (f"{command} frame is missing the required header "
                               f"'{missing}'")
     assert err.get("receipt-id") == "r1"
@@ -113,7 +83,7 @@ def test_missing_required_header(broker, raw, bystander, version, command, heade
     ("1.2", "trailing\\", "invalid escape sequence '\\' at end of header 'x-h'"),
 ])
 def test_bad_header_escape(broker, raw, bystander, version, value, reason):
-    err = _bad(raw, frame_bytes("SEND", [("destination", "/queue/esc"), ("x-h", value)]),
+    err = bad(raw, frame_bytes("SEND", [("destination", "/queue/esc"), ("x-h", value)]),
                version)
     assert err["message"] == reason
     bystander.check()
@@ -136,19 +106,19 @@ def test_backslash_is_literal_in_10(broker, raw, bystander):
     (b"S\xffND\n\nx\x00", "malformed command line"),
 ])
 def test_invalid_utf8_in_headers(broker, raw, bystander, payload, reason):
-    err = _bad(raw, payload)
+    err = bad(raw, payload)
     assert err["message"] == reason
     bystander.check()
 
 
 def test_invalid_utf8_in_connect(broker, raw, bystander):
-    err = _bad(raw, b"CONNECT\naccept-version:1.2\nlogin:\xff\n\n\x00", connect=False)
+    err = bad(raw, b"CONNECT\naccept-version:1.2\nlogin:\xff\n\n\x00", connect=False)
     assert "invalid UTF-8" in err["message"]
     bystander.check()
 
 
 def test_binary_garbage(broker, raw, bystander):
-    err = _bad(raw, bytes(range(1, 256)) * 4 + b"\n\n\x00")
+    err = bad(raw, bytes(range(1, 256)) * 4 + b"\n\n\x00")
     assert err["message"]
     bystander.check()
 
@@ -165,7 +135,7 @@ def limited(broker_factory):
 
 @pytest.fixture
 def limited_bystander(limited):
-    b = Bystander(limited)
+    b = Bystander(limited, MemoryClient, MemoryRawClient)
     yield b
     b.client.disconnect()
 
@@ -250,7 +220,7 @@ def test_no_connect_in_time(limited, raw, limited_bystander):
     ("", "empty destination"),
 ])
 def test_send_to_invalid_destination(broker, raw, bystander, destination, reason):
-    err = _bad(raw, frame_bytes("SEND", [("destination", destination), ("receipt", "r")], b"x"))
+    err = bad(raw, frame_bytes("SEND", [("destination", destination), ("receipt", "r")], b"x"))
     assert reason in err["message"]
     assert err.get("receipt-id") == "r"
     bystander.check()
@@ -259,7 +229,7 @@ def test_send_to_invalid_destination(broker, raw, bystander, destination, reason
 
 
 def test_subscribe_to_invalid_destination(broker, raw, bystander):
-    err = _bad(raw, frame_bytes("SUBSCRIBE", [("destination", "queue-without-slash"),
+    err = bad(raw, frame_bytes("SUBSCRIBE", [("destination", "queue-without-slash"),
                                               ("id", "1")]))
     assert "Illegal destination name" in err["message"]
     bystander.check()
@@ -270,7 +240,7 @@ def test_subscribe_to_invalid_destination(broker, raw, bystander):
     "a BETWEEN 1", "= 5",
 ])
 def test_invalid_selector(broker, raw, bystander, selector):
-    err = _bad(raw, frame_bytes("SUBSCRIBE", [("destination", "/queue/sel"), ("id", "1"),
+    err = bad(raw, frame_bytes("SUBSCRIBE", [("destination", "/queue/sel"), ("id", "1"),
                                               ("selector", selector), ("receipt", "r")]))
     message = err["message"]
     assert "selector" in message.lower() or "column" in message, message
@@ -281,7 +251,7 @@ def test_invalid_selector(broker, raw, bystander, selector):
 
 
 def test_nack_in_stomp10(broker, raw, bystander):
-    err = _bad(raw, frame_bytes("NACK", [("message-id", "m1")]), None)
+    err = bad(raw, frame_bytes("NACK", [("message-id", "m1")]), None)
     assert "Unknown STOMP action: NACK" in err["message"]
     bystander.check()
 
@@ -301,7 +271,7 @@ def test_nack_in_stomp10(broker, raw, bystander):
     ([("AMQ_SCHEDULED_REPEAT", "-3")], "header 'AMQ_SCHEDULED_REPEAT' must be an integer"),
 ])
 def test_bad_send_header_values(broker, raw, bystander, headers, reason):
-    err = _bad(raw, frame_bytes("SEND", [("destination", "/queue/hv"), ("persistent", "true"),
+    err = bad(raw, frame_bytes("SEND", [("destination", "/queue/hv"), ("persistent", "true"),
                                          *headers], b"x"))
     assert reason in err["message"]
     bystander.check()
@@ -331,7 +301,7 @@ def test_in_range_send_header_values_are_kept(broker, raw):
     ([("activemq.priority", "128")], "header 'activemq.priority' must be an integer from -128"),
 ])
 def test_bad_subscribe_header_values(broker, raw, bystander, headers, reason):
-    err = _bad(raw, frame_bytes("SUBSCRIBE", [("destination", "/queue/sh"), ("id", "1"),
+    err = bad(raw, frame_bytes("SUBSCRIBE", [("destination", "/queue/sh"), ("id", "1"),
                                               *headers]))
     assert reason in err["message"]
     bystander.check()
@@ -376,13 +346,13 @@ def test_duplicate_subscription_id(broker, raw, bystander):
 
 
 def test_ack_of_unknown_message(broker, raw, bystander):
-    err = _bad(raw, frame_bytes("ACK", [("id", "99-99")]))
+    err = bad(raw, frame_bytes("ACK", [("id", "99-99")]))
     assert "unknown ack id '99-99'" in err["message"]
     bystander.check()
 
 
 def test_unsubscribe_unknown_id(broker, raw, bystander):
-    err = _bad(raw, frame_bytes("UNSUBSCRIBE", [("id", "ghost")]))
+    err = bad(raw, frame_bytes("UNSUBSCRIBE", [("id", "ghost")]))
     assert "no subscription with id 'ghost'" in err["message"]
     bystander.check()
 
