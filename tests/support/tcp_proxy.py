@@ -40,36 +40,41 @@ class TcpProxy:
 
     async def _handle(self, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter) -> None:
-        if not self._open:
-            self._links.add(writer)
-            with contextlib.suppress(OSError, ConnectionError):
-                while await reader.read(65536):
-                    pass  # swallowed by the black hole
-            self._links.discard(writer)
-            writer.close()
-            return
+        # Tracked from the first moment: close() aborts it even while it is still
+        # connecting upstream (the handler is then cancelled, and closes it here too).
+        self._links.add(writer)
         try:
-            up_r, up_w = await asyncio.open_connection("127.0.0.1", self.target_port)
-        except OSError:
-            writer.close()
-            return
-        self.accepted += 1
-        self._links.update((writer, up_w))
-
-        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            if not self._open:
+                with contextlib.suppress(OSError, ConnectionError):
+                    while await reader.read(65536):
+                        pass  # swallowed by the black hole
+                return
             try:
-                while data := await src.read(65536):
-                    if self._open:
-                        dst.write(data)
-                        await dst.drain()
-            except (OSError, ConnectionError):
-                pass
+                up_r, up_w = await asyncio.open_connection("127.0.0.1", self.target_port)
+            except OSError:
+                return
+            self.accepted += 1
+            self._links.add(up_w)
+            try:
+                await asyncio.gather(self._pump(reader, up_w), self._pump(up_r, writer))
             finally:
-                for w in (writer, up_w):
-                    w.close()
-                    self._links.discard(w)
+                up_w.close()
+                self._links.discard(up_w)
+        finally:
+            writer.close()
+            self._links.discard(writer)
 
-        await asyncio.gather(pump(reader, up_w), pump(up_r, writer))
+    async def _pump(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        """Copy until ``src`` ends; closing ``dst`` then ends the other direction too."""
+        try:
+            while data := await src.read(65536):
+                if self._open:
+                    dst.write(data)
+                    await dst.drain()
+        except (OSError, ConnectionError):
+            pass
+        finally:
+            dst.close()
 
     def _run(self, fn: object) -> None:
         async def call() -> None:

@@ -75,6 +75,7 @@ class Pump:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
         self.store_closed = False
+        self.closing = False  # set by close_sessions: later connections are refused
         self._store_failure_logged = False
         # Read by GET /metrics: one observation per dispatch-mark sync.
         self.sync_seconds = sync_histogram()
@@ -94,6 +95,9 @@ class Pump:
             self._timer = None
 
     def close_sessions(self) -> None:
+        """Close every session, and from now on each one that connects: a connection the
+        listener accepted just before it closed is made a moment later."""
+        self.closing = True
         for session in list(self.all_sessions):
             session.close()
 
@@ -112,6 +116,8 @@ class Pump:
 
     def admit(self, listener: str) -> bool:
         """Count a new connection on ``listener``; False once it is at max_connections."""
+        if self.closing:
+            return False
         count = self._counts.get(listener, 0)
         if count >= self._limits.get(listener, 1 << 62):
             log.warning("listener %s refused a connection: max_connections (%d) reached",
@@ -128,6 +134,8 @@ class Pump:
 
     def accepted(self, session: Session) -> None:
         self.all_sessions.add(session)
+        if self.closing:
+            session.close()
 
     def forget(self, session: Session) -> None:
         self.all_sessions.discard(session)

@@ -130,3 +130,18 @@ def test_a_store_that_fails_to_open_is_closed_and_nothing_starts() -> None:
     assert runtime.lifecycle.stopped == []
     assert store.events == ["open", "close (trace open: False, sessions: 0)"]
     assert not runtime.started
+
+
+@pytest.mark.parametrize("listener", [None, "stomp"])
+def test_a_connection_made_after_the_sessions_were_closed_is_closed_too(
+        listener: str | None) -> None:
+    # The listener accepted it just before it closed; asyncio makes the connection a
+    # loop turn later, after the stop closed every session it knew.
+    with memory_broker(memory_config()) as broker:
+        early = broker.stomp()
+        early.connect()
+        broker.call(broker.runtime.engine.close_sessions)
+        assert early.closed
+        late = broker.stomp(listener=listener)
+        broker.wait_for(lambda: late.closed, what="the late connection to be closed")
+        assert not broker.runtime.engine.all_sessions
