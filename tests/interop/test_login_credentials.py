@@ -94,8 +94,9 @@ def test_certificate_authenticates_stomp_mqtt_and_websocket(
         client = mqtt(addresses["mqtt"][1], level, bob)
         client.connect(f"bob{level}")
         client.sock.close()
+    # A deadline of 30 s: the TLS handshake on a busy two-core machine can take seconds.
     with ws_connect(f"wss://127.0.0.1:{addresses['wss'][1]}/", subprotocols=["v12.stomp"],
-                    ssl=bob, server_hostname="localhost", open_timeout=10) as ws:
+                    ssl=bob, server_hostname="localhost", open_timeout=30) as ws:
         ws.send(encode_frame("CONNECT", [("accept-version", "1.2"), ("host", "x")]).decode())
         assert str(ws.recv(timeout=10)).startswith("CONNECTED")
         found = principals(tls_broker)
