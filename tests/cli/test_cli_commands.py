@@ -58,17 +58,6 @@ def test_stat_reports_an_unreachable_broker_clearly() -> None:
     assert "cannot reach the management endpoint" in got.stderr
 
 
-def test_bad_config_file_is_reported_with_file_and_line(tmp_path: object) -> None:
-    from pathlib import Path
-
-    assert isinstance(tmp_path, Path)
-    cfg = tmp_path / "bad.toml"
-    cfg.write_text("[broker]\nname = \"x\"\n\n[stomp]\nmax_fram_size = 10\n")
-    got = meshmq("broker", "--config", str(cfg))
-    assert got.returncode == 2
-    assert f"{cfg}:5" in got.stderr and "max_fram_size" in got.stderr
-
-
 def test_stat_shows_authorization_refusals(broker_factory: object) -> None:
     from tests.interop.stomp_helpers import Client
 

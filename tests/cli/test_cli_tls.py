@@ -66,14 +66,3 @@ def test_a_broker_certificate_from_another_ca_is_one_line(need_broker: ThreadBro
             "to get local issuer certificate|self-signed certificate in certificate chain); "
             "pass the broker's CA with --cafile FILE\n", failed.stderr)
 
-
-def test_tls_option_mistakes_are_one_line(tmp_path: Path, pki: Pki) -> None:
-    missing = tmp_path / "ca.pem"
-    bad = meshmq("send", "/queue/x", "b", "--url", "127.0.0.1:1", "--cafile", str(missing))
-    assert bad.returncode == 2
-    assert bad.stderr.splitlines() == [
-        f"meshmq send: cannot load CA file {missing}: No such file or directory"]
-    lone = meshmq("receive", "/queue/x", "--key", str(pki.client("app")[1]))
-    assert lone.returncode == 2
-    assert lone.stderr.splitlines() == [
-        "meshmq receive: --key needs --cert (the client certificate the key belongs to)"]

@@ -335,24 +335,6 @@ def test_unusable_data_directory_is_one_line(tmp_path: Path) -> None:
     assert str(not_a_dir) in line and "--data" in line
 
 
-@pytest.mark.parametrize(("args", "option"), [
-    (("send", "/queue/q", "x", "--header", "no-equals-sign"), "--header"),
-    (("send", "/queue/q", "x", "--url", "a:b:c"), "--url"),
-    (("stat", "--url", "127.0.0.1:99999"), "--url"),
-    (("stat", "--url", "http://[::1"), "--url"),
-    (("receive", "/topic/t", "--durable", "sub"), "--client-id"),
-    (("broker", "--stomp", "host:port"), "--stomp"),
-])
-def test_malformed_arguments_are_one_line(args: tuple[str, ...], option: str) -> None:
-    done = meshmq(*args)
-    assert done.returncode == 2
-    line = one_line(done)
-    assert line.startswith(f"meshmq {args[0]}: ") and option in line
-    if option == "--url":
-        assert "is not HOST:PORT" in line
-    assert "configuration error" not in line  # a flag, not a file
-
-
 def test_send_and_receive_at_a_port_that_is_no_stomp_broker(tmp_path: Path) -> None:
     mqtt = ListenerConfig(name="mqtt", protocol="mqtt", host="127.0.0.1", port=0)
     config = make_config(tmp_path / "data")

@@ -8,10 +8,13 @@ backslash before any other character stands for that character.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 _WHITESPACE = " \t\f"
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+# Java ends a line only at \n, \r or \r\n (str.splitlines also splits at \f, NEL, ...).
+_LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 class PropertiesError(ValueError):
@@ -31,7 +34,7 @@ def _logical_lines(text: str) -> list[tuple[int, str]]:
     out: list[tuple[int, str]] = []
     pending: str | None = None
     start = 0
-    for number, raw in enumerate(text.splitlines(), 1):
+    for number, raw in enumerate(_LINE_END.split(text), 1):
         line = raw.lstrip(_WHITESPACE) if pending is not None else raw
         if pending is None:
             stripped = line.lstrip(_WHITESPACE)
@@ -68,7 +71,9 @@ def _unescape(text: str, line: int) -> str:
             continue
         out.append(_ESCAPES.get(nxt, nxt))
         i += 2
-    return "".join(out)
+    # \uXXXX escapes are UTF-16 code units: a surrogate pair is one character.
+    return "".join(out).encode("utf-16-le", "surrogatepass").decode("utf-16-le",
+                                                                    "surrogatepass")
 
 
 def parse_properties(text: str) -> list[Entry]:

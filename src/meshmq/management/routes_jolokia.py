@@ -100,7 +100,9 @@ def broker_attributes(runtime: ManagementHost) -> dict[str, Callable[[], Any]]:
         "TempPercentUsage": lambda: 0,
         "TempLimit": lambda: 0,
         "Slave": lambda: role_of(runtime) == "slave",
-        "Persistent": lambda: runtime.config.store.kind != "memory",
+        # As the store factory decides: persistent = false means a memory store.
+        "Persistent": lambda: runtime.config.persistent
+        and runtime.config.store.kind != "memory",
         "DataDirectory": lambda: str(runtime.config.data_directory),
         "Queues": lambda: names("queue"),
         "Topics": lambda: names("topic"),
