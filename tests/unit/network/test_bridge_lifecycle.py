@@ -8,6 +8,7 @@ on the wire."""
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -63,6 +64,26 @@ def test_a_refused_login_says_what_to_change_and_keeps_retrying(
         a.wait_for(lambda: outbound(a)["attempts"] > attempts, what="a retry")
 
 
+def test_a_failure_repeated_on_every_retry_is_logged_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="meshmq.network")
+    with memory_network() as net:
+        net.add("B")
+        a = net.add("A", connector("B", password="wrong"))
+        net.start()
+        a.wait_for(lambda: outbound(a)["attempts"] >= 4, what="several refused attempts")
+    warnings = [r.getMessage() for r in caplog.records if r.name == "meshmq.network"
+                and r.levelno == logging.WARNING and "authentication-failed" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith("bridge NC:tcp://B:61616: tcp://B:61616: refused by broker "
+                                  "'B': authentication failed for user 'link'")
+    assert warnings[0].endswith("(authentication-failed); retrying with backoff")
+    # The accepting broker logs the stranger once too, not once per attempt.
+    refused = [r for r in caplog.records if r.levelno == logging.WARNING
+               and "network link from" in r.getMessage() and "refused" in r.getMessage()]
+    assert len(refused) == 1
+
+
 def test_a_connector_that_dials_its_own_broker_is_refused_as_a_loop() -> None:
     with memory_network() as net:
         a = net.add("A", connector("A"))
@@ -108,7 +129,9 @@ def test_a_masterslave_bridge_moves_to_the_broker_that_answers() -> None:
         a.wait_for(lambda: a.consumers_on("pair") == 1, what="demand through the pair")
 
 
-def test_a_clean_remote_shutdown_is_told_apart_from_a_crash() -> None:
+def test_a_clean_remote_shutdown_is_told_apart_from_a_crash(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="meshmq.network")
     with memory_network() as net:
         b = net.add("B")
         a = net.add("A", connector("B"))
@@ -122,6 +145,9 @@ def test_a_clean_remote_shutdown_is_told_apart_from_a_crash() -> None:
         # Later retries are refused: the last error says so, the link's end stays.
         a.wait_for(lambda: error_kind(a) == "connection-refused", what="refused retries")
         assert outbound(a)["link_ended"]["kind"] == "remote-shutdown"
+    shutdown = [r for r in caplog.records if "(remote-shutdown)" in r.getMessage()]
+    assert [r.levelno for r in shutdown] == [logging.INFO]  # not a WARNING: no crash
+    assert not any("link-lost" in r.getMessage() for r in caplog.records)
 
 
 # ---------------------------------------------------------------- demand comes and goes
