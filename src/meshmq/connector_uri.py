@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from meshmq.config.model import NetworkConnectorConfig
+from meshmq.discovery_uri import parse_multicast_uri
 from meshmq.errors import ConfigError
 from meshmq.uri import URI, CompositeURI, Options, SimpleURI, URIError, format_uri, parse_uri
 
@@ -105,6 +106,7 @@ def plan_connector(config: NetworkConnectorConfig,
         tree = parse_uri(text)
         if isinstance(tree, SimpleURI):
             if tree.scheme == "multicast":
+                parse_multicast_uri(text)  # DiscoveryUriError is a ValueError
                 return ConnectorPlan((), text, config)
             return ConnectorPlan(((_endpoint(tree),),), None, config)
         if tree.scheme == "failover":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import math
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import Final
@@ -18,6 +19,7 @@ DEFAULT_GROUP_ADDRESS: Final = "239.255.2.3"
 DEFAULT_PORT: Final = 6155
 DEFAULT_GROUP: Final = "default"
 MAX_STRING: Final = 0xFFFF  # a string in a discovery beat (and so a group name)
+MAX_INTERVAL_MS: Final = 0xFFFFFFFF  # a beat carries its interval in 4 bytes
 
 
 class DiscoveryUriError(ValueError):
@@ -68,7 +70,10 @@ def parse_multicast_uri(uri: str) -> MulticastSettings:
     Raises ``DiscoveryUriError`` naming the bad part.
     """
     text = uri.strip()
-    parts = urllib.parse.urlsplit(text)
+    try:
+        parts = urllib.parse.urlsplit(text)
+    except ValueError as exc:  # e.g. an unclosed IPv6 bracket
+        raise DiscoveryUriError(f"not a multicast:// URI: {uri!r} ({exc})") from None
     if parts.scheme.lower() != "multicast" or not text.lower().startswith("multicast://"):
         raise DiscoveryUriError(f"not a multicast:// URI: {uri!r}")
     if parts.path not in ("", "/") or parts.fragment:
@@ -111,6 +116,9 @@ def parse_multicast_uri(uri: str) -> MulticastSettings:
         name, kind, low = _OPTIONS[option]
         values[name] = _option_value(option, value, kind, low)
     settings = MulticastSettings(**values, discovered_options=discovered)  # type: ignore[arg-type]
+    if settings.keepalive_interval_ms > MAX_INTERVAL_MS:
+        raise DiscoveryUriError(f"option keepAliveInterval must be <= {MAX_INTERVAL_MS}, "
+                                f"got {settings.keepalive_interval_ms}")
     if settings.time_to_live > 255:
         raise DiscoveryUriError(f"option timeToLive must be <= 255, got {settings.time_to_live}")
     if not settings.group.strip() or len(settings.group.encode()) > MAX_STRING:
@@ -138,6 +146,8 @@ def _option_value(option: str, value: str, kind: str, low: float | None) -> obje
         raise DiscoveryUriError(
             f"option {option} must be {'an integer' if kind == 'int' else 'a number'}, "
             f"got {value!r}") from None
+    if isinstance(parsed, float) and not math.isfinite(parsed):
+        raise DiscoveryUriError(f"option {option} must be a finite number, got {value!r}")
     if low is not None and parsed < low:
         raise DiscoveryUriError(f"option {option} must be >= {low}, got {value}")
     return parsed

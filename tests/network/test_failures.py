@@ -102,25 +102,6 @@ def test_every_repeat_after_the_receiving_broker_is_killed_says_redelivered(
         _stop(a, b)
 
 
-
-
-def test_authentication_failure_is_visible_and_logged_once(tmp_path: Path) -> None:
-    b = Node("B", tmp_path / "b", auth_users=[("bridge", "right")]).start()
-    a = Node("A", tmp_path / "a").connect_to(f"static:({b.uri})", username="bridge",
-                                             password="wrong").start()
-    try:
-        poll(lambda: (a.bridges()[0]["last_error"] or {}).get("kind")
-             == "authentication-failed", what="the failure in the bridge status")
-        poll(lambda: a.bridges()[0]["attempts"] >= 4, what="several retries")
-        status = a.bridges()[0]
-        assert status["state"] in ("backing-off", "connecting", "handshaking")
-        assert "refused by broker 'B': authentication failed for user 'bridge'" in \
-            status["last_error"]["message"]
-        assert a.log().count("authentication-failed") == 1  # once, not once per retry
-    finally:
-        _stop(a, b)
-
-
 def test_a_stranger_on_the_broker_port_gets_a_clear_error(tmp_path: Path) -> None:
     b = Node("B", tmp_path / "b").start()
     try:

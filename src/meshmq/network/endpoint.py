@@ -59,15 +59,19 @@ def mirror_config(data: object) -> NetworkConnectorConfig:
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise RemoteProtocolError(f"HELLO config {name} must be a list of strings")
             value = tuple(value)
-        elif default is None:
-            if value is not None and not isinstance(value, int | str):
+        elif default is None:  # message_ttl, consumer_ttl: an int or None
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
                 raise RemoteProtocolError(f"HELLO config {name} has a bad type")
         elif isinstance(default, bool):
             if not isinstance(value, bool):
                 raise RemoteProtocolError(f"HELLO config {name} must be a boolean")
         elif isinstance(default, int | float):
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise RemoteProtocolError(f"HELLO config {name} must be a number")
+            # Counts and times must be ints (they size windows and compare with
+            # lengths); only float settings take a fraction.
+            whole = isinstance(default, int)
+            if isinstance(value, bool) or not isinstance(value, int if whole else int | float):
+                raise RemoteProtocolError(f"HELLO config {name} must be "
+                                          f"{'an integer' if whole else 'a number'}")
         elif not isinstance(value, type(default)):
             raise RemoteProtocolError(f"HELLO config {name} has a bad type")
         changes[name] = value
