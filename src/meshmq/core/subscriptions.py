@@ -24,7 +24,7 @@ from meshmq.core.destinations import Destination
 from meshmq.core.queue import BrowseEnd, Delivery, Queue
 from meshmq.core.routing import Router
 from meshmq.core.selector import compile_selector, message_lookup
-from meshmq.core.state import Connection, CoreState, TopicSubscription
+from meshmq.core.state import Connection, CoreState, TopicStats, TopicSubscription
 from meshmq.core.stream import NEXT, StreamOffset, StreamQueue
 from meshmq.errors import DestinationError, ProtocolError, ResourceLimitError
 from meshmq.store.base import DropKey, DurableSubscription, PutDurableSubscription
@@ -138,6 +138,11 @@ class Subscriptions:
                             durable_key: tuple[str, str] | None) -> TopicSubscription:
         state = self._state
         spec = consumer.spec
+        for topic in topics:
+            # A subscription makes its topic exist, as in ActiveMQ: the management API
+            # lists and describes it before its first message.
+            if not topic.is_wildcard:
+                state.topics.setdefault(topic, TopicStats())
         if spec.shared_group is not None and durable_key is None:
             shared_key = (spec.shared_group, topics, spec.selector)
             shared = state.shared.get(shared_key)

@@ -269,3 +269,28 @@ def test_a_returned_message_is_listed_once_and_flagged_redelivered(
     listed = api.ok("GET", "/api/queues/back/messages")["messages"]
     assert [m["message_id"] for m in listed] == ids
     assert [m["redelivered"] for m in listed] == [True, False, False]
+
+
+def test_a_subscribed_topic_exists_before_its_first_message(api: MemoryManagement) -> None:
+    # As in ActiveMQ, a subscription makes its topic: operators see who listens on a
+    # topic nobody has published to yet.
+    listener = api.broker.stomp()
+    listener.connect()
+    listener.send("SUBSCRIBE", {"destination": "/topic/prices.eu", "id": "1",
+                                "receipt": "r"})
+    listener.expect("RECEIPT")
+    wildcard = api.broker.stomp()
+    wildcard.connect()
+    wildcard.send("SUBSCRIBE", {"destination": "/topic/prices.>", "id": "1", "receipt": "r"})
+    wildcard.expect("RECEIPT")
+    view = api.ok("GET", "/api/destinations/topic/prices.eu")
+    assert (view["consumers"], view["enqueued"]) == (2, 0)  # the wildcard matches it too
+    names = [d["name"] for d in api.ok("GET", "/api/destinations?type=topic")["destinations"]]
+    assert names == ["prices.eu"]  # a wildcard subscription names no topic
+    assert api.call("DELETE", "/api/destinations/topic/prices.eu")[0] == 409
+    listener.send("DISCONNECT")
+    wildcard.send("DISCONNECT")
+    api.poll(lambda: api.ok("GET", "/api/destinations/topic/prices.eu")["consumers"] == 0
+             or None)
+    api.ok("DELETE", "/api/destinations/topic/prices.eu")
+    assert api.call("GET", "/api/destinations/topic/prices.eu")[0] == 404
