@@ -21,7 +21,7 @@ def _left_on_queue(client, q: str, expected: int) -> list[str]:
     other.subscribe(q, "drain")
     marker = uid("marker-")
     other.send(q, marker)
-    msgs = other.wait_messages(expected + 1)
+    other.wait_messages(expected + 1)
     other.barrier()
     bodies = other.bodies()
     assert bodies[-1] == marker, bodies
