@@ -1,6 +1,6 @@
-"""The $SYS statistics topics (published only while an MQTT listener exists) and a
-STOMP SEND to a broker-only topic, over sockets. Retained messages, wills, retain
-handling, keep-alive and broker-only topics are tested without sockets in
+"""The $SYS statistics topics (published only while an MQTT listener exists), over
+sockets. Retained messages, wills, retain handling, keep-alive and broker-only topics
+(MQTT and STOMP doors) are tested without sockets in
 tests/unit/broker/mqtt/test_mqtt_retain_and_sys.py and test_mqtt_will_and_retained.py.
 """
 
@@ -62,22 +62,3 @@ def test_sys_topics_and_hash_does_not_match_them(env: MqttEnv, level: int) -> No
             break
     assert [t for t in seen if t.startswith("$")] == [], seen
     assert plus.ping() == []
-
-
-# ------------------------------------------------ $SYS and advisories: only the broker writes
-# A client's PUBLISH or SEND there is refused (MQTT 5: Not authorized, 0x87; MQTT 3.1.1 has
-# no refusal, so the message is dropped; STOMP: an ERROR frame), nothing is routed or
-# retained, and the client stays connected.
-
-CONNECTED = "$SYS/broker/clients/connected"
-
-
-def denied(env: MqttEnv) -> int:
-    return int(env.broker.run(lambda: env.runtime.broker.denied_publishes))
-
-
-def test_stomp_send_to_a_broker_topic_gets_an_error(env: MqttEnv) -> None:
-    c = env.stomp()
-    c.send("/topic/$SYS.broker.clients.connected", "999999", receipt=False)
-    err = c.listener.wait_error()
-    assert "written only by the broker" in err.headers.get("message", "")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from meshmq.config.model import StompConfig
-from tests.interop.stomp_helpers import ClosedError, RawClient, escape, uid
+from tests.interop.stomp_helpers import uid
 from tests.support.brokers import poll
 
 # ------------------------------------------------------------------ connect / negotiation
@@ -26,21 +26,7 @@ def test_stomppy_connects_and_round_trips_each_version(broker, client, version):
     assert msg.headers["subscription"] == "s1"
 
 
-
-
-
-
-
-
-
-
-
-
 # ------------------------------------------------------------------ heart-beats
-
-
-
-
 
 
 def test_stomppy_receives_server_heartbeats(broker_factory, client):
@@ -49,8 +35,6 @@ def test_stomppy_receives_server_heartbeats(broker_factory, client):
     assert c.listener.connected[0].headers["heart-beat"].startswith("100,")
     c.listener.wait(lambda: c.listener.heartbeats >= 3, what="3 heart-beats from the broker")
     assert not c.listener.errors
-
-
 
 
 def test_client_that_sends_heartbeats_is_kept(broker_factory, client):
@@ -67,11 +51,7 @@ def test_client_that_sends_heartbeats_is_kept(broker_factory, client):
     assert not c.listener.disconnected
 
 
-
-
 # ------------------------------------------------------------------ receipts on every frame
-
-
 
 
 def test_receipts_with_stomppy_10_ack(broker, client):
@@ -98,14 +78,6 @@ def test_disconnect_receipt_then_close_stomppy(broker, client, version):
 # ------------------------------------------------------------------ transactions
 
 
-
-
-
-
-
-
-
-
 # ------------------------------------------------------------------ header encoding
 
 
@@ -121,12 +93,6 @@ def test_header_escaping_round_trip_stomppy(broker, client, version):
     assert m.headers["plain"] == "p"
 
 
-
-
-
-
-
-
 def test_content_length_body_with_nuls_stomppy(broker, client):
     body = b"head\x00middle\x00\x00tail"
     producer = client("1.2")
@@ -136,51 +102,3 @@ def test_content_length_body_with_nuls_stomppy(broker, client):
     producer.send(q, body)
     (m,) = consumer.wait_messages(1)
     assert m.body == body
-
-
-
-
-
-
-def test_repeated_headers_first_wins_stomppy_receiver(broker, raw, client):
-    c = client("1.2")
-    q = f"/queue/{uid('rep2')}"
-    c.subscribe(q, "s")
-    r = raw()
-    r.connect("1.2")
-    r.send_frame("SEND", [("destination", q), ("x-dup", "first"), ("x-dup", "second"),
-                          ("receipt", "p")], b"body")
-    r.read_until("RECEIPT")
-    (m,) = c.wait_messages(1)
-    assert m.headers["x-dup"] == "first"
-
-
-
-
-
-
-def test_escape_helper_is_consistent():
-    assert escape("a:b\n\\") == "a\\cb\\n\\\\"
-
-
-def test_raw_client_detects_close(broker):
-    r = RawClient(broker)
-    try:
-        r.connect("1.2")
-        r.send_frame("DISCONNECT")
-        with pytest.raises(ClosedError):
-            r.read_frame()
-    finally:
-        r.close()
-
-
-
-
-
-
-
-
-
-
-
-

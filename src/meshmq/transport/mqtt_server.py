@@ -221,6 +221,10 @@ class MqttSession(BufferedOutput):
         self._authenticating = False  # CONNECT received, its answer not yet given
         self._login_deferred = False  # ... and it will come later: reading is paused
         self.persistent = False
+        self._connect_expiry = 0  # MQTT 5: the session expiry interval CONNECT asked for
+        # MQTT 5 Request Problem Information: 0 means reason strings only on CONNACK and
+        # DISCONNECT, never on acknowledgements (3.1.2.11.7).
+        self._problem_info = True
         self.closing = False
         self.will: Will | None = None
         self._out: list[bytes] = []
@@ -440,7 +444,9 @@ class MqttSession(BufferedOutput):
         self.host.register(self)
         self.service.sessions[client_id] = self
         if v5:
-            expiry = min(props.session_expiry_interval or 0, self.cfg.max_session_expiry_s)
+            self._connect_expiry = props.session_expiry_interval or 0
+            self._problem_info = props.request_problem_information != 0
+            expiry = min(self._connect_expiry, self.cfg.max_session_expiry_s)
         else:
             expiry = 0 if packet.clean_start else SERVER_SESSION_FOREVER
         self.persistent = expiry > 0
@@ -617,7 +623,8 @@ class MqttSession(BufferedOutput):
             return
         pid = packet.packet_id or 0
         if self.level == PROTOCOL_LEVEL_5:
-            props = Properties(reason_string=why[:200])
+            props = Properties(reason_string=why[:200]) if self._problem_info \
+                else Properties()
             ack: Packet = Puback(pid, ReasonCode.NOT_AUTHORIZED, props) if qos == 1 \
                 else Pubrec(pid, ReasonCode.NOT_AUTHORIZED, props)
             self._confirm(ack, durable=False)  # ends the exchange either way
@@ -707,13 +714,14 @@ class MqttSession(BufferedOutput):
                     and existing is None):
                 fresh.append(sub)
         props = Properties()
-        if denied is not None and self.level == PROTOCOL_LEVEL_5:
+        problem_info = self.level == PROTOCOL_LEVEL_5 and self._problem_info
+        if denied is not None and problem_info:
             props.reason_string = denied[:200]
         if refused is not None:
             limit = self.broker.config.max_subscriptions_per_connection
             log.info("MQTT client %s at its subscription limit (%d): %s refused", self.remote,
                      limit, refused)
-            if self.level == PROTOCOL_LEVEL_5:
+            if problem_info:
                 props.reason_string = (
                     f"subscription limit reached: a connection may hold at most {limit} "
                     "subscriptions (broker.max_subscriptions_per_connection)")
@@ -925,6 +933,13 @@ class MqttSession(BufferedOutput):
 
     # ------------------------------------------------------------ DISCONNECT and close
     def on_disconnect(self, packet: Disconnect) -> None:
+        if self.level == PROTOCOL_LEVEL_5 and not self._connect_expiry \
+                and packet.properties.session_expiry_interval:
+            # MQTT 5 3.14.2.2.2: a session that was to end with its connection cannot be
+            # kept by DISCONNECT. A protocol error: the will stays, the session ends.
+            self.disconnect(ReasonCode.PROTOCOL_ERROR, "a session expiry interval in "
+                            "DISCONNECT needs a non-zero one in CONNECT")
+            return
         if packet.reason_code != ReasonCode.DISCONNECT_WITH_WILL_MESSAGE:
             self.will = None  # a normal DISCONNECT discards the will
         if self.level == PROTOCOL_LEVEL_5 and self.state is not None \

@@ -211,7 +211,12 @@ class StompConnection:
             frames = parser.feed(data)
         except RemoteProtocolError as exc:
             return self._unparseable(exc)
-        self.partial_since = (self.partial_since or now) if parser.in_frame else None
+        if not parser.in_frame:
+            self.partial_since = None
+        elif self.partial_since is None or frames:
+            # The frame now partial began in this feed unless it was partial before and
+            # none completed (a clock may read 0.0: test for None, not falsy).
+            self.partial_since = now
         if not frames:
             return [HEARTBEAT_EVENT] if data and not parser.in_frame else []
         if state is ConnectionState.CONNECTED:
@@ -350,8 +355,8 @@ class StompConnection:
             frames = self.parser.feed(held)
         except RemoteProtocolError as exc:
             return self._unparseable(exc)
-        if self.parser.in_frame:
-            self.partial_since = self.partial_since or self.last_read
+        if self.parser.in_frame and self.partial_since is None:
+            self.partial_since = self.last_read
         return self._check_connected(frames) if frames else []
 
     def _error(self, event: Error) -> bytes:

@@ -189,3 +189,21 @@ def test_mqtt311_publish_to_sys_is_dropped_and_the_exchange_completes(env: MqttE
         seen.append(p.payload)
     assert b"999999" not in seen
     assert denied(env) == 2
+
+
+@pytest.mark.parametrize("destination", ["/topic/$SYS.broker.clients.connected",
+                                         "/topic/ActiveMQ.Advisory.Connection"])
+def test_stomp_send_to_a_broker_topic_is_refused_and_the_connection_stays(
+        env: MqttEnv, destination: str) -> None:
+    monitor = env.raw_connected(4)
+    monitor.subscribe(CONNECTED, "ActiveMQ/Advisory/Connection", qos=0)
+    monitor.ping()  # the retained statistic, if any, arrives before the spoof
+    c = env.stomp()
+    c.send("SEND", {"destination": destination, "receipt": "spoof"}, b"999999")
+    err = c.expect("ERROR")
+    assert "written only by the broker" in (err.get("message") or "")
+    assert err.get("receipt-id") == "spoof"
+    c.send("BEGIN", {"transaction": "t", "receipt": "alive"})
+    assert c.expect("RECEIPT").get("receipt-id") == "alive"  # refused, not closed
+    assert all(p.payload != b"999999" for p in monitor.ping() if isinstance(p, Publish))
+    assert denied(env) == 1
