@@ -31,8 +31,9 @@ from tests.support.memory_network import MemoryNetwork, MemoryPipe
 T = TypeVar("T")
 
 #: What a scripted peer does with a frame: answer (CONNECTED / RECEIPT), stay silent,
-#: or break the connection without answering.
-Reaction = Literal["answer", "silent", "drop"]
+#: break the connection without answering, or refuse it (an ERROR naming the frame's
+#: receipt, then the connection is closed, as a STOMP broker does).
+Reaction = Literal["answer", "silent", "drop", "error"]
 Script = Callable[[Frame, int], Reaction]
 
 
@@ -58,16 +59,21 @@ def kinds(events: list[Event]) -> list[EventKind]:
 
 @dataclass
 class ScriptedStompPeer:
-    """A STOMP broker stand-in. Every connection to it shares ``frames`` (the commands
-    received, in order) and ``connections``; ``script(frame, connection number)``
-    decides per frame (default: answer)."""
+    """A STOMP broker stand-in. Every connection to it shares ``frames`` (what it
+    received, in order, with the number of the connection, from 1) and
+    ``connections``; ``script(frame, connection number)`` decides per frame (default:
+    answer)."""
 
     script: Script = field(default=lambda frame, n: "answer")
-    frames: list[Frame] = field(default_factory=list)
+    frames: list[tuple[int, Frame]] = field(default_factory=list)
     connections: int = 0
 
-    def commands(self) -> list[str]:
-        return [f.command for f in self.frames]
+    def commands(self, connection: int | None = None) -> list[str]:
+        """The commands received (on one connection, or on all)."""
+        return [f.command for n, f in self.frames if connection in (None, n)]
+
+    def received(self, command: str) -> list[Frame]:
+        return [f for _, f in self.frames if f.command == command]
 
     def protocol(self) -> asyncio.Protocol:
         self.connections += 1
@@ -90,13 +96,20 @@ class _PeerProtocol(asyncio.Protocol):
         for frame in self.parser.feed(data):
             if self.transport.lost:
                 return
-            self.peer.frames.append(frame)
+            self.peer.frames.append((self.number, frame))
             reaction = self.peer.script(frame, self.number)
             if reaction == "drop":
                 self.transport.cut()
                 return
             if reaction == "silent":
                 continue
+            if reaction == "error":
+                headers = [("message", f"{frame.command} refused")]
+                if receipt := frame.get("receipt"):
+                    headers.append(("receipt-id", receipt))
+                self.transport.write(encode_frame("ERROR", headers, version="1.2"))
+                self.transport.close()
+                return
             if frame.command in ("CONNECT", "STOMP"):
                 self.transport.write(encode_frame(
                     "CONNECTED", [("version", "1.2"), ("heart-beat", "0,0")]))
@@ -153,15 +166,15 @@ class ClientDialer:
     def _server(self, endpoint: Endpoint, tls: ssl.SSLContext | None) -> asyncio.Protocol:
         host = endpoint.host
         if host in self.refused:
-            raise ConnectionRefusedError(f"{endpoint}: connection refused")
+            raise ConnectionRefusedError("connection refused")
         if tls is not None:
-            raise ConnectionRefusedError(f"{endpoint}: no TLS without sockets")
+            raise ConnectionRefusedError("no TLS without sockets")
         peer = self.peers.get(host)
         if peer is not None:
             return peer.protocol()
         broker = self.network.brokers.get(host)
         if broker is None or broker.stopped:
-            raise ConnectionRefusedError(f"{endpoint}: connection refused")
+            raise ConnectionRefusedError("connection refused")
         if endpoint.protocol == "mqtt":
             from meshmq.transport.mqtt_server import MqttProtocol
             return MqttProtocol(broker.runtime, None)
