@@ -8,6 +8,8 @@ dials to a host fail as a closed port does; ``cut(host)`` breaks every open conn
 to it mid-stream, as a pulled cable or a killed broker would. A host can also be served
 by a ``ScriptedStompPeer``: a stand-in broker that answers CONNECT and receipts, and
 whose script decides, frame by frame, to answer, stay silent or break the connection.
+``aliases`` give a broker more host names, so that one client's connections can be
+cut apart from another's.
 
 Everything runs on the network's loop in the test's thread: ``run(network, coro)``.
 Real sockets, TLS, WebSocket upgrades and processes killed with SIGKILL stay in
@@ -125,6 +127,9 @@ class ClientDialer:
         self.network = network
         self.refused: set[str] = set()
         self.peers: dict[str, ScriptedStompPeer] = {}
+        # Other names of a broker: connections dialed by an alias can be cut or refused
+        # apart from those dialed by the broker's own name.
+        self.aliases: dict[str, str] = {}
         self.dials: list[str] = []  # the host of every dial, in order
         self.open: list[tuple[str, MemoryPipe]] = []  # (host, the client's end)
         self._ports = itertools.count(50000)
@@ -172,7 +177,7 @@ class ClientDialer:
         peer = self.peers.get(host)
         if peer is not None:
             return peer.protocol()
-        broker = self.network.brokers.get(host)
+        broker = self.network.brokers.get(self.aliases.get(host, host))
         if broker is None or broker.stopped:
             raise ConnectionRefusedError("connection refused")
         if endpoint.protocol == "mqtt":
