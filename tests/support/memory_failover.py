@@ -69,6 +69,7 @@ class ScriptedStompPeer:
     script: Script = field(default=lambda frame, n: "answer")
     frames: list[tuple[int, Frame]] = field(default_factory=list)
     connections: int = 0
+    error_message: str | None = None  # an ERROR's message (default: "<COMMAND> refused")
 
     def commands(self, connection: int | None = None) -> list[str]:
         """The commands received (on one connection, or on all)."""
@@ -106,7 +107,8 @@ class _PeerProtocol(asyncio.Protocol):
             if reaction == "silent":
                 continue
             if reaction == "error":
-                headers = [("message", f"{frame.command} refused")]
+                headers = [("message", self.peer.error_message
+                            or f"{frame.command} refused")]
                 if receipt := frame.get("receipt"):
                     headers.append(("receipt-id", receipt))
                 self.transport.write(encode_frame("ERROR", headers, version="1.2"))

@@ -4,6 +4,7 @@ resends with the same dedup-id, transactions, refusals and giving up."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -717,6 +718,39 @@ def test_a_refused_login_can_be_treated_as_one_broker_failing(
                           give_up_on_auth_failure=False) as c:
             assert c.endpoint is not None and c.endpoint.host == "b"
     run(network, main())
+
+
+@pytest.mark.parametrize(("message", "permanent"), [
+    ("Authentication failed", True),  # meshmq
+    ("User name [app] or password is invalid.", True),  # ActiveMQ
+    ("User app is not authorized to connect", True),
+    ("bad credentials", True),
+    ("Broker is shutting down", False),
+    ("Too many connections", False),
+])
+def test_an_error_answering_connect_is_a_refused_login_only_if_it_says_so(
+        network: MemoryNetwork, dialer: ClientDialer, message: str,
+        permanent: bool) -> None:
+    network.add("b", auth=AuthConfig())  # no users: any login is accepted
+    network.start()
+    peer = scripted(dialer, lambda frame, n: "error" if frame.command == "CONNECT"
+                    else "answer")
+    peer.error_message = message
+
+    async def main() -> None:
+        c = client(dialer, "failover:(stomp://p,stomp://b)?randomize=false", login="app",
+                   passcode="pw")
+        try:
+            if permanent:
+                with pytest.raises(AuthenticationFailedError, match=re.escape(message)):
+                    await c.connect()
+            else:  # another broker may well accept: the next one is tried
+                await c.connect()
+                assert c.endpoint is not None and c.endpoint.host == "b"
+        finally:
+            await c.close()
+    run(network, main())
+    assert dialer.dials == (["p"] if permanent else ["p", "b"])
 
 
 def test_close_is_polite_and_final(dialer: ClientDialer, network: MemoryNetwork) -> None:
