@@ -189,4 +189,4 @@ class FilterModel(RuleBasedStateMachine):
 
 
 TestDuplicateFilterModel = FilterModel.TestCase
-TestDuplicateFilterModel.settings = settings(max_examples=40, stateful_step_count=30)
+TestDuplicateFilterModel.settings = settings(max_examples=30, stateful_step_count=25)

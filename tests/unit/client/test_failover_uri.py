@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from meshmq.backoff import ReconnectPolicy
@@ -253,6 +253,7 @@ def test_an_endpoint_is_written_back_in_its_canonical_scheme(uri: str,
     assert parse_failover(canonical).endpoints == (e,)
 
 
+@settings(max_examples=50)
 @given(protocol=st.sampled_from(["stomp", "mqtt"]), tls=st.booleans(),
        websocket=st.booleans(),
        host=st.from_regex(r"[a-z][a-z0-9-]{0,10}(\.[a-z0-9]{1,5}){0,2}", fullmatch=True),
