@@ -3,11 +3,13 @@ listeners (``meshmq``), and subprocess brokers for kill -9 tests (``process_brok
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from meshmq.client import Event, EventKind
 from meshmq.config.model import ListenerConfig
 from tests.support.brokers import ProcessBroker, ThreadBroker, make_config
 from tests.support.ports import free_ports
@@ -32,6 +34,13 @@ def stomp_uri(b: ThreadBroker | ProcessBroker) -> str:
 def mqtt_uri(b: ThreadBroker | ProcessBroker) -> str:
     port = b.runtime.addresses["mqtt"][1] if isinstance(b, ThreadBroker) else b.ports["mqtt"]
     return f"mqtt://127.0.0.1:{port}"
+
+
+async def wait_for_event(events: list[Event], kind: EventKind, count: int = 1,
+                         timeout: float = 20) -> None:
+    async with asyncio.timeout(timeout):
+        while sum(e.kind is kind for e in events) < count:
+            await asyncio.sleep(0.01)  # polled with a deadline
 
 
 @pytest.fixture

@@ -19,9 +19,14 @@ import pytest
 
 from meshmq.client import Event, EventKind, FailoverClient, Message
 from meshmq.client.mqtt_connection import MqttConnection
-from tests.client.conftest import LISTENERS, mqtt_uri, stomp_uri, write_process_config
+from tests.client.conftest import (
+    LISTENERS,
+    mqtt_uri,
+    stomp_uri,
+    wait_for_event,
+    write_process_config,
+)
 from tests.client.test_client_features import run
-from tests.client.test_failover_inprocess import wait_for_event
 from tests.support import activemq
 from tests.support.brokers import ProcessBroker, ThreadBroker, make_config
 from tests.support.ports import free_ports

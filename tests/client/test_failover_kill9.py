@@ -17,9 +17,8 @@ from collections.abc import Callable
 import pytest
 
 from meshmq.client import Event, EventKind, FailoverClient, Message
-from tests.client.conftest import mqtt_uri, stomp_uri
+from tests.client.conftest import mqtt_uri, stomp_uri, wait_for_event
 from tests.client.test_client_features import run
-from tests.client.test_failover_inprocess import wait_for_event
 from tests.support.brokers import ProcessBroker
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]

@@ -54,6 +54,7 @@ from typing import Any, TypeVar
 from meshmq.errors import ConfigError
 
 from .aio import FailoverClient, Subscription
+from .connection import Dialer
 from .errors import AuthenticationFailedError, ClientError, OperationTimeoutError
 from .options import parse_failover
 from .types import Event, EventKind, Message
@@ -165,24 +166,26 @@ def load_agent_conf(path: Path | str) -> AgentConfig:
 
 
 def _client(config: AgentConfig, *, client_id: str | None, durable: bool,
-            on_event: Callable[[Event], None] | None, timeout_ms: int = -1) -> FailoverClient:
+            on_event: Callable[[Event], None] | None, timeout_ms: int = -1,
+            dialer: Dialer | None = None) -> FailoverClient:
     interval = config.alive_check_interval
     return FailoverClient(
         "", spec=parse_failover(config.failover_uri(timeout_ms=timeout_ms)),
         login=config.username, passcode=config.password, client_id=client_id,
         durable=durable, keep_alive=interval,
-        heartbeat_ms=(interval * 1000, interval * 1000), on_event=on_event)
+        heartbeat_ms=(interval * 1000, interval * 1000), on_event=on_event, dialer=dialer)
 
 
 class EventPublisher:
     """Publishes to the first available broker; drops an event after the timeout."""
 
     def __init__(self, config: AgentConfig, *,
-                 on_event: Callable[[Event], None] | None = None) -> None:
+                 on_event: Callable[[Event], None] | None = None,
+                 dialer: Dialer | None = None) -> None:
         self.config = config
         self.client = _client(config, client_id=None if config.protocol == "stomp"
                               else f"pub-{uuid.uuid4().hex[:10]}", durable=False,
-                              on_event=on_event)
+                              on_event=on_event, dialer=dialer)
         self.published = 0
         self.dropped = 0
         self.publisher_id = uuid.uuid4().hex[:12]
@@ -217,7 +220,8 @@ class TopicSubscriber:
     """One topic subscription with its own connection, cycling the broker list for ever."""
 
     def __init__(self, config: AgentConfig, topic: str, callback: Callable[[Message], None],
-                 *, on_event: Callable[[Event], None] | None = None) -> None:
+                 *, on_event: Callable[[Event], None] | None = None,
+                 dialer: Dialer | None = None) -> None:
         self.config = config
         self.topic = topic
         self.callback = callback
@@ -229,7 +233,7 @@ class TopicSubscriber:
         elif config.protocol == "mqtt":
             client_id = f"sub-{uuid.uuid4().hex[:10]}"
         self.client = _client(config, client_id=client_id, durable=durable and
-                              config.protocol == "mqtt", on_event=on_event)
+                              config.protocol == "mqtt", on_event=on_event, dialer=dialer)
         self.subscription: Subscription | None = None
         self._task: asyncio.Task[None] | None = None
         self._on_event = on_event

@@ -27,7 +27,7 @@ from meshmq.backoff import ReconnectSchedule
 from meshmq.protocol.mqtt import topic_matches
 from meshmq.uri import URIError
 
-from .connection import BaseConnection
+from .connection import BaseConnection, Dialer, dial_tcp
 from .dedup import DuplicateFilter
 from .errors import (
     AuthenticationFailedError,
@@ -115,6 +115,8 @@ class FailoverClient:
     ``uri``: ``failover:(stomp://a:61613,stomp://b:61613)?randomize=false`` or one
     endpoint. ``protocol`` (``"stomp"``/``"mqtt"``) is taken from the schemes when
     omitted. ``durable=True`` (MQTT) keeps a persistent session under ``client_id``.
+    ``dialer`` opens each broker connection (default: TCP, with TLS where the endpoint
+    asks for it); it receives the endpoint and its TLS context.
     """
 
     def __init__(self, uri: str, *, protocol: str | None = None, login: str | None = None,
@@ -128,8 +130,10 @@ class FailoverClient:
                  ssl_certfile: str | os.PathLike[str] | None = None,
                  ssl_keyfile: str | os.PathLike[str] | None = None,
                  ssl_key_password: str | None = None,
-                 ssl_verify: bool = True) -> None:
+                 ssl_verify: bool = True, dialer: Dialer | None = None) -> None:
         self.spec = spec or parse_failover(uri, protocol=protocol)
+        # How each broker connection is opened: TCP (and TLS) unless another is given.
+        self.dialer: Dialer = dialer or dial_tcp
         if ssl_keyfile is not None and ssl_certfile is None:
             raise ClientError("ssl_keyfile needs ssl_certfile (the client certificate the "
                               "key belongs to)")
@@ -305,12 +309,12 @@ class FailoverClient:
             return StompConnection(endpoint, self._on_message, self._generation,
                                    login=self.login, passcode=self.passcode,
                                    client_id=self.client_id, heartbeat_ms=self.heartbeat_ms,
-                                   tls=tls)
+                                   tls=tls, dialer=self.dialer)
         level = self.mqtt_version or self._mqtt_levels.get(endpoint, 5)
         return MqttConnection(endpoint, self._on_message, self._generation, login=self.login,
                               passcode=self.passcode, client_id=self.client_id,
                               keep_alive=self.keep_alive, version=level,
-                              durable=self.durable, tls=tls)
+                              durable=self.durable, tls=tls, dialer=self.dialer)
 
     async def _open(self, endpoint: Endpoint) -> BaseConnection:
         """A connected, handshaken connection to ``endpoint``. With the MQTT version left

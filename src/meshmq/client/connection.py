@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .errors import CertificateError, ConnectionLostError
@@ -23,9 +23,18 @@ from .websocket import WebSocketFramer
 
 log = logging.getLogger("meshmq.client")
 
-__all__ = ["BaseConnection", "DeliverFn"]
+__all__ = ["BaseConnection", "DeliverFn", "Dialer", "dial_tcp"]
 
 DeliverFn = Callable[[Message], None]
+StreamPair = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+#: How a connection reaches its endpoint: the endpoint and the TLS context to use (None
+#: for plain TCP) in, a connected reader and writer out. ``dial_tcp`` unless given.
+Dialer = Callable[[Endpoint, ssl.SSLContext | None], Awaitable[StreamPair]]
+
+
+async def dial_tcp(endpoint: Endpoint, tls: ssl.SSLContext | None) -> StreamPair:
+    """A TCP connection to the endpoint's host and port (TLS when ``tls`` is given)."""
+    return await asyncio.open_connection(endpoint.host, endpoint.port, ssl=tls)
 # A TLS listener that rejects a client certificate may just close (meshmq's do, without
 # a TLS alert), which the client cannot tell from a broker going away: say what it means.
 _TLS_CLOSE_HINT = (" during the handshake (a TLS listener that needs a client certificate "
@@ -48,8 +57,9 @@ class BaseConnection:
     protocol = "stomp"  # or "mqtt": set by the subclass
 
     def __init__(self, endpoint: Endpoint, deliver: DeliverFn, generation: int, *,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 tls: ssl.SSLContext | None = None, dialer: Dialer = dial_tcp) -> None:
         self.endpoint = endpoint
+        self.dialer = dialer
         self.tls = tls  # None: made from the endpoint's own options
         self.deliver = deliver
         self.generation = generation
@@ -76,8 +86,7 @@ class BaseConnection:
             async with asyncio.timeout(self.endpoint.connect_timeout):
                 tls = self.tls if self.tls is not None or not self.endpoint.tls \
                     else ssl_context(self.endpoint)
-                self._reader, self._writer = await asyncio.open_connection(
-                    self.endpoint.host, self.endpoint.port, ssl=tls)
+                self._reader, self._writer = await self.dialer(self.endpoint, tls)
                 if self.endpoint.websocket:
                     await self._upgrade()
                 self._tasks.append(asyncio.create_task(self._read_loop(),

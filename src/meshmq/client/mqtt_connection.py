@@ -36,7 +36,7 @@ from meshmq.protocol.mqtt import (
     encode_publish,
 )
 
-from .connection import BaseConnection, DeliverFn
+from .connection import BaseConnection, DeliverFn, Dialer, dial_tcp
 from .errors import (
     AuthenticationFailedError,
     BrokerError,
@@ -62,8 +62,8 @@ class MqttConnection(BaseConnection):
                  login: str | None = None, passcode: str | None = None,
                  client_id: str | None = None, keep_alive: int = 30, version: int = 5,
                  durable: bool = False,
-                 tls: ssl.SSLContext | None = None) -> None:
-        super().__init__(endpoint, deliver, generation, tls=tls)
+                 tls: ssl.SSLContext | None = None, dialer: Dialer = dial_tcp) -> None:
+        super().__init__(endpoint, deliver, generation, tls=tls, dialer=dialer)
         if version not in (4, 5):
             raise ValueError("MQTT version must be 4 (3.1.1) or 5")
         self.login = login

@@ -220,8 +220,13 @@ class FailoverSpec:
         if self.options.priorityURIs:
             keys = set()
             for part in self.options.priorityURIs.split(","):
-                ep = _endpoint(parse_uri(part.strip()), self.text, self.endpoints[0].protocol,
-                               Options())
+                try:
+                    ep = _endpoint(parse_uri(part.strip()), self.text,
+                                   self.endpoints[0].protocol, Options())
+                except URIError as exc:
+                    raise URIError(self.text, f"priorityURIs={self.options.priorityURIs}",
+                                   f"bad URI in priorityURIs: {exc.reason} "
+                                   f"({exc.part!r})") from None
                 keys.add(ep.key)
             return tuple(e for e in self.endpoints if e.key in keys)
         if self.options.priorityBackup:
@@ -247,6 +252,9 @@ def parse_failover(text: str, *, protocol: str | None = None) -> FailoverSpec:
         raw = uri.options
     else:
         components, raw = (uri,), Options()
+    if "nested." in raw:
+        raise URIError(text, "nested.", "nested. needs an endpoint option name "
+                       "(nested.connectionTimeout=...)")
     nested = raw.with_prefix("nested.")
     options = _options(raw.without_prefix("nested."), text)
     options = dataclasses.replace(options, nested=dict(nested.pairs))
@@ -263,7 +271,9 @@ def parse_failover(text: str, *, protocol: str | None = None) -> FailoverSpec:
                            "mixes STOMP and MQTT endpoints in one failover list")
         chosen = protocols.pop() if protocols else "stomp"
     endpoints = tuple(_endpoint(c, text, chosen, nested) for c in components)
-    return FailoverSpec(endpoints, options, text)
+    spec = FailoverSpec(endpoints, options, text)
+    spec.priority_endpoints()  # a bad priorityURIs is an error of the URI, not later
+    return spec
 
 
 def _options(raw: Options, text: str) -> FailoverOptions:

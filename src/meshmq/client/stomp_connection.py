@@ -12,7 +12,7 @@ from typing import Any
 
 from meshmq.protocol.stomp import Frame, StompParser, encode_frame, parse_heartbeat
 
-from .connection import BaseConnection, DeliverFn, log
+from .connection import BaseConnection, DeliverFn, Dialer, dial_tcp, log
 from .errors import AuthenticationFailedError, BrokerError, ConnectionLostError
 from .options import Endpoint
 from .types import DEDUP_HEADER, PEERS_HEADER, AckMode, Message, SubscriptionSpec
@@ -29,8 +29,8 @@ class StompConnection(BaseConnection):
                  login: str | None = None, passcode: str | None = None,
                  client_id: str | None = None, heartbeat_ms: tuple[int, int] = (5000, 5000),
                  virtual_host: str | None = None,
-                 tls: ssl.SSLContext | None = None) -> None:
-        super().__init__(endpoint, deliver, generation, tls=tls)
+                 tls: ssl.SSLContext | None = None, dialer: Dialer = dial_tcp) -> None:
+        super().__init__(endpoint, deliver, generation, tls=tls, dialer=dialer)
         self.login = login
         self.passcode = passcode
         self.client_id = client_id
