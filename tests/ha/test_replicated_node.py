@@ -1,12 +1,12 @@
-"""Replication nodes in one event loop (real sockets on loopback, real journals): the link
-handshake and its credentials, what ``sync`` waits for in synchronous and asynchronous
-mode, and a master that loses its majority refusing writes."""
+"""Replication nodes in one event loop (real sockets on loopback, real journals): what
+``sync`` waits for in synchronous and asynchronous mode, and a master that loses its
+majority refusing writes. The link handshake and its credentials are checked without
+sockets in tests/unit/ha/test_replication_link.py."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import struct
 from pathlib import Path
 
@@ -17,7 +17,6 @@ from meshmq.core import destinations as dst
 from meshmq.core.message import Message
 from meshmq.ha.replication import ReplicatedHa
 from meshmq.ha.roles import Role
-from meshmq.protocol.wire.codec import MAGIC, FrameType, encode_json
 from meshmq.store.base import AddMessage
 from meshmq.store.fence import FencedError
 from meshmq.store.journal import JournalStore
@@ -64,41 +63,6 @@ def _msg(i: int) -> AddMessage:
     m = Message(message_id=f"m{i}", destination=dst.queue("q"), body=b"x" * 10,
                 persistent=True)
     return AddMessage(m, (("queue://q", i),))
-
-
-@pytest.mark.parametrize("secret", ["secret", "sécret-密码"])
-def test_links_need_the_configured_credentials(tmp_path: Path, secret: str) -> None:
-    """Any password, non-ASCII included: the right one is accepted, a wrong one refused
-    with the reason (both compared as bytes)."""
-    async def main() -> None:
-        cfg = _configs(tmp_path, user="repl", password=secret)["w"]
-        node = ReplicatedHa(cfg, on_lost=lambda why: None)
-        task = asyncio.create_task(node.acquire())
-        host, port = cfg.ha.listen.split(":")
-        try:
-            await asyncio.wait_for(_until_listening(node), 10)
-            request = encode_json(FrameType.REPL_VOTE_REQUEST, {
-                "term": 1, "candidate": "x", "last": [0, 0], "pre": True})
-            for password, expect in (("wrong", FrameType.REFUSE),
-                                     (secret[:-1] + "é", FrameType.REFUSE),
-                                     (secret, FrameType.REPL_VOTE)):
-                reader, writer = await asyncio.open_connection(host, int(port))
-                writer.write(MAGIC + encode_json(FrameType.HELLO, {
-                    "replication": 1, "node": "x", "user": "repl", "password": password})
-                    + request)
-                ftype, payload = await asyncio.wait_for(_read_frame(reader), 10)
-                writer.close()
-                await writer.wait_closed()
-                assert ftype == expect, (password, json.loads(payload))
-                if expect is FrameType.REFUSE:
-                    assert "bad replication credentials" in json.loads(payload)["reason"]
-                else:  # answered (refused: a node that just started votes for nobody yet)
-                    assert json.loads(payload)["granted"] is False
-        finally:
-            await node.stop()
-            await task
-
-    asyncio.run(main())
 
 
 async def _until_listening(node: ReplicatedHa) -> None:
