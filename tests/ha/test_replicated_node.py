@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import struct
 from pathlib import Path
 
 import pytest
@@ -40,11 +39,6 @@ def _configs(root: Path, **ha: object) -> dict[str, BrokerConfig]:
     return out
 
 
-async def _read_frame(reader: asyncio.StreamReader) -> tuple[int, bytes]:
-    length, ftype = struct.unpack(">IB", await reader.readexactly(5))
-    return ftype, await reader.readexactly(length - 1)
-
-
 async def _elect(nodes: dict[str, ReplicatedHa]) -> tuple[ReplicatedHa, list[asyncio.Task[bool]]]:
     tasks = [asyncio.create_task(n.acquire()) for n in nodes.values()]
     done, _ = await asyncio.wait(tasks, timeout=20, return_when=asyncio.FIRST_COMPLETED)
@@ -63,11 +57,6 @@ def _msg(i: int) -> AddMessage:
     m = Message(message_id=f"m{i}", destination=dst.queue("q"), body=b"x" * 10,
                 persistent=True)
     return AddMessage(m, (("queue://q", i),))
-
-
-async def _until_listening(node: ReplicatedHa) -> None:
-    while node.role is Role.STARTING:
-        await asyncio.sleep(0.01)
 
 
 @pytest.mark.parametrize("synchronous", [True, False])
