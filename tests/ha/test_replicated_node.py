@@ -1,7 +1,8 @@
-"""Replication nodes in one event loop (real sockets on loopback, real journals): what
-``sync`` waits for in synchronous and asynchronous mode, and a master that loses its
-majority refusing writes. The link handshake and its credentials are checked without
-sockets in tests/unit/ha/test_replication_link.py."""
+"""Replication nodes in one event loop (real sockets on loopback, real journals): a
+plain journal's data elected and copied by snapshot, and the master's journal limit.
+The link handshake and its credentials, what ``sync`` waits for in synchronous and
+asynchronous mode and a master that loses its majority are checked without sockets in
+tests/unit/ha/test_replication_link.py and test_replicated_cluster.py."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from meshmq.core.message import Message
 from meshmq.ha.replication import ReplicatedHa
 from meshmq.ha.roles import Role
 from meshmq.store.base import AddMessage
-from meshmq.store.fence import FencedError
 from meshmq.store.journal import JournalStore
 from tests.support.ports import free_port
 
@@ -57,43 +57,6 @@ def _msg(i: int) -> AddMessage:
     m = Message(message_id=f"m{i}", destination=dst.queue("q"), body=b"x" * 10,
                 persistent=True)
     return AddMessage(m, (("queue://q", i),))
-
-
-@pytest.mark.parametrize("synchronous", [True, False])
-def test_sync_waits_for_a_majority_only_in_synchronous_mode(tmp_path: Path,
-                                                            synchronous: bool) -> None:
-    async def main() -> None:
-        # Asynchronous: a long lease, so the lone master is still master when it syncs.
-        cfgs = _configs(tmp_path, synchronous=synchronous,
-                        lease_ms=1000 if synchronous else 5000)
-        lost: list[str] = []
-        nodes = {n: ReplicatedHa(c, on_lost=lost.append) for n, c in cfgs.items()}
-        leader, tasks = await _elect(nodes)
-        store = leader.store
-        store.open()
-        follower = next(n for k, n in nodes.items() if k != "w" and n is not leader)
-        store.write([_msg(1)])
-        await store.sync()
-        if synchronous:
-            # Confirmed means on the slave's disk too (a witness never counts ahead of
-            # a live slave).
-            assert follower.durable[1] >= leader.last[1]
-        # Now the master is alone: the others stop.
-        for n in nodes.values():
-            if n is not leader:
-                await n.stop()
-        store.write([_msg(2)])
-        if synchronous:
-            with pytest.raises(FencedError):
-                await asyncio.wait_for(store.sync(), 10)  # steps down at its lease
-            assert lost and "no majority answered" in lost[0]
-            with pytest.raises(FencedError):
-                store.write([_msg(3)])
-        else:
-            await asyncio.wait_for(store.sync(), 0.5)  # its own disk is enough
-        await _shutdown(nodes, tasks)
-
-    asyncio.run(main())
 
 
 def test_a_broker_switched_to_replication_keeps_its_journal(tmp_path: Path) -> None:

@@ -165,13 +165,31 @@ class ReplicationNet:
                     "the nodes to start")
 
     async def stop(self) -> None:
+        """Stop every started node. Time moves meanwhile (a lease per 200 ms), so waits
+        bounded by a lease, such as a master's handover, end."""
+        async def tick() -> None:
+            while True:
+                await asyncio.sleep(0.01)
+                self.clock.advance(50)
+
+        ticking = asyncio.get_running_loop().create_task(tick())
+        try:
+            await self._stop_nodes()
+        finally:
+            ticking.cancel()
+
+    async def _stop_nodes(self) -> None:
         for node in self.nodes.values():
-            if node.task is not None:
+            if node.task is None:
+                continue
+            if node.role.value != "stopped":
                 await node.stop()
-                await asyncio.gather(node.task, return_exceptions=True)
+            await asyncio.gather(node.task, return_exceptions=True)
         for link in self._links:
             link.writer.close()
-        for _ in range(3):
+        for _, _, pipe in self._pipes:  # inbound links still open end at EOF
+            pipe.close()
+        for _ in range(5):
             await asyncio.sleep(0)
 
 
