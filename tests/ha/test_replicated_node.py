@@ -1,13 +1,13 @@
-"""Replication nodes in one event loop (real sockets on loopback, real journals): the link
-handshake and its credentials, what ``sync`` waits for in synchronous and asynchronous
-mode, and a master that loses its majority refusing writes."""
+"""Replication nodes in one event loop (real sockets on loopback, real journals): a
+plain journal's data elected and copied by snapshot, and the master's journal limit.
+The link handshake and its credentials, what ``sync`` waits for in synchronous and
+asynchronous mode and a master that loses its majority are checked without sockets in
+tests/unit/ha/test_replication_link.py and test_replicated_cluster.py."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
-import struct
 from pathlib import Path
 
 import pytest
@@ -17,9 +17,7 @@ from meshmq.core import destinations as dst
 from meshmq.core.message import Message
 from meshmq.ha.replication import ReplicatedHa
 from meshmq.ha.roles import Role
-from meshmq.protocol.wire.codec import MAGIC, FrameType, encode_json
 from meshmq.store.base import AddMessage
-from meshmq.store.fence import FencedError
 from meshmq.store.journal import JournalStore
 from tests.support.ports import free_port
 
@@ -41,11 +39,6 @@ def _configs(root: Path, **ha: object) -> dict[str, BrokerConfig]:
     return out
 
 
-async def _read_frame(reader: asyncio.StreamReader) -> tuple[int, bytes]:
-    length, ftype = struct.unpack(">IB", await reader.readexactly(5))
-    return ftype, await reader.readexactly(length - 1)
-
-
 async def _elect(nodes: dict[str, ReplicatedHa]) -> tuple[ReplicatedHa, list[asyncio.Task[bool]]]:
     tasks = [asyncio.create_task(n.acquire()) for n in nodes.values()]
     done, _ = await asyncio.wait(tasks, timeout=20, return_when=asyncio.FIRST_COMPLETED)
@@ -64,83 +57,6 @@ def _msg(i: int) -> AddMessage:
     m = Message(message_id=f"m{i}", destination=dst.queue("q"), body=b"x" * 10,
                 persistent=True)
     return AddMessage(m, (("queue://q", i),))
-
-
-@pytest.mark.parametrize("secret", ["secret", "sécret-密码"])
-def test_links_need_the_configured_credentials(tmp_path: Path, secret: str) -> None:
-    """Any password, non-ASCII included: the right one is accepted, a wrong one refused
-    with the reason (both compared as bytes)."""
-    async def main() -> None:
-        cfg = _configs(tmp_path, user="repl", password=secret)["w"]
-        node = ReplicatedHa(cfg, on_lost=lambda why: None)
-        task = asyncio.create_task(node.acquire())
-        host, port = cfg.ha.listen.split(":")
-        try:
-            await asyncio.wait_for(_until_listening(node), 10)
-            request = encode_json(FrameType.REPL_VOTE_REQUEST, {
-                "term": 1, "candidate": "x", "last": [0, 0], "pre": True})
-            for password, expect in (("wrong", FrameType.REFUSE),
-                                     (secret[:-1] + "é", FrameType.REFUSE),
-                                     (secret, FrameType.REPL_VOTE)):
-                reader, writer = await asyncio.open_connection(host, int(port))
-                writer.write(MAGIC + encode_json(FrameType.HELLO, {
-                    "replication": 1, "node": "x", "user": "repl", "password": password})
-                    + request)
-                ftype, payload = await asyncio.wait_for(_read_frame(reader), 10)
-                writer.close()
-                await writer.wait_closed()
-                assert ftype == expect, (password, json.loads(payload))
-                if expect is FrameType.REFUSE:
-                    assert "bad replication credentials" in json.loads(payload)["reason"]
-                else:  # answered (refused: a node that just started votes for nobody yet)
-                    assert json.loads(payload)["granted"] is False
-        finally:
-            await node.stop()
-            await task
-
-    asyncio.run(main())
-
-
-async def _until_listening(node: ReplicatedHa) -> None:
-    while node.role is Role.STARTING:
-        await asyncio.sleep(0.01)
-
-
-@pytest.mark.parametrize("synchronous", [True, False])
-def test_sync_waits_for_a_majority_only_in_synchronous_mode(tmp_path: Path,
-                                                            synchronous: bool) -> None:
-    async def main() -> None:
-        # Asynchronous: a long lease, so the lone master is still master when it syncs.
-        cfgs = _configs(tmp_path, synchronous=synchronous,
-                        lease_ms=1000 if synchronous else 5000)
-        lost: list[str] = []
-        nodes = {n: ReplicatedHa(c, on_lost=lost.append) for n, c in cfgs.items()}
-        leader, tasks = await _elect(nodes)
-        store = leader.store
-        store.open()
-        follower = next(n for k, n in nodes.items() if k != "w" and n is not leader)
-        store.write([_msg(1)])
-        await store.sync()
-        if synchronous:
-            # Confirmed means on the slave's disk too (a witness never counts ahead of
-            # a live slave).
-            assert follower.durable[1] >= leader.last[1]
-        # Now the master is alone: the others stop.
-        for n in nodes.values():
-            if n is not leader:
-                await n.stop()
-        store.write([_msg(2)])
-        if synchronous:
-            with pytest.raises(FencedError):
-                await asyncio.wait_for(store.sync(), 10)  # steps down at its lease
-            assert lost and "no majority answered" in lost[0]
-            with pytest.raises(FencedError):
-                store.write([_msg(3)])
-        else:
-            await asyncio.wait_for(store.sync(), 0.5)  # its own disk is enough
-        await _shutdown(nodes, tasks)
-
-    asyncio.run(main())
 
 
 def test_a_broker_switched_to_replication_keeps_its_journal(tmp_path: Path) -> None:

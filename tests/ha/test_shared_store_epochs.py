@@ -1,7 +1,7 @@
 """A shared store's journal per lease epoch: what a paused old master writes after a
 takeover never reaches the new master's files, and the layout moves back and forth between
 HA and a broker alone. Real files, real flocks; two stores in one process stand for two
-brokers (see test_file_lease.py)."""
+brokers (see tests/unit/ha/test_file_lease.py)."""
 
 from __future__ import annotations
 

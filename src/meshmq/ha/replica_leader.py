@@ -218,7 +218,13 @@ class LeaderStreams(NodeState):
             assert retained is not None
             index = self._witness_limit()
             term = retained.term_at(index)
-            pos = (term, index) if term is not None else self.last
+            if term is None:
+                # A live slave is behind the retained history (it gets a snapshot of its
+                # own first): telling the witness of batches that slave lacks would
+                # confirm writes on the master's disk alone. Probe again later.
+                assert p.last is not None
+                return p.last
+            pos = (term, index)
             writer.write(encode_mixed(FrameType.REPL_SNAPSHOT, self._head(
                 None, position=list(pos), part=0, final=True), encode_ops([])))
             await writer.drain()

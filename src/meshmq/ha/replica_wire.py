@@ -29,11 +29,13 @@ def decode_mixed(frame: WireFrame) -> tuple[dict[str, Any], bytes]:
     if len(data) < 4:
         raise RemoteProtocolError(f"{frame.type.name} frame too short")
     (n,) = _U32.unpack_from(data)
+    if len(data) < 4 + n:
+        raise RemoteProtocolError(f"{frame.type.name} head length {n} runs past the frame")
     try:
         head = json.loads(data[4:4 + n])
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RemoteProtocolError(f"{frame.type.name} head is not valid JSON: {exc}") from None
-    if not isinstance(head, dict) or len(data) < 4 + n:
+    if not isinstance(head, dict):
         raise RemoteProtocolError(f"{frame.type.name} head is not a JSON object")
     return head, data[4 + n:]
 
@@ -49,8 +51,11 @@ def decode_append(frame: WireFrame) -> tuple[dict[str, Any], list[tuple[Position
     pos = 0
     try:
         for term, index, length in head.get("entries", []):
-            out.append(((int(term), int(index)), payload[pos:pos + int(length)]))
-            pos += int(length)
+            size = int(length)
+            if size < 0 or pos + size > len(payload):
+                raise RemoteProtocolError("APPEND payload does not match its entries")
+            out.append(((int(term), int(index)), payload[pos:pos + size]))
+            pos += size
     except (TypeError, ValueError) as exc:
         raise RemoteProtocolError(f"APPEND entries malformed: {exc}") from None
     if pos != len(payload):
@@ -60,6 +65,8 @@ def decode_append(frame: WireFrame) -> tuple[dict[str, Any], list[tuple[Position
 
 def position(value: Any, what: str) -> Position:
     """A ``[term, index]`` pair from a JSON head."""
+    if not isinstance(value, list | tuple):
+        raise RemoteProtocolError(f"{what} is not a [term, index] pair: {value!r}")
     try:
         term, index = value
         return int(term), int(index)

@@ -369,8 +369,9 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
         a successor at once instead of waiting for the lease to run out."""
         deadline = self._clock() + self.ha.lease_ms
         data = [p for p in self._peers.values() if not p.witness]
-        while self._clock() < deadline and any(p.match < self.last[1] and not p.closed
-                                               for p in data):
+        # A member that is down (never reached, or its link closed) cannot catch up.
+        while self._clock() < deadline and any(
+                p.match < self.last[1] and not p.closed and not p.unreachable for p in data):
             await asyncio.sleep(0.01)
         frame = encode_append(self._head(self.last, resign=True), [])
         drains = []

@@ -1,5 +1,5 @@
 """Pure decisions of replicated master/slave (Raft-style), with no I/O and no clock of
-their own, so Hypothesis can check them (tests/ha/test_replicated_policy.py).
+their own, so Hypothesis can check them (tests/unit/ha/test_replicated_policy.py).
 
 A node's log position is ``(term, index)`` of the last batch it has on disk; positions
 compare as tuples (Raft's "at least as up to date"). A witness keeps positions only.

@@ -172,3 +172,93 @@ def test_stop_while_waiting_as_a_slave() -> None:
         assert shared["lease"] == LeaseRecord(4, "other", 9)
 
     asyncio.run(run())
+
+
+def test_a_free_lease_makes_the_broker_master_at_once() -> None:
+    async def run() -> None:
+        shared: dict[str, LeaseRecord | None] = {}
+        ctl = controller(MemoryLease(shared, "a"), [],
+                         HaConfig(mode="shared", lease_ms=600_000, acquire_interval_ms=10))
+        assert await asyncio.wait_for(ctl.acquire(), 5)
+        status = ctl.status()
+        assert (status["role"], status["epoch"], status["lease_holder"],
+                status["lease_epoch"]) == ("master", 1, "a", 1)
+        assert ctl.machine.history == [Role.STARTING, Role.MASTER]
+        await ctl.stop()
+
+    asyncio.run(run())
+
+
+def test_a_graceful_stop_hands_the_lease_back_for_the_next_broker() -> None:
+    async def run() -> None:
+        shared: dict[str, LeaseRecord | None] = {}
+        lease = MemoryLease(shared, "a")
+        ctl = controller(lease, [])
+        assert await ctl.acquire()
+        await ctl.stop()
+        assert ctl.machine.history == [Role.STARTING, Role.MASTER, Role.HANDING_OVER,
+                                       Role.STOPPED]
+        record = shared["lease"]
+        assert record is not None and (record.epoch, record.holder) == (1, None)
+        assert lease.closed
+        nxt = controller(MemoryLease(shared, "b"), [])
+        assert await asyncio.wait_for(nxt.acquire(), 5)  # no lease to wait out
+        assert shared["lease"] == LeaseRecord(2, "b")
+        await nxt.stop()
+
+    asyncio.run(run())
+
+
+def test_a_failed_hand_back_still_stops_and_leaves_the_lease_to_expire(
+        caplog: pytest.LogCaptureFixture) -> None:
+    async def run() -> None:
+        shared: dict[str, LeaseRecord | None] = {}
+        lease = MemoryLease(shared, "a")
+        ctl = controller(lease, [])
+        assert await ctl.acquire()
+
+        def broken() -> bool:
+            raise OSError("disk gone")
+
+        lease.release = broken  # type: ignore[method-assign]
+        await ctl.stop()
+        assert ctl.role is Role.STOPPED
+        record = shared["lease"]
+        assert record is not None and record.holder == "a"
+        assert "a slave takes over once it expires" in caplog.text
+
+    asyncio.run(run())
+
+
+def test_the_takeover_log_says_why_the_lease_could_be_taken(
+        caplog: pytest.LogCaptureFixture) -> None:
+    class DeadHolder(MemoryLease):
+        def look(self) -> LeaseView:
+            return LeaseView(self.shared.get("lease"), holder_alive=False)
+
+    async def run() -> None:
+        caplog.set_level("INFO", "meshmq.ha")
+        shared: dict[str, LeaseRecord | None] = {"lease": LeaseRecord(3, "crashed", 8)}
+        ctl = controller(DeadHolder(shared, "a"), [],
+                         HaConfig(mode="shared", lease_ms=600_000, acquire_interval_ms=10))
+        assert await asyncio.wait_for(ctl.acquire(), 5)
+        assert shared["lease"] == LeaseRecord(4, "a")
+        assert "took the shared lease at epoch 4 (crashed is gone)" in caplog.text
+        await ctl.stop()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize(("implicit", "logged"), [(True, False), (False, True)],
+                         ids=["lone-kahadb", "configured-pair"])
+def test_a_broker_alone_on_an_implied_lease_logs_no_master_line(
+        caplog: pytest.LogCaptureFixture, implicit: bool, logged: bool) -> None:
+    async def run() -> None:
+        caplog.set_level("INFO", "meshmq.ha")
+        config = HaConfig(mode="shared", lease_ms=600_000, implicit=implicit)
+        ctl = controller(MemoryLease({}, "a"), [], config)
+        assert await ctl.acquire()
+        await ctl.stop()
+
+    asyncio.run(run())
+    assert ("master: took the shared lease" in caplog.text) is logged

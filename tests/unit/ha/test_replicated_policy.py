@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.store.helpers import fields, messages
 
 from meshmq.errors import RemoteProtocolError
 from meshmq.ha.replica_ops import decode_ops, encode_ops
@@ -39,7 +40,6 @@ from meshmq.store.base import (
     StoreOp,
 )
 from meshmq.store.journal import JournalStore
-from tests.store.helpers import fields, messages
 
 positions = st.tuples(st.integers(0, (1 << 23) - 1), st.integers(0, (1 << 40) - 1))
 

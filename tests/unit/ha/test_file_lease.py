@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.store.helpers import msg
 
 from meshmq.errors import StoreError
 from meshmq.ha.file_lease import ALIVE_DIR, LEASE_FILE, FileLease
@@ -20,7 +21,6 @@ from meshmq.ha.lease import LeaseRecord
 from meshmq.store.base import AddMessage
 from meshmq.store.fence import FencedError
 from meshmq.store.journal import JournalStore
-from tests.store.helpers import msg
 
 
 def test_first_broker_takes_a_fresh_lease(tmp_path: Path) -> None:

@@ -102,7 +102,7 @@ def test_xml_mistakes_name_the_bad_part(body: str, head: str, message: str) -> N
     assert "activemq.xml" in str(info.value)
 
 
-# Pure master/slave maps to replicated HA: tests/ha/test_replicated_config.py.
+# Pure master/slave maps to replicated HA: tests/unit/ha/test_replicated_config.py.
 
 
 def test_toml_ha_section() -> None:
@@ -133,7 +133,7 @@ def test_toml_ha_mistakes(text: str, option: str, message: str) -> None:
 def test_example_configs_load() -> None:
     from meshmq.config.load import load_config
 
-    examples = Path(__file__).parents[2] / "examples"
+    examples = Path(__file__).parents[3] / "examples"
     shared = load_config(examples / "ha-shared.toml")
     assert (shared.ha.mode, shared.store.directory) == (
         "shared", Path("/srv/shared/meshmq-journal"))
