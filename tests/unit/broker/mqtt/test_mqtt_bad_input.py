@@ -30,8 +30,16 @@ MAX_PACKET = 1024
 
 @pytest.fixture
 def env() -> Iterator[MqttEnv]:
-    with mqtt_env(memory_config(mqtt=MqttConfig(max_packet_size=MAX_PACKET,
-                                                connect_timeout_ms=500))) as e:
+    with mqtt_env(memory_config(mqtt=MqttConfig(max_packet_size=MAX_PACKET))) as e:
+        yield e
+
+
+@pytest.fixture
+def quick() -> Iterator[MqttEnv]:
+    """A 500 ms connect timeout on the broker's real timer. No bystander or fresh
+    clients here: on a busy machine a client can take longer than that from accept to
+    CONNECT."""
+    with mqtt_env(memory_config(mqtt=MqttConfig(connect_timeout_ms=500))) as e:
         yield e
 
 
@@ -278,19 +286,18 @@ def test_packet_before_connect_closes_the_connection(env: MqttEnv, bystander: Me
     env.assert_healthy(bystander)
 
 
-def test_silent_connection_closed_after_connect_timeout(env: MqttEnv,
-                                                        bystander: MemoryMqtt) -> None:
-    raw = env.raw(4)
+def test_silent_connection_closed_after_connect_timeout(quick: MqttEnv) -> None:
+    raw = quick.raw(4)
     t0 = time.monotonic()
-    env.broker.wait_for(lambda: raw.eof, 5, "the broker to close a silent connection")
+    quick.broker.wait_for(lambda: raw.eof, 5, "the broker to close a silent connection")
     assert time.monotonic() - t0 >= 0.4
     assert bytes(raw.client.transport.written) == b""
-    env.assert_healthy(bystander)
+    assert quick.runtime.started
 
 
-def test_connect_timeout_is_the_configured_one(env: MqttEnv) -> None:
+def test_connect_timeout_is_the_configured_one(quick: MqttEnv) -> None:
     """The session's clock decides: silent 0.4 s is kept, silent 0.6 s is closed."""
-    raw = env.raw(4)
+    raw = quick.raw(4)
     now = time.monotonic()
     raw.session.check_timeouts(now + 0.4)
     assert not raw.eof
