@@ -8,7 +8,9 @@ broker's own authenticator (the users of ``[[auth.users]]``), never here.
 - On loopback a request without credentials may read; credentials that are sent are
   checked all the same (a typo must not pass silently).
 - A request that would change the broker (any method but GET/HEAD) needs a user in
-  ``management.admin_group`` (403 otherwise) whenever users are configured.
+  ``management.admin_group`` (403 otherwise) whenever users are configured. A POST to
+  the Jolokia endpoint only reads (it serves ``read`` and ``version`` requests, which
+  monitoring tools send as POST bulk requests): it needs what a GET needs.
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ from meshmq.config.model import BrokerConfig
 from meshmq.core.auth import Principal
 from meshmq.errors import AuthenticationError
 
-__all__ = ["READ_METHODS", "REALM", "Decision", "decide", "parse_basic"]
+__all__ = ["READ_METHODS", "READ_ONLY_POSTS", "REALM", "Decision", "decide", "parse_basic"]
 
 REALM = "meshmq"
 READ_METHODS = frozenset({"GET", "HEAD"})
+# Paths whose POST requests only read.
+READ_ONLY_POSTS = frozenset({"/api/jolokia", "/api/jolokia/"})
 
 # Checks a user name and password (off the event loop for hashed passwords).
 Authenticate = Callable[[str, str], Awaitable[Principal]]
@@ -61,7 +65,7 @@ def parse_basic(header: str) -> tuple[str, str] | None:
 
 
 async def decide(config: BrokerConfig, method: str, authorization: str | None,
-                 authenticate: Authenticate) -> Decision:
+                 authenticate: Authenticate, path: str = "") -> Decision:
     mgmt = config.management
     if not config.auth.has_users:
         # Only possible on loopback (the loader refuses it elsewhere): nothing to check
@@ -82,7 +86,8 @@ async def decide(config: BrokerConfig, method: str, authorization: str | None,
     elif not mgmt.loopback:
         return Decision(401, "authentication required: send HTTP Basic credentials of a "
                              "configured user")
-    if method not in READ_METHODS:
+    reads = method in READ_METHODS or (method == "POST" and path in READ_ONLY_POSTS)
+    if not reads:
         if principal is None:
             return Decision(401, f"{method} changes the broker: log in as a user of "
                                  f"group {mgmt.admin_group!r}")

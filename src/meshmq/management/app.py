@@ -91,7 +91,8 @@ async def login(request: web.Request, handler: Handler) -> web.StreamResponse:
             raise
 
     decision = await decide(runtime.config, request.method,
-                            request.headers.get("Authorization"), authenticate)
+                            request.headers.get("Authorization"), authenticate,
+                            request.path)
     if not decision.allowed:
         return error_reply(decision.status, decision.error)
     request[PRINCIPAL] = decision.principal

@@ -117,3 +117,18 @@ def test_the_admin_group_is_the_configured_one() -> None:
     assert run_decide("POST", basic("bob:pw"), admin_group="users").allowed
     refused = run_decide("POST", basic("admin:pw"), admin_group="users")
     assert refused.status == 403 and "group 'users'" in refused.error
+
+
+@pytest.mark.parametrize(("header", "host", "status"), [
+    pytest.param(basic("bob:pw"), "0.0.0.0", 0, id="any-user"),
+    pytest.param(None, "127.0.0.1", 0, id="anonymous-on-lo"),
+    pytest.param(None, "0.0.0.0", 401, id="anonymous-off-lo"),
+])
+def test_a_jolokia_post_is_a_read(header: str | None, host: str, status: int) -> None:
+    # Monitoring tools send Jolokia reads as POST (bulk requests); the endpoint only
+    # reads, so it needs what a GET needs, not the admin group.
+    config = BrokerConfig(auth=USERS, management=ManagementConfig(host=host))
+    decision = asyncio.run(decide(config, "POST", header, _authenticate, "/api/jolokia"))
+    assert decision.status == status
+    other = asyncio.run(decide(config, "POST", header, _authenticate, "/api/queues/x/purge"))
+    assert not other.allowed  # any other POST still changes the broker
