@@ -580,6 +580,11 @@ class _Builder:
         self._check_auth(config)
         if config.auth.authorization is not None:
             self._check_authorization(config.auth.authorization)
+        if "(" in config.advertised_peers:
+            raise self.src.error(
+                "list each peer's client URI, comma separated (e.g. "
+                "\"stomp://b:61613,mqtt://b:1883\"), not a failover:(...) URI: clients "
+                "build their failover list from these", f"{BROKER_SECTION}.advertised_peers")
         for peer in config.advertised_peer_list:
             try:
                 if not isinstance(parse_uri(peer), SimpleURI):
