@@ -78,17 +78,30 @@ def boots(events: DataFrame) -> DataFrame:
     broker's next run started (null for the current run) and ``alive_until_ts``: the
     run's last sign of life (its last event, or the last heartbeat the next run
     found in the heartbeat file, whichever is later)."""
-    runs = events.groupBy("broker", "boot").agg(
+    # Two steps: the scan of every event aggregates numbers only (a hash aggregation;
+    # a string in the aggregation buffer, such as the maximum of ``previous_boot``,
+    # would make Spark sort every event instead), keyed by the run and its start's
+    # ``previous_boot`` (null on every other event: at most two groups per run); the
+    # second step merges those few rows per run.
+    per_key = events.groupBy(
+        "broker", "boot", _start_field("previous_boot", "string").alias("previous_boot")).agg(
         F.min("ts").alias("started_ts"), F.max("ts").alias("last_ts"),
-        F.max(F.when(F.col("event") == tr.BROKER_STOPPED, True).otherwise(False))
-        .alias("clean_stop"),
+        F.max(F.col("event") == tr.BROKER_STOPPED).alias("clean_stop"),
         F.count(F.when(F.col("message_id") != "", 1)).alias("events"),
         F.min(F.when((F.col("message_id") != "") & (F.col("event") != tr.RECOVERED),
                      F.col("ts"))).alias("first_service_ts"),
-        F.coalesce(F.max(_start_field("exact", "int")) == 1, F.lit(False)).alias("exact"),
+        F.max(_start_field("exact", "int")).alias("exact"),
         F.max(_start_field("heartbeat_ms", "int")).alias("heartbeat_ms"),
-        F.max(_start_field("previous_boot", "string")).alias("previous_boot"),
         F.max(_start_field("last_heartbeat", "bigint")).alias("previous_heartbeat_ts"))
+    runs = per_key.groupBy("broker", "boot").agg(
+        F.min("started_ts").alias("started_ts"), F.max("last_ts").alias("last_ts"),
+        F.max("clean_stop").alias("clean_stop"),
+        F.coalesce(F.sum("events"), F.lit(0)).alias("events"),
+        F.min("first_service_ts").alias("first_service_ts"),
+        F.coalesce(F.max("exact") == 1, F.lit(False)).alias("exact"),
+        F.max("heartbeat_ms").alias("heartbeat_ms"),
+        F.max("previous_boot").alias("previous_boot"),
+        F.max("previous_heartbeat_ts").alias("previous_heartbeat_ts"))
     by_broker = Window.partitionBy("broker").orderBy("started_ts")
     # The next run's columns beside each run's own (a window over the few runs, not a
     # self-join, which would aggregate the events twice); runs without a boot id are
@@ -124,9 +137,12 @@ def failover_windows(boot_table: DataFrame) -> DataFrame:
             .transform(lambda f: sorted_small(f, "down_from_ts")))
 
 
-def journeys(events: DataFrame, boot_table: DataFrame) -> DataFrame:
+def journeys(events: DataFrame, boot_table: DataFrame, *,
+             delivered_by: bool = False) -> DataFrame:
     """One row per message id, with its final ``status`` (and ``reason`` when it is
-    ``unknown``)."""
+    ``unknown``). ``delivered_by``: one more column, ``delivered_by``, the brokers that
+    delivered the message (sorted; empty if none), from the same pass over the events
+    (``duplicates`` takes it from there instead of reading the events again)."""
     msgs = events.where(F.col("message_id") != "")
     ev = F.col("event")
     point = F.struct(F.col("ts"), ev.alias("event"), F.col("broker"), F.col("boot"),
@@ -157,6 +173,8 @@ def journeys(events: DataFrame, boot_table: DataFrame) -> DataFrame:
                  F.when(settle, F.col("ts"))).alias("acker"),
         F.collect_list(F.when(delivery, F.struct(F.col("ts"), F.col("broker"),
                                                  F.col("consumer")))).alias("_deliveries"),
+        *([F.collect_set(F.when(delivery, F.col("broker"))).alias("_delivered_by")]
+          if delivered_by else []),
         _count(tr.FORWARDED).alias("hops"),
         _count(tr.DISPATCHED, tr.DELIVERED).alias("deliveries"),
         # A recovered message's delivery count says it may have been dispatched before
@@ -243,7 +261,8 @@ def journeys(events: DataFrame, boot_table: DataFrame) -> DataFrame:
         F.col("last.broker").alias("last_broker"), F.col("last.boot").alias("last_boot"),
         F.col("last.destination").alias("last_destination"),
         "drop_reason", "holder_restarted_ts", status.alias("status"),
-        unknown_reason.alias("reason"))
+        unknown_reason.alias("reason"),
+        *([F.array_sort("_delivered_by").alias("delivered_by")] if delivered_by else []))
 
 
 def lost(journey_table: DataFrame) -> DataFrame:
@@ -254,17 +273,22 @@ def lost(journey_table: DataFrame) -> DataFrame:
             .transform(lambda f: sorted_small(f, "last_ts", "message_id")))
 
 
-def duplicates(journey_table: DataFrame, events: DataFrame) -> DataFrame:
+def duplicates(journey_table: DataFrame, events: DataFrame | None = None) -> DataFrame:
     """Messages delivered more than once, and producer resends of one dedup id;
-    ``delivered_by``: the brokers that delivered them."""
+    ``delivered_by``: the brokers that delivered them, from the journeys' own
+    ``delivered_by`` column (``journeys(..., delivered_by=True)``) when ``events`` is
+    None, else from the events."""
     journey_table = journey_table.where(
         (F.col("deliveries") > 1) | (F.col("dedup_id").isNotNull() & (F.col("deliveries") > 0)))
-    # Only the candidates' deliveries are grouped (a semi-join first): few messages, not
-    # every delivered one.
-    delivered = (events.where(F.col("event").isin(tr.DISPATCHED, tr.DELIVERED))
-                 .join(journey_table.select("message_id"), "message_id", "left_semi")
-                 .groupBy("message_id").agg(F.collect_set("broker").alias("delivered_by")))
-    journey_table = journey_table.join(delivered, "message_id", "left")
+    if events is not None:
+        # Only the candidates' deliveries are grouped (a semi-join first): few
+        # messages, not every delivered one.
+        delivered = (events.where(F.col("event").isin(tr.DISPATCHED, tr.DELIVERED))
+                     .join(journey_table.select("message_id"), "message_id", "left_semi")
+                     .groupBy("message_id")
+                     .agg(F.array_sort(F.collect_set("broker")).alias("delivered_by")))
+        journey_table = journey_table.drop("delivered_by").join(delivered, "message_id",
+                                                                "left")
     redelivered = (journey_table.where(F.col("deliveries") > 1)
                    .select(F.col("message_id").alias("key"), F.lit("redelivered").alias("kind"),
                            F.array("message_id").alias("message_ids"), "destination",
@@ -274,7 +298,7 @@ def duplicates(journey_table: DataFrame, events: DataFrame) -> DataFrame:
               .agg(F.array_sort(F.collect_list("message_id")).alias("message_ids"),
                    F.first("destination").alias("destination"),
                    F.sum("deliveries").alias("deliveries"), F.sum("acks").alias("acks"),
-                   F.array_distinct(F.flatten(F.collect_list("delivered_by")))
+                   F.array_sort(F.array_distinct(F.flatten(F.collect_list("delivered_by"))))
                    .alias("delivered_by"))
               .where(F.size("message_ids") > 1)
               .select(F.col("dedup_id").alias("key"), F.lit("resent").alias("kind"),
