@@ -5,7 +5,7 @@ same command runs on a laptop and on a cluster reading ``hdfs://`` or ``s3a://``
 Batch mode reads every trace file under the given locations (sealed files and
 files left ``.open``; a JSON trace is parsed once into a cached events frame, a
 Parquet one is scanned for the columns each table needs), writes the journeys and
-computes the tables derived from them from the copy kept while writing them, writes one Parquet
+computes the tables derived from them from that written copy, writes one Parquet
 table per result under ``--out`` and a Markdown report with PNG charts
 (``meshmq.pipeline.report``). Streaming mode
 (``--follow``) watches the trace directories with Spark's file source (sealed files
@@ -32,7 +32,6 @@ from typing import Any
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - the usual Spark spelling
-from pyspark.sql.types import StructField, StructType
 
 from meshmq.core import trace as tr
 from meshmq.errors import MeshmqError
@@ -117,17 +116,14 @@ class AuditTables:
     bridges: DataFrame
     boots: DataFrame
     failovers: DataFrame
-    # The journeys with the columns only the tables derived from them need
-    # (``delivered_by``), and the function that builds those tables from another copy
-    # of them (the one kept while the journeys are written); not tables.
-    journeys_full: DataFrame | None = dataclasses.field(default=None, repr=False,
-                                                        compare=False)
+    # Builds the journey-derived tables from another copy of the journeys (the written
+    # one); not a table.
     from_journeys: Callable[[DataFrame], dict[str, DataFrame]] | None = \
         dataclasses.field(default=None, repr=False, compare=False)
 
     def items(self) -> list[tuple[str, DataFrame]]:
         return [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self)
-                if f.name not in ("journeys_full", "from_journeys")]
+                if f.name != "from_journeys"]
 
 
 def _parquet_only(events: DataFrame) -> bool:
@@ -142,9 +138,9 @@ def compute(events: DataFrame, *, stuck_after_ms: int = 60_000,
     ``cache_events``: keep a copy of the events in memory (spilling to disk), so a
     JSON trace is parsed once rather than by each table; by default only when the
     input is not all Parquet files: a Parquet scan reads just the few columns each
-    table needs, faster than building the cache. The journeys are not cached here:
-    ``write_tables`` keeps them while it writes them and builds the tables derived
-    from them from that copy (``from_journeys``)."""
+    table needs, faster than building the cache. The journeys are not cached:
+    ``write_tables`` writes them first and builds the tables derived from them from
+    the written copy (``from_journeys``)."""
     if cache_events is None:
         cache_events = not _parquet_only(events)
     if cache_events:
@@ -160,35 +156,33 @@ def compute(events: DataFrame, *, stuck_after_ms: int = 60_000,
     def from_journeys(journeys: DataFrame) -> dict[str, DataFrame]:
         # Likewise summary, paths and latency: one pass over the journeys, kept.
         stats = audit.journey_stats(journeys).cache()
-        # The duplicates' delivering brokers come with the journeys (delivered_by):
-        # no second pass over the events.
         return {"summary": audit.summary(journeys, stats), "lost": audit.lost(journeys),
-                "duplicates": audit.duplicates(journeys),
+                "duplicates": audit.duplicates(journeys, events),
                 "paths": audit.paths(journeys, stats),
                 "latency": audit.latency(journeys, stats),
                 "stuck": audit.stuck(journeys, events, older_than_ms=stuck_after_ms,
                                      now_ts=now_ts, stats=event_stats)}
 
-    full = audit.journeys(events, boot_table, delivered_by=True)
+    journeys = audit.journeys(events, boot_table)
     return AuditTables(
-        journeys=full.drop("delivered_by"), **from_journeys(full),
+        journeys=journeys, **from_journeys(journeys),
         throughput=audit.throughput(events, window, event_stats),
         bridges=audit.bridges(events, window, event_stats),
         boots=boot_table, failovers=audit.failover_windows(boot_table),
-        journeys_full=full, from_journeys=from_journeys)
+        from_journeys=from_journeys)
 
 
 def write_tables(tables: AuditTables, out: str | os.PathLike[str],
                  progress: Progress | None = None, *, parallel: int = 4) -> None:
     """One Parquet directory per table under ``out`` (a path or URI).
 
-    The journeys go first: they are kept (in memory, spilling to disk) as Spark's
-    writer writes them, and the tables derived from them are then built from that
-    copy, which is dropped once those are. The other tables are small aggregations:
-    each is collected once and written from the driver (``small_tables``: one job,
-    not Spark's writer's several and its commit), ``parallel`` at a time, which keeps
-    the cores busy while one waits on the driver. Every table but the journeys stays
-    cached, so the report collects it without computing it again."""
+    The journeys go first, and the tables derived from them are then built from the
+    written copy (a columnar file read for the few columns each needs, cheaper than
+    keeping the journeys in memory). The other tables are small aggregations: each is
+    collected once and written from the driver (``small_tables``: one job, not Spark's
+    writer's several and its commit), ``parallel`` at a time, which keeps the cores
+    busy while one waits on the driver. Every table but the journeys stays cached, so
+    the report collects it without computing it again."""
     progress = progress or Progress()
     items = tables.items()
     done = 0
@@ -207,33 +201,22 @@ def write_tables(tables: AuditTables, out: str | os.PathLike[str],
             done += 1
             progress.stage(f"writing tables ({done}/{len(items)}): {name} written")
 
-    kept = None
-    if tables.journeys_full is not None and tables.from_journeys is not None:
-        kept = tables.journeys_full.persist(StorageLevel.MEMORY_AND_DISK)
-        tables.journeys = kept.drop("delivered_by")
-        # Every column nullable, as in a Parquet file read back, so the derived tables
-        # keep the column types they have when computed from the written journeys: a
-        # union with an empty frame of that schema (the optimizer drops it; the
-        # schema stays).
-        nullable = StructType([StructField(f.name, f.dataType, True, f.metadata)
-                               for f in kept.schema])
-        source = kept.unionByName(kept.sparkSession.createDataFrame([], nullable))
-        for name, frame in tables.from_journeys(source).items():
+    first, rest = items[0], items[1:]
+    local = paths.output_local_dir(first[1].sparkSession, str(out))
+    progress.stage(f"writing tables (0/{len(items)}): {first[0]}")
+    write(*first, small=False)
+    if tables.from_journeys is not None:
+        written = first[1].sparkSession.read.parquet(_join(str(out), first[0]))
+        tables.journeys = written
+        for name, frame in tables.from_journeys(written).items():
             setattr(tables, name, frame)
-    (first_name, first), rest = items[0], tables.items()[1:]
-    first = tables.journeys
-    local = paths.output_local_dir(first.sparkSession, str(out))
-    progress.stage(f"writing tables (0/{len(items)}): {first_name}")
-    write(first_name, first, small=False)
+        rest = tables.items()[1:]
     cached = [(name, frame.cache()) for name, frame in rest]
     for name, frame in cached:
         setattr(tables, name, frame)
     with concurrent.futures.ThreadPoolExecutor(max(1, parallel)) as pool:
         for future in [pool.submit(write, name, frame) for name, frame in cached]:
             future.result()
-    if kept is not None:
-        # Every table derived from the journeys is now cached itself.
-        kept.unpersist()
 
 
 def _join(base: str, name: str) -> str:
