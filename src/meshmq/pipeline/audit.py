@@ -86,7 +86,8 @@ def boots(events: DataFrame) -> DataFrame:
     per_key = events.groupBy(
         "broker", "boot", _start_field("previous_boot", "string").alias("previous_boot")).agg(
         F.min("ts").alias("started_ts"), F.max("ts").alias("last_ts"),
-        F.max(F.col("event") == tr.BROKER_STOPPED).alias("clean_stop"),
+        F.max(F.when(F.col("event") == tr.BROKER_STOPPED, True).otherwise(False))
+        .alias("clean_stop"),
         F.count(F.when(F.col("message_id") != "", 1)).alias("events"),
         F.min(F.when((F.col("message_id") != "") & (F.col("event") != tr.RECOVERED),
                      F.col("ts"))).alias("first_service_ts"),
@@ -137,12 +138,9 @@ def failover_windows(boot_table: DataFrame) -> DataFrame:
             .transform(lambda f: sorted_small(f, "down_from_ts")))
 
 
-def journeys(events: DataFrame, boot_table: DataFrame, *,
-             delivered_by: bool = False) -> DataFrame:
+def journeys(events: DataFrame, boot_table: DataFrame) -> DataFrame:
     """One row per message id, with its final ``status`` (and ``reason`` when it is
-    ``unknown``). ``delivered_by``: one more column, ``delivered_by``, the brokers that
-    delivered the message (sorted; empty if none), from the same pass over the events
-    (``duplicates`` takes it from there instead of reading the events again)."""
+    ``unknown``)."""
     msgs = events.where(F.col("message_id") != "")
     ev = F.col("event")
     point = F.struct(F.col("ts"), ev.alias("event"), F.col("broker"), F.col("boot"),
@@ -173,8 +171,6 @@ def journeys(events: DataFrame, boot_table: DataFrame, *,
                  F.when(settle, F.col("ts"))).alias("acker"),
         F.collect_list(F.when(delivery, F.struct(F.col("ts"), F.col("broker"),
                                                  F.col("consumer")))).alias("_deliveries"),
-        *([F.collect_set(F.when(delivery, F.col("broker"))).alias("_delivered_by")]
-          if delivered_by else []),
         _count(tr.FORWARDED).alias("hops"),
         _count(tr.DISPATCHED, tr.DELIVERED).alias("deliveries"),
         # A recovered message's delivery count says it may have been dispatched before
@@ -261,8 +257,7 @@ def journeys(events: DataFrame, boot_table: DataFrame, *,
         F.col("last.broker").alias("last_broker"), F.col("last.boot").alias("last_boot"),
         F.col("last.destination").alias("last_destination"),
         "drop_reason", "holder_restarted_ts", status.alias("status"),
-        unknown_reason.alias("reason"),
-        *([F.array_sort("_delivered_by").alias("delivered_by")] if delivered_by else []))
+        unknown_reason.alias("reason"))
 
 
 def lost(journey_table: DataFrame) -> DataFrame:
@@ -273,22 +268,17 @@ def lost(journey_table: DataFrame) -> DataFrame:
             .transform(lambda f: sorted_small(f, "last_ts", "message_id")))
 
 
-def duplicates(journey_table: DataFrame, events: DataFrame | None = None) -> DataFrame:
+def duplicates(journey_table: DataFrame, events: DataFrame) -> DataFrame:
     """Messages delivered more than once, and producer resends of one dedup id;
-    ``delivered_by``: the brokers that delivered them, from the journeys' own
-    ``delivered_by`` column (``journeys(..., delivered_by=True)``) when ``events`` is
-    None, else from the events."""
+    ``delivered_by``: the brokers that delivered them."""
     journey_table = journey_table.where(
         (F.col("deliveries") > 1) | (F.col("dedup_id").isNotNull() & (F.col("deliveries") > 0)))
-    if events is not None:
-        # Only the candidates' deliveries are grouped (a semi-join first): few
-        # messages, not every delivered one.
-        delivered = (events.where(F.col("event").isin(tr.DISPATCHED, tr.DELIVERED))
-                     .join(journey_table.select("message_id"), "message_id", "left_semi")
-                     .groupBy("message_id")
-                     .agg(F.array_sort(F.collect_set("broker")).alias("delivered_by")))
-        journey_table = journey_table.drop("delivered_by").join(delivered, "message_id",
-                                                                "left")
+    # Only the candidates' deliveries are grouped (a semi-join first): few messages, not
+    # every delivered one.
+    delivered = (events.where(F.col("event").isin(tr.DISPATCHED, tr.DELIVERED))
+                 .join(journey_table.select("message_id"), "message_id", "left_semi")
+                 .groupBy("message_id").agg(F.collect_set("broker").alias("delivered_by")))
+    journey_table = journey_table.join(delivered, "message_id", "left")
     redelivered = (journey_table.where(F.col("deliveries") > 1)
                    .select(F.col("message_id").alias("key"), F.lit("redelivered").alias("kind"),
                            F.array("message_id").alias("message_ids"), "destination",
@@ -298,7 +288,7 @@ def duplicates(journey_table: DataFrame, events: DataFrame | None = None) -> Dat
               .agg(F.array_sort(F.collect_list("message_id")).alias("message_ids"),
                    F.first("destination").alias("destination"),
                    F.sum("deliveries").alias("deliveries"), F.sum("acks").alias("acks"),
-                   F.array_sort(F.array_distinct(F.flatten(F.collect_list("delivered_by"))))
+                   F.array_distinct(F.flatten(F.collect_list("delivered_by")))
                    .alias("delivered_by"))
               .where(F.size("message_ids") > 1)
               .select(F.col("dedup_id").alias("key"), F.lit("resent").alias("kind"),
