@@ -78,31 +78,17 @@ def boots(events: DataFrame) -> DataFrame:
     broker's next run started (null for the current run) and ``alive_until_ts``: the
     run's last sign of life (its last event, or the last heartbeat the next run
     found in the heartbeat file, whichever is later)."""
-    # Two steps: the scan of every event aggregates numbers only (a hash aggregation;
-    # a string in the aggregation buffer, such as the maximum of ``previous_boot``,
-    # would make Spark sort every event instead), keyed by the run and its start's
-    # ``previous_boot`` (null on every other event: at most two groups per run); the
-    # second step merges those few rows per run.
-    per_key = events.groupBy(
-        "broker", "boot", _start_field("previous_boot", "string").alias("previous_boot")).agg(
+    runs = events.groupBy("broker", "boot").agg(
         F.min("ts").alias("started_ts"), F.max("ts").alias("last_ts"),
         F.max(F.when(F.col("event") == tr.BROKER_STOPPED, True).otherwise(False))
         .alias("clean_stop"),
         F.count(F.when(F.col("message_id") != "", 1)).alias("events"),
         F.min(F.when((F.col("message_id") != "") & (F.col("event") != tr.RECOVERED),
                      F.col("ts"))).alias("first_service_ts"),
-        F.max(_start_field("exact", "int")).alias("exact"),
+        F.coalesce(F.max(_start_field("exact", "int")) == 1, F.lit(False)).alias("exact"),
         F.max(_start_field("heartbeat_ms", "int")).alias("heartbeat_ms"),
+        F.max(_start_field("previous_boot", "string")).alias("previous_boot"),
         F.max(_start_field("last_heartbeat", "bigint")).alias("previous_heartbeat_ts"))
-    runs = per_key.groupBy("broker", "boot").agg(
-        F.min("started_ts").alias("started_ts"), F.max("last_ts").alias("last_ts"),
-        F.max("clean_stop").alias("clean_stop"),
-        F.coalesce(F.sum("events"), F.lit(0)).alias("events"),
-        F.min("first_service_ts").alias("first_service_ts"),
-        F.coalesce(F.max("exact") == 1, F.lit(False)).alias("exact"),
-        F.max("heartbeat_ms").alias("heartbeat_ms"),
-        F.max("previous_boot").alias("previous_boot"),
-        F.max("previous_heartbeat_ts").alias("previous_heartbeat_ts"))
     by_broker = Window.partitionBy("broker").orderBy("started_ts")
     # The next run's columns beside each run's own (a window over the few runs, not a
     # self-join, which would aggregate the events twice); runs without a boot id are
