@@ -16,10 +16,14 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import itertools
+import json
+import math
+import os
 import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -110,16 +114,36 @@ def generate(directory: Path, n_events: int, fmt: str) -> dict[str, int]:
     return planted
 
 
+def jvm_cpu(spark: Any) -> Callable[[], float]:
+    """The Spark JVM's CPU seconds so far (user + system, every thread: tasks, GC, the
+    driver), read from /proc: what a step costs, much less sensitive to the load of a
+    shared machine than its wall time. NaN where /proc is not there."""
+    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    tick = os.sysconf("SC_CLK_TCK")
+    stat = Path(f"/proc/{pid}/stat")
+
+    def read() -> float:
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return math.nan
+        return (int(fields[11]) + int(fields[12])) / tick
+
+    return read
+
+
 def breakdown(spark: Any, trace: Path, out: Path) -> None:
-    """One audit with the tables written one at a time: seconds and Spark jobs per
-    step (what the Spark UI would show, which local runs here do not have)."""
+    """One audit with the tables written one at a time: seconds, JVM CPU seconds and
+    Spark jobs per step (what the Spark UI would show, which local runs here do not
+    have)."""
     from meshmq.pipeline import audit_job
 
     tracker = spark.sparkContext.statusTracker()
-    marks: list[tuple[str, float, int]] = []
+    cpu = jvm_cpu(spark)
+    marks: list[tuple[str, float, float, int]] = []
 
     def mark(text: str) -> None:
-        marks.append((text, time.perf_counter(), len(tracker.getJobIdsForGroup(None))))
+        marks.append((text, time.perf_counter(), cpu(), len(tracker.getJobIdsForGroup(None))))
 
     class Timed(audit_job.Progress):
         def stage(self, text: str) -> None:
@@ -132,9 +156,10 @@ def breakdown(spark: Any, trace: Path, out: Path) -> None:
     audit_job.write_tables(tables, out, Timed(), parallel=1)
     mark("end")
     total = marks[-1][1] - marks[0][1]
-    print(f"breakdown: {total:.1f}s in all, {marks[-1][2] - marks[0][2]} Spark jobs")
-    for (_, t0, j0), (text, t1, j1) in itertools.pairwise(marks):
-        print(f"  {t1 - t0:6.2f}s {j1 - j0:3d} jobs  {text}")
+    print(f"breakdown: {total:.1f}s in all, {marks[-1][2] - marks[0][2]:.1f} s JVM CPU, "
+          f"{marks[-1][3] - marks[0][3]} Spark jobs")
+    for (_, t0, c0, j0), (text, t1, c1, j1) in itertools.pairwise(marks):
+        print(f"  {t1 - t0:6.2f}s {c1 - c0:6.2f}s CPU {j1 - j0:3d} jobs  {text}")
 
 
 def main() -> None:
@@ -144,6 +169,9 @@ def main() -> None:
     parser.add_argument("--format", choices=("parquet", "jsonl"), default="parquet")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--trace", type=Path, default=None,
+                        help="keep the generated trace in this directory and reuse it "
+                        "when it is already there (same --events and --format)")
     parser.add_argument("--breakdown", action="store_true",
                         help="after the runs, one more run writing one table at a time, "
                         "printing each step's seconds and Spark job count")
@@ -152,16 +180,28 @@ def main() -> None:
     from meshmq.pipeline import audit_job
 
     tmp = Path(tempfile.mkdtemp(prefix="meshmq-audit-bench-"))
+    trace = args.trace or tmp / "trace"
     try:
-        t0 = time.perf_counter()
-        planted = generate(tmp / "trace", args.events, args.format)
-        gen_s = time.perf_counter() - t0
+        planted_file = trace / f"planted-{args.events}-{args.format}.json"
+        if planted_file.exists():
+            planted = json.loads(planted_file.read_text())
+            print(f"reusing the trace in {trace}")
+        else:
+            if trace.exists() and any(trace.iterdir()):
+                parser.error(f"{trace} holds other files: name an empty or new directory")
+            t0 = time.perf_counter()
+            planted = generate(trace, args.events, args.format)
+            print(f"generated in {time.perf_counter() - t0:.1f}s")
+            # Beside the trace files: the audit reads only *.jsonl and *.parquet.
+            planted_file.write_text(json.dumps(planted))
         n = planted["events"]
-        print(f"generated {n} events ({planted['messages']} messages) in {gen_s:.1f}s; "
-              f"{sum(p.stat().st_size for p in (tmp / 'trace').iterdir()) / 1e6:.1f} MB")
+        size = sum(p.stat().st_size for p in trace.iterdir() if p.suffix != ".json")
+        print(f"{n} events ({planted['messages']} messages); {size / 1e6:.1f} MB")
         t0 = time.perf_counter()
         spark = audit_job.spark_session("local[2]", app="meshmq-audit-bench")
         start_s = time.perf_counter() - t0
+        tracker = spark.sparkContext.statusTracker()
+        cpu = jvm_cpu(spark)
         times = []
         core = []
         from meshmq.pipeline import audit
@@ -170,24 +210,28 @@ def main() -> None:
             # The journey query alone (what the research note measured): statuses.
             spark.catalog.clearCache()
             t0 = time.perf_counter()
-            events = audit_job.read_traces(spark, [tmp / "trace"])
+            events = audit_job.read_traces(spark, [trace])
             audit.summary(audit.journeys(events, audit.boots(events))).collect()
             core.append(time.perf_counter() - t0)
             print(f"run {run}: journeys + statuses only {core[-1]:.1f}s = "
                   f"{n / core[-1]:,.0f} events/s")
             spark.catalog.clearCache()
-            t0 = time.perf_counter()
-            tables = audit_job.compute(audit_job.read_traces(spark, [tmp / "trace"]))
+            jobs0 = len(tracker.getJobIdsForGroup(None))
+            t0, c0 = time.perf_counter(), cpu()
+            tables = audit_job.compute(audit_job.read_traces(spark, [trace]))
             audit_job.write_tables(tables, tmp / f"out{run}")
             times.append(time.perf_counter() - t0)
+            cpu_s = cpu() - c0
+            jobs = len(tracker.getJobIdsForGroup(None)) - jobs0
             lost = tables.lost.count()
             dups = tables.duplicates.count()
-            print(f"run {run}: {times[-1]:.1f}s = {n / times[-1]:,.0f} events/s; "
+            print(f"run {run}: {times[-1]:.1f}s = {n / times[-1]:,.0f} events/s, "
+                  f"{cpu_s:.1f} s JVM CPU, {jobs} Spark jobs; "
                   f"lost {lost} (planted {planted['lost']}), duplicates {dups} "
                   f"(planted {planted['duplicates']})")
             assert lost == planted["lost"] and dups == planted["duplicates"]
         if args.breakdown:
-            breakdown(spark, tmp / "trace", tmp / "out-breakdown")
+            breakdown(spark, trace, tmp / "out-breakdown")
         spark.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
