@@ -276,6 +276,15 @@ class MemoryNetwork:
         self.brokers[name] = broker
         return broker
 
+    def linked(self, **options: Any) -> tuple[NetworkBroker, NetworkBroker]:
+        """Brokers A and B, A bridged to B by ``connector("B", **options)``, both
+        started and A's bridge forwarding: ``(a, b)``."""
+        b = self.add("B")
+        a = self.add("A", connector("B", **options))
+        self.start()
+        a.wait_forwarding()
+        return a, b
+
     def restart(self, name: str, store: Store) -> NetworkBroker:
         """Start broker ``name`` again after ``stop()``: a new runtime on the same
         config over ``store`` (a new store on the files of a persistent one finds
