@@ -279,13 +279,7 @@ def test_topics_are_not_rate_limited_while_queues_are() -> None:
 @pytest.mark.parametrize("suppress", [True, False])
 def test_suppress_duplicate_topic_subscriptions_in_a_mesh(suppress: bool) -> None:
     with memory_network() as net:
-        names = "ABC"
-        nodes = {n: net.add(n, connector("", uri="static:(" + ",".join(
-            f"tcp://{o}:61616" for o in names if o != n) + ")", network_ttl=2,
-            suppress_duplicate_topic_subscriptions=suppress)) for n in names}
-        net.start()
-        for node in nodes.values():
-            node.wait_forwarding(2)
+        nodes = net.mesh("ABC", network_ttl=2, suppress_duplicate_topic_subscriptions=suppress)
         a = nodes["A"]
         sub = client(nodes["C"])
         subscribe(sub, "/topic/sup")

@@ -92,14 +92,8 @@ def test_static_bridge_forwards_without_consumers() -> None:
 
 def test_mesh_of_three_with_ttl_2_has_no_duplicates_or_loops() -> None:
     with memory_network() as net:
-        names = ("A", "B", "C")
-        nodes = [net.add(n, connector("", uri="static:(" + ",".join(
-            f"tcp://{o}:61616" for o in names if o != n) + ")", network_ttl=2))
-            for n in names]
-        net.start()
+        nodes = list(net.mesh("ABC", network_ttl=2).values())
         a, b, c = nodes
-        for node in nodes:
-            node.wait_forwarding(2)
         tb, tc, qb, qc = client(b), client(c), client(b), client(c)
         subscribe(tb, "/topic/mesh.t")
         subscribe(tc, "/topic/mesh.t")
