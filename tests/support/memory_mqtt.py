@@ -173,4 +173,22 @@ def mqtt_env(config: BrokerConfig | None = None,
     assert errors.records == [], f"the broker logged errors: {errors.messages()}"
 
 
-__all__ = ["LEVELS", "ClosedError", "MemoryMqtt", "MqttEnv", "mqtt_env", "uid"]
+def received(sub: MemoryMqtt, n: int) -> list[Publish]:
+    """The next ``n`` PUBLISHes ``sub`` gets, each acknowledged."""
+    got = sub.publishes(n)
+    for p in got:
+        sub.ack(p)
+    return got
+
+
+def watched(env: MqttEnv, level: int, qos: int = 2,
+            prefix: str = "will/") -> tuple[str, MemoryMqtt]:
+    """A fresh topic and a client at ``level`` subscribed to it with ``qos``."""
+    topic = uid(prefix)
+    watcher = env.raw_connected(level)
+    watcher.subscribe(topic, qos=qos)
+    return topic, watcher
+
+
+__all__ = ["LEVELS", "ClosedError", "MemoryMqtt", "MqttEnv", "mqtt_env", "received", "uid",
+           "watched"]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from meshmq.config.model import AuthConfig, BrokerConfig, NetworkConnectorConfig, User
@@ -275,6 +275,25 @@ class MemoryNetwork:
         broker = NetworkBroker(self, config, store)
         self.brokers[name] = broker
         return broker
+
+    def linked(self, **options: Any) -> tuple[NetworkBroker, NetworkBroker]:
+        """Brokers A and B, A bridged to B by ``connector("B", **options)``, both
+        started and A's bridge forwarding: ``(a, b)``."""
+        b = self.add("B")
+        a = self.add("A", connector("B", **options))
+        self.start()
+        a.wait_forwarding()
+        return a, b
+
+    def mesh(self, names: Sequence[str], **options: Any) -> dict[str, NetworkBroker]:
+        """A broker for each of ``names``, each bridged to all the others by one static
+        connector (``options`` its settings), all started and every bridge forwarding."""
+        nodes = {n: self.add(n, connector("", uri="static:(" + ",".join(
+            f"tcp://{o}:61616" for o in names if o != n) + ")", **options)) for n in names}
+        self.start()
+        for node in nodes.values():
+            node.wait_forwarding(len(names) - 1)
+        return nodes
 
     def restart(self, name: str, store: Store) -> NetworkBroker:
         """Start broker ``name`` again after ``stop()``: a new runtime on the same

@@ -17,11 +17,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from meshmq.config.model import BrokerConfig, HaConfig, StoreConfig
+from meshmq.core import destinations as dst
+from meshmq.core.message import Message
 from meshmq.ha.replication import ReplicatedHa
 from meshmq.protocol.wire.codec import (
     MAGIC,
@@ -31,6 +33,7 @@ from meshmq.protocol.wire.codec import (
     decode_json,
     encode_json,
 )
+from meshmq.store.base import AddMessage
 from tests.support.memory_network import MemoryPipe
 
 PORT = 7000
@@ -200,6 +203,17 @@ async def until(pred: Callable[[], bool], what: str, timeout: float = 10.0) -> N
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.002)
+
+
+# What a test runs once its nodes are up: ``body(net, nodes by name)``.
+Body = Callable[[ReplicationNet, dict[str, MemoryNode]], Awaitable[None]]
+
+
+def add(i: int) -> AddMessage:
+    """The store op that adds persistent message ``m<i>`` to queue ``q`` at sequence ``i``."""
+    m = Message(message_id=f"m{i}", destination=dst.queue("q"), body=b"body %d" % i,
+                persistent=True)
+    return AddMessage(m, (("queue://q", i),))
 
 
 def hello(**extra: Any) -> bytes:

@@ -7,34 +7,21 @@ journals; in-memory links; time moves only when the test says
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.memory_replication import MemoryNode, ReplicationNet, until
+from tests.support.memory_replication import Body, MemoryNode, ReplicationNet, add, until
 
-from meshmq.core import destinations as dst
-from meshmq.core.message import Message
 from meshmq.ha.roles import Role
-from meshmq.store.base import AddMessage
 from meshmq.store.fence import FencedError
 
 LEASE = 1000
 
 
-def add(i: int) -> AddMessage:
-    m = Message(message_id=f"m{i}", destination=dst.queue("q"), body=b"body %d" % i,
-                persistent=True)
-    return AddMessage(m, (("queue://q", i),))
-
-
 def ids(node: MemoryNode) -> list[str]:
     assert node.journal is not None
     return [e.message.message_id for e in node.journal.load("queue://q", 0, 100)]
-
-
-Body = Callable[[ReplicationNet, dict[str, MemoryNode]], Awaitable[None]]
 
 
 def run(tmp_path: Path, body: Body, **ha: Any) -> None:

@@ -8,33 +8,26 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.support.memory_replication import (
+    Body,
     MemoryNode,
     ReplicationNet,
+    add,
     hello,
     until,
 )
 
-from meshmq.core import destinations as dst
-from meshmq.core.message import Message
 from meshmq.ha.replica_ops import encode_ops
 from meshmq.ha.replica_peer import REPL_KEY
 from meshmq.ha.replica_wire import encode_append, encode_mixed
 from meshmq.ha.replication import STATE_FILE
 from meshmq.ha.replication_policy import pack_position
 from meshmq.protocol.wire.codec import FrameType, encode_json
-from meshmq.store.base import AddMessage, StoreOp
-
-
-def add(i: int) -> AddMessage:
-    m = Message(message_id=f"m{i}", destination=dst.queue("q"), body=b"body %d" % i,
-                persistent=True)
-    return AddMessage(m, (("queue://q", i),))
+from meshmq.store.base import StoreOp
 
 
 def append(term: int, prev: tuple[int, int] | None,
@@ -57,9 +50,6 @@ def vote_request(term: int, last: tuple[int, int] = (0, 0), *, pre: bool = False
     return encode_json(FrameType.REPL_VOTE_REQUEST, {
         "term": term, "candidate": candidate, "last": list(last), "pre": pre,
         "resigned": resigned})
-
-
-Body = Callable[[ReplicationNet, dict[str, MemoryNode]], Awaitable[None]]
 
 
 def run(tmp_path: Path, body: Body, *, start: tuple[str, ...] = ("b",), **ha: Any) -> None:

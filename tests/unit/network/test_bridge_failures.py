@@ -5,17 +5,15 @@ reconnect policy a connector maps to, and a stateful model of its timers and cou
 
 from __future__ import annotations
 
-import json
-import random
-
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from tests.support.bridge_machine import A, B, frame, machine, of, retry_delays, states
 
 from meshmq.backoff import ReconnectPolicy
 from meshmq.config.model import NetworkConnectorConfig
-from meshmq.connector_uri import Endpoint, parse_endpoint
+from meshmq.connector_uri import parse_endpoint
 from meshmq.errors import RemoteProtocolError
 from meshmq.network.bridge_state import (
     BRIDGE_JITTER,
@@ -48,35 +46,10 @@ from meshmq.protocol.wire import (
 )
 
 S = BridgeState
-A = parse_endpoint("tcp://a:61616")
-B = parse_endpoint("tcp://b:61616")
-
-
-def machine(*endpoints: Endpoint, **options: object) -> BridgeMachine:
-    options.setdefault("initial_reconnect_delay_ms", 1000)
-    config = NetworkConnectorConfig(uri="static:(tcp://a:61616)", **options)  # type: ignore[arg-type]
-    return BridgeMachine(config, endpoints or (A,), hello=lambda: b"HELLO",
-                         rng=random.Random(3))
-
-
-def frame(ftype: FrameType, body: dict[str, object]) -> WireFrame:
-    return WireFrame(ftype, json.dumps(body).encode())
 
 
 def welcome(**extra: object) -> WireFrame:
     return frame(FrameType.WELCOME, {"version": WIRE_VERSION, "broker": "remote", **extra})
-
-
-def of(actions: list[Action], kind: type) -> list[object]:
-    return [a for a in actions if isinstance(a, kind)]
-
-
-def states(actions: list[Action]) -> list[BridgeState]:
-    return [a.new for a in actions if isinstance(a, Changed)]
-
-
-def retry_delays(actions: list[Action]) -> list[float]:
-    return [a.delay for a in actions if isinstance(a, StartTimer) and a.name == RETRY_TIMER]
 
 
 def handshaking(m: BridgeMachine, now: float = 0.0) -> None:

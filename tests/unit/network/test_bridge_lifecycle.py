@@ -133,10 +133,7 @@ def test_a_clean_remote_shutdown_is_told_apart_from_a_crash(
         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="meshmq.network")
     with memory_network() as net:
-        b = net.add("B")
-        a = net.add("A", connector("B"))
-        net.start()
-        a.wait_forwarding()
+        a, b = net.linked()
         b.stop()
         a.wait_for(lambda: outbound(a)["link_ended"] is not None, what="the link ended")
         ended = outbound(a)["link_ended"]
@@ -153,10 +150,7 @@ def test_a_clean_remote_shutdown_is_told_apart_from_a_crash(
 # ---------------------------------------------------------------- demand comes and goes
 def test_demand_follows_remote_consumers_as_they_come_and_go() -> None:
     with memory_network() as net:
-        b = net.add("B")
-        a = net.add("A", connector("B"))
-        net.start()
-        a.wait_forwarding()
+        a, b = net.linked()
         first, second = client(b), client(b)
         subscribe(first, "/queue/come-go")
         a.wait_for(lambda: a.consumers_on("come-go") == 1, what="demand for the first")
@@ -175,10 +169,7 @@ def test_demand_follows_remote_consumers_as_they_come_and_go() -> None:
 
 def test_messages_that_waited_on_the_origin_follow_demand_when_it_appears() -> None:
     with memory_network() as net:
-        b = net.add("B")
-        a = net.add("A", connector("B"))
-        net.start()
-        a.wait_forwarding()
+        a, b = net.linked()
         producer = client(a)
         for i in range(10):
             send(producer, "/queue/later", str(i))
@@ -192,10 +183,7 @@ def test_messages_that_waited_on_the_origin_follow_demand_when_it_appears() -> N
 
 def test_demand_planned_before_a_link_drops_is_rebuilt_by_the_next_sync() -> None:
     with memory_network() as net:
-        b = net.add("B")
-        a = net.add("A", connector("B"))
-        net.start()
-        a.wait_forwarding()
+        a, b = net.linked()
         consumer = client(b)
         subscribe(consumer, "/queue/again")
         a.wait_for(lambda: a.consumers_on("again") == 1, what="demand")
@@ -209,10 +197,7 @@ def test_demand_planned_before_a_link_drops_is_rebuilt_by_the_next_sync() -> Non
 # ---------------------------------------------------------------- operators
 def test_an_operator_stops_and_starts_a_connector() -> None:
     with memory_network() as net:
-        b = net.add("B")
-        a = net.add("A", connector("B", name="to-b"))
-        net.start()
-        a.wait_forwarding()
+        a, b = net.linked(name="to-b")
         manager = a.runtime.network
         assert a.loop.run_until_complete(manager.stop_connector("to-b")) is True
         assert a.outbound() == []
@@ -241,10 +226,7 @@ def test_a_connector_that_does_not_auto_start_waits_for_an_operator() -> None:
 # ---------------------------------------------------------------- the inbound side
 def test_the_accepting_broker_lists_the_link_with_who_dialled() -> None:
     with memory_network() as net:
-        b = net.add("B")
-        a = net.add("A", connector("B", name="to-b"))
-        net.start()
-        a.wait_forwarding()
+        a, b = net.linked(name="to-b")
         (inbound,) = [s for s in b.bridges() if s["direction"] == "inbound"]
         assert (inbound["name"], inbound["connector"], inbound["remote_broker"],
                 inbound["state"], inbound["duplex"]) == ("to-b<-A", "to-b", "A",
@@ -291,10 +273,7 @@ def test_a_bridge_state_advisory_carries_the_failure() -> None:
 def test_a_link_cut_under_durable_topic_traffic_loses_and_repeats_nothing() -> None:
     total = 300
     with memory_network() as net:
-        b = net.add("B")
-        a = net.add("A", connector("B"))
-        net.start()
-        a.wait_forwarding()
+        a, b = net.linked()
         sub = client(b, **{"client-id": "reader"})
         subscribe(sub, "/topic/ticks", "d", **{"activemq.subscriptionName": "ticks"})
         a.wait_for(lambda: outbound(a)["demand"] == 1, what="the durable demand")

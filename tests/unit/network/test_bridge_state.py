@@ -4,15 +4,11 @@ that is not stopped or out of attempts always has a way back to CONNECTING."""
 
 from __future__ import annotations
 
-import json
-import random
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.support.bridge_machine import HELLO, A, B, frame, machine, of, retry_delays, states
 
-from meshmq.config.model import NetworkConnectorConfig
-from meshmq.connector_uri import Endpoint, parse_endpoint
 from meshmq.network.bridge_state import (
     HANDSHAKE_TIMER,
     RETRY_TIMER,
@@ -36,37 +32,11 @@ from meshmq.network.endpoint import BYE_CAUSE
 from meshmq.protocol.wire import FEATURES, WIRE_VERSION, FrameType, WireFrame
 
 S = BridgeState
-A = parse_endpoint("tcp://a:61616")
-B = parse_endpoint("tcp://b:61616")
-HELLO = b"hello"
-
-
-def machine(*endpoints: Endpoint, **options: object) -> BridgeMachine:
-    options.setdefault("initial_reconnect_delay_ms", 1000)
-    config = NetworkConnectorConfig(uri="static:(tcp://a:61616)", **options)  # type: ignore[arg-type]
-    return BridgeMachine(config, endpoints or (A,), hello=lambda: HELLO,
-                         rng=random.Random(7))
-
-
-def frame(ftype: FrameType, body: dict[str, object]) -> WireFrame:
-    return WireFrame(ftype, json.dumps(body).encode())
 
 
 def welcome(remote: str = "remote") -> WireFrame:
     return frame(FrameType.WELCOME, {"version": WIRE_VERSION, "broker": remote,
                                      "features": list(FEATURES), "client_uris": []})
-
-
-def of(actions: list[Action], kind: type) -> list[object]:
-    return [a for a in actions if isinstance(a, kind)]
-
-
-def states(actions: list[Action]) -> list[BridgeState]:
-    return [a.new for a in actions if isinstance(a, Changed)]
-
-
-def delays(actions: list[Action]) -> list[float]:
-    return [a.delay for a in actions if isinstance(a, StartTimer) and a.name == RETRY_TIMER]
 
 
 def up(m: BridgeMachine, now: float = 0.0) -> list[Action]:
@@ -111,7 +81,7 @@ def test_refused_dial_tries_the_next_target_at_once_then_backs_off() -> None:
     out = m.connect_failed("connection-refused", "b: refused", 0.0)
     assert states(out) == [S.BACKING_OFF] and of(out, Connect) == []
     assert m.last_error is not None and m.last_error["kind"] == "connection-refused"
-    (delay,) = delays(out)
+    (delay,) = retry_delays(out)
     assert 0.9 <= delay <= 1.1  # initial delay, +/- 10% jitter
     out = m.timer_fired(RETRY_TIMER, 1.0)
     assert states(out) == [S.CONNECTING] and of(out, Connect) == [Connect(A)]
@@ -129,7 +99,7 @@ def test_slave_refusal_moves_on_but_bad_credentials_end_the_pass() -> None:
     m.transport_up(0.0)
     out = m.handshake_frame(frame(FrameType.REFUSE, {"code": "authentication-failed",
                                                      "message": "no"}), 0.0)
-    assert states(out) == [S.BACKING_OFF] and len(delays(out)) == 1
+    assert states(out) == [S.BACKING_OFF] and len(retry_delays(out)) == 1
     m.timer_fired(RETRY_TIMER, 1.0)
     m.transport_up(1.0)
     out = m.handshake_frame(frame(FrameType.REFUSE, {"code": "authentication-failed",
@@ -163,7 +133,7 @@ def test_lost_link_tears_down_records_why_and_retries_after_the_initial_delay() 
     out = m.link_lost(f"{BYE_CAUSE} (maintenance)", 100.0)
     assert out[0] == Teardown() and states(out) == [S.BACKING_OFF]
     assert m.link_ended is not None and m.link_ended["kind"] == "remote-shutdown"
-    assert 0.9 <= delays(out)[0] <= 1.1
+    assert 0.9 <= retry_delays(out)[0] <= 1.1
     assert m.link_lost("again", 101.0) == []  # not linked any more
 
 
@@ -182,7 +152,7 @@ def _fail_passes(m: BridgeMachine, now: float, limit: int = 50) -> tuple[list[fl
     seen: list[float] = []
     for _ in range(limit):
         out = m.connect_failed("connection-refused", "refused", now)
-        seen += delays(out)
+        seen += retry_delays(out)
         if of(out, GiveUp):
             return seen, True
         if m.state is S.BACKING_OFF:
@@ -227,11 +197,11 @@ def test_a_long_lived_link_resets_the_backoff_and_a_short_one_does_not() -> None
         m.connect_failed("connection-refused", "x", 0.0)
         m.timer_fired(RETRY_TIMER, 0.0)
     up(m, 10.0)
-    short = delays(m.link_lost("gone", 11.0))[0]
+    short = retry_delays(m.link_lost("gone", 11.0))[0]
     assert short >= 8 * 0.9
     m.timer_fired(RETRY_TIMER, 20.0)
     up(m, 20.0)
-    long = delays(m.link_lost("gone", 100.0))[0]
+    long = retry_delays(m.link_lost("gone", 100.0))[0]
     assert long <= 1.1
 
 

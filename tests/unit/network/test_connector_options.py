@@ -78,10 +78,7 @@ def test_message_ttl_stops_messages_where_consumer_ttl_let_demand_through(
 def test_dynamic_only_decides_whether_an_offline_durable_subscriber_keeps_its_demand(
         dynamic_only: bool) -> None:
     with memory_network() as net:
-        b = net.add("B")
-        a = net.add("A", connector("B", dynamic_only=dynamic_only))
-        net.start()
-        a.wait_forwarding()
+        a, b = net.linked(dynamic_only=dynamic_only)
         sub = client(b, **{"client-id": "reader"})
         subscribe(sub, "/topic/news", "d", **{"activemq.subscriptionName": "news"})
         a.wait_for(lambda: demand(a) == 1, what="the durable's demand on A")
@@ -106,10 +103,7 @@ def test_dynamic_only_decides_whether_an_offline_durable_subscriber_keeps_its_de
 def test_bridge_temp_destinations_decides_whether_temporary_consumers_are_advertised(
         bridge_temp: bool) -> None:
     with memory_network() as net:
-        b = net.add("B")
-        a = net.add("A", connector("B", bridge_temp_destinations=bridge_temp))
-        net.start()
-        a.wait_forwarding()
+        a, b = net.linked(bridge_temp_destinations=bridge_temp)
         c = client(b)
         subscribe(c, "/temp-queue/replies", "1")
         subscribe(c, "/queue/work", "2")
@@ -121,10 +115,7 @@ def test_bridge_temp_destinations_decides_whether_temporary_consumers_are_advert
 
 def test_advisory_topics_and_queue_browsers_create_no_demand() -> None:
     with memory_network() as net:
-        b = net.add("B")
-        a = net.add("A", connector("B"))
-        net.start()
-        a.wait_forwarding()
+        a, b = net.linked()
         c = client(b)
         subscribe(c, "/topic/ActiveMQ.Advisory.Connection", "1")
         subscribe(c, "/queue/browsed", "2", browser="true")
@@ -136,10 +127,7 @@ def test_advisory_topics_and_queue_browsers_create_no_demand() -> None:
 
 def test_a_composite_consumer_is_demand_on_each_of_its_destinations() -> None:
     with memory_network() as net:
-        b = net.add("B")
-        a = net.add("A", connector("B"))
-        net.start()
-        a.wait_forwarding()
+        a, b = net.linked()
         c = client(b)
         subscribe(c, "/queue/left,/queue/right")
         a.wait_for(lambda: a.consumers_on("left") == 1 and a.consumers_on("right") == 1,
@@ -152,10 +140,7 @@ def test_a_composite_consumer_is_demand_on_each_of_its_destinations() -> None:
 
 def test_a_wildcard_consumer_draws_every_queue_it_covers() -> None:
     with memory_network() as net:
-        b = net.add("B")
-        a = net.add("A", connector("B"))
-        net.start()
-        a.wait_forwarding()
+        a, b = net.linked()
         c = client(b)
         subscribe(c, "/queue/orders.>")
         a.wait_for(lambda: demand(a) == 1, what="the wildcard demand")
@@ -169,10 +154,7 @@ def test_a_wildcard_consumer_draws_every_queue_it_covers() -> None:
 
 def test_an_excluded_topic_is_not_forwarded_while_the_others_are() -> None:
     with memory_network() as net:
-        b = net.add("B")
-        a = net.add("A", connector("B", excluded_destinations=("topic://internal.>",)))
-        net.start()
-        a.wait_forwarding()
+        a, b = net.linked(excluded_destinations=("topic://internal.>",))
         c = client(b)
         subscribe(c, "/topic/internal.audit", "1")
         subscribe(c, "/topic/public", "2")
@@ -218,10 +200,7 @@ def test_prefetch_size_bounds_what_awaits_a_slow_remote_store() -> None:
 def test_always_sync_send_decides_whether_non_persistent_messages_wait_for_the_remote(
         always_sync_send: bool) -> None:
     with memory_network() as net:
-        b = net.add("B")
-        a = net.add("A", connector("B", always_sync_send=always_sync_send))
-        net.start()
-        a.wait_forwarding()
+        a, b = net.linked(always_sync_send=always_sync_send)
         consumer = client(b)
         subscribe(consumer, "/queue/np")
         a.wait_for(lambda: a.consumers_on("np") == 1, what="demand")
@@ -256,10 +235,7 @@ def test_a_duplex_link_forwards_back_to_the_broker_that_dialled() -> None:
 
 def test_without_duplex_the_accepting_broker_forwards_nothing_back() -> None:
     with memory_network() as net:
-        b = net.add("B")
-        a = net.add("A", connector("B"))
-        net.start()
-        a.wait_forwarding()
+        a, b = net.linked()
         consumer = client(a)
         subscribe(consumer, "/queue/back")
         send(client(b), "/queue/back", "stays")
@@ -270,11 +246,8 @@ def test_without_duplex_the_accepting_broker_forwards_nothing_back() -> None:
 
 def test_statically_included_destinations_are_forwarded_only_by_the_connectors_owner() -> None:
     with memory_network() as net:
-        b = net.add("B")
-        a = net.add("A", connector("B", duplex=True,
-                                   statically_included_destinations=("queue://audit",)))
-        net.start()
-        a.wait_forwarding()
+        a, b = net.linked(duplex=True,
+                          statically_included_destinations=("queue://audit",))
         send(client(a), "/queue/audit", "from-a")
         send(client(b), "/queue/audit", "from-b")
         a.wait_for(lambda: b.queue_depth("audit") == 2 and a.queue_depth("audit") == 0,
@@ -285,10 +258,7 @@ def test_statically_included_destinations_are_forwarded_only_by_the_connectors_o
 
 def test_topics_are_not_rate_limited_while_queues_are() -> None:
     with memory_network() as net:
-        b = net.add("B")
-        a = net.add("A", connector("B", rate_limit=1, rate_duration_ms=600_000))
-        net.start()
-        a.wait_forwarding()
+        a, b = net.linked(rate_limit=1, rate_duration_ms=600_000)
         consumer = client(b)
         subscribe(consumer, "/topic/ticks", "1")
         subscribe(consumer, "/queue/jobs", "2")
@@ -309,13 +279,7 @@ def test_topics_are_not_rate_limited_while_queues_are() -> None:
 @pytest.mark.parametrize("suppress", [True, False])
 def test_suppress_duplicate_topic_subscriptions_in_a_mesh(suppress: bool) -> None:
     with memory_network() as net:
-        names = "ABC"
-        nodes = {n: net.add(n, connector("", uri="static:(" + ",".join(
-            f"tcp://{o}:61616" for o in names if o != n) + ")", network_ttl=2,
-            suppress_duplicate_topic_subscriptions=suppress)) for n in names}
-        net.start()
-        for node in nodes.values():
-            node.wait_forwarding(2)
+        nodes = net.mesh("ABC", network_ttl=2, suppress_duplicate_topic_subscriptions=suppress)
         a = nodes["A"]
         sub = client(nodes["C"])
         subscribe(sub, "/topic/sup")
@@ -336,10 +300,7 @@ def messages_of(c: LoopStompClient) -> list[str]:
 
 def test_a_consumer_with_a_selector_behind_a_bridge_without_conduit_gets_only_matches() -> None:
     with memory_network() as net:
-        b = net.add("B")
-        a = net.add("A", connector("B", conduit_subscriptions=False))
-        net.start()
-        a.wait_forwarding()
+        a, b = net.linked(conduit_subscriptions=False)
         c = client(b)
         subscribe(c, "/queue/sel", selector="kind = 'wanted'")
         a.wait_for(lambda: a.consumers_on("sel") == 1, what="demand with the selector")

@@ -24,10 +24,7 @@ def bodies(c: StompClient) -> list[str]:
 
 def test_queue_messages_follow_a_remote_consumer() -> None:
     with memory_network() as net:
-        b = net.add("B")
-        a = net.add("A", connector("B"))
-        net.start()
-        a.wait_forwarding()
+        a, b = net.linked()
         consumer = client(b)
         subscribe(consumer, "/queue/fw")
         a.wait_for(lambda: a.consumers_on("fw") == 1, what="demand on A")
@@ -46,10 +43,7 @@ def test_consumer_leaving_mid_stream_neither_loses_nor_doubles() -> None:
     """The remote consumer goes while messages are on their way: the demand drains
     (the remote stores them, they are settled here) instead of bouncing them back."""
     with memory_network() as net:
-        b = net.add("B")
-        a = net.add("A", connector("B", redistribution=False))
-        net.start()
-        a.wait_forwarding()
+        a, b = net.linked(redistribution=False)
         consumer = client(b)
         subscribe(consumer, "/queue/leave")
         a.wait_for(lambda: a.consumers_on("leave") == 1, what="demand")
@@ -67,11 +61,8 @@ def test_consumer_leaving_mid_stream_neither_loses_nor_doubles() -> None:
 
 def test_excluded_and_dynamically_included_destinations() -> None:
     with memory_network() as net:
-        b = net.add("B")
-        a = net.add("A", connector("B", dynamically_included_destinations=("queue://orders.>",),
-                                   excluded_destinations=("queue://orders.secret",)))
-        net.start()
-        a.wait_forwarding()
+        a, b = net.linked(dynamically_included_destinations=("queue://orders.>",),
+                          excluded_destinations=("queue://orders.secret",))
         consumer = client(b)
         for i, name in enumerate(("orders.eu", "orders.secret", "billing")):
             subscribe(consumer, f"/queue/{name}", str(i))
@@ -89,11 +80,8 @@ def test_excluded_and_dynamically_included_destinations() -> None:
 
 def test_static_bridge_forwards_without_consumers() -> None:
     with memory_network() as net:
-        b = net.add("B")
-        a = net.add("A", connector("B", static_bridge=True,
-                                   statically_included_destinations=("queue://audit",)))
-        net.start()
-        a.wait_forwarding()
+        a, b = net.linked(static_bridge=True,
+                          statically_included_destinations=("queue://audit",))
         producer = client(a)
         for i in range(5):
             send(producer, "/queue/audit", str(i))
@@ -104,14 +92,8 @@ def test_static_bridge_forwards_without_consumers() -> None:
 
 def test_mesh_of_three_with_ttl_2_has_no_duplicates_or_loops() -> None:
     with memory_network() as net:
-        names = ("A", "B", "C")
-        nodes = [net.add(n, connector("", uri="static:(" + ",".join(
-            f"tcp://{o}:61616" for o in names if o != n) + ")", network_ttl=2))
-            for n in names]
-        net.start()
+        nodes = list(net.mesh("ABC", network_ttl=2).values())
         a, b, c = nodes
-        for node in nodes:
-            node.wait_forwarding(2)
         tb, tc, qb, qc = client(b), client(c), client(b), client(c)
         subscribe(tb, "/topic/mesh.t")
         subscribe(tc, "/topic/mesh.t")

@@ -38,10 +38,7 @@ def test_a_message_delivered_before_crosses_a_bridge_flagged_redelivered() -> No
     consumer on the other broker, still says it may have been delivered before; a fresh
     one does not (the MESSAGES_AGAIN frame)."""
     with memory_network() as net:
-        b = net.add("B")
-        a = net.add("A", connector("B"))
-        net.start()
-        a.wait_forwarding()
+        a, b = net.linked()
         local = client(a)
         subscribe(local, "/queue/again", ack="client-individual")
         producer = client(a)
@@ -61,10 +58,7 @@ def test_a_message_delivered_before_crosses_a_bridge_flagged_redelivered() -> No
 
 def test_local_consumers_come_first_with_decreased_network_priority() -> None:
     with memory_network() as net:
-        b = net.add("B")
-        a = net.add("A", connector("B"))
-        net.start()
-        a.wait_forwarding()
+        a, b = net.linked()
         remote, local = client(b), client(a)
         subscribe(remote, "/queue/prio")
         subscribe(local, "/queue/prio", ack="client-individual",
@@ -120,13 +114,7 @@ def test_replay_when_no_consumers_or_stuck_without_it(replay: bool) -> None:
 @pytest.mark.parametrize("suppress", [True, False])
 def test_suppress_duplicate_queue_subscriptions_in_a_mesh(suppress: bool) -> None:
     with memory_network() as net:
-        names = "ABC"
-        nodes = {n: net.add(n, connector("", uri="static:(" + ",".join(
-            f"tcp://{o}:61616" for o in names if o != n) + ")", network_ttl=2,
-            suppress_duplicate_queue_subscriptions=suppress)) for n in names}
-        net.start()
-        for node in nodes.values():
-            node.wait_forwarding(2)
+        nodes = net.mesh("ABC", network_ttl=2, suppress_duplicate_queue_subscriptions=suppress)
         a = nodes["A"]
         subscribe(client(nodes["C"]), "/queue/sup")
 
@@ -195,11 +183,8 @@ def test_conduit_subscriptions_split_30_messages(conduit: bool, expected: list[i
     """A and B bridged A->B; one consumer on A, two on B, equal priority
     (decrease_network_consumer_priority off); 30 messages produced on A."""
     with memory_network() as net:
-        b = net.add("B")
-        a = net.add("A", connector("B", conduit_subscriptions=conduit,
-                                   decrease_network_consumer_priority=False))
-        net.start()
-        a.wait_forwarding()
+        a, b = net.linked(conduit_subscriptions=conduit,
+                          decrease_network_consumer_priority=False)
         ca, cb1, cb2 = client(a), client(b), client(b)
         for c in (ca, cb1, cb2):
             subscribe(c, "/queue/Q.TEST")
@@ -318,10 +303,7 @@ def test_a_wildcard_demand_forwards_what_it_may_and_keeps_the_rest() -> None:
 
 def test_rate_limit_throttles_the_bridge() -> None:
     with memory_network() as net:
-        b = net.add("B")
-        a = net.add("A", connector("B", rate_limit=10, rate_duration_ms=500))
-        net.start()
-        a.wait_forwarding()
+        a, b = net.linked(rate_limit=10, rate_duration_ms=500)
         consumer = client(b)
         subscribe(consumer, "/queue/slow")
         a.wait_for(lambda: a.consumers_on("slow") == 1, what="demand")

@@ -54,10 +54,7 @@ def test_duplex_hub_and_spokes() -> None:
 
 def test_request_reply_over_a_temp_queue_across_brokers() -> None:
     with memory_network() as net:
-        b = net.add("B")
-        a = net.add("A", connector("B", duplex=True))
-        net.start()
-        a.wait_forwarding()
+        a, b = net.linked(duplex=True)
         responder = client(b)
         subscribe(responder, "/queue/svc")
         a.wait_for(lambda: a.consumers_on("svc") == 1, what="the service's demand on A")
@@ -145,10 +142,7 @@ def test_a_link_broken_mid_stream_reconnects_without_loss_or_duplicates() -> Non
     confirmed, and B's duplicate window keeps each message delivered once."""
     total = 500
     with memory_network() as net:
-        b = net.add("B")
-        a = net.add("A", connector("B"))
-        net.start()
-        a.wait_forwarding()
+        a, b = net.linked()
         consumer = client(b)
         subscribe(consumer, "/queue/cut")
         a.wait_for(lambda: a.consumers_on("cut") == 1, what="demand on A")

@@ -5,26 +5,11 @@ in memory."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
-from tests.support.memory_broker import memory_config
-from tests.support.memory_mqtt import LEVELS, MemoryMqtt, MqttEnv, mqtt_env, uid
+from tests.support.memory_mqtt import LEVELS, MemoryMqtt, MqttEnv, received, uid
 
 from meshmq.protocol.mqtt import Disconnect, Properties, Publish, ReasonCode
-
-
-@pytest.fixture
-def env() -> Iterator[MqttEnv]:
-    with mqtt_env(memory_config()) as e:
-        yield e
-
-
-def received(sub: MemoryMqtt, n: int) -> list[Publish]:
-    got = sub.publishes(n)
-    for p in got:
-        sub.ack(p)
-    return got
 
 
 def alias(n: int) -> Properties:

@@ -4,30 +4,14 @@ retained) once; another id is a new message."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from tests.support.memory_broker import memory_config
-from tests.support.memory_mqtt import MemoryMqtt, MqttEnv, mqtt_env, uid
+from tests.support.memory_mqtt import MqttEnv, received, uid
 
-from meshmq.protocol.mqtt import Properties, Puback, Pubcomp, Publish, ReasonCode
-
-
-@pytest.fixture
-def env() -> Iterator[MqttEnv]:
-    with mqtt_env(memory_config()) as e:
-        yield e
+from meshmq.protocol.mqtt import Properties, Puback, Pubcomp, ReasonCode
 
 
 def dedup(value: str) -> Properties:
     return Properties(user_properties=[("dedup-id", value)])
-
-
-def received(sub: MemoryMqtt, n: int) -> list[Publish]:
-    got = sub.publishes(n)
-    for p in got:
-        sub.ack(p)
-    return got
 
 
 @pytest.mark.parametrize(("qos", "ack_type"), [(1, Puback), (2, Pubcomp)])

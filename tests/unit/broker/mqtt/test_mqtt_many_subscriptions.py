@@ -7,7 +7,6 @@ an instantaneous close would have left it."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 from tests.support.memory_broker import StompClient, memory_config
@@ -27,12 +26,6 @@ from meshmq.protocol.stomp.frames import Frame
 from meshmq.transport import mqtt_server
 
 BATCH = 1000  # topic filters per SUBSCRIBE
-
-
-@pytest.fixture
-def env() -> Iterator[MqttEnv]:
-    with mqtt_env(memory_config()) as e:
-        yield e
 
 
 def subscribe_many(client: MemoryMqtt, filters: list[str], qos: int) -> None:

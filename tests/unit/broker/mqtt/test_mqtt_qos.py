@@ -5,10 +5,8 @@ maximum window.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from tests.support.memory_mqtt import LEVELS, MemoryMqtt, MqttEnv, mqtt_env, uid
+from tests.support.memory_mqtt import LEVELS, MemoryMqtt, MqttEnv, uid
 
 from meshmq.protocol.mqtt import (
     Properties,
@@ -19,12 +17,6 @@ from meshmq.protocol.mqtt import (
     Pubrel,
     ReasonCode,
 )
-
-
-@pytest.fixture
-def env() -> Iterator[MqttEnv]:
-    with mqtt_env() as e:
-        yield e
 
 
 def persistent_connect(raw: MemoryMqtt, client_id: str) -> bool:

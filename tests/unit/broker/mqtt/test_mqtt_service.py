@@ -54,12 +54,6 @@ def controlled() -> Iterator[tuple[MqttEnv, ControlledStore]]:
         yield env, store
 
 
-@pytest.fixture
-def env() -> Iterator[MqttEnv]:
-    with mqtt_env() as e:
-        yield e
-
-
 # ---------------------------------------------------------------- confirmation ordering
 # A message is stored (and its PUBACK waits for a sync) when a persistent session's
 # subscription holds it; a topic no durable subscription matches stores nothing.

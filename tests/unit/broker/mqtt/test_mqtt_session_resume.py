@@ -5,18 +5,10 @@ of pipelined packets larger than one event-loop turn keeps its order."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from tests.support.memory_mqtt import MemoryMqtt, MqttEnv, mqtt_env, uid
+from tests.support.memory_mqtt import MemoryMqtt, MqttEnv, uid
 
 from meshmq.protocol.mqtt import Properties, Puback, Publish, encode
-
-
-@pytest.fixture
-def env() -> Iterator[MqttEnv]:
-    with mqtt_env() as e:
-        yield e
 
 
 def _leave(raw: MemoryMqtt) -> None:

@@ -4,18 +4,10 @@ messages for an offline persistent session, v5 session expiry, session takeover.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from tests.support.memory_mqtt import LEVELS, MemoryMqtt, MqttEnv, mqtt_env, uid
+from tests.support.memory_mqtt import LEVELS, MemoryMqtt, MqttEnv, uid
 
 from meshmq.protocol.mqtt import Disconnect, Properties, Publish, ReasonCode
-
-
-@pytest.fixture
-def env() -> Iterator[MqttEnv]:
-    with mqtt_env() as e:
-        yield e
 
 
 def connect(raw: MemoryMqtt, cid: str, *, persistent: bool, expiry: int = 300) -> bool:

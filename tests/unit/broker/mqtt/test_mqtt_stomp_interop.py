@@ -6,21 +6,13 @@ properties. MQTT and STOMP clients of one broker driven in memory.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from tests.support.memory_broker import memory_config
-from tests.support.memory_mqtt import LEVELS, MqttEnv, mqtt_env, uid
+from tests.support.memory_mqtt import LEVELS, MqttEnv, uid
 from tests.support.memory_stomp_client import MemoryClient
 
 from meshmq.protocol.mqtt import Properties, Publish
-
-
-@pytest.fixture
-def env() -> Iterator[MqttEnv]:
-    with mqtt_env(memory_config()) as e:
-        yield e
 
 
 def stomp(env: MqttEnv, **kw: Any) -> MemoryClient:

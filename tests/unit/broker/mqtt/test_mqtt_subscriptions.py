@@ -6,35 +6,16 @@ reaches a subscriber."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from tests.support.memory_broker import memory_config
-from tests.support.memory_mqtt import LEVELS, MemoryMqtt, MqttEnv, mqtt_env, uid
+from tests.support.memory_mqtt import LEVELS, MqttEnv, received, uid
 
 from meshmq.protocol.mqtt import (
     Disconnect,
     Properties,
-    Publish,
     ReasonCode,
     Subscribe,
     SubscriptionOptions,
 )
-
-
-@pytest.fixture
-def env() -> Iterator[MqttEnv]:
-    with mqtt_env(memory_config()) as e:
-        yield e
-
-
-def received(sub: MemoryMqtt, n: int) -> list[Publish]:
-    """The next ``n`` PUBLISHes, acknowledged."""
-    got = sub.publishes(n)
-    for p in got:
-        sub.ack(p)
-    return got
-
 
 # ---------------------------------------------------------------------------- UNSUBSCRIBE
 

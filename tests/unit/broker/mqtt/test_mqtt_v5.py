@@ -33,12 +33,6 @@ from meshmq.protocol.mqtt import (
 
 
 @pytest.fixture
-def env() -> Iterator[MqttEnv]:
-    with mqtt_env(memory_config()) as e:
-        yield e
-
-
-@pytest.fixture
 def auth_env() -> Iterator[MqttEnv]:
     config = memory_config(auth=AuthConfig(anonymous_access=False,
                                            users=(User("system", "manager"),)))

@@ -6,28 +6,11 @@ through a broker driven in memory.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
-from tests.support.memory_broker import memory_config
-from tests.support.memory_mqtt import LEVELS, MemoryMqtt, MqttEnv, mqtt_env, uid
+from tests.support.memory_mqtt import LEVELS, MqttEnv, received, uid, watched
 
-from meshmq.protocol.mqtt import Properties, Publish, ReasonCode, Will
-
-
-@pytest.fixture
-def env() -> Iterator[MqttEnv]:
-    with mqtt_env(memory_config()) as e:
-        yield e
-
-
-def received(sub: MemoryMqtt, n: int) -> list[Publish]:
-    """The next ``n`` PUBLISHes, acknowledged."""
-    got = sub.publishes(n)
-    for p in got:
-        sub.ack(p)
-    return got
-
+from meshmq.protocol.mqtt import Properties, ReasonCode, Will
 
 # ---------------------------------------------------------------------------- retained
 
@@ -55,9 +38,7 @@ def test_new_subscriber_gets_retained_message_with_retain_flag(env: MqttEnv,
 
 @pytest.mark.parametrize("level", LEVELS)
 def test_will_published_on_abrupt_close(env: MqttEnv, level: int) -> None:
-    topic = uid("will/")
-    watcher = env.raw_connected(level)
-    watcher.subscribe(topic, qos=1)
+    topic, watcher = watched(env, level, qos=1)
     dying = env.raw(level)
     dying.connect(uid("dying"), keep_alive=60,
                   will=Will(topic, b"gone", qos=1, retain=True))
@@ -74,9 +55,7 @@ def test_will_published_on_abrupt_close(env: MqttEnv, level: int) -> None:
 
 @pytest.mark.parametrize("level", LEVELS)
 def test_no_will_after_normal_disconnect(env: MqttEnv, level: int) -> None:
-    topic = uid("nowill/")
-    watcher = env.raw_connected(level)
-    watcher.subscribe(topic, qos=1)
+    topic, watcher = watched(env, level, qos=1, prefix="nowill/")
     polite = env.raw(level)
     polite.connect(uid("polite"), will=Will(topic, b"should not appear", qos=1))
     polite.disconnect()
@@ -88,9 +67,7 @@ def test_no_will_after_normal_disconnect(env: MqttEnv, level: int) -> None:
 
 
 def test_v5_disconnect_with_will_message_publishes_the_will(env: MqttEnv) -> None:
-    topic = uid("willrc/")
-    watcher = env.raw_connected(5)
-    watcher.subscribe(topic, qos=1)
+    topic, watcher = watched(env, 5, qos=1, prefix="willrc/")
     raw = env.raw(5)
     raw.connect(uid("rc4"), will=Will(topic, b"asked for", qos=1))
     raw.disconnect(ReasonCode.DISCONNECT_WITH_WILL_MESSAGE)

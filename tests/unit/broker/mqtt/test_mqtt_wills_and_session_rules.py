@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 from tests.support.memory_broker import memory_config
-from tests.support.memory_mqtt import LEVELS, MemoryMqtt, MqttEnv, mqtt_env, uid
+from tests.support.memory_mqtt import LEVELS, MqttEnv, mqtt_env, received, uid, watched
 
 from meshmq.config.model import MqttConfig
 from meshmq.protocol.mqtt import (
@@ -30,20 +30,6 @@ from meshmq.protocol.mqtt import (
 def env() -> Iterator[MqttEnv]:
     with mqtt_env(memory_config(mqtt=MqttConfig(max_session_expiry_s=600))) as e:
         yield e
-
-
-def received(sub: MemoryMqtt, n: int) -> list[Publish]:
-    got = sub.publishes(n)
-    for p in got:
-        sub.ack(p)
-    return got
-
-
-def watched(env: MqttEnv, level: int, qos: int = 2) -> tuple[str, MemoryMqtt]:
-    topic = uid("will/")
-    watcher = env.raw_connected(level)
-    watcher.subscribe(topic, qos=qos)
-    return topic, watcher
 
 
 # ---------------------------------------------------------------------------- wills
