@@ -50,10 +50,20 @@ class StandaloneCluster:
                                         timeout=5) as response:
                 result: dict[str, Any] = json.load(response)
                 return result
-        except OSError:
+        except (OSError, ValueError):
+            # Not up yet: no answer, or (seen while the master starts under load) an HTML
+            # page where the JSON status will be.
             return {}
 
     def start(self) -> StandaloneCluster:
+        """Master, then worker; a failure stops what had started, then raises."""
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> StandaloneCluster:
         self.root.mkdir(parents=True, exist_ok=True)
         self._spawn("master", "org.apache.spark.deploy.master.Master", "--host",
                     "127.0.0.1", "--port", str(self.port), "--webui-port",
