@@ -7,6 +7,11 @@ from typing import Any
 
 import pytest
 
+from tests.support.spark_cluster import use_test_jvm_options
+
+# Every Spark JVM of these tests, in this process and in the jobs they start.
+use_test_jvm_options()
+
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
