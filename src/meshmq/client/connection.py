@@ -35,6 +35,8 @@ Dialer = Callable[[Endpoint, ssl.SSLContext | None], Awaitable[StreamPair]]
 async def dial_tcp(endpoint: Endpoint, tls: ssl.SSLContext | None) -> StreamPair:
     """A TCP connection to the endpoint's host and port (TLS when ``tls`` is given)."""
     return await asyncio.open_connection(endpoint.host, endpoint.port, ssl=tls)
+
+
 # A TLS listener that rejects a client certificate may just close (meshmq's do, without
 # a TLS alert), which the client cannot tell from a broker going away: say what it means.
 _TLS_CLOSE_HINT = (" during the handshake (a TLS listener that needs a client certificate "

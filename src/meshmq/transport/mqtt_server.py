@@ -221,7 +221,6 @@ class MqttSession(BufferedOutput):
         self._authenticating = False  # CONNECT received, its answer not yet given
         self._login_deferred = False  # ... and it will come later: reading is paused
         self.persistent = False
-        self._connect_expiry = 0  # MQTT 5: the session expiry interval CONNECT asked for
         # MQTT 5 Request Problem Information: 0 means reason strings only on CONNACK and
         # DISCONNECT, never on acknowledgements (3.1.2.11.7).
         self._problem_info = True
@@ -444,9 +443,8 @@ class MqttSession(BufferedOutput):
         self.host.register(self)
         self.service.sessions[client_id] = self
         if v5:
-            self._connect_expiry = props.session_expiry_interval or 0
             self._problem_info = props.request_problem_information != 0
-            expiry = min(self._connect_expiry, self.cfg.max_session_expiry_s)
+            expiry = min(props.session_expiry_interval or 0, self.cfg.max_session_expiry_s)
         else:
             expiry = 0 if packet.clean_start else SERVER_SESSION_FOREVER
         self.persistent = expiry > 0
@@ -933,10 +931,11 @@ class MqttSession(BufferedOutput):
 
     # ------------------------------------------------------------ DISCONNECT and close
     def on_disconnect(self, packet: Disconnect) -> None:
-        if self.level == PROTOCOL_LEVEL_5 and not self._connect_expiry \
-                and packet.properties.session_expiry_interval:
-            # MQTT 5 3.14.2.2.2: a session that was to end with its connection cannot be
-            # kept by DISCONNECT. A protocol error: the will stays, the session ends.
+        if self.level == PROTOCOL_LEVEL_5 and self.state is not None \
+                and not self.state.expiry_s and packet.properties.session_expiry_interval:
+            # MQTT 5 3.14.2.2.2: a session that was to end with its connection (the
+            # interval CONNECT asked for, as granted) cannot be kept by DISCONNECT. A
+            # protocol error: the will stays, the session ends.
             self.disconnect(ReasonCode.PROTOCOL_ERROR, "a session expiry interval in "
                             "DISCONNECT needs a non-zero one in CONNECT")
             return

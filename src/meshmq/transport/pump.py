@@ -75,7 +75,7 @@ class Pump:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
         self.store_closed = False
-        self.closing = False  # set by close_sessions: later connections are refused
+        self.closing = False  # set by close_sessions: later connections are closed
         self._store_failure_logged = False
         # Read by GET /metrics: one observation per dispatch-mark sync.
         self.sync_seconds = sync_histogram()
@@ -116,8 +116,6 @@ class Pump:
 
     def admit(self, listener: str) -> bool:
         """Count a new connection on ``listener``; False once it is at max_connections."""
-        if self.closing:
-            return False
         count = self._counts.get(listener, 0)
         if count >= self._limits.get(listener, 1 << 62):
             log.warning("listener %s refused a connection: max_connections (%d) reached",
