@@ -1,0 +1,144 @@
+"""Which shard of a node owns a destination: pure, stable across processes and boots.
+
+A node with N shards gives every destination exactly one owning shard (docs/design.md,
+"Shards"). The owner is Lamping and Veach's jump consistent hash of the first 8 bytes
+(big-endian) of BLAKE2b over the destination's canonical URI in UTF-8
+(``queue://orders.eu``). Python's ``hash()`` is salted per process, so it cannot be used;
+jump hash moves only about 1/(N+1) of the destinations, all to the new shard, when N
+grows by one. The function is part of the store format: ``HASH_NAME`` is written to
+``shards.json`` and a golden table in the tests pins it.
+
+Exceptions to the hash:
+
+* a temporary destination lives on the shard of the connection that created it, and its
+  name says which (``ID:<node>-s<k>-<boot>-<conn>:<n>``); one the node did not name
+  (adopted from a network peer) lives on the front shard, 0, which holds the node's
+  network links;
+* broker records keyed by a client id (MQTT sessions, client-id claims, wildcard durable
+  subscriptions) go by ``client://<client id>`` (``client_owner``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+from meshmq.core.destinations import Destination
+from meshmq.errors import ConfigError
+
+HASH_NAME = "jump-blake2b-1"
+FRONT_SHARD = 0
+MAX_SHARDS = 256
+
+_JUMP_MULTIPLIER = 2862933555777941757
+_MASK64 = (1 << 64) - 1
+
+
+def jump_hash(key: int, buckets: int) -> int:
+    """Lamping and Veach, "A Fast, Minimal Memory, Consistent Hash Algorithm" (2014):
+    the bucket in ``range(buckets)`` for a 64-bit ``key``."""
+    if buckets < 1:
+        raise ValueError(f"buckets must be at least 1, not {buckets}")
+    key &= _MASK64
+    bucket, candidate = -1, 0
+    while candidate < buckets:
+        bucket = candidate
+        key = (key * _JUMP_MULTIPLIER + 1) & _MASK64
+        candidate = int((bucket + 1) * ((1 << 31) / ((key >> 33) + 1)))
+    return bucket
+
+
+def key_of(text: str) -> int:
+    """The 64-bit key of a canonical name: BLAKE2b's first 8 bytes, big-endian."""
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def canonical(dest: Destination) -> str:
+    return f"{dest.kind.value}://{dest.name}"
+
+
+def owner(dest: Destination, count: int, *, node: str = "") -> int:
+    """The shard in ``range(count)`` that owns ``dest`` on node ``node``.
+
+    Wildcards are subscriptions, not destinations, and have no owner (``ValueError``):
+    their interest goes to every shard."""
+    if count == 1:
+        return 0
+    if dest.is_wildcard:
+        raise ValueError(f"a wildcard has no owning shard: {canonical(dest)}")
+    if dest.is_temporary:
+        shard = temp_shard(dest.name, node)
+        if shard is None or shard >= count:
+            return FRONT_SHARD
+        return shard
+    return jump_hash(key_of(canonical(dest)), count)
+
+
+def client_owner(client_id: str, count: int) -> int:
+    """The shard that arbitrates client id ``client_id`` and keeps its session."""
+    if count == 1:
+        return 0
+    return jump_hash(key_of(f"client://{client_id}"), count)
+
+
+def temp_name(node: str, shard: int, boot: str, connection_id: str, seq: int) -> str:
+    """The name of a temporary destination created on ``shard`` of ``node``."""
+    return f"ID:{node}-s{shard}-{boot}-{connection_id}:{seq}"
+
+
+_SHARD_PREFIX = re.compile(r"s(\d{1,3})-")
+
+
+def temp_shard(name: str, node: str) -> int | None:
+    """The shard named in a temporary destination's name, or ``None`` when ``node``
+    did not name it (another broker's, or one named before the node had shards)."""
+    prefix = f"ID:{node}-"
+    if not name.startswith(prefix):
+        return None
+    match = _SHARD_PREFIX.match(name, len(prefix))
+    return int(match.group(1)) if match else None
+
+
+@dataclass(frozen=True, slots=True)
+class ShardIdentity:
+    """What one shard process is told by its node's supervisor.
+
+    ``run_dir`` holds the shards' link and management Unix sockets (mode 0700);
+    ``token`` is the per-boot secret the shards' link HELLOs carry instead of a
+    user's password."""
+
+    index: int
+    count: int
+    node: str
+    run_dir: str
+    token: str
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.count <= MAX_SHARDS:
+            raise ConfigError(f"shards must be between 1 and {MAX_SHARDS}, not {self.count}")
+        if not 0 <= self.index < self.count:
+            raise ConfigError(f"shard index {self.index} is outside 0..{self.count - 1}")
+
+    @property
+    def is_front(self) -> bool:
+        return self.index == FRONT_SHARD
+
+    @property
+    def label(self) -> str:
+        """The shard's name on links and in logs: ``<node>#<k>``."""
+        return f"{self.node}#{self.index}"
+
+    def owner(self, dest: Destination) -> int:
+        return owner(dest, self.count, node=self.node)
+
+    def owns(self, dest: Destination) -> bool:
+        return owner(dest, self.count, node=self.node) == self.index
+
+    def link_socket(self, index: int) -> str:
+        """The Unix socket on which shard ``index`` accepts its peers' links."""
+        return f"{self.run_dir}/shard-{index}.sock"
+
+    def management_socket(self, index: int) -> str:
+        return f"{self.run_dir}/shard-{index}.mgmt.sock"

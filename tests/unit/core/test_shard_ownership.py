@@ -1,0 +1,127 @@
+"""Destination ownership across a node's shards: the hash is part of the store format."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from meshmq.core.destinations import Destination, DestKind
+from meshmq.core.shards import (
+    FRONT_SHARD,
+    HASH_NAME,
+    ShardIdentity,
+    client_owner,
+    jump_hash,
+    owner,
+    temp_name,
+    temp_shard,
+)
+from meshmq.errors import ConfigError
+
+
+def dest(uri: str) -> Destination:
+    kind, name = uri.split("://", 1)
+    return Destination(DestKind(kind), name)
+
+
+# Published vectors of the jump consistent hash (the reference implementations agree).
+@pytest.mark.parametrize(("key", "buckets", "expected"), [
+    (1, 1, 0), (42, 57, 43), (0xDEAD10CC, 1, 0), (0xDEAD10CC, 666, 361), (256, 1024, 520),
+])
+def test_jump_hash_matches_the_published_vectors(key: int, buckets: int, expected: int) -> None:
+    assert jump_hash(key, buckets) == expected
+
+
+# Changing any of these moves stored destinations to another shard's journal: it is a
+# store-format change (HASH_NAME in shards.json), not a refactoring.
+GOLDEN = {
+    "queue://orders": [0, 1, 2, 2, 2, 2, 2, 7, 7, 7, 7, 7, 7, 7, 7, 7],
+    "queue://orders.eu": [0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1],
+    "topic://prices": [0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1],
+    "queue://a": [0, 0, 0, 0, 4, 4, 4, 4, 4, 9, 9, 11, 11, 11, 11, 11],
+    "topic://ActiveMQ.Advisory.Queue": [0, 0, 0, 0, 0, 0, 6, 6, 6, 6, 6, 11, 11, 11, 11, 11],
+    "queue://DLQ": [0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4],
+}
+
+
+@pytest.mark.parametrize("uri", sorted(GOLDEN))
+def test_owners_are_pinned_for_one_to_sixteen_shards(uri: str) -> None:
+    assert [owner(dest(uri), n) for n in range(1, 17)] == GOLDEN[uri]
+    assert HASH_NAME == "jump-blake2b-1"
+
+
+def test_a_queue_and_a_topic_of_one_name_are_owned_independently() -> None:
+    owners = {(owner(dest(f"queue://q{i}"), 8), owner(dest(f"topic://q{i}"), 8))
+              for i in range(200)}
+    assert any(q != t for q, t in owners)
+
+
+names = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="*>"),
+                min_size=1, max_size=40)
+
+
+@given(name=names, count=st.integers(1, 63))
+def test_growing_by_one_shard_moves_a_destination_only_to_the_new_shard(
+        name: str, count: int) -> None:
+    before = owner(Destination(DestKind.QUEUE, name), count)
+    after = owner(Destination(DestKind.QUEUE, name), count + 1)
+    assert 0 <= before < count
+    assert after in (before, count)
+
+
+def test_destinations_spread_evenly() -> None:
+    counts = collections.Counter(owner(dest(f"queue://orders.{i}"), 16) for i in range(16_000))
+    assert len(counts) == 16
+    assert min(counts.values()) > 800 and max(counts.values()) < 1200
+
+
+def test_about_one_in_n_plus_one_destinations_move_when_a_shard_is_added() -> None:
+    queues = [dest(f"queue://load.{i}") for i in range(10_000)]
+    moved = sum(owner(q, 4) != owner(q, 5) for q in queues)
+    assert 1600 < moved < 2400  # 1/5 of 10,000
+
+
+def test_a_wildcard_has_no_owner() -> None:
+    with pytest.raises(ValueError, match="wildcard"):
+        owner(dest("topic://prices.>"), 4)
+    assert owner(dest("topic://prices.>"), 1) == 0
+
+
+def test_a_temporary_destination_lives_on_the_shard_that_named_it() -> None:
+    name = temp_name("node-a", 3, "18c2f", "c-17", 4)
+    assert name == "ID:node-a-s3-18c2f-c-17:4"
+    assert temp_shard(name, "node-a") == 3
+    assert owner(Destination(DestKind.TEMP_QUEUE, name), 4, node="node-a") == 3
+    assert owner(Destination(DestKind.TEMP_TOPIC, name), 4, node="node-a") == 3
+
+
+@pytest.mark.parametrize("name", [
+    "ID:other-s3-18c2f-c-17:4",      # another broker's, adopted across a bridge
+    "ID:node-a-18c2f-c-17:4",        # named without a shard
+    "ID:node-a-s9-18c2f-c-17:4",     # a shard this node no longer has
+])
+def test_a_temporary_destination_the_node_cannot_place_belongs_to_the_front_shard(
+        name: str) -> None:
+    assert owner(Destination(DestKind.TEMP_QUEUE, name), 4, node="node-a") == FRONT_SHARD
+
+
+def test_client_ids_are_owned_apart_from_destinations() -> None:
+    owners = collections.Counter(client_owner(f"sensor-{i}", 4) for i in range(4000))
+    assert set(owners) == {0, 1, 2, 3}
+    assert client_owner("anything", 1) == 0
+
+
+def test_a_shard_identity_knows_its_sockets_and_what_it_owns() -> None:
+    me = ShardIdentity(index=1, count=2, node="n", run_dir="/tmp/run", token="t")
+    assert me.label == "n#1" and not me.is_front
+    assert me.link_socket(0) == "/tmp/run/shard-0.sock"
+    assert me.owns(dest("queue://orders")) == (owner(dest("queue://orders"), 2) == 1)
+
+
+@pytest.mark.parametrize(("index", "count"), [(2, 2), (-1, 2), (0, 0), (0, 257)])
+def test_a_shard_identity_out_of_range_is_a_config_error(index: int, count: int) -> None:
+    with pytest.raises(ConfigError):
+        ShardIdentity(index=index, count=count, node="n", run_dir="/r", token="t")
