@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from meshmq.config.credential_files import credential_source
 from meshmq.config.model import BrokerConfig
 from meshmq.core.broker import RETAINED_PREFIX, SYS_PREFIX, Broker
+from meshmq.core.shards import ShardIdentity
 from meshmq.errors import StoreError
 from meshmq.management.sys_topics import SysTopics
 from meshmq.store.base import Recovery, Store
@@ -61,8 +62,11 @@ _MQTT_PROTOCOLS = ("mqtt", "mqtt+ssl", "ws", "wss")
 class BrokerRuntime:
     """One broker run: its components, and their start and stop."""
 
-    def __init__(self, config: BrokerConfig, store: Store | None = None) -> None:
+    def __init__(self, config: BrokerConfig, store: Store | None = None, *,
+                 shard: ShardIdentity | None = None) -> None:
         self.config = config
+        # One shard of a node (docs/design.md, "Shards"); None: a whole broker, as always.
+        self.shard = shard
         self.deposed = False  # lost the lease (or the store refused writes) while master
         self.shutdown_requested = False  # SIGTERM/SIGINT: do not restart as a slave
         self.started = False
