@@ -2,12 +2,16 @@
 that truth with the audit's verdicts (tests/pipeline/test_audit_crash_matrix.py).
 
 The truth is what the test's own clients saw: every body sent with a receipt (or
-left in doubt by a broker that died before answering), every delivery read from a
-socket (message id, how often) and every ack the broker confirmed with a receipt."""
+left in doubt by a broker that died before answering, or sent again with its
+``dedup-id`` by a failover producer that never read the receipt), every delivery read
+from a socket (message id, its dedup id, how often) and every ack the broker confirmed
+with a receipt."""
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import concurrent.futures
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -15,11 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from meshmq.client import FailoverClient
 from meshmq.client.simple_stomp import SimpleStompClient, StompClientError
 from meshmq.errors import MeshmqError
 from meshmq.protocol.stomp import Frame, encode_frame
 from tests.pipeline.test_audit_end_to_end import TracedNode
 from tests.support.brokers import poll
+from tests.support.tcp_proxy import TcpProxy
 
 HEARTBEAT_MS = 100
 QUEUE = "m.orders"
@@ -78,6 +84,8 @@ class Truth:
     acks: collections.Counter[str] = field(default_factory=collections.Counter)  # id -> acks
     confirmed_acks: collections.Counter[str] = field(default_factory=collections.Counter)
     volatile: set[str] = field(default_factory=set)  # non-persistent bodies confirmed
+    dedup: dict[str, str] = field(default_factory=dict)  # message id -> its dedup-id
+    resent: set[str] = field(default_factory=set)  # bodies sent again with their dedup-id
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def saw(self, frame: Frame) -> str:
@@ -85,6 +93,9 @@ class Truth:
         with self.lock:
             self.seen[mid] += 1
             self.body[mid] = frame.body.decode()
+            dedup = frame.get("dedup-id")
+            if dedup is not None:
+                self.dedup[mid] = dedup
         return mid
 
     def bodies_seen(self) -> set[str]:
@@ -94,6 +105,15 @@ class Truth:
     def duplicates(self) -> dict[str, int]:
         with self.lock:
             return {mid: n for mid, n in self.seen.items() if n > 1}
+
+    def resent_copies(self) -> dict[str, list[str]]:
+        """Dedup ids read under more than one message id: a producer's send and its
+        re-send both stored, both delivered (the broker's window did not catch it)."""
+        with self.lock:
+            ids: dict[str, set[str]] = collections.defaultdict(set)
+            for mid, dedup in self.dedup.items():
+                ids[dedup].add(mid)
+        return {d: sorted(m) for d, m in ids.items() if len(m) > 1}
 
     def read_then_lost(self) -> set[str]:
         """Ids read once, never acked, whose send the broker died on: a broker dispatches
@@ -283,6 +303,123 @@ def send_all(port: int, queue: str, bodies: Sequence[str], truth: Truth, *,
                 (truth.confirmed if persistent else truth.volatile).add(body)
 
 
+class ReplyHold(TcpProxy):
+    """A proxy in front of a broker that can lose the broker's replies: ``hold()`` drops
+    every byte the broker sends on the connections open now, so their receipts never
+    reach the client while its frames still reach the broker; ``release()`` breaks those
+    connections, as a network that lost them would. New connections pass both ways."""
+
+    def __init__(self, target_port: int) -> None:
+        super().__init__(target_port)
+        self._clients: set[asyncio.StreamWriter] = set()
+        self._held: dict[asyncio.StreamWriter, bytearray] = {}  # client side -> dropped
+
+    async def _handle(self, reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter) -> None:
+        self._links.add(writer)
+        self._clients.add(writer)
+        try:
+            try:
+                up_r, up_w = await asyncio.open_connection("127.0.0.1", self.target_port)
+            except OSError:
+                return
+            self._links.add(up_w)
+            try:
+                await asyncio.gather(self._copy(reader, up_w, None),
+                                     self._copy(up_r, writer, writer))
+            finally:
+                up_w.close()
+                self._links.discard(up_w)
+        finally:
+            writer.close()
+            self._links.discard(writer)
+            self._clients.discard(writer)
+
+    async def _copy(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter,
+                    client: asyncio.StreamWriter | None) -> None:
+        """Copy until ``src`` ends (``client``: the broker's replies to it, dropped
+        while held); closing ``dst`` then ends the other direction too."""
+        try:
+            while data := await src.read(65536):
+                dropped = self._held.get(client) if client is not None else None
+                if dropped is not None:
+                    dropped += data
+                    continue
+                dst.write(data)
+                await dst.drain()
+        except (OSError, ConnectionError):
+            pass
+        finally:
+            dst.close()
+
+    def _ask(self, fn: Callable[[], Any]) -> Any:
+        async def call() -> Any:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(call(), self._loop).result(10)
+
+    def hold(self) -> None:
+        self._ask(lambda: self._held.update({w: bytearray() for w in self._clients}))
+
+    def receipts_dropped(self) -> int:
+        return int(self._ask(lambda: sum(b.count(b"RECEIPT\n") for b in self._held.values())))
+
+    def release(self) -> None:
+        def do() -> None:
+            for w in self._held:
+                w.transport.abort()
+            self._held.clear()
+
+        self._ask(do)
+
+
+class DedupProducer:
+    """meshmq's failover client (on its own event-loop thread) sending persistent
+    bodies, each with the ``dedup-id`` ``d-<body>``, all of a batch at once: a send
+    whose receipt never came is sent again with its dedup-id on the next connection
+    (the client's own retry; ``resent`` counts them)."""
+
+    def __init__(self, url: str) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
+                                        name="dedup-producer")
+        self._thread.start()
+
+        async def connect() -> FailoverClient:
+            client = FailoverClient(url)
+            await client.connect(30)
+            return client
+
+        self.client = self._run(connect()).result(60)
+
+    def _run(self, coro: Any) -> concurrent.futures.Future[Any]:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def send(self, truth: Truth, bodies: Sequence[str], queue: str = QUEUE
+             ) -> concurrent.futures.Future[Any]:
+        async def one(body: str) -> None:
+            await self.client.send(f"/queue/{queue}", body, dedup_id=f"d-{body}")
+            with truth.lock:
+                truth.confirmed.add(body)
+
+        async def every() -> None:
+            await asyncio.gather(*(one(b) for b in bodies))
+
+        return self._run(every())
+
+    @property
+    def resent(self) -> int:
+        return int(self.client.stats["resent"])
+
+    def close(self) -> None:
+        try:
+            self._run(self.client.close()).result(30)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+            self._loop.close()
+
+
 # --------------------------------------------------------------------------- audit
 
 @dataclass
@@ -290,17 +427,19 @@ class Audit:
     journeys: dict[str, dict[str, Any]]
     duplicates: dict[str, dict[str, Any]]  # kind "redelivered", by message id
     failovers: list[dict[str, Any]]
+    resent: dict[str, dict[str, Any]]  # kind "resent", by dedup id
 
 
 def audit(spark: Any, *dirs: Path) -> Audit:
     from meshmq.pipeline.audit_job import compute, read_traces
 
     tables = compute(read_traces(spark, list(dirs)), cache_events=False)
+    dups = [r.asDict() for r in tables.duplicates.collect()]
     return Audit(
         journeys={r["message_id"]: r.asDict() for r in tables.journeys.collect()},
-        duplicates={r["key"]: r.asDict() for r in tables.duplicates.collect()
-                    if r["kind"] == "redelivered"},
-        failovers=[r.asDict() for r in tables.failovers.collect()])
+        duplicates={d["key"]: d for d in dups if d["kind"] == "redelivered"},
+        failovers=[r.asDict() for r in tables.failovers.collect()],
+        resent={d["key"]: d for d in dups if d["kind"] == "resent"})
 
 
 def check(got: Audit, truth: Truth, *, exact: bool = True,
@@ -313,7 +452,11 @@ def check(got: Audit, truth: Truth, *, exact: bool = True,
       acked without a receipt just before its broker was killed may be ``unknown``
       (whether the ack made it is unknowable, to the client and to the trace);
     * ``duplicates`` lists exactly the ids the consumers read more than once, each with
-      as many deliveries as reads;
+      as many deliveries as reads (``redelivered``), and exactly the dedup ids the
+      consumers read under several message ids, with those ids (``resent``);
+    * a re-send the broker's idempotent window caught was never read: it is
+      ``dropped`` (duplicate dedup-id), a copy of a body the producer re-sent and a
+      consumer read under its first message id, never a duplicate;
     * what no consumer ever read is lost (exact tracing: the trace holds every
       delivery), or ``unknown`` with a reason (the crashed run's trace was not exact);
       it is the non-persistent messages planted on queue ``planted_lost`` on a broker
@@ -323,7 +466,9 @@ def check(got: Audit, truth: Truth, *, exact: bool = True,
     journeys = got.journeys
     seen = set(truth.seen)
     assert seen <= set(journeys), f"read by a consumer, not traced: {sorted(seen - set(journeys))}"
-    assert len(set(truth.body[m] for m in seen)) == len(seen), "one body, two message ids"
+    ids_per_body = collections.Counter(truth.body[m] for m in seen)
+    assert {b for b, n in ids_per_body.items() if n > 1} <= truth.resent, \
+        "one body, two message ids, and its producer never re-sent it"
     in_doubt_acks = {m for m in truth.unconfirmed - truth.acked if truth.seen[m] == 1}
     undecided = {m for m in in_doubt_acks if journeys[m]["status"] == "unknown"}
     undecided |= truth.read_then_lost()  # delivered, never acked, gone with its broker
@@ -346,8 +491,18 @@ def check(got: Audit, truth: Truth, *, exact: bool = True,
     assert {m: d["deliveries"] for m, d in got.duplicates.items()} == truth_dups
     for mid, n in truth_dups.items():
         assert journeys[mid]["deliveries"] == n
+    truth_resent = truth.resent_copies()
+    assert {k: sorted(d["message_ids"]) for k, d in got.resent.items()} == truth_resent
+    for key, mids in truth_resent.items():
+        assert got.resent[key]["deliveries"] == sum(truth.seen[m] for m in mids)
 
     unseen = {m: j for m, j in journeys.items() if m not in seen}
+    caught = {m: j for m, j in unseen.items() if j["status"] == "dropped"}
+    read_resends = {truth.dedup[m] for m in seen if truth.body[m] in truth.resent}
+    for mid, j in caught.items():
+        assert "duplicate dedup-id" in (j["drop_reason"] or ""), (mid, j["drop_reason"])
+        assert j["dedup_id"] in read_resends, (mid, j["dedup_id"])
+    unseen = {m: j for m, j in unseen.items() if m not in caught}
     for mid, j in unseen.items():
         if exact:
             assert j["status"] == "lost", (mid, j["status"], j["reason"])

@@ -4,8 +4,9 @@ ground truth (every body confirmed, every delivery read, every ack confirmed) an
 audit must agree with it: every message read is consumed once, what nobody read is
 lost (or ``unknown``, with a reason, where the trace cannot know), the duplicates
 are exactly the ids the consumers read twice, and a failover window brackets the kill
-and restart the test timed. ``tests/pipeline/crash_matrix.py`` has the clients and the
-comparison."""
+and restart the test timed; a producer's re-sends that the broker's idempotent window
+did not catch are the ``resent`` duplicates, those it caught are not duplicates.
+``tests/pipeline/crash_matrix.py`` has the clients and the comparison."""
 
 from __future__ import annotations
 
@@ -19,10 +20,12 @@ from tests.pipeline.crash_matrix import (
     HEARTBEAT_MS,
     QUEUE,
     Consumer,
+    DedupProducer,
     ExactNode,
     LooseNode,
     Producer,
     Pump,
+    ReplyHold,
     Truth,
     audit,
     check,
@@ -290,4 +293,60 @@ def test_broker_killed_after_delivery_plants_duplicates(tmp_path: Path, spark: A
     ids = [f.get("message-id") for f in frames if f is not None]
     dups = set(truth.duplicates())
     assert set(ids[20:]) <= dups and not set(ids[:10]) & dups
+    check_window(got, "solo", killed=killed, up=up)
+
+
+def test_producer_resends_across_a_broker_kill(tmp_path: Path, spark: Any) -> None:
+    """A failover producer sends persistent messages with dedup ids over a link that
+    can lose the broker's replies. First the link alone breaks after the broker stored
+    a batch whose receipts it lost: the producer sends the batch again to the same
+    broker, whose idempotent window drops every copy (``dropped``, no duplicate). Then
+    the broker is SIGKILLed after storing a batch whose receipts never reached the
+    producer: the restarted broker's window does not hold those ids, so the re-sends are
+    stored beside the recovered originals and the consumer reads both copies of each,
+    under two message ids: the audit's ``resent`` duplicates, exactly those dedup ids."""
+    solo = ExactNode("solo", tmp_path / "solo").start()
+    link = ReplyHold(solo.port).start()
+    truth = Truth()
+    pump = Pump(truth, lambda: [solo.port])
+    producer: DedupProducer | None = None
+    caught = [f"c{i}" for i in range(20)]  # re-sent to the broker that stored them
+    twice = [f"t{i}" for i in range(30)]  # stored, broker killed, re-sent after restart
+    try:
+        producer = DedupProducer(f"failover:(stomp://127.0.0.1:{link.port})?randomize=false"
+                                 "&initialReconnectDelay=50&maxReconnectDelay=500")
+        producer.send(truth, [f"p{i}" for i in range(20)]).result(60)
+
+        link.hold()
+        pending = producer.send(truth, caught)
+        poll(lambda: link.receipts_dropped() == len(caught), 30,
+             "the broker to store the batch and answer (answers lost)")
+        truth.resent.update(caught)
+        link.release()  # the producer's connection breaks; the broker lives on
+        pending.result(60)
+
+        link.hold()
+        pending = producer.send(truth, twice)
+        poll(lambda: link.receipts_dropped() == len(twice), 30,
+             "the broker to store the batch and answer (answers lost)")
+        truth.resent.update(twice)
+        killed, up = kill_and_restart(solo)
+        pending.result(120)
+        assert producer.resent == len(caught) + len(twice)  # each send repeated once
+
+        pump.start()
+        settle(truth, [solo], pump)
+        pump.finish()
+    finally:
+        pump.stop.set()
+        if producer is not None:
+            producer.close()
+        link.close()
+        stop(solo)
+    got = audit(spark, tmp_path / "solo" / "trace")
+    check(got, truth)
+    assert set(truth.resent_copies()) == {f"d-{b}" for b in twice}
+    assert {j["dedup_id"] for j in got.journeys.values() if j["status"] == "dropped"} \
+        == {f"d-{b}" for b in caught}
+    assert not got.duplicates  # no message id was delivered twice
     check_window(got, "solo", killed=killed, up=up)
