@@ -6,8 +6,10 @@
 Runs until stopped (``--available-now``: until the stream's current end). Kill it at
 any moment and start it again with the same checkpoint: every message reaches the
 sink once (the source replays exact offset ranges, the sink's dedup ids let the
-broker drop what a replayed batch already wrote). Needs ``pip install 'meshmq[spark]'``
-and a broker with ``[[streams]]`` matching the source.
+broker drop what a replayed batch already wrote). A broker that crashes mid-write may
+leave a row in the sink twice, both copies with one ``dedup-id`` (docs/pipeline.md, the
+sink). Needs ``pip install 'meshmq[spark]'`` and a broker with ``[[streams]]`` matching
+the source.
 """
 
 from __future__ import annotations

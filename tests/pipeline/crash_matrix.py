@@ -307,17 +307,24 @@ class ReplyHold(TcpProxy):
     """A proxy in front of a broker that can lose the broker's replies: ``hold()`` drops
     every byte the broker sends on the connections open now, so their receipts never
     reach the client while its frames still reach the broker; ``release()`` breaks those
-    connections, as a network that lost them would. New connections pass both ways."""
+    connections, as a network that lost them would. New connections pass both ways,
+    unless ``hold(new=True)``: then they get the broker's first answer (CONNECTED) and
+    nothing after it."""
 
     def __init__(self, target_port: int) -> None:
         super().__init__(target_port)
         self._clients: set[asyncio.StreamWriter] = set()
         self._held: dict[asyncio.StreamWriter, bytearray] = {}  # client side -> dropped
+        self._hold_new = False
+        self._first: set[asyncio.StreamWriter] = set()  # held; first answer passes
 
     async def _handle(self, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter) -> None:
         self._links.add(writer)
         self._clients.add(writer)
+        if self._hold_new:
+            self._held[writer] = bytearray()
+            self._first.add(writer)
         try:
             try:
                 up_r, up_w = await asyncio.open_connection("127.0.0.1", self.target_port)
@@ -342,7 +349,9 @@ class ReplyHold(TcpProxy):
         try:
             while data := await src.read(65536):
                 dropped = self._held.get(client) if client is not None else None
-                if dropped is not None:
+                if dropped is not None and client in self._first:
+                    self._first.discard(client)
+                elif dropped is not None:
                     dropped += data
                     continue
                 dst.write(data)
@@ -358,8 +367,12 @@ class ReplyHold(TcpProxy):
 
         return asyncio.run_coroutine_threadsafe(call(), self._loop).result(10)
 
-    def hold(self) -> None:
-        self._ask(lambda: self._held.update({w: bytearray() for w in self._clients}))
+    def hold(self, *, new: bool = False) -> None:
+        def do() -> None:
+            self._held.update({w: bytearray() for w in self._clients})
+            self._hold_new = new
+
+        self._ask(do)
 
     def receipts_dropped(self) -> int:
         return int(self._ask(lambda: sum(b.count(b"RECEIPT\n") for b in self._held.values())))
@@ -369,6 +382,8 @@ class ReplyHold(TcpProxy):
             for w in self._held:
                 w.transport.abort()
             self._held.clear()
+            self._first.clear()
+            self._hold_new = False
 
         self._ask(do)
 

@@ -24,7 +24,10 @@ Writing: every row becomes a persistent message sent with a ``dedup-id`` of
 ``<producerId>:<batchId>:<partition>:<row>``. A batch that Spark runs again after a
 crash produces the same ids, and the broker's idempotent-producer window
 (``broker.duplicate_window``) drops what it already has: exactly-once into meshmq as
-long as one batch fits in the window.
+long as one batch fits in the window and the broker lives. The window is in memory:
+after the broker's own crash (or a slave's takeover) a send it stored but never
+confirmed is stored again, so a row may be there twice, both copies with one dedup-id
+(at least once; consumers deduplicate on ``dedup-id``, as meshmq's client does).
 
 Options (all strings):
 
@@ -533,7 +536,8 @@ async def send_confirmed(settings: ClientSettings,
                          messages: Iterable[tuple[str, bytes, dict[str, str], str]]) -> int:
     """Send every (destination, body, headers, dedup id) persistently and wait for the
     broker's receipt of each; returns how many. A send cut off by a broker's death is
-    sent again on the next broker with its dedup id (stored once)."""
+    sent again on the next broker with its dedup id (stored once by a broker whose
+    window holds the id; a broker that crashed took its window with it)."""
     client = settings.asyncio_client()
     in_flight: set[asyncio.Task[str]] = set()
     count = 0
