@@ -350,3 +350,52 @@ def test_producer_resends_across_a_broker_kill(tmp_path: Path, spark: Any) -> No
         == {f"d-{b}" for b in caught}
     assert not got.duplicates  # no message id was delivered twice
     check_window(got, "solo", killed=killed, up=up)
+
+
+def test_producer_resends_to_a_second_broker_of_the_network(tmp_path: Path,
+                                                            spark: Any) -> None:
+    """The same producer with A and B in its failover list, A bridged to B, nobody
+    consuming yet: A stores a batch whose receipts never reach the producer and is
+    SIGKILLed; the producer sends the batch again to B, which stores it. A comes back,
+    a consumer on B makes A forward what it recovered, and B's idempotent window (which
+    holds the re-sends' dedup ids) drops A's originals: every body is read once, the
+    originals are ``dropped``, and nothing is a ``resent`` duplicate."""
+    b = ExactNode("B", tmp_path / "B").start()
+    a = ExactNode("A", tmp_path / "A").connect_to(f"static:({b.uri})", name="A-B").start()
+    link = ReplyHold(a.port).start()
+    truth = Truth()
+    pump = Pump(truth, lambda: [b.port])
+    producer: DedupProducer | None = None
+    again = [f"t{i}" for i in range(30)]
+    try:
+        a.wait_forwarding()
+        producer = DedupProducer(
+            f"failover:(stomp://127.0.0.1:{link.port},stomp://127.0.0.1:{b.port})"
+            "?randomize=false&initialReconnectDelay=50&maxReconnectDelay=500")
+        producer.send(truth, [f"p{i}" for i in range(20)]).result(60)
+        link.hold()
+        pending = producer.send(truth, again)
+        poll(lambda: link.receipts_dropped() == len(again), 30,
+             "A to store the batch and answer (answers lost)")
+        truth.resent.update(again)
+        killed, up = kill_and_restart(a, lambda: pending.result(120))  # re-sent to B
+        assert producer.resent == len(again)
+        assert b.destination(QUEUE)["depth"] == len(again)
+        a.wait_forwarding()
+        pump.start()
+        settle(truth, [a, b], pump)
+        pump.finish()
+    finally:
+        pump.stop.set()
+        if producer is not None:
+            producer.close()
+        link.close()
+        stop(a, b)
+    got = audit(spark, tmp_path / "A" / "trace", tmp_path / "B" / "trace")
+    check(got, truth)
+    assert not truth.resent_copies() and not got.resent and not got.duplicates
+    dropped = {j["dedup_id"]: j for j in got.journeys.values() if j["status"] == "dropped"}
+    assert set(dropped) == {f"d-{body}" for body in again}
+    assert all(j["origin_broker"] == "A" and j["last_broker"] == "B" and j["hops"] == 1
+               for j in dropped.values())
+    check_window(got, "A", killed=killed, up=up)
