@@ -6,9 +6,9 @@
 Runs until stopped (``--available-now``: until the stream's current end). Kill it at
 any moment and start it again with the same checkpoint: every message reaches the
 sink once (the source replays exact offset ranges, the sink's dedup ids let the
-broker drop what a replayed batch already wrote). A broker that crashes mid-write may
-leave a row in the sink twice, both copies with one ``dedup-id`` (docs/pipeline.md, the
-sink). Needs ``pip install 'meshmq[spark]'`` and a broker with ``[[streams]]`` matching
+broker drop what a replayed batch already wrote, also after a broker's crash). A row
+the sink's consumer acked in the instant between a crashed broker storing it and its
+receipt may come twice, both copies with one ``dedup-id`` (docs/pipeline.md, the sink). Needs ``pip install 'meshmq[spark]'`` and a broker with ``[[streams]]`` matching
 the source.
 """
 

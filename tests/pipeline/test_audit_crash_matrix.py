@@ -301,17 +301,21 @@ def test_producer_resends_across_a_broker_kill(tmp_path: Path, spark: Any) -> No
     can lose the broker's replies. First the link alone breaks after the broker stored
     a batch whose receipts it lost: the producer sends the batch again to the same
     broker, whose idempotent window drops every copy (``dropped``, no duplicate). Then
-    the broker is SIGKILLed after storing a batch whose receipts never reached the
-    producer: the restarted broker's window does not hold those ids, so the re-sends are
-    stored beside the recovered originals and the consumer reads both copies of each,
-    under two message ids: the audit's ``resent`` duplicates, exactly those dedup ids."""
+    the broker stores two more batches whose receipts never reach the producer; a
+    consumer reads and acks one of them, and the broker is SIGKILLed. The restarted
+    broker puts the dedup ids of what it still stores back in its window, so the
+    re-sends of the unread batch are dropped (each body read once); the acked batch is
+    gone from the store, so its re-sends are stored again and read a second time, under
+    new message ids: the audit's ``resent`` duplicates, exactly those dedup ids."""
     solo = ExactNode("solo", tmp_path / "solo").start()
     link = ReplyHold(solo.port).start()
     truth = Truth()
     pump = Pump(truth, lambda: [solo.port])
+    early: Pump | None = None
     producer: DedupProducer | None = None
     caught = [f"c{i}" for i in range(20)]  # re-sent to the broker that stored them
-    twice = [f"t{i}" for i in range(30)]  # stored, broker killed, re-sent after restart
+    kept = [f"k{i}" for i in range(20)]  # stored, unread, broker killed, re-sent
+    twice = [f"t{i}" for i in range(30)]  # stored, read and acked, killed, re-sent
     try:
         producer = DedupProducer(f"failover:(stomp://127.0.0.1:{link.port})?randomize=false"
                                  "&initialReconnectDelay=50&maxReconnectDelay=500")
@@ -326,19 +330,33 @@ def test_producer_resends_across_a_broker_kill(tmp_path: Path, spark: Any) -> No
         pending.result(60)
 
         link.hold()
-        pending = producer.send(truth, twice)
-        poll(lambda: link.receipts_dropped() == len(twice), 30,
-             "the broker to store the batch and answer (answers lost)")
-        truth.resent.update(twice)
+        pending_twice = producer.send(truth, twice, queue="m.early")
+        pending_kept = producer.send(truth, kept)
+        poll(lambda: link.receipts_dropped() == len(twice) + len(kept), 30,
+             "the broker to store both batches and answer (answers lost)")
+        truth.resent.update(twice + kept)
+        early = Pump(truth, lambda: [solo.port], queue="m.early")
+        early.start()
+        poll(lambda: {truth.body[m] for m in truth.acked} >= set(twice), 60,
+             "the consumer to read and ack the first batch (acks confirmed)")
+        early.finish()
         killed, up = kill_and_restart(solo)
-        pending.result(120)
-        assert producer.resent == len(caught) + len(twice)  # each send repeated once
+        pending_twice.result(120)
+        pending_kept.result(120)
+        assert producer.resent == len(caught) + len(twice) + len(kept)
 
+        early = Pump(truth, lambda: [solo.port], queue="m.early")
+        early.start()
         pump.start()
         settle(truth, [solo], pump)
+        poll(lambda: early.error is not None or len(truth.seen) == 20 + 20 + 20 + 60, 60,
+             "the re-sent first batch read again")
+        early.finish()
         pump.finish()
     finally:
         pump.stop.set()
+        if early is not None:
+            early.stop.set()
         if producer is not None:
             producer.close()
         link.close()
@@ -347,7 +365,7 @@ def test_producer_resends_across_a_broker_kill(tmp_path: Path, spark: Any) -> No
     check(got, truth)
     assert set(truth.resent_copies()) == {f"d-{b}" for b in twice}
     assert {j["dedup_id"] for j in got.journeys.values() if j["status"] == "dropped"} \
-        == {f"d-{b}" for b in caught}
+        == {f"d-{b}" for b in caught + kept}
     assert not got.duplicates  # no message id was delivered twice
     check_window(got, "solo", killed=killed, up=up)
 

@@ -4,7 +4,6 @@ reads a stream, or while it writes through the sink."""
 
 from __future__ import annotations
 
-import collections
 import json
 import re
 from collections.abc import Iterator
@@ -99,10 +98,10 @@ def test_the_sink_survives_the_master_killed_mid_write(
         spark: Any, pair: tuple[HaProcess, HaProcess, str], tmp_path: Path) -> None:
     """A query copies a stream into a queue through the sink; while it writes, the
     master's receipts to the sink are lost on the way and the master dies. The query
-    finishes on the slave and a consumer reads every row at least once. A row read
-    twice is a send the master stored but the sink never saw confirmed, stored again on
-    the slave (whose idempotent window never saw it) under the same dedup-id: the audit
-    lists exactly those dedup ids as ``resent``, with the message ids the consumer read."""
+    finishes on the slave and a consumer reads every row exactly once: the sends the
+    master stored but the sink never saw confirmed are still in the store, so the slave
+    puts their dedup ids back in its idempotent window when it takes over, and drops
+    the sink's re-sends (``dropped``, duplicate dedup-id; no ``resent`` duplicates)."""
     a, b, url = pair
     a_port, b_port = (int(p) for p in re.findall(r"stomp://127\.0\.0\.1:(\d+)", url))
     link = ReplyHold(a_port).start()
@@ -126,9 +125,9 @@ def test_the_sink_survives_the_master_killed_mid_write(
     try:
         poll(lambda: depth(a, "out") >= 300, 240, "a few batches written")
         link.hold(new=True)  # the master stores the next writes; the sink hears nothing
-        poll(lambda: link.receipts_dropped() >= 1, 60, "a write stored, its receipt lost")
+        # Several: a DISCONNECT's receipt may be among them, most are sends'.
+        poll(lambda: link.receipts_dropped() >= 10, 60, "writes stored, their receipts lost")
         a.kill9()
-        dropped = link.receipts_dropped()
         assert processed() < n
         b.wait_master(60)
         poll(lambda: query.exception() is not None or processed() >= n, 300,
@@ -149,27 +148,30 @@ def test_the_sink_survives_the_master_killed_mid_write(
     finally:
         pump.stop.set()
         b.terminate()
-    assert truth.bodies_seen() == {f"rec-{i:05d}" for i in range(n)}  # at least once
+    assert truth.bodies_seen() == {f"rec-{i:05d}" for i in range(n)}
     assert not truth.duplicates()  # no message id read twice: nobody crashed reading
-    copies = truth.resent_copies()
-    ids_per_body = collections.Counter(truth.body[m] for m in truth.seen)
-    assert {body for body, k in ids_per_body.items() if k > 1} \
-        == {truth.body[mids[0]] for mids in copies.values()}  # read twice: same dedup-id
-    assert len(copies) >= dropped  # every write the sink did not see confirmed came twice
+    assert not truth.resent_copies()  # no row stored twice: exactly once
+    assert len(truth.seen) == n
 
     got = audit(spark, tmp_path / "trace")
-    assert {k: sorted(d["message_ids"]) for k, d in got.resent.items()} == copies
+    assert not got.resent
     out = {m: j for m, j in got.journeys.items() if j["destination"] == "queue://out"}
     assert {m: out[m]["status"] for m in truth.seen} == dict.fromkeys(truth.seen, "consumed")
     read_keys = set(truth.dedup.values())
+    caught = 0
     for mid, j in out.items():
         if mid in truth.seen:
             continue
-        # A copy the window dropped, or the master's copy of a send it had not stored
+        # A re-send the window dropped, or the master's copy of a send it had not stored
         # yet (its re-send was read): never a message no copy of reached the consumer.
         assert j["dedup_id"] in read_keys, (mid, j)
         assert j["status"] in ("dropped", "lost", "unknown"), (mid, j)
         assert j["status"] != "dropped" or "duplicate dedup-id" in j["drop_reason"], j
+        caught += j["status"] == "dropped"
+    # Writes stored without a receipt came again and were dropped. (Not as many as the
+    # receipts lost: one may be a DISCONNECT's, and a send stored just before the kill
+    # may have had no receipt yet.)
+    assert caught >= 1, {m: j["status"] for m, j in out.items() if m not in truth.seen}
 
 
 def depth(proc: HaProcess, queue: str) -> int:

@@ -35,7 +35,7 @@ from meshmq.core.message import Message, PropertyValue
 from meshmq.core.paging import PageLoad
 from meshmq.core.queue import Entry, Outcome, Queue
 from meshmq.core.rates import RateSampler
-from meshmq.core.recovery import recover, remember_stored_network_messages, trace_recovered
+from meshmq.core.recovery import recover, remember_stored_sends, trace_recovered
 from meshmq.core.routing import RECORD_PREFIX, RETAINED_PREFIX, Router
 from meshmq.core.state import (
     Connection,
@@ -150,8 +150,8 @@ class Broker:
     def mark_dirty(self, queue: Queue) -> None:
         self.state.dirty[queue] = None
 
-    def remember_network_message(self, message: Message) -> None:
-        self.state.remember_network_message(message)
+    def remember_stored(self, message: Message) -> bool:
+        return self.state.remember_stored(message)
 
     @property
     def has_deferred(self) -> bool:
@@ -293,9 +293,9 @@ class Broker:
         """Rebuild queues and durable subscriptions from what the store holds."""
         recover(self.state, recovery)
 
-    def remember_stored_network_messages(self, recovery: Recovery) -> int:
+    def remember_stored_sends(self, recovery: Recovery) -> int:
         """Refill the duplicate window with stored bridge messages (core/recovery.py)."""
-        return remember_stored_network_messages(self.state, recovery)
+        return remember_stored_sends(self.state, recovery)
 
     def trace_recovered(self, page: int = 1000) -> int:
         """Trace a ``recovered`` event per stored message; returns how many."""

@@ -80,14 +80,19 @@ def recover(state: CoreState, recovery: Recovery) -> None:
         state.topic_index.add(sub)
 
 
-def remember_stored_network_messages(state: CoreState, recovery: Recovery) -> int:
-    """Put the newest stored messages that came over a bridge into the duplicate
-    window, up to its capacity, right after ``recover``; returns how many.
+def remember_stored_sends(state: CoreState, recovery: Recovery) -> int:
+    """Put the newest stored messages that came over a bridge or carry a producer's
+    ``dedup-id`` into the duplicate window, up to its capacity, right after
+    ``recover``; returns how many.
 
-    A bridge re-sends what it never saw acknowledged, and those are the messages this
-    broker received last: found here, they are acknowledged as duplicates and not
-    stored twice. (Paging in re-adds them too, but a queue deeper than its page size
-    pages the newest ones in only after a long while.)"""
+    A bridge re-sends what it never saw acknowledged, and a failover producer what it
+    never saw confirmed (the broker died between storing and the RECEIPT or PUBACK):
+    those are the messages this broker received last. Found here, they are confirmed
+    as duplicates and not stored twice, so a producer's re-send after a crash stays
+    exactly once while the original is still stored. (Paging in re-adds them too, but
+    a queue deeper than its page size pages the newest ones in only after a long
+    while.) An original already consumed and acknowledged before the crash is gone
+    from the store, and its re-send is stored again: at least once, as documented."""
     budget = state.dedup.capacity
     found = 0
     for key, info in recovery.keys.items():
@@ -99,8 +104,7 @@ def remember_stored_network_messages(state: CoreState, recovery: Recovery) -> in
         entries = state.store.load(key, max(0, info.last_seq - want), want)
         budget -= len(entries)
         for entry in entries:
-            if entry.message.broker_path:
-                state.remember_network_message(entry.message)
+            if state.remember_stored(entry.message):
                 found += 1
     return found
 

@@ -25,7 +25,7 @@ from meshmq.config.model import BrokerConfig, DestinationPolicy, StreamPolicy
 from meshmq.core import destinations as dst
 from meshmq.core.auth import Principal
 from meshmq.core.consumer import Consumer
-from meshmq.core.dedup import DuplicateWindow, network_key
+from meshmq.core.dedup import DEDUP_PROPERTY, DuplicateWindow, network_key
 from meshmq.core.destinations import Destination, DestKind
 from meshmq.core.message import Message
 from meshmq.core.paging import PageLoad
@@ -181,8 +181,19 @@ class CoreState:
     def bursting(self, consumer: Consumer) -> None:
         self.bursting_consumers.append(consumer)
 
-    def remember_network_message(self, message: Message) -> None:
-        self.dedup.remember(network_key(message))
+    def remember_stored(self, message: Message) -> bool:
+        """Put a stored message's window key back in the duplicate window (recovery,
+        paging in): a bridged message by its network key, a producer's by its
+        ``dedup-id``. True when it had one."""
+        if message.broker_path:
+            self.dedup.remember(network_key(message))
+            return True
+        if message.properties:
+            dedup_id = message.properties.get(DEDUP_PROPERTY)
+            if dedup_id is not None:
+                self.dedup.remember(str(dedup_id))
+                return True
+        return False
 
     def dispatch_marked(self, queue: Queue, mark: int) -> None:
         self.marks.append((queue, mark))

@@ -24,10 +24,11 @@ Writing: every row becomes a persistent message sent with a ``dedup-id`` of
 ``<producerId>:<batchId>:<partition>:<row>``. A batch that Spark runs again after a
 crash produces the same ids, and the broker's idempotent-producer window
 (``broker.duplicate_window``) drops what it already has: exactly-once into meshmq as
-long as one batch fits in the window and the broker lives. The window is in memory:
-after the broker's own crash (or a slave's takeover) a send it stored but never
-confirmed is stored again, so a row may be there twice, both copies with one dedup-id
-(at least once; consumers deduplicate on ``dedup-id``, as meshmq's client does).
+long as one batch fits in the window. After the broker's own crash (or a slave's
+takeover) the next broker refills the window from the dedup ids it still stores, so a
+re-send of a send stored but never confirmed is dropped too; only one whose original a
+consumer had already acked before the crash is stored again (a row there twice, both
+copies with one dedup-id: consumers deduplicate on ``dedup-id``, as meshmq's client does).
 
 Options (all strings):
 

@@ -222,11 +222,10 @@ class BrokerRuntime:
             raise
         self.lifecycle.started("store", self._close_store)
         self.broker.recover(recovery)
-        if self.config.network_connectors or any(
-                lst.protocol in ("tcp", "ssl", "nio") for lst in self.config.listeners):
-            # Linked to other brokers: re-forwards of what they sent before the restart
-            # must find the stored copies in the duplicate window.
-            self.broker.remember_stored_network_messages(recovery)
+        # Re-sends of what was stored before the restart but never confirmed (a bridge's
+        # re-forwards, a failover producer's dedup-ids) must find the stored copies in
+        # the duplicate window.
+        self.broker.remember_stored_sends(recovery)
 
         def space_changed() -> None:  # from the store's writer thread
             loop.call_soon_threadsafe(self.engine.check_store_space)

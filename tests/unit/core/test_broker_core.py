@@ -428,9 +428,45 @@ def test_recovery_puts_the_newest_bridged_messages_in_the_duplicate_window(
     broker = Broker(config, store)
     recovery = store.open()
     broker.recover(recovery)
-    assert broker.remember_stored_network_messages(recovery) == 999
+    assert broker.remember_stored_sends(recovery) == 999
     assert network_key(msgs[-1]) in broker.dedup  # the newest, far beyond the first page
     assert network_key(msgs[2001]) in broker.dedup
     assert network_key(msgs[0]) not in broker.dedup  # bounded by the window's capacity
     assert len(broker.dedup) == 999
+    asyncio.run(store.close())
+
+
+def test_recovery_puts_stored_producer_dedup_ids_back_in_the_duplicate_window(
+        tmp_path: Path) -> None:
+    """A failover producer re-sends what the broker stored but never confirmed before
+    it died: found in the window after the restart, the re-send is confirmed and not
+    stored twice. Messages without a dedup-id add nothing."""
+    from meshmq.core.dedup import DEDUP_PROPERTY
+
+    store = JournalStore(tmp_path / "j", fsync=False)
+    store.open()
+    q = dst.queue("orders")
+    sent = [Message(f"ID:p-{i}", q, b"x", persistent=True,
+                    properties={DEDUP_PROPERTY: f"order-{i}"}) for i in range(1, 6)]
+    plain = Message("ID:plain", q, b"x", persistent=True)
+    store.write([AddMessage(m, (("queue://orders", i),)) for i, m in enumerate(sent, 1)])
+    store.write([AddMessage(plain, (("queue://orders", 6),))])
+    asyncio.run(store.close())
+
+    store = JournalStore(tmp_path / "j", fsync=False)
+    broker = Broker(BrokerConfig(broker_name="b"), store)
+    recovery = store.open()
+    broker.recover(recovery)
+    assert broker.remember_stored_sends(recovery) == 5
+    assert all(f"order-{i}" in broker.dedup for i in range(1, 6))
+    assert len(broker.dedup) == 5
+    depth = broker.queues[q].depth
+    resend = Message("ID:p-again", q, b"x", persistent=True,
+                     properties={DEDUP_PROPERTY: "order-3"})
+    broker.send(connect(broker), (q,), resend)
+    assert broker.queues[q].depth == depth  # confirmed again, not stored twice
+    fresh = Message("ID:p-new", q, b"x", persistent=True,
+                    properties={DEDUP_PROPERTY: "order-6"})
+    broker.send(connect(broker), (q,), fresh)
+    assert broker.queues[q].depth == depth + 1
     asyncio.run(store.close())
