@@ -174,3 +174,16 @@ def test_two_shards_on_a_one_process_store_are_refused(tmp_path: Path) -> None:
     line = _error_line(result)
     assert "one-process store" in line and "shards = 1" in line, line
     assert not (data / "shards.json").exists() and not (data / "shard-0").exists()
+
+
+def test_a_shard_that_cannot_start_fails_the_node_with_its_line(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.pem"
+    listeners = (f'[[listeners]]\nname = "tls"\nurl = "stomp+ssl://127.0.0.1:0"\n'
+                 f'ssl_certfile = "{missing}"\n')
+    config = write_node_toml(tmp_path / "node.toml", data=tmp_path / "data",
+                             listeners=listeners)
+    result = _meshmq("--config", str(config))
+    assert result.returncode == 2  # as one broker reports a configuration error
+    line = _error_line(result)
+    assert "listeners[0].ssl_certfile" in line and str(missing) in line, line
+    assert "meshmq node 'node' stopped" in result.stderr

@@ -30,7 +30,7 @@ def main() -> int:
     try:
         apply_logging(spec.config.logging, spec.log_level, spec.config.source)
     except MeshmqError as exc:
-        print(f"error {exc}", flush=True)
+        print(f"error {exc.code} {exc}", flush=True)
         return EXIT_START_FAILED
     prefix = _ShardPrefix(f"shard {spec.identity.index}")
     for handler in logging.getLogger().handlers:

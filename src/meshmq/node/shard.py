@@ -9,8 +9,8 @@ stops, so no shard outlives its node and writes to a store that a new node may o
 A pipe works on every Unix, unlike Linux's ``PR_SET_PDEATHSIG``.
 
 The shard tells the supervisor how its start went on its standard output, one line:
-``ready``, or ``error <message>`` for a start that failed on the operator's setting
-(the supervisor reports that line and does not restart the shard).
+``ready``, or ``error <code> <message>`` for a start that failed on the operator's
+setting (the supervisor reports that line as its own error and fails the node's start).
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ async def serve_shard(spec: ShardSpec, parent_fd: int = PARENT_FD) -> int:
     try:
         await runtime.start()
     except MeshmqError as exc:
-        _report(f"error {exc}")
+        _report(f"error {exc.code} {exc}")
         return EXIT_START_FAILED
     if parent_gone.is_set():  # gone while we were starting
         await runtime.stop()

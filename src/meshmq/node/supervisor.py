@@ -37,14 +37,15 @@ from typing import IO
 
 from meshmq.config.model import BrokerConfig
 from meshmq.core.shards import ShardIdentity
-from meshmq.errors import MeshmqError
+from meshmq.errors import ConfigError, MeshmqError
 from meshmq.node.aggregate import ShardRow
 from meshmq.node.layout import LayoutError, check_layout, make_run_dir, shard_directory
 from meshmq.node.ports import NodePorts, bind_ports
 from meshmq.node.shard import ShardSpec, encode_spec
 
 __all__ = ["RESTART_MAX_S", "RESTART_MIN_S", "STABLE_AFTER_S", "STOP_GRACE_S",
-           "NodeStartError", "Supervisor", "shard_config"]
+           "NodeStartError", "RestartBackoff", "Supervisor", "describe_exit", "run_node",
+           "shard_config"]
 
 log = logging.getLogger("meshmq.node")
 
@@ -77,6 +78,25 @@ def shard_config(config: BrokerConfig, index: int, listeners: tuple[object, ...]
     if listeners is not None:
         changes["listeners"] = listeners
     return dataclasses.replace(config, **changes)  # type: ignore[arg-type]
+
+
+@dataclasses.dataclass
+class RestartBackoff:
+    """How long to wait before starting a dead shard again: ``minimum``, doubling while
+    it keeps dying, at most ``maximum``; a shard that ran ``stable_after`` seconds
+    starts from ``minimum`` again. Pure: the caller says how long the shard ran."""
+
+    minimum: float = RESTART_MIN_S
+    maximum: float = RESTART_MAX_S
+    stable_after: float = STABLE_AFTER_S
+    _next: float = dataclasses.field(default=-1.0, init=False)
+
+    def after_exit(self, ran: float) -> float:
+        if self._next < 0 or ran >= self.stable_after:
+            self._next = self.minimum
+        delay = self._next
+        self._next = min(self._next * 2, self.maximum)
+        return delay
 
 
 def describe_exit(code: int) -> str:
@@ -187,7 +207,10 @@ class Supervisor:
         await asyncio.gather(*(self._first_start(s) for s in self.shards))
         failed = next((s for s in self.shards if s.start_error), None)
         if failed is not None:
-            raise NodeStartError(failed.start_error or "")
+            code, _, message = (failed.start_error or "").partition(" ")
+            if code == ConfigError.code:  # as one broker reports it
+                raise ConfigError(message)
+            raise NodeStartError(message)
         self._node_started = True
         log.info("meshmq node %r started: %d shards on %s", self.config.broker_name,
                  self.count, ", ".join(f"{lst.protocol}://{lst.host}:{lst.port}"
@@ -241,13 +264,14 @@ class Supervisor:
                 shard.state = "running"
             shard.ready.set()
         elif line.startswith("error "):
-            shard.start_error = line[6:]
+            shard.start_error = line[6:]  # "<code> <message>"
             if self._node_started:
-                log.error("shard %d could not start: %s", shard.index, shard.start_error)
+                log.error("shard %d could not start: %s", shard.index,
+                          shard.start_error.partition(" ")[2])
 
     async def _keep(self, shard: _Shard) -> None:
         """Run the shard, and again whenever it dies, until the node stops."""
-        delay = RESTART_MIN_S
+        backoff = RestartBackoff()
         while not self._stopping.is_set():
             proc = await self._spawn(shard)
             watch = asyncio.ensure_future(self._watch_start(shard, proc))
@@ -261,16 +285,16 @@ class Supervisor:
                 shard.state = "stopped"
                 break
             ran = time.monotonic() - shard.started
-            if ran >= STABLE_AFTER_S:
-                delay = RESTART_MIN_S
             if not self._node_started:
                 # The first start fails the node's: restarting would fail the same way.
                 if shard.start_error is None:
-                    shard.start_error = (f"shard {shard.index} {describe_exit(code)} while "
-                                         "starting (its log above says why)")
+                    shard.start_error = (f"{NodeStartError.code} shard {shard.index} "
+                                         f"{describe_exit(code)} while starting (its log "
+                                         "above says why)")
                 shard.state = "stopped"
                 shard.ready.set()
                 break
+            delay = backoff.after_exit(ran)
             shard.restarts += 1
             shard.state = "restarting"
             shard.last_exit = describe_exit(code)
@@ -278,7 +302,6 @@ class Supervisor:
                         shard.index, proc.pid, shard.last_exit, ran, shard.restarts, delay)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), delay)
-            delay = min(delay * 2, RESTART_MAX_S)
 
     # ------------------------------------------------------------ stop
     def _on_signal(self, sig: int) -> None:

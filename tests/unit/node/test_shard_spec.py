@@ -10,7 +10,7 @@ from pathlib import Path
 from meshmq.config.model import BrokerConfig, ListenerConfig, StoreConfig, TraceConfig
 from meshmq.core.shards import ShardIdentity
 from meshmq.node.shard import ShardSpec, encode_spec, read_spec
-from meshmq.node.supervisor import describe_exit, shard_config
+from meshmq.node.supervisor import RestartBackoff, describe_exit, shard_config
 
 
 def test_each_shard_has_its_own_directories_and_the_node_s_ports(tmp_path: Path) -> None:
@@ -42,3 +42,10 @@ def test_the_spec_travels_through_a_pipe(tmp_path: Path) -> None:
 def test_exits_are_described_by_status_or_signal() -> None:
     assert describe_exit(-signal.SIGKILL) == "killed by SIGKILL"
     assert describe_exit(3) == "exited with status 3"
+
+
+def test_restarts_back_off_while_a_shard_keeps_dying_and_reset_once_it_ran() -> None:
+    backoff = RestartBackoff(minimum=0.1, maximum=0.5, stable_after=30.0)
+    assert [backoff.after_exit(1.0) for _ in range(5)] == [0.1, 0.2, 0.4, 0.5, 0.5]
+    assert backoff.after_exit(30.0) == 0.1  # it had run a while: a fresh failure
+    assert backoff.after_exit(0.5) == 0.2
