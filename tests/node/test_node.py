@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -17,7 +18,13 @@ import pytest
 from websockets.sync.client import connect as ws_connect
 
 from tests.support.brokers import ProcessBroker, poll
-from tests.support.nodes import NodeProcess, pid_gone, stomp_connect, write_node_toml
+from tests.support.nodes import (
+    NodeProcess,
+    pid_gone,
+    shard_api,
+    stomp_connect,
+    write_node_toml,
+)
 from tests.support.pki import Pki
 
 pytestmark = pytest.mark.slow
@@ -108,7 +115,9 @@ def test_tls_and_websocket_listeners_are_shared_by_the_shards(tmp_path: Path,
     listeners = (f'[[listeners]]\nname = "stomp"\nurl = "stomp://127.0.0.1:0"\n\n'
                  f'[[listeners]]\nname = "tls"\nurl = "stomp+ssl://127.0.0.1:0"\n'
                  f'ssl_certfile = "{cert}"\nssl_keyfile = "{key}"\n\n'
-                 f'[[listeners]]\nname = "ws"\nurl = "ws://127.0.0.1:0"\n')
+                 f'[[listeners]]\nname = "ws"\nurl = "ws://127.0.0.1:0"\n\n'
+                 f'[[listeners]]\nname = "links"\nurl = "tcp://127.0.0.1:0"\n'
+                 "allow_anonymous_links = true\n")
     config = write_node_toml(tmp_path / "node.toml", data=tmp_path / "data",
                              listeners=listeners)
     node = NodeProcess(config, tmp_path / "node.log").start()
@@ -129,9 +138,27 @@ def test_tls_and_websocket_listeners_are_shared_by_the_shards(tmp_path: Path,
         counts = poll(lambda: _per_shard(node, 2 * CONNECTIONS), 20,
                       "WebSocket connections counted")
         assert all(c > CONNECTIONS // 4 for c in counts), counts
+        # Broker links are the front shard's alone.
+        log = node.log_path.read_text()
+        assert "[shard 0] listening for links on tcp://127.0.0.1:" in log
+        assert "[shard 1] listening for links" not in log
+        socket.create_connection(("127.0.0.1", node.ports["tcp"]), timeout=10).close()
     finally:
         for conn in opened:
             conn.close()
+        node.terminate()
+
+
+def test_only_the_front_shard_runs_network_connectors(tmp_path: Path) -> None:
+    extra = ('\n[[network_connectors]]\nname = "out"\n'
+             'uri = "static:(tcp://127.0.0.1:9)"\n')
+    config = write_node_toml(tmp_path / "node.toml", data=tmp_path / "data", extra=extra)
+    node = NodeProcess(config, tmp_path / "node.log").start()
+    try:
+        front = shard_api(node, 0, "/api/stat")["network"]["bridges"]
+        other = shard_api(node, 1, "/api/stat")["network"]["bridges"]
+        assert [b["name"] for b in front] == ["out:tcp://127.0.0.1:9"] and other == []
+    finally:
         node.terminate()
 
 

@@ -78,6 +78,26 @@ class NodeProcess(ProcessBroker):
         return [row["pid"] for row in self.shards() if row["pid"] is not None]
 
 
+def shard_api(node: NodeProcess, shard: int, path: str) -> Any:
+    """One shard's own management answer, through its Unix socket."""
+    import http.client
+
+    sock_path = node.shards()[shard]["management_socket"]
+
+    class _Unix(http.client.HTTPConnection):
+        def connect(self) -> None:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(10)
+            self.sock.connect(sock_path)
+
+    conn = _Unix("shard")
+    try:
+        conn.request("GET", path)
+        return json.loads(conn.getresponse().read())
+    finally:
+        conn.close()
+
+
 def pid_gone(pid: int) -> bool:
     """The process has exited (gone, or a zombie nobody has reaped yet)."""
     try:

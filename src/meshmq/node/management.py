@@ -151,8 +151,10 @@ class NodeManagement:
 
     async def _shards(self, request: web.Request) -> web.Response:
         answers = await self.ask("/api/broker", request)
+        rows = [{**row, "management_socket": self.socket_of(row["shard"])}
+                for row in shard_rows(self.rows(), answers)]
         return reply({"broker": self.config.broker_name, "count": self.count,
-                      "shards": shard_rows(self.rows(), answers)})
+                      "shards": rows})
 
     async def _proxy(self, request: web.Request) -> web.StreamResponse:
         headers = {k: v for k, v in request.headers.items() if k in _FORWARD_REQUEST}
