@@ -305,6 +305,11 @@ def cmd_stat(args: argparse.Namespace) -> int:
         return 0
     print(f"broker {stat['broker']}  connections {stat['connections']}  memory "
           f"{stat['memory']['used']}/{stat['memory']['limit']} ({stat['memory']['percent']}%)")
+    shards = stat.get("shards") or []
+    if shards:  # a node of shards: which of them answered
+        down = [str(s["shard"]) for s in shards if s.get("state") != "up"]
+        print(f"shards {len(shards)}  up {len(shards) - len(down)}"
+              + (f"  not answering: {', '.join(down)}" if down else ""))
     ha = stat.get("ha") or {}
     if ha.get("mode") == "replicated":
         print(f"role {ha['role']}  ha replicated  term {ha['term']}  master "
