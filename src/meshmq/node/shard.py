@@ -82,10 +82,13 @@ async def serve_shard(spec: ShardSpec, parent_fd: int = PARENT_FD) -> int:
     from meshmq.transport.runtime import BrokerRuntime, tune_gc
 
     tune_gc()
-    runtime = BrokerRuntime(spec.config, shard=spec.identity)
+    try:
+        runtime = BrokerRuntime(spec.config, shard=spec.identity)
+    except MeshmqError as exc:
+        _report(f"error {exc.code} {exc}")
+        return EXIT_START_FAILED
     runtime.install_signal_handlers()
     loop = asyncio.get_running_loop()
-    parent_gone = asyncio.Event()
     stopping: set[asyncio.Task[None]] = set()
 
     def parent_readable() -> None:
@@ -98,7 +101,6 @@ async def serve_shard(spec: ShardSpec, parent_fd: int = PARENT_FD) -> int:
         loop.remove_reader(parent_fd)
         log.warning("shard %d: the node's supervisor is gone; stopping", spec.identity.index)
         runtime.shutdown_requested = True
-        parent_gone.set()
         if runtime.started:
             stopping.add(loop.create_task(runtime.stop()))
 
@@ -108,7 +110,7 @@ async def serve_shard(spec: ShardSpec, parent_fd: int = PARENT_FD) -> int:
     except MeshmqError as exc:
         _report(f"error {exc.code} {exc}")
         return EXIT_START_FAILED
-    if parent_gone.is_set():  # gone while we were starting
+    if runtime.shutdown_requested:  # SIGTERM, or the supervisor gone, while starting
         await runtime.stop()
         return 0
     _report("ready")
