@@ -22,7 +22,7 @@ import pytest
 from meshmq.config.model import AuthConfig, ManagementConfig, User
 from meshmq.config.toml_loader import loads_toml
 from meshmq.errors import ConfigError
-from meshmq.management.server import _tls_context
+from meshmq.management.server import tls_context
 from tests.support.brokers import ThreadBroker, make_config
 from tests.support.pki import Pki
 
@@ -118,14 +118,14 @@ def test_https_with_a_verified_certificate(start: Callable[..., ThreadBroker], p
 
 def test_tls_context_refuses_below_tls_1_2(pki: Pki) -> None:
     cert, key = pki.broker("a")
-    ctx = _tls_context(ManagementConfig(ssl_certfile=cert, ssl_keyfile=key), None)
+    ctx = tls_context(ManagementConfig(ssl_certfile=cert, ssl_keyfile=key), None)
     assert ctx is not None and ctx.minimum_version == ssl.TLSVersion.TLSv1_2
 
 
 def test_unreadable_certificate_is_a_configuration_error(tmp_path: Path) -> None:
     missing = tmp_path / "missing.pem"
     with pytest.raises(ConfigError) as err:
-        _tls_context(ManagementConfig(ssl_certfile=missing), "meshmq.toml")
+        tls_context(ManagementConfig(ssl_certfile=missing), "meshmq.toml")
     assert str(err.value).startswith("meshmq.toml, option 'management.ssl_certfile': "
                                      f"cannot load {missing}")
     with pytest.raises(ConfigError, match="ssl_keyfile needs ssl_certfile"):

@@ -133,8 +133,19 @@ def cmd_broker(args: argparse.Namespace) -> int:
                                                accept_data_loss=True)
     if args.memory_store:
         changes["persistent"] = False
+    if args.shards is not None:
+        changes["shards"] = _shards_flag(args.shards)
     if changes:
         config = dataclasses.replace(config, **changes)
+    from meshmq.config.model import sharding_conflict
+    from meshmq.node.layout import check_layout
+
+    conflict = sharding_conflict(config)
+    if conflict is not None:
+        raise ConfigError(conflict[0], file=config.source, option="broker.shards")
+    # A directory a node's shards stored into is not one broker's store (nor the reverse).
+    check_layout(config.data_directory, config.shards, config.broker_name,
+                 config.store_directory, persistent=config.persistent)
     from meshmq.cli.logsetup import apply_logging
 
     apply_logging(config.logging, args.log_level, config.source)
@@ -146,9 +157,28 @@ def cmd_broker(args: argparse.Namespace) -> int:
         pass
     import asyncio
 
+    if config.shards > 1:
+        from meshmq.node.supervisor import run_node
+
+        # Each shard is this Python running meshmq.cli.shard (the same sources).
+        command = [sys.executable, "-m", "meshmq.cli.shard"]
+        return asyncio.run(run_node(config, command, args.log_level))
     from meshmq.transport.runtime import run_broker
 
     return asyncio.run(run_broker(config))
+
+
+def _shards_flag(text: str) -> int:
+    """--shards N or auto, checked as [broker] shards is."""
+    import os
+
+    from meshmq.config.model import parse_shards
+    from meshmq.core.shards import MAX_SHARDS
+
+    try:
+        return parse_shards(text, MAX_SHARDS, os.cpu_count())
+    except ValueError as exc:
+        raise UsageError(f"--shards {exc}") from None
 
 
 _TLS_SCHEMES = ("ssl", "stomp+ssl", "stomp+nio+ssl")
@@ -275,6 +305,11 @@ def cmd_stat(args: argparse.Namespace) -> int:
         return 0
     print(f"broker {stat['broker']}  connections {stat['connections']}  memory "
           f"{stat['memory']['used']}/{stat['memory']['limit']} ({stat['memory']['percent']}%)")
+    shards = stat.get("shards") or []
+    if shards:  # a node of shards: which of them answered
+        down = [str(s["shard"]) for s in shards if s.get("state") != "up"]
+        print(f"shards {len(shards)}  up {len(shards) - len(down)}"
+              + (f"  not answering: {', '.join(down)}" if down else ""))
     ha = stat.get("ha") or {}
     if ha.get("mode") == "replicated":
         print(f"role {ha['role']}  ha replicated  term {ha['term']}  master "
@@ -397,6 +432,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="start even if a damaged journal segment holds data that cannot be "
                         "recovered (the damaged file is kept aside; docs/store-format.md)")
     b.add_argument("--memory-store", action="store_true", help="keep nothing on disk")
+    b.add_argument("--shards", metavar="N",
+                   help="run N shard processes on the same ports, or auto: one per CPU "
+                        "(not yet for production; docs/shards.md)")
     b.set_defaults(func=cmd_broker)
 
     for name, func, helptext in (("send", cmd_send, "send messages"),

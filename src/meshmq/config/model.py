@@ -25,6 +25,8 @@ LOG_FORMATS = ("text", "json")
 LIMIT_ACTIONS = ("block", "fail")
 # TLS client certificates on a listener (ActiveMQ wantClientAuth / needClientAuth).
 CLIENT_AUTH = ("none", "want", "need")
+# [broker] shards = "auto": one shard per CPU (os.cpu_count()).
+SHARDS_AUTO = "auto"
 
 
 @dataclass(frozen=True, slots=True)
@@ -438,6 +440,9 @@ class BrokerConfig:
     # Master switch for the topology push; the push itself is per listener
     # (ListenerConfig.update_cluster_clients, off by default).
     push_topology: bool = True
+    # Shard processes of this node (docs/shards.md): 1 = one broker process, as always;
+    # N > 1 = a supervisor and N shards on the same ports. The loaders resolve "auto".
+    shards: int = 1
     source: str | None = None  # file this config came from, for messages
 
     @property
@@ -451,6 +456,32 @@ class BrokerConfig:
     @property
     def trace_directory(self) -> Path:
         return self.trace.directory or (self.data_directory / "trace")
+
+
+def parse_shards(value: object, max_shards: int, cpus: int | None) -> int:
+    """``[broker] shards`` / ``--shards``: a count in 1..max_shards, or ``"auto"`` (one
+    per CPU, at most ``max_shards``). ``ValueError`` says what is accepted."""
+    if value == SHARDS_AUTO:
+        return max(1, min(cpus or 1, max_shards))
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= max_shards:
+        return value
+    raise ValueError(f"must be a number of shards from 1 to {max_shards} or \"auto\" "
+                     f"(one per CPU), got {value!r}")
+
+
+def sharding_conflict(config: BrokerConfig) -> tuple[str, str] | None:
+    """Why ``config.shards > 1`` cannot run as configured, and the option to change."""
+    if config.shards == 1:
+        return None
+    if config.ha.mode != "none":
+        return (f"master/slave (ha.mode = {config.ha.mode!r}) does not run with shards "
+                "yet: set shards = 1 or ha.mode = \"none\"", "ha.mode")
+    if config.persistent and config.store.kind == "postgres":
+        return ("the postgres store does not run with shards yet (the shards would share "
+                "its tables): set shards = 1 or store.kind = \"journal\"", "store.kind")
+    return None
 
 
 def management_exposure(config: BrokerConfig) -> str | None:

@@ -29,6 +29,7 @@ import bisect
 import dataclasses
 import difflib
 import logging
+import os
 import re
 import tomllib
 import types
@@ -54,10 +55,13 @@ from meshmq.config.model import (
     ListenerConfig,
     NetworkConnectorConfig,
     management_exposure,
+    parse_shards,
+    sharding_conflict,
 )
 from meshmq.config.sizes import parse_size
 from meshmq.core.destinations import Destination, is_wildcard_name, validate_name
 from meshmq.core.passwords import check_hash, is_hashed
+from meshmq.core.shards import MAX_SHARDS
 from meshmq.discovery_uri import DiscoveryUriError, parse_multicast_uri
 from meshmq.errors import ConfigError, DestinationError
 from meshmq.tls import check_ciphers
@@ -419,6 +423,11 @@ class _Builder:
                     for k, v in table.items()}
         if dataclasses.is_dataclass(tp):
             return self._dataclass(tp, value, path)  # type: ignore[arg-type]
+        if key == "BrokerConfig.shards":  # a count or "auto"
+            try:
+                return parse_shards(value, MAX_SHARDS, os.cpu_count())
+            except ValueError as exc:
+                raise self.src.error(str(exc), path) from None
         if tp is bool:
             return self._bool(value, path)
         if tp is int:
@@ -510,6 +519,9 @@ class _Builder:
     # -- rules that span several options ------------------------------------
 
     def _check(self, config: BrokerConfig) -> None:
+        conflict = sharding_conflict(config)
+        if conflict is not None:
+            raise self.src.error(conflict[0], f"{BROKER_SECTION}.shards")
         names: set[str] = set()
         addresses: set[tuple[str, int]] = set()
         for i, lst in enumerate(config.listeners):

@@ -29,8 +29,12 @@ SHUTDOWN_TIMEOUT_S = 1.0
 
 
 class ManagementServer:
-    def __init__(self, runtime: ManagementHost) -> None:
+    """``unix_path``: serve on this Unix socket instead of the configured port (a shard
+    of a node, whose supervisor serves the node's port and asks each shard)."""
+
+    def __init__(self, runtime: ManagementHost, *, unix_path: str | None = None) -> None:
         self.runtime = runtime
+        self.unix_path = unix_path
         self._runner: web.AppRunner | None = None
         self.address: tuple[str, int] | None = None
 
@@ -42,10 +46,16 @@ class ManagementServer:
         problem = management_exposure(config)
         if problem is not None:
             raise ConfigError(problem, file=config.source, option="management.host")
-        tls = _tls_context(cfg, config.source)
-        sock = _bind(cfg)
         runner = web.AppRunner(build_app(self.runtime), access_log=None,
                                handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+        if self.unix_path is not None:
+            await runner.setup()
+            await web.UnixSite(runner, self.unix_path).start()
+            self._runner = runner
+            log.info("management for the node's supervisor on %s", self.unix_path)
+            return
+        tls = tls_context(cfg, config.source)
+        sock = bind_socket(cfg)
         await runner.setup()
         site = web.SockSite(runner, sock, ssl_context=tls)
         await site.start()
@@ -65,7 +75,7 @@ class ManagementServer:
             await runner.cleanup()
 
 
-def _bind(cfg: ManagementConfig) -> socket.socket:
+def bind_socket(cfg: ManagementConfig) -> socket.socket:
     """A listening socket on the configured address, or on one of the 20 ports above it
     when ``next_free_port`` is on and the port is taken."""
     tries = 21 if cfg.next_free_port and cfg.port else 1
@@ -98,7 +108,7 @@ _FIX = ("set [management] port (0: the OS chooses) or enabled = false, or run wi
         "--management HOST:PORT or --management off")
 
 
-def _tls_context(cfg: ManagementConfig, source: str | None) -> ssl.SSLContext | None:
+def tls_context(cfg: ManagementConfig, source: str | None) -> ssl.SSLContext | None:
     if cfg.ssl_certfile is None:
         return None
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -38,8 +38,13 @@ class Listeners:
     """Every listener of ``config.listeners``, bound by ``start`` and closed by ``close``."""
 
     def __init__(self, config: BrokerConfig, host: SessionHost, engine: Pump,
-                 network: NetworkManager, tls: CertificateReloader) -> None:
+                 network: NetworkManager, tls: CertificateReloader, *,
+                 reuse_port: bool = False, links: bool = True) -> None:
         self.config = config
+        # One shard of several: every shard binds the same client ports (SO_REUSEPORT, so
+        # the kernel spreads connections over them); only the front shard takes links.
+        self.reuse_port = reuse_port
+        self.links = links
         self.host = host
         self.engine = engine
         self.network = network
@@ -78,20 +83,7 @@ class Listeners:
         return next((i for i, lst in enumerate(self.config.listeners) if lst is listener), 0)
 
     def _bind_advice(self, listener: ListenerConfig) -> tuple[str, str]:
-        """What a listener is called in a bind failure, and where its address is set."""
-        label = LISTENER_LABELS.get(listener.protocol, listener.protocol)
-        flag = (f"--{listener.protocol} HOST:PORT (port 0: the OS chooses)"
-                if listener.protocol in ("stomp", "mqtt") else "")
-        source = self.config.source
-        if source is None:
-            return label, f"run with {flag}" if flag else "change the listener's address"
-        if source.endswith(".xml"):
-            where = f"change uri of <transportConnector name=\"{listener.name}\"> in {source}"
-        else:
-            where = (f"change url of the [[listeners]] entry named \"{listener.name}\" "
-                     f"in {source}")
-        return (f"{label} (listener \"{listener.name}\")",
-                f"{where}, or run with {flag}" if flag else where)
+        return bind_advice(self.config, listener)
 
     async def _listen(self, loop: asyncio.AbstractEventLoop, listener: ListenerConfig) -> None:
         if listener.protocol in ("stomp", "stomp+ssl", "mqtt", "mqtt+ssl"):
@@ -99,6 +91,8 @@ class Listeners:
         elif listener.protocol in ("ws", "wss"):
             await self._listen_ws(loop, listener)
         elif listener.protocol in ("tcp", "ssl", "nio"):
+            if not self.links:
+                return
             server = await self.network.listen(listener, self._ssl_context(listener))
             self._listening(listener, server)
             await self.network.advertise(listener, self.addresses[listener.name])
@@ -141,7 +135,8 @@ class Listeners:
         self.engine.limit(name, listener.max_connections)
         server = await loop.create_server(accept, listener.host, listener.port,
                                           ssl=self._ssl_context(listener),
-                                          reuse_address=True, backlog=1024)
+                                          reuse_address=True, reuse_port=self.reuse_port,
+                                          backlog=1024)
         self._listening(listener, server)
 
     async def _listen_ws(self, loop: asyncio.AbstractEventLoop,
@@ -166,7 +161,8 @@ class Listeners:
         server = await start_websocket_listener(
             loop, listener.host, listener.port, protocols,
             ssl_context=self._ssl_context(listener),
-            options=WebSocketOptions(max_message_size=self.config.stomp.max_frame_size))
+            options=WebSocketOptions(max_message_size=self.config.stomp.max_frame_size),
+            reuse_port=self.reuse_port)
         self._listening(listener, server)
 
     def _listening(self, listener: ListenerConfig, server: asyncio.Server) -> None:
@@ -175,3 +171,20 @@ class Listeners:
         self.addresses[listener.name] = (sock[0], sock[1])
         log.info("listening for %s on %s://%s:%d", listener.name, listener.protocol,
                  sock[0], sock[1])
+
+
+def bind_advice(config: BrokerConfig, listener: ListenerConfig) -> tuple[str, str]:
+    """What a listener is called in a bind failure, and where its address is set."""
+    label = LISTENER_LABELS.get(listener.protocol, listener.protocol)
+    flag = (f"--{listener.protocol} HOST:PORT (port 0: the OS chooses)"
+            if listener.protocol in ("stomp", "mqtt") else "")
+    source = config.source
+    if source is None:
+        return label, f"run with {flag}" if flag else "change the listener's address"
+    if source.endswith(".xml"):
+        where = f"change uri of <transportConnector name=\"{listener.name}\"> in {source}"
+    else:
+        where = (f"change url of the [[listeners]] entry named \"{listener.name}\" "
+                 f"in {source}")
+    return (f"{label} (listener \"{listener.name}\")",
+            f"{where}, or run with {flag}" if flag else where)

@@ -124,12 +124,20 @@ class BrokerRuntime:
         self.network = NetworkManager(self)
         # Linked brokers' client URIs (from the bridge handshake) reach failover clients.
         self.topology.set_provider("network", self.network.peer_client_uris)
-        self.listeners = Listeners(config, self, self.engine, self.network, self.tls)
+        # One shard of several shares the client ports; the front shard alone takes
+        # broker links and runs the network connectors (docs/design.md, "Shards").
+        sharded = shard is not None and shard.count > 1
+        self._front = shard is None or shard.is_front
+        self.listeners = Listeners(config, self, self.engine, self.network, self.tls,
+                                   reuse_port=sharded, links=self._front)
         self._management: ManagementServer | None = None
         if config.management.enabled:
             from meshmq.management.server import ManagementServer
 
-            self._management = ManagementServer(self)
+            # A shard serves management on its Unix socket; the node's supervisor
+            # serves the node's endpoint and asks each shard.
+            self._management = ManagementServer(
+                self, unix_path=shard.management_socket(shard.index) if shard else None)
         self._management_up = False
         self.sys_topics = SysTopics(self.broker, config.mqtt.sys_interval_ms,
                                     self.engine.pump)
@@ -194,8 +202,9 @@ class BrokerRuntime:
         self.trace.start_timer(loop, TIMER_INTERVAL)
         self.lifecycle.started("housekeeping", self.engine.stop_housekeeping)
         self.started = True
-        await self.network.start_connectors()
-        self.lifecycle.started("network", self.network.stop)
+        if self._front:
+            await self.network.start_connectors()
+            self.lifecycle.started("network", self.network.stop)
         if self.config.mqtt.sys_interval_ms > 0 and any(
                 lst.protocol in _MQTT_PROTOCOLS for lst in self.config.listeners):
             self.sys_topics.start(loop)

@@ -585,17 +585,18 @@ async def start_websocket_listener(
         loop: asyncio.AbstractEventLoop, host: str | None, port: int,
         protocols: Mapping[str, ProtocolFactory], *,
         ssl_context: ssl.SSLContext | None = None,
-        options: WebSocketOptions | None = None) -> asyncio.Server:
+        options: WebSocketOptions | None = None, reuse_port: bool = False) -> asyncio.Server:
     """Listen for WebSocket clients (``wss://`` when ``ssl_context`` is given) and serve
     each with the protocol its negotiated subprotocol names. Port 0 lets the OS choose;
-    read the bound address from ``server.sockets[0].getsockname()``."""
+    read the bound address from ``server.sockets[0].getsockname()``. ``reuse_port``:
+    several processes (a node's shards) listen on the same port (SO_REUSEPORT)."""
     if not protocols:
         raise ValueError("a WebSocket listener needs at least one subprotocol")
     opts = options or WebSocketOptions()
 
     return await loop.create_server(
         lambda: WebSocketProtocol(protocols, opts), host, port, ssl=ssl_context,
-        reuse_address=True, backlog=1024)
+        reuse_address=True, reuse_port=reuse_port, backlog=1024)
 
 
 __all__ = [

@@ -1,0 +1,185 @@
+"""A node's data directory: which shard count its stores were made for, where each
+shard's store lives, and the private directory for the shards' Unix sockets.
+
+::
+
+    <data>/shards.json    {"shards": N, "hash": "jump-blake2b-1", "node": name}
+    <data>/shard-<k>/     shard k's data directory: a complete store as a broker's
+    <data>/run/           the shards' management (and link) sockets, mode 0700
+
+A store made with ``shards = 1`` has no ``shards.json`` and stays as it is. Which shard
+owns a destination depends on the count (core/shards.py), so a start with another count
+than the stores were made with would leave messages on shards that no longer own them:
+:func:`check_layout` refuses it with one line naming what to do, unless nothing is stored
+yet (a fresh directory, or shard directories without a store). Telling whether stored
+destinations would keep their owners needs reading every store; until an offline
+rebalance exists, any stored data under another count is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from meshmq.core.shards import HASH_NAME
+from meshmq.errors import MeshmqError
+
+__all__ = ["RUN_DIR", "SHARDS_FILE", "LayoutError", "NodeLayout", "check_layout",
+           "make_run_dir", "read_shards_file", "shard_directory"]
+
+SHARDS_FILE = "shards.json"
+RUN_DIR = "run"
+# sockaddr_un's sun_path is 108 bytes on Linux (104 on BSDs), with its NUL.
+_MAX_SOCKET_PATH = 100
+_LONGEST_SOCKET_NAME = "shard-255.mgmt.sock"
+
+
+class LayoutError(MeshmqError):
+    """The data directory does not fit the shard count asked for."""
+
+    code = "store-layout"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLayout:
+    """What ``shards.json`` records."""
+
+    shards: int
+    hash: str
+    node: str
+
+
+def shard_directory(data: Path, index: int) -> Path:
+    return data / f"shard-{index}"
+
+
+def read_shards_file(data: Path) -> NodeLayout | None:
+    """The layout recorded in ``data``, or None for a directory without one."""
+    path = data / SHARDS_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise LayoutError(f"cannot use {data} as a node's data directory (reading {path}: "
+                          f"{(exc.strerror or str(exc)).lower()}): change --data DIR, or "
+                          "data_directory in the configuration") from None
+    try:
+        raw = json.loads(text)
+        layout = NodeLayout(shards=raw["shards"], hash=raw["hash"], node=raw["node"])
+    except (ValueError, KeyError, TypeError):
+        raise LayoutError(f"{path} is not a shard layout ({{\"shards\", \"hash\", "
+                          "\"node\"}): restore it from a backup, or remove it if no "
+                          "shard-<k> directory beside it holds a store") from None
+    if not isinstance(layout.shards, int) or layout.shards < 1 or not isinstance(
+            layout.hash, str) or not isinstance(layout.node, str):
+        raise LayoutError(f"{path} is not a shard layout ({text.strip()[:80]!r})")
+    return layout
+
+
+def _holds_data(path: Path) -> bool:
+    """Whether ``path`` exists with anything in it (a store, a lock, a trace)."""
+    try:
+        return any(path.iterdir())
+    except FileNotFoundError:
+        return False
+    except NotADirectoryError:
+        return True
+    except OSError as exc:
+        raise LayoutError(f"cannot read {path}: {(exc.strerror or str(exc)).lower()}"
+                          ) from None
+
+
+def _shards_holding_data(data: Path) -> list[Path]:
+    try:
+        entries = sorted(data.glob("shard-*"))
+    except OSError:
+        return []
+    return [p for p in entries if p.name[6:].isdigit() and _holds_data(p)]
+
+
+def check_layout(data: Path, shards: int, node: str, plain_store: Path,
+                 *, persistent: bool = True) -> None:
+    """Refuse a start of ``shards`` shards on ``data`` whose stores were made for another
+    count; record the count on a node's first start. ``plain_store`` is where a store
+    made with ``shards = 1`` keeps its files. A memory store (``persistent`` False)
+    keeps nothing, so any count fits."""
+    if not persistent:
+        return
+    if shards == 1 and not (data / SHARDS_FILE).is_file():
+        return  # one broker process on its own store (or none yet): nothing changes
+    recorded = read_shards_file(data)
+    where = data / SHARDS_FILE
+    if recorded is not None and recorded.hash != HASH_NAME:
+        raise LayoutError(f"{where} was made with shard hash {recorded.hash!r}, which "
+                          f"this meshmq does not know (it uses {HASH_NAME!r}): run the "
+                          "meshmq version that made it")
+    if shards == 1:
+        if recorded is not None and recorded.shards > 1 and _shards_holding_data(data):
+            raise LayoutError(
+                f"{data} holds the stores of a node of {recorded.shards} shards "
+                f"({where}): start it with --shards {recorded.shards} (or [broker] shards "
+                f"= {recorded.shards}), or give this broker another data directory (--data)")
+        return
+    if recorded is None:
+        if _holds_data(plain_store):
+            raise LayoutError(
+                f"{data} holds a one-process store ({plain_store}), which cannot be split "
+                f"into {shards} shards yet: start without --shards (shards = 1), or give "
+                "the node a new data directory (--data DIR)")
+    elif recorded.shards != shards:
+        holding = _shards_holding_data(data)
+        if holding:
+            raise LayoutError(
+                f"{data} holds the stores of a node of {recorded.shards} shards ({where}); "
+                f"with {shards} shards stored destinations would change owner, and moving "
+                f"them is not supported yet: start with --shards {recorded.shards} (or "
+                f"[broker] shards = {recorded.shards}), or give the node a new data "
+                "directory (--data DIR)")
+    if recorded is None or recorded.shards != shards:
+        _write_shards_file(data, NodeLayout(shards, HASH_NAME, node))
+
+
+def _write_shards_file(data: Path, layout: NodeLayout) -> None:
+    """Written whole and synced before any shard's store holds a byte, so a crash
+    leaves the old file or the new one."""
+    data.mkdir(parents=True, exist_ok=True)
+    text = json.dumps({"shards": layout.shards, "hash": layout.hash, "node": layout.node})
+    fd, tmp = tempfile.mkstemp(prefix=".shards-", dir=data)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, data / SHARDS_FILE)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):  # the rename is durable once the directory is
+        dir_fd = os.open(data, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def make_run_dir(data: Path) -> tuple[Path, bool]:
+    """The directory for the shards' Unix sockets, mode 0700 (only this user may reach
+    them), and whether it is a temporary one to remove at exit: ``<data>/run`` unless
+    socket paths under it would be too long for the OS, then a fresh one in the
+    system's temporary directory."""
+    run = data / RUN_DIR
+    if len(os.fsencode(str(run.absolute() / _LONGEST_SOCKET_NAME))) > _MAX_SOCKET_PATH:
+        return Path(tempfile.mkdtemp(prefix="meshmq-run-")), True
+    run.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st = run.stat()
+    if st.st_uid != os.getuid():
+        raise LayoutError(f"{run} belongs to another user: remove it, or give the node "
+                          "another data directory (--data DIR)")
+    os.chmod(run, 0o700)
+    return run.absolute(), False

@@ -1,0 +1,214 @@
+"""The node's one management endpoint, served by the supervisor.
+
+Each shard runs its unchanged management app on a Unix socket in the node's private run
+directory; this endpoint is the node's address (``[management]`` host and port, TLS and
+logins as a broker's). It stays up while shards restart:
+
+* ``GET /api/stat`` and ``GET /api/broker`` ask every shard at once and sum the answers
+  (node/aggregate.py); a shard that does not answer within ``ASK_TIMEOUT_S`` is shown
+  as down, the request never fails for it;
+* ``GET /api/shards``: each shard's process (pid, state, restarts, uptime) and its
+  client connections;
+* ``GET /api/health``: the node's own answer, with how many shards are up;
+* every other request is passed to the front shard (shard 0) as it came, its answer
+  streamed back (the console's event stream too); 503 while shard 0 is down.
+
+Logins are checked here as a broker checks them (management/access.py) and the
+``Authorization`` header is passed on, so a shard applies the same rules again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+
+import aiohttp
+from aiohttp import web
+
+from meshmq.config.credential_files import credential_source
+from meshmq.config.model import BrokerConfig, management_exposure
+from meshmq.core.auth import Authenticator, Principal
+from meshmq.errors import AuthenticationError, ConfigError
+from meshmq.management.access import decide
+from meshmq.management.api import error_reply, reply
+from meshmq.management.server import SHUTDOWN_TIMEOUT_S, bind_socket, tls_context
+from meshmq.node.aggregate import ShardAnswer, ShardRow, node_broker, node_stat, shard_rows
+from meshmq.transport.login import check_password
+
+__all__ = ["ASK_TIMEOUT_S", "NodeManagement"]
+
+log = logging.getLogger("meshmq.node")
+
+ASK_TIMEOUT_S = 3.0
+# Request headers a shard needs; the rest (Host, Connection, ...) belong to this hop.
+_FORWARD_REQUEST = ("Authorization", "Content-Type", "Accept", "Last-Event-ID")
+# Response headers that belong to the hop from the shard (aiohttp sets its own).
+_HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length",
+                         "content-encoding", "date", "server"})
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class NodeManagement:
+    """``rows`` says what the supervisor knows of each shard process;
+    ``socket_of(k)`` is shard k's management socket."""
+
+    def __init__(self, config: BrokerConfig, count: int, socket_of: Callable[[int], str],
+                 rows: Callable[[], Sequence[ShardRow]]) -> None:
+        self.config = config
+        self.count = count
+        self.socket_of = socket_of
+        self.rows = rows
+        self.auth = Authenticator(config.auth, credentials=credential_source(config.auth))
+        self.started_ms = int(time.time() * 1000)
+        self.address: tuple[str, int] | None = None
+        self._runner: web.AppRunner | None = None
+        self._sessions: dict[int, aiohttp.ClientSession] = {}
+
+    # ------------------------------------------------------------ start and stop
+    async def start(self) -> None:
+        cfg = self.config.management
+        problem = management_exposure(self.config)
+        if problem is not None:
+            raise ConfigError(problem, file=self.config.source, option="management.host")
+        tls = tls_context(cfg, self.config.source)
+        sock = bind_socket(cfg)
+        app = web.Application(middlewares=[self._errors, self._login])
+        app.router.add_get("/api/health", self._health)
+        app.router.add_get("/api/stat", self._stat)
+        app.router.add_get("/api/broker", self._broker)
+        app.router.add_get("/api/shards", self._shards)
+        app.router.add_route("*", "/{tail:.*}", self._proxy)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                               shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+        await runner.setup()
+        await web.SockSite(runner, sock, ssl_context=tls).start()
+        self._runner = runner
+        name = sock.getsockname()
+        self.address = (name[0], name[1])
+        scheme = "https" if tls is not None else "http"
+        log.info("management endpoint of the node on %s://%s:%d/ (%d shards)", scheme,
+                 name[0], name[1], self.count)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+        for session in self._sessions.values():
+            await session.close()
+        self._sessions.clear()
+
+    def _session(self, shard: int) -> aiohttp.ClientSession:
+        session = self._sessions.get(shard)
+        if session is None or session.closed:
+            session = aiohttp.ClientSession(
+                connector=aiohttp.UnixConnector(path=self.socket_of(shard)),
+                auto_decompress=False)
+            self._sessions[shard] = session
+        return session
+
+    # ------------------------------------------------------------ asking the shards
+    async def _ask_one(self, shard: int, path: str, headers: dict[str, str]) -> ShardAnswer:
+        try:
+            async with self._session(shard).get(
+                    f"http://shard{path}", headers=headers,
+                    timeout=aiohttp.ClientTimeout(total=ASK_TIMEOUT_S)) as resp:
+                body = await resp.json(content_type=None)
+                if resp.status != 200 or not isinstance(body, dict):
+                    error = body.get("error") if isinstance(body, dict) else None
+                    return ShardAnswer(shard, error=f"HTTP {resp.status}: {error or ''}")
+                return ShardAnswer(shard, body)
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+            return ShardAnswer(shard, error=str(exc) or type(exc).__name__)
+
+    async def ask(self, path: str, request: web.Request) -> list[ShardAnswer]:
+        headers = {k: v for k, v in request.headers.items() if k in _FORWARD_REQUEST}
+        return list(await asyncio.gather(*(self._ask_one(k, path, headers)
+                                           for k in range(self.count))))
+
+    # ------------------------------------------------------------ routes
+    async def _health(self, request: web.Request) -> web.Response:
+        rows = self.rows()
+        up = sum(1 for r in rows if r.state == "running")
+        return reply({"status": "ok" if up == self.count else "degraded",
+                      "broker": self.config.broker_name,
+                      "shards": {"running": up, "count": self.count}})
+
+    async def _stat(self, request: web.Request) -> web.Response:
+        return reply(node_stat(self.config.broker_name, await self.ask("/api/stat", request)))
+
+    async def _broker(self, request: web.Request) -> web.Response:
+        answers = await self.ask("/api/broker", request)
+        now_ms = int(time.time() * 1000)
+        started = datetime.fromtimestamp(self.started_ms / 1000, UTC).isoformat(
+            timespec="milliseconds")
+        return reply(node_broker(self.config.broker_name, answers,
+                                 now_ms - self.started_ms, started))
+
+    async def _shards(self, request: web.Request) -> web.Response:
+        answers = await self.ask("/api/broker", request)
+        rows = [{**row, "management_socket": self.socket_of(row["shard"])}
+                for row in shard_rows(self.rows(), answers)]
+        return reply({"broker": self.config.broker_name, "count": self.count,
+                      "shards": rows})
+
+    async def _proxy(self, request: web.Request) -> web.StreamResponse:
+        headers = {k: v for k, v in request.headers.items() if k in _FORWARD_REQUEST}
+        body = await request.read() if request.can_read_body else None
+        try:
+            upstream = await self._session(0).request(
+                request.method, f"http://shard{request.path_qs}", headers=headers,
+                data=body, allow_redirects=False,
+                timeout=aiohttp.ClientTimeout(sock_connect=ASK_TIMEOUT_S))
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            return error_reply(503, f"shard 0, which answers {request.path}, is not "
+                                    f"answering ({exc or type(exc).__name__}); it is "
+                                    "restarting or stopped: GET /api/shards says which")
+        try:
+            out = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+            for key, value in upstream.headers.items():
+                if key.lower() not in _HOP_BY_HOP:
+                    out.headers.add(key, value)
+            await out.prepare(request)
+            with contextlib.suppress(aiohttp.ClientError, ConnectionResetError):
+                async for chunk in upstream.content.iter_any():
+                    await out.write(chunk)
+            await out.write_eof()
+            return out
+        finally:
+            upstream.release()
+
+    # ------------------------------------------------------------ middlewares
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            return error_reply(exc.status, exc.reason)
+        except Exception:
+            log.exception("management request %s %s failed", request.method, request.path)
+            return error_reply(500, "internal error; the node's log has the details")
+
+    @web.middleware
+    async def _login(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        async def authenticate(user: str, password: str) -> Principal:
+            try:
+                return await check_password(self.auth, user, password)
+            except AuthenticationError:
+                delay = self.auth.refused(f"{request.remote or '?'}:0")
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                raise
+
+        decision = await decide(self.config, request.method,
+                                request.headers.get("Authorization"), authenticate,
+                                request.path)
+        if not decision.allowed:
+            return error_reply(decision.status, decision.error)
+        return await handler(request)

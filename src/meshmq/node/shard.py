@@ -1,0 +1,120 @@
+"""One shard process: a ``BrokerRuntime`` with its shard identity, started by the node's
+supervisor and bound to it by a pipe.
+
+The supervisor starts ``python -m meshmq.cli.shard`` with a pipe on its standard input
+and writes the shard's ``ShardSpec`` there (a length, then the pickled spec); it then
+keeps its end open and never writes again. The shard watches that pipe: end of file
+means the supervisor is gone (even SIGKILLed, the kernel closes its end), and the shard
+stops, so no shard outlives its node and writes to a store that a new node may open.
+A pipe works on every Unix, unlike Linux's ``PR_SET_PDEATHSIG``.
+
+The shard tells the supervisor how its start went on its standard output, one line:
+``ready``, or ``error <code> <message>`` for a start that failed on the operator's
+setting (the supervisor reports that line as its own error and fails the node's start).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import pickle
+import struct
+from dataclasses import dataclass
+
+from meshmq.config.model import BrokerConfig
+from meshmq.core.shards import ShardIdentity
+from meshmq.errors import MeshmqError
+
+__all__ = ["EXIT_START_FAILED", "ShardSpec", "encode_spec", "read_spec", "serve_shard"]
+
+log = logging.getLogger("meshmq.node")
+
+PARENT_FD = 0  # the supervisor's pipe (standard input)
+STATUS_FD = 1  # start report to the supervisor (standard output)
+EXIT_START_FAILED = 2  # the start failed on a setting: restarting would not help
+_LENGTH = struct.Struct(">I")
+
+
+@dataclass(frozen=True, slots=True)
+class ShardSpec:
+    """What a shard process is told: its configuration (its own data directory, the
+    node's concrete ports), who it is, and the command line's log level."""
+
+    config: BrokerConfig
+    identity: ShardIdentity
+    log_level: str | None = None
+
+
+def encode_spec(spec: ShardSpec) -> bytes:
+    body = pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL)
+    return _LENGTH.pack(len(body)) + body
+
+
+def _read_exactly(fd: int, size: int) -> bytes:
+    chunks = bytearray()
+    while len(chunks) < size:
+        chunk = os.read(fd, size - len(chunks))
+        if not chunk:
+            raise EOFError("the supervisor closed the pipe before the shard's spec was read")
+        chunks += chunk
+    return bytes(chunks)
+
+
+def read_spec(fd: int = PARENT_FD) -> ShardSpec:
+    """The spec the supervisor wrote on ``fd``. Only the supervisor, our parent, holds
+    the pipe's other end, so unpickling it trusts no one new."""
+    (size,) = _LENGTH.unpack(_read_exactly(fd, _LENGTH.size))
+    spec = pickle.loads(_read_exactly(fd, size))
+    if not isinstance(spec, ShardSpec):
+        raise TypeError(f"expected a ShardSpec, got {type(spec).__name__}")
+    return spec
+
+
+def _report(line: str) -> None:
+    with contextlib.suppress(OSError):  # a supervisor that is gone reads nothing
+        os.write(STATUS_FD, (line.replace("\n", " ") + "\n").encode("utf-8"))
+
+
+async def serve_shard(spec: ShardSpec, parent_fd: int = PARENT_FD) -> int:
+    """Run the shard until SIGTERM/SIGINT or its supervisor is gone; the exit status."""
+    from meshmq.transport.runtime import BrokerRuntime, tune_gc
+
+    tune_gc()
+    try:
+        runtime = BrokerRuntime(spec.config, shard=spec.identity)
+    except MeshmqError as exc:
+        _report(f"error {exc.code} {exc}")
+        return EXIT_START_FAILED
+    runtime.install_signal_handlers()
+    loop = asyncio.get_running_loop()
+    stopping: set[asyncio.Task[None]] = set()
+
+    def parent_readable() -> None:
+        try:
+            data = os.read(parent_fd, 4096)
+        except OSError:
+            data = b""
+        if data:
+            return  # the supervisor writes nothing after the spec; ignore it
+        loop.remove_reader(parent_fd)
+        log.warning("shard %d: the node's supervisor is gone; stopping", spec.identity.index)
+        runtime.shutdown_requested = True
+        if runtime.started:
+            stopping.add(loop.create_task(runtime.stop()))
+
+    loop.add_reader(parent_fd, parent_readable)
+    try:
+        await runtime.start()
+    except MeshmqError as exc:
+        _report(f"error {exc.code} {exc}")
+        return EXIT_START_FAILED
+    if runtime.shutdown_requested:  # SIGTERM, or the supervisor gone, while starting
+        await runtime.stop()
+        return 0
+    _report("ready")
+    await runtime.wait_stopped()
+    with contextlib.suppress(ValueError, OSError):
+        loop.remove_reader(parent_fd)
+    return 0

@@ -1,0 +1,357 @@
+"""``meshmq broker --shards N``: the supervisor of a node's N shard processes.
+
+It checks the data directory's layout (node/layout.py), binds the node's client ports
+(node/ports.py) and serves the node's management endpoint (node/management.py), then
+starts one process per shard and keeps it running:
+
+* Processes, not ``multiprocessing``: each shard is ``python -m meshmq.cli.shard`` (the
+  command the CLI gives), with a pipe on its standard input that carries its spec once
+  and then tells it when the supervisor is gone (node/shard.py). A plain child process
+  imports only what a broker imports (``multiprocessing``'s spawn re-runs the parent's
+  ``__main__`` and adds its resource-tracker process), shows what it is in ``ps``, and
+  its exit status or signal comes straight from ``waitpid``.
+* A shard that dies is started again after 0.1 s, doubling up to 5 s while it keeps
+  dying; a shard that ran ``STABLE_AFTER_S`` starts from 0.1 s again. Each exit is
+  logged with its status or signal, and counted (``/api/shards``).
+* A shard whose first start fails on a setting (it reports ``error ...``) fails the
+  node's start with that one line; later, the same is retried with the backoff.
+* SIGTERM or SIGINT: every shard gets SIGTERM and ``STOP_GRACE_S`` to stop as a broker
+  stops (sessions closed, store synced), then SIGKILL; the supervisor exits 0.
+  SIGHUP is passed to every shard (TLS certificates are reloaded).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import fcntl
+import logging
+import secrets
+import shutil
+import signal
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO
+
+from meshmq.config.model import BrokerConfig
+from meshmq.core.shards import ShardIdentity
+from meshmq.errors import ConfigError, MeshmqError
+from meshmq.node.aggregate import ShardRow
+from meshmq.node.layout import LayoutError, check_layout, make_run_dir, shard_directory
+from meshmq.node.ports import NodePorts, bind_ports
+from meshmq.node.shard import ShardSpec, encode_spec
+
+__all__ = ["RESTART_MAX_S", "RESTART_MIN_S", "STABLE_AFTER_S", "STOP_GRACE_S",
+           "NodeStartError", "RestartBackoff", "Supervisor", "describe_exit", "run_node",
+           "shard_config"]
+
+log = logging.getLogger("meshmq.node")
+
+RESTART_MIN_S = 0.1
+RESTART_MAX_S = 5.0
+STABLE_AFTER_S = 30.0  # a shard that ran this long starts its backoff from the minimum
+STOP_GRACE_S = 10.0  # SIGTERM to SIGKILL at the node's stop
+LOCK_FILE = "node.lock"
+
+
+class NodeStartError(MeshmqError):
+    """A shard could not start on the node's settings (its one line)."""
+
+    code = "node-start-failed"
+
+
+def shard_config(config: BrokerConfig, index: int, listeners: tuple[object, ...] | None = None
+                 ) -> BrokerConfig:
+    """Shard ``index``'s configuration: its own data directory under the node's (and its
+    own store and trace directories under configured ones), the node's concrete ports."""
+    store = config.store
+    if store.directory is not None:
+        store = dataclasses.replace(store, directory=store.directory / f"shard-{index}")
+    trace = config.trace
+    if trace.directory is not None:
+        trace = dataclasses.replace(trace, directory=trace.directory / f"shard-{index}")
+    changes: dict[str, object] = {
+        "data_directory": shard_directory(config.data_directory, index),
+        "store": store, "trace": trace}
+    if listeners is not None:
+        changes["listeners"] = listeners
+    return dataclasses.replace(config, **changes)  # type: ignore[arg-type]
+
+
+@dataclasses.dataclass
+class RestartBackoff:
+    """How long to wait before starting a dead shard again: ``minimum``, doubling while
+    it keeps dying, at most ``maximum``; a shard that ran ``stable_after`` seconds
+    starts from ``minimum`` again. Pure: the caller says how long the shard ran."""
+
+    minimum: float = RESTART_MIN_S
+    maximum: float = RESTART_MAX_S
+    stable_after: float = STABLE_AFTER_S
+    _next: float = dataclasses.field(default=-1.0, init=False)
+
+    def after_exit(self, ran: float) -> float:
+        if self._next < 0 or ran >= self.stable_after:
+            self._next = self.minimum
+        delay = self._next
+        self._next = min(self._next * 2, self.maximum)
+        return delay
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+@dataclasses.dataclass
+class _Shard:
+    index: int
+    process: asyncio.subprocess.Process | None = None
+    state: str = "starting"
+    restarts: int = 0
+    started: float = 0.0  # monotonic
+    last_exit: str | None = None
+    ready: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    start_error: str | None = None
+
+    def row(self, now: float) -> ShardRow:
+        running = self.process is not None and self.process.returncode is None
+        return ShardRow(shard=self.index,
+                        pid=self.process.pid if running and self.process else None,
+                        state=self.state, restarts=self.restarts,
+                        uptime_ms=int((now - self.started) * 1000) if running else 0,
+                        last_exit=self.last_exit)
+
+
+class Supervisor:
+    """One node run. ``command`` starts a shard process (``[python, -m,
+    meshmq.cli.shard]``); ``log_level`` is the command line's, passed to each shard."""
+
+    def __init__(self, config: BrokerConfig, command: Sequence[str],
+                 log_level: str | None = None) -> None:
+        if config.shards < 2:
+            raise ValueError("a node's supervisor runs two shards or more")
+        self.config = config
+        self.command = list(command)
+        self.log_level = log_level
+        self.count = config.shards
+        self.token = secrets.token_hex(16)  # this boot's shard-link secret
+        self.shards = [_Shard(k) for k in range(self.count)]
+        self.ports: NodePorts | None = None
+        self.run_dir: Path | None = None
+        self._temporary_run_dir = False
+        self._lock: IO[bytes] | None = None
+        self._stopping = asyncio.Event()
+        self._node_started = False
+        self._tasks: list[asyncio.Task[None]] = []
+        from meshmq.node.management import NodeManagement
+
+        self.management: NodeManagement | None = None
+        if config.management.enabled:
+            self.management = NodeManagement(config, self.count, self._management_socket,
+                                              self.rows)
+
+    # ------------------------------------------------------------ views
+    def rows(self) -> list[ShardRow]:
+        now = time.monotonic()
+        return [s.row(now) for s in self.shards]
+
+    def _management_socket(self, index: int) -> str:
+        assert self.run_dir is not None
+        return self.identity(index).management_socket(index)
+
+    def identity(self, index: int) -> ShardIdentity:
+        assert self.run_dir is not None
+        return ShardIdentity(index=index, count=self.count, node=self.config.broker_name,
+                             run_dir=str(self.run_dir), token=self.token)
+
+    @property
+    def addresses(self) -> dict[str, tuple[str, int]]:
+        out = {}
+        if self.ports is not None:
+            out = {lst.name: (lst.host, lst.port) for lst in self.ports.listeners}
+        if self.management is not None and self.management.address is not None:
+            out["management"] = self.management.address
+        return out
+
+    # ------------------------------------------------------------ run
+    async def run(self) -> int:
+        """Start the node, serve until SIGTERM/SIGINT, stop it; the exit status."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        loop.add_signal_handler(signal.SIGHUP, self._forward, signal.SIGHUP)
+        try:
+            await self.start()
+            await self._stopping.wait()
+        finally:
+            await self.stop()
+        return 0
+
+    async def start(self) -> None:
+        data = self.config.data_directory
+        self._take_lock(data)
+        check_layout(data, self.count, self.config.broker_name,
+                     self.config.store_directory, persistent=self.config.persistent)
+        self.run_dir, self._temporary_run_dir = make_run_dir(data)
+        self.ports = bind_ports(self.config)
+        if self.management is not None:
+            await self.management.start()
+        for shard in self.shards:
+            self._tasks.append(asyncio.get_running_loop().create_task(self._keep(shard)))
+        await asyncio.gather(*(self._first_start(s) for s in self.shards))
+        failed = next((s for s in self.shards if s.start_error), None)
+        if failed is not None:
+            code, _, message = (failed.start_error or "").partition(" ")
+            if code == ConfigError.code:  # as one broker reports it
+                raise ConfigError(message)
+            raise NodeStartError(message)
+        self._node_started = True
+        log.info("meshmq node %r started: %d shards on %s", self.config.broker_name,
+                 self.count, ", ".join(f"{lst.protocol}://{lst.host}:{lst.port}"
+                                       for lst in self.ports.listeners))
+
+    async def _first_start(self, shard: _Shard) -> None:
+        """Wait until the shard is ready, or its start failed (which fails the node's)."""
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        ready = asyncio.ensure_future(shard.ready.wait())
+        try:
+            await asyncio.wait((stopping, ready), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            ready.cancel()
+
+    def _take_lock(self, data: Path) -> None:
+        data.mkdir(parents=True, exist_ok=True)
+        lock = (data / LOCK_FILE).open("ab")
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            raise LayoutError(f"another node runs on {data}: give each node its own data "
+                              "directory (--data DIR, or data_directory in the "
+                              "configuration)") from None
+        self._lock = lock
+
+    # ------------------------------------------------------------ one shard
+    async def _spawn(self, shard: _Shard) -> asyncio.subprocess.Process:
+        assert self.ports is not None
+        spec = ShardSpec(shard_config(self.config, shard.index, self.ports.listeners),
+                         self.identity(shard.index), self.log_level)
+        proc = await asyncio.create_subprocess_exec(
+            *self.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        assert proc.stdin is not None
+        proc.stdin.write(encode_spec(spec))
+        with contextlib.suppress(ConnectionError):
+            await proc.stdin.drain()
+        # The pipe stays open: its end of file tells the shard the supervisor is gone.
+        shard.process = proc
+        shard.started = time.monotonic()
+        shard.state = "starting"
+        log.info("shard %d started (pid %d)", shard.index, proc.pid)
+        return proc
+
+    async def _watch_start(self, shard: _Shard, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None
+        line = (await proc.stdout.readline()).decode("utf-8", "replace").strip()
+        if line == "ready":
+            if shard.process is proc and proc.returncode is None and not self._stopping.is_set():
+                shard.state = "running"
+            shard.ready.set()
+        elif line.startswith("error "):
+            shard.start_error = line[6:]  # "<code> <message>"
+            if self._node_started:
+                log.error("shard %d could not start: %s", shard.index,
+                          shard.start_error.partition(" ")[2])
+
+    async def _keep(self, shard: _Shard) -> None:
+        """Run the shard, and again whenever it dies, until the node stops."""
+        backoff = RestartBackoff()
+        while not self._stopping.is_set():
+            proc = await self._spawn(shard)
+            watch = asyncio.ensure_future(self._watch_start(shard, proc))
+            code = await proc.wait()
+            shard.state = "stopped" if self._stopping.is_set() else "restarting"
+            with contextlib.suppress(TimeoutError):  # its report, read to the end
+                await asyncio.wait_for(watch, 2.0)
+            if proc.stdin is not None:
+                proc.stdin.close()
+            if self._stopping.is_set():
+                shard.state = "stopped"
+                break
+            ran = time.monotonic() - shard.started
+            if not self._node_started:
+                # The first start fails the node's: restarting would fail the same way.
+                if shard.start_error is None:
+                    shard.start_error = (f"{NodeStartError.code} shard {shard.index} "
+                                         f"{describe_exit(code)} while starting (its log "
+                                         "above says why)")
+                shard.state = "stopped"
+                shard.ready.set()
+                break
+            delay = backoff.after_exit(ran)
+            shard.restarts += 1
+            shard.state = "restarting"
+            shard.last_exit = describe_exit(code)
+            log.warning("shard %d (pid %d) %s after %.1fs; restart %d in %.1fs",
+                        shard.index, proc.pid, shard.last_exit, ran, shard.restarts, delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), delay)
+
+    # ------------------------------------------------------------ stop
+    def _on_signal(self, sig: int) -> None:
+        log.info("received %s, stopping the node's %d shards", signal.Signals(sig).name,
+                 self.count)
+        self._stopping.set()
+
+    def _forward(self, sig: int) -> None:
+        for shard in self.shards:
+            proc = shard.process
+            if proc is not None and proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(sig)
+
+    async def stop(self) -> None:
+        """Stop every shard (SIGTERM, then SIGKILL after ``STOP_GRACE_S``), then the
+        management endpoint and the ports."""
+        self._stopping.set()
+        self._forward(signal.SIGTERM)
+        procs = [s.process for s in self.shards if s.process is not None]
+        if procs:
+            _, pending = await asyncio.wait(
+                [asyncio.ensure_future(p.wait()) for p in procs], timeout=STOP_GRACE_S)
+            if pending:
+                for proc in procs:
+                    if proc.returncode is None:
+                        log.warning("shard pid %d did not stop in %.0fs; killing it",
+                                    proc.pid, STOP_GRACE_S)
+                        with contextlib.suppress(ProcessLookupError):
+                            proc.kill()
+                await asyncio.wait(pending)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        if self.management is not None:
+            await self.management.stop()
+        if self.ports is not None:
+            self.ports.close()
+        if self._temporary_run_dir and self.run_dir is not None:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+        log.info("meshmq node %r stopped", self.config.broker_name)
+
+
+async def run_node(config: BrokerConfig, command: Sequence[str],
+                   log_level: str | None = None) -> int:
+    """Run a node until SIGTERM/SIGINT (``meshmq broker`` with ``shards > 1``)."""
+    return await Supervisor(config, command, log_level).run()

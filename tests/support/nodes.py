@@ -1,0 +1,123 @@
+"""A sharded node (``meshmq broker --shards N``) as a real subprocess: its supervisor's
+ports and management endpoint read from its log, its shards' processes from
+``/api/shards``, and a raw STOMP connection to see which shard a client reached."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from tests.support.brokers import ProcessBroker, poll
+
+_NODE_STARTED = re.compile(r"meshmq node '[^']*' started: \d+ shards on (.*)")
+_NODE_PORT = re.compile(r"(\S+)://([\d.]+):(\d+)")
+_MANAGEMENT = re.compile(r"management endpoint of the node on https?://[\d.]+:(\d+)/")
+
+
+def write_node_toml(path: Path, *, data: Path, shards: int = 2, listeners: str = "",
+                    extra: str = "") -> Path:
+    """A node of ``shards`` shards: one STOMP listener (or ``listeners``, TOML
+    [[listeners]] tables) and management on ports the OS picks, no fsync."""
+    listeners = listeners or '[[listeners]]\nname = "stomp"\nurl = "stomp://127.0.0.1:0"\n'
+    path.write_text(f'[broker]\nname = "node"\ndata_directory = "{data}"\nshards = {shards}\n\n'
+                    f"{listeners}\n[management]\nhost = \"127.0.0.1\"\nport = 0\n\n"
+                    f"[store]\nfsync = false\n{extra}")
+    return path
+
+
+class NodeProcess(ProcessBroker):
+    """A node's supervisor as a subprocess; ``ports`` by listener protocol once started."""
+
+    def start(self, timeout: float = 60.0) -> NodeProcess:
+        self._begin()
+        poll(self._ready, timeout, "the node to start")
+        return self
+
+    def _begin(self) -> None:
+        import subprocess
+        import sys
+
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the process
+        self._offset = self.log_path.stat().st_size
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "meshmq.cli.main", "broker", "--config",
+             str(self.config_path), *self.extra_args],
+            stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        ProcessBroker.running.add(self)
+
+    def _ready(self) -> bool:
+        assert self.proc is not None
+        text = self.log_path.read_text(errors="replace")[self._offset:]
+        if self.proc.poll() is not None:
+            raise AssertionError(f"node exited with {self.proc.returncode}:\n{text}")
+        started = _NODE_STARTED.search(text)
+        management = _MANAGEMENT.search(text)
+        if started is None or management is None:
+            return False
+        for protocol, _host, port in _NODE_PORT.findall(started.group(1)):
+            self.ports[protocol] = int(port)
+        self.ports["management"] = int(management.group(1))
+        return True
+
+    def api(self, path: str) -> Any:
+        url = f"http://127.0.0.1:{self.ports['management']}{path}"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return json.loads(resp.read())
+
+    def shards(self) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = self.api("/api/shards")["shards"]
+        return rows
+
+    def shard_pids(self) -> list[int]:
+        return [row["pid"] for row in self.shards() if row["pid"] is not None]
+
+
+def shard_api(node: NodeProcess, shard: int, path: str) -> Any:
+    """One shard's own management answer, through its Unix socket."""
+    import http.client
+
+    sock_path = node.shards()[shard]["management_socket"]
+
+    class _Unix(http.client.HTTPConnection):
+        def connect(self) -> None:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(10)
+            self.sock.connect(sock_path)
+
+    conn = _Unix("shard")
+    try:
+        conn.request("GET", path)
+        return json.loads(conn.getresponse().read())
+    finally:
+        conn.close()
+
+
+def pid_gone(pid: int) -> bool:
+    """The process has exited (gone, or a zombie nobody has reaped yet)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def stomp_connect(port: int, wrap: Any = None) -> socket.socket:
+    """A STOMP connection that got CONNECTED (``wrap``: a TLS wrapper for the socket)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    if wrap is not None:
+        sock = wrap(sock)
+    sock.sendall(b"CONNECT\naccept-version:1.2\nhost:node\n\n\x00")
+    reply = b""
+    while b"\x00" not in reply:
+        chunk = sock.recv(4096)
+        if not chunk:
+            raise AssertionError(f"the node closed the connection: {reply!r}")
+        reply += chunk
+    assert reply.startswith(b"CONNECTED"), reply
+    return sock

@@ -1,0 +1,48 @@
+"""``[broker] shards``: a count, or "auto"; refused with options it cannot run with yet."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from meshmq.config.model import parse_shards
+from meshmq.config.toml_loader import loads_toml
+from meshmq.errors import ConfigError
+
+
+def test_the_default_is_one_process() -> None:
+    assert loads_toml("").shards == 1
+
+
+def test_a_count_and_auto() -> None:
+    assert loads_toml("[broker]\nshards = 4\n").shards == 4
+    assert loads_toml('[broker]\nshards = "auto"\n').shards == min(os.cpu_count() or 1, 256)
+
+
+@pytest.mark.parametrize("value", ["0", "257", "-1", '"many"', "2.5", "true"])
+def test_a_bad_count_is_one_line_with_file_line_and_option(value: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        loads_toml(f'[broker]\nname = "b"\nshards = {value}\n', file="m.toml")
+    text = str(err.value)
+    assert "m.toml:3" in text and "broker.shards" in text and '"auto"' in text
+    assert "\n" not in text
+
+
+@pytest.mark.parametrize(("extra", "option"), [
+    ('[ha]\nmode = "shared"\n', "ha.mode"),
+    ('[store]\nkind = "postgres"\ndsn = "dbname=x"\n', "store.kind"),
+])
+def test_options_that_do_not_run_with_shards_yet(extra: str, option: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        loads_toml(f"[broker]\nshards = 2\n{extra}", file="m.toml")
+    assert "broker.shards" in str(err.value) and option in str(err.value)
+
+
+def test_auto_is_one_per_cpu_within_the_bounds() -> None:
+    assert parse_shards("auto", 256, 16) == 16
+    assert parse_shards("auto", 256, None) == 1
+    assert parse_shards("auto", 256, 1000) == 256
+    assert parse_shards("3", 256, 16) == 3
+    with pytest.raises(ValueError, match="from 1 to 256"):
+        parse_shards(False, 256, 16)

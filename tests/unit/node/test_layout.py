@@ -1,0 +1,138 @@
+"""The node's data directory: shards.json, refusals of another shard count, the run
+directory."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+
+from meshmq.core.shards import HASH_NAME
+from meshmq.node.layout import (
+    LayoutError,
+    NodeLayout,
+    check_layout,
+    make_run_dir,
+    read_shards_file,
+    shard_directory,
+)
+
+
+def _store(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "00000001.log").write_bytes(b"x")
+
+
+def test_a_fresh_directory_records_the_count(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    check_layout(data, 3, "node-a", data / "journal")
+    assert read_shards_file(data) == NodeLayout(3, HASH_NAME, "node-a")
+    assert json.loads((data / "shards.json").read_text()) == {
+        "shards": 3, "hash": HASH_NAME, "node": "node-a"}
+
+
+def test_the_same_count_starts_again(tmp_path: Path) -> None:
+    check_layout(tmp_path, 2, "n", tmp_path / "journal")
+    _store(shard_directory(tmp_path, 0) / "journal")
+    check_layout(tmp_path, 2, "n", tmp_path / "journal")
+    assert read_shards_file(tmp_path) == NodeLayout(2, HASH_NAME, "n")
+
+
+def test_another_count_over_stored_data_is_refused_naming_the_recorded_one(
+        tmp_path: Path) -> None:
+    check_layout(tmp_path, 2, "n", tmp_path / "journal")
+    _store(shard_directory(tmp_path, 1) / "journal")
+    with pytest.raises(LayoutError) as err:
+        check_layout(tmp_path, 4, "n", tmp_path / "journal")
+    assert "--shards 2" in str(err.value) and "\n" not in str(err.value)
+    assert read_shards_file(tmp_path) == NodeLayout(2, HASH_NAME, "n")
+
+
+def test_another_count_with_nothing_stored_is_recorded(tmp_path: Path) -> None:
+    check_layout(tmp_path, 2, "n", tmp_path / "journal")
+    shard_directory(tmp_path, 0).mkdir()  # made, never written
+    check_layout(tmp_path, 4, "n", tmp_path / "journal")
+    assert read_shards_file(tmp_path) == NodeLayout(4, HASH_NAME, "n")
+
+
+def test_a_plain_store_is_not_split(tmp_path: Path) -> None:
+    _store(tmp_path / "journal")
+    with pytest.raises(LayoutError) as err:
+        check_layout(tmp_path, 2, "n", tmp_path / "journal")
+    assert "one-process store" in str(err.value) and "shards = 1" in str(err.value)
+    assert read_shards_file(tmp_path) is None
+
+
+def test_one_shard_over_a_node_is_refused(tmp_path: Path) -> None:
+    check_layout(tmp_path, 2, "n", tmp_path / "journal")
+    _store(shard_directory(tmp_path, 0) / "journal")
+    with pytest.raises(LayoutError, match="--shards 2"):
+        check_layout(tmp_path, 1, "n", tmp_path / "journal")
+
+
+def test_one_shard_on_a_plain_or_fresh_directory_writes_nothing(tmp_path: Path) -> None:
+    _store(tmp_path / "journal")
+    check_layout(tmp_path, 1, "n", tmp_path / "journal")
+    check_layout(tmp_path / "fresh", 1, "n", tmp_path / "fresh" / "journal")
+    assert not (tmp_path / "shards.json").exists()
+    assert not (tmp_path / "fresh").exists()
+
+
+def test_a_memory_store_fits_any_count(tmp_path: Path) -> None:
+    _store(tmp_path / "journal")
+    check_layout(tmp_path, 2, "n", tmp_path / "journal", persistent=False)
+    assert read_shards_file(tmp_path) is None
+
+
+@pytest.mark.parametrize("text", ["not json", '{"shards": 2}', '{"shards": "2", '
+                                  '"hash": "h", "node": "n"}', "[]"])
+def test_a_damaged_shards_file_is_one_line(tmp_path: Path, text: str) -> None:
+    (tmp_path / "shards.json").write_text(text)
+    with pytest.raises(LayoutError) as err:
+        check_layout(tmp_path, 2, "n", tmp_path / "journal")
+    assert "shards.json" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_an_unknown_hash_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "shards.json").write_text(json.dumps(
+        {"shards": 2, "hash": "other-hash-9", "node": "n"}))
+    with pytest.raises(LayoutError, match="other-hash-9"):
+        check_layout(tmp_path, 2, "n", tmp_path / "journal")
+
+
+def test_the_run_directory_is_private(tmp_path: Path) -> None:
+    run, temporary = make_run_dir(tmp_path)
+    assert run == (tmp_path / "run").absolute() and not temporary
+    assert stat.S_IMODE(run.stat().st_mode) == 0o700
+    (tmp_path / "run").chmod(0o755)
+    run, _ = make_run_dir(tmp_path)
+    assert stat.S_IMODE(run.stat().st_mode) == 0o700
+
+
+def test_a_run_directory_too_deep_for_socket_paths_is_a_private_temporary_one(
+        tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 120)
+    run, temporary = make_run_dir(deep)
+    try:
+        assert temporary and len(str(run / "shard-255.mgmt.sock")) <= 100
+        assert stat.S_IMODE(run.stat().st_mode) == 0o700
+        assert not (deep / "run").exists()
+    finally:
+        run.rmdir()
+
+
+def test_one_shard_leaves_an_unusable_directory_to_the_store(tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    check_layout(not_a_dir, 1, "n", not_a_dir / "journal")  # the store says what is wrong
+
+
+def test_a_node_on_an_unusable_directory_is_one_line_naming_the_option(
+        tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    with pytest.raises(LayoutError) as err:
+        check_layout(not_a_dir, 2, "n", not_a_dir / "journal")
+    assert "--data" in str(err.value) and str(not_a_dir) in str(err.value)
