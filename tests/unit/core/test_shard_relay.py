@@ -1,0 +1,228 @@
+"""core/shard_relay.py: a shard's decisions about destinations another shard owns --
+sends become ShardSend, subscriptions relayed consumers whose settlements are
+ShardSettle -- checked on bare cores, and end to end between two in-memory cores whose
+decisions the test carries over as the shard links would."""
+
+from __future__ import annotations
+
+import itertools
+
+from tests.unit.core.test_broker_core import bodies, connect, make_broker, pump, send, sub
+
+from meshmq.core import destinations as dst
+from meshmq.core.auth import Principal
+from meshmq.core.broker import Broker
+from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
+from meshmq.core.destinations import Destination
+from meshmq.core.message import Message
+from meshmq.core.queue import Delivery
+from meshmq.core.shard_relay import (
+    SETTLE_ACK,
+    SETTLE_NACK,
+    SETTLE_RETURNED,
+    RelayClose,
+    RelayOpen,
+    ShardSettle,
+)
+from meshmq.core.shards import ShardIdentity, owner
+from meshmq.core.state import Connection
+from meshmq.store.memory import MemoryStore
+
+NODE = "n"
+
+
+def owned_by(k: int, prefix: str = "q", kind: str = "queue") -> str:
+    for n in itertools.count():
+        name = f"{prefix}.{n}"
+        if owner(Destination.parse_uri(f"{kind}://{name}"), 2, node=NODE) == k:
+            return name
+    raise AssertionError("unreachable")
+
+
+def shard(index: int) -> tuple[Broker, MemoryStore]:
+    broker, _, store = make_broker()
+    broker.use_shard(ShardIdentity(index=index, count=2, node=NODE, run_dir="/nowhere",
+                                   token="t"))
+    return broker, store
+
+
+def test_a_send_owned_elsewhere_is_a_decision_and_one_owned_here_is_enqueued() -> None:
+    broker, _ = shard(1)
+    conn = connect(broker)
+    elsewhere, here = owned_by(0), owned_by(1)
+    send(broker, conn, elsewhere, "away", persistent=True)
+    send(broker, conn, here, "home", persistent=True)
+    [forwarded] = broker.take_shard_sends()
+    assert (forwarded.owner, forwarded.message.body) == (0, b"away")
+    assert dst.queue(elsewhere) not in broker.queues  # the owner's alone
+    assert broker.queues[dst.queue(here)].depth == 1
+    assert broker.take_shard_sends() == []
+    # Message ids name the shard: two shards never mint the same one.
+    assert forwarded.message.message_id.startswith("ID:unit-s1-")
+
+
+def test_a_send_owned_elsewhere_is_confirmed_only_after_the_owner_even_non_persistent() -> None:
+    broker, _ = shard(1)
+    conn = connect(broker)
+    msg = Message(message_id="m", destination=dst.queue(owned_by(0)), body=b"x")
+    assert broker.send(conn, (msg.destination,), msg) is True
+
+
+def test_a_whole_broker_makes_no_shard_decisions() -> None:
+    broker, _, _ = make_broker()
+    conn = connect(broker)
+    send(broker, conn, owned_by(0), "x")
+    c = sub(broker, conn, "c", owned_by(0, "other"))
+    assert broker.take_shard_sends() == [] and broker.take_relay_decisions() == []
+    assert c.sources and broker.queues[dst.queue(owned_by(0, "other"))] is c.sources[0]
+
+
+def test_a_relayed_consumer_asks_the_owner_and_settles_there() -> None:
+    broker, store = shard(1)
+    conn = connect(broker)
+    name = owned_by(0)
+    c = sub(broker, conn, "s", name, ack_mode=AckMode.CLIENT_INDIVIDUAL, prefetch=7,
+            priority=3, selector="color = 'red'")
+    [opened] = broker.take_relay_decisions()
+    assert isinstance(opened, RelayOpen)
+    assert (opened.owner, opened.destination, opened.selector, opened.prefetch,
+            opened.priority) == (0, dst.queue(name), "color = 'red'", 7, 3)
+    assert dst.queue(name) not in broker.queues
+    for tag in (41, 42, 43):
+        broker.relay_deliver(0, opened.relay_id, tag, 1,
+                             Message(message_id=f"m{tag}", destination=dst.queue(name),
+                                     body=f"b{tag}".encode()))
+    out = pump(broker, store)
+    assert bodies(out) == ["b41", "b42", "b43"] and {d.consumer for d in out} == {c}
+    broker.ack(conn, c, out[0].tag, cumulative=False)
+    broker.nack(conn, c, out[1].tag, cumulative=False)
+    broker.unsubscribe(conn, c)  # the third goes back, counted, then the consumer closes
+    assert broker.take_relay_decisions() == [
+        ShardSettle(0, opened.relay_id, 41, SETTLE_ACK),
+        ShardSettle(0, opened.relay_id, 42, SETTLE_NACK),
+        ShardSettle(0, opened.relay_id, 43, SETTLE_NACK),
+        RelayClose(0, opened.relay_id)]
+    # A delivery that crossed the close goes back uncounted.
+    broker.relay_deliver(0, opened.relay_id, 44, 1,
+                         Message(message_id="m44", destination=dst.queue(name), body=b""))
+    assert broker.take_relay_decisions() == [
+        ShardSettle(0, opened.relay_id, 44, SETTLE_RETURNED)]
+    assert pump(broker, store) == []
+
+
+def test_an_auto_ack_relayed_consumer_settles_on_arrival() -> None:
+    broker, store = shard(0)
+    conn = connect(broker)
+    c = sub(broker, conn, "s", owned_by(1))
+    [opened] = broker.take_relay_decisions()
+    broker.relay_deliver(1, opened.relay_id, 9, 2,
+                         Message(message_id="m", destination=dst.queue(owned_by(1)), body=b"x"))
+    [d] = pump(broker, store)
+    assert d.consumer is c and d.redelivered and c.dispatched == {}
+    assert broker.take_relay_decisions() == [ShardSettle(1, opened.relay_id, 9, SETTLE_ACK)]
+
+
+def test_a_lost_link_voids_the_window_and_the_relay_is_opened_again() -> None:
+    broker, store = shard(1)
+    conn = connect(broker)
+    c = sub(broker, conn, "s", owned_by(0), ack_mode=AckMode.CLIENT)
+    [opened] = broker.take_relay_decisions()
+    broker.relay_deliver(0, opened.relay_id, 1, 1,
+                         Message(message_id="m", destination=dst.queue(owned_by(0)), body=b"x"))
+    [d] = pump(broker, store)
+    broker.relay_link_lost(0)
+    broker.ack(conn, c, d.tag, cumulative=True)  # the owner took it back: nothing to say
+    assert broker.take_relay_decisions() == []
+    assert broker.relay_opens(0) == [opened] and broker.relay_opens(1) == []
+
+
+# ---------------------------------------------------------------- two cores, carried
+class Carrier:
+    """Moves the shard decisions of two cores the way network/shards.py does: sends
+    are routed on the owner, relay opens subscribe there, the owner's deliveries are
+    relayed, and settlements ack, nack or return there."""
+
+    def __init__(self) -> None:
+        self.cores = [shard(0), shard(1)]
+        self.links = [self._link_conn(k) for k in range(2)]  # each owner's relay session
+        self.relays: list[dict[int, Consumer]] = [{}, {}]
+        self.delivered: list[list[Delivery]] = [[], []]
+
+    def _link_conn(self, k: int) -> Connection:
+        return self.cores[k][0].open_connection(
+            Principal("shard", frozenset({"network"}), internal=True), protocol="shard")
+
+    def run(self) -> None:
+        """Until nothing moves: every decision carried, every delivery handed out."""
+        moved = True
+        while moved:
+            moved = False
+            for k, (broker, store) in enumerate(self.cores):
+                for s in broker.take_shard_sends():
+                    moved = True
+                    owner_broker = self.cores[s.owner][0]
+                    owner_broker.send(self.links[s.owner], (s.message.destination,),
+                                      s.message)
+                for decision in broker.take_relay_decisions():
+                    moved = True
+                    self._carry(k, decision)
+                for d in pump(broker, store):
+                    moved = True
+                    if d.consumer.connection_id == self.links[k].id:
+                        relay = next(r for r, c in self.relays[k].items() if c is d.consumer)
+                        self.cores[1 - k][0].relay_deliver(k, relay, d.tag,
+                                                           d.delivery_count, d.message)
+                    else:
+                        self.delivered[k].append(d)
+
+    def _carry(self, k: int, decision: RelayOpen | RelayClose | ShardSettle) -> None:
+        owner_broker = self.cores[decision.owner][0]
+        conn = self.links[decision.owner]
+        relays = self.relays[decision.owner]
+        if isinstance(decision, RelayOpen):
+            relays[decision.relay_id] = owner_broker.subscribe(conn, f"r{decision.relay_id}",
+                ConsumerSpec(destinations=(decision.destination,),
+                             ack_mode=AckMode.CLIENT_INDIVIDUAL, prefetch=decision.prefetch,
+                             selector=decision.selector, priority=decision.priority))
+        elif isinstance(decision, RelayClose):
+            owner_broker.unsubscribe(conn, relays.pop(decision.relay_id))
+        elif decision.kind == SETTLE_ACK:
+            owner_broker.ack(conn, relays[decision.relay_id], decision.tag, cumulative=False)
+        else:
+            owner_broker.nack(conn, relays[decision.relay_id], decision.tag, cumulative=False)
+
+
+def test_two_cores_one_queue_producers_and_consumers_on_both() -> None:
+    carrier = Carrier()
+    (o, _), (a, _) = carrier.cores
+    name = owned_by(0)
+    oc, ac = connect(o), connect(a)
+    local = sub(o, oc, "l", name, ack_mode=AckMode.CLIENT_INDIVIDUAL, prefetch=2)
+    relayed = sub(a, ac, "r", name, ack_mode=AckMode.CLIENT_INDIVIDUAL, prefetch=2)
+    carrier.run()
+    for i in range(8):
+        send(a if i % 2 else o, ac if i % 2 else oc, name, f"m{i}", persistent=True)
+    carrier.run()
+    assert len(carrier.delivered[0]) == 2 and len(carrier.delivered[1]) == 2  # prefetch 2
+    seen: list[str] = []
+    while carrier.delivered[0] or carrier.delivered[1]:
+        for k, (broker, conn, consumer) in enumerate(((o, oc, local), (a, ac, relayed))):
+            for d in carrier.delivered[k]:
+                seen.append(d.message.body.decode())
+                broker.ack(conn, consumer, d.tag, cumulative=False)
+            carrier.delivered[k] = []
+        carrier.run()
+    assert sorted(seen) == [f"m{i}" for i in range(8)]  # each once, shared by both
+    assert o.queues[dst.queue(name)].depth == 0
+    assert dst.queue(name) not in a.queues
+    # The relayed consumer's NACK redelivers on the owner, counted.
+    o.unsubscribe(oc, local)
+    send(o, oc, name, "again")
+    carrier.run()
+    [d] = carrier.delivered[1]
+    assert d.delivery_count == 1, d
+    a.nack(ac, relayed, d.tag, cumulative=False)
+    carrier.delivered[1] = []
+    carrier.run()
+    [d2] = carrier.delivered[1]
+    assert d2.message.body == b"again" and d2.delivery_count == 2 and d2.redelivered
