@@ -84,10 +84,11 @@ def remember_stored_network_messages(state: CoreState, recovery: Recovery) -> in
     """Put the newest stored messages that came over a bridge into the duplicate
     window, up to its capacity, right after ``recover``; returns how many.
 
-    A bridge re-sends what it never saw acknowledged, and those are the messages this
-    broker received last: found here, they are acknowledged as duplicates and not
-    stored twice. (Paging in re-adds them too, but a queue deeper than its page size
-    pages the newest ones in only after a long while.)"""
+    A bridge (or another shard of the node) re-sends what it never saw acknowledged,
+    and those are the messages this broker received last: found here, they are
+    acknowledged as duplicates and not stored twice. (Paging in re-adds them too, but
+    a queue deeper than its page size pages the newest ones in only after a long
+    while.)"""
     budget = state.dedup.capacity
     found = 0
     for key, info in recovery.keys.items():
@@ -98,8 +99,11 @@ def remember_stored_network_messages(state: CoreState, recovery: Recovery) -> in
         want = min(info.count, budget)
         entries = state.store.load(key, max(0, info.last_seq - want), want)
         budget -= len(entries)
+        # A shard of several: another shard re-sends what it never saw STORED, and
+        # those carry no broker path (the node is one broker).
+        every = state.shard is not None
         for entry in entries:
-            if entry.message.broker_path:
+            if every or entry.message.broker_path:
                 state.remember_network_message(entry.message)
                 found += 1
     return found

@@ -93,6 +93,9 @@ class RelayQueue(Queue):
         self.owner = owner
         self.relay_id = relay_id
         self.decide = decide  # records a decision for the runtime
+        # Auto-ack deliveries that reached a paused consumer (its client's socket is
+        # full): settled when it resumes, so the owner's window holds the rest back.
+        self._unsettled: list[int] = []
 
     def open_decision(self, consumer: Consumer) -> RelayOpen:
         spec = consumer.spec
@@ -100,7 +103,15 @@ class RelayQueue(Queue):
                          consumer.prefetch, spec.priority, spec.exclusive)
 
     def dispatch(self) -> None:
-        return  # nothing is ever pending here: the owner dispatches
+        """Nothing is ever pending here (the owner dispatches); a consumer that
+        resumed settles what it held, which lets the owner send more."""
+        if self._unsettled and self.consumers and not self.consumers[0].paused:
+            self._settle_unsettled()
+
+    def _settle_unsettled(self) -> None:
+        tags, self._unsettled = self._unsettled, []
+        for tag in tags:
+            self.decide(ShardSettle(self.owner, self.relay_id, tag, SETTLE_ACK))
 
     def deliver(self, message: Message, owner_tag: int, delivery_count: int) -> None:
         """A delivery from the owner: into the consumer's window (or, for an auto-ack
@@ -116,8 +127,10 @@ class RelayQueue(Queue):
         self.stats.dispatched += 1
         self.ctx.emit(Delivery(consumer, message, tag, delivery_count))
         if consumer.spec.ack_mode is AckMode.AUTO:
-            self.decide(ShardSettle(self.owner, self.relay_id, owner_tag,
-                                              SETTLE_ACK))
+            if consumer.paused:
+                self._unsettled.append(owner_tag)
+            else:
+                self.decide(ShardSettle(self.owner, self.relay_id, owner_tag, SETTLE_ACK))
             return
         entry = Entry(self, owner_tag, message, False, delivery_count)
         entry.state = INFLIGHT
@@ -145,12 +158,14 @@ class RelayQueue(Queue):
 
     def remove_consumer(self, consumer: Consumer) -> None:
         super().remove_consumer(consumer)
+        self._settle_unsettled()  # handed to the client already
         if consumer.closed:
             self.decide(RelayClose(self.owner, self.relay_id))
 
     def link_lost(self) -> None:
         """The owner's link dropped: it takes back what it had delivered (and will
         deliver it again, flagged), so settling those entries here means nothing now."""
+        self._unsettled = []
         for consumer in self.consumers:
             for entry in consumer.dispatched.values():
                 if entry.queue is self:

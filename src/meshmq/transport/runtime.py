@@ -236,7 +236,7 @@ class BrokerRuntime:
             raise
         self.lifecycle.started("store", self._close_store)
         self.broker.recover(recovery)
-        if self.config.network_connectors or any(
+        if self.config.network_connectors or self.shard_peers is not None or any(
                 lst.protocol in ("tcp", "ssl", "nio") for lst in self.config.listeners):
             # Linked to other brokers: re-forwards of what they sent before the restart
             # must find the stored copies in the duplicate window.

@@ -226,3 +226,21 @@ def test_two_cores_one_queue_producers_and_consumers_on_both() -> None:
     carrier.run()
     [d2] = carrier.delivered[1]
     assert d2.message.body == b"again" and d2.delivery_count == 2 and d2.redelivered
+
+
+def test_a_paused_auto_ack_consumer_holds_the_owners_window_until_it_resumes() -> None:
+    broker, store = shard(0)
+    conn = connect(broker)
+    sub(broker, conn, "s", owned_by(1))
+    [opened] = broker.take_relay_decisions()
+    broker.set_paused(conn, True)  # its client's socket is full
+    for tag in (1, 2):
+        broker.relay_deliver(1, opened.relay_id, tag, 1,
+                             Message(message_id=f"m{tag}", destination=dst.queue(owned_by(1)),
+                                     body=b"x"))
+    assert len(pump(broker, store)) == 2  # handed to the session, which buffers them
+    assert broker.take_relay_decisions() == []  # the owner sends nothing more meanwhile
+    broker.set_paused(conn, False)
+    pump(broker, store)
+    assert broker.take_relay_decisions() == [ShardSettle(1, opened.relay_id, 1, SETTLE_ACK),
+                                             ShardSettle(1, opened.relay_id, 2, SETTLE_ACK)]
