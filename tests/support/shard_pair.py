@@ -3,6 +3,9 @@ event loop and thread (as ``ThreadBroker``), with its own store directory and cl
 ports, linked over Unix sockets in a shared run directory (mode 0700) with a random
 token, as a node's supervisor would start them.
 
+``ShardPair.process(k)`` runs shard ``k`` as a subprocess instead (for ``kill9``),
+through the test-only entry point ``meshmq.network.shards_main``.
+
 ``owned_by(k, prefix)`` finds a destination name that shard ``k`` owns, so a test
 says which shard holds the queue instead of depending on the hash's output.
 """
@@ -20,7 +23,7 @@ from meshmq.core import destinations as dst
 from meshmq.core.destinations import Destination
 from meshmq.core.shards import ShardIdentity, owner
 from meshmq.transport.runtime import BrokerRuntime
-from tests.support.brokers import ThreadBroker, make_config, poll
+from tests.support.brokers import ProcessBroker, ThreadBroker, make_config, poll
 
 NODE = "node"
 
@@ -73,11 +76,33 @@ class ShardBroker(ThreadBroker):
                         if dst.queue(name) in broker.queues else 0)
 
 
+class ShardProcess(ProcessBroker):
+    """One shard as a real subprocess (``python -m meshmq.network.shards_main``)."""
+
+    module = "meshmq.network.shards_main"
+
+    def __init__(self, base: Path, identity: ShardIdentity) -> None:
+        data = base / f"shard-{identity.index}"
+        config = base / f"shard-{identity.index}.toml"
+        config.write_text(f'[broker]\nname = "{identity.node}"\ndata_directory = "{data}"\n\n'
+                          '[[listeners]]\nname = "stomp"\nurl = "stomp://127.0.0.1:0"\n\n'
+                          "[management]\nenabled = false\n")
+        super().__init__(config, base / f"shard-{identity.index}.log", (
+            "--index", str(identity.index), "--count", str(identity.count),
+            "--node", identity.node, "--run-dir", identity.run_dir,
+            "--token", identity.token))
+
+    @property
+    def host(self) -> str:
+        return "127.0.0.1"
+
+
 class ShardPair:
     """Shards 0 and 1 of node ``node``; start, stop and restart each one."""
 
     def __init__(self, base: Path, *, mqtt: bool = False, count: int = 2,
                  **changes: Any) -> None:
+        self.base = base
         run_dir = base / "run"
         run_dir.mkdir(mode=0o700)
         self.count = count
@@ -115,6 +140,10 @@ class ShardPair:
     def wait_linked(self) -> None:
         for k in range(self.count):
             poll(lambda k=k: self[k].links_up() == self.count - 1, what=f"shard {k}'s links")
+
+    def process(self, k: int) -> ShardProcess:
+        """Shard ``k`` as a subprocess (not tracked in ``shards``): start it, kill it."""
+        return ShardProcess(self.base, self.identities[k])
 
     def owned_by(self, k: int, prefix: str, kind: str = "queue") -> str:
         """A fresh destination name, starting with ``prefix``, that shard ``k`` owns."""
