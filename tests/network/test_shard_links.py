@@ -208,3 +208,32 @@ def test_sends_to_a_stopped_owner_wait_and_are_sent_again_when_it_is_back(
             client.close()
     finally:
         pair.stop()
+
+
+def test_a_relayed_consumer_resumes_when_its_owner_restarts(pair: ShardPair) -> None:
+    queue = pair.owned_by(0, "resumed")
+    consumer = _client(pair[1])
+    consumer.send_frame("SUBSCRIBE", [("destination", f"/queue/{queue}"), ("id", "s"),
+                                      ("ack", "client-individual")])
+    poll(lambda: pair[0].consumers(queue) == 1, what="the relayed consumer on the owner")
+    producer = _client(pair[0])
+    _send(producer, queue, "before")
+    [(body, _)] = _receive(consumer, 1)  # left unacknowledged
+    assert body == "before"
+    producer.close()
+    pair.stop(0)
+    pair.start(0)
+    pair.wait_linked()
+    # The owner took back what it had delivered; the relay is opened again on the new
+    # link, and the message comes again, flagged, followed by new ones.
+    producer = _client(pair[0])
+    _send(producer, queue, "after")
+    frame, _ = consumer.read_until("MESSAGE")
+    assert frame.body == b"before" and frame.get("redelivered") == "true"
+    consumer.send_frame("ACK", [("id", frame["ack"])])
+    frame, _ = consumer.read_until("MESSAGE")
+    assert frame.body == b"after"
+    consumer.send_frame("ACK", [("id", frame["ack"])])
+    poll(lambda: pair[0].depth(queue) == 0, what="both acknowledged on the owner")
+    for client in (producer, consumer):
+        client.close()

@@ -118,18 +118,20 @@ class RelayOut:
     def open(self, body: dict[str, Any]) -> None:
         relay = _int(body, "relay")
         self.close_relay(relay)  # an open for a relay that exists replaces it
-        dest = Destination.parse_uri(str(body.get("dest")))
         selector = body.get("selector")
-        spec = ConsumerSpec(destinations=(dest,), ack_mode=AckMode.CLIENT_INDIVIDUAL,
-                            prefetch=max(1, _int(body, "prefetch")),
-                            priority=_int(body, "priority"),
-                            exclusive=bool(body.get("exclusive")),
-                            selector=selector if isinstance(selector, str) else None)
         try:
+            dest = Destination.parse_uri(str(body.get("dest")))
+            spec = ConsumerSpec(destinations=(dest,), ack_mode=AckMode.CLIENT_INDIVIDUAL,
+                                prefetch=max(1, _int(body, "prefetch")),
+                                priority=_int(body, "priority"),
+                                exclusive=bool(body.get("exclusive")),
+                                selector=selector if isinstance(selector, str) else None)
             consumer = self.broker.subscribe(self._conn, f"relay-{relay}", spec)
         except MeshmqError as exc:
+            # Not a reason to drop the link (it would be opened again on the next one):
+            # the consumer's shard checked it, so this is a disagreement to log.
             log.warning("shard %s: cannot relay %s to shard %s: %s",
-                        self.peers.identity.label, dest, self.peer.label, exc)
+                        self.peers.identity.label, body.get("dest"), self.peer.label, exc)
             return
         self.consumers[relay] = consumer
         self.relay_of[consumer.id] = relay
