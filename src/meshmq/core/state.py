@@ -250,6 +250,13 @@ class CoreState:
     def subs_for(self, dest: Destination) -> list[TopicSubscription]:
         return self.topic_index.match(dest)
 
+    def owned_elsewhere(self, dest: Destination) -> bool:
+        """One shard of several, and another owns ``dest`` (it has the queue, so "does
+        it exist" is the owner's to say: a send or subscription here never creates it)."""
+        shard = self.shard
+        return shard is not None and not dest.is_wildcard \
+            and self.owner_of(shard, dest) != shard.index
+
     def relay_decision(self, decision: RelayDecision) -> None:
         self.relay_ops.append(decision)
 

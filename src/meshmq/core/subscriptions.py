@@ -67,7 +67,7 @@ class Subscriptions:
             for d in spec.destinations:  # a composite needs every part
                 self._access.authorize(conn, Right.READ, d)
                 if d.is_queue and not d.is_wildcard and not d.is_temporary \
-                        and d not in state.queues:
+                        and d not in state.queues and not state.owned_elsewhere(d):
                     self._access.authorize(conn, Right.ADMIN, d)  # this subscription creates it
             if any(d.is_wildcard for d in spec.destinations):
                 readable = self._access.readable_filter(conn.principal)

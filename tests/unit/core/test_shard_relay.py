@@ -7,8 +7,15 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from tests.unit.core.test_broker_core import bodies, connect, make_broker, pump, send, sub
 
+from meshmq.config.model import (
+    AuthConfig,
+    AuthorizationConfig,
+    AuthorizationEntry,
+    AuthorizationRights,
+)
 from meshmq.core import destinations as dst
 from meshmq.core.auth import Principal
 from meshmq.core.broker import Broker
@@ -26,6 +33,7 @@ from meshmq.core.shard_relay import (
 )
 from meshmq.core.shards import ShardIdentity, owner
 from meshmq.core.state import Connection
+from meshmq.errors import AuthorizationError
 from meshmq.store.memory import MemoryStore
 
 NODE = "n"
@@ -244,3 +252,20 @@ def test_a_paused_auto_ack_consumer_holds_the_owners_window_until_it_resumes() -
     pump(broker, store)
     assert broker.take_relay_decisions() == [ShardSettle(1, opened.relay_id, 1, SETTLE_ACK),
                                              ShardSettle(1, opened.relay_id, 2, SETTLE_ACK)]
+
+
+def test_rights_on_a_destination_owned_elsewhere_need_no_admin_to_create_it() -> None:
+    """Its queue lives on the owner, so its absence here says nothing: write and read
+    rights are checked as on one broker, and no admin right is asked for."""
+    authorization = AuthorizationConfig(
+        entries=(AuthorizationEntry(queue="q.>", read=("users",), write=("users",)),),
+        default=AuthorizationRights(admin=("admins",)))
+    broker, _, _ = make_broker(auth=AuthConfig(authorization=authorization))
+    broker.use_shard(ShardIdentity(index=1, count=2, node=NODE, run_dir="/nowhere",
+                                   token="t"))
+    user = broker.open_connection(Principal("u", frozenset({"users"})))
+    send(broker, user, owned_by(0), "x")
+    assert len(broker.take_shard_sends()) == 1
+    sub(broker, user, "s", owned_by(0))
+    with pytest.raises(AuthorizationError):  # the queue it would create here: admin
+        send(broker, user, owned_by(1), "y")
