@@ -191,7 +191,8 @@ class Carrier:
             relays[decision.relay_id] = owner_broker.subscribe(conn, f"r{decision.relay_id}",
                 ConsumerSpec(destinations=(decision.destination,),
                              ack_mode=AckMode.CLIENT_INDIVIDUAL, prefetch=decision.prefetch,
-                             selector=decision.selector, priority=decision.priority))
+                             selector=decision.selector, priority=decision.priority,
+                             exclusive=decision.exclusive))
         elif isinstance(decision, RelayClose):
             owner_broker.unsubscribe(conn, relays.pop(decision.relay_id))
         elif decision.kind == SETTLE_ACK:
@@ -269,3 +270,71 @@ def test_rights_on_a_destination_owned_elsewhere_need_no_admin_to_create_it() ->
     sub(broker, user, "s", owned_by(0))
     with pytest.raises(AuthorizationError):  # the queue it would create here: admin
         send(broker, user, owned_by(1), "y")
+
+
+def _settle_all(carrier: Carrier, pairs: list[tuple[Broker, Connection, Consumer]]) -> None:
+    for k, (broker, conn, consumer) in enumerate(pairs):
+        for d in carrier.delivered[k]:
+            broker.ack(conn, consumer, d.tag, cumulative=False)
+        carrier.delivered[k] = []
+    carrier.run()
+
+
+def test_exclusivity_priority_and_groups_hold_across_shards() -> None:
+    carrier = Carrier()
+    (o, _), (a, _) = carrier.cores
+    oc, ac = connect(o), connect(a)
+    # An exclusive relayed consumer takes everything from a plain local one.
+    name = owned_by(0, "excl")
+    sub(o, oc, "l", name, ack_mode=AckMode.CLIENT_INDIVIDUAL)
+    sub(a, ac, "r", name, ack_mode=AckMode.CLIENT_INDIVIDUAL, exclusive=True)
+    carrier.run()
+    for i in range(4):
+        send(o, oc, name, f"e{i}")
+    carrier.run()
+    assert carrier.delivered[0] == [] and bodies(carrier.delivered[1]) == [
+        f"e{i}" for i in range(4)]
+    carrier.delivered = [[], []]
+    # A higher-priority local consumer is served before the relayed one.
+    name = owned_by(0, "prio")
+    sub(o, oc, "hi", name, ack_mode=AckMode.CLIENT_INDIVIDUAL, priority=9, prefetch=2)
+    sub(a, ac, "lo", name, ack_mode=AckMode.CLIENT_INDIVIDUAL, prefetch=5)
+    carrier.run()
+    for i in range(3):
+        send(o, oc, name, f"p{i}")
+    carrier.run()
+    assert bodies(carrier.delivered[0]) == ["p0", "p1"]  # its window of 2, then the next
+    assert bodies(carrier.delivered[1]) == ["p2"]
+    carrier.delivered = [[], []]
+    # Message groups stick to one consumer, local or relayed.
+    name = owned_by(0, "groups")
+    local = sub(o, oc, "g", name, ack_mode=AckMode.CLIENT_INDIVIDUAL)
+    relayed = sub(a, ac, "g", name, ack_mode=AckMode.CLIENT_INDIVIDUAL)
+    carrier.run()
+    for i in range(8):
+        send(o, oc, name, f"{'AB'[i % 2]}{i}", group_id="AB"[i % 2])
+    carrier.run()
+    groups = [{d.message.group_id for d in carrier.delivered[k]} for k in range(2)]
+    assert groups[0] | groups[1] == {"A", "B"} and not groups[0] & groups[1]
+    _settle_all(carrier, [(o, oc, local), (a, ac, relayed)])
+
+
+def test_a_relayed_consumers_nacks_count_towards_the_owners_dlq() -> None:
+    carrier = Carrier()
+    (o, _), (a, _) = carrier.cores
+    oc, ac = connect(o), connect(a)
+    name = owned_by(0, "poison")
+    relayed = sub(a, ac, "r", name, ack_mode=AckMode.CLIENT_INDIVIDUAL)
+    carrier.run()
+    send(o, oc, name, "poison", persistent=True)
+    carrier.run()
+    counts = []
+    while carrier.delivered[1]:
+        [d] = carrier.delivered[1]
+        counts.append(d.delivery_count)
+        carrier.delivered[1] = []
+        a.nack(ac, relayed, d.tag, cumulative=False)
+        carrier.run()
+    assert counts == list(range(1, 8))  # 1 + max_redeliveries (6), then the DLQ
+    assert o.queues[dst.queue("ActiveMQ.DLQ")].depth == 1
+    assert o.queues[dst.queue(name)].depth == 0
