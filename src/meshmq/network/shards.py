@@ -112,8 +112,9 @@ class RelayOut:
         self.consumers: dict[int, Consumer] = {}  # relay id -> consumer here
         self.relay_of: dict[str, int] = {}  # consumer id -> relay id
         self.closed = False
+        # Registered for deliveries, but not among the client sessions a stopping
+        # broker closes first: it lives as long as its link, which stops after them.
         self.host.register(self)
-        self.host.accepted(self)
 
     def open(self, body: dict[str, Any]) -> None:
         relay = _int(body, "relay")
