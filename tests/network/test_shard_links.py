@@ -4,10 +4,22 @@ shard are relayed, receipts wait for the owner's STORED."""
 
 from __future__ import annotations
 
+import os
+import socket
+import stat
 from pathlib import Path
 
 import pytest
 
+from meshmq.protocol.wire import (
+    FEATURE_SHARD,
+    MAGIC,
+    WIRE_VERSION,
+    FrameType,
+    WireDecoder,
+    decode_json,
+    encode_json,
+)
 from tests.interop.mqtt_helpers import RawMqtt
 from tests.interop.stomp_helpers import RawClient
 from tests.support.brokers import poll
@@ -237,3 +249,26 @@ def test_a_relayed_consumer_resumes_when_its_owner_restarts(pair: ShardPair) -> 
     poll(lambda: pair[0].depth(queue) == 0, what="both acknowledged on the owner")
     for client in (producer, consumer):
         client.close()
+
+
+@pytest.mark.parametrize("change", [{"token": "wrong"}, {"broker": "other-node"},
+                                    {"features": []}])
+def test_a_link_without_the_nodes_token_is_refused(pair: ShardPair, change) -> None:
+    path = pair.identities[0].link_socket(0)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    hello = {"protocol": "meshmq", "versions": [WIRE_VERSION], "broker": "node", "shard": 1,
+             "token": pair.token, "features": [FEATURE_SHARD], **change}
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(10)
+        sock.connect(path)
+        sock.sendall(MAGIC + encode_json(FrameType.HELLO, hello))
+        decoder = WireDecoder(expect_magic=False)
+        frames = []
+        while not frames:
+            data = sock.recv(65536)
+            assert data, "closed without a REFUSE"
+            frames = decoder.feed(data)
+        assert frames[0].type is FrameType.REFUSE
+        assert decode_json(frames[0])["code"] == "authentication-failed"
+        assert sock.recv(65536) == b""  # and closed
+    assert pair[0].links_up() == 1  # the real link is untouched
