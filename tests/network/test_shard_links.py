@@ -203,6 +203,11 @@ def test_sends_to_a_stopped_owner_wait_and_are_sent_again_when_it_is_back(
                                          ("persistent", "true"), ("receipt", f"w{i}")],
                                 f"w{i}".encode())
         poll(lambda: pair[1].outstanding() == 5, what="the sends held for the owner")
+        # Another connection's send to a queue this shard owns is confirmed as usual
+        # meanwhile (a connection's own receipts stay in order).
+        other = _client(pair[1])
+        _send(other, pair.owned_by(1, "local"), "here")
+        other.close()
         # No receipt without the owner's STORED (a bounded negative check).
         with pytest.raises(TimeoutError):
             producer.read_until_receipt("w0", timeout=0.3)

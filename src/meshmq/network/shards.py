@@ -313,6 +313,9 @@ class ShardPeers:
         self._server: asyncio.AbstractServer | None = None
         self._dialers: list[asyncio.Task[None]] = []
         self._waiters: list[tuple[dict[int, int], asyncio.Future[None]]] = []
+        # Owners sent to since the last ``owners()``: what a confirmation asked for now
+        # must wait for (a send to a destination owned here waits for nobody).
+        self._touched: set[int] = set()
         self._flush_scheduled = False
         self._stopping = False
 
@@ -457,6 +460,7 @@ class ShardPeers:
             peer.seq += 1
             data = encoded(send.message)
             peer.unacked[peer.seq] = (data, send.redelivered)
+            self._touched.add(send.owner)
             if peer.link is not None:
                 peer.out.append((_AGAIN if send.redelivered else _SEND, (peer.seq, data)))
         decisions = broker.take_relay_decisions()
@@ -543,9 +547,13 @@ class ShardPeers:
                 self.queue(peer, _AGAIN if held[1] else _SEND, (seq, held[0]))
 
     def owners(self) -> asyncio.Future[None] | None:
-        """Done once every owner has settled what was sent to it so far (None: nothing
-        is outstanding). ``Durability`` waits for it before a confirmation."""
-        targets = {k: p.seq for k, p in self.peers.items() if p.unacked}
+        """Done once the owners sent to since the last call have settled everything
+        sent to them so far (None: nothing to wait for). ``Durability`` calls it right
+        after writing the core's decisions for a confirmation, so those are the sends
+        being confirmed (and maybe others' of the same turn): a confirmation waits for
+        the owners it concerns, not for an owner that is down and unrelated."""
+        touched, self._touched = self._touched, set()
+        targets = {k: self.peers[k].seq for k in touched if self.peers[k].unacked}
         if not targets:
             return None
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()

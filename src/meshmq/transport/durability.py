@@ -14,8 +14,9 @@ confirmed, and duplicate detection absorbs the repeats.
 
 On a shard of a node with several (docs/design.md, "Shards"), what the core routed to
 destinations other shards own is confirmed by their ``STORED``: ``owners`` (set by the
-runtime) returns a future that is done once every owner has stored what was sent to it
-so far, and a confirmation waits for both. A shard link's own ``STORED`` waits for the
+runtime), called right after the core's decisions are written, returns a future that is
+done once the owners those decisions went to have stored everything sent to them so
+far, and a confirmation waits for both. A shard link's own ``STORED`` waits for the
 local sync only (``owners=False``), or two shards sending to each other would wait on
 each other.
 
