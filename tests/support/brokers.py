@@ -127,6 +127,8 @@ class ProcessBroker:
     """
 
     running: ClassVar[set[ProcessBroker]] = set()
+    # What `python -m` runs (a subclass may run another entry point with the same log).
+    module: ClassVar[str] = "meshmq.cli.main"
 
     def __init__(self, config_path: Path, log_path: Path,
                  extra_args: tuple[str, ...] = ()) -> None:
@@ -140,7 +142,7 @@ class ProcessBroker:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the process
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "meshmq.cli.main", "broker", "--config",
+            [sys.executable, "-m", self.module, "broker", "--config",
              str(self.config_path), *self.extra_args],
             stdout=self._log, stderr=subprocess.STDOUT, env=env)
         ProcessBroker.running.add(self)

@@ -58,7 +58,8 @@ class Access:
     def authorize_send(self, conn: Connection, dest: Destination, message: Message) -> None:
         """Write on ``dest``, and admin when this send creates it (ActiveMQ's rule)."""
         self.authorize(conn, Right.WRITE, dest, message)
-        if not dest.is_temporary and not self._state.exists(dest):
+        if not dest.is_temporary and not self._state.exists(dest) \
+                and not self._state.owned_elsewhere(dest):
             self.authorize(conn, Right.ADMIN, dest, message)
         if len(conn.writable) < 10_000:
             conn.writable.add(dest)

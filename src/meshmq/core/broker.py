@@ -37,6 +37,14 @@ from meshmq.core.queue import Entry, Outcome, Queue
 from meshmq.core.rates import RateSampler
 from meshmq.core.recovery import recover, remember_stored_sends, trace_recovered
 from meshmq.core.routing import RECORD_PREFIX, RETAINED_PREFIX, Router
+from meshmq.core.shard_relay import (
+    SETTLE_RETURNED,
+    RelayDecision,
+    RelayOpen,
+    ShardSend,
+    ShardSettle,
+)
+from meshmq.core.shards import ShardIdentity
 from meshmq.core.state import (
     Connection,
     CoreState,
@@ -169,6 +177,48 @@ class Broker:
         state = self.state
         out, state.outbox = state.outbox, []
         return out
+
+    # ------------------------------------------------------------ shards of a node
+    def use_shard(self, shard: ShardIdentity) -> None:
+        """Serve as shard ``shard.index`` of a node (before any connection or recovery):
+        destinations other shards own become decisions (core/shard_relay.py). Message
+        ids and temporary names carry ``s<k>``, so shards never mint the same id."""
+        if shard.count > 1:
+            self.state.shard = shard
+            self.state.boot = f"s{shard.index}-{self.state.boot}"
+
+    def take_shard_sends(self) -> list[ShardSend]:
+        """Messages routed to destinations other shards own, since the last call."""
+        state = self.state
+        sends, state.shard_sends = state.shard_sends, []
+        return sends
+
+    def take_relay_decisions(self) -> list[RelayDecision]:
+        """Relayed consumers opened, closed and settled, in order, since the last call."""
+        state = self.state
+        out, state.relay_ops = state.relay_ops, []
+        return out
+
+    def relay_deliver(self, owner: int, relay_id: int, tag: int, delivery_count: int,
+                      message: Message) -> None:
+        """Shard ``owner`` delivered ``message`` to relayed consumer ``relay_id``."""
+        relay = self.state.relays.get(relay_id)
+        if relay is None or relay.owner != owner:  # closed meanwhile: back, uncounted
+            self.state.relay_ops.append(ShardSettle(owner, relay_id, tag, SETTLE_RETURNED))
+            return
+        relay.deliver(message, tag, delivery_count)
+
+    def relay_opens(self, owner: int) -> list[RelayOpen]:
+        """The relayed consumers shard ``owner`` must run (again, after a new link)."""
+        return [relay.open_decision(relay.consumers[0])
+                for relay in self.state.relays.values()
+                if relay.owner == owner and relay.consumers]
+
+    def relay_link_lost(self, owner: int) -> None:
+        """The link to ``owner`` dropped: what it delivered goes back there."""
+        for relay in self.state.relays.values():
+            if relay.owner == owner:
+                relay.link_lost()
 
     def take_dispatch_marks(self) -> tuple[list[tuple[Queue, int]], bool]:
         """The dispatch marks written since the last call, and whether the outcomes

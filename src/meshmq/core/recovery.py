@@ -19,6 +19,7 @@ import logging
 
 from meshmq.config.model import StreamPolicy
 from meshmq.core import destinations as dst
+from meshmq.core.dedup import network_key
 from meshmq.core.destinations import Destination, DestKind
 from meshmq.core.queue import Queue
 from meshmq.core.routing import RECORD_PREFIX, RETAINED_PREFIX
@@ -85,14 +86,15 @@ def remember_stored_sends(state: CoreState, recovery: Recovery) -> int:
     ``dedup-id`` into the duplicate window, up to its capacity, right after
     ``recover``; returns how many.
 
-    A bridge re-sends what it never saw acknowledged, and a failover producer what it
-    never saw confirmed (the broker died between storing and the RECEIPT or PUBACK):
-    those are the messages this broker received last. Found here, they are confirmed
-    as duplicates and not stored twice, so a producer's re-send after a crash stays
-    exactly once while the original is still stored. (Paging in re-adds them too, but
-    a queue deeper than its page size pages the newest ones in only after a long
-    while.) An original already consumed and acknowledged before the crash is gone
-    from the store, and its re-send is stored again: at least once, as documented."""
+    A bridge (or another shard of the node) re-sends what it never saw acknowledged,
+    and a failover producer what it never saw confirmed (the broker died between
+    storing and the RECEIPT or PUBACK): those are the messages this broker received
+    last. Found here, they are confirmed as duplicates and not stored twice, so a
+    producer's re-send after a crash stays exactly once while the original is stored.
+    (Paging in re-adds them too, but a queue deeper than its page size pages the
+    newest ones in only after a long while.) An original already consumed and
+    acknowledged before the crash is gone from the store, and its re-send is stored
+    again: at least once, as documented."""
     budget = state.dedup.capacity
     found = 0
     for key, info in recovery.keys.items():
@@ -103,8 +105,16 @@ def remember_stored_sends(state: CoreState, recovery: Recovery) -> int:
         want = min(info.count, budget)
         entries = state.store.load(key, max(0, info.last_seq - want), want)
         budget -= len(entries)
+        # A shard of several: another shard re-sends what it never saw STORED, and
+        # those carry no broker path (the node is one broker).
+        every = state.shard is not None
         for entry in entries:
-            if state.remember_stored(entry.message):
+            if every and not entry.message.broker_path:
+                # Another shard's re-send is recognised by its network key.
+                state.dedup.remember(network_key(entry.message))
+                state.remember_stored(entry.message)
+                found += 1
+            elif state.remember_stored(entry.message):
                 found += 1
     return found
 

@@ -27,6 +27,7 @@ from meshmq.core.destinations import Destination, DestKind
 from meshmq.core.message import Message, PropertyValue
 from meshmq.core.queue import Queue
 from meshmq.core.selector import compile_selector, message_lookup
+from meshmq.core.shard_relay import ShardSend
 from meshmq.core.state import Connection, CoreState, TopicStats, find_transaction
 from meshmq.core.stream import StreamQueue
 from meshmq.core.trace import DROPPED, RECEIVED, STORED
@@ -121,6 +122,7 @@ class Router:
         # Producers' messages only: bridges trace received_from_bridge themselves.
         tracer = state.tracer if conn is not None and conn.protocol != "network" else None
         queues = state.queues
+        shard = state.shard
         for i, d in enumerate(destinations):
             msg = message if i == 0 and d == message.destination else message.copy_to(d)
             if tracer is not None:
@@ -130,6 +132,14 @@ class Router:
                 self.advise(advisory_topic("Producer", d), "ProducerAdded",
                             {"connectionId": conn.id, "destination": str(d),
                              "producerCount": state.producer_count(d)})
+            if shard is not None:  # one shard of several: is ``d`` owned here?
+                owner = state.owner_of(shard, d)
+                if owner != shard.index:
+                    # The owner stores and enqueues it; the confirmation waits for its
+                    # STORED (transport/durability.py).
+                    state.shard_sends.append(ShardSend(owner, msg, redelivered))
+                    needs_sync = True
+                    continue
             queue = queues.get(d)
             if queue is not None or d.kind is DestKind.QUEUE or d.kind is DestKind.TEMP_QUEUE:
                 needs_sync |= self.route_queue(queue or state.get_queue(d), msg, redelivered)

@@ -30,6 +30,8 @@ from meshmq.core.destinations import Destination, DestKind
 from meshmq.core.message import Message
 from meshmq.core.paging import PageLoad
 from meshmq.core.queue import Entry, Outcome, Queue
+from meshmq.core.shard_relay import RelayDecision, RelayQueue, ShardSend
+from meshmq.core.shards import ShardIdentity
 from meshmq.core.stream import StreamQueue
 from meshmq.core.topic_index import TopicIndex
 from meshmq.core.trace import Tracer
@@ -159,6 +161,14 @@ class CoreState:
         self.default_policy = DestinationPolicy()
         self.boot = format(clock(), "x")
         self.msg_seq = itertools.count(1)
+        # One shard of a node with several (core/shard_relay.py); None: a whole broker.
+        # Then the sends and subscriptions owned by other shards are decisions here.
+        self.shard: ShardIdentity | None = None
+        self.owners: dict[Destination, int] = {}  # the owning shard, computed once
+        self.shard_sends: list[ShardSend] = []
+        self.relay_ops: list[RelayDecision] = []
+        self.relays: dict[int, RelayQueue] = {}  # relayed consumers' sources, by relay id
+        self.next_relay = 1
         # Set once the broker is assembled (core/dead_letters.py).
         self.dead_letters: DeadLetterPolicy | None = None
 
@@ -250,6 +260,25 @@ class CoreState:
 
     def subs_for(self, dest: Destination) -> list[TopicSubscription]:
         return self.topic_index.match(dest)
+
+    def owned_elsewhere(self, dest: Destination) -> bool:
+        """One shard of several, and another owns ``dest`` (it has the queue, so "does
+        it exist" is the owner's to say: a send or subscription here never creates it)."""
+        shard = self.shard
+        return shard is not None and not dest.is_wildcard \
+            and self.owner_of(shard, dest) != shard.index
+
+    def relay_decision(self, decision: RelayDecision) -> None:
+        self.relay_ops.append(decision)
+
+    def owner_of(self, shard: ShardIdentity, dest: Destination) -> int:
+        """The shard owning ``dest`` (cached: the hash is computed once per name)."""
+        owner = self.owners.get(dest)
+        if owner is None:
+            if len(self.owners) > 100_000:
+                self.owners.clear()
+            owner = self.owners[dest] = shard.owner(dest)
+        return owner
 
     def exists(self, dest: Destination) -> bool:
         return dest in self.queues if dest.is_queue else dest in self.topics

@@ -24,6 +24,7 @@ from meshmq.core.destinations import Destination
 from meshmq.core.queue import BrowseEnd, Delivery, Queue
 from meshmq.core.routing import Router
 from meshmq.core.selector import compile_selector, message_lookup
+from meshmq.core.shard_relay import RelayQueue
 from meshmq.core.state import Connection, CoreState, TopicStats, TopicSubscription
 from meshmq.core.stream import NEXT, StreamOffset, StreamQueue
 from meshmq.errors import DestinationError, ProtocolError, ResourceLimitError
@@ -66,7 +67,7 @@ class Subscriptions:
             for d in spec.destinations:  # a composite needs every part
                 self._access.authorize(conn, Right.READ, d)
                 if d.is_queue and not d.is_wildcard and not d.is_temporary \
-                        and d not in state.queues:
+                        and d not in state.queues and not state.owned_elsewhere(d):
                     self._access.authorize(conn, Right.ADMIN, d)  # this subscription creates it
             if any(d.is_wildcard for d in spec.destinations):
                 readable = self._access.readable_filter(conn.principal)
@@ -102,6 +103,8 @@ class Subscriptions:
         if spec.browser:
             self._browse(consumer, queues)
             return consumer
+        if state.shard is not None and stream_offset is None and self._relay(conn, consumer):
+            return consumer
         for d in queues:
             if d.is_wildcard:
                 if consumer not in state.queue_wildcards:
@@ -132,6 +135,33 @@ class Subscriptions:
             queue.add_consumer(consumer)
         self._consumer_changed(conn, consumer, added=True)
         return consumer
+
+    def _relay(self, conn: Connection, consumer: Consumer) -> bool:
+        """One shard of several: a subscription to one destination another shard owns
+        becomes a relayed consumer (core/shard_relay.py); False: it is served here.
+        Wildcards, composites, durable and shared subscriptions and bridges' demand
+        stay local for now."""
+        state = self._state
+        shard = state.shard
+        spec = consumer.spec
+        if shard is None or len(spec.destinations) != 1 or spec.subscription_name is not None \
+                or spec.shared_group is not None or spec.network_path is not None:
+            return False
+        d = spec.destinations[0]
+        if d.is_wildcard or d.is_temporary:
+            return False
+        owner = state.owner_of(shard, d)
+        if owner == shard.index:
+            return False
+        relay = RelayQueue(d, state.policy_for(d), state, owner, state.next_relay,
+                           state.relay_decision)
+        state.next_relay += 1
+        state.relays[relay.relay_id] = relay
+        consumer.sources.append(relay)
+        relay.add_consumer(consumer)
+        state.relay_ops.append(relay.open_decision(consumer))
+        self._consumer_changed(conn, consumer, added=True)
+        return True
 
     def _topic_subscription(self, conn: Connection, consumer: Consumer,
                             topics: tuple[Destination, ...],
@@ -254,6 +284,8 @@ class Subscriptions:
         consumer.by_message_id.clear()
         for queue in consumer.sources:
             queue.remove_consumer(consumer)
+            if isinstance(queue, RelayQueue):
+                state.relays.pop(queue.relay_id, None)
         sub = consumer.topic_sub
         if sub is not None:
             if sub.durable is not None:  # the subscription outlives its consumer

@@ -36,6 +36,10 @@ log = logging.getLogger("meshmq.network")
 
 
 class Receiver:
+    # Whether a STORED also waits for what this broker sent on to other shards of its
+    # node (transport/durability.py); a shard link's receiver waits for its own store.
+    waits_for_owners = True
+
     def __init__(self, services: ReceiverServices, link: WireLink, remote: str,
                  flt: DestinationFilter, counters: LinkCounters, *, resync_s: float,
                  refusals: bool = False, principal: Principal | None = None) -> None:
@@ -121,7 +125,7 @@ class Receiver:
             link = self.link
             self.host.durability.when_durable(
                 lambda: link.write(encode_acks(after_sync)), link.abort,
-                who=f"bridge link {link.peer}")
+                who=f"bridge link {link.peer}", owners=self.waits_for_owners)
         self.host.request_pump()
 
     def _accept(self, msg: Message, again: bool = False) -> tuple[AckStatus, bool]:

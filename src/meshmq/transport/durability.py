@@ -12,6 +12,14 @@ nor is any later one on that connection; the connection is failed once with
 Unspecified error, a bridge link abort). The client resends what it was never
 confirmed, and duplicate detection absorbs the repeats.
 
+On a shard of a node with several (docs/design.md, "Shards"), what the core routed to
+destinations other shards own is confirmed by their ``STORED``: ``owners`` (set by the
+runtime), called right after the core's decisions are written, returns a future that is
+done once the owners those decisions went to have stored everything sent to them so
+far, and a confirmation waits for both. A shard link's own ``STORED`` waits for the
+local sync only (``owners=False``), or two shards sending to each other would wait on
+each other.
+
 With ``[trace] exact``, the trace is flushed before a confirmation that waited for the
 store leaves (confirmations sent in the same turn are flushed by the pump, which flushes
 the trace first).
@@ -38,19 +46,27 @@ class Durability:
         self._write_ops = write_ops
         self._sync = sync
         self.trace_barrier = trace_barrier
+        # A shard of several: the owners' STORED for what was sent so far (None when
+        # nothing is outstanding).
+        self.owners: Callable[[], asyncio.Future[None] | None] | None = None
 
-    def sync_after_writes(self) -> asyncio.Future[None]:
+    def sync_after_writes(self, *, owners: bool = True) -> asyncio.Future[None]:
         """Write what the core has queued, then sync: the future is done once all of it
         (and everything written before) is durable; it fails with the store's error."""
         self._write_ops()
-        return asyncio.ensure_future(self._sync())
+        sync = asyncio.ensure_future(self._sync())
+        if owners and self.owners is not None:
+            stored = self.owners()
+            if stored is not None:
+                return asyncio.ensure_future(_both(sync, stored))
+        return sync
 
     def when_durable(self, on_durable: Callable[[], None], fail: Callable[[str], None],
-                     who: str) -> None:
+                     who: str, *, owners: bool = True) -> None:
         """Unordered: ``on_durable()`` once what is queued now is durable, or
         ``fail(reason)`` if the store could not make it so. For confirmations that name
         what they confirm (a bridge ACK carries sequence numbers), so no order is owed."""
-        sync = self.sync_after_writes()
+        sync = self.sync_after_writes(owners=owners)
 
         def done(fut: asyncio.Future[None]) -> None:
             exc = _failure(fut)
@@ -67,6 +83,10 @@ class Durability:
                       fail: Callable[[str], None], who: str) -> ConfirmQueue:
         """A connection's ordered confirmations (see ``ConfirmQueue``)."""
         return ConfirmQueue(self, flush=flush, closed=closed, fail=fail, who=who)
+
+
+async def _both(sync: asyncio.Future[None], stored: asyncio.Future[None]) -> None:
+    await asyncio.gather(sync, stored)
 
 
 def _failure(fut: asyncio.Future[None]) -> BaseException | None:

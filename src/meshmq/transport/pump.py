@@ -21,7 +21,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from meshmq.core.queue import BrowseEnd, Delivery, Outcome, Queue
 from meshmq.errors import StoreError
@@ -37,6 +37,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("meshmq.runtime")
 
 TIMER_INTERVAL = 0.5
+
+
+class ShardLinks(Protocol):
+    """A shard's links to the other shards of its node (network/shards.py)."""
+
+    def take(self) -> None:
+        """Take the core's shard decisions (sends, relays) into the links' buffers."""
+    def flush(self) -> None:
+        """Write what the links' buffers hold: once per pump."""
 
 
 class _Gate:
@@ -62,6 +71,7 @@ class Pump:
         self.trace = trace
         self.on_write_refused = on_write_refused
         self.pages: PageReader | None = None  # set by the root; needs request_pump
+        self.shards: ShardLinks | None = None  # a shard of several: set by the root
         self.sessions: dict[str, Session] = {}  # by broker connection id
         self.all_sessions: set[Session] = set()
         self._to_flush: dict[Session, None] = {}
@@ -165,6 +175,8 @@ class Pump:
             self._loop.call_soon(self.pump)
 
     def write_ops(self) -> None:
+        if self.shards is not None:  # taken with the store batch they belong with
+            self.shards.take()
         ops = self.broker.take_ops()
         if ops:
             if self.store_closed:
@@ -212,6 +224,8 @@ class Pump:
         else:
             self._deliver(outcomes)
         self._flush_sessions()
+        if self.shards is not None:
+            self.shards.flush()
         if broker.tracer is not None:
             self.trace.write()
         if broker.has_deferred:

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from meshmq.ha.controller import HaController
     from meshmq.ha.replication import ReplicatedHa
     from meshmq.management.server import ManagementServer
+    from meshmq.network.shards import ShardPeers
 
 __all__ = ["EXIT_DEPOSED", "LISTENER_LABELS", "SHUTDOWN_DRAIN_S", "TIMER_INTERVAL",
            "BrokerRuntime", "run_broker", "tune_gc"]
@@ -109,6 +110,16 @@ class BrokerRuntime:
                            self._on_deposed if self.ha is not None else None)
         # Every "confirm once durable" (receipts, MQTT acks, bridge acks) goes through here.
         self.durability = Durability(self.engine.write_ops, store.sync, self.trace.barrier)
+        # A shard of several: the links to the other shards (network/shards.py) carry
+        # what the core routes to destinations they own; confirmations wait for them.
+        self.shard_peers: ShardPeers | None = None
+        if shard is not None and shard.count > 1:
+            from meshmq.network.shards import ShardPeers
+
+            self.broker.use_shard(shard)
+            self.shard_peers = ShardPeers(self, shard)
+            self.engine.shards = self.shard_peers
+            self.durability.owners = self.shard_peers.owners
         # Pages of paged-out messages the core asks for (core/paging.py).
         self.pages = PageReader(self.broker, store, self.engine.request_pump)
         self.engine.pages = self.pages
@@ -186,6 +197,9 @@ class BrokerRuntime:
         self.trace.start()
         self.lifecycle.started("trace", self.trace.stop)
         self.engine.pump()
+        if self.shard_peers is not None:  # after the store, before any client
+            await self.shard_peers.start()
+            self.lifecycle.started("shards", self.shard_peers.stop)
         # $SYS statistics are regenerated, not recovered (stores of older versions
         # hold them): they are not the operator's messages.
         keys = [info for key, info in recovery.keys.items()

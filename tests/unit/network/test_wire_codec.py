@@ -12,18 +12,25 @@ from meshmq.core.message import Message
 from meshmq.core.message_codec import encode_message
 from meshmq.errors import RemoteProtocolError
 from meshmq.protocol.wire import (
+    FEATURE_SHARD,
+    FEATURES,
     MAGIC,
     AckStatus,
     FrameType,
+    SettleKind,
     WireDecoder,
     decode_acks,
+    decode_deliver,
     decode_json,
     decode_messages,
+    decode_settle,
     encode_acks,
+    encode_deliver,
     encode_json,
     encode_messages,
     encode_ping,
     encode_records,
+    encode_settle,
 )
 
 messages = st.builds(
@@ -95,3 +102,49 @@ def test_bad_payloads() -> None:
     acks = dec.feed(b"\x00\x00\x00\x0e\x06\x00\x00\x00\x01" + b"\x00" * 8 + b"\x09")[0]
     with pytest.raises(RemoteProtocolError, match="unknown ack status 9"):
         decode_acks(acks)
+
+
+# ------------------------------------------------------------ shard links: DELIVER, SETTLE
+deliveries = st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1),
+                                st.integers(0, 2**32 - 1), messages), max_size=20)
+settles = st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1),
+                             st.sampled_from(list(SettleKind))), max_size=30)
+
+
+@given(deliveries, settles, st.data())
+def test_deliver_and_settle_round_trip_through_any_split(batch, settled, data) -> None:
+    stream = MAGIC + encode_deliver([(r, t, c, encode_message(m)) for r, t, c, m in batch]) \
+        + encode_settle(settled)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=6)))
+    decoder = WireDecoder(expect_magic=True)
+    frames = []
+    last = 0
+    for cut in [*cuts, len(stream)]:
+        frames += decoder.feed(stream[last:cut])
+        last = cut
+    assert [f.type for f in frames] == [FrameType.DELIVER, FrameType.SETTLE]
+    got = decode_deliver(frames[0])
+    assert [(r, t, c) for r, t, c, _ in got] == [(r, t, c) for r, t, c, _ in batch]
+    for (*_, a), (*_, b) in zip(got, batch, strict=True):
+        assert (a.message_id, a.destination, a.body, a.persistent, a.broker_path,
+                a.properties) == (b.message_id, b.destination, b.body, b.persistent,
+                                  b.broker_path, b.properties)
+        assert a.wire_cache == {"store": encode_message(b)}  # relayed without re-encoding
+    assert decode_settle(frames[1]) == settled
+
+
+def test_bad_shard_payloads() -> None:
+    dec = WireDecoder(expect_magic=False)
+    truncated = dec.feed(b"\x00\x00\x00\x09\x0b\x00\x00\x00\x01\x00\x00\x00\x00")[0]
+    with pytest.raises(RemoteProtocolError, match="DELIVER frame truncated"):
+        decode_deliver(truncated)
+    settle = dec.feed(b"\x00\x00\x00\x16\x0c\x00\x00\x00\x01" + b"\x00" * 16 + b"\x07")[0]
+    with pytest.raises(RemoteProtocolError, match="unknown settle kind 7"):
+        decode_settle(settle)
+    short = dec.feed(b"\x00\x00\x00\x06\x0c\x00\x00\x00\x01\x00")[0]
+    with pytest.raises(RemoteProtocolError, match="wrong length"):
+        decode_settle(short)
+
+
+def test_the_shard_feature_is_never_offered_to_network_peers() -> None:
+    assert FEATURE_SHARD not in FEATURES

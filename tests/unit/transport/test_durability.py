@@ -124,3 +124,46 @@ def test_unordered_confirmation_runs_after_its_sync_or_fails() -> None:
         assert store.writes == 2
 
     asyncio.run(main())
+
+
+def test_a_shard_confirms_after_its_sync_and_the_owners_stored() -> None:
+    async def main() -> None:
+        store = FakeStore()
+        durability = store.durability()
+        stored: list[asyncio.Future[None]] = []
+
+        def owners() -> asyncio.Future[None] | None:
+            if len(stored) >= 2:
+                return None  # nothing outstanding at the owners any more
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            stored.append(fut)
+            return fut
+
+        durability.owners = owners
+        sent: list[str] = []
+        q = durability.confirmations(flush=lambda: None, closed=lambda: False,
+                                     fail=lambda r: None, who="c1")
+        q.confirm(lambda: sent.append("r1"), durable=True)
+        store.syncs[0].set_result(None)
+        await turns()
+        assert sent == []  # synced here, not yet stored by the owner
+        stored[0].set_result(None)
+        await turns()
+        assert sent == ["r1"]
+        # A shard link's own STORED waits for the local sync only.
+        acked: list[str] = []
+        durability.when_durable(lambda: acked.append("a"), lambda r: None, who="link",
+                                owners=False)
+        assert len(stored) == 1
+        store.syncs[1].set_result(None)
+        await turns()
+        assert acked == ["a"]
+        durability.when_durable(lambda: acked.append("b"), lambda r: None, who="bridge")
+        store.syncs[2].set_result(None)
+        await turns()
+        assert acked == ["a"] and len(stored) == 2
+        stored[1].set_result(None)
+        await turns()
+        assert acked == ["a", "b"]
+
+    asyncio.run(main())

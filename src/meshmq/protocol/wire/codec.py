@@ -36,11 +36,17 @@ FEATURE_MESSAGES_AGAIN = "messages-again"
 # The receiver may answer REFUSED (its rights for the link's user do not allow it).
 FEATURE_REFUSALS = "refusals"
 FEATURES = (FEATURE_MESSAGES_AGAIN, FEATURE_REFUSALS)
+# Two shards of one node (docs/design.md, "Shards"): the link carries DELIVER and SETTLE
+# and the HELLO a per-boot token instead of a user. Never listed by a network peer, and
+# not in FEATURES: a bridge never offers it.
+FEATURE_SHARD = "shard"
 
 _HEAD = struct.Struct(">IB")
 _COUNT = struct.Struct(">I")
 _MSG_HEAD = struct.Struct(">QI")
 _ACK = struct.Struct(">QB")
+_DELIVER_HEAD = struct.Struct(">QQII")  # relay id, owner's tag, delivery count, n
+_SETTLE = struct.Struct(">QQB")  # relay id, owner's tag, kind
 
 
 class FrameType(enum.IntEnum):
@@ -57,6 +63,10 @@ class FrameType(enum.IntEnum):
     # lost link or a restart): the receiver flags them redelivered. Sent only to a peer
     # that listed FEATURE_MESSAGES_AGAIN in its HELLO or WELCOME.
     MESSAGES_AGAIN = 10
+    # Shard links only (FEATURE_SHARD): messages for relayed consumers, with the owner's
+    # delivery tag and count (binary), and their settlements (binary).
+    DELIVER = 11
+    SETTLE = 12
     # Replicated master/slave (meshmq.ha.replication, on the [ha] listen address only).
     REPL_VOTE_REQUEST = 16  # candidate -> node: a (pre-)vote request (JSON)
     REPL_VOTE = 17  # node -> candidate: the answer (JSON)
@@ -74,6 +84,14 @@ class AckStatus(enum.IntEnum):
     # own consumers and stops forwarding that destination over this link for a while.
     # Only to a peer that listed FEATURE_REFUSALS; others get RETRY.
     REFUSED = 4
+
+
+class SettleKind(enum.IntEnum):
+    """What a shard's client did with a relayed delivery (SETTLE)."""
+
+    ACK = 0  # consumed: the owner removes it
+    NACK = 1  # rejected: the owner redelivers it (counted) or dead-letters it
+    RETURNED = 2  # never reached a client (its consumer closed first): back, uncounted
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +132,23 @@ def encode_records(batch: list[tuple[int, bytes]],
 def encode_acks(acks: list[tuple[int, AckStatus]]) -> bytes:
     payload = _COUNT.pack(len(acks)) + b"".join(_ACK.pack(s, st) for s, st in acks)
     return _frame(FrameType.ACKS, payload)
+
+
+def encode_deliver(batch: list[tuple[int, int, int, bytes]]) -> bytes:
+    """One DELIVER frame for ``batch`` of (relay id, owner's tag, delivery count,
+    message in the message codec's format)."""
+    parts = [_COUNT.pack(len(batch))]
+    for relay, tag, count, data in batch:
+        parts.append(_DELIVER_HEAD.pack(relay, tag, count, len(data)))
+        parts.append(data)
+    payload = b"".join(parts)
+    return _HEAD.pack(len(payload) + 1, FrameType.DELIVER) + payload
+
+
+def encode_settle(settles: list[tuple[int, int, SettleKind]]) -> bytes:
+    payload = _COUNT.pack(len(settles)) + b"".join(
+        _SETTLE.pack(relay, tag, kind) for relay, tag, kind in settles)
+    return _frame(FrameType.SETTLE, payload)
 
 
 def decode_json(frame: WireFrame) -> dict[str, Any]:
@@ -168,6 +203,50 @@ def decode_acks(frame: WireFrame) -> list[tuple[int, AckStatus]]:
             out.append((seq, AckStatus(status)))
         except ValueError:
             raise RemoteProtocolError(f"unknown ack status {status}") from None
+    return out
+
+
+def decode_deliver(frame: WireFrame) -> list[tuple[int, int, int, Message]]:
+    data = frame.payload
+    if len(data) < 4:
+        raise RemoteProtocolError("DELIVER frame too short")
+    (count,) = _COUNT.unpack_from(data, 0)
+    pos = 4
+    out: list[tuple[int, int, int, Message]] = []
+    for _ in range(count):
+        if pos + _DELIVER_HEAD.size > len(data):
+            raise RemoteProtocolError("DELIVER frame truncated")
+        relay, tag, delivered, size = _DELIVER_HEAD.unpack_from(data, pos)
+        pos += _DELIVER_HEAD.size
+        if pos + size > len(data):
+            raise RemoteProtocolError("DELIVER frame truncated")
+        raw = data[pos:pos + size]
+        try:
+            msg = decode_message(raw)
+        except Exception as exc:  # the message codec raises its own errors on garbage
+            raise RemoteProtocolError(f"undecodable message in DELIVER frame: {exc}") from None
+        msg.wire_cache = {STORE_CACHE: raw}
+        out.append((relay, tag, delivered, msg))
+        pos += size
+    if pos != len(data):
+        raise RemoteProtocolError("DELIVER frame has trailing bytes")
+    return out
+
+
+def decode_settle(frame: WireFrame) -> list[tuple[int, int, SettleKind]]:
+    data = frame.payload
+    if len(data) < 4:
+        raise RemoteProtocolError("SETTLE frame too short")
+    (count,) = _COUNT.unpack_from(data, 0)
+    if len(data) != 4 + count * _SETTLE.size:
+        raise RemoteProtocolError("SETTLE frame has the wrong length")
+    out = []
+    for i in range(count):
+        relay, tag, kind = _SETTLE.unpack_from(data, 4 + i * _SETTLE.size)
+        try:
+            out.append((relay, tag, SettleKind(kind)))
+        except ValueError:
+            raise RemoteProtocolError(f"unknown settle kind {kind}") from None
     return out
 
 

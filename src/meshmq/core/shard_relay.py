@@ -1,0 +1,172 @@
+"""What a shard decides about destinations another shard of its node owns.
+
+A node's shards each own some destinations (core/shards.py); only the owner has the
+queue and stores its messages (docs/design.md, "Shards"). The core stays without I/O,
+so the crossings are decisions, taken by the runtime with the store batch and carried
+over the shard links by ``network/shards.py``:
+
+* ``ShardSend``: a routed message whose destination is owned elsewhere, instead of an
+  enqueue; the sender's confirmation waits for the owner's ``STORED``.
+* a **relayed consumer**: a subscription here to a destination owned elsewhere. Its
+  one source is a ``RelayQueue``, a stand-in that holds nothing and never dispatches:
+  the owner runs the real consumer (selector, prefetch, priority, exclusivity) and its
+  deliveries arrive with ``deliver``. ``RelayOpen``/``RelayClose`` ask the owner to
+  start and stop it; acks, nacks and a closed consumer's unsettled deliveries become
+  ``ShardSettle`` decisions.
+
+A relayed delivery is not stored on this shard: the owner keeps it until it is settled,
+so this shard never becomes a second queue of the destination.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from meshmq.core.consumer import AckMode, Consumer
+from meshmq.core.destinations import Destination
+from meshmq.core.message import Message
+from meshmq.core.queue import DONE, INFLIGHT, Delivery, Entry, Queue
+
+if TYPE_CHECKING:
+    from meshmq.config.model import DestinationPolicy
+    from meshmq.core.queue import QueueContext
+
+# ShardSettle kinds; the wire's SettleKind has the same values.
+SETTLE_ACK = 0
+SETTLE_NACK = 1
+SETTLE_RETURNED = 2
+
+
+@dataclass(frozen=True, slots=True)
+class ShardSend:
+    """Decision: hand ``message`` to shard ``owner``, which stores and enqueues it."""
+
+    owner: int
+    message: Message
+    redelivered: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RelayOpen:
+    """Decision: ask ``owner`` to run a consumer of ``destination`` for relay
+    ``relay_id`` (this shard's id of the relayed consumer)."""
+
+    owner: int
+    relay_id: int
+    destination: Destination
+    selector: str | None
+    prefetch: int
+    priority: int
+    exclusive: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RelayClose:
+    owner: int
+    relay_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ShardSettle:
+    """Decision: the delivery ``tag`` (the owner's) of relay ``relay_id`` is settled."""
+
+    owner: int
+    relay_id: int
+    tag: int
+    kind: int
+
+
+RelayDecision = RelayOpen | RelayClose | ShardSettle
+
+
+class RelayQueue(Queue):
+    """The source of one relayed consumer: its window is filled by the owner's
+    deliveries, and settling an entry records a ``ShardSettle`` instead of touching a
+    queue here. Entries carry the owner's delivery tag as their ``seq``."""
+
+    def __init__(self, destination: Destination, policy: DestinationPolicy,
+                 ctx: QueueContext, owner: int, relay_id: int,
+                 decide: Callable[[RelayDecision], None]) -> None:
+        super().__init__(destination, None, policy, ctx, None)
+        self.owner = owner
+        self.relay_id = relay_id
+        self.decide = decide  # records a decision for the runtime
+        # Auto-ack deliveries that reached a paused consumer (its client's socket is
+        # full): settled when it resumes, so the owner's window holds the rest back.
+        self._unsettled: list[int] = []
+
+    def open_decision(self, consumer: Consumer) -> RelayOpen:
+        spec = consumer.spec
+        return RelayOpen(self.owner, self.relay_id, self.destination, spec.selector,
+                         consumer.prefetch, spec.priority, spec.exclusive)
+
+    def dispatch(self) -> None:
+        """Nothing is ever pending here (the owner dispatches); a consumer that
+        resumed settles what it held, which lets the owner send more."""
+        if self._unsettled and self.consumers and not self.consumers[0].paused:
+            self._settle_unsettled()
+
+    def _settle_unsettled(self) -> None:
+        tags, self._unsettled = self._unsettled, []
+        for tag in tags:
+            self.decide(ShardSettle(self.owner, self.relay_id, tag, SETTLE_ACK))
+
+    def deliver(self, message: Message, owner_tag: int, delivery_count: int) -> None:
+        """A delivery from the owner: into the consumer's window (or, for an auto-ack
+        consumer, settled at once), handed to the session by the next pump."""
+        consumer = self.consumers[0] if self.consumers else None
+        if consumer is None or consumer.closed:
+            self.decide(ShardSettle(self.owner, self.relay_id, owner_tag,
+                                              SETTLE_RETURNED))
+            return
+        tag = consumer.next_tag
+        consumer.next_tag = tag + 1
+        consumer.dispatched_count += 1
+        self.stats.dispatched += 1
+        self.ctx.emit(Delivery(consumer, message, tag, delivery_count))
+        if consumer.spec.ack_mode is AckMode.AUTO:
+            if consumer.paused:
+                self._unsettled.append(owner_tag)
+            else:
+                self.decide(ShardSettle(self.owner, self.relay_id, owner_tag, SETTLE_ACK))
+            return
+        entry = Entry(self, owner_tag, message, False, delivery_count)
+        entry.state = INFLIGHT
+        entry.consumer = consumer
+        consumer.dispatched[tag] = entry
+        consumer.by_message_id[message.message_id] = tag
+
+    def ack_entry(self, entry: Entry) -> None:
+        if entry.state == INFLIGHT:
+            entry.state = DONE
+            entry.consumer = None
+            self.stats.dequeued += 1
+            self.decide(ShardSettle(self.owner, self.relay_id, entry.seq,
+                                              SETTLE_ACK))
+
+    def release(self, entry: Entry, *, count_delivery: bool = True, cause: str = "",
+                reason: str | None = None) -> None:
+        """The owner redelivers it (or dead-letters it: it keeps the count)."""
+        if entry.state == INFLIGHT:
+            entry.state = DONE
+            entry.consumer = None
+            self.decide(ShardSettle(
+                self.owner, self.relay_id, entry.seq,
+                SETTLE_NACK if count_delivery else SETTLE_RETURNED))
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        super().remove_consumer(consumer)
+        self._settle_unsettled()  # handed to the client already
+        if consumer.closed:
+            self.decide(RelayClose(self.owner, self.relay_id))
+
+    def link_lost(self) -> None:
+        """The owner's link dropped: it takes back what it had delivered (and will
+        deliver it again, flagged), so settling those entries here means nothing now."""
+        self._unsettled = []
+        for consumer in self.consumers:
+            for entry in consumer.dispatched.values():
+                if entry.queue is self:
+                    entry.state = DONE

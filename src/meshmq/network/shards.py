@@ -1,0 +1,607 @@
+"""The links between the shards of one node: sends to owners, relayed consumers.
+
+Each shard owns some destinations (core/shards.py); the core turns a send to a
+destination owned elsewhere into a ``ShardSend`` and a subscription to one into a
+relayed consumer (core/shard_relay.py). ``ShardPeers`` carries those decisions over a
+full mesh of duplex links, one per pair of shards, on Unix sockets in the node's run
+directory (mode 0700): the higher index dials, the lower accepts, and a lost link is
+dialled again (0.05 s doubling to 1 s) for as long as the shard runs.
+
+What is reused from the network of brokers: ``WireLink`` (framing, keep-alive,
+back-pressure), the wire codec, and the ``Receiver`` (an owner stores what other shards
+send it and answers ``STORED`` only once its store has synced it; the duplicate window
+absorbs re-sends). What differs, all behind the ``"shard"`` feature no network peer
+lists: the HELLO carries the supervisor's per-boot token instead of a user, the link
+adds no ``broker_path`` entry (the node is one broker to the network) and skips
+authorization (the shard a client is connected to checked its rights), and relayed
+deliveries travel as ``DELIVER``/``SETTLE`` (docs/wire-protocol.md): the consumer's
+shard does not store them again.
+
+The sender keeps every send until its owner's ``STORED`` (``DUPLICATE``, ``DROPPED``)
+and sends the unsettled ones again on the next link; ``owners()`` is what
+``Durability`` waits on, so a RECEIPT or PUBACK never leaves before the owner stored
+the message. The pump takes the core's shard decisions with each store batch
+(``take``) and writes each link once per pump (``flush``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import os
+from typing import TYPE_CHECKING, Any
+
+from meshmq.core.auth import Principal
+from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
+from meshmq.core.destinations import Destination
+from meshmq.core.message_codec import encoded
+from meshmq.core.queue import BrowseEnd, Delivery
+from meshmq.core.shard_relay import RelayClose, RelayOpen, ShardSettle
+from meshmq.errors import MeshmqError, RemoteProtocolError
+from meshmq.network.interest import DestinationFilter
+from meshmq.network.link import WireLink
+from meshmq.network.receiver import Receiver
+from meshmq.network.stats import LinkCounters
+from meshmq.protocol.wire import (
+    FEATURE_SHARD,
+    WIRE_VERSION,
+    AckStatus,
+    FrameType,
+    SettleKind,
+    WireFrame,
+    decode_acks,
+    decode_deliver,
+    decode_json,
+    decode_messages,
+    decode_settle,
+    encode_deliver,
+    encode_json,
+    encode_records,
+    encode_settle,
+)
+
+if TYPE_CHECKING:
+    from meshmq.core.broker import Broker, ConsumerEvent
+    from meshmq.core.message import Message
+    from meshmq.core.shards import ShardIdentity
+    from meshmq.core.state import Connection
+    from meshmq.network.host import BrokerHost
+
+log = logging.getLogger("meshmq.shards")
+
+HEARTBEAT_S = 5.0
+HANDSHAKE_TIMEOUT_S = 10.0
+RETRY_FIRST_S = 0.05
+RETRY_MAX_S = 1.0
+RETRY_PAUSE_S = 0.5  # an owner that answered RETRY (memory limit) is asked again after
+BATCH_MESSAGES = 500
+BATCH_BYTES = 1024 * 1024
+
+# Kinds of what waits in a peer's output, written as one frame per run of one kind.
+_SEND, _AGAIN, _DELIVER, _SETTLE, _FRAME = range(5)
+
+
+class ShardReceiver(Receiver):
+    """The owner's side of sends: stores what a shard forwards, ``STORED`` after its
+    own sync. Advertises no interest: relayed consumers are explicit (``relay-open``)."""
+
+    waits_for_owners = False
+
+    def start(self) -> None:
+        return
+
+    def _on_consumer_event(self, event: ConsumerEvent) -> None:
+        return
+
+
+class RelayOut:
+    """The owner's side of relayed consumers of one peer shard: a hosted session whose
+    consumers are that shard's clients' subscriptions, delivering through DELIVER."""
+
+    def __init__(self, peers: ShardPeers, peer: _Peer) -> None:
+        self.peers = peers
+        self.peer = peer
+        self.host = peers.host
+        self.broker = peers.host.broker
+        principal = Principal(f"shard:{peer.label}", frozenset({"network"}), internal=True)
+        self._conn = self.broker.open_connection(principal, remote=peer.label,
+                                                 protocol="shard")
+        self.conn: Connection | None = self._conn
+        self.consumers: dict[int, Consumer] = {}  # relay id -> consumer here
+        self.relay_of: dict[str, int] = {}  # consumer id -> relay id
+        self.closed = False
+        # Registered for deliveries, but not among the client sessions a stopping
+        # broker closes first: it lives as long as its link, which stops after them.
+        self.host.register(self)
+
+    def open(self, body: dict[str, Any]) -> None:
+        relay = _int(body, "relay")
+        self.close_relay(relay)  # an open for a relay that exists replaces it
+        selector = body.get("selector")
+        try:
+            dest = Destination.parse_uri(str(body.get("dest")))
+            spec = ConsumerSpec(destinations=(dest,), ack_mode=AckMode.CLIENT_INDIVIDUAL,
+                                prefetch=max(1, _int(body, "prefetch")),
+                                priority=_int(body, "priority"),
+                                exclusive=bool(body.get("exclusive")),
+                                selector=selector if isinstance(selector, str) else None)
+            consumer = self.broker.subscribe(self._conn, f"relay-{relay}", spec)
+        except MeshmqError as exc:
+            # Not a reason to drop the link (it would be opened again on the next one):
+            # the consumer's shard checked it, so this is a disagreement to log.
+            log.warning("shard %s: cannot relay %s to shard %s: %s",
+                        self.peers.identity.label, body.get("dest"), self.peer.label, exc)
+            return
+        self.consumers[relay] = consumer
+        self.relay_of[consumer.id] = relay
+        self.host.request_pump()
+
+    def close_relay(self, relay: int) -> None:
+        consumer = self.consumers.pop(relay, None)
+        if consumer is not None:
+            self.relay_of.pop(consumer.id, None)
+            self.broker.unsubscribe(self._conn, consumer)
+            self.host.request_pump()
+
+    def settle(self, settles: list[tuple[int, int, SettleKind]]) -> None:
+        broker, conn = self.broker, self._conn
+        for relay, tag, kind in settles:
+            consumer = self.consumers.get(relay)
+            if consumer is None or tag not in consumer.dispatched:
+                continue  # closed meanwhile (its messages went back then)
+            if kind is SettleKind.ACK:
+                broker.ack(conn, consumer, tag, cumulative=False)
+            elif kind is SettleKind.NACK:
+                broker.nack(conn, consumer, tag, cumulative=False)
+            else:
+                entry = consumer.dispatched.pop(tag)
+                consumer.by_message_id.pop(entry.message.message_id, None)
+                entry.queue.release(entry, count_delivery=False,
+                                    cause="its relayed consumer closed before delivery")
+        self.host.request_pump()
+
+    # ------------------------------------------------------------ hosted session
+    def deliver(self, outcome: Delivery | BrowseEnd) -> None:
+        if not isinstance(outcome, Delivery):
+            return
+        relay = self.relay_of.get(outcome.consumer.id)
+        if relay is not None:
+            self.peers.queue(self.peer, _DELIVER, (relay, outcome.tag, outcome.delivery_count,
+                                                   encoded(outcome.message)))
+
+    def flush(self) -> None:
+        return  # the peers' flush writes the link once per pump
+
+    def check_timeouts(self, now: float) -> None:
+        return
+
+    def close_by_admin(self) -> None:
+        link = self.peer.link
+        if link is not None:
+            link.close("closed by an administrator")
+
+    def close(self) -> None:
+        """The link is gone: the relayed consumers' unsettled messages go back to their
+        queues, counted as a delivery (as when a client disconnects)."""
+        if self.closed:
+            return
+        self.closed = True
+        self.host.unregister(self)
+        self.host.forget(self)
+        self.broker.close_connection(self._conn)
+        self.consumers.clear()
+        self.relay_of.clear()
+        self.host.request_pump()
+
+
+class _Peer:
+    """Another shard: its link (when up), what was sent to it and not yet settled."""
+
+    def __init__(self, index: int, label: str, socket: str) -> None:
+        self.index = index
+        self.label = label
+        self.socket = socket
+        self.link: WireLink | None = None
+        self.receiver: ShardReceiver | None = None
+        self.relay_out: RelayOut | None = None
+        self.seq = 0
+        # Sends not yet settled by the owner, in seq order: (message bytes, redelivered).
+        self.unacked: dict[int, tuple[bytes, bool]] = {}
+        self.out: list[tuple[int, Any]] = []
+        self.retry: asyncio.TimerHandle | None = None
+        self.links = 0  # links made so far (statistics, tests)
+
+
+class _LinkEnd:
+    """The handler of one link: the handshake, then frames for its peer."""
+
+    def __init__(self, peers: ShardPeers, peer: _Peer | None) -> None:
+        self.peers = peers
+        self.peer = peer  # None on the accepting side until the HELLO names it
+        self.up = False
+        self.welcomed: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+    def on_frame(self, link: WireLink, frame: WireFrame) -> None:
+        if not self.up:
+            self._handshake(link, frame)
+            return
+        peer = self.peer
+        assert peer is not None
+        kind = frame.type
+        if kind is FrameType.MESSAGES or kind is FrameType.MESSAGES_AGAIN:
+            assert peer.receiver is not None
+            peer.receiver.on_messages(decode_messages(frame),
+                                      again=kind is FrameType.MESSAGES_AGAIN)
+        elif kind is FrameType.ACKS:
+            self.peers.on_acks(peer, decode_acks(frame))
+        elif kind is FrameType.DELIVER:
+            broker = self.peers.broker
+            for relay, tag, count, msg in decode_deliver(frame):
+                broker.relay_deliver(peer.index, relay, tag, count, msg)
+            self.peers.host.request_pump()
+        elif kind is FrameType.SETTLE:
+            assert peer.relay_out is not None
+            peer.relay_out.settle(decode_settle(frame))
+        elif kind is FrameType.INTEREST:
+            body = decode_json(frame)
+            assert peer.relay_out is not None
+            if body.get("op") == "relay-open":
+                peer.relay_out.open(body)
+            elif body.get("op") == "relay-close":
+                peer.relay_out.close_relay(_int(body, "relay"))
+            else:
+                raise RemoteProtocolError(f"unknown shard INTEREST op {body.get('op')!r}")
+        elif kind is FrameType.BYE:
+            link.close("the peer shard is stopping")
+        else:
+            raise RemoteProtocolError(f"{kind.name} frame is not allowed on a shard link")
+
+    def _handshake(self, link: WireLink, frame: WireFrame) -> None:
+        peers = self.peers
+        if frame.type is FrameType.HELLO and self.peer is None:
+            hello = decode_json(frame)
+            peer = peers.admit(hello)
+            if peer is None:
+                link.refuse("authentication-failed", "not a shard of this node (token, node "
+                            "or shard index)")
+                return
+            link.write(encode_json(FrameType.WELCOME, peers.greeting()))
+            self.peer = peer
+        elif frame.type is FrameType.WELCOME and self.peer is not None:
+            body = decode_json(frame)
+            if FEATURE_SHARD not in (body.get("features") or ()) or \
+                    body.get("shard") != self.peer.index:
+                link.refuse("protocol-error", "the peer is not the expected shard")
+                return
+        elif frame.type is FrameType.REFUSE:
+            body = decode_json(frame)
+            log.error("shard %s: shard %s refused the link: %s", peers.identity.label,
+                      self.peer.label if self.peer else "?", body.get("message"))
+            link.close("refused")
+            return
+        else:
+            raise RemoteProtocolError(f"{frame.type.name} frame before the shard handshake")
+        self.up = True
+        assert self.peer is not None
+        peers.link_up(self.peer, link)
+        if not self.welcomed.done():
+            self.welcomed.set_result(True)
+
+    def on_lost(self, link: WireLink, cause: str) -> None:
+        if not self.welcomed.done():
+            self.welcomed.set_result(False)
+        if self.up and self.peer is not None and self.peer.link is link:
+            self.peers.link_down(self.peer, cause)
+
+    def on_writable(self, link: WireLink) -> None:
+        return
+
+
+class ShardPeers:
+    """This shard's links to every other shard of its node (see the module docstring)."""
+
+    def __init__(self, host: BrokerHost, identity: ShardIdentity, *,
+                 heartbeat_s: float = HEARTBEAT_S) -> None:
+        self._host = host
+        self.broker: Broker = host.broker
+        self.identity = identity
+        self.heartbeat_s = heartbeat_s
+        self.peers = {k: _Peer(k, f"{identity.node}#{k}", identity.link_socket(k))
+                      for k in range(identity.count) if k != identity.index}
+        self._server: asyncio.AbstractServer | None = None
+        self._dialers: list[asyncio.Task[None]] = []
+        self._waiters: list[tuple[dict[int, int], asyncio.Future[None]]] = []
+        # Owners sent to since the last ``owners()``: what a confirmation asked for now
+        # must wait for (a send to a destination owned here waits for nobody).
+        self._touched: set[int] = set()
+        self._flush_scheduled = False
+        self._stopping = False
+
+    # ------------------------------------------------------------ ReceiverServices
+    @property
+    def host(self) -> BrokerHost:
+        return self._host
+
+    def arrived(self, msg: Message) -> None:
+        return  # no redistribution between shards: each destination has one place
+
+    # ------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        path = self.identity.link_socket(self.identity.index)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # left by a shard that was killed
+        self._server = await loop.create_unix_server(self._accept, path)
+        os.chmod(path, 0o600)
+        for peer in self.peers.values():
+            if peer.index < self.identity.index:
+                self._dialers.append(loop.create_task(self._dial(peer),
+                                                      name=f"shard link {peer.label}"))
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for task in self._dialers:
+            task.cancel()
+        for task in self._dialers:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._dialers.clear()
+        self.flush()
+        for peer in self.peers.values():
+            link = peer.link
+            if link is not None:
+                link.write(encode_json(FrameType.BYE, {"reason": "shard stopping"}))
+                link.close("shard stopping")
+                self.link_down(peer, "shard stopping")
+            if peer.retry is not None:
+                peer.retry.cancel()
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.identity.link_socket(self.identity.index))
+
+    def _accept(self) -> WireLink:
+        return WireLink(_LinkEnd(self, None), initiator=False, heartbeat_s=self.heartbeat_s)
+
+    async def _dial(self, peer: _Peer) -> None:
+        loop = asyncio.get_running_loop()
+        delay = RETRY_FIRST_S
+        while not self._stopping:
+            end = _LinkEnd(self, peer)
+            link = WireLink(end, initiator=True, heartbeat_s=self.heartbeat_s)
+            try:
+                await loop.create_unix_connection(lambda link=link: link,  # type: ignore[misc]
+                                                  peer.socket)
+            except OSError:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+                continue
+            link.write(encode_json(FrameType.HELLO, self.greeting()))
+            try:
+                welcomed = await asyncio.wait_for(asyncio.shield(end.welcomed),
+                                                  HANDSHAKE_TIMEOUT_S)
+            except TimeoutError:
+                link.abort("no WELCOME in time")
+                welcomed = False
+            if welcomed:
+                delay = RETRY_FIRST_S
+            await link.lost
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_S)
+
+    def greeting(self) -> dict[str, Any]:
+        ident = self.identity
+        return {"protocol": "meshmq", "versions": [WIRE_VERSION], "version": WIRE_VERSION,
+                "broker": ident.node, "shard": ident.index, "token": ident.token,
+                "features": [FEATURE_SHARD]}
+
+    def admit(self, hello: dict[str, Any]) -> _Peer | None:
+        """The peer a HELLO comes from, or None when it is not a shard of this node."""
+        ident = self.identity
+        token = hello.get("token")
+        shard = hello.get("shard")
+        if FEATURE_SHARD not in (hello.get("features") or ()) or not isinstance(token, str) \
+                or not hmac.compare_digest(token.encode(), ident.token.encode()) \
+                or hello.get("broker") != ident.node or not isinstance(shard, int) \
+                or WIRE_VERSION not in (hello.get("versions") or ()):
+            return None
+        return self.peers.get(shard)
+
+    # ------------------------------------------------------------ links
+    def link_up(self, peer: _Peer, link: WireLink) -> None:
+        old = peer.link
+        if old is not None:  # the peer restarted before this side noticed
+            old.close("replaced by a new link")
+            self.link_down(peer, "replaced by a new link")
+        link.peer = peer.label
+        peer.link = link
+        peer.links += 1
+        principal = Principal(f"shard:{peer.label}", frozenset({"network"}), internal=True)
+        peer.receiver = ShardReceiver(self, link, peer.label, DestinationFilter(),
+                                      LinkCounters(), resync_s=0, principal=principal)
+        peer.relay_out = RelayOut(self, peer)
+        log.info("shard %s: linked to shard %s", self.identity.label, peer.label)
+        # Everything not yet settled goes again (the owner's duplicate window drops
+        # what it had stored), then this shard's relayed consumers are opened again.
+        peer.out = [(_AGAIN if again else _SEND, (seq, data))
+                    for seq, (data, again) in peer.unacked.items()]
+        for relay in self.broker.relay_opens(peer.index):
+            self._queue_decision(peer, relay)
+        self._schedule_flush()
+
+    def link_down(self, peer: _Peer, cause: str) -> None:
+        if peer.link is None:
+            return
+        peer.link = None
+        peer.out = []
+        log.info("shard %s: link to shard %s lost: %s", self.identity.label, peer.label,
+                 cause)
+        if peer.receiver is not None:
+            peer.receiver.close()
+            peer.receiver = None
+        if peer.relay_out is not None:
+            peer.relay_out.close()
+            peer.relay_out = None
+        self.broker.relay_link_lost(peer.index)
+        self.host.request_pump()
+
+    def links_up(self) -> int:
+        return sum(1 for p in self.peers.values() if p.link is not None)
+
+    # ------------------------------------------------------------ decisions out
+    def take(self) -> None:
+        """The core's sends and relay decisions, into each peer's output (the pump)."""
+        broker = self.broker
+        sends = broker.take_shard_sends()
+        for send in sends:
+            peer = self.peers[send.owner]
+            peer.seq += 1
+            data = encoded(send.message)
+            peer.unacked[peer.seq] = (data, send.redelivered)
+            self._touched.add(send.owner)
+            if peer.link is not None:
+                peer.out.append((_AGAIN if send.redelivered else _SEND, (peer.seq, data)))
+        decisions = broker.take_relay_decisions()
+        for decision in decisions:
+            peer = self.peers[decision.owner]
+            if peer.link is not None:  # else opened again with the next link
+                self._queue_decision(peer, decision)
+        if sends or decisions:
+            self._schedule_flush()
+
+    def _queue_decision(self, peer: _Peer, decision: RelayOpen | RelayClose | ShardSettle
+                        ) -> None:
+        if isinstance(decision, ShardSettle):
+            peer.out.append((_SETTLE, (decision.relay_id, decision.tag,
+                                       SettleKind(decision.kind))))
+        elif isinstance(decision, RelayOpen):
+            peer.out.append((_FRAME, encode_json(FrameType.INTEREST, {
+                "op": "relay-open", "relay": decision.relay_id,
+                "dest": str(decision.destination), "selector": decision.selector,
+                "prefetch": decision.prefetch, "priority": decision.priority,
+                "exclusive": decision.exclusive})))
+        else:
+            peer.out.append((_FRAME, encode_json(FrameType.INTEREST, {
+                "op": "relay-close", "relay": decision.relay_id})))
+
+    def queue(self, peer: _Peer, kind: int, item: Any) -> None:
+        if peer.link is not None:
+            peer.out.append((kind, item))
+            self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        # The pump flushes once per turn; this covers what is queued outside a pump.
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Write each peer's output: one frame per run of one kind (cut at 500 messages
+        or 1 MiB), one write per link."""
+        self._flush_scheduled = False
+        for peer in self.peers.values():
+            out, link = peer.out, peer.link
+            if not out or link is None:
+                continue
+            peer.out = []
+            frames: list[bytes] = []
+            run: list[Any] = []
+            run_kind = -1
+            size = 0
+            for kind, item in out:
+                if kind != run_kind or len(run) >= BATCH_MESSAGES or size >= BATCH_BYTES:
+                    _encode_run(frames, run_kind, run)
+                    run, run_kind, size = [], kind, 0
+                run.append(item)
+                if kind == _DELIVER:
+                    size += len(item[3])
+                elif kind not in (_SETTLE, _FRAME):
+                    size += len(item[1])
+            _encode_run(frames, run_kind, run)
+            link.write(b"".join(frames))
+
+    # ------------------------------------------------------------ owners' answers
+    def on_acks(self, peer: _Peer, acks: list[tuple[int, AckStatus]]) -> None:
+        retry = False
+        for seq, status in acks:
+            if status is AckStatus.RETRY or status is AckStatus.REFUSED:
+                retry = True  # kept: sent again shortly
+                continue
+            if peer.unacked.pop(seq, None) is None:
+                continue
+            if status is AckStatus.DROPPED:
+                log.warning("shard %s: shard %s dropped a message sent to it",
+                            self.identity.label, peer.label)
+        if retry and peer.retry is None:
+            peer.retry = asyncio.get_running_loop().call_later(RETRY_PAUSE_S,
+                                                               self._resend, peer, acks)
+        self._check_waiters()
+
+    def _resend(self, peer: _Peer, acks: list[tuple[int, AckStatus]]) -> None:
+        peer.retry = None
+        for seq, status in acks:
+            held = peer.unacked.get(seq)
+            if held is not None and status in (AckStatus.RETRY, AckStatus.REFUSED):
+                self.queue(peer, _AGAIN if held[1] else _SEND, (seq, held[0]))
+
+    def owners(self) -> asyncio.Future[None] | None:
+        """Done once the owners sent to since the last call have settled everything
+        sent to them so far (None: nothing to wait for). ``Durability`` calls it right
+        after writing the core's decisions for a confirmation, so those are the sends
+        being confirmed (and maybe others' of the same turn): a confirmation waits for
+        the owners it concerns, not for an owner that is down and unrelated."""
+        touched, self._touched = self._touched, set()
+        targets = {k: self.peers[k].seq for k in touched if self.peers[k].unacked}
+        if not targets:
+            return None
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((targets, fut))
+        return fut
+
+    def _check_waiters(self) -> None:
+        if not self._waiters:
+            return
+        keep = []
+        for targets, fut in self._waiters:
+            if fut.done():
+                continue
+            if all(_settled(self.peers[k], seq) for k, seq in targets.items()):
+                fut.set_result(None)
+            else:
+                keep.append((targets, fut))
+        self._waiters = keep
+
+    def outstanding(self) -> int:
+        """Sends not yet settled by their owners (statistics, tests)."""
+        return sum(len(p.unacked) for p in self.peers.values())
+
+
+def _settled(peer: _Peer, seq: int) -> bool:
+    """Has ``peer`` settled everything up to ``seq``? (``unacked`` is in seq order.)"""
+    for first in peer.unacked:
+        return first > seq
+    return True
+
+
+def _encode_run(frames: list[bytes], kind: int, run: list[Any]) -> None:
+    if not run:
+        return
+    if kind == _SEND:
+        frames.append(encode_records(run))
+    elif kind == _AGAIN:
+        frames.append(encode_records(run, FrameType.MESSAGES_AGAIN))
+    elif kind == _DELIVER:
+        frames.append(encode_deliver(run))
+    elif kind == _SETTLE:
+        frames.append(encode_settle(run))
+    else:
+        frames.extend(run)
+
+
+def _int(body: dict[str, Any], key: str) -> int:
+    value = body.get(key, 0)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise RemoteProtocolError(f"shard INTEREST field {key!r} must be an integer")
+    return value
