@@ -498,7 +498,9 @@ class Broker:
                      "active": sub.consumer is not None}
                     for (cid, name), sub in sorted(self.durables.items())]
         return {"broker": self.name, "uptime_ms": self.now_ms() - self.started_ms,
-                "connections": len(self.connections), "destinations": dests,
+                "connections": sum(1 for c in self.connections.values()
+                                   if c.protocol != "shard"),
+                "destinations": dests,
                 "durable_subscriptions": durables,
                 "duplicates_dropped": self.dedup.duplicates,
                 "denied_publishes": self.denied_publishes,

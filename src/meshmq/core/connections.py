@@ -22,7 +22,7 @@ from meshmq.core.auth import Principal
 from meshmq.core.authorization import Right
 from meshmq.core.destinations import Destination, DestKind
 from meshmq.core.routing import Router
-from meshmq.core.state import Connection, CoreState, TopicStats
+from meshmq.core.state import LINK_PROTOCOLS, Connection, CoreState, TopicStats
 from meshmq.core.subscriptions import Subscriptions
 from meshmq.errors import MeshmqError
 
@@ -53,7 +53,7 @@ class Connections:
                           connected_ms=state.now_ms(),
                           checked=self._access.authz is not None and not principal.internal)
         state.connections[conn.id] = conn
-        if protocol != "network":
+        if protocol not in LINK_PROTOCOLS:
             self.client_connections_opened += 1
         if client_id is not None:
             state.client_ids[client_id] = conn.id

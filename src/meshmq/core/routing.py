@@ -28,7 +28,13 @@ from meshmq.core.message import Message, PropertyValue
 from meshmq.core.queue import Queue
 from meshmq.core.selector import compile_selector, message_lookup
 from meshmq.core.shard_relay import ShardSend
-from meshmq.core.state import Connection, CoreState, TopicStats, find_transaction
+from meshmq.core.state import (
+    LINK_PROTOCOLS,
+    Connection,
+    CoreState,
+    TopicStats,
+    find_transaction,
+)
 from meshmq.core.stream import StreamQueue
 from meshmq.core.trace import DROPPED, RECEIVED, STORED
 from meshmq.errors import AuthorizationError, DestinationError, ResourceLimitError
@@ -120,7 +126,8 @@ class Router:
                 return True
         needs_sync = False
         # Producers' messages only: bridges trace received_from_bridge themselves.
-        tracer = state.tracer if conn is not None and conn.protocol != "network" else None
+        tracer = (state.tracer if conn is not None and conn.protocol not in LINK_PROTOCOLS
+                  else None)
         queues = state.queues
         shard = state.shard
         for i, d in enumerate(destinations):

@@ -57,6 +57,12 @@ class Transaction:
     nacks: list[tuple[Consumer, int, bool]] = field(default_factory=list)
 
 
+# Broker links: a network bridge's connection and a shard link of the node. Neither is a
+# client: not counted, listed or closed as one, and their sends are traced where they
+# entered the node.
+LINK_PROTOCOLS = frozenset({"network", "shard"})
+
+
 @dataclass(slots=True)
 class Connection:
     id: str

@@ -13,6 +13,7 @@ from aiohttp import web
 
 from meshmq import __version__
 from meshmq.build import describe
+from meshmq.core.state import LINK_PROTOCOLS
 from meshmq.management.api import reply, runtime_of
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ def memory_usage(runtime: ManagementHost) -> dict[str, Any]:
 def client_connections(runtime: ManagementHost) -> int:
     """Open client connections (not broker links, not those being taken apart)."""
     return sum(1 for c in runtime.broker.connections.values()
-               if not c.closed and c.protocol != "network")
+               if not c.closed and c.protocol not in LINK_PROTOCOLS)
 
 
 def broker_document(runtime: ManagementHost) -> dict[str, Any]:

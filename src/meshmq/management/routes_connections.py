@@ -12,6 +12,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
+from meshmq.core.state import LINK_PROTOCOLS
 from meshmq.management.api import ApiError, reply, runtime_of
 from meshmq.management.routes_broker import iso_ms
 
@@ -24,7 +25,7 @@ routes = web.RouteTableDef()
 
 def _clients(broker: Broker) -> list[Connection]:
     return [c for c in broker.connections.values()
-            if not c.closed and c.protocol != "network"]
+            if not c.closed and c.protocol not in LINK_PROTOCOLS]
 
 
 def _destinations(consumer: Consumer) -> str:
@@ -95,7 +96,7 @@ async def close_connection(request: web.Request) -> web.Response:
     runtime = runtime_of(request)
     conn_id = unquote(request.match_info["id"])
     conn = runtime.broker.connections.get(conn_id)
-    if conn is not None and conn.protocol == "network":
+    if conn is not None and conn.protocol in LINK_PROTOCOLS:
         raise ApiError(409, f"connection {conn_id} is a broker link, not a client: stop its "
                        "network connector instead (POST /api/network/connectors/NAME/stop)")
     if conn is None or conn.closed or not runtime.close_connection(conn_id):

@@ -39,6 +39,8 @@ class Receiver:
     # Whether a STORED also waits for what this broker sent on to other shards of its
     # node (transport/durability.py); a shard link's receiver waits for its own store.
     waits_for_owners = True
+    # The core connection's protocol: a broker link, neither counted nor listed as a client.
+    protocol = "network"
 
     def __init__(self, services: ReceiverServices, link: WireLink, remote: str,
                  flt: DestinationFilter, counters: LinkCounters, *, resync_s: float,
@@ -58,7 +60,7 @@ class Receiver:
         if principal is None:
             principal = Principal(f"network:{remote}", frozenset({"network"}), internal=True)
         self.conn = self.broker.open_connection(principal, remote=link.peer,
-                                                protocol="network")
+                                                protocol=self.protocol)
         self.advertised: dict[str, InterestItem] = {}
         self._update_scheduled = False
         self._resync: asyncio.TimerHandle | None = None

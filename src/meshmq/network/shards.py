@@ -88,6 +88,7 @@ class ShardReceiver(Receiver):
     own sync. Advertises no interest: relayed consumers are explicit (``relay-open``)."""
 
     waits_for_owners = False
+    protocol = "shard"
 
     def start(self) -> None:
         return
