@@ -5,13 +5,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 from tests.support.brokers import ProcessBroker, ThreadBroker, make_config
 
-# Hypothesis' per-example deadline (200 ms) measures the machine's load, not the code:
-# on a busy CI machine running tests in parallel it fails examples that are merely slow.
-settings.register_profile("meshmq", deadline=None)
+# Hypothesis' per-example deadline (200 ms) and its "data generation is too slow" health
+# check measure the machine's load, not the code: on a busy CI machine running tests in
+# parallel they fail examples that are merely slow.
+settings.register_profile("meshmq", deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("meshmq")
 
 
