@@ -9,8 +9,8 @@ that pipelines receipted persistent sends.
 ``window1``: one producer sends persistent 256 B messages to a queue, each with a receipt,
 and waits for it before the next; one ack:auto consumer drains the queue. Reported: msg/s,
 the broker's CPU seconds per message (user+system of every thread, /proc/<pid>/stat), its
-journal syncs per message (GET /metrics) and its context switches per message (every
-thread's voluntary + involuntary switches: the writer thread's and the loop's wake-ups),
+journal syncs per message (GET /metrics) and its wake-ups per message (every thread's
+voluntary context switches: the writer thread's and the loop's sleeps and wake-ups),
 and the receipt round trip p50/p99.
 
 ``pipeline``: one client writes ``count`` receipted persistent SENDs as fast as the socket
@@ -20,9 +20,10 @@ each 10% of receipts, the most sends written but not yet confirmed, receipt late
 p50/p99 (receipt arrival minus the moment its SEND was handed to the kernel) and the
 consumer's end-to-end latency p50/p99.
 
-``--build compiled`` runs the mypyc-compiled modules of ``build/compiled-lib`` (ours, else
-main's) with every other module from this tree's ``src/`` (so pure-Python changes to the
-store and transport are measured on the compiled hot path); ``python`` runs ``src/`` alone.
+``--build compiled`` runs the mypyc-compiled modules of ``--lib`` (``build/compiled-lib``,
+from dev/build-compiled) with every other module from ``--src`` (this tree's ``src/``), so
+a before/after pair can share one compiled build where only pure-Python modules changed;
+``python`` runs ``--src`` alone. Compare CPU per message, not rates, on a shared machine.
 """
 
 from __future__ import annotations
@@ -57,13 +58,11 @@ _TS = struct.Struct("<d")
 HZ = os.sysconf("SC_CLK_TCK")
 
 
-def compiled_overlay(dest: Path, src_root: Path) -> Path:
-    """A copy of the compiled build whose pure-Python modules are ``src_root``'s."""
-    lib = ROOT / "build" / "compiled-lib"
+def compiled_overlay(dest: Path, src_root: Path, lib: Path) -> Path:
+    """A copy of the compiled build ``lib`` whose pure-Python modules are ``src_root``'s."""
     if not (lib / "meshmq").is_dir():
-        lib = Path("/work/main/build/compiled-lib")
-    if not (lib / "meshmq").is_dir():
-        raise SystemExit("no build/compiled-lib: run dev/build-compiled, or --build python")
+        raise SystemExit(f"no compiled build in {lib}: run dev/build-compiled, or "
+                         "--build python")
     shutil.copytree(lib / "meshmq", dest / "meshmq", symlinks=True)
     shutil.copy2(next(lib.glob("meshmq__mypyc*.so")), dest)
     src = src_root / "meshmq"
@@ -101,8 +100,11 @@ port = {self.ports['http']}
 """)
 
     def command(self) -> tuple[list[str], dict[str, str]]:
+        # Any PYTHONPATH given to the bench (a dependency folder) stays behind the build.
+        path = os.pathsep.join(p for p in (str(self.pythonpath),
+                                           os.environ.get("PYTHONPATH", "")) if p)
         return ([sys.executable, "-m", "meshmq.cli.main", "--log-level", "WARNING", "broker",
-                 "--config", str(self.config)], {"PYTHONPATH": str(self.pythonpath)})
+                 "--config", str(self.config)], {"PYTHONPATH": path})
 
     def metric(self, name: str) -> float:
         url = f"http://{bk.HOST}:{self.ports['http']}/metrics"
@@ -113,7 +115,9 @@ port = {self.ports['http']}
         return float("nan")
 
     def usage(self) -> tuple[float, float, int]:
-        """(user CPU seconds, system CPU seconds, context switches), every thread."""
+        """(user CPU seconds, system CPU seconds, voluntary context switches), every
+        thread: each voluntary switch is a thread blocking (epoll, a lock, the GIL, an
+        fsync), so a wake-up later; preemptions, which other load causes, are left out."""
         pid = self.pid()
         assert pid is not None
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -122,15 +126,17 @@ port = {self.ports['http']}
         for task in Path(f"/proc/{pid}/task").iterdir():
             try:
                 for line in (task / "status").read_text().splitlines():
-                    if line.endswith("ctxt_switches:") or "ctxt_switches" in line:
+                    if line.startswith("voluntary_ctxt_switches:"):
                         switches += int(line.split()[1])
             except OSError:
                 pass  # a thread that ended meanwhile
         return user, system, switches
 
 
-def _connect(port: int) -> tuple[socket.socket, StompParser]:
+def _connect(port: int, sndbuf: int = 0) -> tuple[socket.socket, StompParser]:
     s = socket.create_connection((bk.HOST, port))
+    if sndbuf:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     s.sendall(b"CONNECT\naccept-version:1.2\nhost:/\n\n\x00")
     parser = StompParser(version="1.2", max_frame_size=1 << 26)
@@ -220,7 +226,7 @@ def window1(broker: Broker, count: int, size: int) -> dict[str, Any]:
         "user_us_per_msg": round((user1 - user0) / count * 1e6, 1),
         "sys_us_per_msg": round((sys1 - sys0) / count * 1e6, 1),
         "syncs_per_msg": round((syncs1 - syncs0) / count, 3),
-        "ctx_switches_per_msg": round((sw1 - sw0) / count, 2),
+        "wakeups_per_msg": round((sw1 - sw0) / count, 2),
         "receipt_rtt_ms_p50": _pct(rtts, 50), "receipt_rtt_ms_p99": _pct(rtts, 99),
         "e2e_ms_p50": _pct(consumer.latencies[200:], 50),
         "e2e_ms_p99": _pct(consumer.latencies[200:], 99),
@@ -228,13 +234,14 @@ def window1(broker: Broker, count: int, size: int) -> dict[str, Any]:
     }
 
 
-def pipeline(broker: Broker, count: int, size: int, timeout: float) -> dict[str, Any]:
+def pipeline(broker: Broker, count: int, size: int, timeout: float,
+             sndbuf: int) -> dict[str, Any]:
     port = broker.ports["stomp"]
     dest = "/queue/bench.pipe"
     consumer = Consumer(port, dest, count)
     consumer.start()
     consumer.subscribed.wait(10)
-    sock, parser = _connect(port)
+    sock, parser = _connect(port, sndbuf)
     sent_at = [0.0] * count  # perf_counter when the chunk holding send i was accepted
     arrived: list[float] = []
     outstanding_max = 0
@@ -281,7 +288,7 @@ def pipeline(broker: Broker, count: int, size: int, timeout: float) -> dict[str,
              if count * p // 100 <= got else None for p in range(10, 101, 10)}
     lat = [(arrived[i] - sent_at[i]) * 1000.0 for i in range(got)]
     return {
-        "scenario": "pipeline", "count": count, "size": size,
+        "scenario": "pipeline", "count": count, "size": size, "sndbuf": sndbuf,
         "write_s": round(write_s, 3), "receipts": got, "total_s": round(total, 3),
         "first_receipt_s": round(arrived[0] - t0, 3) if arrived else None,
         "receipts_at": marks, "max_unconfirmed": outstanding_max,
@@ -303,14 +310,22 @@ def main() -> None:
     ap.add_argument("--build", choices=["compiled", "python"], default="compiled")
     ap.add_argument("--src", type=Path, default=ROOT / "src",
                     help="the sources to run (another checkout's src/: a before/after pair)")
+    ap.add_argument("--lib", type=Path, default=ROOT / "build" / "compiled-lib",
+                    help="the compiled build (dev/build-compiled's build/compiled-lib)")
+    ap.add_argument("--sndbuf", type=int, default=0, help="pipeline: the producer's "
+                    "SO_SNDBUF (0: the kernel's autotuning; small: what the client counts as "
+                    "written is what the broker could read)")
     ap.add_argument("--timeout", type=float, default=120.0)
     ap.add_argument("--attach", help="a profiler to run against the broker while measuring, "
                     "stopped with SIGINT; {pid} is the broker's pid (e.g. 'py-spy record "
                     "--threads -f raw -o w1.txt -p {pid}' or 'perf record -g -p {pid}')")
     ap.add_argument("--out", type=Path, help="append the results (JSON lines) here")
     a = ap.parse_args()
+    a.src, a.lib = a.src.resolve(), a.lib.resolve()  # the broker runs in a temp directory
+    if not (a.src / "meshmq").is_dir():
+        raise SystemExit(f"no meshmq package in {a.src}")
     tmp = Path(tempfile.mkdtemp(prefix="bench-persist-"))
-    path = compiled_overlay(tmp, a.src) if a.build == "compiled" else a.src
+    path = compiled_overlay(tmp, a.src, a.lib) if a.build == "compiled" else a.src
     results: list[dict[str, Any]] = []
     for scenario in (["window1", "pipeline"] if a.scenario == "both" else [a.scenario]):
         broker = Broker(path)
@@ -324,13 +339,14 @@ def main() -> None:
             if scenario == "window1":
                 r = window1(broker, a.count or 5000, a.size)
             else:
-                r = pipeline(broker, a.count or 50_000, a.size, a.timeout)
+                r = pipeline(broker, a.count or 50_000, a.size, a.timeout, a.sndbuf)
             if spy is not None:
                 spy.send_signal(signal.SIGINT)
                 spy.wait(30)
         finally:
             broker.close()
-        r.update(build=a.build, src=str(a.src), load=os.getloadavg()[0])
+        r.update(build=a.build, src=str(a.src), lib=str(a.lib) if a.build == "compiled"
+                 else None, load=round(os.getloadavg()[0], 2))
         print(json.dumps(r), flush=True)
         results.append(r)
     shutil.rmtree(tmp, ignore_errors=True)

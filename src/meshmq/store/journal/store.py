@@ -187,6 +187,8 @@ class JournalStore:
         # confirmation window of 1 pays on every message.
         self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
         self._w_idle = False
+        # The loop a _deferred_kick is scheduled on (another loop, or none: kick anew).
+        self._kick_soon: asyncio.AbstractEventLoop | None = None
         self._queue: deque[_Item] = deque()
         self._durable_no = 0
         self._written_no = 0  # written to the file, maybe not yet synced (lazy removals)
@@ -610,6 +612,29 @@ class JournalStore:
         self._segs[seg].size = self._tail
         with self._lock:
             self._queue.append(item)
+        self._wake_writer()
+
+    def _wake_writer(self) -> None:
+        """Wake the writer for what was just queued: on an event loop, once, after the
+        callbacks of this turn (a writer woken at once would block on the GIL that this
+        thread holds until the turn ends: two more context switches per record); at
+        once elsewhere."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is not None and self._kick_soon is loop:
+            return  # a kick is already scheduled on this loop
+        if loop is None:
+            with self._lock:
+                self._kick()
+            return
+        self._kick_soon = loop
+        loop.call_soon(self._deferred_kick)
+
+    def _deferred_kick(self) -> None:
+        self._kick_soon = None
+        with self._lock:
             self._kick()
 
     def _kick(self) -> None:
@@ -631,7 +656,7 @@ class JournalStore:
         self._batch_no += 1
         with self._lock:
             self._queue.append(_Item(self._batch_no, delete=seg))
-            self._kick()
+        self._wake_writer()
 
     async def sync(self) -> None:
         await self.sync_at_once()
