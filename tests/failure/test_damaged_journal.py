@@ -22,10 +22,20 @@ def _config(tmp_path: Path) -> Path:
 
 
 def _send(port: int, count: int) -> None:
+    """Each send waits for its receipt, so each message is a journal record of its own
+    (the broker writes one record per event-loop turn)."""
+    receipts: set[str] = set()
+
+    class Listener(stomp.ConnectionListener):
+        def on_receipt(self, frame: stomp.utils.Frame) -> None:
+            receipts.add(frame.headers["receipt-id"])
+
     conn = stomp.Connection12([("127.0.0.1", port)])
+    conn.set_listener("", Listener())
     conn.connect(wait=True)
     for i in range(count):
         conn.send("/queue/kept", f"m{i}", headers={"persistent": "true"}, receipt=f"r{i}")
+        poll(lambda i=i: f"r{i}" in receipts, 20, f"receipt r{i}")
     conn.disconnect(receipt="bye")
 
 

@@ -521,3 +521,41 @@ async def test_reclaim_keeps_pace_with_churn(tmp_path: Path) -> None:
     # Recovery reads only what is left.
     state_after = await reopen_state(d)
     assert state_after[Q2][1].count == 1 and state_after[Q][1].count == 0
+
+
+# ---------------------------------------------------------------- syncs and the writer's wake-ups
+
+
+@run_async
+async def test_syncs_asked_for_between_writes_all_resolve_and_share_disk_syncs(
+        tmp_path: Path) -> None:
+    store = JournalStore(tmp_path / "j")
+    store.open()
+    try:
+        futures = []
+        for i in range(1, 301):
+            store.write(batch(i))
+            futures.append(store.sync_at_once())  # target: this batch, taken now
+        await asyncio.wait_for(asyncio.gather(*futures), 30)
+        stats = store.stats()
+        assert stats["pending_batches"] == 0
+        # The writer is woken once per loop turn: the 300 records share far fewer syncs.
+        assert stats["syncs"] < 300
+    finally:
+        await store.close()
+
+
+def test_a_write_made_outside_any_event_loop_still_reaches_the_disk(tmp_path: Path) -> None:
+    store = JournalStore(tmp_path / "j")
+    store.open()
+    store.write(batch(1))  # no loop here: the writer is woken at once
+
+    async def settle() -> dict[str, Any]:
+        await asyncio.wait_for(store.sync(), 30)
+        seen = state(store)
+        await store.close()
+        return seen
+
+    seen = asyncio.run(settle())
+    assert asyncio.run(reopen_state(tmp_path / "j")) == seen
+    assert seen[Q][0] != []

@@ -18,7 +18,7 @@ Every implementation passes ``tests/store/test_contract.py``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -114,6 +114,18 @@ class KeyInfo:
 class Recovery:
     keys: dict[str, KeyInfo] = field(default_factory=dict)
     durable_subscriptions: list[DurableSubscription] = field(default_factory=list)
+
+
+@runtime_checkable
+class SyncsAtOnce(Protocol):
+    """A store that completes syncs from its own writer thread also offers ``sync`` as a
+    call that takes its target at once and returns a future, not a coroutine: the
+    runtime's confirmations (one sync per event-loop turn that wants any, so one per
+    message for a producer at a confirmation window of 1) then cost no task."""
+
+    def sync_at_once(self) -> Awaitable[None]:
+        """Done once every batch written before this call is durable."""
+        ...
 
 
 @runtime_checkable

@@ -23,6 +23,12 @@ each other.
 With ``[trace] exact``, the trace is flushed before a confirmation that waited for the
 store leaves (confirmations sent in the same turn are flushed by the pump, which flushes
 the trace first).
+
+Cost per confirmation, which is what a producer at a confirmation window of 1 pays for
+every message: the syncs asked for in one event-loop turn share one store sync, started
+after the turn's pump has written its batch (so a message and the removal of its
+``ack:auto`` delivery in that pump reach the journal as one record, one write and one
+fsync), and a connection's confirmations wait on done-callbacks, not on a task each.
 """
 
 from __future__ import annotations
@@ -39,27 +45,73 @@ NOT_STORED = "message could not be stored"
 
 class Durability:
     """Owned by the runtime: writes the core's pending store operations and starts a
-    store sync that covers them."""
+    store sync that covers them.
+
+    ``request_pump``: the runtime's pump request. Syncs asked for in a turn start once,
+    after that turn's pump (``request_pump`` first, then ``call_soon``: the pump is
+    ahead in the loop's queue), so the pump's operations share their record."""
 
     def __init__(self, write_ops: Callable[[], None], sync: Callable[[], Awaitable[None]],
-                 trace_barrier: Callable[[], None]) -> None:
+                 trace_barrier: Callable[[], None],
+                 request_pump: Callable[[], None] | None = None) -> None:
         self._write_ops = write_ops
         self._sync = sync
         self.trace_barrier = trace_barrier
+        self._request_pump = request_pump
+        # The turn's shared futures: the local sync alone, and the local sync with the
+        # owners' STORED (a shard of several).
+        self._next: asyncio.Future[None] | None = None
+        self._next_owned: asyncio.Future[None] | None = None
+        self._scheduled = False
+        self.syncs_started = 0  # store syncs asked for (one per turn that wanted any)
         # A shard of several: the owners' STORED for what was sent so far (None when
         # nothing is outstanding).
         self.owners: Callable[[], asyncio.Future[None] | None] | None = None
 
     def sync_after_writes(self, *, owners: bool = True) -> asyncio.Future[None]:
-        """Write what the core has queued, then sync: the future is done once all of it
-        (and everything written before) is durable; it fails with the store's error."""
-        self._write_ops()
-        sync = asyncio.ensure_future(self._sync())
-        if owners and self.owners is not None:
-            stored = self.owners()
-            if stored is not None:
-                return asyncio.ensure_future(_both(sync, stored))
-        return sync
+        """A future done once everything the core has queued now (and everything written
+        before) is durable, and with ``owners`` stored by the shards it went to; it fails
+        with the store's error. The write and the sync start later in this loop turn,
+        shared by every call made before they do."""
+        owned = owners and self.owners is not None
+        fut = self._next_owned if owned else self._next
+        if fut is None:
+            loop = asyncio.get_running_loop()
+            fut = loop.create_future()
+            if owned:
+                self._next_owned = fut
+            else:
+                self._next = fut
+            if not self._scheduled:
+                self._scheduled = True
+                if self._request_pump is not None:
+                    self._request_pump()
+                loop.call_soon(self._start)
+        return fut
+
+    def _start(self) -> None:
+        local, owned = self._next, self._next_owned
+        self._next = self._next_owned = None
+        self._scheduled = False
+        self.syncs_started += 1
+        try:
+            self._write_ops()
+            sync = asyncio.ensure_future(self._sync())
+        except Exception as exc:  # a store that refuses at once: fail what waits
+            for fut in (local, owned):
+                if fut is not None:
+                    fut.set_exception(exc)
+            return
+        if local is not None:
+            sync.add_done_callback(_settles(local))
+        if owned is not None:
+            # Taken after the write: the decisions the pump just wrote went out to
+            # their owners, and their STORED is in this future.
+            stored = self.owners() if self.owners is not None else None
+            if stored is None:
+                sync.add_done_callback(_settles(owned))
+            else:
+                _when_both(sync, stored, owned)
 
     def when_durable(self, on_durable: Callable[[], None], fail: Callable[[str], None],
                      who: str, *, owners: bool = True) -> None:
@@ -85,8 +137,38 @@ class Durability:
         return ConfirmQueue(self, flush=flush, closed=closed, fail=fail, who=who)
 
 
-async def _both(sync: asyncio.Future[None], stored: asyncio.Future[None]) -> None:
-    await asyncio.gather(sync, stored)
+def _settles(fut: asyncio.Future[None]) -> Callable[[asyncio.Future[None]], None]:
+    """A done-callback that passes a sync's outcome on to ``fut``."""
+    def done(s: asyncio.Future[None]) -> None:
+        if fut.done():
+            return
+        exc = _failure(s)
+        if exc is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(exc)
+
+    return done
+
+
+def _when_both(sync: asyncio.Future[None], stored: asyncio.Future[None],
+               fut: asyncio.Future[None]) -> None:
+    """Settle ``fut`` once the local sync and the owners' STORED are both done (with the
+    first failure, if any): done-callbacks, no task."""
+    def done(_: asyncio.Future[None]) -> None:
+        if fut.done():
+            return
+        for part in (sync, stored):
+            if part.done():
+                exc = _failure(part)
+                if exc is not None:
+                    fut.set_exception(exc)
+                    return
+        if sync.done() and stored.done():
+            fut.set_result(None)
+
+    sync.add_done_callback(done)
+    stored.add_done_callback(done)
 
 
 def _failure(fut: asyncio.Future[None]) -> BaseException | None:
@@ -102,7 +184,10 @@ class ConfirmQueue:
     sync covers them; ``durable=False`` sends at once unless earlier confirmations still
     wait, then behind them (a client never sees a later receipt before an earlier one).
     ``send`` writes the confirmation into the connection's output; the queue calls
-    ``flush`` after sending one that waited. Nothing is sent once ``closed()``.
+    ``flush`` once after sending those that waited. Nothing is sent once ``closed()``.
+
+    ``len()`` is how many confirmations wait: a session that stops reading its client
+    above some number of them asks ``when_drained`` to hear when they are out.
     """
 
     def __init__(self, durability: Durability, *, flush: Callable[[], None],
@@ -113,7 +198,8 @@ class ConfirmQueue:
         self._fail = fail
         self._who = who
         self._pending: deque[tuple[Callable[[], None], asyncio.Future[None] | None]] = deque()
-        self._task: asyncio.Task[None] | None = None
+        self._watched: asyncio.Future[None] | None = None  # the last sync given a callback
+        self._drained: tuple[int, Callable[[], None]] | None = None
         self.failed = False
 
     def __len__(self) -> int:
@@ -127,28 +213,42 @@ class ConfirmQueue:
             send()  # flushed by the pump this turn (after the trace barrier)
             return
         self._pending.append((send, wait))
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._drain())
+        if wait is not None and wait is not self._watched:
+            # Syncs of one turn are shared: one callback per sync, not per confirmation.
+            self._watched = wait
+            wait.add_done_callback(self._advance)
 
-    async def _drain(self) -> None:
-        try:
-            while self._pending:
-                send, wait = self._pending[0]
-                if wait is not None:
-                    try:
-                        await wait
-                    except Exception as exc:  # a store failure: never confirm
-                        self._pending.clear()
-                        self.failed = True
-                        log.error("store sync failed; confirmation withheld from %s: %s",
-                                  self._who, exc)
-                        self._fail(f"{NOT_STORED}: {exc}")
-                        return
-                self._pending.popleft()
-                if self._closed():
-                    continue
+    def when_drained(self, low: int, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` once at most ``low`` confirmations wait (or the queue
+        failed); replaces an earlier request."""
+        self._drained = (low, callback)
+
+    def _advance(self, _: object = None) -> None:
+        pending = self._pending
+        sent = False
+        while pending:
+            send, wait = pending[0]
+            if wait is not None:
+                if not wait.done():
+                    break  # its own callback comes
+                exc = _failure(wait)
+                if exc is not None:  # a store failure: never confirm
+                    pending.clear()
+                    self.failed = True
+                    log.error("store sync failed; confirmation withheld from %s: %s",
+                              self._who, exc)
+                    self._fail(f"{NOT_STORED}: {exc}")
+                    break
+            pending.popleft()
+            if self._closed():
+                continue
+            if not sent:
                 self._durability.trace_barrier()  # trace.exact: traced before confirmed
-                send()
-                self._flush()
-        finally:
-            self._task = None
+                sent = True
+            send()
+        if sent:
+            self._flush()
+        drained = self._drained
+        if drained is not None and (len(pending) <= drained[0] or self.failed):
+            self._drained = None
+            drained[1]()

@@ -29,7 +29,7 @@ from meshmq.core.broker import RETAINED_PREFIX, SYS_PREFIX, Broker
 from meshmq.core.shards import ShardIdentity
 from meshmq.errors import StoreError
 from meshmq.management.sys_topics import SysTopics
-from meshmq.store.base import Recovery, Store
+from meshmq.store.base import Recovery, Store, SyncsAtOnce
 from meshmq.tls import CertificateReloader
 from meshmq.transport.durability import Durability
 from meshmq.transport.host import Session
@@ -109,7 +109,10 @@ class BrokerRuntime:
         self.engine = Pump(self.broker, store, self.trace,
                            self._on_deposed if self.ha is not None else None)
         # Every "confirm once durable" (receipts, MQTT acks, bridge acks) goes through here.
-        self.durability = Durability(self.engine.write_ops, store.sync, self.trace.barrier)
+        self.durability = Durability(
+            self.engine.write_ops,
+            store.sync_at_once if isinstance(store, SyncsAtOnce) else store.sync,
+            self.trace.barrier, self.engine.request_pump)
         # A shard of several: the links to the other shards (network/shards.py) carry
         # what the core routes to destinations they own; confirmations wait for them.
         self.shard_peers: ShardPeers | None = None

@@ -74,6 +74,11 @@ _INT_MAX = 2**31 - 1
 _LONG_MAX = 2**63 - 1
 _SCHEDULING_HEADERS = ("AMQ_SCHEDULED_DELAY", "AMQ_SCHEDULED_PERIOD", "AMQ_SCHEDULED_REPEAT")
 UNSYNCED_LIMIT = 8 * 1024 * 1024
+# Receipts before reading more: a connection with this many confirmations waiting for the
+# store is not read (its frames already parsed wait too) until at most half of them wait.
+# So a client pipelining receipted persistent SENDs gets receipt k before the broker reads
+# SEND k + UNCONFIRMED_LIMIT, and the receipts it waits on to free its memory keep pace.
+UNCONFIRMED_LIMIT = 1024
 # Frames of one connection handled per event-loop turn before the rest waits for the next.
 FRAMES_PER_TURN = 256
 # Consumers of a closed connection unsubscribed per event-loop turn.
@@ -124,6 +129,7 @@ class StompSession(BufferedOutput):
         self._escape = self.machine.escape
         self._unsynced = 0  # bytes of persistent sends without receipt since the last sync
         self._store_waits = 0
+        self._confirm_wait = False  # not read until its waiting receipts are out
         self.write_paused = False
         self._login_deferred = False  # CONNECT's answer comes later: reading is paused
 
@@ -169,6 +175,10 @@ class StompSession(BufferedOutput):
                 # reading it until memory drains. Other connections are unaffected.
                 self._held = list(events[i + 1:])
                 self._block_producer()
+                break
+            if len(self.confirms) >= UNCONFIRMED_LIMIT and not self.is_closing():
+                self._held = list(events[i + 1:])
+                self._wait_for_confirms()
                 break
         self.host.request_pump()
         self.flush()
@@ -324,6 +334,26 @@ class StompSession(BufferedOutput):
                 self._resume_reading()
 
         synced.add_done_callback(resume)
+
+    def _wait_for_confirms(self) -> None:
+        """Receipts before reading more (UNCONFIRMED_LIMIT): stop reading until the store
+        has let at least half of this connection's waiting confirmations out."""
+        if self._confirm_wait:
+            return
+        self._confirm_wait = True
+        self.transport.pause_reading()
+        self.confirms.when_drained(UNCONFIRMED_LIMIT // 2, self._confirms_drained)
+
+    def _confirms_drained(self) -> None:
+        # A sync's done-callback, never inside the core: frames may be handled here.
+        self._confirm_wait = False
+        if self.closing or self._turn_yielded or self.flow_blocked:
+            return  # closed, or _resume_turn / _resume_after_block go on with the frames
+        held, self._held = self._held, []
+        if held:
+            self._process(held)
+        if not self.closing and not self.reading_held():
+            self._resume_reading()
 
     def _message(self, headers: dict[str, str], body: bytes, dest: Destination) -> Message:
         assert self.conn is not None
@@ -665,8 +695,8 @@ class StompSession(BufferedOutput):
 
     def _resume_turn(self) -> None:
         self._turn_yielded = False
-        if self.closing:
-            return
+        if self.closing or self._confirm_wait:
+            return  # _confirms_drained goes on with the held frames
         held, self._held = self._held, []
         self._process(held)
         if not self.reading_held():
@@ -674,7 +704,8 @@ class StompSession(BufferedOutput):
 
     def reading_held(self) -> bool:
         """Whether the broker, not the client, stopped reading this connection."""
-        return self.flow_blocked or self._turn_yielded or self._store_waits > 0
+        return self.flow_blocked or self._turn_yielded or self._store_waits > 0 or \
+            self._confirm_wait
 
     def _unblock_producer(self) -> None:
         # Called from inside the core (a refund during someone else's ack): never
@@ -685,8 +716,8 @@ class StompSession(BufferedOutput):
         self.flow_blocked = False
         if self.closing:
             return
-        if self._turn_yielded:
-            return  # _resume_turn goes on with the held frames and resumes reading
+        if self._turn_yielded or self._confirm_wait:
+            return  # _resume_turn / _confirms_drained go on with the held frames
         held, self._held = self._held, []
         if held:
             self._process(held)

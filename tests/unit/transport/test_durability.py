@@ -63,8 +63,8 @@ def test_durable_confirmation_waits_for_its_sync_and_later_ones_queue_behind() -
         store.syncs[0].set_result(None)
         await turns()
         assert sent == ["durable", "plain"]
-        assert flushes == [1, 2]
-        assert store.barriers == 2  # traced before each waited-for confirmation
+        assert flushes == [2]  # one flush for what the sync let out
+        assert store.barriers == 1  # traced before the waited-for confirmations
         assert len(q) == 0
 
     asyncio.run(main())
@@ -78,8 +78,10 @@ def test_failed_sync_withholds_it_and_every_later_confirmation_and_fails_once() 
         q = store.durability().confirmations(flush=lambda: None, closed=lambda: False,
                                              fail=reasons.append, who="c1")
         q.confirm(lambda: sent.append("a"), durable=True)
+        await turns()
         q.confirm(lambda: sent.append("b"), durable=True)
         q.confirm(lambda: sent.append("c"), durable=False)
+        await turns()
         store.syncs[0].set_exception(OSError("disk full"))
         store.syncs[1].set_result(None)
         await turns()
@@ -100,6 +102,7 @@ def test_nothing_is_sent_once_the_connection_is_closed() -> None:
         q = store.durability().confirmations(flush=lambda: None, closed=lambda: closed[0],
                                              fail=lambda r: None, who="c1")
         q.confirm(lambda: sent.append("a"), durable=True)
+        await turns()
         closed[0] = True
         store.syncs[0].set_result(None)
         await turns()
@@ -114,7 +117,9 @@ def test_unordered_confirmation_runs_after_its_sync_or_fails() -> None:
         done: list[str] = []
         d = store.durability()
         d.when_durable(lambda: done.append("ok"), done.append, who="bridge")
+        await turns()
         d.when_durable(lambda: done.append("ok2"), done.append, who="bridge")
+        await turns()
         store.syncs[1].set_result(None)  # later sync first: no order is owed
         await turns()
         assert done == ["ok2"]
@@ -144,6 +149,7 @@ def test_a_shard_confirms_after_its_sync_and_the_owners_stored() -> None:
         q = durability.confirmations(flush=lambda: None, closed=lambda: False,
                                      fail=lambda r: None, who="c1")
         q.confirm(lambda: sent.append("r1"), durable=True)
+        await turns()  # the turn's write and sync start after it
         store.syncs[0].set_result(None)
         await turns()
         assert sent == []  # synced here, not yet stored by the owner
@@ -154,16 +160,78 @@ def test_a_shard_confirms_after_its_sync_and_the_owners_stored() -> None:
         acked: list[str] = []
         durability.when_durable(lambda: acked.append("a"), lambda r: None, who="link",
                                 owners=False)
+        await turns()
         assert len(stored) == 1
         store.syncs[1].set_result(None)
         await turns()
         assert acked == ["a"]
         durability.when_durable(lambda: acked.append("b"), lambda r: None, who="bridge")
+        await turns()
         store.syncs[2].set_result(None)
         await turns()
         assert acked == ["a"] and len(stored) == 2
         stored[1].set_result(None)
         await turns()
         assert acked == ["a", "b"]
+
+    asyncio.run(main())
+
+
+def test_syncs_asked_for_in_one_turn_share_one_store_sync_after_the_pump() -> None:
+    async def main() -> None:
+        store = FakeStore()
+        order: list[str] = []
+        pumps: list[int] = []
+
+        def request_pump() -> None:
+            if not pumps:
+                pumps.append(1)
+                asyncio.get_running_loop().call_soon(lambda: order.append("pump"))
+
+        def write_ops() -> None:
+            store.writes += 1
+            order.append("write")
+
+        d = Durability(write_ops, store.sync, store.barrier, request_pump)
+        sent: list[str] = []
+        queues = [d.confirmations(flush=lambda: None, closed=lambda: False,
+                                  fail=lambda r: None, who=f"c{i}") for i in range(3)]
+        for i, q in enumerate(queues):
+            q.confirm(lambda i=i: sent.append(f"r{i}"), durable=True)
+            q.confirm(lambda i=i: sent.append(f"again{i}"), durable=True)
+        assert store.syncs == [] and order == []  # nothing before the turn's pump
+        await turns()
+        assert order == ["pump", "write"] and len(store.syncs) == 1
+        assert d.syncs_started == 1
+        store.syncs[0].set_result(None)
+        await turns()
+        assert sent == ["r0", "again0", "r1", "again1", "r2", "again2"]
+        q = queues[0]
+        q.confirm(lambda: sent.append("next turn"), durable=True)
+        await turns()
+        assert len(store.syncs) == 2  # a later turn: a sync of its own
+
+    asyncio.run(main())
+
+
+def test_when_drained_is_told_once_the_queue_is_down_to_its_low_mark() -> None:
+    async def main() -> None:
+        store = FakeStore()
+        q = store.durability().confirmations(flush=lambda: None, closed=lambda: False,
+                                             fail=lambda r: None, who="c1")
+        for _ in range(5):
+            q.confirm(lambda: None, durable=True)
+        await turns()
+        q.confirm(lambda: None, durable=True)
+        await turns()
+        told: list[int] = []
+        q.when_drained(2, lambda: told.append(len(q)))
+        assert len(q) == 6 and told == []
+        store.syncs[0].set_result(None)  # the first five go out
+        await turns()
+        assert told == [1]
+        store.syncs[1].set_result(None)
+        await turns()
+        assert told == [1] and len(q) == 0  # told once
 
     asyncio.run(main())
