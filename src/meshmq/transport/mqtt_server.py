@@ -246,6 +246,14 @@ class MqttSession(BufferedOutput):
         self._recheck: asyncio.TimerHandle | None = None
         self._recheck_s = PUSH_BACK_RECHECK_S
 
+    def _write(self, data: bytes) -> None:
+        # BufferedOutput's, repeated here so that the compiled build runs it natively:
+        # every delivered message goes through it.
+        out = self._out
+        if not out:
+            self.host.mark_flush(self)
+        out.append(data)
+
     @property
     def level(self) -> int:
         return self.machine.level
