@@ -12,6 +12,11 @@ the load generator are missing. Much steadier than the end-to-end matrix on a sh
     .venv/bin/python bench/hotpath.py [--messages 100000] [--rounds 5] [--only stomp-q1x1]
                                       [--authz 100]
 
+``mqtt-q0-8x8`` feeds eight producers of one topic with eight subscribers;
+``mqtt-q0-1x1-slow`` gives the subscriber a transport that drains half a read per loop
+turn (pausing and resuming writing at the adapter's marks) and prints how many messages
+the broker held back for it.
+
 ``--authz N`` runs with an authorization map of N entries (the clients are anonymous,
 and one entry grants their group the benchmark's destinations), to measure what
 checking rights costs on the hot path.
