@@ -12,6 +12,11 @@ the load generator are missing. Much steadier than the end-to-end matrix on a sh
     .venv/bin/python bench/hotpath.py [--messages 100000] [--rounds 5] [--only stomp-q1x1]
                                       [--authz 100]
 
+``mqtt-q0-8x8`` feeds eight producers of one topic with eight subscribers;
+``mqtt-q0-1x1-slow`` gives the subscriber a transport that drains half a read per loop
+turn (pausing and resuming writing at the adapter's marks) and prints how many messages
+the broker held back for it.
+
 ``--authz N`` runs with an authorization map of N entries (the clients are anonymous,
 and one entry grants their group the benchmark's destinations), to measure what
 checking rights costs on the hot path.
@@ -89,6 +94,60 @@ class SinkTransport:
         return 0
 
 
+class SlowSink(SinkTransport):
+    """A consumer's transport that drains ``drain`` bytes per event-loop turn (slower
+    than the producer is fed) with a write buffer that tells the protocol to pause and
+    resume writing at the adapter's marks, as a socket to a slow reader does. ``peak``
+    is the most bytes the broker held back for it (buffer plus what the broker queued
+    but had not written)."""
+
+    def __init__(self, drain: int) -> None:
+        super().__init__(b"")
+        self.drain = drain
+        self.buffered = 0
+        self.delivered = 0
+        self.paused = False
+        self.protocol: Any = None
+        self.high = 4 * 1024 * 1024
+        self.low = 1024 * 1024
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        self.high = high if high is not None else self.high
+        self.low = low if low is not None else self.low
+
+    def write(self, data: bytes) -> None:
+        self.bytes += len(data)
+        self.buffered += len(data)
+        if not self.paused and self.buffered > self.high:
+            self.paused = True
+            self.protocol.pause_writing()
+
+    def get_write_buffer_size(self) -> int:
+        return self.buffered
+
+    def tick(self) -> None:
+        n = min(self.drain, self.buffered)
+        self.buffered -= n
+        self.delivered += n
+        if self.paused and self.buffered <= self.low:
+            self.paused = False
+            self.protocol.resume_writing()
+
+
+class ProducerSink(SinkTransport):
+    """A producer's transport: the feeder reads no more while the broker paused it."""
+
+    def __init__(self) -> None:
+        super().__init__(b"")
+        self.reading = True
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+
 def stomp_frame(command: str, headers: dict[str, str], body: bytes = b"") -> bytes:
     head = "".join(f"{k}:{v}\n" for k, v in headers.items())
     return f"{command}\n{head}\n".encode() + body + b"\x00"
@@ -133,35 +192,67 @@ async def stomp_case(messages: int, *, consumers: int, topic: bool) -> float:
                        lambda: sum(s.frames for s in sinks) >= expected)
 
 
-async def mqtt_case(messages: int, *, consumers: int, qos: int) -> float:
+async def mqtt_case(messages: int, *, consumers: int, qos: int, producers: int = 1,
+                    slow: bool = False) -> float:
+    """``producers`` publish ``messages`` in all to one topic, fed round robin one chunk
+    per event-loop turn; each of ``consumers`` subscribers gets every message. ``slow``:
+    the subscriber drains half a chunk per turn (:class:`SlowSink`), so the broker must
+    hold back or push back on the producer; the most it held is printed."""
     # QoS 0 only as a case: a QoS 1 subscriber would need this sink to send PUBACKs.
     from meshmq.transport.mqtt_server import MqttProtocol
 
     runtime = await start_runtime()
-    sinks = []
+    sinks: list[SinkTransport] = []
     for n in range(consumers):
-        sink = SinkTransport(b"")
+        sink = SlowSink(CHUNK // 2) if slow else SinkTransport(b"")
         proto = MqttProtocol(runtime)
+        if isinstance(sink, SlowSink):
+            sink.protocol = proto
         proto.connection_made(sink)  # type: ignore[arg-type]
         proto.data_received(mw.encode_connect(f"sub{n}"))
         proto.data_received(mw.encode_subscribe(1, [("hot/t", qos)]))
         sinks.append(sink)
-    prod = MqttProtocol(runtime)
-    prod.connection_made(SinkTransport(b""))  # type: ignore[arg-type]
-    prod.data_received(mw.encode_connect("pub"))
+    prods = []
+    for n in range(producers):
+        prod = MqttProtocol(runtime)
+        psink = ProducerSink()
+        prod.connection_made(psink)  # type: ignore[arg-type]
+        prod.data_received(mw.encode_connect(f"pub{n}"))
+        prods.append((prod, psink))
     await asyncio.sleep(0)
     base = [s.bytes for s in sinks]
     body = b"x" * BODY
+    each = messages // producers
     if qos:
         wire = b"".join(mw.encode_publish("hot/t", body, qos, (i % 65535) + 1)
-                        for i in range(messages))
+                        for i in range(each))
     else:
-        wire = mw.encode_publish("hot/t", body) * messages
+        wire = mw.encode_publish("hot/t", body) * each
     # A delivered PUBLISH is at least the topic and body long: count by bytes.
     per = len(mw.encode_publish("hot/t", body, qos, 1 if qos else 0))
-    need = [b + per * messages for b in base]
-    return await timed(runtime, prod.data_received, chunks(wire),
-                       lambda: all(s.bytes >= n for s, n in zip(sinks, need, strict=True)))
+    need = [b + per * each * producers for b in base]
+    feeds = [(prod.data_received, psink, chunks(wire)) for prod, psink in prods]
+    if slow:
+        slow_sinks = [s for s in sinks if isinstance(s, SlowSink)]
+        fed = [0]
+        peak = [0]
+
+        def tick() -> None:
+            for s in slow_sinks:
+                s.tick()
+            held = fed[0] - min(s.delivered for s in slow_sinks)
+            peak[0] = max(peak[0], held)
+
+        def done() -> bool:
+            return all(s.delivered >= n - b for s, n, b in zip(slow_sinks, need, base,
+                                                               strict=True))
+
+        elapsed = await timed_feeds(runtime, feeds, done, tick, fed)
+        print(f"  held back at most {peak[0] / per:,.0f} messages "
+              f"({peak[0] / 2**20:.1f} MiB) for the slow subscriber", flush=True)
+        return elapsed
+    return await timed_feeds(runtime, feeds,
+                             lambda: all(s.bytes >= n for s, n in zip(sinks, need, strict=True)))
 
 
 def authorization_map(entries: int) -> AuthorizationConfig:
@@ -209,14 +300,48 @@ async def timed(runtime: BrokerRuntime, feed: Callable[[bytes], None], data: lis
     return elapsed
 
 
+async def timed_feeds(runtime: BrokerRuntime,
+                      feeds: list[tuple[Callable[[bytes], None], ProducerSink, list[bytes]]],
+                      done: Callable[[], bool], tick: Callable[[], None] | None = None,
+                      fed: list[int] | None = None) -> float:
+    """Feed each producer its next chunk per event-loop turn while the broker reads it
+    (a paused producer waits, as a socket would); ``tick`` runs once per turn."""
+    gc.collect()
+    t0 = time.process_time()
+    pos = [0] * len(feeds)
+    end = time.monotonic() + 60.0
+    while True:
+        more = False
+        for i, (feed, psink, data) in enumerate(feeds):
+            if pos[i] < len(data):
+                more = True
+                if psink.reading:
+                    feed(data[pos[i]])
+                    if fed is not None:
+                        fed[0] += len(data[pos[i]])
+                    pos[i] += 1
+        if tick is not None:
+            tick()
+        if not more and done():
+            break
+        if time.monotonic() > end:
+            raise TimeoutError("broker did not finish in time")
+        await asyncio.sleep(0)  # the runtime's pump runs once per loop turn, as in service
+    elapsed = time.process_time() - t0
+    await runtime.stop()
+    return elapsed
+
+
 CASES: dict[str, Callable[[int], Any]] = {
     "stomp-q1x1": lambda n: stomp_case(n, consumers=1, topic=False),
     "stomp-q1x4": lambda n: stomp_case(n, consumers=4, topic=False),
     "stomp-t1x10": lambda n: stomp_case(n // 10, consumers=10, topic=True),
     "mqtt-q0-1x1": lambda n: mqtt_case(n, consumers=1, qos=0),
     "mqtt-q0-1x10": lambda n: mqtt_case(n // 10, consumers=10, qos=0),
+    "mqtt-q0-8x8": lambda n: mqtt_case(n // 8, consumers=8, qos=0, producers=8),
+    "mqtt-q0-1x1-slow": lambda n: mqtt_case(n, consumers=1, qos=0, slow=True),
 }
-DELIVERIES = {"stomp-t1x10": 10, "mqtt-q0-1x10": 10}
+DELIVERIES = {"stomp-t1x10": 10, "mqtt-q0-1x10": 10, "mqtt-q0-8x8": 8}
 
 
 def main() -> None:

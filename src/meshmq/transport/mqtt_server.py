@@ -95,6 +95,10 @@ SERVER_SESSION_FOREVER = 0xFFFFFFFF
 # Consumers of a closed connection unsubscribed (or durable subscriptions of an ended
 # session deleted) per event-loop turn.
 CONSUMERS_CLOSED_PER_TURN = 1000
+# A producer held back by a slow subscriber is looked at again after this long (doubling
+# up to the second value) unless an MQTT subscriber's resume wakes it sooner.
+PUSH_BACK_RECHECK_S = 0.001
+PUSH_BACK_RECHECK_MAX_S = 0.05
 
 
 @dataclass(slots=True)
@@ -234,6 +238,21 @@ class MqttSession(BufferedOutput):
         self._by_consumer: dict[Consumer, MqttSubscription] = {}
         self._denied_topics: set[str] = set()  # refusals already logged (bounded)
         self.last_write = now
+        # Slow-subscriber push-back: the topics this read published to (each once in a
+        # row), and those whose subscriber's transport is full while reading is paused.
+        self._published: list[Destination] = []
+        self._last_published: Destination | None = None
+        self._pushed_back: list[Destination] = []
+        self._recheck: asyncio.TimerHandle | None = None
+        self._recheck_s = PUSH_BACK_RECHECK_S
+
+    def _write(self, data: bytes) -> None:
+        # BufferedOutput's, repeated here so that the compiled build runs it natively:
+        # every delivered message goes through it.
+        out = self._out
+        if not out:
+            self.host.mark_flush(self)
+        out.append(data)
 
     @property
     def level(self) -> int:
@@ -255,6 +274,8 @@ class MqttSession(BufferedOutput):
             self._held.extend(packets)  # behind the packets still waiting their turn
             return
         self._handle_all(packets)
+        if self._published:
+            self._check_push_back()
         self.host.request_pump()
         self.flush()
 
@@ -292,9 +313,64 @@ class MqttSession(BufferedOutput):
         if self.closing:
             return
         self._handle_all(held)
+        if self._published:
+            self._check_push_back()
         self.host.request_pump()
         self.flush()
-        if not self._held and not self.closing:
+        if not self._held and not self.closing and not self._pushed_back:
+            self.transport.resume_reading()
+
+    # ------------------------------------------------------------ slow subscribers
+    # A subscriber whose transport holds more than its high-water mark is paused in the
+    # core; what is published for it meanwhile waits in its queue. Reading on from its
+    # producers would grow that queue without bound (seconds of latency, memory, and
+    # CPU per message as the backlog grows): instead the producers of its topics are
+    # not read until it drains, as TCP pushes back on a client that does not read.
+    # Producers of other topics, and other connections, are unaffected.
+    def _check_push_back(self) -> None:
+        published, self._published = self._published, []
+        self._last_published = None
+        slow = [dest for dest in published if self._slow_subscriber(dest)]
+        if slow and not self.closing:
+            if not self._pushed_back:
+                self.service.pushed_back.add(self)
+                self._recheck_s = PUSH_BACK_RECHECK_S
+                self._schedule_recheck()
+            self._pushed_back = slow
+            self.transport.pause_reading()
+
+    def _slow_subscriber(self, dest: Destination) -> bool:
+        """Whether a subscription ``dest`` reaches has consumers, all of them paused by
+        their transport (one running consumer of a shared subscription takes its
+        messages)."""
+        for sub in self.broker.subs_for(dest):
+            consumers = sub.queue.consumers
+            if consumers and all(c.paused for c in consumers):
+                return True
+        return False
+
+    def _schedule_recheck(self) -> None:
+        self._recheck = asyncio.get_running_loop().call_later(self._recheck_s,
+                                                              self.recheck_push_back)
+        self._recheck_s = min(self._recheck_s * 2, PUSH_BACK_RECHECK_MAX_S)
+
+    def recheck_push_back(self) -> None:
+        """Read this producer again once none of its topics' subscribers is slow."""
+        if self._recheck is not None:
+            self._recheck.cancel()
+            self._recheck = None
+        if not self._pushed_back or self.closing:
+            return
+        slow = [dest for dest in self._pushed_back if self._slow_subscriber(dest)]
+        if slow:
+            self._pushed_back = slow
+            self._schedule_recheck()
+            return
+        self._pushed_back = []
+        self.service.pushed_back.discard(self)
+        # The client's keep-alive clock restarts: it could not be read while held.
+        self.machine.last_read = time.monotonic()
+        if not self._held and not self._authenticating:
             self.transport.resume_reading()
 
     def _handling_failed(self, packet: Packet | ProtocolViolation, exc: Exception) -> None:
@@ -576,12 +652,16 @@ class MqttSession(BufferedOutput):
         if entry is None:
             entry = _dest_entry(topic)
         broker = self.broker
-        message = self._message(packet, entry[0])
+        dest = entry[0]
+        message = self._message(packet, dest)
         try:
             needs_sync = broker.send(conn, entry[1], message)
         except AuthorizationError as exc:
             self._refuse_publish(packet, topic, exc.message)
             return
+        if dest is not self._last_published:  # checked for slow subscribers per read
+            self._last_published = dest
+            self._published.append(dest)
         if packet.retain:
             broker.retain(message)
             needs_sync = True
@@ -974,11 +1054,20 @@ class MqttSession(BufferedOutput):
         self.flush()
         self.transport.close()
 
+    def _end_push_back(self) -> None:
+        if self._recheck is not None:
+            self._recheck.cancel()
+            self._recheck = None
+        self._pushed_back = []
+        self.service.pushed_back.discard(self)
+
     def connection_lost(self) -> None:
         if self.conn is None or self.conn.closed:
             self.closing = True
+            self._end_push_back()
             return
         self.closing = True
+        self._end_push_back()
         client_id = self.conn.client_id or ""
         if self.service.sessions.get(client_id) is self:
             del self.service.sessions[client_id]
@@ -1025,8 +1114,8 @@ class MqttSession(BufferedOutput):
 
     # ------------------------------------------------------------ output and timers
     def check_timeouts(self, now: float) -> None:
-        if self.closing:
-            return
+        if self.closing or self._pushed_back:
+            return  # held back by a slow subscriber: its silence is ours
         overdue = self.machine.timeouts(now)
         if overdue is None:
             return
@@ -1045,6 +1134,7 @@ class MqttSession(BufferedOutput):
         if self.conn is not None:
             self.broker.set_paused(self.conn, False)
             self.host.request_pump()
+            self.service.wake_pushed_back()
 
 
 def _record_name(client_id: str) -> str:

@@ -165,6 +165,8 @@ def _topic_name(raw: bytes) -> str:
 
 # Valid PUBLISH topic names by their UTF-8 bytes, shared by all decoders (the mapping
 # is pure); bounded by clearing, and long names are not kept (at most ~3 MB).
+# (server side, connected, protocol level) -> MqttDecoder._valid_first for that state.
+_VALID_FIRST: dict[tuple[bool, bool, int | None], bytes] = {}
 _TOPIC_NAMES: dict[bytes, str] = {}
 _TOPIC_NAMES_MAX = 10_000
 _TOPIC_NAME_CACHED_BYTES = 256
@@ -336,15 +338,21 @@ class MqttDecoder:
         self._buf.clear()
 
     def _update_valid_first(self) -> None:
-        """Precompute which first bytes pass :meth:`_check_first_byte` in this state."""
-        valid = bytearray(256)
-        for byte in range(256):
-            try:
-                self._check_first_byte(byte >> 4, byte & 0x0F)
-            except MqttProtocolError:
-                continue
-            valid[byte] = byte >> 4 != 1  # CONNECT always takes the slow path
-        self._valid_first = bytes(valid)
+        """Which first bytes pass :meth:`_check_first_byte` in this state: computed once
+        per state for the process (trying all 256 costs about a millisecond, which every
+        connection would pay three times)."""
+        key = (self._server_side, self._connected, self._level)
+        table = _VALID_FIRST.get(key)
+        if table is None:
+            valid = bytearray(256)
+            for byte in range(256):
+                try:
+                    self._check_first_byte(byte >> 4, byte & 0x0F)
+                except MqttProtocolError:
+                    continue
+                valid[byte] = byte >> 4 != 1  # CONNECT always takes the slow path
+            table = _VALID_FIRST[key] = bytes(valid)
+        self._valid_first = table
 
     @staticmethod
     def _remaining_length(src: bytes, p: int, n: int) -> tuple[int, int]:
