@@ -1,6 +1,6 @@
 """Scaling benchmark: many clients over many destinations against one meshmq broker.
 
-    .venv/bin/python bench/scaling.py [--quick] [--shards 1 2 4] [--clients 64]
+    .venv/bin/python bench/scaling.py [--quick] [--shards 1 2 4] [--clients 64] [--count N]
 
 64 producers and 64 consumers (``--clients``) over 64 queues (``--destinations``),
 256 B, non-persistent, against one ``meshmq broker``; reports end-to-end msg/s and the
@@ -116,10 +116,14 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=64, help="producers, and as many consumers")
     ap.add_argument("--destinations", type=int, default=64)
     ap.add_argument("--meshmq-build", choices=("compiled", "python"), default=None)
+    ap.add_argument("--count", type=int, default=None,
+                    help="messages per run (default 400,000; --quick 20,000): a machine with "
+                         "many cores needs more for a run of several seconds")
     args = ap.parse_args()
     if args.meshmq_build:
         os.environ["MESHMQ_BENCH_BUILD"] = args.meshmq_build
-    args.count = 20_000 if args.quick else 400_000
+    if args.count is None:
+        args.count = 20_000 if args.quick else 400_000
     args.duration = 3.0 if args.quick else 20.0
     notes: list[str] = []
     shards = sorted(set(args.shards))
