@@ -99,12 +99,17 @@ def shard_api(node: NodeProcess, shard: int, path: str) -> Any:
 
 
 def pid_gone(pid: int) -> bool:
-    """The process has exited (gone, or a zombie nobody has reaped yet)."""
+    """The process has exited with all its threads (gone, or a zombie nobody has reaped
+    yet). A main thread killed first shows as a zombie while its other threads still
+    run and hold its files: its listening sockets still take connections, which the
+    kernel resets when the last thread closes them."""
+    proc = Path(f"/proc/{pid}")
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = (proc / "stat").read_text()
+        threads = os.listdir(proc / "task")
     except (FileNotFoundError, ProcessLookupError):
         return True
-    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+    return stat.rsplit(")", 1)[1].split()[0] == "Z" and threads == [str(pid)]
 
 
 def stomp_connect(port: int, wrap: Any = None) -> socket.socket:
