@@ -437,6 +437,10 @@ class ShardPeers:
             return
         peer.link = None
         peer.out = []
+        # What the lost link may have carried, the owner may have stored, delivered and
+        # seen acknowledged before it died: sent again, it goes as MESSAGES_AGAIN, so a
+        # copy its restarted store no longer recognises reaches consumers flagged.
+        peer.unacked = {seq: (data, True) for seq, (data, _) in peer.unacked.items()}
         log.info("shard %s: link to shard %s lost: %s", self.identity.label, peer.label,
                  cause)
         if peer.receiver is not None:
