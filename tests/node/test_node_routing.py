@@ -76,7 +76,9 @@ def _send(client: RawClient, queue: str, body: str, receipt: str | None = None,
 
 
 def _subscribe(client: RawClient, queue: str, sub: str, *, ack: str = "auto",
-               prefetch: int | None = None, selector: str | None = None) -> None:
+               prefetch: int | None = None, selector: str | None = None) -> list[str]:
+    """SUBSCRIBE with a receipt; the bodies of messages that came before the receipt
+    (a relayed subscription's first may overtake it)."""
     headers = [("destination", f"/queue/{queue}"), ("id", sub), ("ack", ack),
                ("receipt", f"sub-{sub}")]
     if prefetch is not None:
@@ -84,7 +86,8 @@ def _subscribe(client: RawClient, queue: str, sub: str, *, ack: str = "auto",
     if selector is not None:
         headers.append(("selector", selector))
     client.send_frame("SUBSCRIBE", headers)
-    client.read_until_receipt(f"sub-{sub}")
+    return [f.body.decode() for f in client.read_until_receipt(f"sub-{sub}")
+            if f.command == "MESSAGE"]
 
 
 def _bodies(client: RawClient, count: int) -> list[str]:
@@ -229,8 +232,8 @@ def test_stat_shows_each_destination_once_with_its_owners_depth(node: NodeProces
     # Each queue's consumer on the other shard (relayed), one message in flight.
     consumers = [stomp_on(node, 1 - k) for k in SHARDS]
     for k, c in enumerate(consumers):
-        _subscribe(c, queues[k], "s", ack="client", prefetch=1)
-        c.read_until("MESSAGE")
+        if not _subscribe(c, queues[k], "s", ack="client", prefetch=1):
+            c.read_until("MESSAGE")
     for k, q in enumerate(queues):
         poll(lambda k=k, q=q: _owner_depth(node, k, q) == 7, 20,
              f"{q} on its owner")
@@ -380,3 +383,34 @@ def test_receipted_messages_survive_a_killed_shard(tmp_path: Path) -> None:
         assert rows[1]["restarts"] == 1 and rows[1]["last_exit"] == "killed by SIGKILL"
     finally:
         node.terminate()
+
+
+def test_a_subscriptions_receipt_means_the_owner_has_it(node: NodeProcess) -> None:
+    """A topic message published right after the RECEIPT (MQTT: SUBACK) of a
+    subscription on the other shard reaches it: the confirmation waited for the owner
+    to run the relayed consumer. Published on the owner's shard, the message takes no
+    link hop, so it would overtake a relayed consumer still on its way."""
+    rounds = 8
+    for k in SHARDS:
+        subscriber, publisher = stomp_on(node, 1 - k), stomp_on(node, k)
+        for n in range(rounds):
+            topic = owned_by(k, f"news{k}.{n}", kind="topic")
+            subscriber.send_frame("SUBSCRIBE", [("destination", f"/topic/{topic}"),
+                                                ("id", f"t{n}"), ("receipt", f"t{n}")])
+            subscriber.read_until_receipt(f"t{n}")
+            publisher.send_frame("SEND", [("destination", f"/topic/{topic}")],
+                                 f"{topic}!".encode())
+            frame, _ = subscriber.read_until("MESSAGE")
+            assert frame.body.decode() == f"{topic}!"
+        for c in (subscriber, publisher):
+            c.close()
+        mqtt_subscriber = mqtt_on(node, 1 - k, f"late-sub{k}")
+        mqtt_publisher = mqtt_on(node, k, f"late-pub{k}")
+        for n in range(rounds):
+            topic = owned_by(k, f"alerts{k}.{n}", kind="topic").replace(".", "/")
+            mqtt_subscriber.subscribe(topic, qos=0)
+            mqtt_publisher.publish(topic, f"{topic}!".encode(), qos=0)
+            [publish] = mqtt_subscriber.publishes(1)
+            assert publish.payload.decode() == f"{topic}!"
+        for m in (mqtt_subscriber, mqtt_publisher):
+            m.close()

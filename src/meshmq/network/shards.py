@@ -31,6 +31,7 @@ import contextlib
 import hmac
 import logging
 import os
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from meshmq.core.auth import Principal
@@ -38,7 +39,7 @@ from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
 from meshmq.core.destinations import Destination
 from meshmq.core.message_codec import encoded
 from meshmq.core.queue import BrowseEnd, Delivery
-from meshmq.core.shard_relay import RelayClose, RelayOpen, ShardSettle
+from meshmq.core.shard_relay import RelayClose, RelayOpen, RelayQueue, ShardSettle
 from meshmq.errors import MeshmqError, RemoteProtocolError
 from meshmq.network.interest import DestinationFilter
 from meshmq.network.link import WireLink
@@ -134,10 +135,13 @@ class RelayOut:
             # the consumer's shard checked it, so this is a disagreement to log.
             log.warning("shard %s: cannot relay %s to shard %s: %s",
                         self.peers.identity.label, body.get("dest"), self.peer.label, exc)
-            return
-        self.consumers[relay] = consumer
-        self.relay_of[consumer.id] = relay
-        self.host.request_pump()
+        else:
+            self.consumers[relay] = consumer
+            self.relay_of[consumer.id] = relay
+            self.host.request_pump()
+        # Answered either way: the subscriber's confirmation waits for it.
+        self.peers.queue(self.peer, _FRAME, encode_json(FrameType.INTEREST, {
+            "op": "relay-opened", "relay": relay}))
 
     def close_relay(self, relay: int) -> None:
         consumer = self.consumers.pop(relay, None)
@@ -252,6 +256,8 @@ class _LinkEnd:
                 peer.relay_out.open(body)
             elif body.get("op") == "relay-close":
                 peer.relay_out.close_relay(_int(body, "relay"))
+            elif body.get("op") == "relay-opened":
+                self.peers.relay_opened(peer.index, _int(body, "relay"))
             else:
                 raise RemoteProtocolError(f"unknown shard INTEREST op {body.get('op')!r}")
         elif kind is FrameType.BYE:
@@ -317,6 +323,9 @@ class ShardPeers:
         # Owners sent to since the last ``owners()``: what a confirmation asked for now
         # must wait for (a send to a destination owned here waits for nobody).
         self._touched: set[int] = set()
+        # Relayed consumers whose owner has not yet answered ``relay-opened``: what
+        # their subscriptions' confirmations wait for, by (owner, relay id).
+        self._opening: dict[tuple[int, int], asyncio.Future[None]] = {}
         self._flush_scheduled = False
         self._stopping = False
 
@@ -470,6 +479,8 @@ class ShardPeers:
                 peer.out.append((_AGAIN if send.redelivered else _SEND, (peer.seq, data)))
         decisions = broker.take_relay_decisions()
         for decision in decisions:
+            if isinstance(decision, RelayClose):  # nobody waits for a closed one's open
+                self.relay_opened(decision.owner, decision.relay_id)
             peer = self.peers[decision.owner]
             if peer.link is not None:  # else opened again with the next link
                 self._queue_decision(peer, decision)
@@ -551,6 +562,27 @@ class ShardPeers:
             if held is not None and status in (AckStatus.RETRY, AckStatus.REFUSED):
                 self.queue(peer, _AGAIN if held[1] else _SEND, (seq, held[0]))
 
+    def opened(self, consumers: Iterable[Consumer]) -> asyncio.Future[None] | None:
+        """Done once the owners of ``consumers``' relayed sources run their consumers
+        for them (None: none is relayed), so that a subscription's confirmation means
+        what it means on one broker: a message published after it reaches it."""
+        waits = []
+        for source in (s for c in consumers for s in c.sources):
+            if isinstance(source, RelayQueue):
+                key = (source.owner, source.relay_id)
+                fut = self._opening.get(key)
+                if fut is None:
+                    fut = self._opening[key] = asyncio.get_running_loop().create_future()
+                waits.append(fut)
+        if not waits:
+            return None
+        return waits[0] if len(waits) == 1 else asyncio.ensure_future(_all(waits))
+
+    def relay_opened(self, owner: int, relay_id: int) -> None:
+        fut = self._opening.pop((owner, relay_id), None)
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
     def owners(self) -> asyncio.Future[None] | None:
         """Done once the owners sent to since the last call have settled everything
         sent to them so far (None: nothing to wait for). ``Durability`` calls it right
@@ -588,6 +620,10 @@ def _settled(peer: _Peer, seq: int) -> bool:
     for first in peer.unacked:
         return first > seq
     return True
+
+
+async def _all(waits: list[asyncio.Future[None]]) -> None:
+    await asyncio.gather(*waits)
 
 
 def _encode_run(frames: list[bytes], kind: int, run: list[Any]) -> None:

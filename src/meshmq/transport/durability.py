@@ -16,7 +16,8 @@ On a shard of a node with several (docs/design.md, "Shards"), what the core rout
 destinations other shards own is confirmed by their ``STORED``: ``owners`` (set by the
 runtime), called right after the core's decisions are written, returns a future that is
 done once the owners those decisions went to have stored everything sent to them so
-far, and a confirmation waits for both. A shard link's own ``STORED`` waits for the
+far, and a confirmation waits for both; a subscription's confirmation waits for the
+owners to run its relayed consumers (``opened``). A shard link's own ``STORED`` waits for the
 local sync only (``owners=False``), or two shards sending to each other would wait on
 each other.
 
@@ -30,7 +31,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from meshmq.core.consumer import Consumer
 
 log = logging.getLogger("meshmq.durability")
 
@@ -49,6 +54,15 @@ class Durability:
         # A shard of several: the owners' STORED for what was sent so far (None when
         # nothing is outstanding).
         self.owners: Callable[[], asyncio.Future[None] | None] | None = None
+        # A shard of several: the owners' answer that they run a subscription's relayed
+        # consumers (None when none is relayed).
+        self.relays: Callable[[Iterable[Consumer]], asyncio.Future[None] | None] | None = None
+
+    def opened(self, consumers: Iterable[Consumer]) -> asyncio.Future[None] | None:
+        """What a subscription's confirmation (STOMP RECEIPT, MQTT SUBACK) waits for:
+        on a shard of several, the owners of the destinations it is relayed from running
+        its consumers, so a message sent after the confirmation reaches it."""
+        return self.relays(consumers) if self.relays is not None else None
 
     def sync_after_writes(self, *, owners: bool = True) -> asyncio.Future[None]:
         """Write what the core has queued, then sync: the future is done once all of it
@@ -119,10 +133,14 @@ class ConfirmQueue:
     def __len__(self) -> int:
         return len(self._pending)
 
-    def confirm(self, send: Callable[[], None], *, durable: bool) -> None:
+    def confirm(self, send: Callable[[], None], *, durable: bool,
+                after: asyncio.Future[None] | None = None) -> None:
+        """``after``: something else the confirmation waits for (``Durability.opened``)."""
         if self.failed:
             return
         wait = self._durability.sync_after_writes() if durable else None
+        if after is not None:
+            wait = after if wait is None else asyncio.ensure_future(_both(wait, after))
         if wait is None and not self._pending:
             send()  # flushed by the pump this turn (after the trace barrier)
             return

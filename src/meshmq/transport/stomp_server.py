@@ -268,12 +268,13 @@ class StompSession(BufferedOutput):
         return dests
 
     def receipt(self, receipt_id: str, extra: tuple[tuple[str, str], ...] = (), *,
-                durable: bool = False) -> None:
+                durable: bool = False, after: asyncio.Future[None] | None = None) -> None:
         """Send RECEIPT in order; ``durable``: only once the store has synced what the
-        frame wrote. ``extra``: more headers (a stream subscription's offsets)."""
+        frame wrote; ``after``: and once that is done. ``extra``: more headers (a stream
+        subscription's offsets)."""
         machine = self.machine
         self.confirms.confirm(lambda: self._write(machine.send(Receipt(receipt_id, extra))),
-                              durable=durable)
+                              durable=durable, after=after)
 
     def _confirm(self, frame: Frame, needs_sync: bool) -> None:
         receipt = frame.get("receipt")
@@ -397,7 +398,7 @@ class StompSession(BufferedOutput):
             streams = [q for q in consumer.sources if isinstance(q, StreamQueue)]
             extra = ((FIRST_HEADER, str(streams[0].first_offset)),
                      (NEXT_HEADER, str(streams[0].next_offset))) if streams else ()
-            self.receipt(receipt, extra)
+            self.receipt(receipt, extra, after=self.host.durability.opened((consumer,)))
         self.host.request_pump()
 
     def on_unsubscribe(self, frame: Frame) -> None:
