@@ -256,7 +256,10 @@ def test_stat_shows_each_destination_once_with_its_owners_depth(node: NodeProces
 def _reconnect(node: NodeProcess, deadline_s: float = 60.0) -> RawClient:
     """A new connection to the node's port, on whichever shard takes it."""
     def attempt() -> RawClient | None:
-        client = RawClient(Address(node.port))
+        try:
+            client = RawClient(Address(node.port))
+        except OSError:
+            return None
         try:
             client.connect()
         except (OSError, ClosedError):
@@ -298,6 +301,8 @@ class _Consumer(threading.Thread):
                 continue
             except (ClosedError, OSError):
                 self.client.close()
+                if self.halt.is_set():
+                    return
                 self.client = _reconnect(self.node)
                 self.reconnects += 1
                 self.subscribe()
@@ -343,6 +348,7 @@ def test_receipted_messages_survive_a_killed_shard(tmp_path: Path) -> None:
     settled, or its owner died after storing it and before the sender saw it stored)
     comes flagged redelivered."""
     node = _start(tmp_path)
+    consumers: list[_Consumer] = []
     try:
         queues = [owned_by(k, "kept") for k in SHARDS]
         consumers = [_Consumer(node, q, stomp_on(node, k)) for q in queues for k in SHARDS]
@@ -382,6 +388,8 @@ def test_receipted_messages_survive_a_killed_shard(tmp_path: Path) -> None:
         rows = node.shards()
         assert rows[1]["restarts"] == 1 and rows[1]["last_exit"] == "killed by SIGKILL"
     finally:
+        for c in consumers:
+            c.halt.set()
         node.terminate()
 
 
@@ -414,3 +422,65 @@ def test_a_subscriptions_receipt_means_the_owner_has_it(node: NodeProcess) -> No
             assert publish.payload.decode() == f"{topic}!"
         for m in (mqtt_subscriber, mqtt_publisher):
             m.close()
+
+
+def test_an_acks_receipt_means_the_owner_stored_it(node: NodeProcess) -> None:
+    """The RECEIPT of an ACK for a relayed message waits for the owner to have stored
+    the acknowledgement: while the owner is stopped (SIGSTOP) none comes."""
+    for k in SHARDS:
+        queue = owned_by(k, f"acked{k}")
+        producer = stomp_on(node, k)
+        for i in range(2):
+            _send(producer, queue, f"a{i}", receipt=f"a{i}")
+        consumer = stomp_on(node, 1 - k)
+        consumer.send_frame("SUBSCRIBE", [("destination", f"/queue/{queue}"), ("id", "s"),
+                                          ("ack", "client-individual"),
+                                          ("activemq.prefetchSize", "1")])
+        frame, _ = consumer.read_until("MESSAGE")
+        assert frame.body == b"a0"
+        owner_pid = node.shards()[k]["pid"]
+        os.kill(owner_pid, signal.SIGSTOP)
+        try:
+            consumer.send_frame("ACK", [("id", frame.get("ack") or ""), ("receipt", "ack")])
+            with pytest.raises(TimeoutError):  # a bounded negative check
+                consumer.read_until_receipt("ack", timeout=0.3)
+        finally:
+            os.kill(owner_pid, signal.SIGCONT)
+        consumer.read_until_receipt("ack")
+        assert _owner_depth(node, k, queue) == 1  # a0 is gone from the owner's store
+        for c in (producer, consumer):
+            c.close()
+
+
+def test_an_ack_whose_owner_dies_before_storing_it_is_never_receipted(
+        tmp_path: Path) -> None:
+    """The owner is killed while an ACK's RECEIPT waits for it: no RECEIPT, the
+    connection is failed with one ERROR, and the message comes again, flagged."""
+    node = _start(tmp_path)
+    try:
+        queue = owned_by(1, "unsettled")
+        producer = stomp_on(node, 1)
+        _send(producer, queue, "only", receipt="only")
+        producer.close()
+        consumer = stomp_on(node, 0)
+        consumer.send_frame("SUBSCRIBE", [("destination", f"/queue/{queue}"), ("id", "s"),
+                                          ("ack", "client-individual")])
+        frame, _ = consumer.read_until("MESSAGE")
+        owner_pid = node.shards()[1]["pid"]
+        os.kill(owner_pid, signal.SIGSTOP)
+        consumer.send_frame("ACK", [("id", frame.get("ack") or ""), ("receipt", "ack")])
+        with pytest.raises(TimeoutError):  # a bounded negative check
+            consumer.read_until_receipt("ack", timeout=0.3)
+        os.kill(owner_pid, signal.SIGKILL)
+        frames = consumer.expect_closed(30)
+        consumer.close()
+        assert [f.command for f in frames] == ["ERROR"], frames
+        assert "stopped before it stored an acknowledgement" in (frames[0].get("message")
+                                                                 or ""), frames[0]
+        again = _reconnect(node)
+        again.send_frame("SUBSCRIBE", [("destination", f"/queue/{queue}"), ("id", "s")])
+        frame, _ = again.read_until("MESSAGE", timeout=60)
+        assert frame.body == b"only" and frame.get("redelivered") == "true"
+        again.close()
+    finally:
+        node.terminate()

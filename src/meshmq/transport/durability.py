@@ -17,7 +17,8 @@ destinations other shards own is confirmed by their ``STORED``: ``owners`` (set 
 runtime), called right after the core's decisions are written, returns a future that is
 done once the owners those decisions went to have stored everything sent to them so
 far, and a confirmation waits for both; a subscription's confirmation waits for the
-owners to run its relayed consumers (``opened``). A shard link's own ``STORED`` waits for the
+owners to run its relayed consumers (``opened``), an acknowledgement's for them to
+store its settlements (``settled``). A shard link's own ``STORED`` waits for the
 local sync only (``owners=False``), or two shards sending to each other would wait on
 each other.
 
@@ -57,12 +58,22 @@ class Durability:
         # A shard of several: the owners' answer that they run a subscription's relayed
         # consumers (None when none is relayed).
         self.relays: Callable[[Iterable[Consumer]], asyncio.Future[None] | None] | None = None
+        # ... and their answer that they stored what was settled with them so far.
+        self.settles: Callable[[Iterable[Consumer]], asyncio.Future[None] | None] | None = \
+            None
 
     def opened(self, consumers: Iterable[Consumer]) -> asyncio.Future[None] | None:
         """What a subscription's confirmation (STOMP RECEIPT, MQTT SUBACK) waits for:
         on a shard of several, the owners of the destinations it is relayed from running
         its consumers, so a message sent after the confirmation reaches it."""
         return self.relays(consumers) if self.relays is not None else None
+
+    def settled(self, consumers: Iterable[Consumer]) -> asyncio.Future[None] | None:
+        """What an acknowledgement's confirmation (the RECEIPT of an ACK or NACK) waits
+        for beyond the local sync: on a shard of several, the owners of the destinations
+        ``consumers`` are relayed from having stored the settlements; it fails if an
+        owner stops first (it delivers those messages again)."""
+        return self.settles(consumers) if self.settles is not None else None
 
     def sync_after_writes(self, *, owners: bool = True) -> asyncio.Future[None]:
         """Write what the core has queued, then sync: the future is done once all of it

@@ -447,7 +447,7 @@ class StompSession(BufferedOutput):
         needs_sync = self.broker.ack(self.conn, consumer, tag,
                                      cumulative=consumer.ack_mode is AckMode.CLIENT,
                                      txn=frame.get("transaction"))
-        self._confirm(frame, needs_sync and bool(frame.get("receipt")))
+        self._confirm_settle(frame, consumer, needs_sync)
 
     def on_nack(self, frame: Frame) -> None:
         assert self.conn is not None  # the machine refuses NACK in STOMP 1.0
@@ -455,7 +455,15 @@ class StompSession(BufferedOutput):
         needs_sync = self.broker.nack(self.conn, consumer, tag,
                                       cumulative=consumer.ack_mode is AckMode.CLIENT,
                                       txn=frame.get("transaction"))
-        self._confirm(frame, needs_sync and bool(frame.get("receipt")))
+        self._confirm_settle(frame, consumer, needs_sync)
+
+    def _confirm_settle(self, frame: Frame, consumer: Consumer, needs_sync: bool) -> None:
+        """An ACK's or NACK's RECEIPT: after the local sync, and on a shard of several
+        after the owner of a relayed consumer's messages stored the settlement."""
+        receipt = frame.get("receipt")
+        if receipt:
+            self.receipt(receipt, durable=needs_sync,
+                         after=self.host.durability.settled((consumer,)))
 
     # ------------------------------------------------------------ transactions
     def on_begin(self, frame: Frame) -> None:

@@ -175,7 +175,8 @@ def test_a_subscriptions_confirmation_waits_for_its_relays_to_open_in_order() ->
     async def main() -> None:
         store = FakeStore()
         durability = store.durability()
-        assert durability.opened(()) is None  # one broker: nothing to wait for
+        # One broker: nothing to wait for.
+        assert durability.opened(()) is None and durability.settled(()) is None
         opening: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         asked: list[list[object]] = []
 
