@@ -74,7 +74,7 @@ def test_a_killed_shard_is_restarted_and_the_port_answers_meanwhile(
     before = node.shards()
     victim = before[1]["pid"]
     os.kill(victim, signal.SIGKILL)
-    poll(lambda: pid_gone(victim), 10, "shard 1 to die")
+    poll(lambda: pid_gone(victim), 10, "shard 1 to die")  # with every thread: see pid_gone
 
     def restarted() -> list[dict[str, Any]] | None:
         # While shard 1 is down or restarting, every new connection reaches shard 0.

@@ -12,6 +12,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from tests.interop.mqtt_helpers import RawMqtt
+from tests.interop.stomp_helpers import Address, RawClient
 from tests.support.brokers import ProcessBroker, poll
 
 _NODE_STARTED = re.compile(r"meshmq node '[^']*' started: \d+ shards on (.*)")
@@ -99,12 +101,17 @@ def shard_api(node: NodeProcess, shard: int, path: str) -> Any:
 
 
 def pid_gone(pid: int) -> bool:
-    """The process has exited (gone, or a zombie nobody has reaped yet)."""
+    """The process has exited with all its threads (gone, or a zombie nobody has reaped
+    yet). A main thread killed first shows as a zombie while its other threads still
+    run and hold its files: its listening sockets still take connections, which the
+    kernel resets when the last thread closes them."""
+    proc = Path(f"/proc/{pid}")
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = (proc / "stat").read_text()
+        threads = os.listdir(proc / "task")
     except (FileNotFoundError, ProcessLookupError):
         return True
-    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+    return stat.rsplit(")", 1)[1].split()[0] == "Z" and threads == [str(pid)]
 
 
 def stomp_connect(port: int, wrap: Any = None) -> socket.socket:
@@ -121,3 +128,41 @@ def stomp_connect(port: int, wrap: Any = None) -> socket.socket:
         reply += chunk
     assert reply.startswith(b"CONNECTED"), reply
     return sock
+
+
+def shard_of(node: NodeProcess, sock: socket.socket) -> int:
+    """Which shard serves the client connection on ``sock``: the one that lists its
+    address among its connections (the kernel chose it when it connected)."""
+    port = sock.getsockname()[1]
+
+    def find() -> int | None:
+        for k in range(len(node.shards())):
+            for conn in shard_api(node, k, "/api/connections")["connections"]:
+                if str(conn["address"]).endswith(f":{port}"):
+                    return k + 1  # truthy for poll
+        return None
+
+    return poll(find, 20, f"a shard to list the connection from port {port}") - 1
+
+
+def stomp_on(node: NodeProcess, shard: int, tries: int = 64) -> RawClient:
+    """A connected raw STOMP client that the node's port handed to ``shard``: new
+    connections until the kernel's hash picks it (each is one in two with 2 shards)."""
+    for _ in range(tries):
+        client = RawClient(Address(node.port))
+        client.connect()
+        if shard_of(node, client.sock) == shard:
+            return client
+        client.close()
+    raise AssertionError(f"{tries} connections and none reached shard {shard}")
+
+
+def mqtt_on(node: NodeProcess, shard: int, client_id: str, tries: int = 64) -> RawMqtt:
+    """A connected raw MQTT client (clean session) on ``shard``, as ``stomp_on``."""
+    for _ in range(tries):
+        client = RawMqtt(node.ports["mqtt"])
+        client.connect(client_id)
+        if shard_of(node, client.sock) == shard:
+            return client
+        client.close()
+    raise AssertionError(f"{tries} connections and none reached shard {shard}")

@@ -31,6 +31,7 @@ import contextlib
 import hmac
 import logging
 import os
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from meshmq.core.auth import Principal
@@ -38,7 +39,7 @@ from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
 from meshmq.core.destinations import Destination
 from meshmq.core.message_codec import encoded
 from meshmq.core.queue import BrowseEnd, Delivery
-from meshmq.core.shard_relay import RelayClose, RelayOpen, ShardSettle
+from meshmq.core.shard_relay import RelayClose, RelayOpen, RelayQueue, ShardSettle
 from meshmq.errors import MeshmqError, RemoteProtocolError
 from meshmq.network.interest import DestinationFilter
 from meshmq.network.link import WireLink
@@ -81,6 +82,12 @@ BATCH_BYTES = 1024 * 1024
 
 # Kinds of what waits in a peer's output, written as one frame per run of one kind.
 _SEND, _AGAIN, _DELIVER, _SETTLE, _FRAME = range(5)
+
+
+class ShardLinkLostError(MeshmqError):
+    """A shard link dropped before the owner answered what a confirmation waits for."""
+
+    code = "shard-link-lost"
 
 
 class ShardReceiver(Receiver):
@@ -134,10 +141,13 @@ class RelayOut:
             # the consumer's shard checked it, so this is a disagreement to log.
             log.warning("shard %s: cannot relay %s to shard %s: %s",
                         self.peers.identity.label, body.get("dest"), self.peer.label, exc)
-            return
-        self.consumers[relay] = consumer
-        self.relay_of[consumer.id] = relay
-        self.host.request_pump()
+        else:
+            self.consumers[relay] = consumer
+            self.relay_of[consumer.id] = relay
+            self.host.request_pump()
+        # Answered either way: the subscriber's confirmation waits for it.
+        self.peers.queue(self.peer, _FRAME, encode_json(FrameType.INTEREST, {
+            "op": "relay-opened", "relay": relay}))
 
     def close_relay(self, relay: int) -> None:
         consumer = self.consumers.pop(relay, None)
@@ -213,6 +223,8 @@ class _Peer:
         self.out: list[tuple[int, Any]] = []
         self.retry: asyncio.TimerHandle | None = None
         self.links = 0  # links made so far (statistics, tests)
+        # ``settle-sync`` asks not yet answered, and the confirmations waiting on each.
+        self.asks: dict[int, list[asyncio.Future[None]]] = {}
 
 
 class _LinkEnd:
@@ -252,6 +264,14 @@ class _LinkEnd:
                 peer.relay_out.open(body)
             elif body.get("op") == "relay-close":
                 peer.relay_out.close_relay(_int(body, "relay"))
+            elif body.get("op") == "relay-opened":
+                self.peers.relay_opened(peer.index, _int(body, "relay"))
+            elif body.get("op") == "settle-sync":
+                self.peers.settle_sync(peer, link, _int(body, "ask"))
+            elif body.get("op") == "settle-synced":
+                for fut in peer.asks.pop(_int(body, "ask"), ()):
+                    if not fut.done():
+                        fut.set_result(None)
             else:
                 raise RemoteProtocolError(f"unknown shard INTEREST op {body.get('op')!r}")
         elif kind is FrameType.BYE:
@@ -317,6 +337,13 @@ class ShardPeers:
         # Owners sent to since the last ``owners()``: what a confirmation asked for now
         # must wait for (a send to a destination owned here waits for nobody).
         self._touched: set[int] = set()
+        # Relayed consumers whose owner has not yet answered ``relay-opened``: what
+        # their subscriptions' confirmations wait for, by (owner, relay id).
+        self._opening: dict[tuple[int, int], asyncio.Future[None]] = {}
+        # Confirmations waiting for owners to store settlements, asked with the next
+        # ``take`` (after those settlements on the link), and the last ask's number.
+        self._asking: dict[int, list[asyncio.Future[None]]] = {}
+        self._ask = 0
         self._flush_scheduled = False
         self._stopping = False
 
@@ -437,6 +464,17 @@ class ShardPeers:
             return
         peer.link = None
         peer.out = []
+        # What the lost link may have carried, the owner may have stored, delivered and
+        # seen acknowledged before it died: sent again, it goes as MESSAGES_AGAIN, so a
+        # copy its restarted store no longer recognises reaches consumers flagged.
+        peer.unacked = {seq: (data, True) for seq, (data, _) in peer.unacked.items()}
+        # Settlements the lost link carried may not have reached the owner's store:
+        # their confirmations are never sent (the owner delivers those messages again).
+        asks, peer.asks = peer.asks, {}
+        for futs in asks.values():
+            for fut in futs:
+                if not fut.done():
+                    fut.set_exception(_lost(peer))
         log.info("shard %s: link to shard %s lost: %s", self.identity.label, peer.label,
                  cause)
         if peer.receiver is not None:
@@ -466,10 +504,15 @@ class ShardPeers:
                 peer.out.append((_AGAIN if send.redelivered else _SEND, (peer.seq, data)))
         decisions = broker.take_relay_decisions()
         for decision in decisions:
+            if isinstance(decision, RelayClose):  # nobody waits for a closed one's open
+                self.relay_opened(decision.owner, decision.relay_id)
             peer = self.peers[decision.owner]
             if peer.link is not None:  # else opened again with the next link
                 self._queue_decision(peer, decision)
-        if sends or decisions:
+        asked = bool(self._asking)
+        if asked:  # after the settlements they wait for
+            self._ask_settled()
+        if sends or decisions or asked:
             self._schedule_flush()
 
     def _queue_decision(self, peer: _Peer, decision: RelayOpen | RelayClose | ShardSettle
@@ -547,6 +590,27 @@ class ShardPeers:
             if held is not None and status in (AckStatus.RETRY, AckStatus.REFUSED):
                 self.queue(peer, _AGAIN if held[1] else _SEND, (seq, held[0]))
 
+    def opened(self, consumers: Iterable[Consumer]) -> asyncio.Future[None] | None:
+        """Done once the owners of ``consumers``' relayed sources run their consumers
+        for them (None: none is relayed), so that a subscription's confirmation means
+        what it means on one broker: a message published after it reaches it."""
+        waits = []
+        for source in (s for c in consumers for s in c.sources):
+            if isinstance(source, RelayQueue):
+                key = (source.owner, source.relay_id)
+                fut = self._opening.get(key)
+                if fut is None:
+                    fut = self._opening[key] = asyncio.get_running_loop().create_future()
+                waits.append(fut)
+        if not waits:
+            return None
+        return waits[0] if len(waits) == 1 else asyncio.ensure_future(_all(waits))
+
+    def relay_opened(self, owner: int, relay_id: int) -> None:
+        fut = self._opening.pop((owner, relay_id), None)
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
     def owners(self) -> asyncio.Future[None] | None:
         """Done once the owners sent to since the last call have settled everything
         sent to them so far (None: nothing to wait for). ``Durability`` calls it right
@@ -560,6 +624,49 @@ class ShardPeers:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append((targets, fut))
         return fut
+
+    def settled(self, consumers: Iterable[Consumer]) -> asyncio.Future[None] | None:
+        """Done once the owners of ``consumers``' relayed sources have stored what this
+        shard settled with them so far (None: none is relayed), so an ACK's RECEIPT
+        means the acknowledgement is stored, as on one broker. Only a confirmation
+        asks (``settle-sync``, after those settlements on the ordered link, with the
+        next ``take``): plain settlements cost no answer. Fails if the link drops first
+        (the owner then delivers those messages again)."""
+        waits = []
+        loop = asyncio.get_running_loop()
+        for owner in {s.owner for c in consumers for s in c.sources
+                      if isinstance(s, RelayQueue)}:
+            fut: asyncio.Future[None] = loop.create_future()
+            self._asking.setdefault(owner, []).append(fut)
+            waits.append(fut)
+        if not waits:
+            return None
+        self._host.request_pump()  # takes the settlements and the ask
+        return waits[0] if len(waits) == 1 else asyncio.ensure_future(_all(waits))
+
+    def _ask_settled(self) -> None:
+        asking, self._asking = self._asking, {}
+        for owner, futs in asking.items():
+            peer = self.peers[owner]
+            if peer.link is None:
+                for fut in futs:
+                    if not fut.done():
+                        fut.set_exception(_lost(peer))
+                continue
+            self._ask += 1
+            peer.asks[self._ask] = futs
+            peer.out.append((_FRAME, encode_json(FrameType.INTEREST, {
+                "op": "settle-sync", "ask": self._ask})))
+
+    def settle_sync(self, peer: _Peer, link: WireLink, ask: int) -> None:
+        """The owner's side: answer once what was settled before the ask is stored."""
+        def synced() -> None:
+            self.queue(peer, _FRAME, encode_json(FrameType.INTEREST, {
+                "op": "settle-synced", "ask": ask}))
+
+        self.host.durability.when_durable(
+            synced, link.abort, who=f"shard link {peer.label}",
+            owners=False)
 
     def _check_waiters(self) -> None:
         if not self._waiters:
@@ -584,6 +691,15 @@ def _settled(peer: _Peer, seq: int) -> bool:
     for first in peer.unacked:
         return first > seq
     return True
+
+
+def _lost(peer: _Peer) -> ShardLinkLostError:
+    return ShardLinkLostError(f"shard {peer.label} stopped before it stored an "
+                              "acknowledgement")
+
+
+async def _all(waits: list[asyncio.Future[None]]) -> None:
+    await asyncio.gather(*waits)
 
 
 def _encode_run(frames: list[bytes], kind: int, run: list[Any]) -> None:

@@ -16,7 +16,9 @@ On a shard of a node with several (docs/design.md, "Shards"), what the core rout
 destinations other shards own is confirmed by their ``STORED``: ``owners`` (set by the
 runtime), called right after the core's decisions are written, returns a future that is
 done once the owners those decisions went to have stored everything sent to them so
-far, and a confirmation waits for both. A shard link's own ``STORED`` waits for the
+far, and a confirmation waits for both; a subscription's confirmation waits for the
+owners to run its relayed consumers (``opened``), an acknowledgement's for them to
+store its settlements (``settled``). A shard link's own ``STORED`` waits for the
 local sync only (``owners=False``), or two shards sending to each other would wait on
 each other.
 
@@ -36,7 +38,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from meshmq.core.consumer import Consumer
 
 log = logging.getLogger("meshmq.durability")
 
@@ -67,6 +73,25 @@ class Durability:
         # A shard of several: the owners' STORED for what was sent so far (None when
         # nothing is outstanding).
         self.owners: Callable[[], asyncio.Future[None] | None] | None = None
+        # A shard of several: the owners' answer that they run a subscription's relayed
+        # consumers (None when none is relayed).
+        self.relays: Callable[[Iterable[Consumer]], asyncio.Future[None] | None] | None = None
+        # ... and their answer that they stored what was settled with them so far.
+        self.settles: Callable[[Iterable[Consumer]], asyncio.Future[None] | None] | None = \
+            None
+
+    def opened(self, consumers: Iterable[Consumer]) -> asyncio.Future[None] | None:
+        """What a subscription's confirmation (STOMP RECEIPT, MQTT SUBACK) waits for:
+        on a shard of several, the owners of the destinations it is relayed from running
+        its consumers, so a message sent after the confirmation reaches it."""
+        return self.relays(consumers) if self.relays is not None else None
+
+    def settled(self, consumers: Iterable[Consumer]) -> asyncio.Future[None] | None:
+        """What an acknowledgement's confirmation (the RECEIPT of an ACK or NACK) waits
+        for beyond the local sync: on a shard of several, the owners of the destinations
+        ``consumers`` are relayed from having stored the settlements; it fails if an
+        owner stops first (it delivers those messages again)."""
+        return self.settles(consumers) if self.settles is not None else None
 
     def sync_after_writes(self, *, owners: bool = True) -> asyncio.Future[None]:
         """A future done once everything the core has queued now (and everything written
@@ -205,10 +230,19 @@ class ConfirmQueue:
     def __len__(self) -> int:
         return len(self._pending)
 
-    def confirm(self, send: Callable[[], None], *, durable: bool) -> None:
+    def confirm(self, send: Callable[[], None], *, durable: bool,
+                after: asyncio.Future[None] | None = None) -> None:
+        """``after``: something else the confirmation waits for (``Durability.opened``)."""
         if self.failed:
             return
         wait = self._durability.sync_after_writes() if durable else None
+        if after is not None:
+            if wait is None:
+                wait = after
+            else:
+                both: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                _when_both(wait, after, both)
+                wait = both
         if wait is None and not self._pending:
             send()  # flushed by the pump this turn (after the trace barrier)
             return

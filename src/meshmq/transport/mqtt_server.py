@@ -807,10 +807,21 @@ class MqttSession(BufferedOutput):
         max_packet = self.machine.client_max_packet
         if max_packet and len(data) > max_packet:
             data = self.machine.send(Suback(packet.packet_id, codes))  # without the reason
-        self._write(data)
-        for sub in fresh:
-            if not sub.shared:
-                self._send_retained(sub)
+        opened = self.host.durability.opened(
+            sub.consumer for sub in (self.state.subscriptions.get(f)
+                                     for f, _ in packet.subscriptions)
+            if sub is not None and sub.consumer is not None)
+
+        def suback() -> None:
+            self._write(data)
+            for sub in fresh:
+                if not sub.shared:
+                    self._send_retained(sub)
+
+        if opened is None:
+            suback()
+        else:  # after the owners run the relayed consumers (Durability.opened)
+            self.confirms.confirm(suback, durable=False, after=opened)
 
     def _at_subscription_limit(self) -> bool:
         assert self.conn is not None

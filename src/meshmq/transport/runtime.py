@@ -123,6 +123,8 @@ class BrokerRuntime:
             self.shard_peers = ShardPeers(self, shard)
             self.engine.shards = self.shard_peers
             self.durability.owners = self.shard_peers.owners
+            self.durability.relays = self.shard_peers.opened
+            self.durability.settles = self.shard_peers.settled
         # Pages of paged-out messages the core asks for (core/paging.py).
         self.pages = PageReader(self.broker, store, self.engine.request_pump)
         self.engine.pages = self.pages

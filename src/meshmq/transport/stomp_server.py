@@ -278,12 +278,13 @@ class StompSession(BufferedOutput):
         return dests
 
     def receipt(self, receipt_id: str, extra: tuple[tuple[str, str], ...] = (), *,
-                durable: bool = False) -> None:
+                durable: bool = False, after: asyncio.Future[None] | None = None) -> None:
         """Send RECEIPT in order; ``durable``: only once the store has synced what the
-        frame wrote. ``extra``: more headers (a stream subscription's offsets)."""
+        frame wrote; ``after``: and once that is done. ``extra``: more headers (a stream
+        subscription's offsets)."""
         machine = self.machine
         self.confirms.confirm(lambda: self._write(machine.send(Receipt(receipt_id, extra))),
-                              durable=durable)
+                              durable=durable, after=after)
 
     def _confirm(self, frame: Frame, needs_sync: bool) -> None:
         receipt = frame.get("receipt")
@@ -427,7 +428,7 @@ class StompSession(BufferedOutput):
             streams = [q for q in consumer.sources if isinstance(q, StreamQueue)]
             extra = ((FIRST_HEADER, str(streams[0].first_offset)),
                      (NEXT_HEADER, str(streams[0].next_offset))) if streams else ()
-            self.receipt(receipt, extra)
+            self.receipt(receipt, extra, after=self.host.durability.opened((consumer,)))
         self.host.request_pump()
 
     def on_unsubscribe(self, frame: Frame) -> None:
@@ -476,7 +477,7 @@ class StompSession(BufferedOutput):
         needs_sync = self.broker.ack(self.conn, consumer, tag,
                                      cumulative=consumer.ack_mode is AckMode.CLIENT,
                                      txn=frame.get("transaction"))
-        self._confirm(frame, needs_sync and bool(frame.get("receipt")))
+        self._confirm_settle(frame, consumer, needs_sync)
 
     def on_nack(self, frame: Frame) -> None:
         assert self.conn is not None  # the machine refuses NACK in STOMP 1.0
@@ -484,7 +485,15 @@ class StompSession(BufferedOutput):
         needs_sync = self.broker.nack(self.conn, consumer, tag,
                                       cumulative=consumer.ack_mode is AckMode.CLIENT,
                                       txn=frame.get("transaction"))
-        self._confirm(frame, needs_sync and bool(frame.get("receipt")))
+        self._confirm_settle(frame, consumer, needs_sync)
+
+    def _confirm_settle(self, frame: Frame, consumer: Consumer, needs_sync: bool) -> None:
+        """An ACK's or NACK's RECEIPT: after the local sync, and on a shard of several
+        after the owner of a relayed consumer's messages stored the settlement."""
+        receipt = frame.get("receipt")
+        if receipt:
+            self.receipt(receipt, durable=needs_sync,
+                         after=self.host.durability.settled((consumer,)))
 
     # ------------------------------------------------------------ transactions
     def on_begin(self, frame: Frame) -> None:

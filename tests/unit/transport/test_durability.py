@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
+from typing import Any
 
 from meshmq.transport.durability import NOT_STORED, Durability
 
@@ -233,5 +235,40 @@ def test_when_drained_is_told_once_the_queue_is_down_to_its_low_mark() -> None:
         store.syncs[1].set_result(None)
         await turns()
         assert told == [1] and len(q) == 0  # told once
+
+    asyncio.run(main())
+
+
+def test_a_subscriptions_confirmation_waits_for_its_relays_to_open_in_order() -> None:
+    async def main() -> None:
+        store = FakeStore()
+        durability = store.durability()
+        # One broker: nothing to wait for.
+        assert durability.opened(()) is None and durability.settled(()) is None
+        opening: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        asked: list[list[object]] = []
+
+        def relays(consumers: Iterable[Any]) -> asyncio.Future[None] | None:
+            asked.append(list(consumers))
+            return opening if asked[-1] else None
+
+        durability.relays = relays
+        sent: list[str] = []
+        q = durability.confirmations(flush=lambda: None, closed=lambda: False,
+                                     fail=lambda r: None, who="c1")
+        q.confirm(lambda: sent.append("local"), durable=False,
+                  after=durability.opened(()))
+        assert sent == ["local"]  # not relayed: at once, as before
+        q.confirm(lambda: sent.append("relayed"), durable=True,
+                  after=durability.opened(["a relayed consumer"]))
+        q.confirm(lambda: sent.append("next"), durable=False)
+        await turns()  # the turn's write and sync start after it
+        store.syncs[0].set_result(None)
+        await turns()
+        assert sent == ["local"]  # synced, the owner has not answered yet
+        opening.set_result(None)
+        await turns()
+        assert sent == ["local", "relayed", "next"]  # the later one stayed behind it
+        assert store.writes == 1
 
     asyncio.run(main())
