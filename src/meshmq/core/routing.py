@@ -88,6 +88,47 @@ class Router:
             for d in destinations:
                 if d not in writable:
                     self._access.authorize_send(conn, d, message)
+        if state.persistent_refusal is not None or state.usage.full:
+            self._check_limits(destinations, message)
+        if state.owners_down:
+            self._check_owners(destinations)
+        if txn is not None:
+            find_transaction(conn, txn).sends.append((destinations, message))
+            return False
+        return self.route(conn, destinations, message, redelivered)
+
+    def send_from_shard(self, conn: Connection, message: Message, redelivered: bool) -> bool:
+        """Route a send another shard of this node forwarded to its owner (this shard).
+        The shard the client is connected to checked the destination and the client's
+        rights; what only the owner knows is checked here: its store and memory limits,
+        and that a temporary destination still exists."""
+        conn.sent += 1
+        dest = message.destination
+        if dest.kind.is_temporary and not self._state.temp_exists(dest):
+            raise DestinationError(f"temporary destination {dest} does not exist "
+                                   "(its connection has closed)")
+        destinations = (dest,)
+        state = self._state
+        if state.persistent_refusal is not None or state.usage.full:
+            self._check_limits(destinations, message)
+        return self.route(conn, destinations, message, redelivered)
+
+    def _check_owners(self, destinations: tuple[Destination, ...]) -> None:
+        """A send to a destination whose owning shard has been unreachable for longer
+        than the node waits (``shards.owner_wait_ms``) is refused, retriably."""
+        state = self._state
+        shard = state.shard
+        if shard is None:
+            return
+        for d in destinations:
+            owner = state.owner_of(shard, d)
+            if owner in state.owners_down:
+                raise ResourceLimitError(
+                    f"the shard that owns {d} is restarting (shard {owner}, unreachable for "
+                    "longer than shards.owner_wait_ms); send it again shortly")
+
+    def _check_limits(self, destinations: tuple[Destination, ...], message: Message) -> None:
+        state = self._state
         if message.persistent and state.persistent_refusal is not None:
             self._trace_dropped(message, "store full")
             raise ResourceLimitError(f"persistent message refused: {state.persistent_refusal}; "
@@ -100,10 +141,6 @@ class Router:
                     raise ResourceLimitError(
                         f"broker memory limit reached ({state.usage.limit} bytes); send to "
                         f"{d} rejected")
-        if txn is not None:
-            find_transaction(conn, txn).sends.append((destinations, message))
-            return False
-        return self.route(conn, destinations, message, redelivered)
 
     def _trace_dropped(self, message: Message, reason: str) -> None:
         tracer = self._state.tracer

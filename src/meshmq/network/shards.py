@@ -35,11 +35,12 @@ from typing import TYPE_CHECKING, Any
 
 from meshmq.core.auth import Principal
 from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
+from meshmq.core.dedup import network_key
 from meshmq.core.destinations import Destination
 from meshmq.core.message_codec import encoded
 from meshmq.core.queue import BrowseEnd, Delivery
-from meshmq.core.shard_relay import RelayClose, RelayOpen, ShardSettle
-from meshmq.errors import MeshmqError, RemoteProtocolError
+from meshmq.core.shard_relay import RelayDecision, RelayOpen, RelayPause, ShardSettle
+from meshmq.errors import MeshmqError, RemoteProtocolError, ResourceLimitError
 from meshmq.network.interest import DestinationFilter
 from meshmq.network.link import WireLink
 from meshmq.network.receiver import Receiver
@@ -76,6 +77,9 @@ HANDSHAKE_TIMEOUT_S = 10.0
 RETRY_FIRST_S = 0.05
 RETRY_MAX_S = 1.0
 RETRY_PAUSE_S = 0.5  # an owner that answered RETRY (memory limit) is asked again after
+# How long sends to an unreachable owner are held before new ones are refused and the
+# confirmations waiting for it fail, retriably (``shards.owner_wait_ms``).
+OWNER_WAIT_S = 10.0
 BATCH_MESSAGES = 500
 BATCH_BYTES = 1024 * 1024
 
@@ -92,6 +96,30 @@ class ShardReceiver(Receiver):
 
     def start(self) -> None:
         return
+
+    def _accept(self, msg: Message, again: bool = False) -> tuple[AckStatus, bool]:
+        """As a bridge's, less what the sending shard did already: the destination's
+        checks and the client's rights (``Broker.send_from_shard``); no loop check (a
+        shard link adds nothing to ``broker_path``), nothing to redistribute."""
+        broker = self.broker
+        key = network_key(msg)
+        dedup = broker.dedup
+        if dedup.check_and_add(key):
+            self.counters.received_duplicates += 1
+            return AckStatus.DUPLICATE, msg.persistent
+        try:
+            needs_sync = broker.send_from_shard(self.conn, msg, again)
+        except ResourceLimitError:
+            dedup.forget(key)
+            return AckStatus.RETRY, False
+        except MeshmqError as exc:
+            log.info("message %s for %s from shard %s dropped: %s", msg.message_id,
+                     msg.destination, self.remote, exc)
+            return AckStatus.DROPPED, False
+        if broker.tracer is not None:
+            broker.trace_received_from_bridge(msg, from_broker=self.remote,
+                                              connector=self.link.peer)
+        return AckStatus.STORED, needs_sync
 
     def _on_consumer_event(self, event: ConsumerEvent) -> None:
         return
@@ -112,6 +140,8 @@ class RelayOut:
         self.conn: Connection | None = self._conn
         self.consumers: dict[int, Consumer] = {}  # relay id -> consumer here
         self.relay_of: dict[str, int] = {}  # consumer id -> relay id
+        self.paused: set[int] = set()  # auto-ack relays whose clients cannot take more
+        self.link_paused = False  # the link's buffer is full: nobody gets more
         self.closed = False
         # Registered for deliveries, but not among the client sessions a stopping
         # broker closes first: it lives as long as its link, which stops after them.
@@ -123,7 +153,10 @@ class RelayOut:
         selector = body.get("selector")
         try:
             dest = Destination.parse_uri(str(body.get("dest")))
-            spec = ConsumerSpec(destinations=(dest,), ack_mode=AckMode.CLIENT_INDIVIDUAL,
+            # Auto-ack: settled here as it leaves (no SETTLE comes back), as one broker
+            # settles an auto-ack delivery once it is written to its client.
+            ack_mode = AckMode.AUTO if body.get("auto") is True else AckMode.CLIENT_INDIVIDUAL
+            spec = ConsumerSpec(destinations=(dest,), ack_mode=ack_mode,
                                 prefetch=max(1, _int(body, "prefetch")),
                                 priority=_int(body, "priority"),
                                 exclusive=bool(body.get("exclusive")),
@@ -137,9 +170,34 @@ class RelayOut:
             return
         self.consumers[relay] = consumer
         self.relay_of[consumer.id] = relay
+        if self.link_paused:
+            self.broker.pause_relayed(consumer, True)
         self.host.request_pump()
 
+    def pause(self, relay: int, paused: bool) -> None:
+        """The relaying shard's client of ``relay`` cannot take more (or can again)."""
+        if paused:
+            self.paused.add(relay)
+        else:
+            self.paused.discard(relay)
+        consumer = self.consumers.get(relay)
+        if consumer is not None:
+            self.broker.pause_relayed(consumer, paused or self.link_paused)
+            self.host.request_pump()
+
+    def link_writable(self, writable: bool) -> None:
+        """The link's write buffer filled (or drained): stop (or resume) every relay,
+        so a peer that reads slower than this shard dispatches never grows it."""
+        if self.link_paused is not writable:
+            return
+        self.link_paused = not writable
+        for relay, consumer in self.consumers.items():
+            self.broker.pause_relayed(consumer, self.link_paused or relay in self.paused)
+        if writable:
+            self.host.request_pump()
+
     def close_relay(self, relay: int) -> None:
+        self.paused.discard(relay)
         consumer = self.consumers.pop(relay, None)
         if consumer is not None:
             self.relay_of.pop(consumer.id, None)
@@ -212,6 +270,8 @@ class _Peer:
         self.unacked: dict[int, tuple[bytes, bool]] = {}
         self.out: list[tuple[int, Any]] = []
         self.retry: asyncio.TimerHandle | None = None
+        self.wait: asyncio.TimerHandle | None = None  # unreachable: owner_wait_s runs
+        self.down = False  # unreachable for longer than owner_wait_s
         self.links = 0  # links made so far (statistics, tests)
 
 
@@ -252,6 +312,8 @@ class _LinkEnd:
                 peer.relay_out.open(body)
             elif body.get("op") == "relay-close":
                 peer.relay_out.close_relay(_int(body, "relay"))
+            elif body.get("op") == "relay-pause":
+                peer.relay_out.pause(_int(body, "relay"), body.get("paused") is True)
             else:
                 raise RemoteProtocolError(f"unknown shard INTEREST op {body.get('op')!r}")
         elif kind is FrameType.BYE:
@@ -297,18 +359,21 @@ class _LinkEnd:
             self.peers.link_down(self.peer, cause)
 
     def on_writable(self, link: WireLink) -> None:
-        return
+        peer = self.peer
+        if peer is not None and peer.link is link and peer.relay_out is not None:
+            peer.relay_out.link_writable(True)
 
 
 class ShardPeers:
     """This shard's links to every other shard of its node (see the module docstring)."""
 
     def __init__(self, host: BrokerHost, identity: ShardIdentity, *,
-                 heartbeat_s: float = HEARTBEAT_S) -> None:
+                 heartbeat_s: float = HEARTBEAT_S, owner_wait_s: float = OWNER_WAIT_S) -> None:
         self._host = host
         self.broker: Broker = host.broker
         self.identity = identity
         self.heartbeat_s = heartbeat_s
+        self.owner_wait_s = owner_wait_s
         self.peers = {k: _Peer(k, f"{identity.node}#{k}", identity.link_socket(k))
                       for k in range(identity.count) if k != identity.index}
         self._server: asyncio.AbstractServer | None = None
@@ -337,6 +402,7 @@ class ShardPeers:
         self._server = await loop.create_unix_server(self._accept, path)
         os.chmod(path, 0o600)
         for peer in self.peers.values():
+            self._start_wait(peer)
             if peer.index < self.identity.index:
                 self._dialers.append(loop.create_task(self._dial(peer),
                                                       name=f"shard link {peer.label}"))
@@ -358,6 +424,9 @@ class ShardPeers:
                 self.link_down(peer, "shard stopping")
             if peer.retry is not None:
                 peer.retry.cancel()
+            if peer.wait is not None:
+                peer.wait.cancel()
+                peer.wait = None
         if self._server is not None:
             self._server.close()
             with contextlib.suppress(FileNotFoundError):
@@ -419,6 +488,14 @@ class ShardPeers:
         link.peer = peer.label
         peer.link = link
         peer.links += 1
+        if peer.wait is not None:
+            peer.wait.cancel()
+            peer.wait = None
+        if peer.down:
+            peer.down = False
+            self.broker.owner_unreachable(peer.index, False)
+            log.info("shard %s: shard %s is back: sends to it are accepted again",
+                     self.identity.label, peer.label)
         principal = Principal(f"shard:{peer.label}", frozenset({"network"}), internal=True)
         peer.receiver = ShardReceiver(self, link, peer.label, DestinationFilter(),
                                       LinkCounters(), resync_s=0, principal=principal)
@@ -446,7 +523,28 @@ class ShardPeers:
             peer.relay_out.close()
             peer.relay_out = None
         self.broker.relay_link_lost(peer.index)
+        if not self._stopping:
+            self._start_wait(peer)
         self.host.request_pump()
+
+    def _start_wait(self, peer: _Peer) -> None:
+        if peer.wait is None and not peer.down:
+            peer.wait = asyncio.get_running_loop().call_later(self.owner_wait_s,
+                                                              self._owner_down, peer)
+
+    def _owner_down(self, peer: _Peer) -> None:
+        """``peer`` stayed unreachable for ``owner_wait_s``: what waits for it fails and
+        new sends to it are refused, both retriably, so producers neither wait without
+        end nor fill this shard's memory. What is held still goes once it is back."""
+        peer.wait = None
+        if peer.link is not None or self._stopping:
+            return
+        peer.down = True
+        self.broker.owner_unreachable(peer.index, True)
+        log.warning("shard %s: shard %s unreachable for %.1f s: sends to its destinations "
+                    "are refused until it is back", self.identity.label, peer.label,
+                    self.owner_wait_s)
+        self._check_waiters()
 
     def links_up(self) -> int:
         return sum(1 for p in self.peers.values() if p.link is not None)
@@ -456,14 +554,20 @@ class ShardPeers:
         """The core's sends and relay decisions, into each peer's output (the pump)."""
         broker = self.broker
         sends = broker.take_shard_sends()
+        held = 0
         for send in sends:
             peer = self.peers[send.owner]
             peer.seq += 1
             data = encoded(send.message)
+            held += len(data)
             peer.unacked[peer.seq] = (data, send.redelivered)
             self._touched.add(send.owner)
             if peer.link is not None:
                 peer.out.append((_AGAIN if send.redelivered else _SEND, (peer.seq, data)))
+        if held:
+            # Counted against the memory limit until the owner settles them: producers
+            # of a shard whose owners are slow or down meet the limit's flow control.
+            broker.usage.charge(held)
         decisions = broker.take_relay_decisions()
         for decision in decisions:
             peer = self.peers[decision.owner]
@@ -472,8 +576,7 @@ class ShardPeers:
         if sends or decisions:
             self._schedule_flush()
 
-    def _queue_decision(self, peer: _Peer, decision: RelayOpen | RelayClose | ShardSettle
-                        ) -> None:
+    def _queue_decision(self, peer: _Peer, decision: RelayDecision) -> None:
         if isinstance(decision, ShardSettle):
             peer.out.append((_SETTLE, (decision.relay_id, decision.tag,
                                        SettleKind(decision.kind))))
@@ -482,7 +585,10 @@ class ShardPeers:
                 "op": "relay-open", "relay": decision.relay_id,
                 "dest": str(decision.destination), "selector": decision.selector,
                 "prefetch": decision.prefetch, "priority": decision.priority,
-                "exclusive": decision.exclusive})))
+                "exclusive": decision.exclusive, "auto": decision.auto})))
+        elif isinstance(decision, RelayPause):
+            peer.out.append((_FRAME, encode_json(FrameType.INTEREST, {
+                "op": "relay-pause", "relay": decision.relay_id, "paused": decision.paused})))
         else:
             peer.out.append((_FRAME, encode_json(FrameType.INTEREST, {
                 "op": "relay-close", "relay": decision.relay_id})))
@@ -522,19 +628,27 @@ class ShardPeers:
                     size += len(item[1])
             _encode_run(frames, run_kind, run)
             link.write(b"".join(frames))
+            if link.paused and peer.relay_out is not None:
+                peer.relay_out.link_writable(False)
 
     # ------------------------------------------------------------ owners' answers
     def on_acks(self, peer: _Peer, acks: list[tuple[int, AckStatus]]) -> None:
         retry = False
+        released = 0
+        unacked = peer.unacked
         for seq, status in acks:
             if status is AckStatus.RETRY or status is AckStatus.REFUSED:
                 retry = True  # kept: sent again shortly
                 continue
-            if peer.unacked.pop(seq, None) is None:
+            held = unacked.pop(seq, None)
+            if held is None:
                 continue
+            released += len(held[0])
             if status is AckStatus.DROPPED:
                 log.warning("shard %s: shard %s dropped a message sent to it",
                             self.identity.label, peer.label)
+        if released:
+            self.broker.usage.refund(released)
         if retry and peer.retry is None:
             peer.retry = asyncio.get_running_loop().call_later(RETRY_PAUSE_S,
                                                                self._resend, peer, acks)
@@ -559,6 +673,8 @@ class ShardPeers:
             return None
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append((targets, fut))
+        if any(self.peers[k].down for k in targets):
+            self._check_waiters()
         return fut
 
     def _check_waiters(self) -> None:
@@ -568,7 +684,13 @@ class ShardPeers:
         for targets, fut in self._waiters:
             if fut.done():
                 continue
-            if all(_settled(self.peers[k], seq) for k, seq in targets.items()):
+            down = [self.peers[k] for k in targets if self.peers[k].down]
+            if down:
+                fut.set_exception(ResourceLimitError(
+                    f"the destination's shard is restarting (shard {down[0].label} "
+                    f"unreachable for longer than {self.owner_wait_s:g} s); the send may "
+                    "still arrive: send it again with the same dedup-id"))
+            elif all(_settled(self.peers[k], seq) for k, seq in targets.items()):
                 fut.set_result(None)
             else:
                 keep.append((targets, fut))
