@@ -31,6 +31,7 @@ import contextlib
 import hmac
 import logging
 import os
+import secrets
 from typing import TYPE_CHECKING, Any
 
 from meshmq.core.auth import Principal
@@ -87,6 +88,32 @@ BATCH_BYTES = 1024 * 1024
 _SEND, _AGAIN, _DELIVER, _SETTLE, _FRAME = range(5)
 
 
+class Inbound:
+    """What one peer shard's run has sent this shard, across its links: the highest
+    sequence number taken, those answered RETRY below it (they come again), and, for
+    the current link, up to which sequence number the sends may be re-sends."""
+
+    __slots__ = ("boot", "gaps", "resent_upto", "upto")
+
+    def __init__(self) -> None:
+        self.boot: str | None = None
+        self.upto = 0
+        self.gaps: set[int] = set()
+        self.resent_upto = 0
+
+    def greeted(self, body: dict[str, Any]) -> None:
+        """The peer's HELLO or WELCOME: its run and the last sequence number it had
+        used when it greeted (anything above is a first send)."""
+        boot, sent = body.get("boot"), body.get("sent")
+        if not isinstance(boot, str) or boot != self.boot:
+            self.boot = boot if isinstance(boot, str) else None
+            self.upto = 0  # a new run numbers from 1 again
+            self.gaps.clear()
+        # A peer that does not say: everything may be a re-send (checked in the window).
+        self.resent_upto = sent if isinstance(sent, int) and not isinstance(sent, bool) \
+            else 1 << 63
+
+
 class ShardReceiver(Receiver):
     """The owner's side of sends: stores what a shard forwards, ``STORED`` after its
     own sync. Advertises no interest: relayed consumers are explicit (``relay-open``)."""
@@ -97,20 +124,55 @@ class ShardReceiver(Receiver):
     def start(self) -> None:
         return
 
+    inbound: Inbound  # set right after construction: what this sender sent before
+
+    def on_messages(self, batch: list[tuple[int, Message]], *, again: bool = False) -> None:
+        """As a bridge's receiver, but a first send (above the sender's ``sent`` at the
+        handshake) skips the duplicate window: only a send made before this link can
+        have been stored already. Those are found by sequence number when they came
+        over an earlier link of the same sender's run (``Inbound``), else (this shard
+        restarted) in the window, which recovery refilled from the store."""
+        inbound = self.inbound
+        gaps = inbound.gaps
+        now_acks: list[tuple[int, AckStatus]] = []
+        after_sync: list[tuple[int, AckStatus]] = []
+        for seq, msg in batch:
+            if seq <= inbound.resent_upto and seq not in gaps:
+                if seq <= inbound.upto:  # stored (or settled) over an earlier link
+                    self.counters.received_duplicates += 1
+                    (after_sync if msg.persistent else now_acks).append(
+                        (seq, AckStatus.DUPLICATE))
+                    continue
+                status, needs_sync = self._accept(msg, again)
+            else:
+                gaps.discard(seq)  # answered RETRY before: this is its next try
+                status, needs_sync = self._route(msg, again, None)
+            if status is AckStatus.RETRY:
+                gaps.add(seq)
+            (after_sync if needs_sync else now_acks).append((seq, status))
+        if batch:  # (a link's sequence numbers rise, but for RETRY's next tries)
+            top = max(seq for seq, _ in batch)
+            inbound.upto = max(inbound.upto, top)
+        self._answer(len(batch), now_acks, after_sync)
+
     def _accept(self, msg: Message, again: bool = False) -> tuple[AckStatus, bool]:
+        """A send that may have been stored before: checked in the duplicate window."""
+        key = network_key(msg)
+        if self.broker.dedup.check_and_add(key):
+            self.counters.received_duplicates += 1
+            return AckStatus.DUPLICATE, msg.persistent
+        return self._route(msg, again, key)
+
+    def _route(self, msg: Message, again: bool, key: str | None) -> tuple[AckStatus, bool]:
         """As a bridge's, less what the sending shard did already: the destination's
         checks and the client's rights (``Broker.send_from_shard``); no loop check (a
         shard link adds nothing to ``broker_path``), nothing to redistribute."""
         broker = self.broker
-        key = network_key(msg)
-        dedup = broker.dedup
-        if dedup.check_and_add(key):
-            self.counters.received_duplicates += 1
-            return AckStatus.DUPLICATE, msg.persistent
         try:
             needs_sync = broker.send_from_shard(self.conn, msg, again)
         except ResourceLimitError:
-            dedup.forget(key)
+            if key is not None:
+                broker.dedup.forget(key)
             return AckStatus.RETRY, False
         except MeshmqError as exc:
             log.info("message %s for %s from shard %s dropped: %s", msg.message_id,
@@ -270,6 +332,7 @@ class _Peer:
         self.unacked: dict[int, tuple[bytes, bool]] = {}
         self.out: list[tuple[int, Any]] = []
         self.retry: asyncio.TimerHandle | None = None
+        self.inbound = Inbound()  # what the peer sent here (it as the sender)
         self.wait: asyncio.TimerHandle | None = None  # unreachable: owner_wait_s runs
         self.down = False  # unreachable for longer than owner_wait_s
         self.links = 0  # links made so far (statistics, tests)
@@ -330,7 +393,8 @@ class _LinkEnd:
                 link.refuse("authentication-failed", "not a shard of this node (token, node "
                             "or shard index)")
                 return
-            link.write(encode_json(FrameType.WELCOME, peers.greeting()))
+            link.write(encode_json(FrameType.WELCOME, peers.greeting(peer)))
+            peer.inbound.greeted(hello)
             self.peer = peer
         elif frame.type is FrameType.WELCOME and self.peer is not None:
             body = decode_json(frame)
@@ -338,6 +402,7 @@ class _LinkEnd:
                     body.get("shard") != self.peer.index:
                 link.refuse("protocol-error", "the peer is not the expected shard")
                 return
+            self.peer.inbound.greeted(body)
         elif frame.type is FrameType.REFUSE:
             body = decode_json(frame)
             log.error("shard %s: shard %s refused the link: %s", peers.identity.label,
@@ -374,6 +439,7 @@ class ShardPeers:
         self.identity = identity
         self.heartbeat_s = heartbeat_s
         self.owner_wait_s = owner_wait_s
+        self.boot = secrets.token_hex(8)  # this run: a peer's sequence numbers restart
         self.peers = {k: _Peer(k, f"{identity.node}#{k}", identity.link_socket(k))
                       for k in range(identity.count) if k != identity.index}
         self._server: asyncio.AbstractServer | None = None
@@ -448,7 +514,7 @@ class ShardPeers:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_S)
                 continue
-            link.write(encode_json(FrameType.HELLO, self.greeting()))
+            link.write(encode_json(FrameType.HELLO, self.greeting(peer)))
             try:
                 welcomed = await asyncio.wait_for(asyncio.shield(end.welcomed),
                                                   HANDSHAKE_TIMEOUT_S)
@@ -461,11 +527,13 @@ class ShardPeers:
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_S)
 
-    def greeting(self) -> dict[str, Any]:
+    def greeting(self, peer: _Peer) -> dict[str, Any]:
+        """HELLO or WELCOME to ``peer``; ``boot`` and ``sent`` tell it which of the
+        sends that follow may be re-sends (``Inbound``)."""
         ident = self.identity
         return {"protocol": "meshmq", "versions": [WIRE_VERSION], "version": WIRE_VERSION,
                 "broker": ident.node, "shard": ident.index, "token": ident.token,
-                "features": [FEATURE_SHARD]}
+                "features": [FEATURE_SHARD], "boot": self.boot, "sent": peer.seq}
 
     def admit(self, hello: dict[str, Any]) -> _Peer | None:
         """The peer a HELLO comes from, or None when it is not a shard of this node."""
@@ -499,6 +567,7 @@ class ShardPeers:
         principal = Principal(f"shard:{peer.label}", frozenset({"network"}), internal=True)
         peer.receiver = ShardReceiver(self, link, peer.label, DestinationFilter(),
                                       LinkCounters(), resync_s=0, principal=principal)
+        peer.receiver.inbound = peer.inbound
         peer.relay_out = RelayOut(self, peer)
         log.info("shard %s: linked to shard %s", self.identity.label, peer.label)
         # Everything not yet settled goes again (the owner's duplicate window drops

@@ -1,7 +1,8 @@
-"""Sends to a stopped owner, over real links between two shards with real STOMP clients:
-they are held only for ``owner_wait_s`` (then refused, retriably, with a line that says
-the destination's shard is restarting), and what is held counts against the memory
-limit, so a producer is paused instead of growing the shard without bound."""
+"""What a shard holds for an owner, over real links between two shards with real STOMP
+clients: sends to a stopped owner are held only for ``owner_wait_s`` (then refused,
+retriably, with a line that says the destination's shard is restarting), what is held
+counts against the memory limit, so a producer is paused instead of growing the shard
+without bound, and sends whose STORED was lost are sent again and stored once."""
 
 from __future__ import annotations
 
@@ -113,5 +114,52 @@ def test_sends_held_for_a_stopped_owner_count_against_the_memory_limit(
         assert pair[0].depth(queue) == 1001
         poll(lambda: _memory_used(pair[1]) == 0, what="the held bytes released")
         producer.close()
+    finally:
+        pair.stop()
+
+
+def test_sends_whose_stored_answer_was_lost_are_not_stored_twice(tmp_path: Path) -> None:
+    """The owner keeps running, but its STOREDs never reach the sender (the link
+    drops first): the sender sends them again on the next link, and the owner knows
+    them by their sequence numbers. First sends never enter its duplicate window."""
+    pair = ShardPair(tmp_path).start()
+    try:
+        pair.wait_linked()
+        queue = pair.owned_by(0, "twice")
+        sender = pair[1]
+        assert sender.runtime is not None and sender.runtime.shard_peers is not None
+        peers = sender.runtime.shard_peers
+        owner = pair[0]
+        assert owner.runtime is not None
+        window = owner.runtime.broker.dedup
+        sender.run(lambda: setattr(peers, "on_acks", lambda peer, acks: None))
+        producer = _client(sender)
+        for i in range(3):
+            producer.send_frame("SEND", [("destination", f"/queue/{queue}"),
+                                         ("persistent", "true"), ("receipt", f"t{i}")],
+                               f"t{i}".encode())
+        poll(lambda: owner.depth(queue) == 3, what="the owner storing the sends")
+        assert owner.run(lambda: len(window)) == 0
+        assert sender.outstanding() == 3  # their STOREDs were lost
+        del peers.on_acks  # (an instance attribute: the method answers again)
+
+        def drop() -> None:
+            link = peers.peers[0].link
+            assert link is not None
+            link.abort("dropped by the test")
+
+        sender.run(drop)
+        for i in range(3):
+            producer.read_until_receipt(f"t{i}")
+        assert sender.outstanding() == 0
+        assert owner.depth(queue) == 3
+        consumer = _client(owner)
+        consumer.send_frame("SUBSCRIBE", [("destination", f"/queue/{queue}"), ("id", "s")])
+        assert [consumer.read_until("MESSAGE")[0].body for _ in range(3)] == \
+            [b"t0", b"t1", b"t2"]
+        with pytest.raises(TimeoutError):  # each once
+            consumer.read_until("MESSAGE", timeout=0.3)
+        for client in (producer, consumer):
+            client.close()
     finally:
         pair.stop()
