@@ -104,14 +104,16 @@ class Router:
         and that a temporary destination still exists."""
         conn.sent += 1
         dest = message.destination
-        if dest.kind.is_temporary and not self._state.temp_exists(dest):
+        kind = dest.kind
+        if (kind is DestKind.TEMP_QUEUE or kind is DestKind.TEMP_TOPIC) \
+                and not self._state.temp_exists(dest):
             raise DestinationError(f"temporary destination {dest} does not exist "
                                    "(its connection has closed)")
         destinations = (dest,)
         state = self._state
         if state.persistent_refusal is not None or state.usage.full:
             self._check_limits(destinations, message)
-        return self.route(conn, destinations, message, redelivered)
+        return self.route(conn, destinations, message, redelivered, owned=True)
 
     def _check_owners(self, destinations: tuple[Destination, ...]) -> None:
         """A send to a destination whose owning shard has been unreachable for longer
@@ -148,8 +150,9 @@ class Router:
             tracer.message(DROPPED, message, reason=reason)
 
     def route(self, conn: Connection | None, destinations: tuple[Destination, ...],
-              message: Message, redelivered: bool = False) -> bool:
-        """Route an accepted message (a send, a committed one, the broker's own)."""
+              message: Message, redelivered: bool = False, *, owned: bool = False) -> bool:
+        """Route an accepted message (a send, a committed one, the broker's own).
+        ``owned``: its destinations are this shard's (another shard forwarded it)."""
         state = self._state
         if message.properties:
             dedup_id = message.properties.get(DEDUP_PROPERTY)
@@ -166,7 +169,7 @@ class Router:
         tracer = (state.tracer if conn is not None and conn.protocol not in LINK_PROTOCOLS
                   else None)
         queues = state.queues
-        shard = state.shard
+        shard = None if owned else state.shard
         for i, d in enumerate(destinations):
             msg = message if i == 0 and d == message.destination else message.copy_to(d)
             if tracer is not None:

@@ -21,6 +21,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from meshmq.core.destinations import Destination
 from meshmq.core.message import Message
 from meshmq.core.message_codec import STORE_CACHE, decode_message, encode_message
 from meshmq.errors import RemoteProtocolError
@@ -187,11 +188,29 @@ def decode_messages(frame: WireFrame) -> list[tuple[int, Message]]:
             raise RemoteProtocolError(f"undecodable message in MESSAGES frame: {exc}") from None
         # The receiver stores exactly these bytes: no re-encoding.
         msg.wire_cache = {STORE_CACHE: raw}
+        _intern(msg)
         out.append((seq, msg))
         pos += size
     if pos != len(data):
         raise RemoteProtocolError("MESSAGES frame has trailing bytes")
     return out
+
+
+# One Destination object per name among received messages: the broker's tables (queues,
+# owners, a connection's producer destinations) then find them by identity, without a
+# call to Destination.__eq__ for each lookup.
+_DESTINATIONS: dict[str, Destination] = {}
+
+
+def _intern(msg: Message) -> None:
+    dest = msg.destination
+    known = _DESTINATIONS.get(dest.name)
+    if known is None:
+        if len(_DESTINATIONS) >= 10_000:
+            _DESTINATIONS.clear()
+        _DESTINATIONS[dest.name] = dest
+    elif known.kind is dest.kind:
+        msg.destination = known
 
 
 def decode_acks(frame: WireFrame) -> list[tuple[int, AckStatus]]:
@@ -232,6 +251,7 @@ def decode_deliver(frame: WireFrame) -> list[tuple[int, int, int, Message]]:
         except Exception as exc:  # the message codec raises its own errors on garbage
             raise RemoteProtocolError(f"undecodable message in DELIVER frame: {exc}") from None
         msg.wire_cache = {STORE_CACHE: raw}
+        _intern(msg)
         out.append((relay, tag, delivered, msg))
         pos += size
     if pos != len(data):
