@@ -163,3 +163,32 @@ def test_sends_whose_stored_answer_was_lost_are_not_stored_twice(tmp_path: Path)
             client.close()
     finally:
         pair.stop()
+
+
+def test_a_resend_with_its_dedup_id_is_confirmed_only_once_the_owner_stored_it(
+        tmp_path: Path) -> None:
+    """A producer whose connection dropped before the receipt sends again with the same
+    dedup-id through the same shard: that shard has seen the id, but the original is
+    on the owner, which is stopped: no receipt until the owner has it, and it keeps one."""
+    pair = ShardPair(tmp_path).start()
+    try:
+        pair.wait_linked()
+        queue = pair.owned_by(0, "idempotent")
+        pair.stop(0)
+        poll(lambda: pair[1].links_up() == 0, what="the link to drop")
+        headers = [("destination", f"/queue/{queue}"), ("persistent", "true"),
+                   ("dedup-id", "order-7")]
+        first = _client(pair[1])
+        first.send_frame("SEND", [*headers, ("receipt", "1")], b"order")
+        poll(lambda: pair[1].outstanding() == 1, what="the send held for the owner")
+        first.close()  # gone before its receipt
+        again = _client(pair[1])
+        again.send_frame("SEND", [*headers, ("receipt", "2")], b"order")
+        with pytest.raises(TimeoutError):
+            again.read_until_receipt("2", timeout=0.3)
+        pair.start(0)
+        again.read_until_receipt("2")
+        assert pair[0].depth(queue) == 1
+        again.close()
+    finally:
+        pair.stop()

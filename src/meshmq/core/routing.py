@@ -154,6 +154,8 @@ class Router:
         """Route an accepted message (a send, a committed one, the broker's own).
         ``owned``: its destinations are this shard's (another shard forwarded it)."""
         state = self._state
+        shard = None if owned else state.shard
+        duplicate = False
         if message.properties:
             dedup_id = message.properties.get(DEDUP_PROPERTY)
             if dedup_id is not None and state.dedup.check_and_add(str(dedup_id)):
@@ -163,13 +165,17 @@ class Router:
                 log.debug("duplicate send %s dropped (dedup-id %s)", message.message_id,
                           dedup_id)
                 self._trace_dropped(message, "duplicate dedup-id (idempotent producer)")
-                return True
+                if shard is None:
+                    return True
+                # One shard of several: the original's write is on the owners of the
+                # destinations owned elsewhere, so the re-send goes to them (they drop
+                # it as a duplicate) and its confirmation waits for their STORED.
+                duplicate = True
         needs_sync = False
         # Producers' messages only: bridges trace received_from_bridge themselves.
         tracer = (state.tracer if conn is not None and conn.protocol not in LINK_PROTOCOLS
-                  else None)
+                  and not duplicate else None)
         queues = state.queues
-        shard = None if owned else state.shard
         for i, d in enumerate(destinations):
             msg = message if i == 0 and d == message.destination else message.copy_to(d)
             if tracer is not None:
@@ -185,6 +191,9 @@ class Router:
                     # The owner stores and enqueues it; the confirmation waits for its
                     # STORED (transport/durability.py).
                     state.shard_sends.append(ShardSend(owner, msg, redelivered))
+                    needs_sync = True
+                    continue
+                if duplicate:  # stored here before
                     needs_sync = True
                     continue
             queue = queues.get(d)
