@@ -104,3 +104,35 @@ def test_a_full_link_pauses_its_relays_until_it_drains(pair: ShardPair) -> None:
     poll(lambda: owner.depth(queue) == 0, what="the owner's queue drained")
     for client in (producer, consumer):
         client.close()
+
+
+def test_a_relayed_clients_acks_and_nacks_settle_on_the_owner(pair: ShardPair) -> None:
+    queue = pair.owned_by(0, "settled")
+    producer = _client(pair[0])
+    for i in range(10):
+        producer.send_frame("SEND", [("destination", f"/queue/{queue}"),
+                                     ("persistent", "true")], f"m{i}".encode())
+    producer.receipt_roundtrip()
+    consumer = _client(pair[1])
+    consumer.send_frame("SUBSCRIBE", [("destination", f"/queue/{queue}"), ("id", "s"),
+                                      ("ack", "client-individual"),
+                                      ("activemq.prefetchSize", "10")])
+    frames = [consumer.read_until("MESSAGE")[0] for _ in range(10)]
+    assert [f.body for f in frames] == [f"m{i}".encode() for i in range(10)]
+    for frame in frames[:4]:  # written together: one run of acks on the owner
+        consumer.send_frame("ACK", [("id", frame["ack"])])
+    consumer.send_frame("NACK", [("id", frames[4]["ack"])])
+    again, _ = consumer.read_until("MESSAGE")  # the owner redelivers it, counted
+    assert again.body == b"m4" and again.get("redelivered") == "true"
+    poll(lambda: pair[0].depth(queue) == 6, what="the acks settled on the owner")
+    consumer.send_frame("ACK", [("id", again["ack"])])
+    poll(lambda: pair[0].depth(queue) == 5, what="the redelivery acked on the owner")
+    consumer.close()  # m5..m9 unacknowledged: back on the owner, flagged
+    poll(lambda: pair[0].consumers(queue) == 0, what="the relayed consumer closed")
+    local = _client(pair[0])
+    local.send_frame("SUBSCRIBE", [("destination", f"/queue/{queue}"), ("id", "l")])
+    rest = [local.read_until("MESSAGE")[0] for _ in range(5)]
+    assert [f.body for f in rest] == [f"m{i}".encode() for i in range(5, 10)]
+    assert all(f.get("redelivered") == "true" for f in rest)
+    for client in (producer, local):
+        client.close()

@@ -214,6 +214,12 @@ class Broker:
         sync. Raises as ``send`` does when this shard's limits refuse it."""
         return self._router.send_from_shard(conn, message, redelivered)
 
+    def settle_relayed(self, consumer: Consumer, tags: list[int], *, acked: bool) -> bool:
+        """Another shard's client acknowledged (or rejected) these deliveries of
+        ``consumer``, this shard's consumer for it: as ``ack``/``nack`` of each tag,
+        in one pass. True when a stored message was settled."""
+        return self._acks.settle(consumer, tags, acked)
+
     def owner_unreachable(self, owner: int, down: bool) -> None:
         """Shard ``owner`` has been unreachable for longer than the node waits (or is
         back): sends to its destinations are refused (or accepted again)."""

@@ -267,21 +267,32 @@ class RelayOut:
             self.host.request_pump()
 
     def settle(self, settles: list[tuple[int, int, SettleKind]]) -> None:
-        broker, conn = self.broker, self._conn
+        """What the peer's clients did with relayed deliveries: each run of one relay
+        and one kind is settled in one call (one window update, one dispatch mark)."""
+        run: list[int] = []
+        run_relay, run_kind = -1, SettleKind.ACK
         for relay, tag, kind in settles:
-            consumer = self.consumers.get(relay)
-            if consumer is None or tag not in consumer.dispatched:
-                continue  # closed meanwhile (its messages went back then)
-            if kind is SettleKind.ACK:
-                broker.ack(conn, consumer, tag, cumulative=False)
-            elif kind is SettleKind.NACK:
-                broker.nack(conn, consumer, tag, cumulative=False)
-            else:
-                entry = consumer.dispatched.pop(tag)
+            if relay != run_relay or kind is not run_kind:
+                self._settle_run(run_relay, run_kind, run)
+                run, run_relay, run_kind = [], relay, kind
+            run.append(tag)
+        self._settle_run(run_relay, run_kind, run)
+        self.host.request_pump()
+
+    def _settle_run(self, relay: int, kind: SettleKind, tags: list[int]) -> None:
+        consumer = self.consumers.get(relay)
+        if consumer is None or not tags:
+            return  # closed meanwhile (its messages went back then)
+        if kind is not SettleKind.RETURNED:
+            # A tag no longer in the window (settled, or taken back) is skipped.
+            self.broker.settle_relayed(consumer, tags, acked=kind is SettleKind.ACK)
+            return
+        for tag in tags:
+            entry = consumer.dispatched.pop(tag, None)
+            if entry is not None:
                 consumer.by_message_id.pop(entry.message.message_id, None)
                 entry.queue.release(entry, count_delivery=False,
                                     cause="its relayed consumer closed before delivery")
-        self.host.request_pump()
 
     # ------------------------------------------------------------ hosted session
     def deliver(self, outcome: Delivery | BrowseEnd) -> None:
@@ -646,9 +657,8 @@ class ShardPeers:
             self._schedule_flush()
 
     def _queue_decision(self, peer: _Peer, decision: RelayDecision) -> None:
-        if isinstance(decision, ShardSettle):
-            peer.out.append((_SETTLE, (decision.relay_id, decision.tag,
-                                       SettleKind(decision.kind))))
+        if isinstance(decision, ShardSettle):  # (its kind is the wire's value)
+            peer.out.append((_SETTLE, (decision.relay_id, decision.tag, decision.kind)))
         elif isinstance(decision, RelayOpen):
             peer.out.append((_FRAME, encode_json(FrameType.INTEREST, {
                 "op": "relay-open", "relay": decision.relay_id,

@@ -151,7 +151,8 @@ def encode_deliver(batch: list[tuple[int, int, int, bytes]]) -> bytes:
     return _HEAD.pack(len(payload) + 1, FrameType.DELIVER) + payload
 
 
-def encode_settle(settles: list[tuple[int, int, SettleKind]]) -> bytes:
+def encode_settle(settles: list[tuple[int, int, int]]) -> bytes:
+    """One SETTLE frame for ``settles`` of (relay id, owner's tag, ``SettleKind`` value)."""
     payload = _COUNT.pack(len(settles)) + b"".join(
         _SETTLE.pack(relay, tag, kind) for relay, tag, kind in settles)
     return _frame(FrameType.SETTLE, payload)
