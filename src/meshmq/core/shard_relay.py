@@ -125,8 +125,8 @@ class RelayQueue(Queue):
             self.decide(RelayPause(self.owner, self.relay_id, False))
 
     def deliver(self, message: Message, owner_tag: int, delivery_count: int) -> None:
-        """A delivery from the owner: into the consumer's window (or, for an auto-ack
-        consumer, settled at once), handed to the session by the next pump."""
+        """A delivery from the owner: into the consumer's window (an auto-ack one's
+        owner settled it already), handed to the session by the next pump."""
         consumer = self.consumers[0] if self.consumers else None
         if consumer is None or consumer.closed:
             self.decide(ShardSettle(self.owner, self.relay_id, owner_tag, SETTLE_RETURNED))

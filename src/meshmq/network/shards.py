@@ -17,11 +17,16 @@ authorization (the shard a client is connected to checked its rights), and relay
 deliveries travel as ``DELIVER``/``SETTLE`` (docs/wire-protocol.md): the consumer's
 shard does not store them again.
 
-The sender keeps every send until its owner's ``STORED`` (``DUPLICATE``, ``DROPPED``)
-and sends the unsettled ones again on the next link; ``owners()`` is what
-``Durability`` waits on, so a RECEIPT or PUBACK never leaves before the owner stored
-the message. The pump takes the core's shard decisions with each store batch
-(``take``) and writes each link once per pump (``flush``).
+The sender keeps every send until its owner's ``STORED`` (``DUPLICATE``, ``DROPPED``),
+counted against its memory limit meanwhile, and sends the unsettled ones again on the
+next link; the owner knows those re-sends by sequence number (``Inbound``), so a first
+send skips its duplicate window. ``owners()`` is what ``Durability`` waits on, so a
+RECEIPT or PUBACK never leaves before the owner stored the message; an owner
+unreachable for ``owner_wait_s`` fails those waits and has new sends refused, both
+retriably. An auto-ack relayed consumer is auto-ack on the owner too (no ``SETTLE``
+comes back; ``relay-pause`` stands in for its window). The pump takes the core's shard
+decisions with each store batch (``take``) and writes each link once per pump
+(``flush``).
 """
 
 from __future__ import annotations
@@ -120,11 +125,10 @@ class ShardReceiver(Receiver):
 
     waits_for_owners = False
     protocol = "shard"
+    inbound: Inbound  # set right after construction: what this sender sent before
 
     def start(self) -> None:
         return
-
-    inbound: Inbound  # set right after construction: what this sender sent before
 
     def on_messages(self, batch: list[tuple[int, Message]], *, again: bool = False) -> None:
         """As a bridge's receiver, but a first send (above the sender's ``sent`` at the
