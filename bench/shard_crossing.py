@@ -2,16 +2,19 @@
 
 Runs the shards in this process (as tests/support/shard_pair.py does: each a real
 ``BrokerRuntime`` on its own thread and loop, journal store without fsync, linked over
-Unix sockets) with one STOMP producer and one auto-ack STOMP consumer on real TCP
-sockets, and counts the CPU time of the brokers' threads (their loops and journal
-writers: the process's CPU time less the two client threads'). Cases:
+Unix sockets) with one STOMP producer and one STOMP consumer on real TCP sockets
+(auto-ack, or with ``--ack client-individual`` acknowledging each message), and
+counts the CPU time of the brokers' threads (their loops and journal writers: the
+process's CPU time less the two client threads'). Cases:
 
 * ``whole``: one broker (no shards), producer and consumer on it;
 * ``owner``: 2 shards, producer on shard 1, queue and consumer on shard 0 (one hop);
 * ``relay``: 2 shards, producer and consumer on shard 1, queue on shard 0 (the full
-  crossing: send to the owner, STORED back, DELIVER out, SETTLE back).
+  crossing: send to the owner, STORED back, DELIVER out, SETTLE back unless the
+  consumer is auto-ack, which its owner settles).
 
     PYTHONPATH=src:. .venv/bin/python bench/shard_crossing.py [--messages 20000]
+        [--ack auto|client-individual]
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from tests.support.shard_pair import ShardPair
 BODY = b"x" * 100
 
 
-def run(case: str, n: int, persistent: bool) -> float:
+def run(case: str, n: int, persistent: bool, ack: str = "auto") -> float:
     with tempfile.TemporaryDirectory() as tmp:
         pair = ShardPair(Path(tmp), count=1 if case == "whole" else 2).start()
         try:
@@ -43,7 +46,7 @@ def run(case: str, n: int, persistent: bool) -> float:
             consumer = RawClient(consumer_shard, timeout=60)
             consumer.connect()
             consumer.send_frame("SUBSCRIBE", [("destination", f"/queue/{queue}"),
-                                              ("id", "s"), ("ack", "auto")])
+                                              ("id", "s"), ("ack", ack)])
             consumer.receipt_roundtrip()
             time.sleep(0.2)  # the relayed consumer reaches the owner (a benchmark)
             before = time.process_time() - time.thread_time()
@@ -54,7 +57,9 @@ def run(case: str, n: int, persistent: bool) -> float:
                 nonlocal got, reader_cpu
                 start = time.thread_time()
                 while got < n:
-                    consumer.read_until("MESSAGE", timeout=60)
+                    frame, _ = consumer.read_until("MESSAGE", timeout=60)
+                    if ack != "auto":
+                        consumer.send_frame("ACK", [("id", frame["ack"])])
                     got += 1
                 reader_cpu = time.thread_time() - start
 
@@ -82,10 +87,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--messages", type=int, default=20_000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--ack", choices=("auto", "client-individual"), default="auto")
     args = ap.parse_args()
     for persistent in (False, True):
         for case in ("whole", "owner", "relay"):
-            runs = [run(case, args.messages, persistent) for _ in range(args.rounds)]
+            runs = [run(case, args.messages, persistent, args.ack)
+                    for _ in range(args.rounds)]
             print(f"{case:6} persistent={persistent!s:5} {min(runs):7.1f} CPU µs/message "
                   f"(min of {args.rounds}; all: {', '.join(f'{r:.1f}' for r in runs)})",
                   flush=True)

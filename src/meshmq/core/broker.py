@@ -208,6 +208,35 @@ class Broker:
             return
         relay.deliver(message, tag, delivery_count)
 
+    def send_from_shard(self, conn: Connection, message: Message, redelivered: bool) -> bool:
+        """Route a send another shard forwarded to this one, its destination's owner
+        (the ingress shard checked the destination and rights). True: confirm after a
+        sync. Raises as ``send`` does when this shard's limits refuse it."""
+        return self._router.send_from_shard(conn, message, redelivered)
+
+    def settle_relayed(self, consumer: Consumer, tags: list[int], *, acked: bool) -> bool:
+        """Another shard's client acknowledged (or rejected) these deliveries of
+        ``consumer``, this shard's consumer for it: as ``ack``/``nack`` of each tag,
+        in one pass. True when a stored message was settled."""
+        return self._acks.settle(consumer, tags, acked)
+
+    def owner_unreachable(self, owner: int, down: bool) -> None:
+        """Shard ``owner`` has been unreachable for longer than the node waits (or is
+        back): sends to its destinations are refused (or accepted again)."""
+        if down:
+            self.state.owners_down.add(owner)
+        else:
+            self.state.owners_down.discard(owner)
+
+    def pause_relayed(self, consumer: Consumer, paused: bool) -> None:
+        """The shard that relays ``consumer`` (this shard's consumer for another shard's
+        client) cannot take more, or can again: stop or resume dispatching to it."""
+        if consumer.paused != paused and not consumer.closed:
+            consumer.paused = paused
+            if not paused:
+                for queue in consumer.sources:
+                    self.state.mark_dirty(queue)
+
     def relay_opens(self, owner: int) -> list[RelayOpen]:
         """The relayed consumers shard ``owner`` must run (again, after a new link)."""
         return [relay.open_decision(relay.consumers[0])

@@ -88,6 +88,49 @@ class Router:
             for d in destinations:
                 if d not in writable:
                     self._access.authorize_send(conn, d, message)
+        if state.persistent_refusal is not None or state.usage.full:
+            self._check_limits(destinations, message)
+        if state.owners_down:
+            self._check_owners(destinations)
+        if txn is not None:
+            find_transaction(conn, txn).sends.append((destinations, message))
+            return False
+        return self.route(conn, destinations, message, redelivered)
+
+    def send_from_shard(self, conn: Connection, message: Message, redelivered: bool) -> bool:
+        """Route a send another shard of this node forwarded to its owner (this shard).
+        The shard the client is connected to checked the destination and the client's
+        rights; what only the owner knows is checked here: its store and memory limits,
+        and that a temporary destination still exists."""
+        conn.sent += 1
+        dest = message.destination
+        kind = dest.kind
+        if (kind is DestKind.TEMP_QUEUE or kind is DestKind.TEMP_TOPIC) \
+                and not self._state.temp_exists(dest):
+            raise DestinationError(f"temporary destination {dest} does not exist "
+                                   "(its connection has closed)")
+        destinations = (dest,)
+        state = self._state
+        if state.persistent_refusal is not None or state.usage.full:
+            self._check_limits(destinations, message)
+        return self.route(conn, destinations, message, redelivered, owned=True)
+
+    def _check_owners(self, destinations: tuple[Destination, ...]) -> None:
+        """A send to a destination whose owning shard has been unreachable for longer
+        than the node waits (``shards.owner_wait_ms``) is refused, retriably."""
+        state = self._state
+        shard = state.shard
+        if shard is None:
+            return
+        for d in destinations:
+            owner = state.owner_of(shard, d)
+            if owner in state.owners_down:
+                raise ResourceLimitError(
+                    f"the shard that owns {d} is restarting (shard {owner}, unreachable for "
+                    "longer than shards.owner_wait_ms); send it again shortly")
+
+    def _check_limits(self, destinations: tuple[Destination, ...], message: Message) -> None:
+        state = self._state
         if message.persistent and state.persistent_refusal is not None:
             self._trace_dropped(message, "store full")
             raise ResourceLimitError(f"persistent message refused: {state.persistent_refusal}; "
@@ -100,10 +143,6 @@ class Router:
                     raise ResourceLimitError(
                         f"broker memory limit reached ({state.usage.limit} bytes); send to "
                         f"{d} rejected")
-        if txn is not None:
-            find_transaction(conn, txn).sends.append((destinations, message))
-            return False
-        return self.route(conn, destinations, message, redelivered)
 
     def _trace_dropped(self, message: Message, reason: str) -> None:
         tracer = self._state.tracer
@@ -111,9 +150,12 @@ class Router:
             tracer.message(DROPPED, message, reason=reason)
 
     def route(self, conn: Connection | None, destinations: tuple[Destination, ...],
-              message: Message, redelivered: bool = False) -> bool:
-        """Route an accepted message (a send, a committed one, the broker's own)."""
+              message: Message, redelivered: bool = False, *, owned: bool = False) -> bool:
+        """Route an accepted message (a send, a committed one, the broker's own).
+        ``owned``: its destinations are this shard's (another shard forwarded it)."""
         state = self._state
+        shard = None if owned else state.shard
+        duplicate = False
         if message.properties:
             dedup_id = message.properties.get(DEDUP_PROPERTY)
             if dedup_id is not None and state.dedup.check_and_add(str(dedup_id)):
@@ -123,13 +165,17 @@ class Router:
                 log.debug("duplicate send %s dropped (dedup-id %s)", message.message_id,
                           dedup_id)
                 self._trace_dropped(message, "duplicate dedup-id (idempotent producer)")
-                return True
+                if shard is None:
+                    return True
+                # One shard of several: the original's write is on the owners of the
+                # destinations owned elsewhere, so the re-send goes to them (they drop
+                # it as a duplicate) and its confirmation waits for their STORED.
+                duplicate = True
         needs_sync = False
         # Producers' messages only: bridges trace received_from_bridge themselves.
         tracer = (state.tracer if conn is not None and conn.protocol not in LINK_PROTOCOLS
-                  else None)
+                  and not duplicate else None)
         queues = state.queues
-        shard = state.shard
         for i, d in enumerate(destinations):
             msg = message if i == 0 and d == message.destination else message.copy_to(d)
             if tracer is not None:
@@ -145,6 +191,9 @@ class Router:
                     # The owner stores and enqueues it; the confirmation waits for its
                     # STORED (transport/durability.py).
                     state.shard_sends.append(ShardSend(owner, msg, redelivered))
+                    needs_sync = True
+                    continue
+                if duplicate:  # stored here before
                     needs_sync = True
                     continue
             queue = queues.get(d)

@@ -12,7 +12,9 @@ over the shard links by ``network/shards.py``:
   the owner runs the real consumer (selector, prefetch, priority, exclusivity) and its
   deliveries arrive with ``deliver``. ``RelayOpen``/``RelayClose`` ask the owner to
   start and stop it; acks, nacks and a closed consumer's unsettled deliveries become
-  ``ShardSettle`` decisions.
+  ``ShardSettle`` decisions. An auto-ack consumer is auto-ack on the owner too (as on
+  one broker, a message is gone once handed on), so nothing travels back for it but
+  ``RelayPause`` while its client cannot take more.
 
 A relayed delivery is not stored on this shard: the owner keeps it until it is settled,
 so this shard never becomes a second queue of the destination.
@@ -60,6 +62,19 @@ class RelayOpen:
     prefetch: int
     priority: int
     exclusive: bool
+    # Auto-ack: the owner's consumer settles each message as it hands it on, so no
+    # SETTLE comes back; ``RelayPause`` stands in for the window a SETTLE would hold.
+    auto: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RelayPause:
+    """Decision: stop (or resume) the owner's consumer of auto-ack relay ``relay_id``
+    (its client's socket is full: what the owner sends now would pile up here)."""
+
+    owner: int
+    relay_id: int
+    paused: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +93,7 @@ class ShardSettle:
     kind: int
 
 
-RelayDecision = RelayOpen | RelayClose | ShardSettle
+RelayDecision = RelayOpen | RelayClose | ShardSettle | RelayPause
 
 
 class RelayQueue(Queue):
@@ -93,33 +108,28 @@ class RelayQueue(Queue):
         self.owner = owner
         self.relay_id = relay_id
         self.decide = decide  # records a decision for the runtime
-        # Auto-ack deliveries that reached a paused consumer (its client's socket is
-        # full): settled when it resumes, so the owner's window holds the rest back.
-        self._unsettled: list[int] = []
+        # An auto-ack consumer's owner was asked to pause (its client's socket is full).
+        self._paused = False
 
     def open_decision(self, consumer: Consumer) -> RelayOpen:
         spec = consumer.spec
         return RelayOpen(self.owner, self.relay_id, self.destination, spec.selector,
-                         consumer.prefetch, spec.priority, spec.exclusive)
+                         consumer.prefetch, spec.priority, spec.exclusive,
+                         spec.ack_mode is AckMode.AUTO)
 
     def dispatch(self) -> None:
         """Nothing is ever pending here (the owner dispatches); a consumer that
-        resumed settles what it held, which lets the owner send more."""
-        if self._unsettled and self.consumers and not self.consumers[0].paused:
-            self._settle_unsettled()
-
-    def _settle_unsettled(self) -> None:
-        tags, self._unsettled = self._unsettled, []
-        for tag in tags:
-            self.decide(ShardSettle(self.owner, self.relay_id, tag, SETTLE_ACK))
+        resumed lets the owner send again."""
+        if self._paused and self.consumers and not self.consumers[0].paused:
+            self._paused = False
+            self.decide(RelayPause(self.owner, self.relay_id, False))
 
     def deliver(self, message: Message, owner_tag: int, delivery_count: int) -> None:
-        """A delivery from the owner: into the consumer's window (or, for an auto-ack
-        consumer, settled at once), handed to the session by the next pump."""
+        """A delivery from the owner: into the consumer's window (an auto-ack one's
+        owner settled it already), handed to the session by the next pump."""
         consumer = self.consumers[0] if self.consumers else None
         if consumer is None or consumer.closed:
-            self.decide(ShardSettle(self.owner, self.relay_id, owner_tag,
-                                              SETTLE_RETURNED))
+            self.decide(ShardSettle(self.owner, self.relay_id, owner_tag, SETTLE_RETURNED))
             return
         tag = consumer.next_tag
         consumer.next_tag = tag + 1
@@ -127,10 +137,12 @@ class RelayQueue(Queue):
         self.stats.dispatched += 1
         self.ctx.emit(Delivery(consumer, message, tag, delivery_count))
         if consumer.spec.ack_mode is AckMode.AUTO:
-            if consumer.paused:
-                self._unsettled.append(owner_tag)
-            else:
-                self.decide(ShardSettle(self.owner, self.relay_id, owner_tag, SETTLE_ACK))
+            # Settled on the owner already. A paused consumer still gets it (its session
+            # buffers it, as it does a local delivery), and the owner stops until the
+            # consumer resumes: at most what crossed the pause piles up here.
+            if consumer.paused and not self._paused:
+                self._paused = True
+                self.decide(RelayPause(self.owner, self.relay_id, True))
             return
         entry = Entry(self, owner_tag, message, False, delivery_count)
         entry.state = INFLIGHT
@@ -143,8 +155,7 @@ class RelayQueue(Queue):
             entry.state = DONE
             entry.consumer = None
             self.stats.dequeued += 1
-            self.decide(ShardSettle(self.owner, self.relay_id, entry.seq,
-                                              SETTLE_ACK))
+            self.decide(ShardSettle(self.owner, self.relay_id, entry.seq, SETTLE_ACK))
 
     def release(self, entry: Entry, *, count_delivery: bool = True, cause: str = "",
                 reason: str | None = None) -> None:
@@ -158,14 +169,14 @@ class RelayQueue(Queue):
 
     def remove_consumer(self, consumer: Consumer) -> None:
         super().remove_consumer(consumer)
-        self._settle_unsettled()  # handed to the client already
         if consumer.closed:
             self.decide(RelayClose(self.owner, self.relay_id))
 
     def link_lost(self) -> None:
         """The owner's link dropped: it takes back what it had delivered (and will
-        deliver it again, flagged), so settling those entries here means nothing now."""
-        self._unsettled = []
+        deliver it again, flagged), so settling those entries here means nothing now.
+        The next link opens an owner's consumer that is not paused."""
+        self._paused = False
         for consumer in self.consumers:
             for entry in consumer.dispatched.values():
                 if entry.queue is self:

@@ -175,6 +175,8 @@ class CoreState:
         self.relay_ops: list[RelayDecision] = []
         self.relays: dict[int, RelayQueue] = {}  # relayed consumers' sources, by relay id
         self.next_relay = 1
+        # Shards unreachable for longer than the node waits: sends to them are refused.
+        self.owners_down: set[int] = set()
         # Set once the broker is assembled (core/dead_letters.py).
         self.dead_letters: DeadLetterPolicy | None = None
 

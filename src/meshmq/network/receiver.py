@@ -115,8 +115,13 @@ class Receiver:
         for seq, msg in batch:
             status, needs_sync = self._accept(msg, again)
             (after_sync if needs_sync else now_acks).append((seq, status))
-        self.counters.received += len(batch)  # (rates per batch: one clock read)
-        self.counters.receive_rate.add(len(batch))
+        self._answer(len(batch), now_acks, after_sync)
+
+    def _answer(self, received: int, now_acks: list[tuple[int, AckStatus]],
+                after_sync: list[tuple[int, AckStatus]]) -> None:
+        """ACK a batch: ``now_acks`` at once, ``after_sync`` once the store synced."""
+        self.counters.received += received  # (rates per batch: one clock read)
+        self.counters.receive_rate.add(received)
         self.host.trace_barrier()  # trace.exact: arrivals traced before they are acked
         if now_acks:
             self.link.write(encode_acks(now_acks))

@@ -17,11 +17,16 @@ authorization (the shard a client is connected to checked its rights), and relay
 deliveries travel as ``DELIVER``/``SETTLE`` (docs/wire-protocol.md): the consumer's
 shard does not store them again.
 
-The sender keeps every send until its owner's ``STORED`` (``DUPLICATE``, ``DROPPED``)
-and sends the unsettled ones again on the next link; ``owners()`` is what
-``Durability`` waits on, so a RECEIPT or PUBACK never leaves before the owner stored
-the message. The pump takes the core's shard decisions with each store batch
-(``take``) and writes each link once per pump (``flush``).
+The sender keeps every send until its owner's ``STORED`` (``DUPLICATE``, ``DROPPED``),
+counted against its memory limit meanwhile, and sends the unsettled ones again on the
+next link; the owner knows those re-sends by sequence number (``Inbound``), so a first
+send skips its duplicate window. ``owners()`` is what ``Durability`` waits on, so a
+RECEIPT or PUBACK never leaves before the owner stored the message; an owner
+unreachable for ``owner_wait_s`` fails those waits and has new sends refused, both
+retriably. An auto-ack relayed consumer is auto-ack on the owner too (no ``SETTLE``
+comes back; ``relay-pause`` stands in for its window). The pump takes the core's shard
+decisions with each store batch (``take``) and writes each link once per pump
+(``flush``).
 """
 
 from __future__ import annotations
@@ -31,16 +36,25 @@ import contextlib
 import hmac
 import logging
 import os
+import secrets
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from meshmq.core.auth import Principal
 from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
+from meshmq.core.dedup import network_key
 from meshmq.core.destinations import Destination
 from meshmq.core.message_codec import encoded
 from meshmq.core.queue import BrowseEnd, Delivery
-from meshmq.core.shard_relay import RelayClose, RelayOpen, RelayQueue, ShardSettle
-from meshmq.errors import MeshmqError, RemoteProtocolError
+from meshmq.core.shard_relay import (
+    RelayClose,
+    RelayDecision,
+    RelayOpen,
+    RelayPause,
+    RelayQueue,
+    ShardSettle,
+)
+from meshmq.errors import MeshmqError, RemoteProtocolError, ResourceLimitError
 from meshmq.network.interest import DestinationFilter
 from meshmq.network.link import WireLink
 from meshmq.network.receiver import Receiver
@@ -77,6 +91,9 @@ HANDSHAKE_TIMEOUT_S = 10.0
 RETRY_FIRST_S = 0.05
 RETRY_MAX_S = 1.0
 RETRY_PAUSE_S = 0.5  # an owner that answered RETRY (memory limit) is asked again after
+# How long sends to an unreachable owner are held before new ones are refused and the
+# confirmations waiting for it fail, retriably (``shards.owner_wait_ms``).
+OWNER_WAIT_S = 10.0
 BATCH_MESSAGES = 500
 BATCH_BYTES = 1024 * 1024
 
@@ -90,15 +107,99 @@ class ShardLinkLostError(MeshmqError):
     code = "shard-link-lost"
 
 
+class Inbound:
+    """What one peer shard's run has sent this shard, across its links: the highest
+    sequence number taken, those answered RETRY below it (they come again), and, for
+    the current link, up to which sequence number the sends may be re-sends."""
+
+    __slots__ = ("boot", "gaps", "resent_upto", "upto")
+
+    def __init__(self) -> None:
+        self.boot: str | None = None
+        self.upto = 0
+        self.gaps: set[int] = set()
+        self.resent_upto = 0
+
+    def greeted(self, body: dict[str, Any]) -> None:
+        """The peer's HELLO or WELCOME: its run and the last sequence number it had
+        used when it greeted (anything above is a first send)."""
+        boot, sent = body.get("boot"), body.get("sent")
+        if not isinstance(boot, str) or boot != self.boot:
+            self.boot = boot if isinstance(boot, str) else None
+            self.upto = 0  # a new run numbers from 1 again
+            self.gaps.clear()
+        # A peer that does not say: everything may be a re-send (checked in the window).
+        self.resent_upto = sent if isinstance(sent, int) and not isinstance(sent, bool) \
+            else 1 << 63
+
+
 class ShardReceiver(Receiver):
     """The owner's side of sends: stores what a shard forwards, ``STORED`` after its
     own sync. Advertises no interest: relayed consumers are explicit (``relay-open``)."""
 
     waits_for_owners = False
     protocol = "shard"
+    inbound: Inbound  # set right after construction: what this sender sent before
 
     def start(self) -> None:
         return
+
+    def on_messages(self, batch: list[tuple[int, Message]], *, again: bool = False) -> None:
+        """As a bridge's receiver, but a first send (above the sender's ``sent`` at the
+        handshake) skips the duplicate window: only a send made before this link can
+        have been stored already. Those are found by sequence number when they came
+        over an earlier link of the same sender's run (``Inbound``), else (this shard
+        restarted) in the window, which recovery refilled from the store."""
+        inbound = self.inbound
+        gaps = inbound.gaps
+        now_acks: list[tuple[int, AckStatus]] = []
+        after_sync: list[tuple[int, AckStatus]] = []
+        for seq, msg in batch:
+            if seq <= inbound.resent_upto and seq not in gaps:
+                if seq <= inbound.upto:  # stored (or settled) over an earlier link
+                    self.counters.received_duplicates += 1
+                    (after_sync if msg.persistent else now_acks).append(
+                        (seq, AckStatus.DUPLICATE))
+                    continue
+                status, needs_sync = self._accept(msg, again)
+            else:
+                gaps.discard(seq)  # answered RETRY before: this is its next try
+                status, needs_sync = self._route(msg, again, None)
+            if status is AckStatus.RETRY:
+                gaps.add(seq)
+            (after_sync if needs_sync else now_acks).append((seq, status))
+        if batch:  # (a link's sequence numbers rise, but for RETRY's next tries)
+            top = max(seq for seq, _ in batch)
+            inbound.upto = max(inbound.upto, top)
+        self._answer(len(batch), now_acks, after_sync)
+
+    def _accept(self, msg: Message, again: bool = False) -> tuple[AckStatus, bool]:
+        """A send that may have been stored before: checked in the duplicate window."""
+        key = network_key(msg)
+        if self.broker.dedup.check_and_add(key):
+            self.counters.received_duplicates += 1
+            return AckStatus.DUPLICATE, msg.persistent
+        return self._route(msg, again, key)
+
+    def _route(self, msg: Message, again: bool, key: str | None) -> tuple[AckStatus, bool]:
+        """As a bridge's, less what the sending shard did already: the destination's
+        checks and the client's rights (``Broker.send_from_shard``); no loop check (a
+        shard link adds nothing to ``broker_path``), nothing to redistribute."""
+        broker = self.broker
+        try:
+            needs_sync = broker.send_from_shard(self.conn, msg, again)
+        except ResourceLimitError:
+            if key is not None:
+                broker.dedup.forget(key)
+            return AckStatus.RETRY, False
+        except MeshmqError as exc:
+            log.info("message %s for %s from shard %s dropped: %s", msg.message_id,
+                     msg.destination, self.remote, exc)
+            return AckStatus.DROPPED, False
+        if broker.tracer is not None:
+            broker.trace_received_from_bridge(msg, from_broker=self.remote,
+                                              connector=self.link.peer)
+        return AckStatus.STORED, needs_sync
 
     def _on_consumer_event(self, event: ConsumerEvent) -> None:
         return
@@ -119,6 +220,8 @@ class RelayOut:
         self.conn: Connection | None = self._conn
         self.consumers: dict[int, Consumer] = {}  # relay id -> consumer here
         self.relay_of: dict[str, int] = {}  # consumer id -> relay id
+        self.paused: set[int] = set()  # auto-ack relays whose clients cannot take more
+        self.link_paused = False  # the link's buffer is full: nobody gets more
         self.closed = False
         # Registered for deliveries, but not among the client sessions a stopping
         # broker closes first: it lives as long as its link, which stops after them.
@@ -130,7 +233,10 @@ class RelayOut:
         selector = body.get("selector")
         try:
             dest = Destination.parse_uri(str(body.get("dest")))
-            spec = ConsumerSpec(destinations=(dest,), ack_mode=AckMode.CLIENT_INDIVIDUAL,
+            # Auto-ack: settled here as it leaves (no SETTLE comes back), as one broker
+            # settles an auto-ack delivery once it is written to its client.
+            ack_mode = AckMode.AUTO if body.get("auto") is True else AckMode.CLIENT_INDIVIDUAL
+            spec = ConsumerSpec(destinations=(dest,), ack_mode=ack_mode,
                                 prefetch=max(1, _int(body, "prefetch")),
                                 priority=_int(body, "priority"),
                                 exclusive=bool(body.get("exclusive")),
@@ -144,12 +250,37 @@ class RelayOut:
         else:
             self.consumers[relay] = consumer
             self.relay_of[consumer.id] = relay
+            if self.link_paused:
+                self.broker.pause_relayed(consumer, True)
             self.host.request_pump()
         # Answered either way: the subscriber's confirmation waits for it.
         self.peers.queue(self.peer, _FRAME, encode_json(FrameType.INTEREST, {
             "op": "relay-opened", "relay": relay}))
 
+    def pause(self, relay: int, paused: bool) -> None:
+        """The relaying shard's client of ``relay`` cannot take more (or can again)."""
+        if paused:
+            self.paused.add(relay)
+        else:
+            self.paused.discard(relay)
+        consumer = self.consumers.get(relay)
+        if consumer is not None:
+            self.broker.pause_relayed(consumer, paused or self.link_paused)
+            self.host.request_pump()
+
+    def link_writable(self, writable: bool) -> None:
+        """The link's write buffer filled (or drained): stop (or resume) every relay,
+        so a peer that reads slower than this shard dispatches never grows it."""
+        if self.link_paused is not writable:
+            return
+        self.link_paused = not writable
+        for relay, consumer in self.consumers.items():
+            self.broker.pause_relayed(consumer, self.link_paused or relay in self.paused)
+        if writable:
+            self.host.request_pump()
+
     def close_relay(self, relay: int) -> None:
+        self.paused.discard(relay)
         consumer = self.consumers.pop(relay, None)
         if consumer is not None:
             self.relay_of.pop(consumer.id, None)
@@ -157,21 +288,32 @@ class RelayOut:
             self.host.request_pump()
 
     def settle(self, settles: list[tuple[int, int, SettleKind]]) -> None:
-        broker, conn = self.broker, self._conn
+        """What the peer's clients did with relayed deliveries: each run of one relay
+        and one kind is settled in one call (one window update, one dispatch mark)."""
+        run: list[int] = []
+        run_relay, run_kind = -1, SettleKind.ACK
         for relay, tag, kind in settles:
-            consumer = self.consumers.get(relay)
-            if consumer is None or tag not in consumer.dispatched:
-                continue  # closed meanwhile (its messages went back then)
-            if kind is SettleKind.ACK:
-                broker.ack(conn, consumer, tag, cumulative=False)
-            elif kind is SettleKind.NACK:
-                broker.nack(conn, consumer, tag, cumulative=False)
-            else:
-                entry = consumer.dispatched.pop(tag)
+            if relay != run_relay or kind is not run_kind:
+                self._settle_run(run_relay, run_kind, run)
+                run, run_relay, run_kind = [], relay, kind
+            run.append(tag)
+        self._settle_run(run_relay, run_kind, run)
+        self.host.request_pump()
+
+    def _settle_run(self, relay: int, kind: SettleKind, tags: list[int]) -> None:
+        consumer = self.consumers.get(relay)
+        if consumer is None or not tags:
+            return  # closed meanwhile (its messages went back then)
+        if kind is not SettleKind.RETURNED:
+            # A tag no longer in the window (settled, or taken back) is skipped.
+            self.broker.settle_relayed(consumer, tags, acked=kind is SettleKind.ACK)
+            return
+        for tag in tags:
+            entry = consumer.dispatched.pop(tag, None)
+            if entry is not None:
                 consumer.by_message_id.pop(entry.message.message_id, None)
                 entry.queue.release(entry, count_delivery=False,
                                     cause="its relayed consumer closed before delivery")
-        self.host.request_pump()
 
     # ------------------------------------------------------------ hosted session
     def deliver(self, outcome: Delivery | BrowseEnd) -> None:
@@ -222,6 +364,9 @@ class _Peer:
         self.unacked: dict[int, tuple[bytes, bool]] = {}
         self.out: list[tuple[int, Any]] = []
         self.retry: asyncio.TimerHandle | None = None
+        self.inbound = Inbound()  # what the peer sent here (it as the sender)
+        self.wait: asyncio.TimerHandle | None = None  # unreachable: owner_wait_s runs
+        self.down = False  # unreachable for longer than owner_wait_s
         self.links = 0  # links made so far (statistics, tests)
         # ``settle-sync`` asks not yet answered, and the confirmations waiting on each.
         self.asks: dict[int, list[asyncio.Future[None]]] = {}
@@ -272,6 +417,8 @@ class _LinkEnd:
                 for fut in peer.asks.pop(_int(body, "ask"), ()):
                     if not fut.done():
                         fut.set_result(None)
+            elif body.get("op") == "relay-pause":
+                peer.relay_out.pause(_int(body, "relay"), body.get("paused") is True)
             else:
                 raise RemoteProtocolError(f"unknown shard INTEREST op {body.get('op')!r}")
         elif kind is FrameType.BYE:
@@ -288,7 +435,8 @@ class _LinkEnd:
                 link.refuse("authentication-failed", "not a shard of this node (token, node "
                             "or shard index)")
                 return
-            link.write(encode_json(FrameType.WELCOME, peers.greeting()))
+            link.write(encode_json(FrameType.WELCOME, peers.greeting(peer)))
+            peer.inbound.greeted(hello)
             self.peer = peer
         elif frame.type is FrameType.WELCOME and self.peer is not None:
             body = decode_json(frame)
@@ -296,6 +444,7 @@ class _LinkEnd:
                     body.get("shard") != self.peer.index:
                 link.refuse("protocol-error", "the peer is not the expected shard")
                 return
+            self.peer.inbound.greeted(body)
         elif frame.type is FrameType.REFUSE:
             body = decode_json(frame)
             log.error("shard %s: shard %s refused the link: %s", peers.identity.label,
@@ -317,18 +466,22 @@ class _LinkEnd:
             self.peers.link_down(self.peer, cause)
 
     def on_writable(self, link: WireLink) -> None:
-        return
+        peer = self.peer
+        if peer is not None and peer.link is link and peer.relay_out is not None:
+            peer.relay_out.link_writable(True)
 
 
 class ShardPeers:
     """This shard's links to every other shard of its node (see the module docstring)."""
 
     def __init__(self, host: BrokerHost, identity: ShardIdentity, *,
-                 heartbeat_s: float = HEARTBEAT_S) -> None:
+                 heartbeat_s: float = HEARTBEAT_S, owner_wait_s: float = OWNER_WAIT_S) -> None:
         self._host = host
         self.broker: Broker = host.broker
         self.identity = identity
         self.heartbeat_s = heartbeat_s
+        self.owner_wait_s = owner_wait_s
+        self.boot = secrets.token_hex(8)  # this run: a peer's sequence numbers restart
         self.peers = {k: _Peer(k, f"{identity.node}#{k}", identity.link_socket(k))
                       for k in range(identity.count) if k != identity.index}
         self._server: asyncio.AbstractServer | None = None
@@ -364,6 +517,7 @@ class ShardPeers:
         self._server = await loop.create_unix_server(self._accept, path)
         os.chmod(path, 0o600)
         for peer in self.peers.values():
+            self._start_wait(peer)
             if peer.index < self.identity.index:
                 self._dialers.append(loop.create_task(self._dial(peer),
                                                       name=f"shard link {peer.label}"))
@@ -385,6 +539,9 @@ class ShardPeers:
                 self.link_down(peer, "shard stopping")
             if peer.retry is not None:
                 peer.retry.cancel()
+            if peer.wait is not None:
+                peer.wait.cancel()
+                peer.wait = None
         if self._server is not None:
             self._server.close()
             with contextlib.suppress(FileNotFoundError):
@@ -406,7 +563,7 @@ class ShardPeers:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_S)
                 continue
-            link.write(encode_json(FrameType.HELLO, self.greeting()))
+            link.write(encode_json(FrameType.HELLO, self.greeting(peer)))
             try:
                 welcomed = await asyncio.wait_for(asyncio.shield(end.welcomed),
                                                   HANDSHAKE_TIMEOUT_S)
@@ -419,11 +576,13 @@ class ShardPeers:
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_S)
 
-    def greeting(self) -> dict[str, Any]:
+    def greeting(self, peer: _Peer) -> dict[str, Any]:
+        """HELLO or WELCOME to ``peer``; ``boot`` and ``sent`` tell it which of the
+        sends that follow may be re-sends (``Inbound``)."""
         ident = self.identity
         return {"protocol": "meshmq", "versions": [WIRE_VERSION], "version": WIRE_VERSION,
                 "broker": ident.node, "shard": ident.index, "token": ident.token,
-                "features": [FEATURE_SHARD]}
+                "features": [FEATURE_SHARD], "boot": self.boot, "sent": peer.seq}
 
     def admit(self, hello: dict[str, Any]) -> _Peer | None:
         """The peer a HELLO comes from, or None when it is not a shard of this node."""
@@ -446,9 +605,18 @@ class ShardPeers:
         link.peer = peer.label
         peer.link = link
         peer.links += 1
+        if peer.wait is not None:
+            peer.wait.cancel()
+            peer.wait = None
+        if peer.down:
+            peer.down = False
+            self.broker.owner_unreachable(peer.index, False)
+            log.info("shard %s: shard %s is back: sends to it are accepted again",
+                     self.identity.label, peer.label)
         principal = Principal(f"shard:{peer.label}", frozenset({"network"}), internal=True)
         peer.receiver = ShardReceiver(self, link, peer.label, DestinationFilter(),
                                       LinkCounters(), resync_s=0, principal=principal)
+        peer.receiver.inbound = peer.inbound
         peer.relay_out = RelayOut(self, peer)
         log.info("shard %s: linked to shard %s", self.identity.label, peer.label)
         # Everything not yet settled goes again (the owner's duplicate window drops
@@ -484,7 +652,28 @@ class ShardPeers:
             peer.relay_out.close()
             peer.relay_out = None
         self.broker.relay_link_lost(peer.index)
+        if not self._stopping:
+            self._start_wait(peer)
         self.host.request_pump()
+
+    def _start_wait(self, peer: _Peer) -> None:
+        if peer.wait is None and not peer.down:
+            peer.wait = asyncio.get_running_loop().call_later(self.owner_wait_s,
+                                                              self._owner_down, peer)
+
+    def _owner_down(self, peer: _Peer) -> None:
+        """``peer`` stayed unreachable for ``owner_wait_s``: what waits for it fails and
+        new sends to it are refused, both retriably, so producers neither wait without
+        end nor fill this shard's memory. What is held still goes once it is back."""
+        peer.wait = None
+        if peer.link is not None or self._stopping:
+            return
+        peer.down = True
+        self.broker.owner_unreachable(peer.index, True)
+        log.warning("shard %s: shard %s unreachable for %.1f s: sends to its destinations "
+                    "are refused until it is back", self.identity.label, peer.label,
+                    self.owner_wait_s)
+        self._check_waiters()
 
     def links_up(self) -> int:
         return sum(1 for p in self.peers.values() if p.link is not None)
@@ -494,14 +683,20 @@ class ShardPeers:
         """The core's sends and relay decisions, into each peer's output (the pump)."""
         broker = self.broker
         sends = broker.take_shard_sends()
+        held = 0
         for send in sends:
             peer = self.peers[send.owner]
             peer.seq += 1
             data = encoded(send.message)
+            held += len(data)
             peer.unacked[peer.seq] = (data, send.redelivered)
             self._touched.add(send.owner)
             if peer.link is not None:
                 peer.out.append((_AGAIN if send.redelivered else _SEND, (peer.seq, data)))
+        if held:
+            # Counted against the memory limit until the owner settles them: producers
+            # of a shard whose owners are slow or down meet the limit's flow control.
+            broker.usage.charge(held)
         decisions = broker.take_relay_decisions()
         for decision in decisions:
             if isinstance(decision, RelayClose):  # nobody waits for a closed one's open
@@ -515,17 +710,18 @@ class ShardPeers:
         if sends or decisions or asked:
             self._schedule_flush()
 
-    def _queue_decision(self, peer: _Peer, decision: RelayOpen | RelayClose | ShardSettle
-                        ) -> None:
-        if isinstance(decision, ShardSettle):
-            peer.out.append((_SETTLE, (decision.relay_id, decision.tag,
-                                       SettleKind(decision.kind))))
+    def _queue_decision(self, peer: _Peer, decision: RelayDecision) -> None:
+        if isinstance(decision, ShardSettle):  # (its kind is the wire's value)
+            peer.out.append((_SETTLE, (decision.relay_id, decision.tag, decision.kind)))
         elif isinstance(decision, RelayOpen):
             peer.out.append((_FRAME, encode_json(FrameType.INTEREST, {
                 "op": "relay-open", "relay": decision.relay_id,
                 "dest": str(decision.destination), "selector": decision.selector,
                 "prefetch": decision.prefetch, "priority": decision.priority,
-                "exclusive": decision.exclusive})))
+                "exclusive": decision.exclusive, "auto": decision.auto})))
+        elif isinstance(decision, RelayPause):
+            peer.out.append((_FRAME, encode_json(FrameType.INTEREST, {
+                "op": "relay-pause", "relay": decision.relay_id, "paused": decision.paused})))
         else:
             peer.out.append((_FRAME, encode_json(FrameType.INTEREST, {
                 "op": "relay-close", "relay": decision.relay_id})))
@@ -565,19 +761,27 @@ class ShardPeers:
                     size += len(item[1])
             _encode_run(frames, run_kind, run)
             link.write(b"".join(frames))
+            if link.paused and peer.relay_out is not None:
+                peer.relay_out.link_writable(False)
 
     # ------------------------------------------------------------ owners' answers
     def on_acks(self, peer: _Peer, acks: list[tuple[int, AckStatus]]) -> None:
         retry = False
+        released = 0
+        unacked = peer.unacked
         for seq, status in acks:
             if status is AckStatus.RETRY or status is AckStatus.REFUSED:
                 retry = True  # kept: sent again shortly
                 continue
-            if peer.unacked.pop(seq, None) is None:
+            held = unacked.pop(seq, None)
+            if held is None:
                 continue
+            released += len(held[0])
             if status is AckStatus.DROPPED:
                 log.warning("shard %s: shard %s dropped a message sent to it",
                             self.identity.label, peer.label)
+        if released:
+            self.broker.usage.refund(released)
         if retry and peer.retry is None:
             peer.retry = asyncio.get_running_loop().call_later(RETRY_PAUSE_S,
                                                                self._resend, peer, acks)
@@ -623,6 +827,8 @@ class ShardPeers:
             return None
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append((targets, fut))
+        if any(self.peers[k].down for k in targets):
+            self._check_waiters()
         return fut
 
     def settled(self, consumers: Iterable[Consumer]) -> asyncio.Future[None] | None:
@@ -675,7 +881,13 @@ class ShardPeers:
         for targets, fut in self._waiters:
             if fut.done():
                 continue
-            if all(_settled(self.peers[k], seq) for k, seq in targets.items()):
+            down = [self.peers[k] for k in targets if self.peers[k].down]
+            if down:
+                fut.set_exception(ResourceLimitError(
+                    f"the destination's shard is restarting (shard {down[0].label} "
+                    f"unreachable for longer than {self.owner_wait_s:g} s); the send may "
+                    "still arrive: send it again with the same dedup-id"))
+            elif all(_settled(self.peers[k], seq) for k, seq in targets.items()):
                 fut.set_result(None)
             else:
                 keep.append((targets, fut))

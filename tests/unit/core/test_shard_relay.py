@@ -28,7 +28,9 @@ from meshmq.core.shard_relay import (
     SETTLE_NACK,
     SETTLE_RETURNED,
     RelayClose,
+    RelayDecision,
     RelayOpen,
+    RelayPause,
     ShardSettle,
 )
 from meshmq.core.shards import ShardIdentity, owner
@@ -118,16 +120,21 @@ def test_a_relayed_consumer_asks_the_owner_and_settles_there() -> None:
     assert pump(broker, store) == []
 
 
-def test_an_auto_ack_relayed_consumer_settles_on_arrival() -> None:
+def test_an_auto_ack_relayed_consumer_is_settled_by_the_owner_so_nothing_goes_back() -> None:
     broker, store = shard(0)
     conn = connect(broker)
     c = sub(broker, conn, "s", owned_by(1))
     [opened] = broker.take_relay_decisions()
+    assert isinstance(opened, RelayOpen) and opened.auto
     broker.relay_deliver(1, opened.relay_id, 9, 2,
                          Message(message_id="m", destination=dst.queue(owned_by(1)), body=b"x"))
     [d] = pump(broker, store)
     assert d.consumer is c and d.redelivered and c.dispatched == {}
-    assert broker.take_relay_decisions() == [ShardSettle(1, opened.relay_id, 9, SETTLE_ACK)]
+    assert broker.take_relay_decisions() == []
+    # A client-acknowledged one is not: the owner keeps each message until its SETTLE.
+    sub(broker, conn, "t", owned_by(1), ack_mode=AckMode.CLIENT)
+    [opened] = broker.take_relay_decisions()
+    assert isinstance(opened, RelayOpen) and not opened.auto
 
 
 def test_a_lost_link_voids_the_window_and_the_relay_is_opened_again() -> None:
@@ -166,6 +173,7 @@ class Carrier:
         while moved:
             moved = False
             for k, (broker, store) in enumerate(self.cores):
+                out = pump(broker, store)  # first: dispatching may decide (a resume)
                 for s in broker.take_shard_sends():
                     moved = True
                     owner_broker = self.cores[s.owner][0]
@@ -174,7 +182,7 @@ class Carrier:
                 for decision in broker.take_relay_decisions():
                     moved = True
                     self._carry(k, decision)
-                for d in pump(broker, store):
+                for d in out:
                     moved = True
                     if d.consumer.connection_id == self.links[k].id:
                         relay = next(r for r, c in self.relays[k].items() if c is d.consumer)
@@ -183,18 +191,21 @@ class Carrier:
                     else:
                         self.delivered[k].append(d)
 
-    def _carry(self, k: int, decision: RelayOpen | RelayClose | ShardSettle) -> None:
+    def _carry(self, k: int, decision: RelayDecision) -> None:
         owner_broker = self.cores[decision.owner][0]
         conn = self.links[decision.owner]
         relays = self.relays[decision.owner]
         if isinstance(decision, RelayOpen):
+            ack_mode = AckMode.AUTO if decision.auto else AckMode.CLIENT_INDIVIDUAL
             relays[decision.relay_id] = owner_broker.subscribe(conn, f"r{decision.relay_id}",
                 ConsumerSpec(destinations=(decision.destination,),
-                             ack_mode=AckMode.CLIENT_INDIVIDUAL, prefetch=decision.prefetch,
+                             ack_mode=ack_mode, prefetch=decision.prefetch,
                              selector=decision.selector, priority=decision.priority,
                              exclusive=decision.exclusive))
         elif isinstance(decision, RelayClose):
             owner_broker.unsubscribe(conn, relays.pop(decision.relay_id))
+        elif isinstance(decision, RelayPause):
+            owner_broker.pause_relayed(relays[decision.relay_id], decision.paused)
         elif decision.kind == SETTLE_ACK:
             owner_broker.ack(conn, relays[decision.relay_id], decision.tag, cumulative=False)
         else:
@@ -237,7 +248,7 @@ def test_two_cores_one_queue_producers_and_consumers_on_both() -> None:
     assert d2.message.body == b"again" and d2.delivery_count == 2 and d2.redelivered
 
 
-def test_a_paused_auto_ack_consumer_holds_the_owners_window_until_it_resumes() -> None:
+def test_a_paused_auto_ack_consumer_pauses_the_owners_consumer_until_it_resumes() -> None:
     broker, store = shard(0)
     conn = connect(broker)
     sub(broker, conn, "s", owned_by(1))
@@ -248,11 +259,13 @@ def test_a_paused_auto_ack_consumer_holds_the_owners_window_until_it_resumes() -
                              Message(message_id=f"m{tag}", destination=dst.queue(owned_by(1)),
                                      body=b"x"))
     assert len(pump(broker, store)) == 2  # handed to the session, which buffers them
-    assert broker.take_relay_decisions() == []  # the owner sends nothing more meanwhile
+    # One pause, however many arrive meanwhile; one resume once the client can take more.
+    assert broker.take_relay_decisions() == [RelayPause(1, opened.relay_id, True)]
     broker.set_paused(conn, False)
     pump(broker, store)
-    assert broker.take_relay_decisions() == [ShardSettle(1, opened.relay_id, 1, SETTLE_ACK),
-                                             ShardSettle(1, opened.relay_id, 2, SETTLE_ACK)]
+    assert broker.take_relay_decisions() == [RelayPause(1, opened.relay_id, False)]
+    pump(broker, store)
+    assert broker.take_relay_decisions() == []
 
 
 def test_rights_on_a_destination_owned_elsewhere_need_no_admin_to_create_it() -> None:
@@ -337,4 +350,32 @@ def test_a_relayed_consumers_nacks_count_towards_the_owners_dlq() -> None:
         carrier.run()
     assert counts == list(range(1, 8))  # 1 + max_redeliveries (6), then the DLQ
     assert o.queues[dst.queue("ActiveMQ.DLQ")].depth == 1
+    assert o.queues[dst.queue(name)].depth == 0
+
+
+def test_an_auto_ack_relayed_consumer_empties_the_owner_and_its_pause_stops_the_owner() -> None:
+    carrier = Carrier()
+    (o, _), (a, _) = carrier.cores
+    name = owned_by(0)
+    oc, ac = connect(o), connect(a)
+    sub(a, ac, "r", name)  # auto-ack
+    carrier.run()
+    for i in range(3):
+        send(o, oc, name, f"m{i}", persistent=True)
+    carrier.run()
+    assert bodies(carrier.delivered[1]) == ["m0", "m1", "m2"]
+    assert o.queues[dst.queue(name)].depth == 0  # settled as they left, nothing came back
+    carrier.delivered[1] = []
+    a.set_paused(ac, True)  # the client's socket is full
+    send(o, oc, name, "crossed")  # already under way when the pause is noticed
+    carrier.run()
+    assert bodies(carrier.delivered[1]) == ["crossed"]
+    for i in range(2):
+        send(o, oc, name, f"held{i}")
+    carrier.run()
+    assert bodies(carrier.delivered[1]) == ["crossed"]  # the owner keeps the rest
+    assert o.queues[dst.queue(name)].depth == 2
+    a.set_paused(ac, False)
+    carrier.run()
+    assert bodies(carrier.delivered[1]) == ["crossed", "held0", "held1"]
     assert o.queues[dst.queue(name)].depth == 0

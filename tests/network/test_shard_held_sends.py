@@ -1,0 +1,194 @@
+"""What a shard holds for an owner, over real links between two shards with real STOMP
+clients: sends to a stopped owner are held only for ``owner_wait_s`` (then refused,
+retriably, with a line that says the destination's shard is restarting), what is held
+counts against the memory limit, so a producer is paused instead of growing the shard
+without bound, and sends whose STORED was lost are sent again and stored once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from meshmq.config.model import UsageConfig
+from tests.interop.stomp_helpers import RawClient
+from tests.support.brokers import poll
+from tests.support.shard_pair import ShardBroker, ShardPair
+
+
+def _client(shard: ShardBroker) -> RawClient:
+    client = RawClient(shard)
+    client.connect()
+    return client
+
+
+def _set_owner_wait(shard: ShardBroker, seconds: float) -> None:
+    assert shard.runtime is not None and shard.runtime.shard_peers is not None
+    peers = shard.runtime.shard_peers
+    shard.run(lambda: setattr(peers, "owner_wait_s", seconds))
+
+
+def _memory_used(shard: ShardBroker) -> int:
+    assert shard.runtime is not None
+    broker = shard.runtime.broker
+    return shard.run(lambda: broker.usage.used)
+
+
+def test_sends_to_an_owner_gone_longer_than_the_wait_are_refused_then_accepted_again(
+        tmp_path: Path) -> None:
+    pair = ShardPair(tmp_path).start()
+    try:
+        pair.wait_linked()
+        _set_owner_wait(pair[1], 0.5)
+        queue = pair.owned_by(0, "waited")
+        pair.stop(0)
+        poll(lambda: pair[1].links_up() == 0, what="the link to drop")
+        held = _client(pair[1])
+        held.send_frame("SEND", [("destination", f"/queue/{queue}"), ("persistent", "true"),
+                                 ("receipt", "h")], b"held")
+        # Its receipt never comes: once the wait is over the send fails, retriably.
+        error = held.expect_error_and_close()
+        assert "restarting" in (error.get("message") or ""), error
+        held.close()
+        assert pair[1].outstanding() == 1  # kept: it still goes when the owner is back
+        # A send after the wait is refused at once and not held.
+        late = _client(pair[1])
+        late.send_frame("SEND", [("destination", f"/queue/{queue}"), ("receipt", "l")],
+                        b"late")
+        error = late.expect_error_and_close()
+        assert "restarting" in (error.get("message") or "") and "send it again" in \
+            (error.get("message") or ""), error
+        late.close()
+        assert pair[1].outstanding() == 1
+        # Destinations this shard owns are unaffected.
+        local = _client(pair[1])
+        local.send_frame("SEND", [("destination", f"/queue/{pair.owned_by(1, 'here')}"),
+                                  ("receipt", "x")], b"here")
+        local.read_until_receipt("x")
+        local.close()
+        pair.start(0)
+        pair.wait_linked()
+        poll(lambda: pair[1].outstanding() == 0, what="the held send stored by its owner")
+        again = _client(pair[1])
+        again.send_frame("SEND", [("destination", f"/queue/{queue}"), ("receipt", "a")],
+                         b"again")
+        again.read_until_receipt("a")
+        consumer = _client(pair[0])
+        consumer.send_frame("SUBSCRIBE", [("destination", f"/queue/{queue}"), ("id", "s")])
+        got = [consumer.read_until("MESSAGE")[0].body for _ in range(2)]
+        assert got == [b"held", b"again"]
+        with pytest.raises(TimeoutError):  # the refused one was not kept
+            consumer.read_until("MESSAGE", timeout=0.3)
+        for client in (again, consumer):
+            client.close()
+    finally:
+        pair.stop()
+
+
+def test_sends_held_for_a_stopped_owner_count_against_the_memory_limit(
+        tmp_path: Path) -> None:
+    limit = 64 * 1024
+    pair = ShardPair(tmp_path, usage=UsageConfig(memory_limit=limit)).start()
+    try:
+        pair.wait_linked()
+        queue = pair.owned_by(0, "bounded")
+        pair.stop(0)
+        poll(lambda: pair[1].links_up() == 0, what="the link to drop")
+        producer = _client(pair[1])
+        body = b"x" * 1024
+        frame = (f"SEND\ndestination:/queue/{queue}\npersistent:false\n"
+                 f"content-length:{len(body)}\n\n").encode() + body + b"\0"
+        producer.send_bytes(frame * 1000)  # no receipts: nothing else would stop it
+        poll(lambda: _memory_used(pair[1]) >= limit, what="the memory limit reached")
+        # The producer is paused (its frames are not read): no answer to a barrier ...
+        producer.send_frame("SEND", [("destination", f"/queue/{queue}"), ("receipt", "b")],
+                            b"barrier")
+        with pytest.raises(TimeoutError):
+            producer.read_until_receipt("b", timeout=0.3)
+        # ... so what is held stays near the limit, not 1000 messages.
+        held = pair[1].outstanding()
+        assert limit // (2 * len(body)) <= held <= 2 * limit // len(body), held
+        pair.start(0)
+        producer.read_until_receipt("b", timeout=30)  # the owner stored them all
+        assert pair[1].outstanding() == 0
+        assert pair[0].depth(queue) == 1001
+        poll(lambda: _memory_used(pair[1]) == 0, what="the held bytes released")
+        producer.close()
+    finally:
+        pair.stop()
+
+
+def test_sends_whose_stored_answer_was_lost_are_not_stored_twice(tmp_path: Path) -> None:
+    """The owner keeps running, but its STOREDs never reach the sender (the link
+    drops first): the sender sends them again on the next link, and the owner knows
+    them by their sequence numbers. First sends never enter its duplicate window."""
+    pair = ShardPair(tmp_path).start()
+    try:
+        pair.wait_linked()
+        queue = pair.owned_by(0, "twice")
+        sender = pair[1]
+        assert sender.runtime is not None and sender.runtime.shard_peers is not None
+        peers = sender.runtime.shard_peers
+        owner = pair[0]
+        assert owner.runtime is not None
+        window = owner.runtime.broker.dedup
+        sender.run(lambda: setattr(peers, "on_acks", lambda peer, acks: None))
+        producer = _client(sender)
+        for i in range(3):
+            producer.send_frame("SEND", [("destination", f"/queue/{queue}"),
+                                         ("persistent", "true"), ("receipt", f"t{i}")],
+                               f"t{i}".encode())
+        poll(lambda: owner.depth(queue) == 3, what="the owner storing the sends")
+        assert owner.run(lambda: len(window)) == 0
+        assert sender.outstanding() == 3  # their STOREDs were lost
+        del peers.on_acks  # (an instance attribute: the method answers again)
+
+        def drop() -> None:
+            link = peers.peers[0].link
+            assert link is not None
+            link.abort("dropped by the test")
+
+        sender.run(drop)
+        for i in range(3):
+            producer.read_until_receipt(f"t{i}")
+        assert sender.outstanding() == 0
+        assert owner.depth(queue) == 3
+        consumer = _client(owner)
+        consumer.send_frame("SUBSCRIBE", [("destination", f"/queue/{queue}"), ("id", "s")])
+        assert [consumer.read_until("MESSAGE")[0].body for _ in range(3)] == \
+            [b"t0", b"t1", b"t2"]
+        with pytest.raises(TimeoutError):  # each once
+            consumer.read_until("MESSAGE", timeout=0.3)
+        for client in (producer, consumer):
+            client.close()
+    finally:
+        pair.stop()
+
+
+def test_a_resend_with_its_dedup_id_is_confirmed_only_once_the_owner_stored_it(
+        tmp_path: Path) -> None:
+    """A producer whose connection dropped before the receipt sends again with the same
+    dedup-id through the same shard: that shard has seen the id, but the original is
+    on the owner, which is stopped: no receipt until the owner has it, and it keeps one."""
+    pair = ShardPair(tmp_path).start()
+    try:
+        pair.wait_linked()
+        queue = pair.owned_by(0, "idempotent")
+        pair.stop(0)
+        poll(lambda: pair[1].links_up() == 0, what="the link to drop")
+        headers = [("destination", f"/queue/{queue}"), ("persistent", "true"),
+                   ("dedup-id", "order-7")]
+        first = _client(pair[1])
+        first.send_frame("SEND", [*headers, ("receipt", "1")], b"order")
+        poll(lambda: pair[1].outstanding() == 1, what="the send held for the owner")
+        first.close()  # gone before its receipt
+        again = _client(pair[1])
+        again.send_frame("SEND", [*headers, ("receipt", "2")], b"order")
+        with pytest.raises(TimeoutError):
+            again.read_until_receipt("2", timeout=0.3)
+        pair.start(0)
+        again.read_until_receipt("2")
+        assert pair[0].depth(queue) == 1
+        again.close()
+    finally:
+        pair.stop()
