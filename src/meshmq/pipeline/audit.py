@@ -196,14 +196,16 @@ def join_runs(agg: DataFrame, boot_table: DataFrame) -> DataFrame:
                              F.col("next_started_ts").alias("holder_restarted_ts"),
                              F.col("clean_stop").alias("_h_clean"),
                              F.col("exact").alias("_h_exact"))
-    joined = agg.join(runs, (F.col("last.broker") == F.col("_b"))
+    # The runs are few (one row per broker run): broadcast, never a shuffle of the
+    # per-message rows.
+    joined = agg.join(F.broadcast(runs), (F.col("last.broker") == F.col("_b"))
                       & (F.col("last.boot") == F.col("_boot")), "left")
     # The run of the peer a message was last forwarded to, at the time of the forward.
     peers = boot_table.select(F.col("broker").alias("_p"), F.col("started_ts").alias("_p0"),
                               F.col("next_started_ts").alias("_p_restarted"),
                               F.col("clean_stop").alias("_p_clean"),
                               F.col("exact").alias("_p_exact"))
-    return joined.join(peers, (F.col("last.event") == tr.FORWARDED)
+    return joined.join(F.broadcast(peers), (F.col("last.event") == tr.FORWARDED)
                        & (F.col("last.peer") == F.col("_p")) & (F.col("_p0") <= F.col("last.ts"))
                        & (F.col("_p_restarted").isNull()
                           | (F.col("last.ts") < F.col("_p_restarted"))), "left")
@@ -288,7 +290,7 @@ def duplicates(journey_table: DataFrame) -> DataFrame:
               .agg(F.array_sort(F.collect_list("message_id")).alias("message_ids"),
                    F.first("destination").alias("destination"),
                    F.sum("deliveries").alias("deliveries"), F.sum("acks").alias("acks"),
-                   F.array_distinct(F.flatten(F.collect_list("delivered_by")))
+                   F.array_sort(F.array_distinct(F.flatten(F.collect_list("delivered_by"))))
                    .alias("delivered_by"))
               .where(F.size("message_ids") > 1)
               .select(F.col("dedup_id").alias("key"), F.lit("resent").alias("kind"),

@@ -34,6 +34,7 @@ once. ``supported`` says when the codes fit; otherwise ``audit.journeys`` runs.
 
 from __future__ import annotations
 
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - the usual Spark spelling
 
@@ -163,13 +164,26 @@ def aggregate(coded: DataFrame, n_brokers: int) -> DataFrame:
           for i in range(n_brokers)])
 
 
-def repeated_deliveries(coded: DataFrame, agg: DataFrame) -> DataFrame:
+# Up to this many messages delivered more than once, their keys are broadcast to the
+# scan of the deliveries (no shuffle of every delivery event); more are joined by a
+# shuffle.
+BROADCAST_REPEATED = 1_000_000
+
+
+def repeated_deliveries(events: DataFrame, cat: catalog.Catalog, agg: DataFrame) -> DataFrame:
     """For the messages delivered more than once: the deliveries after the last
     recovery, the delivery the first settling consumer received (its relative ts) and
-    the delivering brokers (a bit per broker code)."""
+    the delivering brokers (a bit per broker code). ``agg`` is cached: counting its
+    candidates is a scan of the kept rows."""
     many = agg.where(F.col("deliveries") > 1).select(
         F.col("message_id").alias("_m"), "skey", "skey_c", "rec_t")
-    dl = coded.where(_is(tr.DISPATCHED, tr.DELIVERED)).select("message_id", "t", "b", "c")
+    if many.count() <= BROADCAST_REPEATED:
+        many = F.broadcast(many)
+    # The deliveries alone: their broker's code needs no join.
+    dl = events.where(F.col("event").isin(tr.DISPATCHED, tr.DELIVERED)).select(
+        "message_id", (F.col("ts") - F.lit(cat.first_ts or 0)).alias("t"),
+        _code_of(F.col("broker"), cat.brokers).alias("b"),
+        F.when(F.col("consumer").isNotNull(), F.xxhash64("consumer")).alias("c"))
     t = F.col("t")
     acked = ((F.col("b") == F.col("skey").bitwiseAND(_LOW)) & (F.col("c") == F.col("skey_c"))
              & (t <= F.shiftright("skey", BROKER_BITS)))
@@ -193,8 +207,9 @@ def journeys(events: DataFrame, cat: catalog.Catalog, boot_table: DataFrame) -> 
     """The journeys table, as ``audit.journeys`` computes it (``supported`` traces)."""
     n = len(cat.brokers)
     coded = coded_events(events, cat)
-    agg = aggregate(coded, n)
-    many = repeated_deliveries(coded, agg)
+    # Kept: the journeys and the repeated deliveries both read it.
+    agg = aggregate(coded, n).persist(StorageLevel.MEMORY_AND_DISK)
+    many = repeated_deliveries(events, cat, agg)
     rows = (agg.join(many, F.col("message_id") == F.col("_m2"), "left")
             .join(dedup_ids(events), F.col("message_id") == F.col("_m3"), "left"))
     t0 = F.lit(cat.first_ts or 0)
