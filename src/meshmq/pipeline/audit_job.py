@@ -41,13 +41,6 @@ log = logging.getLogger("meshmq.audit")
 
 DEFAULT_MASTER = "local[2]"
 
-# The driver JVM's options for a local audit (there the driver runs every task), unless
-# PYSPARK_SUBMIT_ARGS or spark-submit set them: measured on a 1M-event audit
-# (bench/results/2026-11-26-pipeline-audit-redesign.md), a cold JVM spent about a
-# third of its CPU in the C2 compiler, compiling the generated code of each query;
-# C1 alone costs a little speed in the tasks and far less in compiling.
-AUDIT_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC"
-
 
 class AuditError(MeshmqError):
     code = "audit-error"
@@ -59,13 +52,15 @@ def spark_session(master: str | None = DEFAULT_MASTER, app: str = "meshmq-audit"
     ``progress_bar``: Spark's console progress bar on stderr (for a terminal).
 
     Python workers use this interpreter (so they find pyarrow) unless PYSPARK_PYTHON
-    says otherwise."""
+    says otherwise. The JVM keeps its default options (tiered compilation, G1, 1 GB
+    heap): the alternatives measured (C1 only, the parallel or serial GC;
+    bench/results/2026-11-26-pipeline-audit-redesign.md) saved CPU on 1M events and
+    cost more on 10M, or made no difference; set them with PYSPARK_SUBMIT_ARGS or
+    ``spark-submit --driver-java-options``."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app)
     if master is not None:
         builder = builder.master(master)
-        if master.startswith("local") and "PYSPARK_SUBMIT_ARGS" not in os.environ:
-            builder = builder.config("spark.driver.extraJavaOptions", AUDIT_JVM_OPTIONS)
     # Input splits: a trace is a few files, one per broker and run, far below the
     # 128 MB split size, so by default each file is one task and the busiest broker's
     # file keeps one core busy while the other idles. Several splits per core (of row
