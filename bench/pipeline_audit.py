@@ -132,6 +132,18 @@ def jvm_cpu(spark: Any) -> Callable[[], float]:
     return read
 
 
+def jvm_peak_rss_mb(spark: Any) -> float:
+    """The Spark JVM's peak resident set so far (VmHWM in /proc), in MB; NaN where
+    /proc is not there."""
+    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return math.nan
+    found = [line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:")]
+    return int(found[0]) / 1024 if found else math.nan
+
+
 def breakdown(spark: Any, trace: Path, out: Path) -> None:
     """One audit with the tables written one at a time: seconds, JVM CPU seconds and
     Spark jobs per step (what the Spark UI would show, which local runs here do not
@@ -207,11 +219,12 @@ def main() -> None:
         from meshmq.pipeline import audit
 
         for run in range(args.runs):
-            # The journey query alone (what the research note measured): statuses.
+            # The journey query alone (what the research note measured): statuses
+            # (the catalog pass included: the journeys' dictionaries come from it).
             spark.catalog.clearCache()
             t0 = time.perf_counter()
             events = audit_job.read_traces(spark, [trace])
-            audit.summary(audit.journeys(events, audit.boots(events))).collect()
+            audit.summary(audit_job.compute(events).journeys).collect()
             core.append(time.perf_counter() - t0)
             print(f"run {run}: journeys + statuses only {core[-1]:.1f}s = "
                   f"{n / core[-1]:,.0f} events/s")
@@ -232,6 +245,7 @@ def main() -> None:
             assert lost == planted["lost"] and dups == planted["duplicates"]
         if args.breakdown:
             breakdown(spark, trace, tmp / "out-breakdown")
+        print(f"JVM peak resident memory (VmHWM): {jvm_peak_rss_mb(spark):,.0f} MB")
         spark.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -3,7 +3,9 @@
 - ``audit`` and ``audit_job``: ``meshmq audit`` reads trace files (JSON Lines or Parquet,
   the schema of ``meshmq.core.trace``), follows every message from send to settle, and
   writes the lost, duplicated and stuck messages, latencies and paths; ``report``
-  renders its Markdown report and charts.
+  renders its Markdown report and charts. ``audit`` holds the reference transforms;
+  ``catalog`` (the small tables, finished on the driver) and ``coded`` (the journeys
+  over integer-coded events) compute the same tables faster.
 - ``datasource``: ``format("meshmq")``, the Structured Streaming source and sink over
   stream destinations, through the public failover client (``broker_client``).
 

@@ -9,7 +9,8 @@ writes files (``meshmq.pipeline.audit_job`` does that). The tables:
   consumed, dead_lettered, expired, dropped, retained (in a stream destination, which
   keeps messages; reads of streams are not traced), pending, in_transit, lost or
   unknown (the trace cannot decide; ``reason`` says why). ``e2e_latency_ms``: send
-  (first broker) to the delivery to the consumer that acked, wherever that was.
+  (first broker) to the delivery to the consumer that acked, wherever that was;
+  ``delivered_by``: the brokers that delivered it (for ``duplicates``).
 * ``boots``: one row per broker run; ``failover_windows``: the gaps between runs,
   from the last sign of life (heartbeat) of a crashed run to the next start.
 * ``lost``: messages accepted by a broker, never consumed or otherwise settled, with
@@ -41,7 +42,7 @@ from pyspark.sql import functions as F  # noqa: N812 - the usual Spark spelling
 from meshmq.core import trace as tr
 
 # Lifecycle order of events logged in the same microsecond (ties in ``ts``).
-_RANK = {tr.BROKER_STARTED: 0, tr.RECEIVED: 1, tr.RECEIVED_FROM_BRIDGE: 1, tr.RECOVERED: 2,
+RANK = {tr.BROKER_STARTED: 0, tr.RECEIVED: 1, tr.RECEIVED_FROM_BRIDGE: 1, tr.RECOVERED: 2,
          tr.STORED: 2, tr.FORWARDED: 3, tr.DISPATCHED: 4, tr.REDELIVERED: 5, tr.ACKED: 6,
          tr.DELIVERED: 6, tr.DLQ: 7, tr.EXPIRED: 7, tr.DROPPED: 7, tr.DENIED: 7,
          tr.BROKER_STOPPED: 8, tr.HEARTBEAT: 8}
@@ -59,7 +60,7 @@ def _start_field(name: str, cast: str) -> Column:
 
 def _rank(event: Column) -> Column:
     expr = F.lit(9)
-    for kind, rank in _RANK.items():
+    for kind, rank in RANK.items():
         expr = F.when(event == kind, rank).otherwise(expr)
     return expr
 
@@ -174,32 +175,53 @@ def journeys(events: DataFrame, boot_table: DataFrame) -> DataFrame:
         F.max((ev == tr.STORED) & (F.col("reason") == "stream")).alias("streamed"),
     )
     after_recovery = F.size(F.filter("_deliveries", lambda d: d["ts"] > F.col("_rec_ts")))
-    deliveries = F.col("deliveries")
-    possible = F.greatest(deliveries,
+    possible = F.greatest(F.col("deliveries"),
                           F.coalesce(F.col("_rec_count"), F.lit(0)) + after_recovery)
     acked_delivery = F.array_max(F.transform(F.filter(
         "_deliveries", lambda d: (d["broker"] == F.col("acker.broker"))
         & (d["consumer"] == F.col("acker.consumer")) & (d["ts"] <= F.col("first_ack_ts"))),
         lambda d: d["ts"]))
-    start = F.coalesce(F.col("origin"), F.col("seen_first"))
-    # No traced arrival (sampling, a lost trace file): the broker it was last seen on.
-    path = F.when(F.size("arrivals") > 0, F.col("arrivals")).otherwise(
-        F.array(F.col("last.broker")))
+    delivered_by = F.array_sort(F.array_distinct(F.transform("_deliveries",
+                                                             lambda d: d["broker"])))
+    return journey_columns(join_runs(agg, boot_table),
+                           start=F.coalesce(F.col("origin"), F.col("seen_first")),
+                           arrivals=F.col("arrivals"), possible=possible,
+                           acked_delivery=acked_delivery, delivered_by=delivered_by)
+
+
+def join_runs(agg: DataFrame, boot_table: DataFrame) -> DataFrame:
+    """Per-message rows (a ``last`` struct: ts, event, broker, boot, peer) beside the
+    run that last held the message and, after a forward, the peer's run then."""
     runs = boot_table.select(F.col("broker").alias("_b"), F.col("boot").alias("_boot"),
                              F.col("next_started_ts").alias("holder_restarted_ts"),
                              F.col("clean_stop").alias("_h_clean"),
                              F.col("exact").alias("_h_exact"))
-    joined = agg.join(runs, (F.col("last.broker") == F.col("_b"))
+    # The runs are few (one row per broker run): broadcast, never a shuffle of the
+    # per-message rows.
+    joined = agg.join(F.broadcast(runs), (F.col("last.broker") == F.col("_b"))
                       & (F.col("last.boot") == F.col("_boot")), "left")
     # The run of the peer a message was last forwarded to, at the time of the forward.
     peers = boot_table.select(F.col("broker").alias("_p"), F.col("started_ts").alias("_p0"),
                               F.col("next_started_ts").alias("_p_restarted"),
                               F.col("clean_stop").alias("_p_clean"),
                               F.col("exact").alias("_p_exact"))
-    joined = joined.join(peers, (F.col("last.event") == tr.FORWARDED)
-                         & (F.col("last.peer") == F.col("_p")) & (F.col("_p0") <= F.col("last.ts"))
-                         & (F.col("_p_restarted").isNull()
-                            | (F.col("last.ts") < F.col("_p_restarted"))), "left")
+    return joined.join(F.broadcast(peers), (F.col("last.event") == tr.FORWARDED)
+                       & (F.col("last.peer") == F.col("_p")) & (F.col("_p0") <= F.col("last.ts"))
+                       & (F.col("_p_restarted").isNull()
+                          | (F.col("last.ts") < F.col("_p_restarted"))), "left")
+
+
+def journey_columns(joined: DataFrame, *, start: Column, arrivals: Column, possible: Column,
+                    acked_delivery: Column, delivered_by: Column) -> DataFrame:
+    """The journeys' columns and verdicts from per-message rows beside their runs
+    (``join_runs``). ``start``: the message's first acceptance (else its first event)
+    as a struct (ts, broker, destination, persistent, size); ``arrivals``: brokers in
+    order of arrival; ``possible``: the deliveries a crash may have hidden included;
+    ``acked_delivery``: the timestamp of the delivery the consumer acked;
+    ``delivered_by``: the brokers that delivered it, sorted."""
+    deliveries = F.col("deliveries")
+    # No traced arrival (sampling, a lost trace file): the broker it was last seen on.
+    path = F.when(F.size(arrivals) > 0, arrivals).otherwise(F.array(F.col("last.broker")))
     restarted = F.col("holder_restarted_ts").isNotNull()
     holder_blind = ~F.col("_h_clean") & ~F.col("_h_exact")
     peer_blind = F.col("_p_restarted").isNotNull() & ~F.col("_p_clean") & ~F.col("_p_exact")
@@ -243,7 +265,7 @@ def journeys(events: DataFrame, boot_table: DataFrame) -> DataFrame:
         F.col("last.broker").alias("last_broker"), F.col("last.boot").alias("last_boot"),
         F.col("last.destination").alias("last_destination"),
         "drop_reason", "holder_restarted_ts", status.alias("status"),
-        unknown_reason.alias("reason"))
+        unknown_reason.alias("reason"), delivered_by.alias("delivered_by"))
 
 
 def lost(journey_table: DataFrame) -> DataFrame:
@@ -254,17 +276,11 @@ def lost(journey_table: DataFrame) -> DataFrame:
             .transform(lambda f: sorted_small(f, "last_ts", "message_id")))
 
 
-def duplicates(journey_table: DataFrame, events: DataFrame) -> DataFrame:
+def duplicates(journey_table: DataFrame) -> DataFrame:
     """Messages delivered more than once, and producer resends of one dedup id;
-    ``delivered_by``: the brokers that delivered them."""
+    ``delivered_by``: the brokers that delivered them (the journeys' column)."""
     journey_table = journey_table.where(
         (F.col("deliveries") > 1) | (F.col("dedup_id").isNotNull() & (F.col("deliveries") > 0)))
-    # Only the candidates' deliveries are grouped (a semi-join first): few messages, not
-    # every delivered one.
-    delivered = (events.where(F.col("event").isin(tr.DISPATCHED, tr.DELIVERED))
-                 .join(journey_table.select("message_id"), "message_id", "left_semi")
-                 .groupBy("message_id").agg(F.collect_set("broker").alias("delivered_by")))
-    journey_table = journey_table.join(delivered, "message_id", "left")
     redelivered = (journey_table.where(F.col("deliveries") > 1)
                    .select(F.col("message_id").alias("key"), F.lit("redelivered").alias("kind"),
                            F.array("message_id").alias("message_ids"), "destination",
@@ -274,7 +290,7 @@ def duplicates(journey_table: DataFrame, events: DataFrame) -> DataFrame:
               .agg(F.array_sort(F.collect_list("message_id")).alias("message_ids"),
                    F.first("destination").alias("destination"),
                    F.sum("deliveries").alias("deliveries"), F.sum("acks").alias("acks"),
-                   F.array_distinct(F.flatten(F.collect_list("delivered_by")))
+                   F.array_sort(F.array_distinct(F.flatten(F.collect_list("delivered_by"))))
                    .alias("delivered_by"))
               .where(F.size("message_ids") > 1)
               .select(F.col("dedup_id").alias("key"), F.lit("resent").alias("kind"),
@@ -374,18 +390,20 @@ def paths(journey_table: DataFrame, stats: DataFrame | None = None) -> DataFrame
 
 
 def stuck(journey_table: DataFrame, events: DataFrame, *, older_than_ms: int,
-          now_ts: int | None = None, stats: DataFrame | None = None) -> DataFrame:
+          now_ts: int | None = None, stats: DataFrame | None = None,
+          served_table: DataFrame | None = None) -> DataFrame:
     """Messages pending for longer than ``older_than_ms`` (measured to ``now_ts``, by
     default the newest event). ``consumers_elsewhere``: another broker dispatched
     messages of the same destination after this one got stuck, so consumers exist
-    there but not here."""
+    there but not here. ``served_table``: ``served``'s rows, when already known."""
     if now_ts is None:
         now_ts = events.agg(F.max("ts").alias("now")).collect()[0]["now"] or 0
     pending = journey_table.where(F.col("status") == "pending").withColumn(
         "age_ms", (F.lit(now_ts) - F.col("last_ts")) / 1000.0).where(
         F.col("age_ms") > older_than_ms)
+    last_served = served(events, stats) if served_table is None else served_table
     elsewhere = pending.join(
-        served(events, stats), (F.col("served_destination") == F.col("last_destination"))
+        last_served, (F.col("served_destination") == F.col("last_destination"))
         & (F.col("served_broker") != F.col("last_broker"))
         & (F.col("served_ts") > F.col("last_ts")), "left")
     return (elsewhere.groupBy("message_id", "last_broker", "last_destination", "last_event",

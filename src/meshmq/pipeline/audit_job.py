@@ -35,7 +35,7 @@ from pyspark.sql import functions as F  # noqa: N812 - the usual Spark spelling
 
 from meshmq.core import trace as tr
 from meshmq.errors import MeshmqError
-from meshmq.pipeline import audit, paths, report, small_tables
+from meshmq.pipeline import audit, catalog, coded, paths, report, small_tables
 
 log = logging.getLogger("meshmq.audit")
 
@@ -52,7 +52,11 @@ def spark_session(master: str | None = DEFAULT_MASTER, app: str = "meshmq-audit"
     ``progress_bar``: Spark's console progress bar on stderr (for a terminal).
 
     Python workers use this interpreter (so they find pyarrow) unless PYSPARK_PYTHON
-    says otherwise."""
+    says otherwise. The JVM keeps its default options (tiered compilation, G1, 1 GB
+    heap): the alternatives measured (C1 only, the parallel or serial GC;
+    bench/results/2026-11-26-pipeline-audit-redesign.md) saved CPU on 1M events and
+    cost more on 10M, or made no difference; set them with PYSPARK_SUBMIT_ARGS or
+    ``spark-submit --driver-java-options``."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app)
     if master is not None:
@@ -133,42 +137,47 @@ def _parquet_only(events: DataFrame) -> bool:
 
 def compute(events: DataFrame, *, stuck_after_ms: int = 60_000,
             window: str = "10 seconds", cache_events: bool | None = None) -> AuditTables:
-    """Every table, as lazy frames over the events and the (small, cached) boots.
+    """Every table: the small ones built on the driver, the journeys and the tables
+    derived from them as lazy frames.
 
-    ``cache_events``: keep a copy of the events in memory (spilling to disk), so a
-    JSON trace is parsed once rather than by each table; by default only when the
-    input is not all Parquet files: a Parquet scan reads just the few columns each
-    table needs, faster than building the cache. The journeys are not cached:
-    ``write_tables`` writes them first and builds the tables derived from them from
-    the written copy (``from_journeys``)."""
+    Two scans of the events: the catalog pass (``meshmq.pipeline.catalog``: one
+    aggregation, collected once) gives boots, failovers, throughput, bridges, the
+    served destinations, "now" and the dictionaries; the journeys are then a hash
+    aggregation over integer-coded events (``meshmq.pipeline.coded``; the reference
+    ``audit.journeys`` when the codes do not fit the trace). ``cache_events``: keep a
+    copy of the events in memory (spilling to disk), so a JSON trace is parsed once
+    rather than twice; by default only when the input is not all Parquet files. The
+    journeys are not cached: ``write_tables`` writes them first and builds the tables
+    derived from them from the written copy (``from_journeys``)."""
     if cache_events is None:
         cache_events = not _parquet_only(events)
     if cache_events:
         events = events.persist(StorageLevel.MEMORY_AND_DISK)
-    boot_table = audit.boots(events).cache()
-    # "Now" for stuck messages is the newest event: every run's last event is in the
-    # (small, cached) boots table, so this does not scan the events again.
-    now_ts = boot_table.agg(F.max("last_ts").alias("now")).collect()[0]["now"] or 0
-    # Throughput, bridges and the deliveries per destination (for stuck messages) are
-    # one aggregation over the events, kept: a scan of the trace rather than three.
-    event_stats = audit.event_stats(events, window).cache()
+    spark = events.sparkSession
+    cat = catalog.build([r.asDict() for r in
+                         catalog.catalog_rows(events, window).collect()])
+    boot_table = spark.createDataFrame(cat.boots, catalog.BOOTS_DDL)
+    served = spark.createDataFrame(
+        cat.served, "served_broker string, served_destination string, served_ts bigint")
 
     def from_journeys(journeys: DataFrame) -> dict[str, DataFrame]:
-        # Likewise summary, paths and latency: one pass over the journeys, kept.
+        # Summary, paths and latency: one pass over the journeys, kept.
         stats = audit.journey_stats(journeys).cache()
         return {"summary": audit.summary(journeys, stats), "lost": audit.lost(journeys),
-                "duplicates": audit.duplicates(journeys, events),
+                "duplicates": audit.duplicates(journeys),
                 "paths": audit.paths(journeys, stats),
                 "latency": audit.latency(journeys, stats),
                 "stuck": audit.stuck(journeys, events, older_than_ms=stuck_after_ms,
-                                     now_ts=now_ts, stats=event_stats)}
+                                     now_ts=cat.now_ts, served_table=served)}
 
-    journeys = audit.journeys(events, boot_table)
+    journeys = (coded.journeys(events, cat, boot_table) if coded.supported(cat)
+                else audit.journeys(events, boot_table))
     return AuditTables(
         journeys=journeys, **from_journeys(journeys),
-        throughput=audit.throughput(events, window, event_stats),
-        bridges=audit.bridges(events, window, event_stats),
-        boots=boot_table, failovers=audit.failover_windows(boot_table),
+        throughput=spark.createDataFrame(cat.throughput, catalog.THROUGHPUT_DDL),
+        bridges=spark.createDataFrame(cat.bridges, catalog.BRIDGES_DDL),
+        boots=boot_table, failovers=spark.createDataFrame(cat.failovers,
+                                                          catalog.FAILOVERS_DDL),
         from_journeys=from_journeys)
 
 
