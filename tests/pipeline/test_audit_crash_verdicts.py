@@ -61,7 +61,20 @@ ROWS = [
     ev(20.1, "dispatched", broker="x", boot="x1", mid="k1", consumer="c4", delivery_count=1),
     ev(20.2, "received", broker="x", boot="x1", mid="f1"),
     ev(20.3, "forwarded", broker="x", boot="x1", mid="f1", peer="west", connector="n"),
+    # r1: accepted by x with a dedup-id, taken by the crash before it was stored or
+    # delivered; its producer sent it again to x's next run as r2, which was consumed:
+    # delivered, so not lost. u4 the same on west's run, which was not exact (its own
+    # trace cannot decide, but the copy's delivery does).
+    ev(20.25, "received", broker="x", boot="x1", mid="r1", dedup_id="order-7"),
+    ev(8, "received", broker="west", boot="w1", mid="u4", dedup_id="order-8"),
     ev(30, "broker_started", broker="x", boot="x2", reason=EXACT),
+    ev(30.1, "received", broker="x", boot="x2", mid="r2", dedup_id="order-7"),
+    ev(30.2, "dispatched", broker="x", boot="x2", mid="r2", consumer="c5", delivery_count=1,
+       dedup_id="order-7"),
+    ev(30.3, "acked", broker="x", boot="x2", mid="r2", consumer="c5", dedup_id="order-7"),
+    ev(30.4, "received", broker="x", boot="x2", mid="u5", dedup_id="order-8"),
+    ev(30.5, "delivered", broker="x", boot="x2", mid="u5", consumer="c6",
+       dedup_id="order-8"),
 ]
 
 
@@ -87,7 +100,21 @@ def test_what_the_trace_cannot_decide_is_unknown_with_a_reason(
         "d1": ("consumed", None), "p1": ("consumed", None), "e2e": ("consumed", None),
         "l1": ("lost", None),
         "k1": ("unknown", "delivered to a consumer; no ack traced before x restarted"),
-        "f1": ("lost", None)}
+        "f1": ("lost", None),
+        "r1": ("resent", "taken by x's restart; sent again with its dedup-id as r2, "
+                         "which was delivered"),
+        "r2": ("consumed", None),
+        "u4": ("resent", "taken by west's restart; sent again with its dedup-id as u5, "
+                         "which was delivered"),
+        "u5": ("consumed", None)}
+
+
+def test_a_resent_copy_is_neither_lost_nor_a_duplicate(tables: Any) -> None:
+    summary = {r["status"]: r["messages"] for r in rows(tables.summary)}
+    assert summary["resent"] == 2 and summary["lost"] == 2  # l1, f1
+    assert {r["message_id"] for r in rows(tables.lost)} == {"l1", "f1"}
+    # One copy delivered: not a duplicate delivery.
+    assert not [r for r in rows(tables.duplicates) if r["kind"] == "resent"]
 
 
 def test_deliveries_count_across_brokers_and_recovery_marks(

@@ -48,7 +48,7 @@ RANK = {tr.BROKER_STARTED: 0, tr.RECEIVED: 1, tr.RECEIVED_FROM_BRIDGE: 1, tr.REC
          tr.BROKER_STOPPED: 8, tr.HEARTBEAT: 8}
 
 STATUSES = ("consumed", "dead_lettered", "expired", "dropped", "retained", "pending",
-            "in_transit", "lost", "unknown")
+            "in_transit", "resent", "lost", "unknown")
 
 
 def _start_field(name: str, cast: str) -> Column:
@@ -183,10 +183,22 @@ def journeys(events: DataFrame, boot_table: DataFrame) -> DataFrame:
         lambda d: d["ts"]))
     delivered_by = F.array_sort(F.array_distinct(F.transform("_deliveries",
                                                              lambda d: d["broker"])))
+    agg = agg.join(delivered_copies(events), F.col("dedup_id") == F.col("_copy_of"), "left")
     return journey_columns(join_runs(agg, boot_table),
                            start=F.coalesce(F.col("origin"), F.col("seen_first")),
                            arrivals=F.col("arrivals"), possible=possible,
                            acked_delivery=acked_delivery, delivered_by=delivered_by)
+
+
+def delivered_copies(events: DataFrame) -> DataFrame:
+    """Per dedup id, the first message id carrying it that reached a consumer
+    (``_copy_of``, ``_copy``): the evidence that a producer's re-send delivered what a
+    crash took before it was stored (``journey_columns``' ``resent``). Only events with
+    a dedup id take part."""
+    return (events.where(F.col("dedup_id").isNotNull() & (F.col("message_id") != "")
+                         & F.col("event").isin(tr.DISPATCHED, tr.DELIVERED))
+            .groupBy(F.col("dedup_id").alias("_copy_of"))
+            .agg(F.min("message_id").alias("_copy")))
 
 
 def join_runs(agg: DataFrame, boot_table: DataFrame) -> DataFrame:
@@ -227,6 +239,14 @@ def journey_columns(joined: DataFrame, *, start: Column, arrivals: Column, possi
     peer_blind = F.col("_p_restarted").isNotNull() & ~F.col("_p_clean") & ~F.col("_p_exact")
     settled = (F.col("acks") > 0) | (F.col("dead_letters") > 0) | (F.col("expiries") > 0) \
         | (F.col("drops") > 0) | F.col("streamed")
+    # Taken by its broker's restart before any delivery, but the producer sent it again
+    # with its dedup-id and that copy reached a consumer: delivered, so not lost (nor
+    # unknown), though not under this id.
+    resent = restarted & (deliveries == 0) & ~settled & F.col("_copy").isNotNull() \
+        & (F.col("_copy") != F.col("message_id"))
+    resent_reason = F.concat(F.lit("taken by "), F.col("last.broker"),
+                             F.lit("'s restart; sent again with its dedup-id as "),
+                             F.col("_copy"), F.lit(", which was delivered"))
     unknown_reason = (
         F.when(settled, F.lit(None))
         .when(peer_blind, F.concat(F.lit("forwarded to "), F.col("last.peer"),
@@ -243,6 +263,7 @@ def journey_columns(joined: DataFrame, *, start: Column, arrivals: Column, possi
               .when(F.col("expiries") > 0, "expired")
               .when(F.col("drops") > 0, "dropped")
               .when(F.col("streamed"), "retained")
+              .when(resent, "resent")
               .when(unknown_reason.isNotNull(), "unknown")
               .when(restarted, "lost")
               .when(F.col("last.event") == tr.FORWARDED, "in_transit")
@@ -265,7 +286,8 @@ def journey_columns(joined: DataFrame, *, start: Column, arrivals: Column, possi
         F.col("last.broker").alias("last_broker"), F.col("last.boot").alias("last_boot"),
         F.col("last.destination").alias("last_destination"),
         "drop_reason", "holder_restarted_ts", status.alias("status"),
-        unknown_reason.alias("reason"), delivered_by.alias("delivered_by"))
+        F.when(resent, resent_reason).otherwise(unknown_reason).alias("reason"),
+        delivered_by.alias("delivered_by"))
 
 
 def lost(journey_table: DataFrame) -> DataFrame:

@@ -197,10 +197,14 @@ def repeated_deliveries(events: DataFrame, cat: catalog.Catalog, agg: DataFrame)
 
 def dedup_ids(events: DataFrame) -> DataFrame:
     """The dedup id per message id, for the messages that have one (the reference's
-    maximum): a string aggregate, kept out of the numbers-only aggregation."""
-    return (events.where((F.col("message_id") != "") & F.col("dedup_id").isNotNull())
-            .groupBy(F.col("message_id").alias("_m3"))
-            .agg(F.max("dedup_id").alias("dedup_id")))
+    maximum), with the first message id of that dedup id that reached a consumer
+    (``audit.delivered_copies``): string aggregates over the events that carry a dedup
+    id only, kept out of the numbers-only aggregation."""
+    with_ids = events.where((F.col("message_id") != "") & F.col("dedup_id").isNotNull())
+    per_message = (with_ids.groupBy(F.col("message_id").alias("_m3"))
+                   .agg(F.max("dedup_id").alias("dedup_id")))
+    return per_message.join(audit.delivered_copies(with_ids),
+                            F.col("dedup_id") == F.col("_copy_of"), "left")
 
 
 def journeys(events: DataFrame, cat: catalog.Catalog, boot_table: DataFrame) -> DataFrame:
@@ -246,7 +250,7 @@ def journeys(events: DataFrame, cat: catalog.Catalog, boot_table: DataFrame) -> 
                               lambda a: a["t"].isNotNull())),
         lambda a: _at(brokers, a["i"] + 1)) if n else F.array().cast("array<string>")
     decoded = rows.select(
-        "message_id", "dedup_id", start.alias("start"),
+        "message_id", "dedup_id", "_copy", start.alias("start"),
         F.when(received, o_ts).alias("received_ts"), "msg_ts",
         F.when(dkey.isNotNull(), first_dispatch).alias("first_dispatch_ts"),
         F.when(skey.isNotNull(), first_ack).alias("first_ack_ts"),
