@@ -532,15 +532,15 @@ class StompSession(BufferedOutput):
         body's content-length and the blank line), encoded once per message and STOMP
         version (per connection when temporary destinations appear, since they render
         differently for their owner)."""
+        cache_key = self._cache_key
+        cache = msg.wire_cache
+        if cache is not None:
+            # Only a message without temporary destinations is ever cached here.
+            cached = cache.get(cache_key)
+            if cached is not None:
+                return cached
         temp = msg.destination.is_temporary or (msg.reply_to is not None
                                                 and msg.reply_to.is_temporary)
-        cache_key = self._cache_key
-        if not temp:
-            cache = msg.wire_cache
-            if cache is not None:
-                cached = cache.get(cache_key)
-                if cached is not None:
-                    return cached
         esc = self._escape
         parts = [f"message-id:{esc(msg.message_id)}\n"
                  f"destination:{self._rendered(msg.destination, temp)}\n"
