@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("meshmq.network")
 
 _FRAME = {False: FrameType.MESSAGES, True: FrameType.MESSAGES_AGAIN}
+_STORED = AckStatus.STORED
 BATCH_MESSAGES = 500  # messages per MESSAGES frame ...
 BATCH_BYTES = 1024 * 1024  # ... and bodies per frame (one big message may exceed it)
 RETRY_PAUSE_S = 0.5
@@ -222,6 +223,9 @@ class Forwarder:
             return
         msg = outcome.message
         self._seq += 1
+        if not self._out:
+            # flush() empties both lists, so a non-empty _out is marked already.
+            self.host.mark_flush(self)
         # Dispatched before (to a bridge whose link dropped, a consumer here, or before a
         # restart): the remote may have it already, and must say so to its consumers.
         self._out.append((self._seq, msg, outcome.delivery_count > 1
@@ -234,7 +238,6 @@ class Forwarder:
         if self.broker.tracer is not None:  # the message trace (core/trace.py), if on
             self.broker.trace_forwarded(msg, to_broker=self.remote,
                                         connector=self.config.name)
-        self.host.mark_flush(self)
 
     def flush(self) -> None:
         out = self._out
@@ -283,11 +286,17 @@ class Forwarder:
         conn = self.conn
         if conn is None:
             return
+        inflight = self._inflight
+        counters = self.counters
         for seq, status in acks:
-            held = self._inflight.pop(seq, None)
+            held = inflight.pop(seq, None)
             if held is None:
                 continue
             consumer, tag = held
+            if status is _STORED:  # the usual answer, one per forwarded message
+                counters.acknowledged += 1
+                self._ack(consumer, tag)
+                continue
             if status is AckStatus.RETRY:
                 # The remote cannot take it now (memory): put it back without counting
                 # a delivery, and give the remote a moment.

@@ -19,12 +19,18 @@ WRITE_LOW_WATER = 1024 * 1024
 
 class BufferedOutput:
     """Output of a protocol session: frames are queued as they are produced and written
-    with one ``transport.write`` when the runtime's pump flushes the session."""
+    with one ``transport.write`` when the runtime's pump flushes the session.
+
+    A large body is queued by reference (``_write_parts``) and the queue is then handed
+    to ``transport.writelines``: uvloop writes the parts with one ``writev``, so a
+    1 MB body is not copied into a frame and again into one buffer (the standard
+    event loop joins them, as ``flush`` does otherwise)."""
 
     host: SessionHost
     transport: asyncio.Transport
     _out: list[bytes]
     last_write: float
+    _out_by_reference = False  # _out holds a large body: write it with writelines
 
     def _write(self, data: bytes) -> None:
         out = self._out
@@ -34,11 +40,28 @@ class BufferedOutput:
             self.host.mark_flush(self)  # type: ignore[arg-type]  # every user is a Session
         out.append(data)
 
+    def _write_parts(self, head: bytes, body: bytes, tail: bytes) -> None:
+        """Queue one frame in three parts without joining them (a large body)."""
+        out = self._out
+        if not out:
+            self.host.mark_flush(self)  # type: ignore[arg-type]  # every user is a Session
+        out += (head, body, tail)
+        self._out_by_reference = True
+
     def flush(self) -> None:
-        if not self._out:
+        out = self._out
+        if not out:
             return
-        data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
-        self._out.clear()
+        if self._out_by_reference:
+            self._out_by_reference = False
+            parts = out.copy()
+            out.clear()
+            if not self.transport.is_closing():
+                self.transport.writelines(parts)
+                self.last_write = time.monotonic()
+            return
+        data = b"".join(out) if len(out) > 1 else out[0]
+        out.clear()
         if self.transport.is_closing():
             return
         self.transport.write(data)

@@ -46,6 +46,7 @@ from meshmq.protocol.stomp.connection import (
     Receipt,
     StompConnection,
 )
+from meshmq.protocol.stomp.encoder import FRAME_END, message_head_end
 from meshmq.transport import stomp_names
 from meshmq.transport.adapter import BufferedOutput, SessionProtocol
 from meshmq.transport.durability import NOT_STORED
@@ -83,6 +84,8 @@ UNCONFIRMED_LIMIT = 1024
 FRAMES_PER_TURN = 256
 # Consumers of a closed connection unsubscribed per event-loop turn.
 CONSUMERS_CLOSED_PER_TURN = 1000
+# A MESSAGE body at least this large is written by reference, not copied into a frame.
+LARGE_BODY = 64 * 1024
 
 
 class StompSession(BufferedOutput):
@@ -114,6 +117,9 @@ class StompSession(BufferedOutput):
             who=f"STOMP connection {remote}")
         self._consumer_index: dict[int, Consumer] = {}
         self._consumer_numbers: dict[Consumer, int] = {}
+        # Per consumer, the start of its MESSAGE frames when nothing but the
+        # subscription header is its own (no ack id, not redelivered).
+        self._message_starts: dict[Consumer, bytes] = {}
         self._next_consumer_number = 1
         self._temp_names: dict[tuple[DestKind, str], Destination] = {}
         self._local_names: dict[Destination, str] = {}
@@ -444,6 +450,7 @@ class StompSession(BufferedOutput):
             number = self._consumer_numbers.pop(consumer, None)
             if number is not None:
                 del self._consumer_index[number]
+            self._message_starts.pop(consumer, None)
         if durable_name is not None:
             self.broker.remove_durable(self.conn, durable_name)
         self._confirm(frame, False)
@@ -532,31 +539,47 @@ class StompSession(BufferedOutput):
                 ("browser", "end")], version=self.version))
             return
         msg = outcome.message
-        fixed = self._fixed_headers(msg)
+        head_end = self._head_end(msg)
         # message-id is in the shared block: it is the same for every subscriber.
-        per: list[tuple[str, str]] = [("subscription", consumer.subscription_id)]
-        if self.version == "1.2" and consumer.ack_mode is not AckMode.AUTO \
-                and not consumer.spec.browser:
-            per.append(("ack", f"{self._consumer_numbers.get(consumer, 0)}-{outcome.tag}"))
-        if outcome.redelivered:
-            per.append(("redelivered", "true"))
-        if outcome.delivery_count > 1:
-            per.append(("JMSXDeliveryCount", str(outcome.delivery_count)))
-        self._write(self.machine.send_message(fixed, per, msg.body))
+        acked = self.version == "1.2" and consumer.ack_mode is not AckMode.AUTO \
+            and not consumer.spec.browser
+        if acked or outcome.delivery_count > 1:
+            per: list[tuple[str, str]] = [("subscription", consumer.subscription_id)]
+            if acked:
+                per.append(("ack", f"{self._consumer_numbers.get(consumer, 0)}-{outcome.tag}"))
+            if outcome.redelivered:
+                per.append(("redelivered", "true"))
+            if outcome.delivery_count > 1:
+                per.append(("JMSXDeliveryCount", str(outcome.delivery_count)))
+            start = self.machine.message_start(per)
+        else:
+            # The common case (auto ack, first delivery): the same start every time.
+            plain = self._message_starts.get(consumer)
+            if plain is None:
+                plain = self.machine.message_start([("subscription",
+                                                     consumer.subscription_id)])
+                self._message_starts[consumer] = plain
+            start = plain
+        body = msg.body
+        if len(body) < LARGE_BODY:
+            self._write(b"".join((start, head_end, body, FRAME_END)))
+        else:
+            self._write_parts(start + head_end, body, FRAME_END)
 
-    def _fixed_headers(self, msg: Message) -> bytes:
-        """The MESSAGE header block every subscriber of ``msg`` shares, encoded once per
-        message and STOMP version (per connection when temporary destinations appear,
-        since they render differently for their owner)."""
+    def _head_end(self, msg: Message) -> bytes:
+        """The MESSAGE head every subscriber of ``msg`` shares (its header block, the
+        body's content-length and the blank line), encoded once per message and STOMP
+        version (per connection when temporary destinations appear, since they render
+        differently for their owner)."""
+        cache_key = self._cache_key
+        cache = msg.wire_cache
+        if cache is not None:
+            # Only a message without temporary destinations is ever cached here.
+            cached = cache.get(cache_key)
+            if cached is not None:
+                return cached
         temp = msg.destination.is_temporary or (msg.reply_to is not None
                                                 and msg.reply_to.is_temporary)
-        cache_key = self._cache_key
-        if not temp:
-            cache = msg.wire_cache
-            if cache is not None:
-                cached = cache.get(cache_key)
-                if cached is not None:
-                    return cached
         esc = self._escape
         parts = [f"message-id:{esc(msg.message_id)}\n"
                  f"destination:{self._rendered(msg.destination, temp)}\n"
@@ -580,7 +603,7 @@ class StompSession(BufferedOutput):
         for key, value in msg.properties.items():
             if key and key != "content-length":  # content-length is the body's own
                 parts.append(f"{esc(key)}:{esc(_prop_text(value))}\n")
-        block = "".join(parts).encode("utf-8", "surrogateescape")
+        block = message_head_end("".join(parts).encode("utf-8", "surrogateescape"), msg.body)
         if not temp:
             if msg.wire_cache is None:
                 msg.wire_cache = {}

@@ -148,3 +148,22 @@ def test_bad_shard_payloads() -> None:
 
 def test_the_shard_feature_is_never_offered_to_network_peers() -> None:
     assert FEATURE_SHARD not in FEATURES
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**64 - 1), st.sampled_from(list(AckStatus))),
+                max_size=50))
+def test_acks_round_trip_every_status(acks: list[tuple[int, AckStatus]]) -> None:
+    frame = WireDecoder(expect_magic=False).feed(encode_acks(acks))[0]
+    decoded = decode_acks(frame)
+    assert decoded == acks
+    assert all(type(status) is AckStatus for _, status in decoded)
+
+
+def test_unknown_ack_status_among_good_ones_is_named() -> None:
+    good = encode_acks([(1, AckStatus.STORED), (2, AckStatus.REFUSED)])
+    # The count says three acks; the third one's status is one past the last known.
+    bad = bytearray(good[:5]) + (3).to_bytes(4, "big") + good[9:] + (3).to_bytes(8, "big")
+    bad += bytes([len(AckStatus)])
+    bad[:4] = (len(bad) - 4).to_bytes(4, "big")
+    with pytest.raises(RemoteProtocolError, match=f"unknown ack status {len(AckStatus)}"):
+        decode_acks(WireDecoder(expect_magic=False).feed(bytes(bad))[0])

@@ -14,6 +14,7 @@ from meshmq.protocol.stomp import (
     encode_message_frame,
     escape_header,
 )
+from meshmq.protocol.stomp.encoder import FRAME_END, encode_message_start, message_head_end
 
 
 @pytest.mark.parametrize(("value", "version", "expected"), [
@@ -131,3 +132,30 @@ def test_header_block_errors() -> None:
         encode_message_frame(b"", [("", "x")], b"", "1.2")
     with pytest.raises(LocalProtocolError, match="unsupported STOMP version"):
         encode_header_block([], "9")
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
+@pytest.mark.parametrize("body", [b"", b"text", b"with\x00nul", bytes(range(256)) * 300])
+@pytest.mark.parametrize("content_length", [True, False])
+def test_message_frame_in_parts_is_the_whole_frame(version: str, body: bytes,
+                                                   content_length: bool) -> None:
+    block = encode_header_block([("destination", "/topic/x"), ("app", "v")], version)
+    per = [("subscription", "s-1"), ("ack", "1-7"), ("content-length", "999")]
+    parts = (encode_message_start(per, version),
+             message_head_end(block, body, content_length=content_length), body, FRAME_END)
+    whole = encode_message_frame(block, per, body, version, content_length=content_length)
+    assert b"".join(parts) == whole
+    frame = StompParser(version=version).feed(whole)[0]
+    assert frame.body == body
+    assert frame.get("content-length") == (
+        str(len(body)) if content_length or b"\x00" in body else None)
+    assert frame.get("subscription") == "s-1"
+
+
+def test_message_start_escapes_and_refuses_empty_names() -> None:
+    assert encode_message_start([("subscription", "a:b")], "1.2") == (
+        b"MESSAGE\nsubscription:a\\cb\n")
+    assert encode_message_start([("subscription", "a\nb")], "1.0") == (
+        b"MESSAGE\nsubscription:a b\n")
+    with pytest.raises(LocalProtocolError, match="empty header name"):
+        encode_message_start([("", "x")], "1.2")

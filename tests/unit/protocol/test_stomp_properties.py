@@ -24,6 +24,7 @@ from meshmq.protocol.stomp import (
     encode_header_block,
     encode_message_frame,
 )
+from meshmq.protocol.stomp.parser import LARGE_BODY
 
 # Deterministic, no example database written into the repository, no timing flakes.
 SETTINGS = settings(derandomize=True, database=None, deadline=None, max_examples=400,
@@ -257,3 +258,67 @@ def test_stream_byte_at_a_time_equals_all_at_once(
         got += parser.feed(data[start:stop])
     assert got == expected
     assert not parser.in_frame
+
+
+# Large bodies with a content-length are collected in their reads (parser.LARGE_BODY),
+# not in the buffer: the same frames and errors, however the stream is cut.
+LARGE_SIZES = st.sampled_from([LARGE_BODY - 1, LARGE_BODY, LARGE_BODY + 1, 3 * LARGE_BODY])
+
+
+@st.composite
+def large_stream(draw: st.DrawFn) -> bytes:
+    out = []
+    for _ in range(draw(st.integers(1, 3))):
+        size = draw(LARGE_SIZES)
+        body = bytes([draw(st.integers(0, 255))]) * size
+        out.append(encode_frame("SEND", [("destination", "/queue/big")], body))
+        if draw(st.booleans()):
+            out.append(b"\n")
+        if draw(st.booleans()):
+            out.append(encode_frame("SEND", [("destination", "/queue/small")], b"s\x00"))
+    data = b"".join(out)
+    if draw(st.booleans()):
+        # Corrupt one byte: often the NUL after a large body (content-length says where).
+        at = draw(st.integers(0, len(data) - 1))
+        data = data[:at] + b"x" + data[at + 1:]
+    return data
+
+
+@settings(SETTINGS, max_examples=60)
+@given(data=large_stream(), draw=st.data())
+def test_large_bodies_parse_the_same_however_cut(data: bytes, draw: st.DataObject) -> None:
+    whole = run(data, [], "1.2")
+    cuts = draw.draw(st.lists(st.integers(0, len(data)), max_size=12), label="cuts")
+    split = run(data, cuts, "1.2")
+    assert split.frames == whole.frames
+    assert (type(split.error), split.error and split.error.message) == (
+        type(whole.error), whole.error and whole.error.message)
+
+
+def test_large_body_in_reads_of_every_size_and_the_frames_behind_it() -> None:
+    body = bytes(range(256)) * (LARGE_BODY // 256 + 3)
+    data = (encode_frame("SEND", [("destination", "/queue/big")], body)
+            + encode_frame("SEND", [("destination", "/queue/next")], b"after"))
+    expected = run(data, [], "1.2").frames
+    assert [f.body for f in expected] == [body, b"after"]
+    for step in (1000, 4096, 65536, len(data) - 7):
+        parser = StompParser(version="1.2")
+        got: list[Frame] = []
+        for start in range(0, len(data), step):
+            got += parser.feed(data[start:start + step])
+            assert parser.in_frame == (start + step < len(data))
+            assert parser.buffered <= start + step
+        assert got == expected
+        assert parser.buffered == 0
+
+
+def test_large_body_behind_connect_waits_for_the_version() -> None:
+    body = b"b" * LARGE_BODY
+    connect = encode_frame("CONNECT", [("accept-version", "1.2")], body)
+    send = encode_frame("SEND", [("destination", "/queue/a:b")], b"x", version="1.2")
+    parser = StompParser(await_version=True)
+    first = parser.feed(connect[:100])
+    first += parser.feed(connect[100:] + send)
+    assert [f.command for f in first] == ["CONNECT"] and first[0].body == body
+    parser.version = "1.2"
+    assert [f.get("destination") for f in parser.feed(b"")] == ["/queue/a:b"]

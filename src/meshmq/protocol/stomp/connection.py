@@ -21,7 +21,13 @@ from typing import Final, cast
 
 from meshmq.errors import LocalProtocolError, RemoteProtocolError
 
-from .encoder import HEARTBEAT, encode_frame, encode_message_frame, escaper
+from .encoder import (
+    HEARTBEAT,
+    encode_frame,
+    encode_message_frame,
+    encode_message_start,
+    escaper,
+)
 from .frames import Connect, Disconnect, Frame, Nack, Send
 from .negotiation import (
     SUPPORTED_VERSIONS,
@@ -313,6 +319,12 @@ class StompConnection:
         """A MESSAGE frame: ``fixed`` is the shared header block of the message, already
         escaped with ``self.escape``; ``per_delivery`` the subscriber's own headers."""
         return encode_message_frame(fixed, per_delivery, body, self.version)
+
+    def message_start(self, per_delivery: list[tuple[str, str]]) -> bytes:
+        """The start of a MESSAGE frame in parts (encoder.encode_message_start): the
+        command and the subscriber's own headers; the shared head
+        (encoder.message_head_end), the body and encoder.FRAME_END follow it."""
+        return encode_message_start(per_delivery, self.version)
 
     def _accept(self, event: Connected) -> bytes:
         connect = self._connect

@@ -7,7 +7,11 @@ Two entry points:
   broker escapes and encodes a message's headers once (``encode_header_block``)
   and shares that block between every subscriber; per delivery only the few
   consumer-specific headers (``subscription``, ``message-id``, ``ack``) are
-  escaped and prepended by ``encode_message_frame``.
+  escaped and prepended by ``encode_message_frame``. The same frame also comes in
+  parts: :func:`encode_message_start` (the command and the per-delivery headers,
+  which a subscriber can keep), :func:`message_head_end` (the shared block and the
+  body's length, kept per message), the body, and :data:`FRAME_END`, so a broker
+  can write a large body without copying it into a frame.
 
 Header text is escaped per version by the one set of escaping functions here
 (:func:`escaper`), used by every frame the broker and the clients write: 1.1 and 1.2
@@ -24,18 +28,22 @@ from collections.abc import Callable, Iterable
 from meshmq.errors import LocalProtocolError
 
 __all__ = [
+    "FRAME_END",
     "HEARTBEAT",
     "encode_frame",
     "encode_header_block",
     "encode_message_frame",
+    "encode_message_start",
     "escape_10",
     "escape_11",
     "escape_12",
     "escape_header",
     "escaper",
+    "message_head_end",
 ]
 
 HEARTBEAT: bytes = b"\n"
+FRAME_END: bytes = b"\0"
 
 _VERSIONS = ("1.0", "1.1", "1.2")
 _UNESCAPED_COMMANDS = frozenset({"CONNECT", "CONNECTED"})
@@ -163,6 +171,30 @@ def _header_lines(headers: list[tuple[str, str]], escape: Callable[[str], str]) 
     return "".join(parts)
 
 
+def encode_message_start(per_delivery: Iterable[tuple[str, str]], version: str) -> bytes:
+    """``MESSAGE`` and the per-delivery header lines, escaped for ``version``: the part
+    of a MESSAGE frame that differs between subscribers (``content-length`` in
+    ``per_delivery`` is ignored: it is the body's own)."""
+    escape = escaper(version, "MESSAGE")
+    parts = ["MESSAGE\n"]
+    for name, value in per_delivery:
+        if not name:
+            raise LocalProtocolError("empty header name")
+        if name != "content-length":
+            parts += (escape(name), ":", escape(value), "\n")
+    return _encode_text("".join(parts))
+
+
+def message_head_end(fixed_headers: bytes, body: bytes, *, content_length: bool = True) -> bytes:
+    """The rest of a MESSAGE frame's head after :func:`encode_message_start`: the shared
+    block, ``content-length`` (derived from ``body``; with ``content_length=False``
+    only when the body contains a NUL) and the blank line. The body and
+    :data:`FRAME_END` follow it."""
+    if content_length or b"\0" in body:
+        return b"%scontent-length:%d\n\n" % (fixed_headers, len(body))
+    return fixed_headers + b"\n"
+
+
 def encode_message_frame(fixed_headers: bytes, per_delivery: Iterable[tuple[str, str]],
                          body: bytes, version: str, *, content_length: bool = True) -> bytes:
     """Build a MESSAGE frame from a pre-encoded header block plus per-delivery headers.
@@ -175,13 +207,6 @@ def encode_message_frame(fixed_headers: bytes, per_delivery: Iterable[tuple[str,
     is always derived from ``body`` (any in ``per_delivery`` is ignored); with
     ``content_length=False`` it is omitted unless the body contains a NUL.
     """
-    escape = escaper(version, "MESSAGE")
-    parts = ["MESSAGE\n"]
-    for name, value in per_delivery:
-        if not name:
-            raise LocalProtocolError("empty header name")
-        if name != "content-length":
-            parts += (escape(name), ":", escape(value), "\n")
-    with_length = content_length or b"\0" in body
-    tail = b"content-length:%d\n\n" % len(body) if with_length else b"\n"
-    return b"".join((_encode_text("".join(parts)), fixed_headers, tail, body, b"\0"))
+    return b"".join((encode_message_start(per_delivery, version),
+                     message_head_end(fixed_headers, body, content_length=content_length),
+                     body, FRAME_END))

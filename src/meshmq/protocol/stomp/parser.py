@@ -8,7 +8,10 @@ Hot-path notes: the buffer is a ``bytearray`` read through an offset and
 compacted once per ``feed`` call; the end of the header block and the body's NUL
 are located with ``bytearray.find`` (resuming where the last search stopped, so
 byte-at-a-time feeding stays linear); the header block is decoded as UTF-8 in
-one call and split in C; un-escaping only runs when a backslash is present.
+one call and split in C; un-escaping only runs when a backslash is present. A body
+of at least ``LARGE_BODY`` bytes whose length is given is not appended to the buffer
+as it arrives: its reads are kept as they are and joined once, when the NUL after it
+has arrived, so the body is copied once instead of into the buffer and out again.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ _ESCAPE_RE = re.compile(r"\\(.?)", re.DOTALL)
 # content-length beyond this many digits exceeds any sane frame limit; checking the
 # length first also keeps int() away from its huge-number ValueError.
 _MAX_CONTENT_LENGTH_DIGITS = 18
+# A body with a content-length at least this large is collected in its reads.
+LARGE_BODY = 64 * 1024
 
 
 def _show(text: str, limit: int = 64) -> str:
@@ -85,6 +90,8 @@ class StompParser:
         "_command",
         "_error",
         "_headers",
+        "_parts",
+        "_parts_size",
         "_scan",
         "_version",
         "frames_before_error",
@@ -115,6 +122,10 @@ class StompParser:
         self._headers: list[tuple[str, str]] = []
         self._body_start = 0
         self._clen = -1
+        # A large body being collected (LARGE_BODY): its bytes so far, read by read;
+        # the frame's head stays in _buf meanwhile.
+        self._parts: list[bytes] | None = None
+        self._parts_size = 0
         self.frames_before_error: list[Frame] = []
 
     @property
@@ -141,16 +152,31 @@ class StompParser:
     @property
     def buffered(self) -> int:
         """Number of received bytes not yet returned as frames."""
-        return len(self._buf)
+        return len(self._buf) + self._parts_size
 
     def feed(self, data: bytes) -> list[Frame]:
         """Add ``data`` and return every frame it completed, in order."""
         if self._error is not None:
             raise type(self._error)(self._error.message)
         buf = self._buf
+        frames: list[Frame] = []
+        if self._parts is not None:
+            # The rest of a large body: keep the read as it is until the NUL arrives.
+            if data:
+                self._parts.append(bytes(data))
+                self._parts_size += len(data)
+            if self._parts_size <= self._clen:
+                return frames
+            try:
+                data = self._large_frame_done(frames)
+            except RemoteProtocolError as exc:
+                self._die(exc, frames)
+                raise
+            if self._awaiting_version and frames[0].command in _CONNECT_COMMANDS:
+                buf += data
+                return frames
         if data:
             buf += data
-        frames: list[Frame] = []
         pos = 0  # start of the frame being parsed
         try:
             while True:
@@ -176,6 +202,11 @@ class StompParser:
                 if clen >= 0:
                     stop = body_start + clen
                     if len(buf) <= stop:
+                        if clen >= LARGE_BODY:
+                            # Collect the rest in its reads; the head stays in the buffer.
+                            self._parts = [bytes(memoryview(buf)[body_start:])]
+                            self._parts_size = len(buf) - body_start
+                            del buf[body_start:]
                         break
                     if buf[stop] != 0:
                         raise RemoteProtocolError(
@@ -219,10 +250,42 @@ class StompParser:
             self._body_start -= pos
         return frames
 
+    def _large_frame_done(self, frames: list[Frame]) -> bytes:
+        """The collected large body and its NUL have arrived: append its frame to
+        ``frames`` and return the bytes read after the NUL."""
+        parts = self._parts
+        assert parts is not None and self._command is not None
+        clen = self._clen
+        # Only the last read reaches past the body: every earlier one left it short.
+        last = parts.pop()
+        cut = clen - (self._parts_size - len(last))
+        tail = memoryview(last)[cut:]
+        if tail[0] != 0:
+            raise RemoteProtocolError(
+                f"frame body not terminated by NUL after content-length {clen}")
+        pieces: list[bytes | memoryview] = [*parts, memoryview(last)[:cut]]
+        body = b"".join(pieces)
+        command = self._command
+        if command == "SEND":
+            frames.append(Send(command, self._headers, body))
+        else:
+            frames.append(CLIENT_FRAME_TYPES.get(command, Frame)(command, self._headers, body))
+        self._parts = None
+        self._parts_size = 0
+        self._command = None
+        self._headers = []
+        self._clen = -1
+        self._buf.clear()  # the frame's head
+        self._scan = 0
+        self._body_start = 0
+        return bytes(tail[1:])
+
     def _die(self, exc: RemoteProtocolError, frames: list[Frame]) -> None:
         self._error = exc
         self.frames_before_error = frames
         self._buf.clear()
+        self._parts = None
+        self._parts_size = 0
         self._command = None
 
     def _parse_head(self, buf: bytearray, pos: int) -> str | None:
