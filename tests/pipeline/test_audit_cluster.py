@@ -70,6 +70,7 @@ def test_audit_on_a_standalone_cluster_with_file_uris(tmp_path: Path) -> None:
     counts = dict(kv.split("=") for kv in result.stdout.split())
     assert counts == {"consumed": "3", "dead_lettered": "0", "expired": "0",
                       "dropped": "0", "retained": "0", "pending": "0", "in_transit": "0",
+                      "resent": "0",
                       "lost": "1", "unknown": "0", "duplicates": "1"}
     # Progress: the stages, with how far the table writing is.
     for stage in ("listing trace files", "reading traces (3 files)",

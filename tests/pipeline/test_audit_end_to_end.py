@@ -184,6 +184,7 @@ def test_audit_finds_exactly_the_planted_losses_and_duplicates(tmp_path: Path) -
     counts = dict(kv.split("=") for kv in result.stdout.split())
     assert counts == {"consumed": "59", "dead_lettered": "0", "expired": "0",
                       "dropped": "1", "retained": "0", "pending": "0", "in_transit": "0",
+                      "resent": "0",
                       "lost": "5", "unknown": "0", "duplicates": "3"}
 
     import pyarrow.parquet as pq
