@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from meshmq.core.auth import Principal
+from meshmq.core.auth import Authenticator, Principal
 from meshmq.errors import AuthenticationError
 from meshmq.management import (
     routes_broker,
@@ -36,11 +36,12 @@ from meshmq.management import (
     routes_metrics,
     routes_network,
 )
-from meshmq.management.access import decide
+from meshmq.management.access import Decision, decide
 from meshmq.management.api import PRINCIPAL, RUNTIME, ApiError, error_reply, runtime_of
 from meshmq.transport.login import check_password
 
 if TYPE_CHECKING:
+    from meshmq.config.model import BrokerConfig
     from meshmq.management.host import ManagementHost
 
 log = logging.getLogger("meshmq.management")
@@ -74,25 +75,29 @@ async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamRe
         return error_reply(500, "internal error; the broker log has the details")
 
 
-@web.middleware
-async def login(request: web.Request, handler: Handler) -> web.StreamResponse:
-    runtime = runtime_of(request)
-
+async def login_decision(config: BrokerConfig, auth: Authenticator,
+                         request: web.Request) -> Decision:
+    """Whether ``request`` may be served, and as whom: the one login check of every
+    management endpoint (a broker's, a node's). A refused password is counted with the
+    client listeners' failures and held back the same way, so the endpoint is no faster
+    a place to guess passwords."""
     async def authenticate(user: str, password: str) -> Principal:
-        auth = runtime.broker.auth
         try:
             return await check_password(auth, user, password)
         except AuthenticationError:
-            # Counted with the client listeners' failures, and held back the same way,
-            # so the endpoint is no faster a place to guess passwords.
             delay = auth.refused(f"{request.remote or '?'}:0")
             if delay > 0:
                 await asyncio.sleep(delay)
             raise
 
-    decision = await decide(runtime.config, request.method,
-                            request.headers.get("Authorization"), authenticate,
-                            request.path)
+    return await decide(config, request.method, request.headers.get("Authorization"),
+                        authenticate, request.path)
+
+
+@web.middleware
+async def login(request: web.Request, handler: Handler) -> web.StreamResponse:
+    runtime = runtime_of(request)
+    decision = await login_decision(runtime.config, runtime.broker.auth, request)
     if not decision.allowed:
         return error_reply(decision.status, decision.error)
     request[PRINCIPAL] = decision.principal

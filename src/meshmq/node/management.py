@@ -31,13 +31,12 @@ from aiohttp import web
 
 from meshmq.config.credential_files import credential_source
 from meshmq.config.model import BrokerConfig, management_exposure
-from meshmq.core.auth import Authenticator, Principal
-from meshmq.errors import AuthenticationError, ConfigError
-from meshmq.management.access import decide
+from meshmq.core.auth import Authenticator
+from meshmq.errors import ConfigError
 from meshmq.management.api import error_reply, reply
+from meshmq.management.app import login_decision
 from meshmq.management.server import SHUTDOWN_TIMEOUT_S, bind_socket, tls_context
 from meshmq.node.aggregate import ShardAnswer, ShardRow, node_broker, node_stat, shard_rows
-from meshmq.transport.login import check_password
 
 __all__ = ["ASK_TIMEOUT_S", "NodeManagement"]
 
@@ -197,18 +196,7 @@ class NodeManagement:
 
     @web.middleware
     async def _login(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        async def authenticate(user: str, password: str) -> Principal:
-            try:
-                return await check_password(self.auth, user, password)
-            except AuthenticationError:
-                delay = self.auth.refused(f"{request.remote or '?'}:0")
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                raise
-
-        decision = await decide(self.config, request.method,
-                                request.headers.get("Authorization"), authenticate,
-                                request.path)
+        decision = await login_decision(self.config, self.auth, request)
         if not decision.allowed:
             return error_reply(decision.status, decision.error)
         return await handler(request)
