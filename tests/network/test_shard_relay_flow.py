@@ -1,6 +1,7 @@
 """Flow control of an auto-ack relayed consumer, over real links between two shards
 with real STOMP clients: the owner settles its deliveries as they leave, so what stops
-it is the consumer's client (a full socket pauses the owner's consumer) and the link
+it is its window (at most ``prefetch`` in flight until the consumer's shard gives credit
+for what it wrote to its client; a client that does not read gives none) and the link
 (a full write buffer pauses every relay of that link); the messages wait in the
 owner's queue meanwhile, not in the consumer's shard."""
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from meshmq.core import destinations as dst
+from meshmq.transport.adapter import WRITE_HIGH_WATER
 from tests.interop.stomp_helpers import RawClient
 from tests.support.brokers import poll
 from tests.support.shard_pair import ShardBroker, ShardPair
@@ -37,18 +39,34 @@ def _owner_paused(owner: ShardBroker, name: str) -> bool:
     return owner.run(lambda: any(c.paused for c in broker.queues[dst.queue(name)].consumers))
 
 
-def _paused_by_peer(owner: ShardBroker) -> bool:
-    """Whether shard 1 asked the owner to pause one of its relays (relay-pause)."""
+def _in_flight(owner: ShardBroker) -> list[int]:
+    """The owner's count of each auto-ack relay's deliveries not yet credited back."""
     assert owner.runtime is not None and owner.runtime.shard_peers is not None
     relay_out = owner.runtime.shard_peers.peers[1].relay_out
     assert relay_out is not None
-    return owner.run(lambda: bool(relay_out.paused))
+    return owner.run(lambda: [w.inflight for w in relay_out.windows.values()])
 
 
-def _subscribe_relayed(pair: ShardPair, queue: str) -> RawClient:
+def _held(shard: ShardBroker) -> list[int]:
+    """Auto-ack deliveries waiting on the consumer's shard for its client's socket."""
+    assert shard.runtime is not None
+    broker = shard.runtime.broker
+    return shard.run(lambda: [r.held for r in broker.state.relays.values()])
+
+
+def _client_buffers(shard: ShardBroker) -> list[int]:
+    """Bytes each client session's transport on ``shard`` holds, unwritten."""
+    assert shard.runtime is not None
+    sessions = shard.runtime.engine.sessions
+    return shard.run(lambda: [s.transport.get_write_buffer_size()
+                              for s in sessions.values() if hasattr(s, "transport")])
+
+
+def _subscribe_relayed(pair: ShardPair, queue: str, prefetch: int = 1000) -> RawClient:
     consumer = _client(pair[1])
     consumer.send_frame("SUBSCRIBE", [("destination", f"/queue/{queue}"), ("id", "s"),
-                                      ("ack", "auto")])
+                                      ("ack", "auto"),
+                                      ("activemq.prefetchSize", str(prefetch))])
     consumer.receipt_roundtrip()
     poll(lambda: pair[0].consumers(queue) == 1, what="the relayed consumer on the owner")
     return consumer
@@ -64,21 +82,29 @@ def _send(producer: RawClient, queue: str, body: bytes, count: int) -> None:
 
 def test_a_client_that_does_not_read_pauses_the_owners_consumer(pair: ShardPair) -> None:
     queue = pair.owned_by(0, "slow")
-    consumer = _subscribe_relayed(pair, queue)
+    prefetch = 20
+    consumer = _subscribe_relayed(pair, queue, prefetch)
     producer = _client(pair[0])
     count, body = 400, b"x" * 65536  # 26 MB: far more than the sockets on the way hold
     _send(producer, queue, body, count)
-    poll(lambda: _paused_by_peer(pair[0]), what="the consumer's shard pausing the relay")
-    assert _owner_paused(pair[0], queue)
+    # Settled: the client's socket and its shard's transport are full, a window waits on
+    # the consumer's shard, and with no credit coming the owner's consumer stays paused.
+    poll(lambda: _held(pair[1]) == [prefetch], what="a window waiting on the consumer's shard")
+    assert _in_flight(pair[0]) == [prefetch] and _owner_paused(pair[0], queue)
     held = pair[0].depth(queue)
     assert held > 0, "everything left the owner while its client read nothing"
+    # What its shard wrote to the client past the transport's high-water mark is at
+    # most the window that was in flight when it paused, not what the link carried.
+    [buffered] = _client_buffers(pair[1])
+    assert buffered <= WRITE_HIGH_WATER + prefetch * len(body), buffered
     got = 0
     while got < count:  # the client reads: the owner resumes and sends the rest
         frame, _ = consumer.read_until("MESSAGE")
         assert frame.body == body
         got += 1
     poll(lambda: pair[0].depth(queue) == 0, what="the owner's queue drained")
-    assert not _paused_by_peer(pair[0])
+    poll(lambda: _in_flight(pair[0]) == [0], what="every delivery credited back")
+    assert _held(pair[1]) == [0]
     with pytest.raises(TimeoutError):  # each once
         consumer.read_until("MESSAGE", timeout=0.3)
     for client in (producer, consumer):

@@ -13,8 +13,11 @@ over the shard links by ``network/shards.py``:
   deliveries arrive with ``deliver``. ``RelayOpen``/``RelayClose`` ask the owner to
   start and stop it; acks, nacks and a closed consumer's unsettled deliveries become
   ``ShardSettle`` decisions. An auto-ack consumer is auto-ack on the owner too (as on
-  one broker, a message is gone once handed on), so nothing travels back for it but
-  ``RelayPause`` while its client cannot take more.
+  one broker, a message is gone once handed on), so no settlement travels back for it;
+  its window is ``RelayCredit`` instead: the owner keeps at most ``prefetch`` of its
+  deliveries in flight, and this shard gives credit back, once per pump, for those its
+  session wrote to the client. A delivery that arrives while the client's transport is
+  paused waits here (at most ``prefetch`` of them) and earns credit once written.
 
 A relayed delivery is not stored on this shard: the owner keeps it until it is settled,
 so this shard never becomes a second queue of the destination.
@@ -22,6 +25,7 @@ so this shard never becomes a second queue of the destination.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -63,18 +67,18 @@ class RelayOpen:
     priority: int
     exclusive: bool
     # Auto-ack: the owner's consumer settles each message as it hands it on, so no
-    # SETTLE comes back; ``RelayPause`` stands in for the window a SETTLE would hold.
+    # SETTLE comes back; ``RelayCredit`` stands in for the window a SETTLE would hold.
     auto: bool = False
 
 
 @dataclass(frozen=True, slots=True)
-class RelayPause:
-    """Decision: stop (or resume) the owner's consumer of auto-ack relay ``relay_id``
-    (its client's socket is full: what the owner sends now would pile up here)."""
+class RelayCredit:
+    """Decision: ``count`` more deliveries of auto-ack relay ``relay_id`` were written
+    to its client; the owner may send that many more."""
 
     owner: int
     relay_id: int
-    paused: bool
+    count: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +97,7 @@ class ShardSettle:
     kind: int
 
 
-RelayDecision = RelayOpen | RelayClose | ShardSettle | RelayPause
+RelayDecision = RelayOpen | RelayClose | ShardSettle | RelayCredit
 
 
 class RelayQueue(Queue):
@@ -108,8 +112,12 @@ class RelayQueue(Queue):
         self.owner = owner
         self.relay_id = relay_id
         self.decide = decide  # records a decision for the runtime
-        # An auto-ack consumer's owner was asked to pause (its client's socket is full).
-        self._paused = False
+        # Auto-ack: deliveries that arrived while the client's transport was paused
+        # (message, delivery count), the credit earned since the last ``RelayCredit``,
+        # and how many of the held ones came over a lost link (they earn none).
+        self._held: deque[tuple[Message, int]] = deque()
+        self._credit = 0
+        self._stale = 0
 
     def open_decision(self, consumer: Consumer) -> RelayOpen:
         spec = consumer.spec
@@ -117,12 +125,42 @@ class RelayQueue(Queue):
                          consumer.prefetch, spec.priority, spec.exclusive,
                          spec.ack_mode is AckMode.AUTO)
 
+    @property
+    def held(self) -> int:
+        """Auto-ack deliveries waiting for the client's transport (statistics, tests)."""
+        return len(self._held)
+
     def dispatch(self) -> None:
-        """Nothing is ever pending here (the owner dispatches); a consumer that
-        resumed lets the owner send again."""
-        if self._paused and self.consumers and not self.consumers[0].paused:
-            self._paused = False
-            self.decide(RelayPause(self.owner, self.relay_id, False))
+        """The owner dispatches; here an auto-ack consumer that can take more gets the
+        deliveries that waited for it, and the credit earned in this pump goes back
+        (one ``RelayCredit`` per pump, however many deliveries it covers)."""
+        consumer = self.consumers[0] if self.consumers else None
+        if consumer is None or consumer.closed:
+            self._held.clear()
+            self._credit = self._stale = 0
+            return
+        held = self._held
+        if held and not consumer.paused:
+            credit = len(held)
+            if self._stale:
+                stale = min(self._stale, credit)
+                self._stale -= stale
+                credit -= stale
+            self._credit += credit
+            while held:
+                message, count = held.popleft()
+                self._emit(consumer, message, count)
+        if self._credit:
+            self.decide(RelayCredit(self.owner, self.relay_id, self._credit))
+            self._credit = 0
+
+    def _emit(self, consumer: Consumer, message: Message, delivery_count: int) -> int:
+        tag = consumer.next_tag
+        consumer.next_tag = tag + 1
+        consumer.dispatched_count += 1
+        self.stats.dispatched += 1
+        self.ctx.emit(Delivery(consumer, message, tag, delivery_count))
+        return tag
 
     def deliver(self, message: Message, owner_tag: int, delivery_count: int) -> None:
         """A delivery from the owner: into the consumer's window (an auto-ack one's
@@ -131,19 +169,22 @@ class RelayQueue(Queue):
         if consumer is None or consumer.closed:
             self.decide(ShardSettle(self.owner, self.relay_id, owner_tag, SETTLE_RETURNED))
             return
-        tag = consumer.next_tag
-        consumer.next_tag = tag + 1
-        consumer.dispatched_count += 1
-        self.stats.dispatched += 1
-        self.ctx.emit(Delivery(consumer, message, tag, delivery_count))
         if consumer.spec.ack_mode is AckMode.AUTO:
-            # Settled on the owner already. A paused consumer still gets it (its session
-            # buffers it, as it does a local delivery), and the owner stops until the
-            # consumer resumes: at most what crossed the pause piles up here.
-            if consumer.paused and not self._paused:
-                self._paused = True
-                self.decide(RelayPause(self.owner, self.relay_id, True))
+            # Settled on the owner already. While the client's transport is paused it
+            # waits here, unwritten and uncredited: the owner stops once its window is
+            # in flight, so at most ``prefetch`` wait, and the transport's buffer grows
+            # past its high-water mark by at most the window that was under way.
+            if consumer.paused or self._held:
+                self._held.append((message, delivery_count))
+                if not consumer.paused:
+                    self.ctx.mark_dirty(self)
+                return
+            self._emit(consumer, message, delivery_count)
+            if not self._credit:
+                self.ctx.mark_dirty(self)  # the credit goes back with the next pump
+            self._credit += 1
             return
+        tag = self._emit(consumer, message, delivery_count)
         entry = Entry(self, owner_tag, message, False, delivery_count)
         entry.state = INFLIGHT
         entry.consumer = consumer
@@ -169,14 +210,20 @@ class RelayQueue(Queue):
 
     def remove_consumer(self, consumer: Consumer) -> None:
         super().remove_consumer(consumer)
+        # Held auto-ack deliveries were settled on the owner: lost with the consumer,
+        # as those written to a client that disconnects are.
+        self._held.clear()
+        self._credit = self._stale = 0
         if consumer.closed:
             self.decide(RelayClose(self.owner, self.relay_id))
 
     def link_lost(self) -> None:
         """The owner's link dropped: it takes back what it had delivered (and will
         deliver it again, flagged), so settling those entries here means nothing now.
-        The next link opens an owner's consumer that is not paused."""
-        self._paused = False
+        The next link opens an owner's consumer with a fresh window: credit earned on
+        this one, and by the deliveries it carried that still wait here, is void."""
+        self._credit = 0
+        self._stale = len(self._held)
         for consumer in self.consumers:
             for entry in consumer.dispatched.values():
                 if entry.queue is self:

@@ -24,7 +24,9 @@ send skips its duplicate window. ``owners()`` is what ``Durability`` waits on, s
 RECEIPT or PUBACK never leaves before the owner stored the message; an owner
 unreachable for ``owner_wait_s`` fails those waits and has new sends refused, both
 retriably. An auto-ack relayed consumer is auto-ack on the owner too (no ``SETTLE``
-comes back; ``relay-pause`` stands in for its window). The pump takes the core's shard
+comes back): its window is credit instead, the owner keeping at most ``prefetch`` of
+its deliveries in flight until the consumer's shard answers ``relay-credit`` for those
+it wrote to the client (``RelayOut``). The pump takes the core's shard
 decisions with each store batch (``take``) and writes each link once per pump
 (``flush``).
 """
@@ -48,12 +50,13 @@ from meshmq.core.message_codec import encoded
 from meshmq.core.queue import BrowseEnd, Delivery
 from meshmq.core.shard_relay import (
     RelayClose,
+    RelayCredit,
     RelayDecision,
     RelayOpen,
-    RelayPause,
     RelayQueue,
     ShardSettle,
 )
+from meshmq.core.stream import StreamQueue
 from meshmq.errors import MeshmqError, RemoteProtocolError, ResourceLimitError
 from meshmq.network.interest import DestinationFilter
 from meshmq.network.link import WireLink
@@ -205,9 +208,45 @@ class ShardReceiver(Receiver):
         return
 
 
+class RelayWindow:
+    """An auto-ack relay's deliveries in flight: dispatched, not yet credited back.
+
+    For a relay of queues the count is taken as the queue hands a message over: the
+    consumer's network filter is asked last, only of the consumer the message then
+    goes to (between pumps too, when a send meets an idle queue), so ``admit`` counts
+    dispatches exactly and stops the consumer once the window is full. A topic
+    subscription's filter is also asked when a message is routed, and a stream's is
+    not asked at all, so those relays are counted as their deliveries are written to
+    the link instead (``RelayOut.deliver``): the window there can be passed by what one
+    pump dispatches."""
+
+    __slots__ = ("at_dispatch", "consumer", "inflight", "size")
+
+    def __init__(self, consumer: Consumer) -> None:
+        self.consumer = consumer
+        self.size = consumer.prefetch
+        self.inflight = 0
+        # (A stream's dispatch asks no filter: counted as a topic relay is.)
+        self.at_dispatch = all(d.kind.is_queue for d in consumer.spec.destinations) \
+            and not any(isinstance(s, StreamQueue) for s in consumer.sources)
+
+    def admit(self, message: Message) -> bool:
+        """The net filter of a relay of queues: ``message`` goes to it now."""
+        self.inflight += 1
+        if self.inflight >= self.size:
+            self.consumer.paused = True  # (as Broker.pause_relayed; nothing to mark)
+        return True
+
+
 class RelayOut:
     """The owner's side of relayed consumers of one peer shard: a hosted session whose
-    consumers are that shard's clients' subscriptions, delivering through DELIVER."""
+    consumers are that shard's clients' subscriptions, delivering through DELIVER.
+
+    An auto-ack relay's consumer here settles each message as it leaves, so its
+    prefetch window never fills; ``RelayWindow`` is the window instead: at most
+    ``prefetch`` deliveries in flight, until ``relay-credit`` says the consumer's shard
+    wrote them to its client. A client that does not read so stops this consumer after
+    one window, and the rest waits in the queue here, as on one broker."""
 
     def __init__(self, peers: ShardPeers, peer: _Peer) -> None:
         self.peers = peers
@@ -220,7 +259,7 @@ class RelayOut:
         self.conn: Connection | None = self._conn
         self.consumers: dict[int, Consumer] = {}  # relay id -> consumer here
         self.relay_of: dict[str, int] = {}  # consumer id -> relay id
-        self.paused: set[int] = set()  # auto-ack relays whose clients cannot take more
+        self.windows: dict[int, RelayWindow] = {}  # auto-ack relays' deliveries in flight
         self.link_paused = False  # the link's buffer is full: nobody gets more
         self.closed = False
         # Registered for deliveries, but not among the client sessions a stopping
@@ -250,6 +289,10 @@ class RelayOut:
         else:
             self.consumers[relay] = consumer
             self.relay_of[consumer.id] = relay
+            if ack_mode is AckMode.AUTO:
+                window = self.windows[relay] = RelayWindow(consumer)
+                if window.at_dispatch:
+                    consumer.net_filter = window.admit
             if self.link_paused:
                 self.broker.pause_relayed(consumer, True)
             self.host.request_pump()
@@ -257,16 +300,18 @@ class RelayOut:
         self.peers.queue(self.peer, _FRAME, encode_json(FrameType.INTEREST, {
             "op": "relay-opened", "relay": relay}))
 
-    def pause(self, relay: int, paused: bool) -> None:
-        """The relaying shard's client of ``relay`` cannot take more (or can again)."""
-        if paused:
-            self.paused.add(relay)
-        else:
-            self.paused.discard(relay)
+    def credit(self, relay: int, count: int) -> None:
+        """The relaying shard wrote ``count`` more of ``relay``'s deliveries to its
+        client: that many more may go."""
+        window = self.windows.get(relay)
         consumer = self.consumers.get(relay)
-        if consumer is not None:
-            self.broker.pause_relayed(consumer, paused or self.link_paused)
-            self.host.request_pump()
+        if window is None or consumer is None or count <= 0:
+            return  # closed meanwhile, or not an auto-ack relay
+        # (Never below zero: credit for a closed relay's deliveries may cross a reopen.)
+        window.inflight = max(0, window.inflight - count)
+        if window.inflight < window.size and consumer.paused and not self.link_paused:
+            self.broker.pause_relayed(consumer, False)
+            self.host.request_pump()  # what the credit allows goes with the next pump
 
     def link_writable(self, writable: bool) -> None:
         """The link's write buffer filled (or drained): stop (or resume) every relay,
@@ -274,13 +319,16 @@ class RelayOut:
         if self.link_paused is not writable:
             return
         self.link_paused = not writable
+        windows = self.windows
         for relay, consumer in self.consumers.items():
-            self.broker.pause_relayed(consumer, self.link_paused or relay in self.paused)
+            window = windows.get(relay)
+            self.broker.pause_relayed(consumer, self.link_paused or (
+                window is not None and window.inflight >= window.size))
         if writable:
             self.host.request_pump()
 
     def close_relay(self, relay: int) -> None:
-        self.paused.discard(relay)
+        self.windows.pop(relay, None)
         consumer = self.consumers.pop(relay, None)
         if consumer is not None:
             self.relay_of.pop(consumer.id, None)
@@ -319,10 +367,16 @@ class RelayOut:
     def deliver(self, outcome: Delivery | BrowseEnd) -> None:
         if not isinstance(outcome, Delivery):
             return
-        relay = self.relay_of.get(outcome.consumer.id)
+        consumer = outcome.consumer
+        relay = self.relay_of.get(consumer.id)
         if relay is not None:
             self.peers.queue(self.peer, _DELIVER, (relay, outcome.tag, outcome.delivery_count,
                                                    encoded(outcome.message)))
+            window = self.windows.get(relay)
+            if window is not None and not window.at_dispatch:
+                window.inflight += 1
+                if window.inflight >= window.size:
+                    self.broker.pause_relayed(consumer, True)
 
     def flush(self) -> None:
         return  # the peers' flush writes the link once per pump
@@ -346,6 +400,7 @@ class RelayOut:
         self.broker.close_connection(self._conn)
         self.consumers.clear()
         self.relay_of.clear()
+        self.windows.clear()
         self.host.request_pump()
 
 
@@ -417,8 +472,8 @@ class _LinkEnd:
                 for fut in peer.asks.pop(_int(body, "ask"), ()):
                     if not fut.done():
                         fut.set_result(None)
-            elif body.get("op") == "relay-pause":
-                peer.relay_out.pause(_int(body, "relay"), body.get("paused") is True)
+            elif body.get("op") == "relay-credit":
+                peer.relay_out.credit(_int(body, "relay"), _int(body, "count"))
             else:
                 raise RemoteProtocolError(f"unknown shard INTEREST op {body.get('op')!r}")
         elif kind is FrameType.BYE:
@@ -719,9 +774,9 @@ class ShardPeers:
                 "dest": str(decision.destination), "selector": decision.selector,
                 "prefetch": decision.prefetch, "priority": decision.priority,
                 "exclusive": decision.exclusive, "auto": decision.auto})))
-        elif isinstance(decision, RelayPause):
+        elif isinstance(decision, RelayCredit):
             peer.out.append((_FRAME, encode_json(FrameType.INTEREST, {
-                "op": "relay-pause", "relay": decision.relay_id, "paused": decision.paused})))
+                "op": "relay-credit", "relay": decision.relay_id, "count": decision.count})))
         else:
             peer.out.append((_FRAME, encode_json(FrameType.INTEREST, {
                 "op": "relay-close", "relay": decision.relay_id})))

@@ -28,14 +28,15 @@ from meshmq.core.shard_relay import (
     SETTLE_NACK,
     SETTLE_RETURNED,
     RelayClose,
+    RelayCredit,
     RelayDecision,
     RelayOpen,
-    RelayPause,
     ShardSettle,
 )
 from meshmq.core.shards import ShardIdentity, owner
 from meshmq.core.state import Connection
 from meshmq.errors import AuthorizationError
+from meshmq.network.shards import RelayWindow
 from meshmq.store.memory import MemoryStore
 
 NODE = "n"
@@ -120,7 +121,8 @@ def test_a_relayed_consumer_asks_the_owner_and_settles_there() -> None:
     assert pump(broker, store) == []
 
 
-def test_an_auto_ack_relayed_consumer_is_settled_by_the_owner_so_nothing_goes_back() -> None:
+def test_an_auto_ack_relayed_consumer_is_settled_by_the_owner_so_only_credit_goes_back(
+) -> None:
     broker, store = shard(0)
     conn = connect(broker)
     c = sub(broker, conn, "s", owned_by(1))
@@ -130,7 +132,7 @@ def test_an_auto_ack_relayed_consumer_is_settled_by_the_owner_so_nothing_goes_ba
                          Message(message_id="m", destination=dst.queue(owned_by(1)), body=b"x"))
     [d] = pump(broker, store)
     assert d.consumer is c and d.redelivered and c.dispatched == {}
-    assert broker.take_relay_decisions() == []
+    assert broker.take_relay_decisions() == [RelayCredit(1, opened.relay_id, 1)]
     # A client-acknowledged one is not: the owner keeps each message until its SETTLE.
     sub(broker, conn, "t", owned_by(1), ack_mode=AckMode.CLIENT)
     [opened] = broker.take_relay_decisions()
@@ -155,13 +157,15 @@ def test_a_lost_link_voids_the_window_and_the_relay_is_opened_again() -> None:
 class Carrier:
     """Moves the shard decisions of two cores the way network/shards.py does: sends
     are routed on the owner, relay opens subscribe there, the owner's deliveries are
-    relayed, and settlements ack, nack or return there."""
+    relayed, settlements ack, nack or return there, and an auto-ack relay's owner stops
+    once ``prefetch`` of its deliveries are in flight, until credit comes back."""
 
     def __init__(self) -> None:
         self.cores = [shard(0), shard(1)]
         self.links = [self._link_conn(k) for k in range(2)]  # each owner's relay session
         self.relays: list[dict[int, Consumer]] = [{}, {}]
         self.delivered: list[list[Delivery]] = [[], []]
+        self.windows: list[dict[int, RelayWindow]] = [{}, {}]
 
     def _link_conn(self, k: int) -> Connection:
         return self.cores[k][0].open_connection(
@@ -202,10 +206,17 @@ class Carrier:
                              ack_mode=ack_mode, prefetch=decision.prefetch,
                              selector=decision.selector, priority=decision.priority,
                              exclusive=decision.exclusive))
+            if decision.auto:  # as RelayOut: counted as the owner's queue hands it over
+                window = RelayWindow(relays[decision.relay_id])
+                self.windows[decision.owner][decision.relay_id] = window
+                relays[decision.relay_id].net_filter = window.admit
         elif isinstance(decision, RelayClose):
             owner_broker.unsubscribe(conn, relays.pop(decision.relay_id))
-        elif isinstance(decision, RelayPause):
-            owner_broker.pause_relayed(relays[decision.relay_id], decision.paused)
+        elif isinstance(decision, RelayCredit):
+            window = self.windows[decision.owner][decision.relay_id]
+            window.inflight -= decision.count
+            owner_broker.pause_relayed(relays[decision.relay_id],
+                                       window.inflight >= window.size)
         elif decision.kind == SETTLE_ACK:
             owner_broker.ack(conn, relays[decision.relay_id], decision.tag, cumulative=False)
         else:
@@ -248,24 +259,56 @@ def test_two_cores_one_queue_producers_and_consumers_on_both() -> None:
     assert d2.message.body == b"again" and d2.delivery_count == 2 and d2.redelivered
 
 
-def test_a_paused_auto_ack_consumer_pauses_the_owners_consumer_until_it_resumes() -> None:
+def test_an_auto_ack_relay_earns_credit_per_pump_for_what_its_client_was_given() -> None:
     broker, store = shard(0)
     conn = connect(broker)
-    sub(broker, conn, "s", owned_by(1))
+    name = owned_by(1)
+    sub(broker, conn, "s", name, prefetch=10)
     [opened] = broker.take_relay_decisions()
-    broker.set_paused(conn, True)  # its client's socket is full
-    for tag in (1, 2):
-        broker.relay_deliver(1, opened.relay_id, tag, 1,
-                             Message(message_id=f"m{tag}", destination=dst.queue(owned_by(1)),
-                                     body=b"x"))
-    assert len(pump(broker, store)) == 2  # handed to the session, which buffers them
-    # One pause, however many arrive meanwhile; one resume once the client can take more.
-    assert broker.take_relay_decisions() == [RelayPause(1, opened.relay_id, True)]
-    broker.set_paused(conn, False)
-    pump(broker, store)
-    assert broker.take_relay_decisions() == [RelayPause(1, opened.relay_id, False)]
+    assert isinstance(opened, RelayOpen) and opened.auto and opened.prefetch == 10
+    relay = broker.state.relays[opened.relay_id]
+    tags = itertools.count(1)
+
+    def arrive(*names: str) -> None:
+        for body in names:
+            broker.relay_deliver(1, opened.relay_id, next(tags), 1,
+                                 Message(message_id=body, destination=dst.queue(name),
+                                         body=body.encode()))
+
+    arrive("m1", "m2", "m3")
+    assert bodies(pump(broker, store)) == ["m1", "m2", "m3"]
+    # One credit for the pump, however many deliveries it covers; none when idle.
+    assert broker.take_relay_decisions() == [RelayCredit(1, opened.relay_id, 3)]
     pump(broker, store)
     assert broker.take_relay_decisions() == []
+    broker.set_paused(conn, True)  # its client's socket is full
+    arrive("m4", "m5")
+    assert pump(broker, store) == [] and relay.held == 2  # waiting here, uncredited
+    assert broker.take_relay_decisions() == []
+    broker.set_paused(conn, False)
+    arrive("m6")  # behind those that waited: the owner's order holds
+    assert bodies(pump(broker, store)) == ["m4", "m5", "m6"] and relay.held == 0
+    assert broker.take_relay_decisions() == [RelayCredit(1, opened.relay_id, 3)]
+
+
+def test_deliveries_held_across_a_lost_link_earn_no_credit_on_the_next() -> None:
+    broker, store = shard(0)
+    conn = connect(broker)
+    name = owned_by(1)
+    sub(broker, conn, "s", name, prefetch=10)
+    [opened] = broker.take_relay_decisions()
+    broker.set_paused(conn, True)
+    for tag in (1, 2):
+        broker.relay_deliver(1, opened.relay_id, tag, 1,
+                             Message(message_id=f"m{tag}", destination=dst.queue(name),
+                                     body=b"x"))
+    pump(broker, store)
+    broker.relay_link_lost(1)  # the next link's owner starts with a fresh window
+    broker.relay_deliver(1, opened.relay_id, 1, 1,
+                         Message(message_id="m3", destination=dst.queue(name), body=b"y"))
+    broker.set_paused(conn, False)
+    assert [d.message.message_id for d in pump(broker, store)] == ["m1", "m2", "m3"]
+    assert broker.take_relay_decisions() == [RelayCredit(1, opened.relay_id, 1)]
 
 
 def test_rights_on_a_destination_owned_elsewhere_need_no_admin_to_create_it() -> None:
@@ -353,12 +396,13 @@ def test_a_relayed_consumers_nacks_count_towards_the_owners_dlq() -> None:
     assert o.queues[dst.queue(name)].depth == 0
 
 
-def test_an_auto_ack_relayed_consumer_empties_the_owner_and_its_pause_stops_the_owner() -> None:
+def test_an_auto_ack_relayed_consumer_empties_the_owner_and_its_window_stops_the_owner(
+) -> None:
     carrier = Carrier()
     (o, _), (a, _) = carrier.cores
     name = owned_by(0)
     oc, ac = connect(o), connect(a)
-    sub(a, ac, "r", name)  # auto-ack
+    sub(a, ac, "r", name, prefetch=2)  # auto-ack
     carrier.run()
     for i in range(3):
         send(o, oc, name, f"m{i}", persistent=True)
@@ -367,15 +411,13 @@ def test_an_auto_ack_relayed_consumer_empties_the_owner_and_its_pause_stops_the_
     assert o.queues[dst.queue(name)].depth == 0  # settled as they left, nothing came back
     carrier.delivered[1] = []
     a.set_paused(ac, True)  # the client's socket is full
-    send(o, oc, name, "crossed")  # already under way when the pause is noticed
-    carrier.run()
-    assert bodies(carrier.delivered[1]) == ["crossed"]
-    for i in range(2):
+    for i in range(4):
         send(o, oc, name, f"held{i}")
     carrier.run()
-    assert bodies(carrier.delivered[1]) == ["crossed"]  # the owner keeps the rest
+    # A window (2) crossed and waits on the consumer's shard; the owner keeps the rest.
+    assert carrier.delivered[1] == [] and a.state.relays[1].held == 2
     assert o.queues[dst.queue(name)].depth == 2
     a.set_paused(ac, False)
     carrier.run()
-    assert bodies(carrier.delivered[1]) == ["crossed", "held0", "held1"]
+    assert bodies(carrier.delivered[1]) == [f"held{i}" for i in range(4)]
     assert o.queues[dst.queue(name)].depth == 0
