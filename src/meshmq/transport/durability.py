@@ -269,6 +269,11 @@ class ConfirmQueue:
                 if exc is not None:  # a store failure: never confirm
                     pending.clear()
                     self.failed = True
+                    if self._closed():
+                        # The connection is gone (the broker stopping closes it before
+                        # its store): nobody to withhold a confirmation from.
+                        log.debug("store sync failed after %s closed: %s", self._who, exc)
+                        break
                     log.error("store sync failed; confirmation withheld from %s: %s",
                               self._who, exc)
                     self._fail(f"{NOT_STORED}: {exc}")

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterable
 from typing import Any
 
+import pytest
+
+from meshmq.errors import StoreError
 from meshmq.transport.durability import NOT_STORED, Durability
 
 
@@ -111,6 +115,28 @@ def test_nothing_is_sent_once_the_connection_is_closed() -> None:
         assert sent == [] and len(q) == 0
 
     asyncio.run(main())
+
+
+def test_a_sync_that_fails_after_the_connection_closed_fails_nothing_and_logs_no_error(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A stopping broker closes its connections, then its store: a confirmation still
+    waiting then fails with the store, and there is nobody left to withhold it from."""
+    async def main() -> None:
+        store = FakeStore()
+        failures: list[str] = []
+        closed = [False]
+        q = store.durability().confirmations(flush=lambda: None, closed=lambda: closed[0],
+                                             fail=failures.append, who="c1")
+        q.confirm(lambda: None, durable=True)
+        await turns()
+        closed[0] = True
+        store.syncs[0].set_exception(StoreError("store is closed"))
+        await turns()
+        assert failures == [] and len(q) == 0
+
+    with caplog.at_level(logging.ERROR, logger="meshmq.durability"):
+        asyncio.run(main())
+    assert caplog.records == []
 
 
 def test_unordered_confirmation_runs_after_its_sync_or_fails() -> None:
