@@ -11,15 +11,8 @@ from pathlib import Path
 import pytest
 
 from meshmq.config.model import UsageConfig
-from tests.interop.stomp_helpers import RawClient
 from tests.support.brokers import poll
 from tests.support.shard_pair import ShardBroker, ShardPair
-
-
-def _client(shard: ShardBroker) -> RawClient:
-    client = RawClient(shard)
-    client.connect()
-    return client
 
 
 def _set_owner_wait(shard: ShardBroker, seconds: float) -> None:
@@ -41,9 +34,8 @@ def test_sends_to_an_owner_gone_longer_than_the_wait_are_refused_then_accepted_a
         pair.wait_linked()
         _set_owner_wait(pair[1], 0.5)
         queue = pair.owned_by(0, "waited")
-        pair.stop(0)
-        poll(lambda: pair[1].links_up() == 0, what="the link to drop")
-        held = _client(pair[1])
+        pair.stop_owner(0)
+        held = pair[1].client()
         held.send_frame("SEND", [("destination", f"/queue/{queue}"), ("persistent", "true"),
                                  ("receipt", "h")], b"held")
         # Its receipt never comes: once the wait is over the send fails, retriably.
@@ -52,7 +44,7 @@ def test_sends_to_an_owner_gone_longer_than_the_wait_are_refused_then_accepted_a
         held.close()
         assert pair[1].outstanding() == 1  # kept: it still goes when the owner is back
         # A send after the wait is refused at once and not held.
-        late = _client(pair[1])
+        late = pair[1].client()
         late.send_frame("SEND", [("destination", f"/queue/{queue}"), ("receipt", "l")],
                         b"late")
         error = late.expect_error_and_close()
@@ -61,7 +53,7 @@ def test_sends_to_an_owner_gone_longer_than_the_wait_are_refused_then_accepted_a
         late.close()
         assert pair[1].outstanding() == 1
         # Destinations this shard owns are unaffected.
-        local = _client(pair[1])
+        local = pair[1].client()
         local.send_frame("SEND", [("destination", f"/queue/{pair.owned_by(1, 'here')}"),
                                   ("receipt", "x")], b"here")
         local.read_until_receipt("x")
@@ -69,11 +61,11 @@ def test_sends_to_an_owner_gone_longer_than_the_wait_are_refused_then_accepted_a
         pair.start(0)
         pair.wait_linked()
         poll(lambda: pair[1].outstanding() == 0, what="the held send stored by its owner")
-        again = _client(pair[1])
+        again = pair[1].client()
         again.send_frame("SEND", [("destination", f"/queue/{queue}"), ("receipt", "a")],
                          b"again")
         again.read_until_receipt("a")
-        consumer = _client(pair[0])
+        consumer = pair[0].client()
         consumer.send_frame("SUBSCRIBE", [("destination", f"/queue/{queue}"), ("id", "s")])
         got = [consumer.read_until("MESSAGE")[0].body for _ in range(2)]
         assert got == [b"held", b"again"]
@@ -92,9 +84,8 @@ def test_sends_held_for_a_stopped_owner_count_against_the_memory_limit(
     try:
         pair.wait_linked()
         queue = pair.owned_by(0, "bounded")
-        pair.stop(0)
-        poll(lambda: pair[1].links_up() == 0, what="the link to drop")
-        producer = _client(pair[1])
+        pair.stop_owner(0)
+        producer = pair[1].client()
         body = b"x" * 1024
         frame = (f"SEND\ndestination:/queue/{queue}\npersistent:false\n"
                  f"content-length:{len(body)}\n\n").encode() + body + b"\0"
@@ -133,7 +124,7 @@ def test_sends_whose_stored_answer_was_lost_are_not_stored_twice(tmp_path: Path)
         assert owner.runtime is not None
         window = owner.runtime.broker.dedup
         sender.run(lambda: setattr(peers, "on_acks", lambda peer, acks: None))
-        producer = _client(sender)
+        producer = sender.client()
         for i in range(3):
             producer.send_frame("SEND", [("destination", f"/queue/{queue}"),
                                          ("persistent", "true"), ("receipt", f"t{i}")],
@@ -153,7 +144,7 @@ def test_sends_whose_stored_answer_was_lost_are_not_stored_twice(tmp_path: Path)
             producer.read_until_receipt(f"t{i}")
         assert sender.outstanding() == 0
         assert owner.depth(queue) == 3
-        consumer = _client(owner)
+        consumer = owner.client()
         consumer.send_frame("SUBSCRIBE", [("destination", f"/queue/{queue}"), ("id", "s")])
         assert [consumer.read_until("MESSAGE")[0].body for _ in range(3)] == \
             [b"t0", b"t1", b"t2"]
@@ -174,15 +165,14 @@ def test_a_resend_with_its_dedup_id_is_confirmed_only_once_the_owner_stored_it(
     try:
         pair.wait_linked()
         queue = pair.owned_by(0, "idempotent")
-        pair.stop(0)
-        poll(lambda: pair[1].links_up() == 0, what="the link to drop")
+        pair.stop_owner(0)
         headers = [("destination", f"/queue/{queue}"), ("persistent", "true"),
                    ("dedup-id", "order-7")]
-        first = _client(pair[1])
+        first = pair[1].client()
         first.send_frame("SEND", [*headers, ("receipt", "1")], b"order")
         poll(lambda: pair[1].outstanding() == 1, what="the send held for the owner")
         first.close()  # gone before its receipt
-        again = _client(pair[1])
+        again = pair[1].client()
         again.send_frame("SEND", [*headers, ("receipt", "2")], b"order")
         with pytest.raises(TimeoutError):
             again.read_until_receipt("2", timeout=0.3)

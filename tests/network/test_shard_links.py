@@ -34,11 +34,6 @@ def pair(tmp_path: Path):
     shards.stop()
 
 
-def _client(shard) -> RawClient:
-    client = RawClient(shard)
-    client.connect()
-    return client
-
 
 def _send(client: RawClient, queue: str, body: str, *, persistent: bool = True) -> None:
     rid = f"r-{body}"
@@ -59,13 +54,13 @@ def _receive(client: RawClient, count: int) -> list[tuple[str, str]]:
 
 def test_producers_on_both_shards_reach_a_consumer_on_the_owner(pair: ShardPair) -> None:
     queue = pair.owned_by(0, "orders")
-    producers = [_client(pair[0]), _client(pair[1])]
+    producers = [pair[0].client(), pair[1].client()]
     for i in range(40):
         _send(producers[i % 2], queue, f"p{i % 2}-{i}")
     # Every receipted message is on the owner before anyone consumes it.
     assert pair[0].depth(queue) == 40
     assert pair[1].depth(queue) == 0 and pair[1].outstanding() == 0
-    consumer = _client(pair[0])
+    consumer = pair[0].client()
     consumer.send_frame("SUBSCRIBE", [("destination", f"/queue/{queue}"), ("id", "s"),
                                       ("ack", "auto")])
     bodies = [body for body, _ in _receive(consumer, 40)]
@@ -83,10 +78,10 @@ def test_a_consumer_on_the_other_shard_is_relayed_and_its_acks_settle_on_the_own
     try:
         pair.wait_linked()
         queue = pair.owned_by(0, "relayed")
-        producer = _client(pair[0])
+        producer = pair[0].client()
         for i in range(30):
             _send(producer, queue, f"m{i}")
-        consumer = _client(pair[1])
+        consumer = pair[1].client()
         consumer.send_frame("SUBSCRIBE", [("destination", f"/queue/{queue}"), ("id", "s"),
                                           ("ack", "client-individual"),
                                           ("activemq.prefetchSize", "5")])
@@ -105,7 +100,7 @@ def test_a_consumer_on_the_other_shard_is_relayed_and_its_acks_settle_on_the_own
         pair.start()
         pair.wait_linked()
         assert pair[0].depth(queue) == 10  # nothing acked comes back
-        again = _client(pair[1])
+        again = pair[1].client()
         again.send_frame("SUBSCRIBE", [("destination", f"/queue/{queue}"), ("id", "s"),
                                        ("ack", "auto")])
         assert [b for b, _ in _receive(again, 10)] == [f"m{i}" for i in range(20, 30)]
@@ -148,14 +143,14 @@ def test_mqtt_qos1_publish_and_subscribe_across_shards(tmp_path: Path) -> None:
 
 def test_selectors_and_consumers_on_both_shards_share_one_queue(pair: ShardPair) -> None:
     queue = pair.owned_by(0, "shared")
-    red = _client(pair[1])  # relayed: its selector is applied on the owner
+    red = pair[1].client()  # relayed: its selector is applied on the owner
     red.send_frame("SUBSCRIBE", [("destination", f"/queue/{queue}"), ("id", "r"),
                                  ("selector", "color = 'red'"), ("ack", "auto")])
-    blue = _client(pair[0])
+    blue = pair[0].client()
     blue.send_frame("SUBSCRIBE", [("destination", f"/queue/{queue}"), ("id", "b"),
                                   ("selector", "color = 'blue'"), ("ack", "auto")])
     poll(lambda: pair[0].consumers(queue) == 2, what="both consumers on the owner")
-    producer = _client(pair[1])
+    producer = pair[1].client()
     for i in range(20):
         color = "red" if i % 2 else "blue"
         producer.send_frame("SEND", [("destination", f"/queue/{queue}"), ("color", color),
@@ -168,7 +163,7 @@ def test_selectors_and_consumers_on_both_shards_share_one_queue(pair: ShardPair)
     # Two plain consumers, one per shard, share a queue: each holds one message at a
     # time (prefetch 1), so a round of two messages gives each one.
     other = pair.owned_by(0, "balanced")
-    consumers = [_client(pair[0]), _client(pair[1])]
+    consumers = [pair[0].client(), pair[1].client()]
     for c in consumers:
         c.send_frame("SUBSCRIBE", [("destination", f"/queue/{other}"), ("id", "s"),
                                    ("ack", "client-individual"),
@@ -195,9 +190,8 @@ def test_sends_to_a_stopped_owner_wait_and_are_sent_again_when_it_is_back(
     try:
         pair.wait_linked()
         queue = pair.owned_by(0, "waiting")
-        pair.stop(0)
-        poll(lambda: pair[1].links_up() == 0, what="the link to drop")
-        producer = _client(pair[1])
+        pair.stop_owner(0)
+        producer = pair[1].client()
         for i in range(5):
             producer.send_frame("SEND", [("destination", f"/queue/{queue}"),
                                          ("persistent", "true"), ("receipt", f"w{i}")],
@@ -205,7 +199,7 @@ def test_sends_to_a_stopped_owner_wait_and_are_sent_again_when_it_is_back(
         poll(lambda: pair[1].outstanding() == 5, what="the sends held for the owner")
         # Another connection's send to a queue this shard owns is confirmed as usual
         # meanwhile (a connection's own receipts stay in order).
-        other = _client(pair[1])
+        other = pair[1].client()
         _send(other, pair.owned_by(1, "local"), "here")
         other.close()
         # No receipt without the owner's STORED (a bounded negative check).
@@ -216,7 +210,7 @@ def test_sends_to_a_stopped_owner_wait_and_are_sent_again_when_it_is_back(
             producer.read_until_receipt(f"w{i}")
         assert pair[1].outstanding() == 0
         assert pair[0].depth(queue) == 5
-        consumer = _client(pair[0])
+        consumer = pair[0].client()
         consumer.send_frame("SUBSCRIBE", [("destination", f"/queue/{queue}"), ("id", "s")])
         assert [b for b, _ in _receive(consumer, 5)] == [f"w{i}" for i in range(5)]
         with pytest.raises(TimeoutError):  # each once
@@ -229,11 +223,11 @@ def test_sends_to_a_stopped_owner_wait_and_are_sent_again_when_it_is_back(
 
 def test_a_relayed_consumer_resumes_when_its_owner_restarts(pair: ShardPair) -> None:
     queue = pair.owned_by(0, "resumed")
-    consumer = _client(pair[1])
+    consumer = pair[1].client()
     consumer.send_frame("SUBSCRIBE", [("destination", f"/queue/{queue}"), ("id", "s"),
                                       ("ack", "client-individual")])
     poll(lambda: pair[0].consumers(queue) == 1, what="the relayed consumer on the owner")
-    producer = _client(pair[0])
+    producer = pair[0].client()
     _send(producer, queue, "before")
     [(body, _)] = _receive(consumer, 1)  # left unacknowledged
     assert body == "before"
@@ -243,7 +237,7 @@ def test_a_relayed_consumer_resumes_when_its_owner_restarts(pair: ShardPair) -> 
     pair.wait_linked()
     # The owner took back what it had delivered; the relay is opened again on the new
     # link, and the message comes again, flagged, followed by new ones.
-    producer = _client(pair[0])
+    producer = pair[0].client()
     _send(producer, queue, "after")
     frame, _ = consumer.read_until("MESSAGE")
     assert frame.body == b"before" and frame.get("redelivered") == "true"

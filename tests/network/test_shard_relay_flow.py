@@ -26,12 +26,6 @@ def pair(tmp_path: Path):
     shards.stop()
 
 
-def _client(shard: ShardBroker) -> RawClient:
-    client = RawClient(shard, timeout=30)
-    client.connect()
-    return client
-
-
 def _owner_paused(owner: ShardBroker, name: str) -> bool:
     """Whether the owner's consumers of queue ``name`` (the relayed one) are paused."""
     assert owner.runtime is not None
@@ -63,7 +57,7 @@ def _client_buffers(shard: ShardBroker) -> list[int]:
 
 
 def _subscribe_relayed(pair: ShardPair, queue: str, prefetch: int = 1000) -> RawClient:
-    consumer = _client(pair[1])
+    consumer = pair[1].client(timeout=30)
     consumer.send_frame("SUBSCRIBE", [("destination", f"/queue/{queue}"), ("id", "s"),
                                       ("ack", "auto"),
                                       ("activemq.prefetchSize", str(prefetch))])
@@ -84,7 +78,7 @@ def test_a_client_that_does_not_read_pauses_the_owners_consumer(pair: ShardPair)
     queue = pair.owned_by(0, "slow")
     prefetch = 20
     consumer = _subscribe_relayed(pair, queue, prefetch)
-    producer = _client(pair[0])
+    producer = pair[0].client(timeout=30)
     count, body = 400, b"x" * 65536  # 26 MB: far more than the sockets on the way hold
     _send(producer, queue, body, count)
     # Settled: the client's socket and its shard's transport are full, a window waits on
@@ -120,7 +114,7 @@ def test_a_full_link_pauses_its_relays_until_it_drains(pair: ShardPair) -> None:
     assert relay_out is not None
     owner.run(lambda: relay_out.link_writable(False))  # as when its buffer fills
     assert _owner_paused(owner, queue)
-    producer = _client(owner)
+    producer = owner.client(timeout=30)
     _send(producer, queue, b"m", 3)
     with pytest.raises(TimeoutError):
         consumer.read_until("MESSAGE", timeout=0.3)
@@ -134,12 +128,12 @@ def test_a_full_link_pauses_its_relays_until_it_drains(pair: ShardPair) -> None:
 
 def test_a_relayed_clients_acks_and_nacks_settle_on_the_owner(pair: ShardPair) -> None:
     queue = pair.owned_by(0, "settled")
-    producer = _client(pair[0])
+    producer = pair[0].client(timeout=30)
     for i in range(10):
         producer.send_frame("SEND", [("destination", f"/queue/{queue}"),
                                      ("persistent", "true")], f"m{i}".encode())
     producer.receipt_roundtrip()
-    consumer = _client(pair[1])
+    consumer = pair[1].client(timeout=30)
     consumer.send_frame("SUBSCRIBE", [("destination", f"/queue/{queue}"), ("id", "s"),
                                       ("ack", "client-individual"),
                                       ("activemq.prefetchSize", "10")])
@@ -155,7 +149,7 @@ def test_a_relayed_clients_acks_and_nacks_settle_on_the_owner(pair: ShardPair) -
     poll(lambda: pair[0].depth(queue) == 5, what="the redelivery acked on the owner")
     consumer.close()  # m5..m9 unacknowledged: back on the owner, flagged
     poll(lambda: pair[0].consumers(queue) == 0, what="the relayed consumer closed")
-    local = _client(pair[0])
+    local = pair[0].client(timeout=30)
     local.send_frame("SUBSCRIBE", [("destination", f"/queue/{queue}"), ("id", "l")])
     rest = [local.read_until("MESSAGE")[0] for _ in range(5)]
     assert [f.body for f in rest] == [f"m{i}".encode() for i in range(5, 10)]

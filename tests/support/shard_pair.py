@@ -23,6 +23,7 @@ from meshmq.core import destinations as dst
 from meshmq.core.destinations import Destination
 from meshmq.core.shards import ShardIdentity, owner
 from meshmq.transport.runtime import BrokerRuntime
+from tests.interop.stomp_helpers import RawClient
 from tests.support.brokers import ProcessBroker, ThreadBroker, make_config, poll
 
 NODE = "node"
@@ -67,6 +68,12 @@ class ShardBroker(ThreadBroker):
         """Sends this shard made that their owner has not yet stored."""
         assert self.runtime is not None and self.runtime.shard_peers is not None
         return self.run(self.runtime.shard_peers.outstanding)
+
+    def client(self, timeout: float | None = None) -> RawClient:
+        """A raw STOMP client connected to this shard's port."""
+        client = RawClient(self) if timeout is None else RawClient(self, timeout=timeout)
+        client.connect()
+        return client
 
     def depth(self, name: str) -> int:
         """Messages in queue ``name`` here (pending, in flight or paged out)."""
@@ -140,6 +147,13 @@ class ShardPair:
     def wait_linked(self) -> None:
         for k in range(self.count):
             poll(lambda k=k: self[k].links_up() == self.count - 1, what=f"shard {k}'s links")
+
+    def stop_owner(self, k: int = 0) -> None:
+        """Stop shard ``k`` and wait until every other shard's link to it is down."""
+        self.stop(k)
+        for i in range(self.count):
+            if i != k and self.shards[i] is not None:
+                poll(lambda i=i: self[i].links_up() == 0, what=f"shard {i}'s link to drop")
 
     def process(self, k: int) -> ShardProcess:
         """Shard ``k`` as a subprocess (not tracked in ``shards``): start it, kill it."""
