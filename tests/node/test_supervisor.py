@@ -13,6 +13,7 @@ import pytest
 
 from meshmq.config.model import BrokerConfig, ListenerConfig, ManagementConfig
 from meshmq.node.supervisor import NodeStartError, Supervisor
+from tests.support.memory_failover import until
 
 # argv[1]: a directory. Each start of shard k counts itself in <dir>/starts-<k>. The
 # first start of shard 0 runs until <dir>/go exists, the next two exit with status 5 at
@@ -47,13 +48,6 @@ def _config(tmp_path: Path) -> BrokerConfig:
                         listeners=(ListenerConfig(port=0),))
 
 
-async def _until(predicate: object, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.01)
-
-
 def test_a_dying_shard_is_restarted_with_its_cause_counted(tmp_path: Path) -> None:
     command = [sys.executable, "-c", STAND_IN, str(tmp_path), "run"]
 
@@ -65,8 +59,8 @@ def test_a_dying_shard_is_restarted_with_its_cause_counted(tmp_path: Path) -> No
             first = sup.rows()[0].pid
             (tmp_path / "go").touch()
             began = time.monotonic()
-            await _until(lambda: sup.rows()[0].restarts == 3
-                         and sup.rows()[0].state == "running")
+            await until(lambda: sup.rows()[0].restarts == 3
+                        and sup.rows()[0].state == "running", timeout=20)
             # Backed off 0.1 s, then 0.2 s, then 0.4 s between the four starts.
             assert time.monotonic() - began >= 0.7
             row = sup.rows()[0]
