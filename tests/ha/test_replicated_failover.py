@@ -89,6 +89,7 @@ def test_master_killed_under_load_loses_nothing_and_comes_back_as_a_slave(
         successor = cluster.wait_master(exclude=(master.name,))
         ha = successor.ha()
         assert ha is not None and ha["role"] == "master" and ha["term"] >= 2
+        assert ha["took_over_from"] == master.name  # the trace's took_over
         # The old master restarts, follows the new one and catches up.
         master.start()
         poll(lambda: (h := master.ha()) is not None and h["role"] == "slave"

@@ -11,10 +11,12 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import unquote
 
 import psutil
 import pytest
 
+from meshmq.core import trace as tr
 from meshmq.ha.file_lease import FileLease
 from meshmq.transport.runtime import EXIT_DEPOSED
 from tests.ha.support import (
@@ -111,6 +113,7 @@ def test_sigkill_master_under_load_then_old_master_returns_as_slave(tmp_path: Pa
     assert a.stat()["ha"]["role"] == "slave"
     assert b.stat()["ha"] | {"renewals": 0} == b.stat()["ha"] | {
         "role": "master", "epoch": 2, "lease_epoch": 2, "renewals": 0}
+    assert str(b.stat()["ha"]["took_over_from"]).startswith("a@")  # a was killed
     producer.stop.set()
     producer.join(30)
     consumer.stop.set()
@@ -287,3 +290,43 @@ def test_paused_master_under_write_load_is_replaced_and_the_new_master_keeps_its
     assert b.terminate() == 0
     assert a.terminate() == 0
     print(f"takeover of a paused master under write load: {took:.3f}s (lease 1.000s)")
+
+
+def test_the_slaves_trace_names_the_master_it_took_over_from(tmp_path: Path) -> None:
+    """Brokers of a pair may have different names: the slave's ``broker_started`` names
+    the lease holder it succeeded after the master's SIGKILL, so the audit ends the
+    master's run at the takeover."""
+    make, _ports = pair(tmp_path, ha=SHARED)
+    trace_dir = tmp_path / "trace"
+    brokers = {}
+    for name in ("a", "b"):
+        proc = make(name)
+        with proc.config_path.open("a") as f:
+            f.write(f'\n[trace]\nenabled = true\ndirectory = "{trace_dir}"\n'
+                    "flush_interval_ms = 1\n")
+        brokers[name] = proc
+    a, b = brokers["a"].start().wait_master(), brokers["b"].start().wait_slave()
+
+    def starts() -> dict[str, dict[str, str]]:
+        found = {}
+        for path in sorted(trace_dir.glob("*.jsonl*")):
+            for row in map(tr.decode_jsonl_line, path.read_text().splitlines()):
+                if row["event"] == tr.BROKER_STARTED:
+                    found[str(row["broker"])] = dict(
+                        field.split("=", 1) for field in str(row["reason"]).split())
+        return found
+
+    try:
+        poll(lambda: "a" in starts(), 10, "a's start in the trace")
+        assert "b" not in starts()  # a slave traces nothing
+        a.kill9()
+        b.wait_master()
+        poll(lambda: "b" in starts(), 10, "b's start in the trace")
+    finally:
+        b.terminate()
+    fields = starts()
+    assert "took_over" not in fields["a"]  # the lease was free
+    holder = unquote(fields["a"]["holder"])
+    assert holder.startswith("a@") and unquote(fields["b"]["holder"]).startswith("b@")
+    assert unquote(fields["b"]["took_over"]) == holder
+    assert f"({holder} is gone)" in b.text()

@@ -75,6 +75,26 @@ ROWS = [
     ev(30.4, "received", broker="x", boot="x2", mid="u5", dedup_id="order-8"),
     ev(30.5, "delivered", broker="x", boot="x2", mid="u5", consumer="c6",
        dedup_id="order-8"),
+    # A shared-store pair whose brokers have different names: pa's run ends when pb
+    # takes its lease over, not at a later start of pa (there is none). t1 was taken
+    # before it was stored and resent to pb as t2; t3 was delivered, no ack traced;
+    # t4 was accepted and neither stored nor resent; t5 was stored and pb recovered it.
+    ev(40, "broker_started", broker="pa", boot="a1", reason=EXACT + " holder=pa%40h%3A1"),
+    ev(41, "received", broker="pa", boot="a1", mid="t1", dedup_id="order-9"),
+    ev(41.1, "received", broker="pa", boot="a1", mid="t3"),
+    ev(41.2, "dispatched", broker="pa", boot="a1", mid="t3", consumer="c7", delivery_count=1),
+    ev(41.3, "received", broker="pa", boot="a1", mid="t4"),
+    ev(41.4, "received", broker="pa", boot="a1", mid="t5", persistent=True),
+    ev(45, "heartbeat", broker="pa", boot="a1"),
+    ev(50, "broker_started", broker="pb", boot="b1",
+       reason=EXACT + " holder=pb%40h%3A2 took_over=pa%40h%3A1"),
+    ev(50, "recovered", broker="pb", boot="b1", mid="t5"),
+    ev(50.1, "received", broker="pb", boot="b1", mid="t2", dedup_id="order-9"),
+    ev(50.2, "dispatched", broker="pb", boot="b1", mid="t2", consumer="c8", delivery_count=1,
+       dedup_id="order-9"),
+    ev(50.3, "acked", broker="pb", boot="b1", mid="t2", consumer="c8", dedup_id="order-9"),
+    ev(50.4, "dispatched", broker="pb", boot="b1", mid="t5", consumer="c8", delivery_count=1),
+    ev(50.5, "acked", broker="pb", boot="b1", mid="t5", consumer="c8"),
 ]
 
 
@@ -106,13 +126,19 @@ def test_what_the_trace_cannot_decide_is_unknown_with_a_reason(
         "r2": ("consumed", None),
         "u4": ("resent", "taken by west's restart; sent again with its dedup-id as u5, "
                          "which was delivered"),
-        "u5": ("consumed", None)}
+        "u5": ("consumed", None),
+        "t1": ("resent", "taken by pb's takeover from pa; sent again with its dedup-id as "
+                         "t2, which was delivered"),
+        "t2": ("consumed", None),
+        "t3": ("unknown", "delivered to a consumer; no ack traced before pb took over from "
+                          "pa"),
+        "t4": ("lost", None), "t5": ("consumed", None)}
 
 
 def test_a_resent_copy_is_neither_lost_nor_a_duplicate(tables: Any) -> None:
     summary = {r["status"]: r["messages"] for r in rows(tables.summary)}
-    assert summary["resent"] == 2 and summary["lost"] == 2  # l1, f1
-    assert {r["message_id"] for r in rows(tables.lost)} == {"l1", "f1"}
+    assert summary["resent"] == 3 and summary["lost"] == 3  # l1, f1, t4
+    assert {r["message_id"] for r in rows(tables.lost)} == {"l1", "f1", "t4"}
     # One copy delivered: not a duplicate delivery.
     assert not [r for r in rows(tables.duplicates) if r["kind"] == "resent"]
 
@@ -150,3 +176,15 @@ def test_failover_windows_start_at_the_last_heartbeat(tables: Any) -> None:
     assert windows["x"]["down_from_ts"] == round(20.3 * S)
     boots = {r["boot"]: r for r in rows(tables.boots)}
     assert boots["x1"]["exact"] and not boots["w1"]["exact"]
+
+
+def test_a_takeover_by_a_differently_named_broker_ends_the_masters_run(tables: Any) -> None:
+    boots = {r["boot"]: r for r in rows(tables.boots)}
+    assert (boots["a1"]["holder"], boots["b1"]["took_over"]) == ("pa%40h%3A1", "pa%40h%3A1")
+    assert (boots["a1"]["next_started_ts"], boots["a1"]["next_broker"]) == (50 * S, "pb")
+    assert boots["b1"]["next_started_ts"] is None
+    # x's restart is its own: the next run is x's.
+    assert boots["x1"]["next_broker"] == "x"
+    window = {r["broker"]: r for r in rows(tables.failovers)}["pa"]
+    assert (window["kind"], window["down_from_ts"], window["up_again_ts"], window["up_on"],
+            window["first_service_ts"]) == ("crash", 45 * S, 50 * S, "pb", round(50.1 * S))

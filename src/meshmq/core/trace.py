@@ -29,6 +29,7 @@ import time
 import zlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 if TYPE_CHECKING:
     from meshmq.core.destinations import Destination
@@ -305,12 +306,19 @@ def decode_jsonl_line(line: str) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------
-def start_reason(*, heartbeat_ms: int, exact: bool,
-                 previous: tuple[str, int] | None) -> str:
+def start_reason(*, heartbeat_ms: int, exact: bool, previous: tuple[str, int] | None,
+                 lease: tuple[str, str | None] | None = None) -> str:
     """The ``reason`` of ``broker_started``: how this run traces (``heartbeat_ms``,
-    ``exact``) and, after an earlier run, its boot and last heartbeat (microseconds)."""
+    ``exact``), after an earlier run its boot and last heartbeat (microseconds) and, for
+    a broker of a master/slave pair, its lease holder id and the holder it took the lease
+    from (``took_over``: that broker's run ended here, whatever its name). Holder ids are
+    percent-encoded: the fields are separated by spaces."""
     text = f"heartbeat_ms={heartbeat_ms} exact={int(exact)}"
     if previous is not None:
         text += f" previous_boot={previous[0]} last_heartbeat={previous[1]}"
+    if lease is not None:
+        text += f" holder={quote(lease[0], safe='')}"
+        if lease[1] is not None:
+            text += f" took_over={quote(lease[1], safe='')}"
     return text
 

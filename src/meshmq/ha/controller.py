@@ -60,6 +60,8 @@ class HaController:
         self._keepalive: asyncio.Task[None] | None = None
         self.became_master_ms: int | None = None
         self.last_seen: LeaseRecord | None = None
+        # The holder this broker took the lease from (None: it was free), for the trace.
+        self.took_over_from: str | None = None
         self.renewals = 0
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="meshmq-lease")
 
@@ -76,7 +78,8 @@ class HaController:
                 "epoch": self.backend.epoch,
                 "lease_holder": seen.holder if seen is not None else None,
                 "lease_epoch": seen.epoch if seen is not None else 0,
-                "renewals": self.renewals, "lease_ms": self.config.lease_ms}
+                "renewals": self.renewals, "lease_ms": self.config.lease_ms,
+                "took_over_from": self.took_over_from}
 
     async def acquire(self) -> bool:
         """Wait until this broker holds the lease (True) or stop() was called (False)."""
@@ -106,6 +109,7 @@ class HaController:
                 if epoch is not None and not self._stop.is_set():
                     self.machine.fire(RoleEvent.ACQUIRED)
                     self.became_master_ms = self._clock()
+                    self.took_over_from = None if view.record is None else view.record.holder
                     self.last_seen = LeaseRecord(epoch, self.backend.holder)
                     why = ("it was free" if view.record is None or view.record.holder is None
                            else f"{view.record.holder} is gone" if view.holder_alive is False

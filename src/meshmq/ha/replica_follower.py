@@ -172,7 +172,7 @@ class FollowerSide(NodeState):
         if leader != self.leader_id:
             log.info("slave: following %s in term %d (log at %s)", leader, term, self.last)
             self._send_times.reset()
-        self.leader_id = leader
+        self.leader_id = self.followed = leader
         self._resigned_term = None
         now = self._clock()
         stamp = head.get("sent_ms")

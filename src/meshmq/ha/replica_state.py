@@ -26,6 +26,7 @@ class NodeState:
     amnesiac: bool
     kind: Kind
     leader_id: str | None
+    followed: str | None
     leader_seen_ms: int | None
     _send_times: SendTimeEstimate
     _resigned_term: int | None

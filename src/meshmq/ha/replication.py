@@ -115,6 +115,10 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
         self.amnesiac = False
         self.kind = Kind.FOLLOWER
         self.leader_id: str | None = None
+        # The last master this node followed, and, once master, the one it succeeded
+        # (None: none was followed): the trace's ``took_over``.
+        self.followed: str | None = None
+        self.took_over_from: str | None = None
         self.leader_seen_ms: int | None = None
         # When the master sent what this node read, not when it was read (policy).
         self._send_times = SendTimeEstimate()
@@ -206,6 +210,7 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
         return {"mode": self.mode, "role": self.role.value, "node_id": self.node_id,
                 "witness": self.witness, "raft": self.kind.value, "term": self.term,
                 "epoch": self.term, "holder_id": self.node_id,
+                "took_over_from": self.took_over_from,
                 "leader": self.leader_id, "last": list(self.last),
                 "durable": list(self.durable), "commit": self.commit,
                 "writable": self._writable(), "synchronous": self.ha.synchronous,
@@ -474,6 +479,7 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
         await journal.sync()
         self.durable = self.last
         self.kind = Kind.LEADER
+        self.took_over_from = self.followed if self.followed != self.node_id else None
         self.leader_id = self.node_id
         self.leader_seen_ms = self._leader_since_ms = self._clock()
         if self.amnesiac:

@@ -12,7 +12,10 @@ writes files (``meshmq.pipeline.audit_job`` does that). The tables:
   (first broker) to the delivery to the consumer that acked, wherever that was;
   ``delivered_by``: the brokers that delivered it (for ``duplicates``).
 * ``boots``: one row per broker run; ``failover_windows``: the gaps between runs,
-  from the last sign of life (heartbeat) of a crashed run to the next start.
+  from the last sign of life (heartbeat) of a crashed run to the next start. A run of
+  a master/slave pair's broker also ends when another broker takes its lease over
+  (``took_over`` in that broker's start names the lease holder it succeeded), so a
+  pair whose brokers have different names ends the master's run at the takeover.
 * ``lost``: messages accepted by a broker, never consumed or otherwise settled, with
   no evidence of a delivery anywhere: the broker that last held them restarted, they
   did not come back (no ``recovered`` event), and that broker's trace is complete up
@@ -89,7 +92,9 @@ def boots(events: DataFrame) -> DataFrame:
         F.coalesce(F.max(_start_field("exact", "int")) == 1, F.lit(False)).alias("exact"),
         F.max(_start_field("heartbeat_ms", "int")).alias("heartbeat_ms"),
         F.max(_start_field("previous_boot", "string")).alias("previous_boot"),
-        F.max(_start_field("last_heartbeat", "bigint")).alias("previous_heartbeat_ts"))
+        F.max(_start_field("last_heartbeat", "bigint")).alias("previous_heartbeat_ts"),
+        F.max(_start_field("holder", "string")).alias("holder"),
+        F.max(_start_field("took_over", "string")).alias("took_over"))
     by_broker = Window.partitionBy("broker").orderBy("started_ts")
     # The next run's columns beside each run's own (a window over the few runs, not a
     # self-join, which would aggregate the events twice); runs without a boot id are
@@ -99,11 +104,28 @@ def boots(events: DataFrame) -> DataFrame:
         F.lead("first_service_ts").over(by_broker).alias("next_service_ts"),
         F.lead("previous_boot").over(by_broker).alias("_nb_prev"),
         F.lead("previous_heartbeat_ts").over(by_broker).alias("_nb_hb"))
+    # The first run that took the lease over from each holder (the runs are few).
+    takeovers = (runs.where(F.col("took_over").isNotNull())
+                 .groupBy(F.col("took_over").alias("_to"))
+                 .agg(F.min(F.struct(F.col("started_ts").alias("ts"),
+                                     F.col("first_service_ts").alias("service"),
+                                     F.col("broker").alias("broker"))).alias("_succ")))
+    succ = F.col("_succ")
+    # Whichever came first ends the run: its broker's next start or the takeover.
+    taken = succ.isNotNull() & (succ["ts"] > F.col("started_ts")) & (
+        F.col("next_started_ts").isNull() | (succ["ts"] < F.col("next_started_ts")))
     return (nxt.where(F.col("boot").isNotNull())
+            .join(F.broadcast(takeovers), F.col("holder") == F.col("_to"), "left")
             .withColumn("alive_until_ts", F.when(
                 F.col("_nb_prev") == F.col("boot"),
                 F.greatest("last_ts", "_nb_hb")).otherwise(F.col("last_ts")))
-            .drop("_nb_prev", "_nb_hb"))
+            .withColumn("next_broker", F.when(taken, succ["broker"])
+                        .when(F.col("next_started_ts").isNotNull(), F.col("broker")))
+            .withColumn("next_service_ts", F.when(taken, succ["service"])
+                        .otherwise(F.col("next_service_ts")))
+            .withColumn("next_started_ts", F.when(taken, succ["ts"])
+                        .otherwise(F.col("next_started_ts")))
+            .drop("_nb_prev", "_nb_hb", "_to", "_succ"))
 
 
 def failover_windows(boot_table: DataFrame) -> DataFrame:
@@ -111,7 +133,8 @@ def failover_windows(boot_table: DataFrame) -> DataFrame:
     last heartbeat or event of a crashed run; the clean stop) to the next start;
     ``kind`` is crash (no clean stop was traced) or restart. A crash happened at most
     ``uncertainty_ms`` (one heartbeat interval) after ``down_from_ts``;
-    ``first_service_ts``: the next run's first message event."""
+    ``first_service_ts``: the next run's first message event; ``up_on``: the broker of
+    that run (another one when it took the lease over)."""
     return (boot_table.where(F.col("next_started_ts").isNotNull())
             .select("broker", F.col("boot").alias("ended_boot"),
                     F.col("alive_until_ts").alias("down_from_ts"),
@@ -121,7 +144,8 @@ def failover_windows(boot_table: DataFrame) -> DataFrame:
                     F.when(F.col("clean_stop"), "restart").otherwise("crash").alias("kind"),
                     F.when(F.col("clean_stop"), F.lit(0.0))
                     .otherwise(F.col("heartbeat_ms").cast("double")).alias("uncertainty_ms"),
-                    F.col("next_service_ts").alias("first_service_ts"))
+                    F.col("next_service_ts").alias("first_service_ts"),
+                    F.col("next_broker").alias("up_on"))
             .transform(lambda f: sorted_small(f, "down_from_ts")))
 
 
@@ -206,6 +230,7 @@ def join_runs(agg: DataFrame, boot_table: DataFrame) -> DataFrame:
     run that last held the message and, after a forward, the peer's run then."""
     runs = boot_table.select(F.col("broker").alias("_b"), F.col("boot").alias("_boot"),
                              F.col("next_started_ts").alias("holder_restarted_ts"),
+                             F.col("next_broker").alias("_h_next"),
                              F.col("clean_stop").alias("_h_clean"),
                              F.col("exact").alias("_h_exact"))
     # The runs are few (one row per broker run): broadcast, never a shuffle of the
@@ -244,16 +269,23 @@ def journey_columns(joined: DataFrame, *, start: Column, arrivals: Column, possi
     # unknown), though not under this id.
     resent = restarted & (deliveries == 0) & ~settled & F.col("_copy").isNotNull() \
         & (F.col("_copy") != F.col("message_id"))
-    resent_reason = F.concat(F.lit("taken by "), F.col("last.broker"),
-                             F.lit("'s restart; sent again with its dedup-id as "),
+    # How the holder's run ended: a restart, or another broker took its lease over.
+    taken_over = F.col("_h_next") != F.col("last.broker")
+    ended_by = F.when(taken_over, F.concat(F.col("_h_next"), F.lit("'s takeover from "),
+                                           F.col("last.broker"))) \
+        .otherwise(F.concat(F.col("last.broker"), F.lit("'s restart")))
+    ended = F.when(taken_over, F.concat(F.col("_h_next"), F.lit(" took over from "),
+                                        F.col("last.broker"))) \
+        .otherwise(F.concat(F.col("last.broker"), F.lit(" restarted")))
+    resent_reason = F.concat(F.lit("taken by "), ended_by,
+                             F.lit("; sent again with its dedup-id as "),
                              F.col("_copy"), F.lit(", which was delivered"))
     unknown_reason = (
         F.when(settled, F.lit(None))
         .when(peer_blind, F.concat(F.lit("forwarded to "), F.col("last.peer"),
                                    F.lit(", which crashed before its trace was complete")))
         .when(restarted & (deliveries > 0),
-              F.concat(F.lit("delivered to a consumer; no ack traced before "),
-                       F.col("last.broker"), F.lit(" restarted")))
+              F.concat(F.lit("delivered to a consumer; no ack traced before "), ended))
         .when(restarted & holder_blind,
               F.concat(F.col("last.broker"), F.lit(" crashed; its trace was not exact, so "
                                                    "a delivery after its last flush is "

@@ -43,9 +43,11 @@ AUX_NONE, AUX_START, AUX_DROP = 0, 1, 2
 BOOTS_DDL = ("broker string, boot string, started_ts bigint, last_ts bigint, "
              "clean_stop boolean, events bigint, first_service_ts bigint, exact boolean, "
              "heartbeat_ms int, previous_boot string, previous_heartbeat_ts bigint, "
-             "next_started_ts bigint, next_service_ts bigint, alive_until_ts bigint")
+             "holder string, took_over string, next_started_ts bigint, "
+             "next_service_ts bigint, alive_until_ts bigint, next_broker string")
 FAILOVERS_DDL = ("broker string, ended_boot string, down_from_ts bigint, up_again_ts bigint, "
-                 "down_ms double, kind string, uncertainty_ms double, first_service_ts bigint")
+                 "down_ms double, kind string, uncertainty_ms double, first_service_ts bigint, "
+                 "up_on string")
 THROUGHPUT_DDL = "window_start timestamp, broker string, event string, events bigint, bytes bigint"
 BRIDGES_DDL = ("window_start timestamp, broker string, peer string, connector string, "
                "messages bigint, bytes bigint")
@@ -168,7 +170,15 @@ def build(rows: list[dict[str, Any]]) -> Catalog:
             "heartbeat_ms": _max(_as_int(_start_field(s, "heartbeat_ms")) for s in starts),
             "previous_boot": _max(_start_field(s, "previous_boot") for s in starts),
             "previous_heartbeat_ts": _max(_as_int(_start_field(s, "last_heartbeat"))
-                                          for s in starts)})
+                                          for s in starts),
+            "holder": _max(_start_field(s, "holder") for s in starts),
+            "took_over": _max(_start_field(s, "took_over") for s in starts)})
+    # The first run that took the lease over from each holder (audit.boots).
+    successor: dict[str, dict[str, Any]] = {}
+    for run in sorted(runs, key=lambda r: _nulls_first(r["started_ts"],
+                                                       r["first_service_ts"], r["broker"])):
+        if run["took_over"] is not None:
+            successor.setdefault(run["took_over"], run)
     boots = []
     by_broker: dict[str, list[dict[str, Any]]] = {}
     for run in runs:
@@ -180,11 +190,22 @@ def build(rows: list[dict[str, Any]]) -> Catalog:
             if run["boot"] is None:
                 continue  # as a join on the boot id would leave it out
             row = dict(run, next_started_ts=None if nxt is None else nxt["started_ts"],
-                       next_service_ts=None if nxt is None else nxt["first_service_ts"])
+                       next_service_ts=None if nxt is None else nxt["first_service_ts"],
+                       next_broker=None if nxt is None else broker)
             alive = run["last_ts"]
             if nxt is not None and nxt["previous_boot"] == run["boot"]:
                 alive = _max([run["last_ts"], nxt["previous_heartbeat_ts"]])
             row["alive_until_ts"] = alive
+            # Whichever came first ends the run: its broker's next start or a takeover.
+            succ = successor.get(run["holder"]) if run["holder"] is not None else None
+            if succ is not None and succ["started_ts"] is not None \
+                    and run["started_ts"] is not None \
+                    and succ["started_ts"] > run["started_ts"] \
+                    and (nxt is None or nxt["started_ts"] is None
+                         or succ["started_ts"] < nxt["started_ts"]):
+                row.update(next_started_ts=succ["started_ts"],
+                           next_service_ts=succ["first_service_ts"],
+                           next_broker=succ["broker"])
             boots.append(row)
     failovers = sorted(
         ({"broker": b["broker"], "ended_boot": b["boot"], "down_from_ts": b["alive_until_ts"],
@@ -193,7 +214,7 @@ def build(rows: list[dict[str, Any]]) -> Catalog:
           "kind": "restart" if b["clean_stop"] else "crash",
           "uncertainty_ms": 0.0 if b["clean_stop"] else (
               None if b["heartbeat_ms"] is None else float(b["heartbeat_ms"])),
-          "first_service_ts": b["next_service_ts"]}
+          "first_service_ts": b["next_service_ts"], "up_on": b["next_broker"]}
          for b in boots if b["next_started_ts"] is not None),
         key=lambda r: _nulls_first(r["down_from_ts"], r["broker"]))
     through: dict[tuple[Any, ...], list[Any]] = {}

@@ -254,7 +254,8 @@ def render(data: ReportData, out: Path, *, title: str = "meshmq delivery audit")
     failovers = [dict(r, down_from=_ts(r.get("down_from_ts")), up_again=_ts(
         r.get("up_again_ts"))) for r in data.failovers]
     lines += ["## Failover windows", ""]
-    lines += _table(failovers, ["broker", "kind", "down_from", "up_again", "down_ms"])
+    lines += _table(failovers, ["broker", "kind", "down_from", "up_again", "up_on",
+                                 "down_ms"])
     lines += ["## Throughput over time", "",
               "Idle windows count as zero; shaded: a broker was down (red: crash, grey: "
               "restart).", ""]

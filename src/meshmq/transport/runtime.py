@@ -199,6 +199,8 @@ class BrokerRuntime:
     async def _start_serving(self, loop: asyncio.AbstractEventLoop) -> None:
         t0 = time.monotonic()
         recovery = await self._open_store(loop)
+        if self.ha is not None:
+            self.trace.lease = (str(self.ha.status()["holder_id"]), self.ha.took_over_from)
         self.trace.start()
         self.lifecycle.started("trace", self.trace.stop)
         self.engine.pump()

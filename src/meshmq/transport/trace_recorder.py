@@ -41,6 +41,9 @@ class TraceRecorder:
         self._boot = ""
         self._unflushed = False  # events in the sink's buffer, not yet at the OS
         self._heartbeat_file: HeartbeatFile | None = None
+        # A master/slave pair's broker: its lease holder id and the holder it took the
+        # lease from, set by the runtime before ``start``.
+        self.lease: tuple[str, str | None] | None = None
         self._timer: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
@@ -66,7 +69,7 @@ class TraceRecorder:
         self.broker.tracer = tracer
         tracer.broker_event(BROKER_STARTED, start_reason(
             heartbeat_ms=cfg.heartbeat_interval_ms, exact=self.exact,
-            previous=self._heartbeat_file.read()))
+            previous=self._heartbeat_file.read(), lease=self.lease))
         recovered = self.broker.trace_recovered()
         log.info("tracing messages to %s (%s, sample rate %s); %d stored messages recorded",
                  self.config.trace_directory, cfg.format, cfg.sample_rate, recovered)
