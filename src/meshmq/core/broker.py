@@ -44,6 +44,7 @@ from meshmq.core.shard_relay import (
     ShardSend,
     ShardSettle,
 )
+from meshmq.core.shard_txn import ShardTransactions
 from meshmq.core.shards import ShardIdentity
 from meshmq.core.state import (
     Connection,
@@ -192,6 +193,11 @@ class Broker:
         state = self.state
         sends, state.shard_sends = state.shard_sends, []
         return sends
+
+    @property
+    def shard_transactions(self) -> ShardTransactions:
+        """Transactions across the shards of a node, both roles (core/shard_txn.py)."""
+        return self._transactions.shards
 
     def take_relay_decisions(self) -> list[RelayDecision]:
         """Relayed consumers opened, closed and settled, in order, since the last call."""

@@ -4,15 +4,18 @@ Owns BEGIN, COMMIT and ABORT of a connection's named transactions. During a
 transaction, core/routing.py and core/acks.py only record sends and settlements on
 the ``Transaction`` (core/state.py); COMMIT applies them in order -- sends first,
 then ACKs, then NACKs -- so that their store writes land in one batch, which the
-runtime writes atomically. A temporary destination that went away meanwhile fails
-the whole COMMIT; a consumer that closed meanwhile has its settlements skipped (its
-messages were already returned to their queues).
+runtime writes atomically (on a shard of several, one that touches destinations other
+shards own commits in two phases instead: core/shard_txn.py). A temporary
+destination that went away meanwhile fails the whole COMMIT; a consumer that closed
+meanwhile has its settlements skipped (its messages were already returned to their
+queues).
 """
 
 from __future__ import annotations
 
 from meshmq.core.acks import Acks, select_lenient
 from meshmq.core.routing import Router
+from meshmq.core.shard_txn import ShardTransactions
 from meshmq.core.state import Connection, CoreState, Transaction, find_transaction
 from meshmq.errors import TransactionError
 
@@ -24,6 +27,8 @@ class Transactions:
         self._state = state
         self._router = router
         self._acks = acks
+        # One shard of several: transactions over other shards' destinations.
+        self.shards = ShardTransactions(state, router, acks)
 
     def begin(self, conn: Connection, txn_id: str) -> None:
         if txn_id in conn.transactions:
@@ -39,6 +44,9 @@ class Transactions:
             for d in destinations:
                 if d.is_temporary and not self._state.temp_exists(d):
                     raise TransactionError(f"temporary destination {d} no longer exists")
+        if self._state.shard is not None and self.shards.remote_owners(txn):
+            self.shards.commit(conn, txn)  # two phases (core/shard_txn.py)
+            return False
         for destinations, message in txn.sends:
             needs_sync |= self._router.route(conn, destinations, message)
         for consumer, tag, cumulative in txn.acks:

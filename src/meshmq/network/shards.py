@@ -39,7 +39,7 @@ import hmac
 import logging
 import os
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from meshmq.core.auth import Principal
@@ -56,8 +56,14 @@ from meshmq.core.shard_relay import (
     RelayQueue,
     ShardSettle,
 )
+from meshmq.core.shard_txn import Outcome, TxnAsk, TxnDecide, TxnDecision, TxnPrepare
 from meshmq.core.stream import StreamQueue
-from meshmq.errors import MeshmqError, RemoteProtocolError, ResourceLimitError
+from meshmq.errors import (
+    MeshmqError,
+    RemoteProtocolError,
+    ResourceLimitError,
+    TransactionError,
+)
 from meshmq.network.interest import DestinationFilter
 from meshmq.network.link import WireLink
 from meshmq.network.receiver import Receiver
@@ -74,10 +80,12 @@ from meshmq.protocol.wire import (
     decode_json,
     decode_messages,
     decode_settle,
+    decode_txn,
     encode_deliver,
     encode_json,
     encode_records,
     encode_settle,
+    encode_txn,
 )
 
 if TYPE_CHECKING:
@@ -476,6 +484,8 @@ class _LinkEnd:
                 peer.relay_out.credit(_int(body, "relay"), _int(body, "count"))
             else:
                 raise RemoteProtocolError(f"unknown shard INTEREST op {body.get('op')!r}")
+        elif kind is FrameType.TXN:
+            self.peers.on_txn(peer, link, frame)
         elif kind is FrameType.BYE:
             link.close("the peer shard is stopping")
         else:
@@ -554,6 +564,10 @@ class ShardPeers:
         self._ask = 0
         self._flush_scheduled = False
         self._stopping = False
+        # Transactions across shards coordinated here: the COMMITs waiting for their
+        # decision (``committing``), and how many frames of each TXN op went out.
+        self._txn_waits: dict[str, asyncio.Future[None]] = {}
+        self.txn_sent: dict[str, int] = {}
 
     # ------------------------------------------------------------ ReceiverServices
     @property
@@ -680,6 +694,8 @@ class ShardPeers:
                     for seq, (data, again) in peer.unacked.items()]
         for relay in self.broker.relay_opens(peer.index):
             self._queue_decision(peer, relay)
+        for txn in self.broker.shard_transactions.resume(peer.index):
+            self._queue_txn(txn)
         self._schedule_flush()
 
     def link_down(self, peer: _Peer, cause: str) -> None:
@@ -707,6 +723,8 @@ class ShardPeers:
             peer.relay_out.close()
             peer.relay_out = None
         self.broker.relay_link_lost(peer.index)
+        for txn_id in self.broker.shard_transactions.link_lost(peer.index):
+            self._txn_failed(txn_id, f"shard {peer.label} was lost before it prepared")
         if not self._stopping:
             self._start_wait(peer)
         self.host.request_pump()
@@ -762,7 +780,10 @@ class ShardPeers:
         asked = bool(self._asking)
         if asked:  # after the settlements they wait for
             self._ask_settled()
-        if sends or decisions or asked:
+        txns = broker.shard_transactions.take()
+        for txn in txns:  # after the settlements of the same transaction's window
+            self._queue_txn(txn)
+        if sends or decisions or asked or txns:
             self._schedule_flush()
 
     def _queue_decision(self, peer: _Peer, decision: RelayDecision) -> None:
@@ -947,6 +968,129 @@ class ShardPeers:
             else:
                 keep.append((targets, fut))
         self._waiters = keep
+
+    # ------------------------------------------------------------ transactions
+    def committing(self, conn: Connection) -> asyncio.Future[None] | None:
+        """What the COMMIT just made on ``conn`` waits for when it spans shards (None
+        when it did not): the decision to commit, durable here, after every
+        participant prepared; it fails when the transaction aborts instead."""
+        txn_id = self.broker.shard_transactions.started(conn)
+        if txn_id is None:
+            return None
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._txn_waits[txn_id] = fut
+        self._host.request_pump()  # takes the prepares
+        return fut
+
+    def _queue_txn(self, txn: TxnDecision) -> None:
+        if isinstance(txn, TxnPrepare):
+            peer = self.peers[txn.owner]
+            if peer.link is None:  # a vote no, answered at once
+                self._voted(txn.txn, peer, False, f"shard {peer.label} is unreachable")
+                return
+            self._txn_out(peer, {"op": "prepare", "txn": txn.txn,
+                                 "acks": [list(a) for a in txn.acks]},
+                          [encoded(m) for m in txn.sends])
+        elif isinstance(txn, TxnDecide):
+            # An abort to an unreachable participant is presumed; a commit is driven
+            # again on the next link (the decision record says to whom).
+            self._txn_out(self.peers[txn.owner], {
+                "op": "commit" if txn.commit else "abort", "txn": txn.txn})
+        elif isinstance(txn, TxnAsk):
+            self._txn_out(self.peers[txn.coordinator], {"op": "ask", "txn": txn.txn})
+
+    def _txn_out(self, peer: _Peer, head: dict[str, Any],
+                 messages: Sequence[bytes] = ()) -> None:
+        if peer.link is not None:
+            op = str(head["op"])
+            self.txn_sent[op] = self.txn_sent.get(op, 0) + 1
+            self.queue(peer, _FRAME, encode_txn(head, messages))
+
+    def on_txn(self, peer: _Peer, link: WireLink, frame: WireFrame) -> None:
+        """A TXN frame: a participant's prepare, vote, decision, confirmation, ask."""
+        head, messages = decode_txn(frame)
+        op, txn_id = head.get("op"), head.get("txn")
+        if not isinstance(txn_id, str):
+            raise RemoteProtocolError("TXN frame without a transaction id")
+        txns = self.broker.shard_transactions
+        who = f"shard link {peer.label}"
+        if op == "prepare":
+            self._prepare(peer, link, txn_id, head, messages)
+        elif op in ("prepared", "refused"):
+            self._voted(txn_id, peer, op == "prepared", str(head.get("reason") or ""))
+        elif op in ("commit", "abort"):
+            txns.finish(txn_id, op == "commit")
+            if op == "commit":  # answered once the commit is durable here
+                self.host.durability.when_durable(
+                    lambda: self._txn_out(peer, {"op": "committed", "txn": txn_id}),
+                    link.abort, who=who, owners=False)
+        elif op == "committed":
+            txns.confirmed(txn_id, peer.index)
+        elif op == "ask":
+            answer = txns.answer(txn_id)
+            if answer is not None:
+                self._txn_out(peer, {"op": "commit" if answer else "abort", "txn": txn_id})
+        else:
+            raise RemoteProtocolError(f"unknown TXN op {op!r}")
+        self.host.request_pump()
+
+    def _prepare(self, peer: _Peer, link: WireLink, txn_id: str, head: dict[str, Any],
+                 messages: list[Message]) -> None:
+        """The participant's side: prepare, then vote once the record is durable."""
+        acks: list[tuple[Consumer, int]] = []
+        relay_out = peer.relay_out
+        reason = None
+        for pair in head.get("acks") or ():
+            relay, tag = int(pair[0]), int(pair[1])
+            consumer = relay_out.consumers.get(relay) if relay_out is not None else None
+            if consumer is None:
+                reason = "a relayed consumer of the transaction closed meanwhile"
+                break
+            acks.append((consumer, tag))
+        if reason is None:
+            try:
+                self.broker.shard_transactions.prepare(peer.index, txn_id, messages, acks)
+            except MeshmqError as exc:
+                reason = str(exc)
+        if reason is not None:
+            log.info("shard %s: transaction %s from shard %s refused: %s",
+                     self.identity.label, txn_id, peer.label, reason)
+            self._txn_out(peer, {"op": "refused", "txn": txn_id, "reason": reason})
+            return
+        self.host.durability.when_durable(
+            lambda: self._txn_out(peer, {"op": "prepared", "txn": txn_id}), link.abort,
+            who=f"shard link {peer.label}", owners=False)
+
+    def _voted(self, txn_id: str, peer: _Peer, ok: bool, reason: str) -> None:
+        """The coordinator's side: a participant's vote."""
+        txns = self.broker.shard_transactions
+        outcome = txns.voted(txn_id, peer.index, ok)
+        if outcome is Outcome.ABORT:
+            self._txn_failed(txn_id, reason)
+            self._schedule_flush_txns()
+        elif outcome is Outcome.COMMIT:
+            def decided() -> None:
+                for owner in txns.participants(txn_id):
+                    self._queue_txn(TxnDecide(owner, txn_id, True))
+                fut = self._txn_waits.pop(txn_id, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(None)
+
+            def not_logged(reason: str) -> None:
+                self._txn_failed(txn_id, reason)
+
+            self.host.durability.when_durable(decided, not_logged,
+                                              who=f"transaction {txn_id}", owners=False)
+
+    def _schedule_flush_txns(self) -> None:
+        # Aborts recorded outside a pump (a vote, a lost link) go with the next one.
+        self._host.request_pump()
+
+    def _txn_failed(self, txn_id: str, reason: str) -> None:
+        fut = self._txn_waits.pop(txn_id, None)
+        if fut is not None and not fut.done():
+            fut.set_exception(TransactionError(
+                f"the transaction was rolled back: {reason}"))
 
     def outstanding(self) -> int:
         """Sends not yet settled by their owners (statistics, tests)."""

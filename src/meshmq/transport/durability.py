@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from meshmq.core.consumer import Consumer
+    from meshmq.core.state import Connection
 
 log = logging.getLogger("meshmq.durability")
 
@@ -79,6 +80,14 @@ class Durability:
         # ... and their answer that they stored what was settled with them so far.
         self.settles: Callable[[Iterable[Consumer]], asyncio.Future[None] | None] | None = \
             None
+        # ... and, for a COMMIT that spans shards, its durable decision to commit.
+        self.txns: Callable[[Connection], asyncio.Future[None] | None] | None = None
+
+    def committed(self, conn: Connection) -> asyncio.Future[None] | None:
+        """What the confirmation of the COMMIT just made on ``conn`` waits for beyond
+        the local sync: on a shard of several, when the transaction spans shards, its
+        two-phase commit's durable decision (it fails if the transaction rolls back)."""
+        return self.txns(conn) if self.txns is not None else None
 
     def opened(self, consumers: Iterable[Consumer]) -> asyncio.Future[None] | None:
         """What a subscription's confirmation (STOMP RECEIPT, MQTT SUBACK) waits for:

@@ -511,7 +511,17 @@ class StompSession(BufferedOutput):
     def on_commit(self, frame: Frame) -> None:
         assert self.conn is not None
         needs_sync = self.broker.commit(self.conn, frame.get("transaction") or "")
-        self._confirm(frame, needs_sync)
+        across = self.host.durability.committed(self.conn)
+        if across is None:
+            self._confirm(frame, needs_sync)
+            return
+        # Across shards: confirmed once the decision to commit is durable; if the
+        # transaction rolls back instead, the connection fails (RECEIPT or not).
+        receipt = frame.get("receipt")
+        if receipt:
+            self.receipt(receipt, durable=needs_sync, after=across)
+        else:
+            self.confirms.confirm(lambda: None, durable=needs_sync, after=across)
 
     def on_abort(self, frame: Frame) -> None:
         assert self.conn is not None

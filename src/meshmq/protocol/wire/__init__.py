@@ -18,6 +18,7 @@ from meshmq.protocol.wire.codec import (
     decode_json,
     decode_messages,
     decode_settle,
+    decode_txn,
     encode_acks,
     encode_deliver,
     encode_json,
@@ -25,6 +26,7 @@ from meshmq.protocol.wire.codec import (
     encode_ping,
     encode_records,
     encode_settle,
+    encode_txn,
 )
 
 __all__ = [
@@ -45,6 +47,7 @@ __all__ = [
     "decode_json",
     "decode_messages",
     "decode_settle",
+    "decode_txn",
     "encode_acks",
     "encode_deliver",
     "encode_json",
@@ -52,4 +55,5 @@ __all__ = [
     "encode_ping",
     "encode_records",
     "encode_settle",
+    "encode_txn",
 ]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import enum
 import json
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +69,10 @@ class FrameType(enum.IntEnum):
     # delivery tag and count (binary), and their settlements (binary).
     DELIVER = 11
     SETTLE = 12
+    # Shard links only: a transaction across shards (two-phase commit): a JSON head
+    # (u32 length, then the object) and, for ``prepare``, the transaction's messages
+    # as in MESSAGES.
+    TXN = 14
     # Replicated master/slave (meshmq.ha.replication, on the [ha] listen address only).
     REPL_VOTE_REQUEST = 16  # candidate -> node: a (pre-)vote request (JSON)
     REPL_VOTE = 17  # node -> candidate: the answer (JSON)
@@ -156,6 +161,29 @@ def encode_settle(settles: list[tuple[int, int, int]]) -> bytes:
     payload = _COUNT.pack(len(settles)) + b"".join(
         _SETTLE.pack(relay, tag, kind) for relay, tag, kind in settles)
     return _frame(FrameType.SETTLE, payload)
+
+
+def encode_txn(head: dict[str, Any], messages: Sequence[bytes] = ()) -> bytes:
+    """One TXN frame: ``head`` (JSON) and ``messages`` in the message codec's format."""
+    text = json.dumps(head, separators=(",", ":")).encode()
+    parts = [_COUNT.pack(len(text)), text, _COUNT.pack(len(messages))]
+    for seq, data in enumerate(messages):
+        parts.append(_MSG_HEAD.pack(seq, len(data)))
+        parts.append(data)
+    return _frame(FrameType.TXN, b"".join(parts))
+
+
+def decode_txn(frame: WireFrame) -> tuple[dict[str, Any], list[Message]]:
+    """A TXN frame's head and messages."""
+    data = frame.payload
+    if len(data) < 4:
+        raise RemoteProtocolError("TXN frame too short")
+    (size,) = _COUNT.unpack_from(data, 0)
+    if 4 + size > len(data):
+        raise RemoteProtocolError("TXN frame truncated")
+    head = decode_json(WireFrame(FrameType.TXN, data[4:4 + size]))
+    rest = WireFrame(FrameType.MESSAGES, data[4 + size:])
+    return head, [msg for _, msg in decode_messages(rest)]
 
 
 def decode_json(frame: WireFrame) -> dict[str, Any]:
