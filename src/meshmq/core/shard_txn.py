@@ -220,9 +220,11 @@ class ShardTransactions:
         return any(isinstance(s, RelayQueue)
                    for consumer, _, _ in txn.acks for s in consumer.sources)
 
-    def commit(self, conn: Connection, txn: Transaction) -> None:
+    def commit(self, conn: Connection, txn: Transaction) -> bool:
         """Start the two-phase commit of ``txn`` (taken off the connection): the
-        prepares are decisions; ``started(conn)`` names it for the confirmation."""
+        prepares are decisions; ``started(conn)`` names it for the confirmation. True
+        when it turned out to touch this shard alone and was applied at once, with
+        writes that need a sync."""
         state = self._state
         shard = state.shard
         assert shard is not None
@@ -258,8 +260,7 @@ class ShardTransactions:
         pending.nacks = list(txn.nacks)
         participants = frozenset(remote_sends) | frozenset(remote_acks)
         if not participants:  # its relayed acks left their windows meanwhile
-            self._apply(pending)
-            return
+            return self._apply(pending)
         self._next += 1
         txn_id = f"{shard.index}.{state.boot}.{self._next}"
         pending.machine = CoordinatorTxn(participants)
@@ -269,6 +270,7 @@ class ShardTransactions:
             self._decisions.append(TxnPrepare(owner, txn_id,
                                               tuple(remote_sends.get(owner, ())),
                                               tuple(remote_acks.get(owner, ()))))
+        return False
 
     def started(self, conn: Connection) -> str | None:
         """The transaction the last COMMIT of ``conn`` started across shards (once)."""
@@ -325,14 +327,16 @@ class ShardTransactions:
             return None
         return False
 
-    def _apply(self, pending: _Pending) -> None:
-        """The coordinator's own part, as core/transactions.py applies a transaction."""
+    def _apply(self, pending: _Pending) -> bool:
+        """The coordinator's own part, as core/transactions.py applies a transaction;
+        True when its writes need a sync."""
         conn = pending.conn
+        needs_sync = False
         for dests, message in pending.sends:
-            self._router.route(conn, dests, message)
+            needs_sync |= self._router.route(conn, dests, message)
         for consumer, tag in pending.acks:
             if not consumer.closed:
-                self._acks.settle(consumer, (tag,), True)
+                needs_sync |= self._acks.settle(consumer, (tag,), True)
         for consumer, tag in pending.relayed:
             # Acknowledged on its owner when it prepared: only the window here.
             entry = consumer.dispatched.pop(tag, None)
@@ -343,7 +347,9 @@ class ShardTransactions:
                 entry.consumer = None
         for consumer, tag, cumulative in pending.nacks:
             if not consumer.closed:
-                self._acks.settle(consumer, select_lenient(consumer, tag, cumulative), False)
+                needs_sync |= self._acks.settle(
+                    consumer, select_lenient(consumer, tag, cumulative), False)
+        return needs_sync
 
     def _abort(self, txn_id: str, pending: _Pending) -> None:
         # Its acknowledged deliveries stay unacknowledged in their windows, as after

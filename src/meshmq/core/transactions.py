@@ -45,8 +45,7 @@ class Transactions:
                 if d.is_temporary and not self._state.temp_exists(d):
                     raise TransactionError(f"temporary destination {d} no longer exists")
         if self._state.shard is not None and self.shards.remote_owners(txn):
-            self.shards.commit(conn, txn)  # two phases (core/shard_txn.py)
-            return False
+            return self.shards.commit(conn, txn)  # two phases (core/shard_txn.py)
         for destinations, message in txn.sends:
             needs_sync |= self._router.route(conn, destinations, message)
         for consumer, tag, cumulative in txn.acks:

@@ -1041,7 +1041,11 @@ class ShardPeers:
         relay_out = peer.relay_out
         reason = None
         for pair in head.get("acks") or ():
-            relay, tag = int(pair[0]), int(pair[1])
+            try:
+                relay, tag = int(pair[0]), int(pair[1])
+            except (TypeError, ValueError, IndexError, KeyError):
+                raise RemoteProtocolError("TXN prepare: acks must be [relay, tag] pairs") \
+                    from None
             consumer = relay_out.consumers.get(relay) if relay_out is not None else None
             if consumer is None:
                 reason = "a relayed consumer of the transaction closed meanwhile"
