@@ -210,15 +210,35 @@ class ShardTransactions:
         self._started: dict[str, str] = {}  # connection id -> its last commit's txn id
         self._next = 0
         self._loaded = False
+        self._queue_owners: dict[str, int] = {}  # queue name -> owning shard
 
     # -------------------------------------------------------- the coordinator
     def remote_owners(self, txn: Transaction) -> bool:
         """Does ``txn`` touch a destination another shard owns? (One shard: False.)"""
+        # Plain loops: this runs at every COMMIT on a shard, local ones included.
         state = self._state
-        if any(state.owned_elsewhere(d) for dests, _ in txn.sends for d in dests):
-            return True
-        return any(isinstance(s, RelayQueue)
-                   for consumer, _, _ in txn.acks for s in consumer.sources)
+        shard = state.shard
+        if shard is None:
+            return False
+        here = shard.index
+        queues = self._queue_owners  # by name: a str's hash is cached, a Destination's not
+        for dests, _ in txn.sends:
+            for d in dests:
+                if d.kind is DestKind.QUEUE:
+                    owner = queues.get(d.name)
+                    if owner is None:
+                        if len(queues) > 100_000:
+                            queues.clear()
+                        owner = queues[d.name] = state.owner_of(shard, d)
+                else:
+                    owner = state.owner_of(shard, d)
+                if owner != here:
+                    return True
+        for consumer, _, _ in txn.acks:
+            for source in consumer.sources:
+                if type(source) is RelayQueue:
+                    return True
+        return False
 
     def commit(self, conn: Connection, txn: Transaction) -> bool:
         """Start the two-phase commit of ``txn`` (taken off the connection): the
