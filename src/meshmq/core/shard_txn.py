@@ -160,7 +160,7 @@ class _Pending:
     """The coordinator's own part of a transaction, held until the decision."""
 
     conn: Connection
-    machine: CoordinatorTxn
+    machine: CoordinatorTxn | None  # None: applied at once, nothing to decide
     sends: list[tuple[tuple[Destination, ...], Message]] = field(default_factory=list)
     acks: list[tuple[Consumer, int]] = field(default_factory=list)  # local entries
     relayed: list[tuple[Consumer, int]] = field(default_factory=list)  # settled there
@@ -249,7 +249,9 @@ class ShardTransactions:
         shard = state.shard
         assert shard is not None
         self._load()
-        pending = _Pending(conn, CoordinatorTxn(frozenset({0})))  # participants below
+        local_sends: list[tuple[tuple[Destination, ...], Message]] = []
+        local_acks: list[tuple[Consumer, int]] = []
+        relayed: list[tuple[Consumer, int]] = []
         remote_sends: dict[int, list[Message]] = {}
         for dests, message in txn.sends:
             local = []
@@ -262,7 +264,7 @@ class ShardTransactions:
                         else message.copy_to(d)
                     remote_sends.setdefault(owner, []).append(msg)
             if local:
-                pending.sends.append((tuple(local), message))
+                local_sends.append((tuple(local), message))
         remote_acks: dict[int, list[tuple[int, int]]] = {}
         seen: set[tuple[int, int]] = set()
         for consumer, tag, cumulative in txn.acks:
@@ -274,17 +276,17 @@ class ShardTransactions:
                 queue = entry.queue
                 if isinstance(queue, RelayQueue):
                     remote_acks.setdefault(queue.owner, []).append((queue.relay_id, entry.seq))
-                    pending.relayed.append((consumer, t))
+                    relayed.append((consumer, t))
                 else:
-                    pending.acks.append((consumer, t))
-        pending.nacks = list(txn.nacks)
+                    local_acks.append((consumer, t))
         participants = frozenset(remote_sends) | frozenset(remote_acks)
         if not participants:  # its relayed acks left their windows meanwhile
-            return self._apply(pending)
+            return self._apply(_Pending(conn, None, local_sends, local_acks, relayed,
+                                        list(txn.nacks)))
         self._next += 1
         txn_id = f"{shard.index}.{state.boot}.{self._next}"
-        pending.machine = CoordinatorTxn(participants)
-        self._pending[txn_id] = pending
+        self._pending[txn_id] = _Pending(conn, CoordinatorTxn(participants), local_sends,
+                                         local_acks, relayed, list(txn.nacks))
         self._started[conn.id] = txn_id
         for owner in sorted(participants):
             self._decisions.append(TxnPrepare(owner, txn_id,
@@ -304,13 +306,15 @@ class ShardTransactions:
         pending = self._pending.get(txn_id)
         if pending is None:
             return None
-        outcome = pending.machine.vote(owner, ok)
+        machine = pending.machine
+        assert machine is not None
+        outcome = machine.vote(owner, ok)
         if outcome is Outcome.COMMIT:
             del self._pending[txn_id]
             self._apply(pending)
-            self._committing[txn_id] = pending.machine
+            self._committing[txn_id] = machine
             self._router.put_record(DECIDED_PREFIX + txn_id, json.dumps(
-                sorted(pending.machine.participants)).encode())
+                sorted(machine.participants)).encode())
         elif outcome is Outcome.ABORT:
             self._abort(txn_id, pending)
         return outcome
@@ -325,7 +329,7 @@ class ShardTransactions:
         abort (returned, to fail their COMMITs)."""
         aborted = []
         for txn_id, pending in list(self._pending.items()):
-            if pending.machine.lost(owner) is Outcome.ABORT:
+            if pending.machine is not None and pending.machine.lost(owner) is Outcome.ABORT:
                 self._abort(txn_id, pending)
                 aborted.append(txn_id)
         return aborted
@@ -375,6 +379,7 @@ class ShardTransactions:
         # Its acknowledged deliveries stay unacknowledged in their windows, as after
         # ABORT; every participant is told (one that never prepared ignores it).
         self._pending.pop(txn_id, None)
+        assert pending.machine is not None
         for owner in sorted(pending.machine.participants):
             self._decisions.append(TxnDecide(owner, txn_id, False))
 
