@@ -1093,8 +1093,7 @@ class ShardPeers:
     def _txn_failed(self, txn_id: str, reason: str) -> None:
         fut = self._txn_waits.pop(txn_id, None)
         if fut is not None and not fut.done():
-            fut.set_exception(TransactionError(
-                f"the transaction was rolled back: {reason}"))
+            fut.set_exception(TransactionError(reason))
 
     def outstanding(self) -> int:
         """Sends not yet settled by their owners (statistics, tests)."""

@@ -516,12 +516,24 @@ class StompSession(BufferedOutput):
             self._confirm(frame, needs_sync)
             return
         # Across shards: confirmed once the decision to commit is durable; if the
-        # transaction rolls back instead, the connection fails (RECEIPT or not).
+        # transaction rolls back instead, the connection fails (RECEIPT or not) with
+        # why, and nothing after the COMMIT is confirmed.
+        txn_id = frame.get("transaction") or ""
+        decided: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def outcome(fut: asyncio.Future[None]) -> None:
+            why = "cancelled" if fut.cancelled() else fut.exception()
+            if why is None:
+                decided.set_result(None)
+            else:
+                self.fail(f"transaction {txn_id!r} was rolled back: {why}")
+
+        across.add_done_callback(outcome)
         receipt = frame.get("receipt")
         if receipt:
-            self.receipt(receipt, durable=needs_sync, after=across)
+            self.receipt(receipt, durable=needs_sync, after=decided)
         else:
-            self.confirms.confirm(lambda: None, durable=needs_sync, after=across)
+            self.confirms.confirm(lambda: None, durable=needs_sync, after=decided)
 
     def on_abort(self, frame: Frame) -> None:
         assert self.conn is not None
