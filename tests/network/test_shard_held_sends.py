@@ -2,15 +2,19 @@
 clients: sends to a stopped owner are held only for ``owner_wait_s`` (then refused,
 retriably, with a line that says the destination's shard is restarting), what is held
 counts against the memory limit, so a producer is paused instead of growing the shard
-without bound, and sends whose STORED was lost are sent again and stored once."""
+without bound, an owner at its memory limit holds a producer on another shard back as
+it holds its own, and sends whose STORED was lost are sent again and stored once."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from meshmq.config.model import UsageConfig
+from meshmq.network import shards
 from tests.support.brokers import poll
 from tests.support.shard_pair import ShardBroker, ShardPair
 
@@ -100,11 +104,18 @@ def test_sends_held_for_a_stopped_owner_count_against_the_memory_limit(
         held = pair[1].outstanding()
         assert limit // (2 * len(body)) <= held <= 2 * limit // len(body), held
         pair.start(0)
+        # The owner has the same limit: it takes what fits and the rest goes as a
+        # consumer there makes room, as for a producer connected to it.
+        consumer = pair[0].client()
+        consumer.send_frame("SUBSCRIBE", [("destination", f"/queue/{queue}"), ("id", "s"),
+                                          ("ack", "auto")])
+        for _ in range(1001):
+            consumer.read_until("MESSAGE", timeout=30)
         producer.read_until_receipt("b", timeout=30)  # the owner stored them all
         assert pair[1].outstanding() == 0
-        assert pair[0].depth(queue) == 1001
         poll(lambda: _memory_used(pair[1]) == 0, what="the held bytes released")
         producer.close()
+        consumer.close()
     finally:
         pair.stop()
 
@@ -180,5 +191,94 @@ def test_a_resend_with_its_dedup_id_is_confirmed_only_once_the_owner_stored_it(
         again.read_until_receipt("2")
         assert pair[0].depth(queue) == 1
         again.close()
+    finally:
+        pair.stop()
+
+
+def _links(shard: ShardBroker) -> dict[str, Any]:
+    runtime = shard.runtime
+    assert runtime is not None and runtime.shard_peers is not None
+    peers = runtime.shard_peers
+    summary: list[dict[str, Any]] = shard.run(peers.summary)
+    return summary[0]  # a pair: the one other shard
+
+
+def test_an_owner_at_its_memory_limit_holds_producers_on_other_shards_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At its limit the owner parks sends from other shards (unanswered, so their shard
+    holds them and pauses its producer) and routes them, in order, as a consumer makes
+    room: nothing is refused and sent again (the pause after a refusal is an hour
+    here, so a refusal would stall the test), and the owner's memory stays near it."""
+    monkeypatch.setattr(shards, "RETRY_PAUSE_S", 3600.0)
+    limit = 64 * 1024
+    pair = ShardPair(tmp_path, usage=UsageConfig(memory_limit=limit)).start()
+    try:
+        pair.wait_linked()
+        queue = pair.owned_by(0, "roomy")
+        owner_peak = []
+
+        def parked() -> bool:
+            owner_peak.append(_memory_used(pair[0]))
+            return int(_links(pair[0])["parked"]) > 0
+        producer = pair[1].client()
+        pad = "x" * 1024
+        producer.send_bytes(b"".join(
+            (f"SEND\ndestination:/queue/{queue}\npersistent:false\n\n{i:04d}{pad}\0")
+            .encode() for i in range(300)))
+        poll(parked, what="sends parked at the owner's limit")
+        # The owner took what fits (a link batch may pass the limit), not all 300 KB.
+        assert max(owner_peak) <= 2 * limit
+        consumer = pair[0].client()
+        consumer.send_frame("SUBSCRIBE", [("destination", f"/queue/{queue}"), ("id", "s"),
+                                          ("ack", "auto")])
+        got = []
+        while len(got) < 300:
+            frame, _ = consumer.read_until("MESSAGE", timeout=30)
+            got.append(int(frame.body[:4]))
+        assert got == list(range(300))
+        owner, sender = _links(pair[0]), _links(pair[1])
+        assert (owner["refused"], sender["retried"], owner["parked"]) == (0, 0, 0)
+        assert int(owner["parked_total"]) > 0
+        producer.close()
+        consumer.close()
+    finally:
+        pair.stop()
+
+
+def test_sends_refused_in_fail_mode_go_again_when_the_owner_has_room(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``on_limit = "fail"`` the owner refuses sends from other shards at its limit
+    (RETRY: the sending shard holds them; its client is not told, the send was taken)
+    and says ``space`` once a consumer made room: the refused sends, and those held
+    behind them, go again then and in order (the pause that would otherwise ask again
+    is made an hour here)."""
+    monkeypatch.setattr(shards, "RETRY_PAUSE_S", 3600.0)
+    limit = 64 * 1024
+    pair = ShardPair(tmp_path, usage=UsageConfig(memory_limit=limit, on_limit="fail"))
+    # The sending shard has room for what it holds ("fail" would refuse its producer).
+    pair.configs[1] = dataclasses.replace(pair.configs[1], usage=UsageConfig(
+        memory_limit=16 * limit, on_limit="fail"))
+    pair.start()
+    try:
+        pair.wait_linked()
+        queue = pair.owned_by(0, "roomy")
+        producer = pair[1].client()
+        pad = "x" * 1024
+        producer.send_bytes(b"".join(
+            (f"SEND\ndestination:/queue/{queue}\npersistent:false\n\n{i:04d}{pad}\0")
+            .encode() for i in range(100)))
+        poll(lambda: int(_links(pair[1])["retried"]) > 0, what="a send refused at the limit")
+        consumer = pair[0].client()
+        consumer.send_frame("SUBSCRIBE", [("destination", f"/queue/{queue}"), ("id", "s"),
+                                          ("ack", "auto")])
+        got = []
+        while len(got) < 100:
+            frame, _ = consumer.read_until("MESSAGE", timeout=30)
+            got.append(int(frame.body[:4]))
+        assert got == list(range(100))
+        sender = _links(pair[1])
+        assert int(sender["spaces"]) >= 1 and not sender["owner_full"]
+        producer.close()
+        consumer.close()
     finally:
         pair.stop()

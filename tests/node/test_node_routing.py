@@ -249,6 +249,14 @@ def test_stat_shows_each_destination_once_with_its_owners_depth(node: NodeProces
     for q in queues:
         lines = [ln.split() for ln in shown.stdout.splitlines() if f" {q} " in ln]
         assert len(lines) == 1 and lines[0][:4] == ["queue", q, "7", "7"], shown.stdout
+    # Each shard's link to the other, as /api/shards counts it.
+    links = {s["shard"]: s["links"] for s in node.api("/api/shards")["shards"]}
+    for k in SHARDS:
+        (link,) = links[k]
+        assert (link["shard"], link["up"], link["retried"]) == (1 - k, True, 0)
+        assert link["sent"] >= 3 + k  # producer k's sends to the queue the other owns
+        # (The node serves the module's earlier tests too: counters only grow.)
+        assert link["delivered_out"] >= 1 and link["relays_served"] >= 1
     for c in (*producers, *consumers):
         c.close()
 

@@ -52,6 +52,8 @@ class ManagementHost(Protocol):
     @property
     def trace_events_dropped(self) -> int: ...
 
+    def shard_links(self) -> list[dict[str, object]] | None:
+        """A shard's links to the other shards of its node (None: not a shard)."""
     def statistics(self) -> dict[str, object]:
         """``/api/stat``: the core's figures plus HA, network and build."""
     def connections_by_listener(self) -> dict[str, int]: ...

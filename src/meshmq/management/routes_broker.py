@@ -61,7 +61,9 @@ def broker_document(runtime: ManagementHost) -> dict[str, Any]:
     config = runtime.config
     stat = broker.statistics()
     dests: list[dict[str, Any]] = stat["destinations"]  # type: ignore[assignment]
+    links = runtime.shard_links()
     return {
+        **({"shard_links": links} if links is not None else {}),
         "name": config.broker_name,
         "version": __version__,
         "build": describe(),

@@ -39,6 +39,7 @@ import hmac
 import logging
 import os
 import secrets
+from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -101,7 +102,9 @@ HEARTBEAT_S = 5.0
 HANDSHAKE_TIMEOUT_S = 10.0
 RETRY_FIRST_S = 0.05
 RETRY_MAX_S = 1.0
-RETRY_PAUSE_S = 0.5  # an owner that answered RETRY (memory limit) is asked again after
+# An owner that answered RETRY (its memory limit) is asked again when it says ``space``,
+# or after this pause (a destination's own limit sends no ``space``).
+RETRY_PAUSE_S = 0.5
 # How long sends to an unreachable owner are held before new ones are refused and the
 # confirmations waiting for it fail, retriably (``shards.owner_wait_ms``).
 OWNER_WAIT_S = 10.0
@@ -146,7 +149,96 @@ class Inbound:
 
 class ShardReceiver(Receiver):
     """The owner's side of sends: stores what a shard forwards, ``STORED`` after its
-    own sync. Advertises no interest: relayed consumers are explicit (``relay-open``)."""
+    own sync. Advertises no interest: relayed consumers are explicit (``relay-open``).
+
+    Producer flow control across shards: while this shard is at its memory limit,
+    non-persistent sends from other shards are parked here as they came (in order, not
+    routed, not answered), and routed once the limit lets go, at the moment it resumes
+    a blocked producer of its own. Their ``STORED`` waits meanwhile, so the sending
+    shard holds them against its own limit and pauses its producers: the limit holds
+    for every producer of the node, with nothing sent twice. (Answering ``RETRY``
+    instead made the senders send everything again each time the limit let go: most
+    of it came back refused, and the refusals cost more than the deliveries.) A send
+    refused for another reason (``on_limit = "fail"``, a destination's own limit) is
+    answered ``RETRY``, and ``space`` tells the sender when the memory limit lets go."""
+
+    _space_wanted = False  # waiting for the memory limit to let go, to say ``space``
+    retried = 0  # sends answered RETRY (statistics)
+    parked_total = 0  # sends parked at the memory limit (statistics)
+    _parked: deque[tuple[list[tuple[int, Message]], bool]] | None = None
+    _unpark_wanted = False
+
+    def on_messages(self, batch: list[tuple[int, Message]], *, again: bool = False) -> None:
+        parked = self._parked
+        if parked:  # behind what already waits, in order
+            parked.append((batch, again))
+            self.parked_total += len(batch)
+            return
+        usage = self.broker.usage
+        if usage.limit > 0 and usage.used >= usage.limit \
+                and self.broker.config.usage.on_limit == "block":
+            # Parked from the first non-persistent send on (a persistent one is paged,
+            # as from a producer here).
+            for i, (_seq, msg) in enumerate(batch):
+                if not msg.persistent:
+                    if i:
+                        self._on_messages(batch[:i], again=again)
+                    self._park(batch[i:], again)
+                    return
+        self._on_messages(batch, again=again)
+
+    def _park(self, batch: list[tuple[int, Message]], again: bool) -> None:
+        if self._parked is None:
+            self._parked = deque()
+        self._parked.append((batch, again))
+        self.parked_total += len(batch)
+        if not self._unpark_wanted:
+            self._unpark_wanted = True
+            self.broker.usage.wait_for_space(self._unpark)
+
+    def _unpark(self) -> None:
+        """The memory limit let go: route what was parked, until it is reached again."""
+        self._unpark_wanted = False
+        parked = self._parked
+        if self.closed or not parked:
+            return
+        self._parked = deque()  # what the limit stops again collects here
+        while parked:
+            batch, again = parked.popleft()
+            self.on_messages(batch, again=again)
+            if self._parked:  # full again: the rest waits behind it
+                self._parked.extend(parked)
+                return
+
+    @property
+    def parked(self) -> int:
+        """Sends parked now (statistics, tests)."""
+        return sum(len(b) for b, _ in self._parked or ())
+
+    def _want_space(self) -> None:
+        usage = self.broker.usage
+        # A destination's own limit has no wake-up: the sender's pause asks again.
+        if self._space_wanted or self.closed or not usage.full:
+            return
+        self._space_wanted = True
+        usage.wait_for_space(self._space)
+
+    def _space(self) -> None:
+        self._space_wanted = False
+        if not self.closed:
+            self.link.write(encode_json(FrameType.INTEREST, {"op": "space"}))
+
+    def close(self) -> None:
+        """Parked sends are dropped with the link: their sender sends them again (it
+        holds every send until ``STORED``)."""
+        if self._space_wanted:
+            self._space_wanted = False
+            self.broker.usage.cancel_wait(self._space)
+        if self._unpark_wanted:
+            self._unpark_wanted = False
+            self.broker.usage.cancel_wait(self._unpark)
+        self._parked = None
+        super().close()
 
     waits_for_owners = False
     protocol = "shard"
@@ -155,7 +247,7 @@ class ShardReceiver(Receiver):
     def start(self) -> None:
         return
 
-    def on_messages(self, batch: list[tuple[int, Message]], *, again: bool = False) -> None:
+    def _on_messages(self, batch: list[tuple[int, Message]], *, again: bool) -> None:
         """As a bridge's receiver, but a first send (above the sender's ``sent`` at the
         handshake) skips the duplicate window: only a send made before this link can
         have been stored already. Those are found by sequence number when they came
@@ -202,6 +294,8 @@ class ShardReceiver(Receiver):
         except ResourceLimitError:
             if key is not None:
                 broker.dedup.forget(key)
+            self.retried += 1
+            self._want_space()
             return AckStatus.RETRY, False
         except MeshmqError as exc:
             log.info("message %s for %s from shard %s dropped: %s", msg.message_id,
@@ -228,10 +322,11 @@ class RelayWindow:
     the link instead (``RelayOut.deliver``): the window there can be passed by what one
     pump dispatches."""
 
-    __slots__ = ("at_dispatch", "consumer", "inflight", "size")
+    __slots__ = ("at_dispatch", "consumer", "inflight", "size", "stats")
 
-    def __init__(self, consumer: Consumer) -> None:
+    def __init__(self, consumer: Consumer, stats: PeerStats) -> None:
         self.consumer = consumer
+        self.stats = stats
         self.size = consumer.prefetch
         self.inflight = 0
         # (A stream's dispatch asks no filter: counted as a topic relay is.)
@@ -242,6 +337,7 @@ class RelayWindow:
         """The net filter of a relay of queues: ``message`` goes to it now."""
         self.inflight += 1
         if self.inflight >= self.size:
+            self.stats.window_full += 1
             self.consumer.paused = True  # (as Broker.pause_relayed; nothing to mark)
         return True
 
@@ -298,7 +394,7 @@ class RelayOut:
             self.consumers[relay] = consumer
             self.relay_of[consumer.id] = relay
             if ack_mode is AckMode.AUTO:
-                window = self.windows[relay] = RelayWindow(consumer)
+                window = self.windows[relay] = RelayWindow(consumer, self.peer.stats)
                 if window.at_dispatch:
                     consumer.net_filter = window.admit
             if self.link_paused:
@@ -327,6 +423,8 @@ class RelayOut:
         if self.link_paused is not writable:
             return
         self.link_paused = not writable
+        if not writable:
+            self.peer.stats.link_pauses += 1
         windows = self.windows
         for relay, consumer in self.consumers.items():
             window = windows.get(relay)
@@ -380,10 +478,13 @@ class RelayOut:
         if relay is not None:
             self.peers.queue(self.peer, _DELIVER, (relay, outcome.tag, outcome.delivery_count,
                                                    encoded(outcome.message)))
+            stats = self.peer.stats
+            stats.delivered_out += 1
             window = self.windows.get(relay)
             if window is not None and not window.at_dispatch:
                 window.inflight += 1
                 if window.inflight >= window.size:
+                    stats.window_full += 1
                     self.broker.pause_relayed(consumer, True)
 
     def flush(self) -> None:
@@ -412,6 +513,28 @@ class RelayOut:
         self.host.request_pump()
 
 
+class PeerStats:
+    """What went over one shard link, both ways (``/api/stat``'s ``shard_links``): how
+    a crossing is paid for and where it waits."""
+
+    __slots__ = ("credits_in", "delivered_in", "delivered_out", "link_pauses", "retried",
+                 "sent", "spaces", "window_full", "writes")
+
+    def __init__(self) -> None:
+        self.sent = 0  # sends forwarded to the peer as owner (first tries)
+        self.retried = 0  # of those, answered RETRY (the owner's memory limit)
+        self.spaces = 0  # ``space`` answers: the owner's limit let go
+        self.delivered_out = 0  # deliveries to the peer's relayed consumers
+        self.delivered_in = 0  # deliveries from the peer to this shard's relays
+        self.credits_in = 0  # ``relay-credit`` frames from the peer
+        self.window_full = 0  # times an auto-ack relay's window filled here
+        self.link_pauses = 0  # times the link's write buffer filled
+        self.writes = 0  # link writes (one per flush with output)
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
 class _Peer:
     """Another shard: its link (when up), what was sent to it and not yet settled."""
 
@@ -427,6 +550,11 @@ class _Peer:
         self.unacked: dict[int, tuple[bytes, bool]] = {}
         self.out: list[tuple[int, Any]] = []
         self.retry: asyncio.TimerHandle | None = None
+        # The owner answered RETRY: sends to it are held (not written) until it says
+        # ``space`` or RETRY_PAUSE_S passed, then go with the refused ones in order.
+        self.full = False
+        self.retrying: list[int] = []
+        self.stats = PeerStats()
         self.inbound = Inbound()  # what the peer sent here (it as the sender)
         self.wait: asyncio.TimerHandle | None = None  # unreachable: owner_wait_s runs
         self.down = False  # unreachable for longer than owner_wait_s
@@ -459,7 +587,9 @@ class _LinkEnd:
             self.peers.on_acks(peer, decode_acks(frame))
         elif kind is FrameType.DELIVER:
             broker = self.peers.broker
-            for relay, tag, count, msg in decode_deliver(frame):
+            delivered = decode_deliver(frame)
+            peer.stats.delivered_in += len(delivered)
+            for relay, tag, count, msg in delivered:
                 broker.relay_deliver(peer.index, relay, tag, count, msg)
             self.peers.host.request_pump()
         elif kind is FrameType.SETTLE:
@@ -481,7 +611,12 @@ class _LinkEnd:
                     if not fut.done():
                         fut.set_result(None)
             elif body.get("op") == "relay-credit":
+                peer.stats.credits_in += 1
                 peer.relay_out.credit(_int(body, "relay"), _int(body, "count"))
+            elif body.get("op") == "space":
+                peer.stats.spaces += 1
+                if peer.full or peer.retrying:
+                    self.peers._resend(peer)
             else:
                 raise RemoteProtocolError(f"unknown shard INTEREST op {body.get('op')!r}")
         elif kind is FrameType.TXN:
@@ -692,6 +827,10 @@ class ShardPeers:
         # what it had stored), then this shard's relayed consumers are opened again.
         peer.out = [(_AGAIN if again else _SEND, (seq, data))
                     for seq, (data, again) in peer.unacked.items()]
+        if peer.retry is not None:
+            peer.retry.cancel()
+            peer.retry = None
+        peer.full, peer.retrying = False, []
         for relay in self.broker.relay_opens(peer.index):
             self._queue_decision(peer, relay)
         for txn in self.broker.shard_transactions.resume(peer.index):
@@ -751,6 +890,22 @@ class ShardPeers:
     def links_up(self) -> int:
         return sum(1 for p in self.peers.values() if p.link is not None)
 
+    def summary(self) -> list[dict[str, object]]:
+        """Each link's state and counters (``/api/stat``'s ``shard_links``)."""
+        out: list[dict[str, object]] = []
+        for peer in self.peers.values():
+            relays = peer.relay_out.consumers if peer.relay_out is not None else {}
+            receiver = peer.receiver
+            out.append({"shard": peer.index, "up": peer.link is not None,
+                        "links": peer.links, "unsettled_sends": len(peer.unacked),
+                        "owner_full": peer.full, "relays_served": len(relays),
+                        **peer.stats.as_dict(),
+                        # As the owner: the peer's sends parked at this shard's limit.
+                        "parked": receiver.parked if receiver is not None else 0,
+                        "parked_total": receiver.parked_total if receiver else 0,
+                        "refused": receiver.retried if receiver is not None else 0})
+        return out
+
     # ------------------------------------------------------------ decisions out
     def take(self) -> None:
         """The core's sends and relay decisions, into each peer's output (the pump)."""
@@ -764,8 +919,13 @@ class ShardPeers:
             held += len(data)
             peer.unacked[peer.seq] = (data, send.redelivered)
             self._touched.add(send.owner)
+            peer.stats.sent += 1
             if peer.link is not None:
-                peer.out.append((_AGAIN if send.redelivered else _SEND, (peer.seq, data)))
+                if peer.full:  # after the refused ones, in order, once it has room
+                    peer.retrying.append(peer.seq)
+                else:
+                    peer.out.append((_AGAIN if send.redelivered else _SEND,
+                                     (peer.seq, data)))
         if held:
             # Counted against the memory limit until the owner settles them: producers
             # of a shard whose owners are slow or down meet the limit's flow control.
@@ -837,6 +997,7 @@ class ShardPeers:
                     size += len(item[1])
             _encode_run(frames, run_kind, run)
             link.write(b"".join(frames))
+            peer.stats.writes += 1
             if link.paused and peer.relay_out is not None:
                 peer.relay_out.link_writable(False)
 
@@ -847,7 +1008,9 @@ class ShardPeers:
         unacked = peer.unacked
         for seq, status in acks:
             if status is AckStatus.RETRY or status is AckStatus.REFUSED:
-                retry = True  # kept: sent again shortly
+                retry = True  # kept: sent again when the owner has room
+                peer.retrying.append(seq)
+                peer.stats.retried += 1
                 continue
             held = unacked.pop(seq, None)
             if held is None:
@@ -858,16 +1021,24 @@ class ShardPeers:
                             self.identity.label, peer.label)
         if released:
             self.broker.usage.refund(released)
-        if retry and peer.retry is None:
-            peer.retry = asyncio.get_running_loop().call_later(RETRY_PAUSE_S,
-                                                               self._resend, peer, acks)
+        if retry:
+            peer.full = True
+            if peer.retry is None:
+                peer.retry = asyncio.get_running_loop().call_later(RETRY_PAUSE_S,
+                                                                   self._resend, peer)
         self._check_waiters()
 
-    def _resend(self, peer: _Peer, acks: list[tuple[int, AckStatus]]) -> None:
-        peer.retry = None
-        for seq, status in acks:
+    def _resend(self, peer: _Peer) -> None:
+        """Send the refused and the held sends again, in order (the owner said
+        ``space``, or the pause passed)."""
+        if peer.retry is not None:
+            peer.retry.cancel()
+            peer.retry = None
+        peer.full = False
+        seqs, peer.retrying = sorted(set(peer.retrying)), []
+        for seq in seqs:
             held = peer.unacked.get(seq)
-            if held is not None and status in (AckStatus.RETRY, AckStatus.REFUSED):
+            if held is not None:
                 self.queue(peer, _AGAIN if held[1] else _SEND, (seq, held[0]))
 
     def opened(self, consumers: Iterable[Consumer]) -> asyncio.Future[None] | None:

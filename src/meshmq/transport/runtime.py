@@ -407,6 +407,9 @@ class BrokerRuntime:
     def trace_events_dropped(self) -> int:
         return self.trace.events_dropped
 
+    def shard_links(self) -> list[dict[str, object]] | None:
+        return self.shard_peers.summary() if self.shard_peers is not None else None
+
     def statistics(self) -> dict[str, object]:
         """``/api/stat``: the broker's figures plus its master/slave role."""
         stat = self.broker.statistics()

@@ -36,7 +36,7 @@ from meshmq.core.shard_relay import (
 from meshmq.core.shards import ShardIdentity, owner
 from meshmq.core.state import Connection
 from meshmq.errors import AuthorizationError
-from meshmq.network.shards import RelayWindow
+from meshmq.network.shards import PeerStats, RelayWindow
 from meshmq.store.memory import MemoryStore
 
 NODE = "n"
@@ -207,7 +207,7 @@ class Carrier:
                              selector=decision.selector, priority=decision.priority,
                              exclusive=decision.exclusive))
             if decision.auto:  # as RelayOut: counted as the owner's queue hands it over
-                window = RelayWindow(relays[decision.relay_id])
+                window = RelayWindow(relays[decision.relay_id], PeerStats())
                 self.windows[decision.owner][decision.relay_id] = window
                 relays[decision.relay_id].net_filter = window.admit
         elif isinstance(decision, RelayClose):
