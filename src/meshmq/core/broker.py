@@ -243,6 +243,17 @@ class Broker:
                 for relay in self.state.relays.values()
                 if relay.owner == owner and relay.consumers]
 
+    def drop_durable_relayed(self, client_id: str, name: str | None) -> int:
+        """Another shard's ``DurableDrop``: delete durable subscription ``name`` of
+        ``client_id`` here (None: its MQTT session's) unless a consumer is attached."""
+        return self._subscriptions.drop_durable_here(client_id, name)
+
+    def drop_durables_elsewhere(self, client_id: str, name: str | None = None) -> None:
+        """One shard of several: the other shards delete durable subscription ``name``
+        of ``client_id`` if they keep it (those on topics they own), unattached; None:
+        every MQTT session subscription of the client (its session ends: clean start)."""
+        self._subscriptions.drop_durable_elsewhere(client_id, name)
+
     def relay_link_lost(self, owner: int) -> None:
         """The link to ``owner`` dropped: what it delivered goes back there."""
         for relay in self.state.relays.values():

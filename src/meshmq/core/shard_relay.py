@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from meshmq.core.consumer import AckMode, Consumer
@@ -69,6 +69,13 @@ class RelayOpen:
     # Auto-ack: the owner's consumer settles each message as it hands it on, so no
     # SETTLE comes back; ``RelayCredit`` stands in for the window a SETTLE would hold.
     auto: bool = False
+    # A subscription relayed from every owner (``SubscriptionRelay``): all its patterns
+    # (``destination`` is the first), the durable subscription it attaches to on the
+    # owner (client id, name), and the user whose read rights limit what a wildcard
+    # carries there (None: no rights to check).
+    destinations: tuple[Destination, ...] = ()
+    durable: tuple[str, str] | None = None
+    reader: tuple[str, tuple[str, ...]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +104,20 @@ class ShardSettle:
     kind: int
 
 
-RelayDecision = RelayOpen | RelayClose | ShardSettle | RelayCredit
+@dataclass(frozen=True, slots=True)
+class DurableDrop:
+    """Decision: ``owner`` deletes durable subscription ``name`` of ``client_id`` if it
+    holds it and no consumer is attached (UNSUBSCRIBE by name, MQTT clean start). The
+    name does not say which topic it was on, so every other shard is asked.
+    ``name`` None: every MQTT session subscription (``mqtt``-prefixed names) of the
+    client."""
+
+    owner: int
+    client_id: str
+    name: str | None
+
+
+RelayDecision = RelayOpen | RelayClose | ShardSettle | RelayCredit | DurableDrop
 
 
 class RelayQueue(Queue):
@@ -228,3 +248,26 @@ class RelayQueue(Queue):
             for entry in consumer.dispatched.values():
                 if entry.queue is self:
                     entry.state = DONE
+
+
+class SubscriptionRelay(RelayQueue):
+    """The source of a subscription that other shards serve too: a wildcard (or a
+    composite of topic patterns) runs on every owner for the destinations that owner
+    holds, and a durable topic subscription lives on its topic's owner (on every owner,
+    for a durable wildcard). The relay's ``RelayOpen`` carries all the patterns, the
+    durable key and the subscriber's groups, so the owner opens the same subscription
+    and limits a wildcard to what the user may read there."""
+
+    def __init__(self, destinations: tuple[Destination, ...], policy: DestinationPolicy,
+                 ctx: QueueContext, owner: int, relay_id: int,
+                 decide: Callable[[RelayDecision], None], *,
+                 durable: tuple[str, str] | None,
+                 reader: tuple[str, tuple[str, ...]] | None) -> None:
+        super().__init__(destinations[0], policy, ctx, owner, relay_id, decide)
+        self.patterns = destinations
+        self.durable = durable
+        self.reader = reader
+
+    def open_decision(self, consumer: Consumer) -> RelayOpen:
+        return replace(super().open_decision(consumer), destinations=self.patterns,
+                       durable=self.durable, reader=self.reader)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hmac
 import logging
 import os
@@ -49,6 +50,7 @@ from meshmq.core.destinations import Destination
 from meshmq.core.message_codec import encoded
 from meshmq.core.queue import BrowseEnd, Delivery
 from meshmq.core.shard_relay import (
+    DurableDrop,
     RelayClose,
     RelayCredit,
     RelayDecision,
@@ -260,6 +262,8 @@ class RelayOut:
         self.consumers: dict[int, Consumer] = {}  # relay id -> consumer here
         self.relay_of: dict[str, int] = {}  # consumer id -> relay id
         self.windows: dict[int, RelayWindow] = {}  # auto-ack relays' deliveries in flight
+        # Subscription relays' own connections (durable client id, subscriber's rights).
+        self.relay_conns: dict[int, Connection] = {}
         self.link_paused = False  # the link's buffer is full: nobody gets more
         self.closed = False
         # Registered for deliveries, but not among the client sessions a stopping
@@ -280,8 +284,10 @@ class RelayOut:
                                 priority=_int(body, "priority"),
                                 exclusive=bool(body.get("exclusive")),
                                 selector=selector if isinstance(selector, str) else None)
-            consumer = self.broker.subscribe(self._conn, f"relay-{relay}", spec)
+            spec, conn = self._subscription_relay(relay, spec, body)
+            consumer = self.broker.subscribe(conn, f"relay-{relay}", spec)
         except MeshmqError as exc:
+            self._close_relay_conn(relay)
             # Not a reason to drop the link (it would be opened again on the next one):
             # the consumer's shard checked it, so this is a disagreement to log.
             log.warning("shard %s: cannot relay %s to shard %s: %s",
@@ -299,6 +305,46 @@ class RelayOut:
         # Answered either way: the subscriber's confirmation waits for it.
         self.peers.queue(self.peer, _FRAME, encode_json(FrameType.INTEREST, {
             "op": "relay-opened", "relay": relay}))
+
+    def _subscription_relay(self, relay: int, spec: ConsumerSpec, body: dict[str, Any]
+                            ) -> tuple[ConsumerSpec, Connection]:
+        """A wildcard's or durable subscription's relay (``SubscriptionRelay``): all its
+        patterns, and a connection of its own that holds the durable's client id (no
+        claim on it: the client is connected elsewhere) and the subscriber's groups, so
+        a wildcard carries only what the user may read. Others: the link's session."""
+        dests = body.get("dests")
+        durable = body.get("durable")
+        reader = body.get("reader")
+        if not dests and durable is None and reader is None:
+            return spec, self._conn
+        if dests:
+            spec = dataclasses.replace(spec, destinations=tuple(
+                Destination.parse_uri(str(d)) for d in dests))
+        client_id = None
+        if durable is not None:
+            if not isinstance(durable, list) or len(durable) != 2 \
+                    or not all(isinstance(x, str) for x in durable):
+                raise RemoteProtocolError("shard INTEREST field 'durable' must be "
+                                          "[client id, name]")
+            client_id, name = durable
+            spec = dataclasses.replace(spec, subscription_name=name)
+        principal = Principal(f"shard:{self.peer.label}", frozenset({"network"}),
+                              internal=True)
+        if isinstance(reader, list) and len(reader) == 2 and isinstance(reader[1], list):
+            principal = Principal(str(reader[0]), frozenset(str(g) for g in reader[1]))
+        conn = self.broker.open_connection(principal, remote=self.peer.label,
+                                           protocol="shard")
+        conn.client_id = client_id  # (after opening: not a claim of the client id)
+        self.relay_conns[relay] = conn
+        self.host.register(_RelayConnSession(self, conn))  # its deliveries: this link's
+        return spec, conn
+
+    def _close_relay_conn(self, relay: int) -> None:
+        conn = self.relay_conns.pop(relay, None)
+        if conn is not None:
+            conn.client_id = None  # never the client's claim, whoever holds it now
+            self.broker.close_connection(conn)
+            self.host.unregister(_RelayConnSession(self, conn))
 
     def credit(self, relay: int, count: int) -> None:
         """The relaying shard wrote ``count`` more of ``relay``'s deliveries to its
@@ -332,8 +378,9 @@ class RelayOut:
         consumer = self.consumers.pop(relay, None)
         if consumer is not None:
             self.relay_of.pop(consumer.id, None)
-            self.broker.unsubscribe(self._conn, consumer)
+            self.broker.unsubscribe(self.relay_conns.get(relay, self._conn), consumer)
             self.host.request_pump()
+        self._close_relay_conn(relay)
 
     def settle(self, settles: list[tuple[int, int, SettleKind]]) -> None:
         """What the peer's clients did with relayed deliveries: each run of one relay
@@ -398,10 +445,36 @@ class RelayOut:
         self.host.unregister(self)
         self.host.forget(self)
         self.broker.close_connection(self._conn)
+        for relay in list(self.relay_conns):
+            self._close_relay_conn(relay)
         self.consumers.clear()
         self.relay_of.clear()
         self.windows.clear()
         self.host.request_pump()
+
+
+class _RelayConnSession:
+    """What the host pumps a subscription relay's own connection's deliveries to: its
+    link's ``RelayOut`` (which knows the relay by the consumer)."""
+
+    def __init__(self, relay_out: RelayOut, conn: Connection) -> None:
+        self.relay_out = relay_out
+        self.conn: Connection | None = conn
+
+    def deliver(self, outcome: Delivery | BrowseEnd) -> None:
+        self.relay_out.deliver(outcome)
+
+    def flush(self) -> None:
+        return
+
+    def close(self) -> None:
+        return  # closed with its relay or its link
+
+    def close_by_admin(self) -> None:
+        self.relay_out.close_by_admin()
+
+    def check_timeouts(self, now: float) -> None:
+        return
 
 
 class _Peer:
@@ -474,6 +547,8 @@ class _LinkEnd:
                         fut.set_result(None)
             elif body.get("op") == "relay-credit":
                 peer.relay_out.credit(_int(body, "relay"), _int(body, "count"))
+            elif body.get("op") == "durable-drop":
+                self.peers.durable_drop(peer, body)
             else:
                 raise RemoteProtocolError(f"unknown shard INTEREST op {body.get('op')!r}")
         elif kind is FrameType.BYE:
@@ -773,13 +848,26 @@ class ShardPeers:
                 "op": "relay-open", "relay": decision.relay_id,
                 "dest": str(decision.destination), "selector": decision.selector,
                 "prefetch": decision.prefetch, "priority": decision.priority,
-                "exclusive": decision.exclusive, "auto": decision.auto})))
+                "exclusive": decision.exclusive, "auto": decision.auto,
+                **_subscription_fields(decision)})))
         elif isinstance(decision, RelayCredit):
             peer.out.append((_FRAME, encode_json(FrameType.INTEREST, {
                 "op": "relay-credit", "relay": decision.relay_id, "count": decision.count})))
+        elif isinstance(decision, DurableDrop):
+            peer.out.append((_FRAME, encode_json(FrameType.INTEREST, {
+                "op": "durable-drop", "client": decision.client_id, "name": decision.name})))
         else:
             peer.out.append((_FRAME, encode_json(FrameType.INTEREST, {
                 "op": "relay-close", "relay": decision.relay_id})))
+
+    def durable_drop(self, peer: _Peer, body: dict[str, Any]) -> None:
+        """A client removed a durable subscription through ``peer`` (or its MQTT
+        session ended there): deleted here if this shard keeps it, unattached."""
+        client, name = body.get("client"), body.get("name")
+        if not isinstance(client, str) or not (name is None or isinstance(name, str)):
+            raise RemoteProtocolError("shard durable-drop needs a client id and a name")
+        if self.broker.drop_durable_relayed(client, name):
+            self.host.request_pump()  # (the deletions go to the store with the pump)
 
     def queue(self, peer: _Peer, kind: int, item: Any) -> None:
         if peer.link is not None:
@@ -982,6 +1070,18 @@ def _encode_run(frames: list[bytes], kind: int, run: list[Any]) -> None:
         frames.append(encode_settle(run))
     else:
         frames.extend(run)
+
+
+def _subscription_fields(decision: RelayOpen) -> dict[str, Any]:
+    """A ``SubscriptionRelay``'s part of its ``relay-open`` (nothing for the others)."""
+    fields: dict[str, Any] = {}
+    if decision.destinations:
+        fields["dests"] = [str(d) for d in decision.destinations]
+    if decision.durable is not None:
+        fields["durable"] = list(decision.durable)
+    if decision.reader is not None:
+        fields["reader"] = [decision.reader[0], list(decision.reader[1])]
+    return fields
 
 
 def _int(body: dict[str, Any], key: str) -> int:

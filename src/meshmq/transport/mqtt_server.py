@@ -582,6 +582,8 @@ class MqttSession(BufferedOutput):
             assert self.conn is not None
             for name in durable:
                 self.broker.remove_durable(self.conn, name)
+            # (On a node of shards, those other shards keep go too: no-op otherwise.)
+            self.broker.drop_durables_elsewhere(client_id)
             durable = []
             self.broker.drop_record(_record_name(client_id))
             record = None
@@ -872,6 +874,9 @@ class MqttSession(BufferedOutput):
             name = durable_name(sub.filter, sub.options)
             if (self.conn.client_id or "", name) in self.broker.durables:
                 self.broker.remove_durable(self.conn, name)
+            elif self.persistent and self.conn.client_id is not None:
+                # Kept by the topic's owner on a node of shards (no-op otherwise).
+                self.broker.drop_durables_elsewhere(self.conn.client_id, name)
 
     def _send_retained(self, sub: MqttSubscription) -> None:
         patterns, _ = self._patterns(sub)

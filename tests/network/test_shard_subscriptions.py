@@ -1,0 +1,250 @@
+"""Wildcard and durable subscriptions between two shards of one node, over real links
+with real STOMP and MQTT clients on each shard's own port: a wildcard subscription gets
+what both shards own (and keeps getting it after the other shard restarts), a durable
+subscription lives on its topic's owner and keeps what is published while its client
+is away, whichever shard the client comes back through."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from meshmq.core.destinations import Destination
+from meshmq.core.shards import owner
+from tests.interop.mqtt_helpers import RawMqtt
+from tests.interop.stomp_helpers import RawClient
+from tests.support.brokers import poll
+from tests.support.shard_pair import NODE, ShardBroker, ShardPair
+
+
+@pytest.fixture
+def pair(tmp_path: Path):
+    shards = ShardPair(tmp_path).start()
+    shards.wait_linked()
+    yield shards
+    shards.stop()
+
+
+def _client(shard: ShardBroker, client_id: str | None = None) -> RawClient:
+    client = RawClient(shard)
+    client.connect(extra=[("client-id", client_id)] if client_id else ())
+    return client
+
+
+def _send(client: RawClient, dest: str, body: str) -> None:
+    rid = f"r-{body}"
+    client.send_frame("SEND", [("destination", dest), ("receipt", rid),
+                               ("persistent", "true")], body.encode())
+    client.read_until_receipt(rid)
+
+
+def _subscribe(client: RawClient, dest: str, sid: str, *extra: tuple[str, str],
+               ack: str = "auto") -> None:
+    client.send_frame("SUBSCRIBE", [("destination", dest), ("id", sid), ("ack", ack),
+                                    ("receipt", f"sub-{sid}"), *extra])
+    client.read_until_receipt(f"sub-{sid}")
+
+
+def _receive(client: RawClient, count: int) -> list[tuple[str, str, str]]:
+    """``count`` MESSAGE frames as (destination, body, ack id)."""
+    out = []
+    while len(out) < count:
+        frame, _ = client.read_until("MESSAGE")
+        out.append((frame.get("destination") or "", frame.body.decode(),
+                    frame.get("ack") or ""))
+    return out
+
+
+def _durable(shard: ShardBroker, client_id: str, name: str) -> str:
+    """"absent", "idle" (kept, no consumer) or "active" on ``shard``."""
+    assert shard.runtime is not None
+    broker = shard.runtime.broker
+
+    def look() -> str:
+        sub = broker.durables.get((client_id, name))
+        return "absent" if sub is None else "idle" if sub.consumer is None else "active"
+    return shard.run(look)
+
+
+def test_a_queue_wildcard_consumes_the_queues_of_both_shards(pair: ShardPair) -> None:
+    here, there = pair.owned_by(1, "work"), pair.owned_by(0, "work")
+    producer = pair[0].client()
+    _send(producer, f"/queue/{there}", "waiting")  # before the subscription: kept
+    consumer = pair[1].client()
+    _subscribe(consumer, "/queue/work.>", "w", ("activemq.prefetchSize", "50"),
+               ack="client-individual")
+    for i in range(10):
+        _send(producer, f"/queue/{there}" if i % 2 else f"/queue/{here}", f"m{i}")
+    got = _receive(consumer, 11)
+    by_queue: dict[str, list[str]] = {}
+    for dest, body, ack in got:
+        by_queue.setdefault(dest, []).append(body)
+        consumer.send_frame("ACK", [("id", ack)])
+    assert by_queue == {f"/queue/{there}": ["waiting", "m1", "m3", "m5", "m7", "m9"],
+                        f"/queue/{here}": ["m0", "m2", "m4", "m6", "m8"]}
+    consumer.receipt_roundtrip()
+    poll(lambda: pair[0].depth(there) == 0 and pair[1].depth(here) == 0,
+         what="the acknowledgements settled on each owner")
+    consumer.send_frame("UNSUBSCRIBE", [("id", "w"), ("receipt", "u")])
+    consumer.read_until_receipt("u")
+    poll(lambda: pair[0].consumers(there) == 0, what="the owner's consumer closed")
+    _send(producer, f"/queue/{there}", "after")
+    assert pair[0].depth(there) == 1
+    for client in (producer, consumer):
+        client.close()
+
+
+def test_a_topic_wildcard_is_opened_again_when_the_other_shard_restarts(
+        pair: ShardPair) -> None:
+    t0, t1 = pair.owned_by(0, "px", "topic"), pair.owned_by(1, "px", "topic")
+    subscriber = pair[1].client()
+    _subscribe(subscriber, "/topic/px.>", "w")
+    producer = pair[1].client()
+    _send(producer, f"/topic/{t0}", "before-0")
+    _send(producer, f"/topic/{t1}", "before-1")
+    assert sorted(b for _, b, _ in _receive(subscriber, 2)) == ["before-0", "before-1"]
+    pair.stop_owner(0)
+    pair.start(0)
+    pair.wait_linked()
+    poll(lambda: pair[0].topic_subscribers(t0) == 1, what="the wildcard on the restarted shard")
+    late = pair.owned_by(0, "px.late", "topic")  # a topic that first appears now
+    for i in range(3):
+        _send(producer, f"/topic/{t0}", f"a{i}")
+        _send(producer, f"/topic/{late}", f"l{i}")
+    got = [(d, b) for d, b, _ in _receive(subscriber, 6)]
+    assert [b for d, b in got if d == f"/topic/{t0}"] == ["a0", "a1", "a2"]
+    assert [b for d, b in got if d == f"/topic/{late}"] == ["l0", "l1", "l2"]
+    for client in (producer, subscriber):
+        client.close()
+
+
+def test_a_durable_subscriber_gets_what_was_published_while_away_through_either_shard(
+        pair: ShardPair) -> None:
+    topic = pair.owned_by(1, "news", "topic")
+    name = ("activemq.subscriptionName", "daily")
+    first = _client(pair[0], "reader")
+    _subscribe(first, f"/topic/{topic}", "d", name)
+    assert _durable(pair[1], "reader", "daily") == "active"
+    assert _durable(pair[0], "reader", "daily") == "absent"
+    first.close()
+    poll(lambda: _durable(pair[1], "reader", "daily") == "idle", what="the client gone")
+    producer = pair[0].client()
+    for i in range(3):
+        _send(producer, f"/topic/{topic}", f"m{i}")
+    again = _client(pair[0], "reader")  # back through the shard that does not own it
+    _subscribe(again, f"/topic/{topic}", "d", name)
+    assert [b for _, b, _ in _receive(again, 3)] == ["m0", "m1", "m2"]
+    again.close()
+    poll(lambda: _durable(pair[1], "reader", "daily") == "idle", what="the client gone")
+    _send(producer, f"/topic/{topic}", "m3")
+    owner_side = _client(pair[1], "reader")  # and through the owner
+    _subscribe(owner_side, f"/topic/{topic}", "d", name)
+    assert [b for _, b, _ in _receive(owner_side, 1)] == ["m3"]
+    owner_side.close()
+    poll(lambda: _durable(pair[1], "reader", "daily") == "idle", what="the client gone")
+    # Removing it by name through the other shard removes it on the owner.
+    remover = _client(pair[0], "reader")
+    remover.send_frame("UNSUBSCRIBE", [("id", "d"), name, ("receipt", "gone")])
+    remover.read_until_receipt("gone")
+    poll(lambda: _durable(pair[1], "reader", "daily") == "absent", what="the removal")
+    for client in (producer, remover):
+        client.close()
+
+
+def test_a_durable_wildcard_keeps_what_both_shards_own(pair: ShardPair) -> None:
+    t0, t1 = pair.owned_by(0, "ev", "topic"), pair.owned_by(1, "ev", "topic")
+    name = ("activemq.subscriptionName", "all")
+    first = _client(pair[0], "watcher")
+    _subscribe(first, "/topic/ev.>", "d", name)
+    first.close()
+    for k in (0, 1):
+        poll(lambda k=k: _durable(pair[k], "watcher", "all") == "idle",
+             what=f"the durable wildcard kept on shard {k}")
+    producer = pair[0].client()
+    _send(producer, f"/topic/{t0}", "zero")
+    _send(producer, f"/topic/{t1}", "one")
+    again = _client(pair[1], "watcher")
+    _subscribe(again, "/topic/ev.>", "d", name)
+    assert sorted(b for _, b, _ in _receive(again, 2)) == ["one", "zero"]
+    for client in (producer, again):
+        client.close()
+
+
+def test_mqtt_wildcards_at_qos_0_and_1_get_every_shards_topics(tmp_path: Path) -> None:
+    pair = ShardPair(tmp_path, mqtt=True).start()
+    clients: list[RawMqtt] = []
+    try:
+        pair.wait_linked()
+        topics = [_owned(pair, k, "sensors.r{}.temp").replace(".", "/") for k in (0, 1)]
+        qos1 = RawMqtt(pair[1].mqtt_port)
+        qos0 = RawMqtt(pair[0].mqtt_port)
+        clients += [qos1, qos0]
+        qos1.connect("w1")
+        qos1.subscribe("sensors/+/temp", qos=1)
+        qos0.connect("w0")
+        qos0.subscribe("#", qos=0)
+        publisher = RawMqtt(pair[0].mqtt_port)
+        clients.append(publisher)
+        publisher.connect("pub")
+        for i in range(10):
+            publisher.publish(topics[i % 2], f"{i % 2}-{i}".encode(), qos=1)
+        for client, qos in ((qos1, 1), (qos0, 0)):
+            got: dict[str, list[str]] = {}
+            for publish in client.publishes(10):
+                assert publish.qos == qos
+                got.setdefault(publish.topic, []).append(publish.payload.decode())
+                client.ack(publish)
+            assert got == {topics[0]: [f"0-{i}" for i in range(0, 10, 2)],
+                           topics[1]: [f"1-{i}" for i in range(1, 10, 2)]}
+    finally:
+        for c in clients:
+            c.close()
+        pair.stop()
+
+
+def test_an_mqtt_persistent_session_keeps_qos1_messages_on_the_topics_owner(
+        tmp_path: Path) -> None:
+    pair = ShardPair(tmp_path, mqtt=True).start()
+    clients: list[RawMqtt] = []
+    try:
+        pair.wait_linked()
+        topic = pair.owned_by(1, "alerts", "topic").replace(".", "/")
+        session = RawMqtt(pair[0].mqtt_port)
+        clients.append(session)
+        session.connect("dev", clean=False)
+        session.subscribe(topic, qos=1)
+        session.close()
+        durable = f"mqtt1:{topic}"
+        poll(lambda: _durable(pair[1], "dev", durable) == "idle", what="the session away")
+        publisher = RawMqtt(pair[1].mqtt_port)
+        clients.append(publisher)
+        publisher.connect("pub")
+        for i in range(3):
+            publisher.publish(topic, f"a{i}".encode(), qos=1)
+        back = RawMqtt(pair[0].mqtt_port)
+        clients.append(back)
+        assert back.connect("dev", clean=False).session_present
+        got = [p.payload.decode() for p in back.publishes(3)]
+        assert got == ["a0", "a1", "a2"]
+        back.close()
+        poll(lambda: _durable(pair[1], "dev", durable) == "idle", what="the session away")
+        # A clean start ends the session: its subscription on the owner goes too.
+        clean = RawMqtt(pair[0].mqtt_port)
+        clients.append(clean)
+        clean.connect("dev", clean=True)
+        poll(lambda: _durable(pair[1], "dev", durable) == "absent", what="the clean start")
+    finally:
+        for c in clients:
+            c.close()
+        pair.stop()
+
+
+def _owned(pair: ShardPair, k: int, template: str) -> str:
+    """A topic name ``template.format(n)`` that shard ``k`` owns."""
+    for n in itertools.count():
+        name = template.format(n)
+        if owner(Destination.parse_uri(f"topic://{name}"), pair.count, node=NODE) == k:
+            return name
+    raise AssertionError("unreachable")
