@@ -76,6 +76,7 @@ class RelayOpen:
     destinations: tuple[Destination, ...] = ()
     durable: tuple[str, str] | None = None
     reader: tuple[str, tuple[str, ...]] | None = None
+    no_local: bool = False  # (kept with a durable's record: a change replaces it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,4 +271,5 @@ class SubscriptionRelay(RelayQueue):
 
     def open_decision(self, consumer: Consumer) -> RelayOpen:
         return replace(super().open_decision(consumer), destinations=self.patterns,
-                       durable=self.durable, reader=self.reader)
+                       durable=self.durable, reader=self.reader,
+                       no_local=consumer.spec.no_local)

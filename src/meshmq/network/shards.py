@@ -327,7 +327,8 @@ class RelayOut:
                 raise RemoteProtocolError("shard INTEREST field 'durable' must be "
                                           "[client id, name]")
             client_id, name = durable
-            spec = dataclasses.replace(spec, subscription_name=name)
+            spec = dataclasses.replace(spec, subscription_name=name,
+                                       no_local=body.get("no_local") is True)
         principal = Principal(f"shard:{self.peer.label}", frozenset({"network"}),
                               internal=True)
         if isinstance(reader, list) and len(reader) == 2 and isinstance(reader[1], list):
@@ -1079,6 +1080,7 @@ def _subscription_fields(decision: RelayOpen) -> dict[str, Any]:
         fields["dests"] = [str(d) for d in decision.destinations]
     if decision.durable is not None:
         fields["durable"] = list(decision.durable)
+        fields["no_local"] = decision.no_local
     if decision.reader is not None:
         fields["reader"] = [decision.reader[0], list(decision.reader[1])]
     return fields

@@ -90,7 +90,8 @@ class Carrier:
                 destinations=decision.destinations or (decision.destination,),
                 ack_mode=AckMode.AUTO if decision.auto else AckMode.CLIENT_INDIVIDUAL,
                 prefetch=decision.prefetch, selector=decision.selector,
-                subscription_name=decision.durable[1] if decision.durable else None)
+                subscription_name=decision.durable[1] if decision.durable else None,
+                no_local=decision.no_local)
             if decision.durable is not None or decision.reader is not None:
                 principal = Principal("shard", frozenset(), internal=True)
                 if decision.reader is not None:
@@ -336,3 +337,23 @@ def test_a_wildcard_subscription_on_a_whole_broker_decides_nothing(kind: str) ->
     assert broker.take_relay_decisions() == []
     assert dataclasses.replace(c.spec).destinations[0].is_wildcard
     assert pump(broker, store) == []
+
+
+def test_a_durable_with_no_local_keeps_its_backlog_when_resumed_through_another_shard(
+) -> None:
+    """The owner compares what a relay asks with the stored record (a change of topic,
+    selector or no-local replaces it, as JMS says): the relay carries no-local too."""
+    carrier = Carrier()
+    (a, _), (b, _) = carrier.cores
+    topic = owned_by(1, "quiet", "topic")
+    here = connect(b, client_id="cid")
+    d = sub(b, here, "d", f"topic:{topic}", subscription_name="s", no_local=True)
+    b.unsubscribe(here, d)
+    b.close_connection(here)
+    producer = connect(b)
+    send(b, producer, f"topic:{topic}", "kept", persistent=True)
+    carrier.run()
+    there = connect(a, client_id="cid")
+    sub(a, there, "d", f"topic:{topic}", subscription_name="s", no_local=True)
+    carrier.run()
+    assert carrier.take(0) == ["kept"]
