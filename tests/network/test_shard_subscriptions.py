@@ -16,6 +16,7 @@ from meshmq.core.shards import owner
 from tests.interop.mqtt_helpers import RawMqtt
 from tests.interop.stomp_helpers import RawClient
 from tests.support.brokers import poll
+from tests.support.raw_stomp import RawFrame
 from tests.support.shard_pair import NODE, ShardBroker, ShardPair
 
 
@@ -41,20 +42,23 @@ def _send(client: RawClient, dest: str, body: str) -> None:
 
 
 def _subscribe(client: RawClient, dest: str, sid: str, *extra: tuple[str, str],
-               ack: str = "auto") -> None:
+               ack: str = "auto") -> list[RawFrame]:
+    """SUBSCRIBE and wait for its RECEIPT; the MESSAGEs that came before it (a local
+    delivery can overtake the receipt, which waits for the other shards)."""
     client.send_frame("SUBSCRIBE", [("destination", dest), ("id", sid), ("ack", ack),
                                     ("receipt", f"sub-{sid}"), *extra])
-    client.read_until_receipt(f"sub-{sid}")
+    return [f for f in client.read_until_receipt(f"sub-{sid}") if f.command == "MESSAGE"]
 
 
-def _receive(client: RawClient, count: int) -> list[tuple[str, str, str]]:
-    """``count`` MESSAGE frames as (destination, body, ack id)."""
-    out = []
-    while len(out) < count:
+def _receive(client: RawClient, count: int, early: list[RawFrame] | None = None
+             ) -> list[tuple[str, str, str]]:
+    """``count`` MESSAGE frames (``early`` first) as (destination, body, ack id)."""
+    frames = list(early or [])
+    while len(frames) < count:
         frame, _ = client.read_until("MESSAGE")
-        out.append((frame.get("destination") or "", frame.body.decode(),
-                    frame.get("ack") or ""))
-    return out
+        frames.append(frame)
+    return [(f.get("destination") or "", f.body.decode(), f.get("ack") or "")
+            for f in frames]
 
 
 def _durable(shard: ShardBroker, client_id: str, name: str) -> str:
@@ -73,11 +77,11 @@ def test_a_queue_wildcard_consumes_the_queues_of_both_shards(pair: ShardPair) ->
     producer = pair[0].client()
     _send(producer, f"/queue/{there}", "waiting")  # before the subscription: kept
     consumer = pair[1].client()
-    _subscribe(consumer, "/queue/work.>", "w", ("activemq.prefetchSize", "50"),
-               ack="client-individual")
+    early = _subscribe(consumer, "/queue/work.>", "w", ("activemq.prefetchSize", "50"),
+                       ack="client-individual")
     for i in range(10):
         _send(producer, f"/queue/{there}" if i % 2 else f"/queue/{here}", f"m{i}")
-    got = _receive(consumer, 11)
+    got = _receive(consumer, 11, early)
     by_queue: dict[str, list[str]] = {}
     for dest, body, ack in got:
         by_queue.setdefault(dest, []).append(body)
@@ -134,14 +138,14 @@ def test_a_durable_subscriber_gets_what_was_published_while_away_through_either_
     for i in range(3):
         _send(producer, f"/topic/{topic}", f"m{i}")
     again = _client(pair[0], "reader")  # back through the shard that does not own it
-    _subscribe(again, f"/topic/{topic}", "d", name)
-    assert [b for _, b, _ in _receive(again, 3)] == ["m0", "m1", "m2"]
+    early = _subscribe(again, f"/topic/{topic}", "d", name)
+    assert [b for _, b, _ in _receive(again, 3, early)] == ["m0", "m1", "m2"]
     again.close()
     poll(lambda: _durable(pair[1], "reader", "daily") == "idle", what="the client gone")
     _send(producer, f"/topic/{topic}", "m3")
     owner_side = _client(pair[1], "reader")  # and through the owner
-    _subscribe(owner_side, f"/topic/{topic}", "d", name)
-    assert [b for _, b, _ in _receive(owner_side, 1)] == ["m3"]
+    early = _subscribe(owner_side, f"/topic/{topic}", "d", name)
+    assert [b for _, b, _ in _receive(owner_side, 1, early)] == ["m3"]
     owner_side.close()
     poll(lambda: _durable(pair[1], "reader", "daily") == "idle", what="the client gone")
     # Removing it by name through the other shard removes it on the owner.
@@ -166,8 +170,8 @@ def test_a_durable_wildcard_keeps_what_both_shards_own(pair: ShardPair) -> None:
     _send(producer, f"/topic/{t0}", "zero")
     _send(producer, f"/topic/{t1}", "one")
     again = _client(pair[1], "watcher")
-    _subscribe(again, "/topic/ev.>", "d", name)
-    assert sorted(b for _, b, _ in _receive(again, 2)) == ["one", "zero"]
+    early = _subscribe(again, "/topic/ev.>", "d", name)
+    assert sorted(b for _, b, _ in _receive(again, 2, early)) == ["one", "zero"]
     for client in (producer, again):
         client.close()
 
@@ -248,3 +252,63 @@ def _owned(pair: ShardPair, k: int, template: str) -> str:
         if owner(Destination.parse_uri(f"topic://{name}"), pair.count, node=NODE) == k:
             return name
     raise AssertionError("unreachable")
+
+
+def test_mqtt_retained_messages_of_every_owner_reach_a_new_subscription(
+        tmp_path: Path) -> None:
+    pair = ShardPair(tmp_path, mqtt=True).start()
+    clients: list[RawMqtt] = []
+
+    def retained_on(k: int, flt: str, count: int) -> dict[str, str]:
+        client = RawMqtt(pair[k].mqtt_port)
+        clients.append(client)
+        client.connect(f"r{len(clients)}")
+        client.subscribe(flt, qos=1)
+        got = {}
+        for publish in client.publishes(count):
+            assert publish.retain
+            got[publish.topic] = publish.payload.decode()
+            client.ack(publish)
+        client.close()
+        return got
+
+    try:
+        pair.wait_linked()
+        topics = [_owned(pair, k, "home.room{}.temp").replace(".", "/") for k in (0, 1)]
+        publisher = RawMqtt(pair[0].mqtt_port)
+        clients.append(publisher)
+        publisher.connect("pub")
+        for k, topic in enumerate(topics):
+            publisher.publish(topic, f"old{k}".encode(), qos=1, retain=True)
+            publisher.publish(topic, f"t{k}".encode(), qos=1, retain=True)
+        expected = {topics[0]: "t0", topics[1]: "t1"}
+        for k in (0, 1):  # a wildcard gets every owner's, on either shard
+            assert retained_on(k, "home/+/temp", 2) == expected
+        assert retained_on(0, topics[1], 1) == {topics[1]: "t1"}
+        # Shard 1 restarts: its own come back from its store, shard 0's over the link.
+        pair.stop_owner(1)
+        publisher.publish(topics[0], b"while-away", qos=1, retain=True)
+        pair.start(1)
+        pair.wait_linked()
+        expected[topics[0]] = "while-away"
+        # (A copy follows its owner's change one link hop later.)
+        poll(lambda: _retained_here(pair[1]) == [b"t1", b"while-away"],
+             what="shard 0's retained message copied to the restarted shard 1")
+        assert retained_on(1, "home/#", 2) == expected
+        # Cleared on its owner through the other shard: gone everywhere.
+        publisher.publish(topics[1], b"", qos=1, retain=True)
+        assert retained_on(1, "home/#", 1) == {topics[0]: "while-away"}
+        poll(lambda: _retained_here(pair[0]) == [b"while-away"], what="the clearing copied")
+        assert retained_on(0, "home/#", 1) == {topics[0]: "while-away"}
+    finally:
+        for c in clients:
+            c.close()
+        pair.stop()
+
+
+def _retained_here(shard: ShardBroker) -> list[bytes]:
+    """The retained messages a new subscription on ``shard`` would get, sorted."""
+    assert shard.runtime is not None
+    broker = shard.runtime.broker
+    return shard.run(lambda: sorted(m.body for m in broker.retained_for(
+        [Destination.parse_uri("topic://home.>")])))

@@ -254,6 +254,30 @@ class Broker:
         every MQTT session subscription of the client (its session ends: clean start)."""
         self._subscriptions.drop_durable_elsewhere(client_id, name)
 
+    def retained_owned(self) -> list[Message]:
+        """The stored retained messages of the topics this shard owns: what another
+        shard is sent in full when its link comes up."""
+        state = self.state
+        return [msg for dest, (seq, msg) in state.retained.items()
+                if seq > 0 and not state.owned_elsewhere(dest)]
+
+    def retained_copied(self, owner: int, dest: Destination, message: Message | None) -> None:
+        """Shard ``owner`` retained ``message`` on its topic ``dest`` (None: cleared)."""
+        copies = self.state.retained_copies
+        if message is None:
+            copies.pop(dest, None)
+        else:
+            copies[dest] = (owner, message)
+
+    def retained_synced(self, owner: int, messages: list[Message]) -> None:
+        """Every retained message shard ``owner`` keeps, as its link came up: they
+        replace what was copied from it before (cleared meanwhile: gone)."""
+        copies = self.state.retained_copies
+        for dest in [d for d, (o, _) in copies.items() if o == owner]:
+            del copies[dest]
+        for message in messages:
+            copies[message.destination] = (owner, message)
+
     def relay_link_lost(self, owner: int) -> None:
         """The link to ``owner`` dropped: what it delivered goes back there."""
         for relay in self.state.relays.values():

@@ -118,7 +118,54 @@ class DurableDrop:
     name: str | None
 
 
-RelayDecision = RelayOpen | RelayClose | ShardSettle | RelayCredit | DurableDrop
+@dataclass(frozen=True, slots=True)
+class RetainedCopy:
+    """Decision: shard ``owner`` (here the one told: every other shard is) keeps
+    ``message`` as the retained message of ``destination``, a topic this shard owns
+    (None: it was cleared), so a subscription there gets it without asking."""
+
+    owner: int
+    destination: Destination
+    message: Message | None
+
+
+RelayDecision = RelayOpen | RelayClose | ShardSettle | RelayCredit | DurableDrop \
+    | RetainedCopy
+
+# Marks a forwarded send whose owner keeps it as the topic's retained message too
+# (stripped by the owner before it routes it).
+SHARD_RETAIN = "meshmq.shard-retain"
+
+
+def retain_with_send(sends: list[ShardSend], message: Message) -> bool:
+    """A retained publish to a topic another shard owns: mark its ``ShardSend`` (made
+    by the send just before) so the owner retains it, in the order of the topic's
+    messages and as reliably as the send. False: no such send (retain it here)."""
+    for i in range(len(sends) - 1, -1, -1):
+        send = sends[i]
+        if send.message is message:
+            marked = replace(message, properties={**message.properties, SHARD_RETAIN: True},
+                             wire_cache=None)
+            sends[i] = replace(send, message=marked)
+            return True
+    return False
+
+
+def copy_retained(shard_count: int, index: int, destination: Destination,
+                  message: Message | None) -> list[RetainedCopy]:
+    """The copies of an owned topic's new retained message (or its clearing) for every
+    other shard."""
+    return [RetainedCopy(k, destination, message) for k in range(shard_count) if k != index]
+
+
+def retained_view(own: dict[Destination, tuple[int, Message]],
+                  copies: dict[Destination, tuple[int, Message]]
+                  ) -> dict[Destination, Message]:
+    """Every retained message a subscription on this shard may get: this shard's and
+    the copies of the other owners' (theirs win: the owner decides)."""
+    view = {dest: msg for dest, (_, msg) in own.items()}
+    view.update((dest, msg) for dest, (_, msg) in copies.items())
+    return view
 
 
 class RelayQueue(Queue):

@@ -139,6 +139,9 @@ class CoreState:
         self.queue_wildcards: list[Consumer] = []
         # Retained messages (MQTT): the last retained message per topic, and its store seq.
         self.retained: dict[Destination, tuple[int, Message]] = {}
+        # One shard of several: the other owners' retained messages (owner, message),
+        # copied here as they change and in full when a link comes up.
+        self.retained_copies: dict[Destination, tuple[int, Message]] = {}
         # Small named records protocol layers keep in the store (MQTT session state).
         self.records: dict[str, tuple[int, bytes]] = {}
         # Last seq used per single-reference key (retained messages and records).

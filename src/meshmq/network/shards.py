@@ -34,6 +34,7 @@ decisions with each store batch (``take``) and writes each link once per pump
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
 import hmac
@@ -47,15 +48,17 @@ from meshmq.core.auth import Principal
 from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
 from meshmq.core.dedup import network_key
 from meshmq.core.destinations import Destination
-from meshmq.core.message_codec import encoded
+from meshmq.core.message_codec import decode_message, encoded
 from meshmq.core.queue import BrowseEnd, Delivery
 from meshmq.core.shard_relay import (
+    SHARD_RETAIN,
     DurableDrop,
     RelayClose,
     RelayCredit,
     RelayDecision,
     RelayOpen,
     RelayQueue,
+    RetainedCopy,
     ShardSettle,
 )
 from meshmq.core.stream import StreamQueue
@@ -190,6 +193,8 @@ class ShardReceiver(Receiver):
         """As a bridge's, less what the sending shard did already: the destination's
         checks and the client's rights (``Broker.send_from_shard``); no loop check (a
         shard link adds nothing to ``broker_path``), nothing to redistribute."""
+        if SHARD_RETAIN in msg.properties:
+            return self._route_retained(msg, again, key)
         broker = self.broker
         try:
             needs_sync = broker.send_from_shard(self.conn, msg, again)
@@ -205,6 +210,19 @@ class ShardReceiver(Receiver):
             broker.trace_received_from_bridge(msg, from_broker=self.remote,
                                               connector=self.link.peer)
         return AckStatus.STORED, needs_sync
+
+    def _route_retained(self, msg: Message, again: bool, key: str | None
+                        ) -> tuple[AckStatus, bool]:
+        """A retained publish (MQTT) to a topic owned here: routed, then kept as the
+        topic's retained message (which copies it to the other shards)."""
+        properties = dict(msg.properties)
+        del properties[SHARD_RETAIN]
+        plain = dataclasses.replace(msg, properties=properties, wire_cache=None)
+        status, needs_sync = self._route(plain, again, key)
+        if status is AckStatus.STORED:
+            self.broker.retain(plain)
+            needs_sync = True
+        return status, needs_sync
 
     def _on_consumer_event(self, event: ConsumerEvent) -> None:
         return
@@ -550,6 +568,16 @@ class _LinkEnd:
                 peer.relay_out.credit(_int(body, "relay"), _int(body, "count"))
             elif body.get("op") == "durable-drop":
                 self.peers.durable_drop(peer, body)
+            elif body.get("op") == "retained":
+                text = body.get("msg")
+                self.peers.broker.retained_copied(
+                    peer.index, Destination.parse_uri(str(body.get("dest"))),
+                    None if text is None else _unb64(text))
+            elif body.get("op") == "retained-sync":
+                msgs = body.get("msgs")
+                if not isinstance(msgs, list):
+                    raise RemoteProtocolError("shard retained-sync needs a list of messages")
+                self.peers.broker.retained_synced(peer.index, [_unb64(m) for m in msgs])
             else:
                 raise RemoteProtocolError(f"unknown shard INTEREST op {body.get('op')!r}")
         elif kind is FrameType.BYE:
@@ -756,6 +784,9 @@ class ShardPeers:
                     for seq, (data, again) in peer.unacked.items()]
         for relay in self.broker.relay_opens(peer.index):
             self._queue_decision(peer, relay)
+        # The retained messages of the topics this shard owns, in full (MQTT).
+        peer.out.append((_FRAME, encode_json(FrameType.INTEREST, {
+            "op": "retained-sync", "msgs": [_b64(m) for m in self.broker.retained_owned()]})))
         self._schedule_flush()
 
     def link_down(self, peer: _Peer, cause: str) -> None:
@@ -854,6 +885,11 @@ class ShardPeers:
         elif isinstance(decision, RelayCredit):
             peer.out.append((_FRAME, encode_json(FrameType.INTEREST, {
                 "op": "relay-credit", "relay": decision.relay_id, "count": decision.count})))
+        elif isinstance(decision, RetainedCopy):
+            message = decision.message
+            peer.out.append((_FRAME, encode_json(FrameType.INTEREST, {
+                "op": "retained", "dest": str(decision.destination),
+                "msg": None if message is None else _b64(message)})))
         elif isinstance(decision, DurableDrop):
             peer.out.append((_FRAME, encode_json(FrameType.INTEREST, {
                 "op": "durable-drop", "client": decision.client_id, "name": decision.name})))
@@ -1084,6 +1120,21 @@ def _subscription_fields(decision: RelayOpen) -> dict[str, Any]:
     if decision.reader is not None:
         fields["reader"] = [decision.reader[0], list(decision.reader[1])]
     return fields
+
+
+def _b64(message: Message) -> str:
+    """A retained message in a JSON ``INTEREST`` (rare, so not worth a frame type)."""
+    return base64.b64encode(encoded(message)).decode("ascii")
+
+
+def _unb64(text: object) -> Message:
+    if not isinstance(text, str):
+        raise RemoteProtocolError("a shard retained message must be a base64 string")
+    try:
+        return decode_message(base64.b64decode(text, validate=True))
+    except (ValueError, IndexError) as exc:
+        raise RemoteProtocolError(f"a shard retained message does not decode: {exc}") \
+            from None
 
 
 def _int(body: dict[str, Any], key: str) -> int:

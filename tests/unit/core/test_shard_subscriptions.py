@@ -26,11 +26,13 @@ from meshmq.core.message import Message
 from meshmq.core.queue import Delivery
 from meshmq.core.shard_relay import (
     SETTLE_ACK,
+    SHARD_RETAIN,
     DurableDrop,
     RelayClose,
     RelayCredit,
     RelayDecision,
     RelayOpen,
+    RetainedCopy,
     ShardSettle,
 )
 from meshmq.core.shards import ShardIdentity
@@ -63,8 +65,11 @@ class Carrier:
                 out = pump(broker, store)
                 for s in broker.take_shard_sends():
                     moved = True
-                    self.cores[s.owner][0].send(self.links[s.owner], (s.message.destination,),
-                                                s.message)
+                    owner, message = self.cores[s.owner][0], s.message
+                    retain = message.properties.pop(SHARD_RETAIN, None) is True
+                    owner.send(self.links[s.owner], (message.destination,), message)
+                    if retain:  # (as ShardReceiver: routed, then retained)
+                        owner.retain(message)
                 for decision in broker.take_relay_decisions():
                     moved = True
                     self._carry(decision)
@@ -83,6 +88,10 @@ class Carrier:
         relays = self.relays[decision.owner]
         if isinstance(decision, DurableDrop):
             owner.drop_durable_relayed(decision.client_id, decision.name)
+            return
+        if isinstance(decision, RetainedCopy):  # ("owner": the shard told)
+            sender = 1 - decision.owner
+            owner.retained_copied(sender, decision.destination, decision.message)
             return
         if isinstance(decision, RelayOpen):
             conn = self.links[decision.owner]
@@ -357,3 +366,56 @@ def test_a_durable_with_no_local_keeps_its_backlog_when_resumed_through_another_
     sub(a, there, "d", f"topic:{topic}", subscription_name="s", no_local=True)
     carrier.run()
     assert carrier.take(0) == ["kept"]
+
+
+def _retained(broker: Broker, conn: Connection, topic: str, body: str) -> None:
+    """An MQTT retained publish: sent, then retained (as transport/mqtt_server.py)."""
+    dest = dst.topic(topic)
+    msg = Message(message_id=broker.new_message_id(conn.id), destination=dest,
+                  body=body.encode(), persistent=True)
+    broker.send(conn, (dest,), msg)
+    broker.retain(msg)
+
+
+def test_a_retained_message_is_kept_by_its_owner_and_copied_to_every_shard() -> None:
+    carrier = Carrier()
+    (a, _), (b, _) = carrier.cores
+    ac = connect(a)
+    t0, t1 = owned_by(0, "rt", "topic"), owned_by(1, "rt", "topic")
+    _retained(a, ac, t0, "zero")
+    _retained(a, ac, t1, "one")  # published on shard 0, kept by shard 1
+    [send] = [s for s in a.state.shard_sends]
+    assert send.message.properties.get(SHARD_RETAIN) is True
+    carrier.run()
+    assert dst.topic(t1) not in a.retained and dst.topic(t1) in b.retained
+    assert dst.topic(t0) in a.retained and dst.topic(t0) not in b.retained
+    for broker in (a, b):  # a wildcard gets both, wherever it subscribes
+        assert sorted(m.body.decode() for m in broker.retained_for([dst.topic("rt.>")])) \
+            == ["one", "zero"]
+    # A new retained message replaces it everywhere, an empty one clears it.
+    _retained(a, ac, t1, "uno")
+    carrier.run()
+    assert [m.body for m in a.retained_for([dst.topic(t1)])] == [b"uno"]
+    _retained(b, connect(b), t1, "")
+    carrier.run()
+    assert a.retained_for([dst.topic("rt.>")])[0].body == b"zero"
+    assert len(a.retained_for([dst.topic("rt.>")])) == 1
+    assert len(b.retained_for([dst.topic("rt.>")])) == 1
+
+
+def test_a_shards_retained_copies_are_replaced_in_full_when_its_link_comes_up() -> None:
+    broker, _ = shard(0)
+    t1 = dst.topic(owned_by(1, "rt", "topic"))
+    gone = dst.topic(owned_by(1, "gone", "topic"))
+    for dest, body in ((t1, b"old"), (gone, b"cleared meanwhile")):
+        broker.retained_copied(1, dest, Message(message_id=str(dest), destination=dest,
+                                                body=body))
+    broker.retained_synced(1, [Message(message_id="n", destination=t1, body=b"new")])
+    assert [m.body for m in broker.retained_for([dst.topic(">")])] == [b"new"]
+    # What it owns itself is what it sends a peer whose link comes up.
+    conn = connect(broker)
+    _retained(broker, conn, owned_by(0, "mine", "topic"), "mine")
+    assert [m.body for m in broker.retained_owned()] == [b"mine"]
+    assert [d for d in broker.take_relay_decisions() if isinstance(d, RetainedCopy)] == [
+        RetainedCopy(1, dst.topic(owned_by(0, "mine", "topic")),
+                     broker.retained[dst.topic(owned_by(0, "mine", "topic"))][1])]
