@@ -13,6 +13,7 @@ import pytest
 
 from meshmq.core.destinations import Destination
 from meshmq.core.shards import owner
+from meshmq.protocol.mqtt.properties import Properties
 from tests.interop.mqtt_helpers import RawMqtt
 from tests.interop.stomp_helpers import RawClient
 from tests.support.brokers import poll
@@ -121,6 +122,31 @@ def test_a_topic_wildcard_is_opened_again_when_the_other_shard_restarts(
     assert [b for d, b in got if d == f"/topic/{t0}"] == ["a0", "a1", "a2"]
     assert [b for d, b in got if d == f"/topic/{late}"] == ["l0", "l1", "l2"]
     for client in (producer, subscriber):
+        client.close()
+
+
+def test_a_wildcard_is_confirmed_while_a_shard_is_down_and_opened_there_when_it_is_back(
+        pair: ShardPair) -> None:
+    peers = pair[1].runtime.shard_peers if pair[1].runtime is not None else None
+    assert peers is not None
+    pair[1].run(lambda: setattr(peers, "owner_wait_s", 0.3))
+    waiting = pair[1].client()
+    pair.stop_owner(0)
+    # Subscribed before shard 0 is given up on: confirmed once it is.
+    waiting.send_frame("SUBSCRIBE", [("destination", "/queue/dn.>"), ("id", "q"),
+                                     ("receipt", "early")])
+    poll(lambda: pair[1].run(lambda: peers.peers[0].down), what="shard 0 given up on")
+    waiting.read_until_receipt("early")
+    subscriber = pair[1].client()
+    _subscribe(subscriber, "/topic/dn.>", "w")  # (its RECEIPT: not waiting for shard 0)
+    pair.start(0)
+    pair.wait_linked()
+    poll(lambda: pair[0].topic_subscribers(pair.owned_by(0, "dn", "topic")) == 1,
+         what="the wildcard opened on the shard that came back")
+    producer = pair[0].client()
+    _send(producer, f"/topic/{pair.owned_by(0, 'dn', 'topic')}", "back")
+    assert [b for _, b, _ in _receive(subscriber, 1)] == ["back"]
+    for client in (producer, subscriber, waiting):
         client.close()
 
 
@@ -312,3 +338,29 @@ def _retained_here(shard: ShardBroker) -> list[bytes]:
     broker = shard.runtime.broker
     return shard.run(lambda: sorted(m.body for m in broker.retained_for(
         [Destination.parse_uri("topic://home.>")])))
+
+
+def test_an_expired_mqtt_session_takes_its_subscription_on_the_owner_with_it(
+        tmp_path: Path) -> None:
+    pair = ShardPair(tmp_path, mqtt=True).start()
+    clients: list[RawMqtt] = []
+    try:
+        pair.wait_linked()
+        topic = pair.owned_by(1, "expiring", "topic").replace(".", "/")
+        session = RawMqtt(pair[0].mqtt_port, level=5)
+        clients.append(session)
+        session.connect("brief", clean=False,
+                        properties=Properties(session_expiry_interval=1))
+        session.subscribe(topic, qos=1)
+        durable = f"mqtt1:{topic}"
+        assert _durable(pair[1], "brief", durable) == "active"
+        session.disconnect()
+        session.close()
+        # Kept while the session may come back, then gone with it on the owner too.
+        poll(lambda: _durable(pair[1], "brief", durable) == "idle", what="the session away")
+        poll(lambda: _durable(pair[1], "brief", durable) == "absent", 10,
+             "the expired session's subscription dropped on the owner")
+    finally:
+        for c in clients:
+            c.close()
+        pair.stop()

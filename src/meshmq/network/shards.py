@@ -832,6 +832,7 @@ class ShardPeers:
             return
         peer.down = True
         self.broker.owner_unreachable(peer.index, True)
+        self._opened_without(peer)
         log.warning("shard %s: shard %s unreachable for %.1f s: sends to its destinations "
                     "are refused until it is back", self.identity.label, peer.label,
                     self.owner_wait_s)
@@ -980,7 +981,7 @@ class ShardPeers:
         what it means on one broker: a message published after it reaches it."""
         waits = []
         for source in (s for c in consumers for s in c.sources):
-            if isinstance(source, RelayQueue):
+            if isinstance(source, RelayQueue) and not self.peers[source.owner].down:
                 key = (source.owner, source.relay_id)
                 fut = self._opening.get(key)
                 if fut is None:
@@ -989,6 +990,14 @@ class ShardPeers:
         if not waits:
             return None
         return waits[0] if len(waits) == 1 else asyncio.ensure_future(_all(waits))
+
+    def _opened_without(self, peer: _Peer) -> None:
+        """``peer`` is down for longer than the node waits: subscriptions waiting for it
+        to run their relays are confirmed without it (they open there once it is back;
+        sends to it are refused meanwhile), so a wildcard's confirmation does not wait
+        for every shard to be up."""
+        for key in [k for k in self._opening if k[0] == peer.index]:
+            self.relay_opened(*key)
 
     def relay_opened(self, owner: int, relay_id: int) -> None:
         fut = self._opening.pop((owner, relay_id), None)

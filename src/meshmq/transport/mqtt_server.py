@@ -1230,6 +1230,10 @@ class SessionTeardown:
                 broker.drop_durable(key)
         if keys:
             return False
+        if _record_name(self.client_id) in broker.records:
+            # A persistent session's end: on a node of shards, those its subscriptions'
+            # topic owners keep go too (after its consumers closed; no-op otherwise).
+            broker.drop_durables_elsewhere(self.client_id)
         broker.drop_record(_record_name(self.client_id))
         self._drop = False
         self._keys = None
