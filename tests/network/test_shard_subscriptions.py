@@ -183,6 +183,24 @@ def test_a_durable_subscriber_gets_what_was_published_while_away_through_either_
         client.close()
 
 
+def test_a_durable_removed_while_its_owner_is_down_is_removed_when_it_is_back(
+        pair: ShardPair) -> None:
+    topic = pair.owned_by(0, "stale", "topic")
+    name = ("activemq.subscriptionName", "old")
+    first = _client(pair[1], "leaver")
+    _subscribe(first, f"/topic/{topic}", "d", name)
+    first.close()
+    poll(lambda: _durable(pair[0], "leaver", "old") == "idle", what="the client gone")
+    pair.stop_owner(0)
+    remover = _client(pair[1], "leaver")
+    remover.send_frame("UNSUBSCRIBE", [("id", "d"), name, ("receipt", "gone")])
+    remover.read_until_receipt("gone")
+    pair.start(0)  # (it recovers the subscription from its store)
+    pair.wait_linked()
+    poll(lambda: _durable(pair[0], "leaver", "old") == "absent", what="the removal")
+    remover.close()
+
+
 def test_a_durable_wildcard_keeps_what_both_shards_own(pair: ShardPair) -> None:
     t0, t1 = pair.owned_by(0, "ev", "topic"), pair.owned_by(1, "ev", "topic")
     name = ("activemq.subscriptionName", "all")

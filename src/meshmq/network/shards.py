@@ -517,6 +517,8 @@ class _Peer:
         self.links = 0  # links made so far (statistics, tests)
         # ``settle-sync`` asks not yet answered, and the confirmations waiting on each.
         self.asks: dict[int, list[asyncio.Future[None]]] = {}
+        # Durable subscriptions removed while the link was down: asked of it when up.
+        self.drops: list[DurableDrop] = []
 
 
 class _LinkEnd:
@@ -782,6 +784,9 @@ class ShardPeers:
         # what it had stored), then this shard's relayed consumers are opened again.
         peer.out = [(_AGAIN if again else _SEND, (seq, data))
                     for seq, (data, again) in peer.unacked.items()]
+        drops, peer.drops = peer.drops, []  # before the opens: they came first
+        for drop in drops:
+            self._queue_decision(peer, drop)
         for relay in self.broker.relay_opens(peer.index):
             self._queue_decision(peer, relay)
         # The retained messages of the topics this shard owns, in full (MQTT).
@@ -867,6 +872,8 @@ class ShardPeers:
             peer = self.peers[decision.owner]
             if peer.link is not None:  # else opened again with the next link
                 self._queue_decision(peer, decision)
+            elif isinstance(decision, DurableDrop):  # not remade by the next link: kept
+                peer.drops.append(decision)
         asked = bool(self._asking)
         if asked:  # after the settlements they wait for
             self._ask_settled()
