@@ -784,14 +784,15 @@ class ShardPeers:
         # what it had stored), then this shard's relayed consumers are opened again.
         peer.out = [(_AGAIN if again else _SEND, (seq, data))
                     for seq, (data, again) in peer.unacked.items()]
-        drops, peer.drops = peer.drops, []  # before the opens: they came first
+        # The retained messages of the topics this shard owns, in full (MQTT), and the
+        # durable subscriptions removed meanwhile (before the opens: they came first).
+        peer.out.append((_FRAME, encode_json(FrameType.INTEREST, {
+            "op": "retained-sync", "msgs": [_b64(m) for m in self.broker.retained_owned()]})))
+        drops, peer.drops = peer.drops, []
         for drop in drops:
             self._queue_decision(peer, drop)
         for relay in self.broker.relay_opens(peer.index):
             self._queue_decision(peer, relay)
-        # The retained messages of the topics this shard owns, in full (MQTT).
-        peer.out.append((_FRAME, encode_json(FrameType.INTEREST, {
-            "op": "retained-sync", "msgs": [_b64(m) for m in self.broker.retained_owned()]})))
         self._schedule_flush()
 
     def link_down(self, peer: _Peer, cause: str) -> None:
