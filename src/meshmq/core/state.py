@@ -132,6 +132,9 @@ class CoreState:
         self.connections: dict[str, Connection] = {}
         self.client_ids: dict[str, str] = {}  # client id -> connection id
         self.durables: dict[tuple[str, str], TopicSubscription] = {}
+        # The names of each client id's durable subscriptions (kept with ``durables``),
+        # so another shard's removal for a client costs nothing for the others.
+        self.durable_names: dict[str, set[str]] = {}
         self.topic_index: TopicIndex[TopicSubscription] = TopicIndex()
         self.shared: dict[tuple[str, tuple[Destination, ...], str | None],
                           TopicSubscription] = {}

@@ -280,6 +280,7 @@ class Subscriptions:
                                     no_local=spec.no_local, connection_id=conn.id,
                                     durable=record)
             state.durables[durable_key] = sub
+            state.durable_names.setdefault(client_id, set()).add(name)
             state.topic_index.add(sub)
         sub.consumer = consumer
         sub.connection_id = conn.id
@@ -289,6 +290,11 @@ class Subscriptions:
         """Delete a durable subscription and its stored messages (no checks)."""
         state = self._state
         sub = state.durables.pop(key)
+        names = state.durable_names.get(key[0])
+        if names is not None:
+            names.discard(key[1])
+            if not names:
+                del state.durable_names[key[0]]
         state.topic_index.discard(sub)
         sub.queue.purge()
         sub.queue.deleted = True
@@ -326,9 +332,11 @@ class Subscriptions:
     def drop_durable_here(self, client_id: str, name: str | None) -> int:
         """Another shard's ``DurableDrop``: delete the matching durable subscriptions
         held here that no consumer is attached to; how many were deleted."""
-        keys = [k for k, sub in self._state.durables.items()
-                if k[0] == client_id and sub.consumer is None
-                and (k[1] == name if name is not None else _mqtt_session_name(k[1]))]
+        durables = self._state.durables
+        names = self._state.durable_names.get(client_id, ())
+        keys = [(client_id, n) for n in names
+                if (n == name if name is not None else _mqtt_session_name(n))
+                and durables[(client_id, n)].consumer is None]
         for key in keys:
             self.drop_durable(key)
         return len(keys)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from tests.support.core_restart import restart
 from tests.unit.core.test_broker_core import connect, make_broker, pump, send, sub
 from tests.unit.core.test_shard_relay import NODE, owned_by, shard
 
@@ -419,3 +420,23 @@ def test_a_shards_retained_copies_are_replaced_in_full_when_its_link_comes_up() 
     assert [d for d in broker.take_relay_decisions() if isinstance(d, RetainedCopy)] == [
         RetainedCopy(1, dst.topic(owned_by(0, "mine", "topic")),
                      broker.retained[dst.topic(owned_by(0, "mine", "topic"))][1])]
+
+
+def test_a_recovered_durable_is_removed_by_another_shards_drop_and_others_stay() -> None:
+    broker, store = shard(1)
+    conn = connect(broker, client_id="cid")
+    topic = f"topic:{owned_by(1, 'kept', 'topic')}"
+    for name in ("mqtt1:a/b", "mqtt0:c", "stomp"):
+        d = sub(broker, conn, name, topic, subscription_name=name)
+        broker.unsubscribe(conn, d)
+    other = connect(broker, client_id="other")
+    broker.unsubscribe(other, sub(broker, other, "o", topic, subscription_name="mqtt1:x"))
+    pump(broker, store)
+    again = restart(broker.state.config, store)
+    again.use_shard(ShardIdentity(index=1, count=2, node=NODE, run_dir="/nowhere", token="t"))
+    assert again.drop_durable_relayed("cid", None) == 2  # the MQTT session's
+    assert sorted(again.durables) == [("cid", "stomp"), ("other", "mqtt1:x")]
+    assert again.drop_durable_relayed("cid", "stomp") == 1
+    assert again.drop_durable_relayed("nobody", None) == 0
+    assert sorted(again.durables) == [("other", "mqtt1:x")]
+    assert again.state.durable_names == {"other": {"mqtt1:x"}}
