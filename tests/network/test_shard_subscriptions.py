@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from meshmq.core.destinations import Destination
+from meshmq.core.shard_relay import RelayQueue
 from meshmq.core.shards import owner
-from meshmq.protocol.mqtt.properties import Properties
+from meshmq.protocol.mqtt import Properties, Publish
 from tests.interop.mqtt_helpers import RawMqtt
 from tests.interop.stomp_helpers import RawClient
 from tests.support.brokers import poll
@@ -382,3 +383,58 @@ def test_an_expired_mqtt_session_takes_its_subscription_on_the_owner_with_it(
         for c in clients:
             c.close()
         pair.stop()
+
+
+def test_an_mqtt_wildcard_fed_by_both_shards_keeps_the_clients_receive_maximum(
+        tmp_path: Path) -> None:
+    pair = ShardPair(tmp_path, mqtt=True).start()
+    clients: list[RawMqtt] = []
+    try:
+        pair.wait_linked()
+        topics = [_owned(pair, k, "rm.dev{}").replace(".", "/") for k in (0, 1)]
+        subscriber = RawMqtt(pair[1].mqtt_port, level=5)
+        publisher = RawMqtt(pair[0].mqtt_port)
+        clients += [subscriber, publisher]
+        subscriber.connect("few", properties=Properties(receive_maximum=2))
+        subscriber.subscribe("rm/+", qos=1)
+        publisher.connect("many")
+        for i in range(6):
+            for k, topic in enumerate(topics):
+                publisher.publish(topic, f"{k}-{i}".encode(), qos=1)
+        first = subscriber.publishes(2)
+        # Each owner gives the subscription a window of 2: all 8 (6 of shard 1's, 2 of
+        # shard 0's) are on the subscriber's shard, 2 of them with the client.
+        poll(lambda: _window(pair[1]) == (2, 8), what="every owner's window on shard 1")
+        assert [p for p in subscriber.ping() if isinstance(p, Publish)] == []
+        got = first
+        for publish in first:
+            subscriber.ack(publish)
+        while len(got) < 12:
+            batch = subscriber.publishes(1)
+            got += batch
+            subscriber.ack(batch[0])
+        payloads = [p.payload.decode() for p in got]
+        for k in (0, 1):
+            assert [x for x in payloads if x.startswith(f"{k}-")] == \
+                [f"{k}-{i}" for i in range(6)]
+    finally:
+        for c in clients:
+            c.close()
+        pair.stop()
+
+
+def _window(shard: ShardBroker) -> tuple[int, int]:
+    """The one client subscription on ``shard``: (deliveries with its client, those
+    plus what waits for it there: its local topic queue, relayed ones held back)."""
+    assert shard.runtime is not None
+    broker = shard.runtime.broker
+
+    def look() -> tuple[int, int]:
+        [consumer] = [c for conn in broker.state.connections.values()
+                      if conn.protocol == "mqtt" for c in conn.consumers.values()]
+        relays = [q for q in consumer.sources if isinstance(q, RelayQueue)]
+        local = sum(q.depth for q in consumer.sources if q not in relays)
+        relayed = sum(1 for e in consumer.dispatched.values() if e.queue in relays)
+        waiting = sum(len(getattr(r, "_waiting", ())) for r in relays)
+        return len(consumer.dispatched), local + relayed + waiting
+    return shard.run(look)

@@ -316,7 +316,44 @@ class SubscriptionRelay(RelayQueue):
         self.durable = durable
         self.reader = reader
 
+        # Client-acknowledged deliveries that arrived while the consumer's window was
+        # full (message, owner's tag, delivery count): each owner keeps its own window,
+        # so without this a subscription fed by N shards could hold N windows at once
+        # (an MQTT client's Receive Maximum is its window).
+        self._waiting: deque[tuple[Message, int, int]] = deque()
+
     def open_decision(self, consumer: Consumer) -> RelayOpen:
         return replace(super().open_decision(consumer), destinations=self.patterns,
                        durable=self.durable, reader=self.reader,
                        no_local=consumer.spec.no_local)
+
+    def deliver(self, message: Message, owner_tag: int, delivery_count: int) -> None:
+        consumer = self.consumers[0] if self.consumers else None
+        if consumer is not None and not consumer.closed \
+                and consumer.spec.ack_mode is not AckMode.AUTO \
+                and (self._waiting or len(consumer.dispatched) >= consumer.prefetch):
+            self._waiting.append((message, owner_tag, delivery_count))
+            return
+        super().deliver(message, owner_tag, delivery_count)
+
+    def dispatch(self) -> None:
+        """As a relay's, and the deliveries that waited for the window go once it has
+        room again (an acknowledgement marks every source of its consumer)."""
+        super().dispatch()
+        waiting = self._waiting
+        consumer = self.consumers[0] if self.consumers else None
+        if consumer is None or consumer.closed:
+            return
+        while waiting and len(consumer.dispatched) < consumer.prefetch:
+            super().deliver(*waiting.popleft())
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        # Never given to the client: back to the owner uncounted, before the close.
+        while self._waiting:
+            _, tag, _ = self._waiting.popleft()
+            self.decide(ShardSettle(self.owner, self.relay_id, tag, SETTLE_RETURNED))
+        super().remove_consumer(consumer)
+
+    def link_lost(self) -> None:
+        self._waiting.clear()  # the owner takes them back and delivers them again
+        super().link_lost()

@@ -27,6 +27,8 @@ from meshmq.core.message import Message
 from meshmq.core.queue import Delivery
 from meshmq.core.shard_relay import (
     SETTLE_ACK,
+    SETTLE_NACK,
+    SETTLE_RETURNED,
     SHARD_RETAIN,
     DurableDrop,
     RelayClose,
@@ -440,3 +442,47 @@ def test_a_recovered_durable_is_removed_by_another_shards_drop_and_others_stay()
     assert again.drop_durable_relayed("nobody", None) == 0
     assert sorted(again.durables) == [("other", "mqtt1:x")]
     assert again.state.durable_names == {"other": {"mqtt1:x"}}
+
+
+def test_a_wildcard_fed_by_every_shard_holds_one_window_not_one_per_shard() -> None:
+    """Each owner keeps its own window of the relay; the subscriber's shard holds what
+    comes beyond the consumer's own until acknowledgements make room (an MQTT client's
+    Receive Maximum is that window)."""
+    carrier = Carrier()
+    (a, _), (b, _) = carrier.cores
+    ac, bc = connect(a), connect(b)
+    here, there = owned_by(0, "win"), owned_by(1, "win")
+    for i in range(4):
+        send(b, bc, there, f"t{i}", persistent=True)
+        send(a, ac, here, f"h{i}", persistent=True)
+    w = sub(a, ac, "w", "win.>", ack_mode=AckMode.CLIENT_INDIVIDUAL, prefetch=3)
+    carrier.run()
+    seen: list[str] = []
+    while len(seen) < 8:
+        got = carrier.delivered[0]
+        assert 0 < len(got) <= 3 and len(w.dispatched) <= 3
+        carrier.delivered[0] = []
+        for d in got:
+            seen.append(d.message.body.decode())
+            a.ack(ac, w, d.tag, cumulative=False)
+        carrier.run()
+    assert [x for x in seen if x[0] == "t"] == ["t0", "t1", "t2", "t3"]
+    assert [x for x in seen if x[0] == "h"] == ["h0", "h1", "h2", "h3"]
+    assert b.queues[dst.queue(there)].depth == 0 and a.queues[dst.queue(here)].depth == 0
+
+
+def test_deliveries_waiting_for_the_window_go_back_uncounted_when_it_closes() -> None:
+    broker, store = shard(0)
+    conn = connect(broker)
+    w = sub(broker, conn, "w", "topic:x.>", ack_mode=AckMode.CLIENT_INDIVIDUAL, prefetch=1)
+    [opened] = broker.take_relay_decisions()
+    topic = dst.topic(owned_by(1, "x", "topic"))
+    for tag in (1, 2):
+        broker.relay_deliver(1, opened.relay_id, tag, 1,
+                             Message(message_id=f"m{tag}", destination=topic, body=b""))
+    assert [d.message.message_id for d in pump(broker, store)] == ["m1"]
+    broker.unsubscribe(conn, w)
+    assert broker.take_relay_decisions() == [
+        ShardSettle(1, opened.relay_id, 1, SETTLE_NACK),  # given to the client
+        ShardSettle(1, opened.relay_id, 2, SETTLE_RETURNED),  # never was
+        RelayClose(1, opened.relay_id)]
