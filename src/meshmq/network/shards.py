@@ -327,17 +327,18 @@ class RelayOut:
     def _subscription_relay(self, relay: int, spec: ConsumerSpec, body: dict[str, Any]
                             ) -> tuple[ConsumerSpec, Connection]:
         """A wildcard's or durable subscription's relay (``SubscriptionRelay``): all its
-        patterns, and a connection of its own that holds the durable's client id (no
-        claim on it: the client is connected elsewhere) and the subscriber's groups, so
-        a wildcard carries only what the user may read. Others: the link's session."""
+        patterns, and, for a durable one or one whose user's rights limit it, a
+        connection of its own that holds the durable's client id (no claim on it: the
+        client is connected elsewhere) and the subscriber's groups, so a wildcard
+        carries only what the user may read. Others: the link's session."""
         dests = body.get("dests")
         durable = body.get("durable")
         reader = body.get("reader")
-        if not dests and durable is None and reader is None:
-            return spec, self._conn
         if dests:
             spec = dataclasses.replace(spec, destinations=tuple(
                 Destination.parse_uri(str(d)) for d in dests))
+        if durable is None and reader is None:
+            return spec, self._conn
         client_id = None
         if durable is not None:
             if not isinstance(durable, list) or len(durable) != 2 \
