@@ -7,8 +7,10 @@ is published while its client is away, whichever shard the client comes back thr
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -219,7 +221,9 @@ def test_a_wildcard_comes_back_on_a_killed_shard_when_the_node_restarts_it(
         # A topic keeps nothing for a subscription that is not there yet: send until
         # one arrives (the links are back), then every later one must, in order.
         got: list[str] = []
-        for i in range(200):
+        deadline = time.monotonic() + 60
+        for i in itertools.count():
+            assert time.monotonic() < deadline, "the wildcard never came back on shard 0"
             _send(producer, f"/topic/{topics[0]}", f"x{i}")
             try:
                 frame, _ = subscriber.read_until("MESSAGE", timeout=0.05)
@@ -227,7 +231,6 @@ def test_a_wildcard_comes_back_on_a_killed_shard_when_the_node_restarts_it(
                 continue
             got.append(frame.body.decode())
             break
-        assert got, "the wildcard never came back on the restarted shard"
         first = int(got[0][1:])
         for i in range(first + 1, first + 6):
             _send(producer, f"/topic/{topics[0]}", f"x{i}")
