@@ -269,12 +269,15 @@ class Broker:
         else:
             copies[dest] = (owner, message)
 
-    def retained_synced(self, owner: int, messages: list[Message]) -> None:
-        """Every retained message shard ``owner`` keeps, as its link came up: they
-        replace what was copied from it before (cleared meanwhile: gone)."""
+    def retained_synced(self, owner: int, messages: list[Message], *,
+                        first: bool = True) -> None:
+        """Retained messages shard ``owner`` keeps, sent in full (in parts) as its link
+        came up: the first part replaces what was copied from it before (cleared
+        meanwhile: gone), the others add to it."""
         copies = self.state.retained_copies
-        for dest in [d for d, (o, _) in copies.items() if o == owner]:
-            del copies[dest]
+        if first:
+            for dest in [d for d, (o, _) in copies.items() if o == owner]:
+                del copies[dest]
         for message in messages:
             copies[message.destination] = (owner, message)
 

@@ -580,7 +580,8 @@ class _LinkEnd:
                 msgs = body.get("msgs")
                 if not isinstance(msgs, list):
                     raise RemoteProtocolError("shard retained-sync needs a list of messages")
-                self.peers.broker.retained_synced(peer.index, [_unb64(m) for m in msgs])
+                self.peers.broker.retained_synced(peer.index, [_unb64(m) for m in msgs],
+                                                  first=body.get("first") is not False)
             else:
                 raise RemoteProtocolError(f"unknown shard INTEREST op {body.get('op')!r}")
         elif kind is FrameType.BYE:
@@ -787,8 +788,8 @@ class ShardPeers:
                     for seq, (data, again) in peer.unacked.items()]
         # The retained messages of the topics this shard owns, in full (MQTT), and the
         # durable subscriptions removed meanwhile (before the opens: they came first).
-        peer.out.append((_FRAME, encode_json(FrameType.INTEREST, {
-            "op": "retained-sync", "msgs": [_b64(m) for m in self.broker.retained_owned()]})))
+        peer.out.extend((_FRAME, frame) for frame in _retained_sync(
+            self.broker.retained_owned()))
         drops, peer.drops = peer.drops, []
         for drop in drops:
             self._queue_decision(peer, drop)
@@ -1138,6 +1139,26 @@ def _subscription_fields(decision: RelayOpen) -> dict[str, Any]:
     if decision.reader is not None:
         fields["reader"] = [decision.reader[0], list(decision.reader[1])]
     return fields
+
+
+def _retained_sync(messages: list[Message]) -> list[bytes]:
+    """``retained-sync`` frames for ``messages``: at most ``BATCH_MESSAGES`` or about
+    ``BATCH_BYTES`` each, the first saying that they replace what came before."""
+    frames: list[bytes] = []
+    run: list[str] = []
+    size = 0
+    for message in messages:
+        text = _b64(message)
+        run.append(text)
+        size += len(text)
+        if len(run) >= BATCH_MESSAGES or size >= BATCH_BYTES:
+            frames.append(encode_json(FrameType.INTEREST, {
+                "op": "retained-sync", "first": not frames, "msgs": run}))
+            run, size = [], 0
+    if run or not frames:
+        frames.append(encode_json(FrameType.INTEREST, {
+            "op": "retained-sync", "first": not frames, "msgs": run}))
+    return frames
 
 
 def _b64(message: Message) -> str:
