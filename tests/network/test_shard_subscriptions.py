@@ -438,3 +438,42 @@ def _window(shard: ShardBroker) -> tuple[int, int]:
         waiting = sum(len(getattr(r, "_waiting", ())) for r in relays)
         return len(consumer.dispatched), local + relayed + waiting
     return shard.run(look)
+
+
+def test_three_shards_a_wildcard_and_retained_messages_from_every_owner(
+        tmp_path: Path) -> None:
+    pair = ShardPair(tmp_path, mqtt=True, count=3).start()
+    clients: list[RawMqtt] = []
+    try:
+        pair.wait_linked()
+        topics = [_owned(pair, k, "tri.s{}").replace(".", "/") for k in range(3)]
+        publisher = RawMqtt(pair[0].mqtt_port)
+        clients.append(publisher)
+        publisher.connect("tpub")
+        for k, topic in enumerate(topics):
+            publisher.publish(topic, f"r{k}".encode(), qos=1, retain=True)
+        for k in range(3):  # every shard has every owner's retained message
+            poll(lambda k=k: len(pair[k].run(lambda k=k: pair[k].runtime.broker.retained_for(
+                [Destination.parse_uri("topic://tri.>")]))) == 3,
+                 what=f"the retained messages on shard {k}")
+        subscriber = RawMqtt(pair[2].mqtt_port)
+        clients.append(subscriber)
+        subscriber.connect("tsub")
+        subscriber.subscribe("tri/+", qos=1)
+        retained = subscriber.publishes(3)
+        assert sorted(p.payload for p in retained) == [b"r0", b"r1", b"r2"]
+        assert all(p.retain for p in retained)
+        for p in retained:
+            subscriber.ack(p)
+        for i in range(3):
+            for topic in topics:
+                publisher.publish(topic, f"{topic}:{i}".encode(), qos=1)
+        got: dict[str, list[str]] = {}
+        for publish in subscriber.publishes(9):
+            got.setdefault(publish.topic, []).append(publish.payload.decode())
+            subscriber.ack(publish)
+        assert got == {t: [f"{t}:{i}" for i in range(3)] for t in topics}
+    finally:
+        for c in clients:
+            c.close()
+        pair.stop()

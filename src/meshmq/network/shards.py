@@ -662,6 +662,9 @@ class ShardPeers:
         self._ask = 0
         self._flush_scheduled = False
         self._stopping = False
+        # The last retained-message copy encoded (message, topic, frame): reused for
+        # the next peers.
+        self._retained_frame: tuple[Message | None, Destination, bytes] | None = None
 
     # ------------------------------------------------------------ ReceiverServices
     @property
@@ -897,10 +900,14 @@ class ShardPeers:
             peer.out.append((_FRAME, encode_json(FrameType.INTEREST, {
                 "op": "relay-credit", "relay": decision.relay_id, "count": decision.count})))
         elif isinstance(decision, RetainedCopy):
-            message = decision.message
-            peer.out.append((_FRAME, encode_json(FrameType.INTEREST, {
-                "op": "retained", "dest": str(decision.destination),
-                "msg": None if message is None else _b64(message)})))
+            # One change goes to every peer in a row: its frame is encoded once.
+            message, dest = decision.message, decision.destination
+            last = self._retained_frame
+            if last is None or last[0] is not message or last[1] != dest:
+                last = self._retained_frame = (message, dest, encode_json(
+                    FrameType.INTEREST, {"op": "retained", "dest": str(dest),
+                                         "msg": None if message is None else _b64(message)}))
+            peer.out.append((_FRAME, last[2]))
         elif isinstance(decision, DurableDrop):
             peer.out.append((_FRAME, encode_json(FrameType.INTEREST, {
                 "op": "durable-drop", "client": decision.client_id, "name": decision.name})))
