@@ -80,7 +80,9 @@ class Subscriptions:
                                     "needs a client-id on CONNECT", code="client-id-required")
             durable_key = (conn.client_id, spec.subscription_name)
             existing = state.durables.get(durable_key)
-            if existing is not None and existing.consumer is not None:
+            if (existing is not None and existing.consumer is not None) or (
+                    existing is None and state.shard is not None
+                    and _relayed_durable_active(conn, spec.subscription_name)):
                 raise ProtocolError(f"durable subscription {spec.subscription_name!r} of "
                                     f"client {conn.client_id!r} is already active",
                                     code="durable-in-use")
@@ -419,3 +421,12 @@ def _mqtt_session_name(name: str) -> bool:
     <filter>``, as transport/mqtt_server.py names them)."""
     head, sep, _ = name.partition(":")
     return bool(sep) and head.startswith("mqtt") and len(head) > 4 and head[4].isdigit()
+
+
+def _relayed_durable_active(conn: Connection, name: str) -> bool:
+    """One shard of several: whether ``conn`` (the one connection of its client id on
+    this shard) has durable subscription ``name`` open already, on its topics' owners
+    (kept there, so it has no record here)."""
+    return any(c.spec.subscription_name == name and c.topic_sub is None
+               and any(d.is_topic for d in c.spec.destinations)
+               for c in conn.consumers.values())

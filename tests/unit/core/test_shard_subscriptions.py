@@ -40,6 +40,7 @@ from meshmq.core.shard_relay import (
 )
 from meshmq.core.shards import ShardIdentity
 from meshmq.core.state import Connection
+from meshmq.errors import ProtocolError
 from meshmq.network.shards import RelayWindow
 from meshmq.store.memory import MemoryStore
 
@@ -486,3 +487,16 @@ def test_deliveries_waiting_for_the_window_go_back_uncounted_when_it_closes() ->
         ShardSettle(1, opened.relay_id, 1, SETTLE_NACK),  # given to the client
         ShardSettle(1, opened.relay_id, 2, SETTLE_RETURNED),  # never was
         RelayClose(1, opened.relay_id)]
+
+
+def test_a_durable_kept_by_another_shard_is_refused_a_second_time_on_its_connection(
+) -> None:
+    broker, _ = shard(0)
+    conn = connect(broker, client_id="cid")
+    topic = f"topic:{owned_by(1, 'once', 'topic')}"
+    first = sub(broker, conn, "a", topic, subscription_name="s")
+    with pytest.raises(ProtocolError) as refused:
+        sub(broker, conn, "b", topic, subscription_name="s")
+    assert refused.value.code == "durable-in-use"
+    broker.unsubscribe(conn, first)
+    sub(broker, conn, "b", topic, subscription_name="s")  # once closed, it may come back
