@@ -660,11 +660,11 @@ class ShardPeers:
         # ``take`` (after those settlements on the link), and the last ask's number.
         self._asking: dict[int, list[asyncio.Future[None]]] = {}
         self._ask = 0
-        self._flush_scheduled = False
-        self._stopping = False
         # The last retained-message copy encoded (message, topic, frame): reused for
         # the next peers.
         self._retained_frame: tuple[Message | None, Destination, bytes] | None = None
+        self._flush_scheduled = False
+        self._stopping = False
 
     # ------------------------------------------------------------ ReceiverServices
     @property
