@@ -249,6 +249,44 @@ class Broker:
                 for relay in self.state.relays.values()
                 if relay.owner == owner and relay.consumers]
 
+    def drop_durable_relayed(self, client_id: str, name: str | None) -> int:
+        """Another shard's ``DurableDrop``: delete durable subscription ``name`` of
+        ``client_id`` here (None: its MQTT session's) unless a consumer is attached."""
+        return self._subscriptions.drop_durable_here(client_id, name)
+
+    def drop_durables_elsewhere(self, client_id: str, name: str | None = None) -> None:
+        """One shard of several: the other shards delete durable subscription ``name``
+        of ``client_id`` if they keep it (those on topics they own), unattached; None:
+        every MQTT session subscription of the client (its session ends: clean start)."""
+        self._subscriptions.drop_durable_elsewhere(client_id, name)
+
+    def retained_owned(self) -> list[Message]:
+        """The stored retained messages of the topics this shard owns: what another
+        shard is sent in full when its link comes up."""
+        state = self.state
+        return [msg for dest, (seq, msg) in state.retained.items()
+                if seq > 0 and not state.owned_elsewhere(dest)]
+
+    def retained_copied(self, owner: int, dest: Destination, message: Message | None) -> None:
+        """Shard ``owner`` retained ``message`` on its topic ``dest`` (None: cleared)."""
+        copies = self.state.retained_copies
+        if message is None:
+            copies.pop(dest, None)
+        else:
+            copies[dest] = (owner, message)
+
+    def retained_synced(self, owner: int, messages: list[Message], *,
+                        first: bool = True) -> None:
+        """Retained messages shard ``owner`` keeps, sent in full (in parts) as its link
+        came up: the first part replaces what was copied from it before (cleared
+        meanwhile: gone), the others add to it."""
+        copies = self.state.retained_copies
+        if first:
+            for dest in [d for d, (o, _) in copies.items() if o == owner]:
+                del copies[dest]
+        for message in messages:
+            copies[message.destination] = (owner, message)
+
     def relay_link_lost(self, owner: int) -> None:
         """The link to ``owner`` dropped: what it delivered goes back there."""
         for relay in self.state.relays.values():

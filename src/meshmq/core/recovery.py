@@ -78,6 +78,7 @@ def recover(state: CoreState, recovery: Recovery) -> None:
                                 no_local=record.no_local, connection_id=None,
                                 durable=record)
         state.durables[(record.client_id, record.subscription_name)] = sub
+        state.durable_names.setdefault(record.client_id, set()).add(record.subscription_name)
         state.topic_index.add(sub)
 
 

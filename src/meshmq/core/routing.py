@@ -27,7 +27,12 @@ from meshmq.core.destinations import Destination, DestKind
 from meshmq.core.message import Message, PropertyValue
 from meshmq.core.queue import Queue
 from meshmq.core.selector import compile_selector, message_lookup
-from meshmq.core.shard_relay import ShardSend
+from meshmq.core.shard_relay import (
+    ShardSend,
+    copy_retained,
+    retain_with_send,
+    retained_view,
+)
 from meshmq.core.state import (
     LINK_PROTOCOLS,
     Connection,
@@ -321,6 +326,10 @@ class Router:
         Retained messages are stored, whatever their persistence, unless ``persist`` is
         False: then it lives in memory only (seq 0), as the broker's own ``$SYS``
         statistics, which are regenerated at every start."""
+        state = self._state
+        if persist and state.owned_elsewhere(message.destination) \
+                and retain_with_send(state.shard_sends, message):
+            return  # kept by the topic's owner
         retained = self._state.retained
         dest = message.destination
         old = retained.pop(dest, None)
@@ -331,6 +340,9 @@ class Router:
             retained[dest] = (seq, message)
         elif message.body and not persist:
             retained[dest] = (0, message)
+        if persist and state.shard is not None and not state.owned_elsewhere(dest):
+            state.relay_ops.extend(copy_retained(state.shard.count, state.shard.index, dest,
+                                                 message if seq is not None else None))
 
     def put_record(self, name: str, body: bytes) -> None:
         """Store (or replace) a small named record; it comes back in ``records`` after a
@@ -354,7 +366,7 @@ class Router:
         """Retained messages for a new subscription: those ``principal`` may read."""
         pats = tuple(patterns)
         readable = None if principal is None else self._access.readable_filter(principal)
-        return [msg for dest, (_, msg) in sorted(self._state.retained.items(),
-                                                 key=lambda kv: kv[0].name)
+        retained = retained_view(self._state.retained, self._state.retained_copies)
+        return [msg for dest, msg in sorted(retained.items(), key=lambda kv: kv[0].name)
                 if any(dst.matches(p, dest) for p in pats)
                 and (readable is None or readable(dest))]

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from meshmq.core.consumer import AckMode, Consumer
@@ -69,6 +69,14 @@ class RelayOpen:
     # Auto-ack: the owner's consumer settles each message as it hands it on, so no
     # SETTLE comes back; ``RelayCredit`` stands in for the window a SETTLE would hold.
     auto: bool = False
+    # A subscription relayed from every owner (``SubscriptionRelay``): all its patterns
+    # (``destination`` is the first), the durable subscription it attaches to on the
+    # owner (client id, name), and the user whose read rights limit what a wildcard
+    # carries there (None: no rights to check).
+    destinations: tuple[Destination, ...] = ()
+    durable: tuple[str, str] | None = None
+    reader: tuple[str, tuple[str, ...]] | None = None
+    no_local: bool = False  # (kept with a durable's record: a change replaces it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +105,67 @@ class ShardSettle:
     kind: int
 
 
-RelayDecision = RelayOpen | RelayClose | ShardSettle | RelayCredit
+@dataclass(frozen=True, slots=True)
+class DurableDrop:
+    """Decision: ``owner`` deletes durable subscription ``name`` of ``client_id`` if it
+    holds it and no consumer is attached (UNSUBSCRIBE by name, MQTT clean start). The
+    name does not say which topic it was on, so every other shard is asked.
+    ``name`` None: every MQTT session subscription (``mqtt``-prefixed names) of the
+    client."""
+
+    owner: int
+    client_id: str
+    name: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RetainedCopy:
+    """Decision: shard ``owner`` (here the one told: every other shard is) keeps
+    ``message`` as the retained message of ``destination``, a topic this shard owns
+    (None: it was cleared), so a subscription there gets it without asking."""
+
+    owner: int
+    destination: Destination
+    message: Message | None
+
+
+RelayDecision = RelayOpen | RelayClose | ShardSettle | RelayCredit | DurableDrop \
+    | RetainedCopy
+
+# Marks a forwarded send whose owner keeps it as the topic's retained message too
+# (stripped by the owner before it routes it).
+SHARD_RETAIN = "meshmq.shard-retain"
+
+
+def retain_with_send(sends: list[ShardSend], message: Message) -> bool:
+    """A retained publish to a topic another shard owns: mark its ``ShardSend`` (made
+    by the send just before) so the owner retains it, in the order of the topic's
+    messages and as reliably as the send. False: no such send (retain it here)."""
+    for i in range(len(sends) - 1, -1, -1):
+        send = sends[i]
+        if send.message is message:
+            marked = replace(message, properties={**message.properties, SHARD_RETAIN: True},
+                             wire_cache=None)
+            sends[i] = replace(send, message=marked)
+            return True
+    return False
+
+
+def copy_retained(shard_count: int, index: int, destination: Destination,
+                  message: Message | None) -> list[RetainedCopy]:
+    """The copies of an owned topic's new retained message (or its clearing) for every
+    other shard."""
+    return [RetainedCopy(k, destination, message) for k in range(shard_count) if k != index]
+
+
+def retained_view(own: dict[Destination, tuple[int, Message]],
+                  copies: dict[Destination, tuple[int, Message]]
+                  ) -> dict[Destination, Message]:
+    """Every retained message a subscription on this shard may get: this shard's and
+    the copies of the other owners' (theirs win: the owner decides)."""
+    view = {dest: msg for dest, (_, msg) in own.items()}
+    view.update((dest, msg) for dest, (_, msg) in copies.items())
+    return view
 
 
 class RelayQueue(Queue):
@@ -228,3 +296,64 @@ class RelayQueue(Queue):
             for entry in consumer.dispatched.values():
                 if entry.queue is self:
                     entry.state = DONE
+
+
+class SubscriptionRelay(RelayQueue):
+    """The source of a subscription that other shards serve too: a wildcard (or a
+    composite of topic patterns) runs on every owner for the destinations that owner
+    holds, and a durable topic subscription lives on its topic's owner (on every owner,
+    for a durable wildcard). The relay's ``RelayOpen`` carries all the patterns, the
+    durable key and the subscriber's groups, so the owner opens the same subscription
+    and limits a wildcard to what the user may read there."""
+
+    def __init__(self, destinations: tuple[Destination, ...], policy: DestinationPolicy,
+                 ctx: QueueContext, owner: int, relay_id: int,
+                 decide: Callable[[RelayDecision], None], *,
+                 durable: tuple[str, str] | None,
+                 reader: tuple[str, tuple[str, ...]] | None) -> None:
+        super().__init__(destinations[0], policy, ctx, owner, relay_id, decide)
+        self.patterns = destinations
+        self.durable = durable
+        self.reader = reader
+
+        # Client-acknowledged deliveries that arrived while the consumer's window was
+        # full (message, owner's tag, delivery count): each owner keeps its own window,
+        # so without this a subscription fed by N shards could hold N windows at once
+        # (an MQTT client's Receive Maximum is its window).
+        self._waiting: deque[tuple[Message, int, int]] = deque()
+
+    def open_decision(self, consumer: Consumer) -> RelayOpen:
+        return replace(super().open_decision(consumer), destinations=self.patterns,
+                       durable=self.durable, reader=self.reader,
+                       no_local=consumer.spec.no_local)
+
+    def deliver(self, message: Message, owner_tag: int, delivery_count: int) -> None:
+        consumer = self.consumers[0] if self.consumers else None
+        if consumer is not None and not consumer.closed \
+                and consumer.spec.ack_mode is not AckMode.AUTO \
+                and (self._waiting or len(consumer.dispatched) >= consumer.prefetch):
+            self._waiting.append((message, owner_tag, delivery_count))
+            return
+        super().deliver(message, owner_tag, delivery_count)
+
+    def dispatch(self) -> None:
+        """As a relay's, and the deliveries that waited for the window go once it has
+        room again (an acknowledgement marks every source of its consumer)."""
+        super().dispatch()
+        waiting = self._waiting
+        consumer = self.consumers[0] if self.consumers else None
+        if consumer is None or consumer.closed:
+            return
+        while waiting and len(consumer.dispatched) < consumer.prefetch:
+            super().deliver(*waiting.popleft())
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        # Never given to the client: back to the owner uncounted, before the close.
+        while self._waiting:
+            _, tag, _ = self._waiting.popleft()
+            self.decide(ShardSettle(self.owner, self.relay_id, tag, SETTLE_RETURNED))
+        super().remove_consumer(consumer)
+
+    def link_lost(self) -> None:
+        self._waiting.clear()  # the owner takes them back and delivers them again
+        super().link_lost()

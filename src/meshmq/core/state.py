@@ -132,6 +132,9 @@ class CoreState:
         self.connections: dict[str, Connection] = {}
         self.client_ids: dict[str, str] = {}  # client id -> connection id
         self.durables: dict[tuple[str, str], TopicSubscription] = {}
+        # The names of each client id's durable subscriptions (kept with ``durables``),
+        # so another shard's removal for a client costs nothing for the others.
+        self.durable_names: dict[str, set[str]] = {}
         self.topic_index: TopicIndex[TopicSubscription] = TopicIndex()
         self.shared: dict[tuple[str, tuple[Destination, ...], str | None],
                           TopicSubscription] = {}
@@ -139,6 +142,9 @@ class CoreState:
         self.queue_wildcards: list[Consumer] = []
         # Retained messages (MQTT): the last retained message per topic, and its store seq.
         self.retained: dict[Destination, tuple[int, Message]] = {}
+        # One shard of several: the other owners' retained messages (owner, message),
+        # copied here as they change and in full when a link comes up.
+        self.retained_copies: dict[Destination, tuple[int, Message]] = {}
         # Small named records protocol layers keep in the store (MQTT session state).
         self.records: dict[str, tuple[int, bytes]] = {}
         # Last seq used per single-reference key (retained messages and records).

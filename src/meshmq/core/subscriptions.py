@@ -24,7 +24,7 @@ from meshmq.core.destinations import Destination
 from meshmq.core.queue import BrowseEnd, Delivery, Queue
 from meshmq.core.routing import Router
 from meshmq.core.selector import compile_selector, message_lookup
-from meshmq.core.shard_relay import RelayQueue
+from meshmq.core.shard_relay import DurableDrop, RelayQueue, SubscriptionRelay
 from meshmq.core.state import Connection, CoreState, TopicStats, TopicSubscription
 from meshmq.core.stream import NEXT, StreamOffset, StreamQueue
 from meshmq.errors import DestinationError, ProtocolError, ResourceLimitError
@@ -80,7 +80,9 @@ class Subscriptions:
                                     "needs a client-id on CONNECT", code="client-id-required")
             durable_key = (conn.client_id, spec.subscription_name)
             existing = state.durables.get(durable_key)
-            if existing is not None and existing.consumer is not None:
+            if (existing is not None and existing.consumer is not None) or (
+                    existing is None and state.shard is not None
+                    and _relayed_durable_active(conn, spec.subscription_name)):
                 raise ProtocolError(f"durable subscription {spec.subscription_name!r} of "
                                     f"client {conn.client_id!r} is already active",
                                     code="durable-in-use")
@@ -104,6 +106,9 @@ class Subscriptions:
             self._browse(consumer, queues)
             return consumer
         if state.shard is not None and stream_offset is None and self._relay(conn, consumer):
+            return consumer
+        if state.shard is not None and stream_offset is None and durable_key is not None \
+                and self._relay_durable(conn, consumer, durable_key):
             return consumer
         for d in queues:
             if d.is_wildcard:
@@ -133,6 +138,8 @@ class Subscriptions:
             stream.expect(consumer, stream_offset or NEXT)
         for queue in consumer.sources:
             queue.add_consumer(consumer)
+        if state.shard is not None and stream_offset is None:
+            self._fan_in(conn, consumer, durable_key)
         self._consumer_changed(conn, consumer, added=True)
         return consumer
 
@@ -163,6 +170,65 @@ class Subscriptions:
         self._consumer_changed(conn, consumer, added=True)
         return True
 
+    def _relay_durable(self, conn: Connection, consumer: Consumer,
+                       durable_key: tuple[str, str]) -> bool:
+        """One shard of several: a durable subscription to one topic another shard owns
+        lives (and is stored) on that owner, so what is published while its client is
+        away waits there for the client's return through any shard; here it is a
+        relayed consumer. False: the topic is owned here (or it is not that case)."""
+        state = self._state
+        shard = state.shard
+        spec = consumer.spec
+        if shard is None or conn.protocol == "shard" or len(spec.destinations) != 1 \
+                or spec.shared_group is not None or spec.network_path is not None:
+            return False
+        d = spec.destinations[0]
+        if not d.is_topic or d.is_wildcard or d.is_temporary:
+            return False
+        owner = state.owner_of(shard, d)
+        if owner == shard.index:
+            return False
+        self._open_relay(consumer, spec.destinations, owner, durable_key, None)
+        self._consumer_changed(conn, consumer, added=True)
+        return True
+
+    def _fan_in(self, conn: Connection, consumer: Consumer,
+                durable_key: tuple[str, str] | None) -> None:
+        """One shard of several: a wildcard subscription (with the topics of its
+        composite, as MQTT's ``a/#`` is ``a.>`` and ``a``) served here for what this
+        shard owns also runs on every other shard for what that one owns, each relayed
+        back here (durable on each, for a durable one). Plain queues of a composite
+        stay local, as before."""
+        state = self._state
+        shard = state.shard
+        spec = consumer.spec
+        if shard is None or conn.protocol == "shard" or spec.network_path is not None \
+                or spec.shared_group is not None:
+            return
+        patterns = tuple(d for d in spec.destinations if not d.is_temporary
+                         and (d.is_wildcard or d.is_topic))
+        if not any(d.is_wildcard for d in patterns):
+            return
+        reader = None
+        if self._access.authz is not None and not conn.principal.internal:
+            reader = (conn.principal.user, tuple(sorted(conn.principal.groups)))
+        for owner in range(shard.count):
+            if owner != shard.index:
+                self._open_relay(consumer, patterns, owner, durable_key, reader)
+
+    def _open_relay(self, consumer: Consumer, patterns: tuple[Destination, ...], owner: int,
+                    durable_key: tuple[str, str] | None,
+                    reader: tuple[str, tuple[str, ...]] | None) -> None:
+        state = self._state
+        relay = SubscriptionRelay(patterns, state.policy_for(patterns[0]), state, owner,
+                                  state.next_relay, state.relay_decision,
+                                  durable=durable_key, reader=reader)
+        state.next_relay += 1
+        state.relays[relay.relay_id] = relay
+        consumer.sources.append(relay)
+        relay.add_consumer(consumer)
+        state.relay_ops.append(relay.open_decision(consumer))
+
     def _topic_subscription(self, conn: Connection, consumer: Consumer,
                             topics: tuple[Destination, ...],
                             durable_key: tuple[str, str] | None) -> TopicSubscription:
@@ -171,7 +237,7 @@ class Subscriptions:
         for topic in topics:
             # A subscription makes its topic exist, as in ActiveMQ: the management API
             # lists and describes it before its first message.
-            if not topic.is_wildcard:
+            if not topic.is_wildcard and not state.owned_elsewhere(topic):
                 state.topics.setdefault(topic, TopicStats())
         if spec.shared_group is not None and durable_key is None:
             shared_key = (spec.shared_group, topics, spec.selector)
@@ -216,6 +282,7 @@ class Subscriptions:
                                     no_local=spec.no_local, connection_id=conn.id,
                                     durable=record)
             state.durables[durable_key] = sub
+            state.durable_names.setdefault(client_id, set()).add(name)
             state.topic_index.add(sub)
         sub.consumer = consumer
         sub.connection_id = conn.id
@@ -225,6 +292,11 @@ class Subscriptions:
         """Delete a durable subscription and its stored messages (no checks)."""
         state = self._state
         sub = state.durables.pop(key)
+        names = state.durable_names.get(key[0])
+        if names is not None:
+            names.discard(key[1])
+            if not names:
+                del state.durable_names[key[0]]
         state.topic_index.discard(sub)
         sub.queue.purge()
         sub.queue.deleted = True
@@ -237,6 +309,10 @@ class Subscriptions:
                                 code="client-id-required")
         key = (conn.client_id, name)
         sub = self._state.durables.get(key)
+        if sub is None and self._state.shard is not None:
+            # Kept by its topic's owner, if anywhere (by each owner, if a wildcard).
+            self.drop_durable_elsewhere(conn.client_id, name)
+            return
         if sub is None:
             raise DestinationError(f"no durable subscription {name!r} for client "
                                    f"{conn.client_id!r}")
@@ -244,6 +320,28 @@ class Subscriptions:
             raise ProtocolError(f"durable subscription {name!r} is active; unsubscribe its "
                                 "consumer first", code="durable-in-use")
         self.drop_durable(key)
+        self.drop_durable_elsewhere(conn.client_id, name)
+
+    def drop_durable_elsewhere(self, client_id: str, name: str | None) -> None:
+        """One shard of several: every other shard deletes durable subscription ``name``
+        of ``client_id`` (None: its MQTT session's) if it holds it, unattached."""
+        shard = self._state.shard
+        if shard is not None:
+            for owner in range(shard.count):
+                if owner != shard.index:
+                    self._state.relay_ops.append(DurableDrop(owner, client_id, name))
+
+    def drop_durable_here(self, client_id: str, name: str | None) -> int:
+        """Another shard's ``DurableDrop``: delete the matching durable subscriptions
+        held here that no consumer is attached to; how many were deleted."""
+        durables = self._state.durables
+        names = self._state.durable_names.get(client_id, ())
+        keys = [(client_id, n) for n in names
+                if (n == name if name is not None else _mqtt_session_name(n))
+                and durables[(client_id, n)].consumer is None]
+        for key in keys:
+            self.drop_durable(key)
+        return len(keys)
 
     def _browse(self, consumer: Consumer, queues: list[Destination]) -> None:
         state = self._state
@@ -316,3 +414,19 @@ class Subscriptions:
         for topic, msg in self._advisories.consumer_messages(conn, consumer, added=added):
             self._router.route_topic(topic, msg)
         self._advisories.notify(conn, consumer, added=added)
+
+
+def _mqtt_session_name(name: str) -> bool:
+    """Whether a durable subscription's name is an MQTT session's (``mqtt<qos><flags>:
+    <filter>``, as transport/mqtt_server.py names them)."""
+    head, sep, _ = name.partition(":")
+    return bool(sep) and head.startswith("mqtt") and len(head) > 4 and head[4].isdigit()
+
+
+def _relayed_durable_active(conn: Connection, name: str) -> bool:
+    """One shard of several: whether ``conn`` (the one connection of its client id on
+    this shard) has durable subscription ``name`` open already, on its topics' owners
+    (kept there, so it has no record here)."""
+    return any(c.spec.subscription_name == name and c.topic_sub is None
+               and any(d.is_topic for d in c.spec.destinations)
+               for c in conn.consumers.values())

@@ -34,7 +34,9 @@ decisions with each store batch (``take``) and writes each link once per pump
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import dataclasses
 import hmac
 import logging
 import os
@@ -47,14 +49,17 @@ from meshmq.core.auth import Principal
 from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
 from meshmq.core.dedup import network_key
 from meshmq.core.destinations import Destination
-from meshmq.core.message_codec import encoded
+from meshmq.core.message_codec import decode_message, encoded
 from meshmq.core.queue import BrowseEnd, Delivery
 from meshmq.core.shard_relay import (
+    SHARD_RETAIN,
+    DurableDrop,
     RelayClose,
     RelayCredit,
     RelayDecision,
     RelayOpen,
     RelayQueue,
+    RetainedCopy,
     ShardSettle,
 )
 from meshmq.core.shard_txn import Outcome, TxnAsk, TxnDecide, TxnDecision, TxnPrepare
@@ -288,6 +293,8 @@ class ShardReceiver(Receiver):
         """As a bridge's, less what the sending shard did already: the destination's
         checks and the client's rights (``Broker.send_from_shard``); no loop check (a
         shard link adds nothing to ``broker_path``), nothing to redistribute."""
+        if SHARD_RETAIN in msg.properties:
+            return self._route_retained(msg, again, key)
         broker = self.broker
         try:
             needs_sync = broker.send_from_shard(self.conn, msg, again)
@@ -305,6 +312,19 @@ class ShardReceiver(Receiver):
             broker.trace_received_from_bridge(msg, from_broker=self.remote,
                                               connector=self.link.peer)
         return AckStatus.STORED, needs_sync
+
+    def _route_retained(self, msg: Message, again: bool, key: str | None
+                        ) -> tuple[AckStatus, bool]:
+        """A retained publish (MQTT) to a topic owned here: routed, then kept as the
+        topic's retained message (which copies it to the other shards)."""
+        properties = dict(msg.properties)
+        del properties[SHARD_RETAIN]
+        plain = dataclasses.replace(msg, properties=properties, wire_cache=None)
+        status, needs_sync = self._route(plain, again, key)
+        if status is AckStatus.STORED:
+            self.broker.retain(plain)
+            needs_sync = True
+        return status, needs_sync
 
     def _on_consumer_event(self, event: ConsumerEvent) -> None:
         return
@@ -364,6 +384,8 @@ class RelayOut:
         self.consumers: dict[int, Consumer] = {}  # relay id -> consumer here
         self.relay_of: dict[str, int] = {}  # consumer id -> relay id
         self.windows: dict[int, RelayWindow] = {}  # auto-ack relays' deliveries in flight
+        # Subscription relays' own connections (durable client id, subscriber's rights).
+        self.relay_conns: dict[int, Connection] = {}
         self.link_paused = False  # the link's buffer is full: nobody gets more
         self.closed = False
         # Registered for deliveries, but not among the client sessions a stopping
@@ -384,8 +406,10 @@ class RelayOut:
                                 priority=_int(body, "priority"),
                                 exclusive=bool(body.get("exclusive")),
                                 selector=selector if isinstance(selector, str) else None)
-            consumer = self.broker.subscribe(self._conn, f"relay-{relay}", spec)
+            spec, conn = self._subscription_relay(relay, spec, body)
+            consumer = self.broker.subscribe(conn, f"relay-{relay}", spec)
         except MeshmqError as exc:
+            self._close_relay_conn(relay)
             # Not a reason to drop the link (it would be opened again on the next one):
             # the consumer's shard checked it, so this is a disagreement to log.
             log.warning("shard %s: cannot relay %s to shard %s: %s",
@@ -403,6 +427,48 @@ class RelayOut:
         # Answered either way: the subscriber's confirmation waits for it.
         self.peers.queue(self.peer, _FRAME, encode_json(FrameType.INTEREST, {
             "op": "relay-opened", "relay": relay}))
+
+    def _subscription_relay(self, relay: int, spec: ConsumerSpec, body: dict[str, Any]
+                            ) -> tuple[ConsumerSpec, Connection]:
+        """A wildcard's or durable subscription's relay (``SubscriptionRelay``): all its
+        patterns, and, for a durable one or one whose user's rights limit it, a
+        connection of its own that holds the durable's client id (no claim on it: the
+        client is connected elsewhere) and the subscriber's groups, so a wildcard
+        carries only what the user may read. Others: the link's session."""
+        dests = body.get("dests")
+        durable = body.get("durable")
+        reader = body.get("reader")
+        if dests:
+            spec = dataclasses.replace(spec, destinations=tuple(
+                Destination.parse_uri(str(d)) for d in dests))
+        if durable is None and reader is None:
+            return spec, self._conn
+        client_id = None
+        if durable is not None:
+            if not isinstance(durable, list) or len(durable) != 2 \
+                    or not all(isinstance(x, str) for x in durable):
+                raise RemoteProtocolError("shard INTEREST field 'durable' must be "
+                                          "[client id, name]")
+            client_id, name = durable
+            spec = dataclasses.replace(spec, subscription_name=name,
+                                       no_local=body.get("no_local") is True)
+        principal = Principal(f"shard:{self.peer.label}", frozenset({"network"}),
+                              internal=True)
+        if isinstance(reader, list) and len(reader) == 2 and isinstance(reader[1], list):
+            principal = Principal(str(reader[0]), frozenset(str(g) for g in reader[1]))
+        conn = self.broker.open_connection(principal, remote=self.peer.label,
+                                           protocol="shard")
+        conn.client_id = client_id  # (after opening: not a claim of the client id)
+        self.relay_conns[relay] = conn
+        self.host.register(_RelayConnSession(self, conn))  # its deliveries: this link's
+        return spec, conn
+
+    def _close_relay_conn(self, relay: int) -> None:
+        conn = self.relay_conns.pop(relay, None)
+        if conn is not None:
+            conn.client_id = None  # never the client's claim, whoever holds it now
+            self.broker.close_connection(conn)
+            self.host.unregister(_RelayConnSession(self, conn))
 
     def credit(self, relay: int, count: int) -> None:
         """The relaying shard wrote ``count`` more of ``relay``'s deliveries to its
@@ -438,8 +504,9 @@ class RelayOut:
         consumer = self.consumers.pop(relay, None)
         if consumer is not None:
             self.relay_of.pop(consumer.id, None)
-            self.broker.unsubscribe(self._conn, consumer)
+            self.broker.unsubscribe(self.relay_conns.get(relay, self._conn), consumer)
             self.host.request_pump()
+        self._close_relay_conn(relay)
 
     def settle(self, settles: list[tuple[int, int, SettleKind]]) -> None:
         """What the peer's clients did with relayed deliveries: each run of one relay
@@ -507,6 +574,8 @@ class RelayOut:
         self.host.unregister(self)
         self.host.forget(self)
         self.broker.close_connection(self._conn)
+        for relay in list(self.relay_conns):
+            self._close_relay_conn(relay)
         self.consumers.clear()
         self.relay_of.clear()
         self.windows.clear()
@@ -535,6 +604,30 @@ class PeerStats:
         return {name: getattr(self, name) for name in self.__slots__}
 
 
+class _RelayConnSession:
+    """What the host pumps a subscription relay's own connection's deliveries to: its
+    link's ``RelayOut`` (which knows the relay by the consumer)."""
+
+    def __init__(self, relay_out: RelayOut, conn: Connection) -> None:
+        self.relay_out = relay_out
+        self.conn: Connection | None = conn
+
+    def deliver(self, outcome: Delivery | BrowseEnd) -> None:
+        self.relay_out.deliver(outcome)
+
+    def flush(self) -> None:
+        return
+
+    def close(self) -> None:
+        return  # closed with its relay or its link
+
+    def close_by_admin(self) -> None:
+        self.relay_out.close_by_admin()
+
+    def check_timeouts(self, now: float) -> None:
+        return
+
+
 class _Peer:
     """Another shard: its link (when up), what was sent to it and not yet settled."""
 
@@ -561,6 +654,8 @@ class _Peer:
         self.links = 0  # links made so far (statistics, tests)
         # ``settle-sync`` asks not yet answered, and the confirmations waiting on each.
         self.asks: dict[int, list[asyncio.Future[None]]] = {}
+        # Durable subscriptions removed while the link was down: asked of it when up.
+        self.drops: list[DurableDrop] = []
 
 
 class _LinkEnd:
@@ -617,6 +712,19 @@ class _LinkEnd:
                 peer.stats.spaces += 1
                 if peer.full or peer.retrying:
                     self.peers._resend(peer)
+            elif body.get("op") == "durable-drop":
+                self.peers.durable_drop(peer, body)
+            elif body.get("op") == "retained":
+                text = body.get("msg")
+                self.peers.broker.retained_copied(
+                    peer.index, Destination.parse_uri(str(body.get("dest"))),
+                    None if text is None else _unb64(text))
+            elif body.get("op") == "retained-sync":
+                msgs = body.get("msgs")
+                if not isinstance(msgs, list):
+                    raise RemoteProtocolError("shard retained-sync needs a list of messages")
+                self.peers.broker.retained_synced(peer.index, [_unb64(m) for m in msgs],
+                                                  first=body.get("first") is not False)
             else:
                 raise RemoteProtocolError(f"unknown shard INTEREST op {body.get('op')!r}")
         elif kind is FrameType.TXN:
@@ -697,6 +805,9 @@ class ShardPeers:
         # ``take`` (after those settlements on the link), and the last ask's number.
         self._asking: dict[int, list[asyncio.Future[None]]] = {}
         self._ask = 0
+        # The last retained-message copy encoded (message, topic, frame): reused for
+        # the next peers.
+        self._retained_frame: tuple[Message | None, Destination, bytes] | None = None
         self._flush_scheduled = False
         self._stopping = False
         # Transactions across shards coordinated here: the COMMITs waiting for their
@@ -831,6 +942,13 @@ class ShardPeers:
             peer.retry.cancel()
             peer.retry = None
         peer.full, peer.retrying = False, []
+        # The retained messages of the topics this shard owns, in full (MQTT), and the
+        # durable subscriptions removed meanwhile (before the opens: they came first).
+        peer.out.extend((_FRAME, frame) for frame in _retained_sync(
+            self.broker.retained_owned()))
+        drops, peer.drops = peer.drops, []
+        for drop in drops:
+            self._queue_decision(peer, drop)
         for relay in self.broker.relay_opens(peer.index):
             self._queue_decision(peer, relay)
         for txn in self.broker.shard_transactions.resume(peer.index):
@@ -882,6 +1000,7 @@ class ShardPeers:
             return
         peer.down = True
         self.broker.owner_unreachable(peer.index, True)
+        self._opened_without(peer)
         log.warning("shard %s: shard %s unreachable for %.1f s: sends to its destinations "
                     "are refused until it is back", self.identity.label, peer.label,
                     self.owner_wait_s)
@@ -937,6 +1056,8 @@ class ShardPeers:
             peer = self.peers[decision.owner]
             if peer.link is not None:  # else opened again with the next link
                 self._queue_decision(peer, decision)
+            elif isinstance(decision, DurableDrop):  # not remade by the next link: kept
+                peer.drops.append(decision)
         asked = bool(self._asking)
         if asked:  # after the settlements they wait for
             self._ask_settled()
@@ -954,13 +1075,35 @@ class ShardPeers:
                 "op": "relay-open", "relay": decision.relay_id,
                 "dest": str(decision.destination), "selector": decision.selector,
                 "prefetch": decision.prefetch, "priority": decision.priority,
-                "exclusive": decision.exclusive, "auto": decision.auto})))
+                "exclusive": decision.exclusive, "auto": decision.auto,
+                **_subscription_fields(decision)})))
         elif isinstance(decision, RelayCredit):
             peer.out.append((_FRAME, encode_json(FrameType.INTEREST, {
                 "op": "relay-credit", "relay": decision.relay_id, "count": decision.count})))
+        elif isinstance(decision, RetainedCopy):
+            # One change goes to every peer in a row: its frame is encoded once.
+            message, dest = decision.message, decision.destination
+            last = self._retained_frame
+            if last is None or last[0] is not message or last[1] != dest:
+                last = self._retained_frame = (message, dest, encode_json(
+                    FrameType.INTEREST, {"op": "retained", "dest": str(dest),
+                                         "msg": None if message is None else _b64(message)}))
+            peer.out.append((_FRAME, last[2]))
+        elif isinstance(decision, DurableDrop):
+            peer.out.append((_FRAME, encode_json(FrameType.INTEREST, {
+                "op": "durable-drop", "client": decision.client_id, "name": decision.name})))
         else:
             peer.out.append((_FRAME, encode_json(FrameType.INTEREST, {
                 "op": "relay-close", "relay": decision.relay_id})))
+
+    def durable_drop(self, peer: _Peer, body: dict[str, Any]) -> None:
+        """A client removed a durable subscription through ``peer`` (or its MQTT
+        session ended there): deleted here if this shard keeps it, unattached."""
+        client, name = body.get("client"), body.get("name")
+        if not isinstance(client, str) or not (name is None or isinstance(name, str)):
+            raise RemoteProtocolError("shard durable-drop needs a client id and a name")
+        if self.broker.drop_durable_relayed(client, name):
+            self.host.request_pump()  # (the deletions go to the store with the pump)
 
     def queue(self, peer: _Peer, kind: int, item: Any) -> None:
         if peer.link is not None:
@@ -1047,7 +1190,7 @@ class ShardPeers:
         what it means on one broker: a message published after it reaches it."""
         waits = []
         for source in (s for c in consumers for s in c.sources):
-            if isinstance(source, RelayQueue):
+            if isinstance(source, RelayQueue) and not self.peers[source.owner].down:
                 key = (source.owner, source.relay_id)
                 fut = self._opening.get(key)
                 if fut is None:
@@ -1056,6 +1199,14 @@ class ShardPeers:
         if not waits:
             return None
         return waits[0] if len(waits) == 1 else asyncio.ensure_future(_all(waits))
+
+    def _opened_without(self, peer: _Peer) -> None:
+        """``peer`` is down for longer than the node waits: subscriptions waiting for it
+        to run their relays are confirmed without it (they open there once it is back;
+        sends to it are refused meanwhile), so a wildcard's confirmation does not wait
+        for every shard to be up."""
+        for key in [k for k in self._opening if k[0] == peer.index]:
+            self.relay_opened(*key)
 
     def relay_opened(self, owner: int, relay_id: int) -> None:
         fut = self._opening.pop((owner, relay_id), None)
@@ -1300,6 +1451,54 @@ def _encode_run(frames: list[bytes], kind: int, run: list[Any]) -> None:
         frames.append(encode_settle(run))
     else:
         frames.extend(run)
+
+
+def _subscription_fields(decision: RelayOpen) -> dict[str, Any]:
+    """A ``SubscriptionRelay``'s part of its ``relay-open`` (nothing for the others)."""
+    fields: dict[str, Any] = {}
+    if decision.destinations:
+        fields["dests"] = [str(d) for d in decision.destinations]
+    if decision.durable is not None:
+        fields["durable"] = list(decision.durable)
+        fields["no_local"] = decision.no_local
+    if decision.reader is not None:
+        fields["reader"] = [decision.reader[0], list(decision.reader[1])]
+    return fields
+
+
+def _retained_sync(messages: list[Message]) -> list[bytes]:
+    """``retained-sync`` frames for ``messages``: at most ``BATCH_MESSAGES`` or about
+    ``BATCH_BYTES`` each, the first saying that they replace what came before."""
+    frames: list[bytes] = []
+    run: list[str] = []
+    size = 0
+    for message in messages:
+        text = _b64(message)
+        run.append(text)
+        size += len(text)
+        if len(run) >= BATCH_MESSAGES or size >= BATCH_BYTES:
+            frames.append(encode_json(FrameType.INTEREST, {
+                "op": "retained-sync", "first": not frames, "msgs": run}))
+            run, size = [], 0
+    if run or not frames:
+        frames.append(encode_json(FrameType.INTEREST, {
+            "op": "retained-sync", "first": not frames, "msgs": run}))
+    return frames
+
+
+def _b64(message: Message) -> str:
+    """A retained message in a JSON ``INTEREST`` (rare, so not worth a frame type)."""
+    return base64.b64encode(encoded(message)).decode("ascii")
+
+
+def _unb64(text: object) -> Message:
+    if not isinstance(text, str):
+        raise RemoteProtocolError("a shard retained message must be a base64 string")
+    try:
+        return decode_message(base64.b64decode(text, validate=True))
+    except (ValueError, IndexError) as exc:
+        raise RemoteProtocolError(f"a shard retained message does not decode: {exc}") \
+            from None
 
 
 def _int(body: dict[str, Any], key: str) -> int:

@@ -582,6 +582,8 @@ class MqttSession(BufferedOutput):
             assert self.conn is not None
             for name in durable:
                 self.broker.remove_durable(self.conn, name)
+            # (On a node of shards, those other shards keep go too: no-op otherwise.)
+            self.broker.drop_durables_elsewhere(client_id)
             durable = []
             self.broker.drop_record(_record_name(client_id))
             record = None
@@ -872,6 +874,9 @@ class MqttSession(BufferedOutput):
             name = durable_name(sub.filter, sub.options)
             if (self.conn.client_id or "", name) in self.broker.durables:
                 self.broker.remove_durable(self.conn, name)
+            elif self.persistent and self.conn.client_id is not None:
+                # Kept by the topic's owner on a node of shards (no-op otherwise).
+                self.broker.drop_durables_elsewhere(self.conn.client_id, name)
 
     def _send_retained(self, sub: MqttSubscription) -> None:
         patterns, _ = self._patterns(sub)
@@ -1225,6 +1230,10 @@ class SessionTeardown:
                 broker.drop_durable(key)
         if keys:
             return False
+        if _record_name(self.client_id) in broker.records:
+            # A persistent session's end: on a node of shards, those its subscriptions'
+            # topic owners keep go too (after its consumers closed; no-op otherwise).
+            broker.drop_durables_elsewhere(self.client_id)
         broker.drop_record(_record_name(self.client_id))
         self._drop = False
         self._keys = None
