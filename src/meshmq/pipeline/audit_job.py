@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import datetime as dt
 import logging
 import os
 import sys
@@ -27,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
@@ -35,7 +36,7 @@ from pyspark.sql import functions as F  # noqa: N812 - the usual Spark spelling
 
 from meshmq.core import trace as tr
 from meshmq.errors import MeshmqError
-from meshmq.pipeline import audit, catalog, coded, paths, report, small_tables
+from meshmq.pipeline import arrow_journeys, audit, catalog, coded, paths, report, small_tables
 
 log = logging.getLogger("meshmq.audit")
 
@@ -124,10 +125,18 @@ class AuditTables:
     # one); not a table.
     from_journeys: Callable[[DataFrame], dict[str, DataFrame]] | None = \
         dataclasses.field(default=None, repr=False, compare=False)
+    # Writes the journeys into a local directory without Spark's writer (the Arrow
+    # path's workers write them); not a table.
+    write_journeys: Callable[[Path], object] | None = \
+        dataclasses.field(default=None, repr=False, compare=False)
+    # The tables built on the driver: their rows and schema, written without a Spark
+    # job; not tables.
+    driver_rows: dict[str, tuple[list[dict[str, Any]], str]] = \
+        dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     def items(self) -> list[tuple[str, DataFrame]]:
         return [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self)
-                if f.name != "from_journeys"]
+                if f.name not in ("from_journeys", "write_journeys", "driver_rows")]
 
 
 def _parquet_only(events: DataFrame) -> bool:
@@ -135,8 +144,12 @@ def _parquet_only(events: DataFrame) -> bool:
     return bool(files) and all(f.endswith(".parquet") for f in files)
 
 
+JourneysPath = Literal["arrow", "coded", "reference"]
+
+
 def compute(events: DataFrame, *, stuck_after_ms: int = 60_000,
-            window: str = "10 seconds", cache_events: bool | None = None) -> AuditTables:
+            window: str = "10 seconds", cache_events: bool | None = None,
+            journeys: JourneysPath = "arrow") -> AuditTables:
     """Every table: the small ones built on the driver, the journeys and the tables
     derived from them as lazy frames.
 
@@ -170,23 +183,39 @@ def compute(events: DataFrame, *, stuck_after_ms: int = 60_000,
                 "stuck": audit.stuck(journeys, events, older_than_ms=stuck_after_ms,
                                      now_ts=cat.now_ts, served_table=served)}
 
-    journeys = (coded.journeys(events, cat, boot_table) if coded.supported(cat)
-                else audit.journeys(events, boot_table))
+    journey_table = None
+    write_journeys: Callable[[Path], object] | None = None
+    if journeys == "arrow" and arrow_journeys.supported(cat):
+        copies = arrow_journeys.copies(events, cat)
+        if copies is not None:
+            journey_table = arrow_journeys.journeys(events, cat, copies)
+
+            def write_journeys(directory: Path) -> int:
+                return arrow_journeys.write_local(events, cat, copies, directory)
+    if journey_table is None and journeys != "reference" and coded.supported(cat):
+        journey_table = coded.journeys(events, cat, boot_table)
+    if journey_table is None:
+        journey_table = audit.journeys(events, boot_table)
     return AuditTables(
-        journeys=journeys, **from_journeys(journeys),
+        journeys=journey_table, **from_journeys(journey_table),
         throughput=spark.createDataFrame(cat.throughput, catalog.THROUGHPUT_DDL),
         bridges=spark.createDataFrame(cat.bridges, catalog.BRIDGES_DDL),
         boots=boot_table, failovers=spark.createDataFrame(cat.failovers,
                                                           catalog.FAILOVERS_DDL),
-        from_journeys=from_journeys)
+        from_journeys=from_journeys, write_journeys=write_journeys,
+        driver_rows={"throughput": (cat.throughput, catalog.THROUGHPUT_DDL),
+                     "bridges": (cat.bridges, catalog.BRIDGES_DDL),
+                     "boots": (cat.boots, catalog.BOOTS_DDL),
+                     "failovers": (cat.failovers, catalog.FAILOVERS_DDL)})
 
 
 def write_tables(tables: AuditTables, out: str | os.PathLike[str],
                  progress: Progress | None = None, *, parallel: int = 4) -> None:
     """One Parquet directory per table under ``out`` (a path or URI).
 
-    The journeys go first, and the tables derived from them are then built from the
-    written copy (a columnar file read for the few columns each needs, cheaper than
+    The journeys go first (on the Arrow path, into a local directory, written by the
+    Python workers that compute them), and the tables derived from them are then
+    built from the written copy (a columnar file read for the few columns each needs, cheaper than
     keeping the journeys in memory). The other tables are small aggregations: each is
     collected once and written from the driver (``small_tables``: one job, not Spark's
     writer's several and its commit), ``parallel`` at a time, which keeps the cores
@@ -202,7 +231,11 @@ def write_tables(tables: AuditTables, out: str | os.PathLike[str],
         if progress.spark is not None:
             progress.spark.sparkContext.setJobDescription(f"writing table {name}")
         location = _join(str(out), name)
-        if small:
+        if not small and local is not None and tables.write_journeys is not None:
+            tables.write_journeys(local / name)
+        elif local is not None and name in tables.driver_rows:
+            write_rows(frame.sparkSession, *tables.driver_rows[name], local / name)
+        elif small:
             small_tables.write(frame, location, None if local is None else local / name)
         else:
             frame.write.mode("overwrite").parquet(location)
@@ -226,6 +259,24 @@ def write_tables(tables: AuditTables, out: str | os.PathLike[str],
     with concurrent.futures.ThreadPoolExecutor(max(1, parallel)) as pool:
         for future in [pool.submit(write, name, frame) for name, frame in cached]:
             future.result()
+
+
+def write_rows(spark: SparkSession, rows: list[dict[str, Any]], ddl: str,
+               directory: Path) -> None:
+    """Rows built on the driver written as Spark would write ``createDataFrame(rows,
+    ddl)`` (``small_tables.write_local``), without a Spark job. Timestamps come as
+    Spark collects them: naive datetimes in the driver's local time."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import TimestampType
+
+    schema = spark.createDataFrame([], ddl).schema
+    stamps = [f.name for f in schema.fields if isinstance(f.dataType, TimestampType)]
+    if stamps:
+        rows = [{**r, **{k: r[k].astimezone(dt.UTC) for k in stamps if r[k] is not None}}
+                for r in rows]
+    table = pa.Table.from_pylist(rows, to_arrow_schema(schema, timezone="UTC"))
+    small_tables.write_local(spark, table, schema.json(), directory)
 
 
 def _join(base: str, name: str) -> str:
