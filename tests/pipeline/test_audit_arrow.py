@@ -125,8 +125,8 @@ def test_journeys_written_by_the_workers_read_back_as_spark_wrote_them(
     target = tmp_path / "journeys"
     target.mkdir()
     (target / "stale.parquet").write_bytes(b"an earlier table's file")
-    written = arrow_journeys.write_local(events, cat, arrow_journeys.copies(events, cat) or {},
-                                         target, partitions=3)
+    written, _ = arrow_journeys.write_local(
+        events, cat, arrow_journeys.copies(events, cat) or {}, target, partitions=3)
     reference = audit.journeys(events, audit.boots(events))
     reference.write.parquet(str(tmp_path / "by_spark"))
     by_spark = spark.read.parquet(str(tmp_path / "by_spark"))
@@ -138,7 +138,7 @@ def test_journeys_written_by_the_workers_read_back_as_spark_wrote_them(
     assert _sorted_rows(by_workers) == _sorted_rows(by_spark)
     # No messages: one file with the schema, as Spark's writer leaves.
     none = tmp_path / "none"
-    assert arrow_journeys.write_local(events.where("message_id = ''"), cat, {}, none) == 0
+    assert arrow_journeys.write_local(events.where("message_id = ''"), cat, {}, none)[0] == 0
     assert spark.read.parquet(str(none)).schema == by_spark.schema
 
 
@@ -157,3 +157,35 @@ def test_driver_built_tables_written_without_spark_read_back_as_spark_wrote_them
         mine = spark.read.parquet(str(tmp_path / name))
         assert mine.schema == by_spark.schema, name
         assert _sorted_rows(mine) == _sorted_rows(by_spark), name
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_written_tables_equal_those_of_the_coded_path(spark: Any, tmp_path: Any,
+                                                      name: str) -> None:
+    # Summary, paths, lost, duplicates and stuck are built on the driver from what the
+    # workers send back; the coded path computes them with Spark from the journeys.
+    from meshmq.pipeline import audit_job
+
+    events = spark.createDataFrame(ALL[name], tr.SPARK_DDL)
+    arrow = audit_job.compute(events, stuck_after_ms=1)
+    coded_tables = audit_job.compute(events, stuck_after_ms=1, journeys="coded")
+    audit_job.write_tables(arrow, tmp_path / "arrow")
+    audit_job.write_tables(coded_tables, tmp_path / "coded")
+    assert arrow.write_journeys is not None and coded_tables.write_journeys is None
+    for table, _ in arrow.items():
+        mine = spark.read.parquet(str(tmp_path / "arrow" / table))
+        want = spark.read.parquet(str(tmp_path / "coded" / table))
+        assert mine.schema == want.schema, table
+        if table == "journeys":
+            assert _sorted_rows(mine) == _sorted_rows(want)
+        elif table == "paths":  # ordered by messages (descending) and path only
+            have = [r.asDict() for r in mine.collect()]
+            assert have == sorted(have, key=lambda r: (-r["messages"], r["path_text"]))
+            assert sorted(have, key=str) == _sorted_rows(want)
+        else:  # one file each, in the table's order
+            assert [r.asDict(recursive=True) for r in mine.collect()] == \
+                [r.asDict(recursive=True) for r in want.collect()], table
+        # The frames the report reads hold the same rows as the written tables.
+        assert _sorted_rows(getattr(arrow, table)) == _sorted_rows(mine), table
+    assert spark.read.parquet(str(tmp_path / "arrow" / "stuck")).count() > 0 or \
+        name != "transforms"

@@ -6,17 +6,28 @@ partition to a Python worker, which groups the events per message and computes e
 journey column and verdict with numpy and pyarrow (``meshmq.pipeline.journey_arrays``)
 and returns the rows as Arrow batches in the journeys' schema.
 
-Why not the integer-coded aggregation (``meshmq.pipeline.coded``) any more: there the
-per-message work runs in code Spark generates for each query, and the JVM's compilers
-compiled it again in every audit (about 7 of its 18-19 CPU seconds for 1M events);
-the array operations here are compiled once, in numpy and Arrow. The coded and the
-reference paths stay: ``audit_job.compute(journeys=...)`` picks one, and traces this
-path does not support (``supported``) take the coded one (or the reference).
+When the output is a local directory (``write_local``), the workers also write the
+journeys' Parquet files themselves (the rows never pass through the JVM's writer) and
+send back per partition what summary, paths, lost, duplicates and stuck need: counts
+per status and per path, and the few lost, repeated and stuck-candidate rows. The
+driver finishes those tables in Python (``derived``); only latency (Spark's
+``percentile_approx``) is computed by Spark, from the written journeys. A whole audit
+is then 9 Spark jobs instead of 40.
 
-Resends (``audit.delivered_copies``: per dedup id, the first message id that reached
-a consumer) span messages of different partitions: when the catalog pass saw
-deliveries carrying a dedup id, they are collected once on the driver (up to
-``MAX_COPIES``) and travel with the plan.
+Why: on the integer-coded path (``meshmq.pipeline.coded``) the per-message work runs
+in code Spark generates for each query, and the JVM's compilers compiled it again in
+every audit (about 7 of its 18-19 CPU seconds for 1M events); the array operations
+here are compiled once, in numpy and Arrow
+(``bench/results/2026-11-26-pipeline-audit-arrow.md``).
+
+The coded path stays, and so does the reference (``audit.journeys``):
+``audit_job.compute(journeys=...)`` picks one. The coded path needs no Python workers
+(for clusters whose executors lack numpy or pyarrow) and takes the traces this one
+does not (``supported``: more than ``MAX_BROKERS`` brokers or ``MAX_RUNS`` runs), and
+those with more than ``MAX_COPIES`` resent dedup ids: resends (``audit.delivered_copies``:
+per dedup id, the first message id that reached a consumer) span messages of
+different partitions, so when the catalog pass saw deliveries carrying a dedup id
+they are collected once on the driver and travel with the plan.
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark import cloudpickle
 from pyspark.sql import DataFrame
@@ -60,7 +72,8 @@ def copies(events: DataFrame, cat: catalog.Catalog) -> dict[str, str] | None:
     return {r["_copy_of"]: r["_copy"] for r in rows}
 
 
-def plan(cat: catalog.Catalog, copies: dict[str, str]) -> journey_arrays.Plan:
+def plan(cat: catalog.Catalog, copies: dict[str, str], stuck_after_ms: int = 60_000
+         ) -> journey_arrays.Plan:
     return journey_arrays.Plan(
         kinds=tuple(tr.EVENT_KINDS),
         ranks=tuple(audit.RANK.get(k, 9) for k in tr.EVENT_KINDS),
@@ -68,7 +81,7 @@ def plan(cat: catalog.Catalog, copies: dict[str, str]) -> journey_arrays.Plan:
         destinations=tuple(d for d in cat.destinations if d is not None),
         runs=tuple((b["broker"], b["boot"], b["started_ts"], b["next_started_ts"],
                     b["next_broker"], b["clean_stop"], b["exact"]) for b in cat.boots),
-        copies=copies)
+        copies=copies, now_ts=cat.now_ts, stuck_after_ms=stuck_after_ms)
 
 
 def _by_message(events: DataFrame, partitions: int | None,
@@ -95,12 +108,14 @@ def journeys(events: DataFrame, cat: catalog.Catalog, copies: dict[str, str],
 
 
 def write_local(events: DataFrame, cat: catalog.Catalog, copies: dict[str, str],
-                directory: Path, partitions: int | None = None) -> int:
+                directory: Path, partitions: int | None = None, *,
+                stuck_after_ms: int = 60_000) -> tuple[int, dict[str, pa.Table]]:
     """The journeys written by the Python workers themselves into ``directory`` (a
     local path the executors share with the driver), replacing it, in the layout
     Spark's writer makes (``part-*.parquet`` files, ``_SUCCESS``, Spark's schema in
     each footer): the rows never pass through the JVM's Parquet writer. Returns the
-    number of journeys."""
+    number of journeys and the partitions' ``journey_arrays.partials``, concatenated
+    (for ``derived``)."""
     spark = events.sparkSession
     schema_json = spark.createDataFrame([], journey_arrays.JOURNEYS_DDL).schema.json()
     staging = directory.parent / f".{directory.name}.{uuid.uuid4().hex}"
@@ -108,7 +123,8 @@ def write_local(events: DataFrame, cat: catalog.Catalog, copies: dict[str, str],
     try:
         written = _by_message(
             events, partitions,
-            journey_arrays.write_partition(plan(cat, copies), str(staging), schema_json),
+            journey_arrays.write_partition(plan(cat, copies, stuck_after_ms), str(staging),
+                                           schema_json),
             journey_arrays.WRITTEN_DDL).collect()
         if not written:  # Spark's writer leaves one file with the schema
             pq.write_table(journey_arrays.SCHEMA.empty_table().replace_schema_metadata(
@@ -120,4 +136,64 @@ def write_local(events: DataFrame, cat: catalog.Catalog, copies: dict[str, str],
         staging.rename(directory)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return sum(r["rows"] for r in written)
+    parts = {name: [journey_arrays.read_partial(r[name]) for r in written]
+             for name in journey_arrays.PARTIALS}
+    return sum(r["rows"] for r in written), {
+        name: pa.concat_tables(tables) if tables else None
+        for name, tables in parts.items()}
+
+
+def _rows(table: pa.Table | None) -> list[dict[str, Any]]:
+    return [] if table is None else table.to_pylist()
+
+
+def derived(parts: dict[str, pa.Table], cat: catalog.Catalog, *, stuck_after_ms: int
+            ) -> dict[str, list[dict[str, Any]]]:
+    """Summary, paths, lost, duplicates and stuck from the partitions' partials, as
+    ``audit.summary``, ``paths``, ``lost``, ``duplicates`` and ``stuck`` compute them
+    from the journeys (the same rows, in the same order)."""
+    counts: dict[str, int] = {}
+    for r in _rows(parts.get("summary")):
+        counts[r["status"]] = counts.get(r["status"], 0) + r["messages"]
+    per_path: dict[tuple[str, int], list[int]] = {}
+    for r in _rows(parts.get("paths")):
+        acc = per_path.setdefault((r["path_text"], r["hops"]), [0, 0])
+        acc[0] += r["messages"]
+        acc[1] += r["consumed"]
+    lost = sorted(_rows(parts.get("lost")), key=lambda r: (r["last_ts"], r["message_id"]))
+    candidates = _rows(parts.get("duplicates"))
+    duplicates = [{"key": r["message_id"], "kind": "redelivered",
+                   "message_ids": [r["message_id"]], "destination": r["destination"],
+                   "deliveries": r["deliveries"], "acks": r["acks"],
+                   "delivered_by": r["delivered_by"]}
+                  for r in candidates if r["deliveries"] > 1]
+    by_dedup: dict[str, list[dict[str, Any]]] = {}
+    for r in candidates:
+        if r["dedup_id"] is not None and r["deliveries"] > 0:
+            by_dedup.setdefault(r["dedup_id"], []).append(r)
+    for dedup_id, group in by_dedup.items():
+        if len(group) > 1:
+            group.sort(key=lambda r: r["message_id"])
+            duplicates.append({
+                "key": dedup_id, "kind": "resent",
+                "message_ids": [r["message_id"] for r in group],
+                "destination": group[0]["destination"],
+                "deliveries": sum(r["deliveries"] for r in group),
+                "acks": sum(r["acks"] for r in group),
+                "delivered_by": sorted({b for r in group for b in r["delivered_by"]})})
+    duplicates.sort(key=lambda r: (r["kind"], r["key"]))
+    stuck = []
+    for r in sorted(_rows(parts.get("stuck")), key=lambda r: (r["last_ts"], r["message_id"])):
+        served_by = sorted({s["served_broker"] for s in cat.served
+                            if r["last_destination"] is not None
+                            and s["served_destination"] == r["last_destination"]
+                            and s["served_broker"] != r["last_broker"]
+                            and s["served_ts"] > r["last_ts"]})
+        stuck.append({**r, "age_ms": (cat.now_ts - r["last_ts"]) / 1000.0,
+                      "served_by": served_by, "consumers_elsewhere": bool(served_by)})
+    return {
+        "summary": [{"status": s, "messages": counts.get(s, 0)} for s in audit.STATUSES],
+        "paths": [{"path_text": k[0], "hops": k[1], "messages": v[0], "consumed": v[1]}
+                  for k, v in sorted(per_path.items(),
+                                    key=lambda kv: (-kv[1][0], kv[0][0], kv[0][1]))],
+        "lost": lost, "duplicates": duplicates, "stuck": stuck}

@@ -82,6 +82,9 @@ class Plan:
     destinations: tuple[str, ...]
     runs: tuple[tuple[Any, ...], ...]
     copies: dict[str, str]
+    # For the stuck messages' candidates: "now" and the threshold (``audit.stuck``).
+    now_ts: int = 0
+    stuck_after_ms: int = 60_000
 
 
 class _Groups:
@@ -393,14 +396,60 @@ def journeys(table: pa.Table, plan: Plan) -> pa.Table:
 
 # The footer key Spark reads its own schema from (as ``small_tables`` writes it).
 SPARK_SCHEMA_KEY = b"org.apache.spark.sql.parquet.row.metadata"
-WRITTEN_DDL = "file string, rows bigint"
+PARTIALS = ("summary", "paths", "lost", "duplicates", "stuck")
+WRITTEN_DDL = "file string, rows bigint, " + ", ".join(f"{p} binary" for p in PARTIALS)
+LOST_COLUMNS = ("message_id", "dedup_id", "origin_broker", "destination", "persistent",
+                "path_text", "last_event", "last_broker", "last_destination", "last_ts",
+                "holder_restarted_ts")
+
+
+def partials(out: pa.Table, plan: Plan) -> dict[str, pa.Table]:
+    """What the tables derived from the journeys need of one partition's journeys:
+    counts per status and per path (sums over partitions are exact), and the few rows
+    that are lost, delivered more than once or resent, or stuck candidates (pending
+    longer than ``plan.stuck_after_ms`` before ``plan.now_ts``)."""
+    status = out.column("status")
+    consumed = pc.equal(status, "consumed").cast(pa.int64())
+    per_path = (pa.table({"path_text": out.column("path_text"), "hops": out.column("hops"),
+                          "consumed": consumed})
+                .group_by(["path_text", "hops"], use_threads=False)
+                .aggregate([("consumed", "count"), ("consumed", "sum")])
+                .rename_columns(["path_text", "hops", "messages", "consumed"]))
+    per_status = (pa.table({"status": status}).group_by("status", use_threads=False)
+                  .aggregate([("status", "count")]).rename_columns(["status", "messages"]))
+    deliveries = out.column("deliveries")
+    repeated = pc.or_(pc.greater(deliveries, 1),
+                      pc.and_(pc.is_valid(out.column("dedup_id")), pc.greater(deliveries, 0)))
+    age_ms = pc.divide(pc.subtract(pa.scalar(plan.now_ts, pa.int64()), out.column("last_ts"))
+                       .cast(pa.float64()), 1000.0)
+    stuck = pc.and_(pc.equal(status, "pending"),
+                    pc.greater(age_ms, float(plan.stuck_after_ms)))
+    return {
+        "summary": per_status, "paths": per_path,
+        "lost": out.filter(pc.equal(status, "lost")).select(list(LOST_COLUMNS)),
+        "duplicates": out.filter(repeated).select(
+            ["message_id", "dedup_id", "destination", "deliveries", "acks", "delivered_by"]),
+        "stuck": out.filter(stuck).select(
+            ["message_id", "last_broker", "last_destination", "last_event", "last_ts"])}
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def read_partial(data: bytes) -> pa.Table:
+    return pa.ipc.open_stream(data).read_all()
 
 
 def write_partition(plan: Plan, directory: str, spark_schema_json: str) -> Any:
     """The function ``mapInArrow`` runs to write the journeys itself: a partition's
     journeys go to ``directory/part-<partition>.snappy.parquet`` (a retried task
     replaces its file), with Spark's schema in the footer as Spark's writer puts it;
-    one row out per file written (``WRITTEN_DDL``)."""
+    one row out per file written (``WRITTEN_DDL``), carrying its ``partials`` as
+    Arrow IPC streams."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import os
@@ -419,8 +468,11 @@ def write_partition(plan: Plan, directory: str, spark_schema_json: str) -> Any:
         pq.write_table(out.replace_schema_metadata({SPARK_SCHEMA_KEY: spark_schema_json}),
                        staging, compression="snappy", store_schema=False)
         os.replace(staging, os.path.join(directory, name))
-        yield pa.record_batch([pa.array([name]), pa.array([out.num_rows], pa.int64())],
-                              names=["file", "rows"])
+        parts = partials(out, plan)
+        yield pa.record_batch(
+            [pa.array([name]), pa.array([out.num_rows], pa.int64()),
+             *[pa.array([_ipc(parts[p])], pa.binary()) for p in PARTIALS]],
+            names=["file", "rows", *PARTIALS])
 
     return run
 
