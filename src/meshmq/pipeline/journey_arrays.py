@@ -287,18 +287,20 @@ def journeys(table: pa.Table, plan: Plan) -> pa.Table:
     last_event = _take(col["event"], l_row)
     last_boot = _take(col["boot"], l_row)
     last_peer = _codes(col["peer"], plan.brokers)[l_row]
-    boot_codes = _codes(last_boot, sorted({r[1] for r in plan.runs}))
     boot_names = sorted({r[1] for r in plan.runs})
+    boot_codes = _codes(last_boot, boot_names)
     restarted_ts = np.full(g.n, _MIN)
     h_next = np.full(g.n, -1)
     h_clean = np.zeros(g.n, bool)
     h_exact = np.zeros(g.n, bool)
     p_restarted = np.zeros(g.n, bool)
     p_blind = np.zeros(g.n, bool)
+    held = np.zeros(g.n, bool)
     forwarded_last = e[last] == kinds.index(FORWARDED)
     for broker, boot, started, next_started, next_broker, clean, exact in plan.runs:
         code = plan.brokers.index(broker)
         holder = (last_b == code) & (boot_codes == boot_names.index(boot))
+        held |= holder
         if next_started is not None:
             restarted_ts[holder] = next_started
         if next_broker is not None:
@@ -312,9 +314,6 @@ def journeys(table: pa.Table, plan: Plan) -> pa.Table:
             if not clean and not exact:
                 p_blind |= peer
     restarted = restarted_ts != _MIN
-    held = np.zeros(g.n, bool)
-    for broker, boot, *_ in plan.runs:
-        held |= (last_b == plan.brokers.index(broker)) & (boot_codes == boot_names.index(boot))
     # Outside a known run the holder's flags are unknown (a left join's nulls).
     holder_blind = held & ~h_clean & ~h_exact
     c = counts
