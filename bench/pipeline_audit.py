@@ -132,6 +132,42 @@ def jvm_cpu(spark: Any) -> Callable[[], float]:
     return read
 
 
+def python_workers_cpu(spark: Any) -> Callable[[], float]:
+    """The CPU seconds of the Spark JVM's descendants (the Python daemon and its
+    workers, which run ``mapInArrow`` and other Python code): user + system of every
+    live descendant and of the children they reaped. Work moved out of the JVM into
+    Python workers shows up here, not in ``jvm_cpu``. NaN where /proc is not there."""
+    jvm = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def read() -> float:
+        parents: dict[int, int] = {}
+        cpu: dict[int, int] = {}
+        try:
+            entries = list(Path("/proc").iterdir())
+        except OSError:
+            return math.nan
+        for entry in entries:
+            if not entry.name.isdigit():
+                continue
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # ended meanwhile
+            parents[int(entry.name)] = int(fields[1])
+            cpu[int(entry.name)] = sum(int(f) for f in fields[11:15])
+        total = 0
+        for pid, ticks in cpu.items():
+            ancestor = parents.get(pid)
+            while ancestor is not None and ancestor not in (jvm, 0, 1):
+                ancestor = parents.get(ancestor)
+            if ancestor == jvm:
+                total += ticks
+        return total / tick
+
+    return read
+
+
 def jvm_peak_rss_mb(spark: Any) -> float:
     """The Spark JVM's peak resident set so far (VmHWM in /proc), in MB; NaN where
     /proc is not there."""
@@ -152,10 +188,12 @@ def breakdown(spark: Any, trace: Path, out: Path) -> None:
 
     tracker = spark.sparkContext.statusTracker()
     cpu = jvm_cpu(spark)
-    marks: list[tuple[str, float, float, int]] = []
+    py_cpu = python_workers_cpu(spark)
+    marks: list[tuple[str, float, float, int, float]] = []
 
     def mark(text: str) -> None:
-        marks.append((text, time.perf_counter(), cpu(), len(tracker.getJobIdsForGroup(None))))
+        marks.append((text, time.perf_counter(), cpu(), len(tracker.getJobIdsForGroup(None)),
+                      py_cpu() + time.process_time()))
 
     class Timed(audit_job.Progress):
         def stage(self, text: str) -> None:
@@ -169,9 +207,11 @@ def breakdown(spark: Any, trace: Path, out: Path) -> None:
     mark("end")
     total = marks[-1][1] - marks[0][1]
     print(f"breakdown: {total:.1f}s in all, {marks[-1][2] - marks[0][2]:.1f} s JVM CPU, "
+          f"{marks[-1][4] - marks[0][4]:.1f} s Python CPU (workers and driver), "
           f"{marks[-1][3] - marks[0][3]} Spark jobs")
-    for (_, t0, c0, j0), (text, t1, c1, j1) in itertools.pairwise(marks):
-        print(f"  {t1 - t0:6.2f}s {c1 - c0:6.2f}s CPU {j1 - j0:3d} jobs  {text}")
+    for (_, t0, c0, j0, p0), (text, t1, c1, j1, p1) in itertools.pairwise(marks):
+        print(f"  {t1 - t0:6.2f}s {c1 - c0:6.2f}s JVM CPU {p1 - p0:6.2f}s Python CPU "
+              f"{j1 - j0:3d} jobs  {text}")
 
 
 def main() -> None:
@@ -214,6 +254,7 @@ def main() -> None:
         start_s = time.perf_counter() - t0
         tracker = spark.sparkContext.statusTracker()
         cpu = jvm_cpu(spark)
+        py_cpu = python_workers_cpu(spark)
         times = []
         core = []
         from meshmq.pipeline import audit
@@ -230,16 +271,22 @@ def main() -> None:
                   f"{n / core[-1]:,.0f} events/s")
             spark.catalog.clearCache()
             jobs0 = len(tracker.getJobIdsForGroup(None))
+            load0 = os.getloadavg()[0]
             t0, c0 = time.perf_counter(), cpu()
+            w0, d0 = py_cpu(), time.process_time()
             tables = audit_job.compute(audit_job.read_traces(spark, [trace]))
             audit_job.write_tables(tables, tmp / f"out{run}")
             times.append(time.perf_counter() - t0)
             cpu_s = cpu() - c0
+            workers_s, driver_s = py_cpu() - w0, time.process_time() - d0
             jobs = len(tracker.getJobIdsForGroup(None)) - jobs0
             lost = tables.lost.count()
             dups = tables.duplicates.count()
             print(f"run {run}: {times[-1]:.1f}s = {n / times[-1]:,.0f} events/s, "
-                  f"{cpu_s:.1f} s JVM CPU, {jobs} Spark jobs; "
+                  f"{cpu_s:.1f} s JVM CPU, {workers_s:.1f} s Python workers' CPU, "
+                  f"{driver_s:.1f} s driver Python CPU, total "
+                  f"{cpu_s + workers_s + driver_s:.1f} s CPU, {jobs} Spark jobs, load "
+                  f"{load0:.1f} -> {os.getloadavg()[0]:.1f}; "
                   f"lost {lost} (planted {planted['lost']}), duplicates {dups} "
                   f"(planted {planted['duplicates']})")
             assert lost == planted["lost"] and dups == planted["duplicates"]

@@ -4,8 +4,10 @@ Locations are paths or URIs that Spark resolves (``meshmq.pipeline.paths``), so 
 same command runs on a laptop and on a cluster reading ``hdfs://`` or ``s3a://``.
 Batch mode reads every trace file under the given locations (sealed files and
 files left ``.open``; a JSON trace is parsed once into a cached events frame, a
-Parquet one is scanned for the columns each table needs), writes the journeys and
-computes the tables derived from them from that written copy, writes one Parquet
+Parquet one is scanned for the columns each table needs), writes the journeys (by
+default computed, and written when the output is local, by Python workers over Arrow
+batches: ``meshmq.pipeline.arrow_journeys``) and computes the tables derived from
+them from that written copy or from what the workers sent back, writes one Parquet
 table per result under ``--out`` and a Markdown report with PNG charts
 (``meshmq.pipeline.report``). Streaming mode
 (``--follow``) watches the trace directories with Spark's file source (sealed files
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import datetime as dt
 import logging
 import os
 import sys
@@ -27,15 +30,16 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - the usual Spark spelling
+from pyspark.sql.types import StructType
 
 from meshmq.core import trace as tr
 from meshmq.errors import MeshmqError
-from meshmq.pipeline import audit, catalog, coded, paths, report, small_tables
+from meshmq.pipeline import arrow_journeys, audit, catalog, coded, paths, report, small_tables
 
 log = logging.getLogger("meshmq.audit")
 
@@ -122,12 +126,21 @@ class AuditTables:
     failovers: DataFrame
     # Builds the journey-derived tables from another copy of the journeys (the written
     # one); not a table.
-    from_journeys: Callable[[DataFrame], dict[str, DataFrame]] | None = \
+    from_journeys: Callable[..., dict[str, DataFrame]] | None = \
         dataclasses.field(default=None, repr=False, compare=False)
+    # Writes the journeys into a local directory without Spark's writer (the Arrow
+    # path's workers write them) and returns the rows of the tables derived from them
+    # but latency, built on the driver from what the workers sent back; not a table.
+    write_journeys: Callable[[Path], dict[str, list[dict[str, Any]]]] | None = \
+        dataclasses.field(default=None, repr=False, compare=False)
+    # The tables built on the driver: their rows and schema, written without a Spark
+    # job; not tables.
+    driver_rows: dict[str, tuple[list[dict[str, Any]], str]] = \
+        dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     def items(self) -> list[tuple[str, DataFrame]]:
         return [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self)
-                if f.name != "from_journeys"]
+                if f.name not in ("from_journeys", "write_journeys", "driver_rows")]
 
 
 def _parquet_only(events: DataFrame) -> bool:
@@ -135,8 +148,12 @@ def _parquet_only(events: DataFrame) -> bool:
     return bool(files) and all(f.endswith(".parquet") for f in files)
 
 
+JourneysPath = Literal["arrow", "coded", "reference"]
+
+
 def compute(events: DataFrame, *, stuck_after_ms: int = 60_000,
-            window: str = "10 seconds", cache_events: bool | None = None) -> AuditTables:
+            window: str = "10 seconds", cache_events: bool | None = None,
+            journeys: JourneysPath = "arrow") -> AuditTables:
     """Every table: the small ones built on the driver, the journeys and the tables
     derived from them as lazy frames.
 
@@ -160,7 +177,11 @@ def compute(events: DataFrame, *, stuck_after_ms: int = 60_000,
     served = spark.createDataFrame(
         cat.served, "served_broker string, served_destination string, served_ts bigint")
 
-    def from_journeys(journeys: DataFrame) -> dict[str, DataFrame]:
+    def from_journeys(journeys: DataFrame, latency_only: bool = False
+                      ) -> dict[str, DataFrame]:
+        if latency_only:  # the messages with a latency are the only ones it counts
+            timed = audit.journey_stats(journeys.where(F.col("latency_ms").isNotNull()))
+            return {"latency": audit.latency(journeys, timed.cache())}
         # Summary, paths and latency: one pass over the journeys, kept.
         stats = audit.journey_stats(journeys).cache()
         return {"summary": audit.summary(journeys, stats), "lost": audit.lost(journeys),
@@ -170,23 +191,41 @@ def compute(events: DataFrame, *, stuck_after_ms: int = 60_000,
                 "stuck": audit.stuck(journeys, events, older_than_ms=stuck_after_ms,
                                      now_ts=cat.now_ts, served_table=served)}
 
-    journeys = (coded.journeys(events, cat, boot_table) if coded.supported(cat)
-                else audit.journeys(events, boot_table))
+    journey_table = None
+    write_journeys: Callable[[Path], dict[str, list[dict[str, Any]]]] | None = None
+    if journeys == "arrow" and arrow_journeys.supported(cat):
+        copies = arrow_journeys.copies(events, cat)
+        if copies is not None:
+            journey_table = arrow_journeys.journeys(events, cat, copies)
+
+            def write_journeys(directory: Path) -> dict[str, list[dict[str, Any]]]:
+                _, parts = arrow_journeys.write_local(events, cat, copies, directory,
+                                                      stuck_after_ms=stuck_after_ms)
+                return arrow_journeys.derived(parts, cat, stuck_after_ms=stuck_after_ms)
+    if journey_table is None and journeys != "reference" and coded.supported(cat):
+        journey_table = coded.journeys(events, cat, boot_table)
+    if journey_table is None:
+        journey_table = audit.journeys(events, boot_table)
     return AuditTables(
-        journeys=journeys, **from_journeys(journeys),
+        journeys=journey_table, **from_journeys(journey_table),
         throughput=spark.createDataFrame(cat.throughput, catalog.THROUGHPUT_DDL),
         bridges=spark.createDataFrame(cat.bridges, catalog.BRIDGES_DDL),
         boots=boot_table, failovers=spark.createDataFrame(cat.failovers,
                                                           catalog.FAILOVERS_DDL),
-        from_journeys=from_journeys)
+        from_journeys=from_journeys, write_journeys=write_journeys,
+        driver_rows={"throughput": (cat.throughput, catalog.THROUGHPUT_DDL),
+                     "bridges": (cat.bridges, catalog.BRIDGES_DDL),
+                     "boots": (cat.boots, catalog.BOOTS_DDL),
+                     "failovers": (cat.failovers, catalog.FAILOVERS_DDL)})
 
 
 def write_tables(tables: AuditTables, out: str | os.PathLike[str],
                  progress: Progress | None = None, *, parallel: int = 4) -> None:
     """One Parquet directory per table under ``out`` (a path or URI).
 
-    The journeys go first, and the tables derived from them are then built from the
-    written copy (a columnar file read for the few columns each needs, cheaper than
+    The journeys go first (on the Arrow path, into a local directory, written by the
+    Python workers that compute them), and the tables derived from them are then
+    built from the written copy (a columnar file read for the few columns each needs, cheaper than
     keeping the journeys in memory). The other tables are small aggregations: each is
     collected once and written from the driver (``small_tables``: one job, not Spark's
     writer's several and its commit), ``parallel`` at a time, which keeps the cores
@@ -202,7 +241,13 @@ def write_tables(tables: AuditTables, out: str | os.PathLike[str],
         if progress.spark is not None:
             progress.spark.sparkContext.setJobDescription(f"writing table {name}")
         location = _join(str(out), name)
-        if small:
+        if not small and local is not None and tables.write_journeys is not None:
+            derived.update(tables.write_journeys(local / name))
+        elif local is not None and name in derived:
+            write_rows(frame.sparkSession, derived[name], frame.schema, local / name)
+        elif local is not None and name in tables.driver_rows:
+            write_rows(frame.sparkSession, *tables.driver_rows[name], local / name)
+        elif small:
             small_tables.write(frame, location, None if local is None else local / name)
         else:
             frame.write.mode("overwrite").parquet(location)
@@ -211,21 +256,45 @@ def write_tables(tables: AuditTables, out: str | os.PathLike[str],
             progress.stage(f"writing tables ({done}/{len(items)}): {name} written")
 
     first, rest = items[0], items[1:]
-    local = paths.output_local_dir(first[1].sparkSession, str(out))
+    spark = first[1].sparkSession
+    local = paths.output_local_dir(spark, str(out))
+    derived: dict[str, list[dict[str, Any]]] = {}
     progress.stage(f"writing tables (0/{len(items)}): {first[0]}")
     write(*first, small=False)
     if tables.from_journeys is not None:
-        written = first[1].sparkSession.read.parquet(_join(str(out), first[0]))
+        # The schema is known: no job to read it from a footer.
+        written = spark.read.schema(first[1].schema).parquet(_join(str(out), first[0]))
         tables.journeys = written
-        for name, frame in tables.from_journeys(written).items():
+        for name, frame in tables.from_journeys(written, bool(derived)).items():
             setattr(tables, name, frame)
+        # Built on the driver: local frames, which the report reads without a job.
+        for name, rows in derived.items():
+            setattr(tables, name, spark.createDataFrame(rows, getattr(tables, name).schema))
         rest = tables.items()[1:]
-    cached = [(name, frame.cache()) for name, frame in rest]
+    cached = [(name, frame if name in derived else frame.cache()) for name, frame in rest]
     for name, frame in cached:
         setattr(tables, name, frame)
     with concurrent.futures.ThreadPoolExecutor(max(1, parallel)) as pool:
         for future in [pool.submit(write, name, frame) for name, frame in cached]:
             future.result()
+
+
+def write_rows(spark: SparkSession, rows: list[dict[str, Any]], ddl: str | StructType,
+               directory: Path) -> None:
+    """Rows built on the driver written as Spark would write ``createDataFrame(rows,
+    ddl)`` (``small_tables.write_local``), without a Spark job. Timestamps come as
+    Spark collects them: naive datetimes in the driver's local time."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import TimestampType
+
+    schema = ddl if isinstance(ddl, StructType) else spark.createDataFrame([], ddl).schema
+    stamps = [f.name for f in schema.fields if isinstance(f.dataType, TimestampType)]
+    if stamps:
+        rows = [{**r, **{k: r[k].astimezone(dt.UTC) for k in stamps if r[k] is not None}}
+                for r in rows]
+    table = pa.Table.from_pylist(rows, to_arrow_schema(schema, timezone="UTC"))
+    small_tables.write_local(spark, table, schema.json(), directory)
 
 
 def _join(base: str, name: str) -> str:

@@ -71,7 +71,8 @@ def catalog_rows(events: DataFrame, window: str) -> DataFrame:
                         kind.alias("aux_kind"), aux.alias("aux"), w.alias("window_start"),
                         event.alias("event"), peer.alias("peer"), connector.alias("connector"),
                         F.col("ts").alias("ts"), is_msg.alias("is_msg"), ev.alias("_ev"),
-                        F.col("size").alias("size"))
+                        F.col("size").alias("size"),
+                        (F.col("dedup_id").isNotNull() & is_msg).alias("has_dedup"))
 
     run = key(0, F.col("boot"), F.col("destination"), aux_kind,
               F.when(aux_kind != AUX_NONE, F.col("reason")), F.lit(None).cast("timestamp"),
@@ -93,7 +94,10 @@ def catalog_rows(events: DataFrame, window: str) -> DataFrame:
                  F.min(F.when(service, F.col("ts"))).alias("first_service_ts"),
                  F.max(F.when(F.col("_ev").isin(tr.DISPATCHED, tr.DELIVERED), F.col("ts")))
                  .alias("served_ts"),
-                 F.sum("size").alias("bytes")))
+                 F.sum("size").alias("bytes"),
+                 # Deliveries that carry a dedup id: whether resends need looking up.
+                 F.sum(F.when(F.col("has_dedup") & F.col("_ev").isin(
+                     tr.DISPATCHED, tr.DELIVERED), 1).otherwise(0)).alias("dedup_deliveries")))
 
 
 def _start_field(reason: str | None, name: str) -> str | None:
@@ -147,6 +151,8 @@ class Catalog:
     drop_reasons: list[str]
     # Run rows: (broker, boot, destination, aux_kind, aux): the coding table's keys.
     keys: list[tuple[Any, ...]]
+    # Deliveries of messages that carry a dedup id (``audit.delivered_copies``' input).
+    dedup_deliveries: int = 0
 
 
 def build(rows: list[dict[str, Any]]) -> Catalog:
@@ -250,4 +256,5 @@ def build(rows: list[dict[str, Any]]) -> Catalog:
         drop_reasons=sorted({r["aux"] for r in run_rows
                              if r["aux_kind"] == AUX_DROP and r["aux"] is not None}),
         keys=[(r["broker"], r["boot"], r["destination"], r["aux_kind"], r["aux"])
-              for r in run_rows])
+              for r in run_rows],
+        dedup_deliveries=sum(r.get("dedup_deliveries") or 0 for r in run_rows))

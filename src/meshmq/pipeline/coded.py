@@ -30,6 +30,10 @@ Deliveries are not kept per message: the delivery the consumer acked and the
 deliveries after the last recovery follow from the first delivery when there was one,
 and are computed from the delivery events of the (few) messages delivered more than
 once. ``supported`` says when the codes fit; otherwise ``audit.journeys`` runs.
+
+The audit's default is ``meshmq.pipeline.arrow_journeys`` (per message in Python
+workers, with less CPU); this path runs when that one does not take the trace, or
+when asked for (``audit_job.compute(journeys="coded")``).
 """
 
 from __future__ import annotations
