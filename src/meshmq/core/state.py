@@ -298,6 +298,11 @@ class CoreState:
         return dest in self.queues if dest.is_queue else dest in self.topics
 
     def temp_exists(self, dest: Destination) -> bool:
+        """Whether temporary ``dest`` exists: here, or on the shard that made it, which
+        is asked then (it refuses a send to one that is gone)."""
+        shard = self.shard
+        if shard is not None and self.owner_of(shard, dest) != shard.index:
+            return True
         return dest in self.queues if dest.kind is DestKind.TEMP_QUEUE else dest in self.topics
 
     def get_queue(self, dest: Destination) -> Queue:
