@@ -14,6 +14,7 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.interop.stomp_helpers import RawClient
 from tests.node.test_node_routing import owned_by
-from tests.support.brokers import ProcessBroker, poll
+from tests.support.brokers import ProcessBroker, ThreadBroker, make_config, poll
 from tests.support.nodes import NodeProcess, shard_api, stomp_on, write_node_toml
 
 pytestmark = pytest.mark.slow
@@ -210,3 +211,16 @@ def test_metrics_are_read_without_disturbing_a_client(node: NodeProcess,
     poll(lambda: _value({f.name: f for f in text_string_to_metric_families(_scrape(node))},
                         "meshmq_destination_enqueued", destination=traffic[0],
                         type="queue") == 6, 10, "the new send counted")
+
+
+def test_stat_of_a_shard_on_one_broker_says_it_is_for_a_node(tmp_path: Path) -> None:
+    broker = ThreadBroker(make_config(tmp_path / "data")).start()
+    try:
+        shown = subprocess.run([sys.executable, "-m", "meshmq.cli.main", "stat", "--url",
+                                f"127.0.0.1:{broker.management_port}", "--shard", "0"],
+                               check=False, capture_output=True, text=True, timeout=60)
+    finally:
+        broker.stop()
+    assert shown.returncode == 2
+    assert "not a node of shards" in shown.stderr and shown.stderr.count("\n") == 1, \
+        shown.stderr

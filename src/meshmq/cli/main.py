@@ -303,7 +303,8 @@ def cmd_stat(args: argparse.Namespace) -> int:
         try:
             stat: dict[str, Any] = client.get(f"/api/shards/{args.shard}/stat")
         except ManagementError as exc:
-            if "(404)" in str(exc) and "shard" not in str(exc):  # a broker's own 404
+            # A node names its shards in its 404; one broker has no such route.
+            if "(404)" in str(exc) and "the node has no shard" not in str(exc):
                 raise ManagementError(f"{args.url} is one broker, not a node of shards: "
                                       "--shard is for a node (broker.shards > 1)") from None
             raise
