@@ -1,5 +1,5 @@
 """What a shard holds for an owner, over real links between two shards with real STOMP
-clients: sends to a stopped owner are held only for ``owner_wait_s`` (then refused,
+clients: sends to a stopped owner are held only for ``[shards] owner_wait_ms`` (then refused,
 retriably, with a line that says the destination's shard is restarting), what is held
 counts against the memory limit, so a producer is paused instead of growing the shard
 without bound, an owner at its memory limit holds a producer on another shard back as
@@ -14,15 +14,10 @@ from typing import Any
 import pytest
 
 from meshmq.config.model import UsageConfig
+from meshmq.config.toml_loader import loads_toml
 from meshmq.network import shards
 from tests.support.brokers import poll
 from tests.support.shard_pair import ShardBroker, ShardPair
-
-
-def _set_owner_wait(shard: ShardBroker, seconds: float) -> None:
-    assert shard.runtime is not None and shard.runtime.shard_peers is not None
-    peers = shard.runtime.shard_peers
-    shard.run(lambda: setattr(peers, "owner_wait_s", seconds))
 
 
 def _memory_used(shard: ShardBroker) -> int:
@@ -33,10 +28,13 @@ def _memory_used(shard: ShardBroker) -> int:
 
 def test_sends_to_an_owner_gone_longer_than_the_wait_are_refused_then_accepted_again(
         tmp_path: Path) -> None:
-    pair = ShardPair(tmp_path).start()
+    # The setting as an operator writes it; each shard's runtime passes it to its links.
+    sharding = loads_toml("[broker]\nshards = 2\n\n[shards]\nowner_wait_ms = 500\n").sharding
+    pair = ShardPair(tmp_path, sharding=sharding).start()
     try:
         pair.wait_linked()
-        _set_owner_wait(pair[1], 0.5)
+        assert pair[1].runtime is not None and pair[1].runtime.shard_peers is not None
+        assert pair[1].runtime.shard_peers.owner_wait_s == 0.5
         queue = pair.owned_by(0, "waited")
         pair.stop_owner(0)
         held = pair[1].client()

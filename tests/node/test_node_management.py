@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
 
 from meshmq.config.model import AuthConfig, BrokerConfig, ManagementConfig, User
 from meshmq.node import management as node_management
@@ -26,7 +27,16 @@ def _stat(connections: int) -> dict[str, Any]:
             "durable_subscriptions": [], "memory": {"used": 1, "limit": 10, "peak": 1}}
 
 
-def _shard_app(connections: int, *, hang: bool = False) -> web.Application:
+def _metrics_text(connections: int) -> str:
+    return ("# TYPE meshmq_messages_enqueued counter\n"
+            f"meshmq_messages_enqueued_total {10 * connections}\n"
+            "# TYPE meshmq_connections gauge\n"
+            f'meshmq_connections{{listener="stomp",protocol="stomp"}} {connections}\n'
+            "# EOF\n")
+
+
+def _shard_app(connections: int, *, hang: bool = False,
+               metrics: str | None = None) -> web.Application:
     async def stat(request: web.Request) -> web.Response:
         if hang:
             await asyncio.sleep(30)
@@ -39,8 +49,15 @@ def _shard_app(connections: int, *, hang: bool = False) -> web.Application:
              "authorization": request.headers.get("Authorization")},
             status=202, headers={"X-Shard": "0"})
 
+    async def scrape(request: web.Request) -> web.Response:
+        if hang:
+            await asyncio.sleep(30)
+        text = _metrics_text(connections) if metrics is None else metrics
+        return web.Response(text=text, content_type="application/openmetrics-text")
+
     app = web.Application()
     app.router.add_get("/api/stat", stat)
+    app.router.add_get("/metrics", scrape)
     app.router.add_route("*", "/api/echo", echo)
     return app
 
@@ -105,6 +122,54 @@ def test_a_shard_too_slow_to_answer_is_shown_down(tmp_path: Path,
         assert [s["state"] for s in stat["shards"]] == ["down", "up"]
 
     _run(tmp_path, {0: _shard_app(3, hang=True), 1: _shard_app(4)}, scenario)
+
+
+def _families(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    return {f.name: [(s.labels, s.value) for s in f.samples]
+            for f in text_string_to_metric_families(text)}
+
+
+def test_metrics_show_a_shard_that_does_not_answer_as_down(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(node_management, "ASK_TIMEOUT_S", 0.3)
+
+    async def scenario(client: aiohttp.ClientSession, url: str) -> None:
+        async with client.get(f"{url}/metrics") as resp:
+            assert resp.status == 200
+            found = _families(await resp.text())
+        assert found["meshmq_shard_up"] == [({"shard": "0"}, 0.0), ({"shard": "1"}, 1.0)]
+        # The sums hold the shards that answered; per-shard series only theirs.
+        assert found["meshmq_messages_enqueued"] == [({}, 40.0)]
+        assert found["meshmq_connections"] == [
+            ({"listener": "stomp", "protocol": "stomp", "shard": "1"}, 4.0)]
+
+    _run(tmp_path, {0: _shard_app(3, hang=True), 1: _shard_app(4)}, scenario)
+
+
+@pytest.mark.parametrize("text", ["not metrics at all", "# TYPE x counter\nx_total 1\n"])
+def test_metrics_a_shard_cannot_be_read_from_count_it_down(tmp_path: Path,
+                                                           text: str) -> None:
+    async def scenario(client: aiohttp.ClientSession, url: str) -> None:
+        async with client.get(f"{url}/metrics") as resp:
+            found = _families(await resp.text())
+        assert found["meshmq_shard_up"] == [({"shard": "0"}, 1.0), ({"shard": "1"}, 0.0)]
+        assert found["meshmq_messages_enqueued"] == [({}, 30.0)]
+
+    _run(tmp_path, {0: _shard_app(3), 1: _shard_app(4, metrics=text)}, scenario)
+
+
+def test_one_shards_stat_is_its_own_503_while_it_does_not_answer(tmp_path: Path) -> None:
+    async def scenario(client: aiohttp.ClientSession, url: str) -> None:
+        async with client.get(f"{url}/api/shards/0/stat") as resp:
+            assert resp.status == 200
+            assert await resp.json() == {**_stat(3), "shard": 0}
+        async with client.get(f"{url}/api/shards/1/stat") as resp:
+            assert resp.status == 503
+            assert "shard 1 is not answering" in (await resp.json())["error"]
+        async with client.get(f"{url}/api/shards/2/stat") as resp:
+            assert resp.status == 404 and "0 to 1" in (await resp.json())["error"]
+
+    _run(tmp_path, {0: _shard_app(3)}, scenario)
 
 
 def test_other_routes_go_to_shard_0_as_they_came(tmp_path: Path) -> None:

@@ -299,17 +299,52 @@ def _receive(args: argparse.Namespace, host: str, port: int, tls: ssl.SSLContext
 def cmd_stat(args: argparse.Namespace) -> int:
     client = ManagementClient(args.url, user=args.user, password=password_for(args.user),
                               cafile=args.cafile, timeout=10)
-    stat: dict[str, Any] = client.get("/api/stat")
-    if args.json:
-        print(json.dumps(stat, indent=2))
-        return 0
-    print(f"broker {stat['broker']}  connections {stat['connections']}  memory "
-          f"{stat['memory']['used']}/{stat['memory']['limit']} ({stat['memory']['percent']}%)")
+    if args.shard is not None:  # one shard of a node, through the node's endpoint
+        try:
+            stat: dict[str, Any] = client.get(f"/api/shards/{args.shard}/stat")
+        except ManagementError as exc:
+            # A node names its shards in its 404; one broker has no such route.
+            if "(404)" in str(exc) and "the node has no shard" not in str(exc):
+                raise ManagementError(f"{args.url} is one broker, not a node of shards: "
+                                      "--shard is for a node (broker.shards > 1)") from None
+            raise
+    else:
+        stat = client.get("/api/stat")
     shards = stat.get("shards") or []
-    if shards:  # a node of shards: which of them answered
+    # A node of shards: its processes and links as well (the node's own endpoint).
+    rows: list[dict[str, Any]] = client.get("/api/shards")["shards"] if shards else []
+    if args.json:
+        print(json.dumps({**stat, "shard_processes": rows} if rows else stat, indent=2))
+        return 0
+    name = f"shard {args.shard} of {stat['broker']}" if args.shard is not None \
+        else stat["broker"]
+    print(f"broker {name}  connections {stat['connections']}  memory "
+          f"{stat['memory']['used']}/{stat['memory']['limit']} ({stat['memory']['percent']}%)")
+    if shards:  # which of them answered
         down = [str(s["shard"]) for s in shards if s.get("state") != "up"]
         print(f"shards {len(shards)}  up {len(shards) - len(down)}"
               + (f"  not answering: {', '.join(down)}" if down else ""))
+        print(shard_tables(rows))
+    _print_stat(stat)
+    return 0
+
+
+def shard_tables(rows: list[dict[str, Any]]) -> str:
+    """``/api/shards`` as two tables: each shard's process, then each link's counters
+    (a link ``0->1`` is shard 0's to shard 1: what 0 sent 1 as owner, what 0 delivered
+    to 1's consumers, and 1's sends parked at 0's memory limit)."""
+    procs = admin.table(rows, (("shard", "SHARD"), ("pid", "PID"), ("state", "STATE"),
+                               ("restarts", "RESTARTS"), ("connections", "CONNECTIONS")))
+    links = [{"link": f"{row['shard']}->{link.get('shard')}", **link}
+             for row in rows for link in row.get("links") or ()]
+    if not links:
+        return procs
+    return procs + "\n" + admin.table(links, (
+        ("link", "LINK"), ("up", "UP"), ("sent", "SENT"),
+        ("delivered_out", "DELIVERED OUT"), ("parked", "PARKED")))
+
+
+def _print_stat(stat: dict[str, Any]) -> None:
     ha = stat.get("ha") or {}
     if ha.get("mode") == "replicated":
         print(f"role {ha['role']}  ha replicated  term {ha['term']}  master "
@@ -348,7 +383,6 @@ def cmd_stat(args: argparse.Namespace) -> int:
         if err and b["state"] != "forwarding":
             line += f"  last error: {err.get('kind')}: {err.get('message')}"
         print(line)
-    return 0
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -485,6 +519,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cafile", metavar="FILE",
                    help="https: the CA bundle (PEM) that signed the endpoint's certificate "
                         "(default: the system's)")
+    s.add_argument("--shard", type=int, metavar="K",
+                   help="a node of shards: shard K's own figures (0 is the first)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_stat)
 

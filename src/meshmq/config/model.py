@@ -405,6 +405,17 @@ class HaConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ShardsConfig:
+    """``[shards]``: how the shards of a node (``[broker] shards`` > 1) treat each other."""
+
+    # How long sends to a destination whose owning shard is unreachable are held (their
+    # receipts wait) before they fail and new ones are refused, retriably, until it is
+    # back: long enough for a restarted shard to come back, short enough that producers
+    # learn of a shard that does not.
+    owner_wait_ms: int = 10_000
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerConfig:
     broker_name: str = "localhost"
     data_directory: Path = Path("data")
@@ -443,6 +454,7 @@ class BrokerConfig:
     # Shard processes of this node (docs/shards.md): 1 = one broker process, as always;
     # N > 1 = a supervisor and N shards on the same ports. The loaders resolve "auto".
     shards: int = 1
+    sharding: ShardsConfig = field(default_factory=ShardsConfig)  # TOML [shards]
     source: str | None = None  # file this config came from, for messages
 
     @property

@@ -13,6 +13,7 @@ Layout of a file (one section per nested dataclass of ``BrokerConfig``)::
     [trace]           TraceConfig
     [[streams]]       StreamPolicy
     [[network_connectors]]  NetworkConnectorConfig (bridges to other brokers)
+    [shards]          ShardsConfig (BrokerConfig.sharding: [broker] shards is the count)
 
 The schema is derived from the dataclasses themselves, so a field added to the
 model is loadable at once (and ``test_config_docs`` insists it is documented).
@@ -84,9 +85,12 @@ _T = TypeVar("_T")
 log = logging.getLogger("meshmq.config")
 
 BROKER_SECTION = "broker"
-# Nested sections of BrokerConfig: TOML name -> field name (they coincide).
+# Sections whose TOML name is not their field's: ``[broker] shards`` is the count, so
+# the shards' settings live in BrokerConfig.sharding.
+_SECTION_NAMES: dict[str, str] = {"sharding": "shards"}
+# Nested sections of BrokerConfig: TOML name -> field name (the same but for the above).
 SECTIONS: dict[str, str] = {
-    f.name: f.name
+    _SECTION_NAMES.get(f.name, f.name): f.name
     for f in dataclasses.fields(BrokerConfig)
     if f.name != "source" and (
         dataclasses.is_dataclass(f.default_factory)
@@ -139,6 +143,9 @@ _RANGES: dict[str, tuple[float | None, float | None]] = {
     "HaConfig.acquire_interval_ms": (10, None),
     "HaConfig.log_retain_bytes": (0, None),
     "MetricsConfig.max_destinations": (1, None),
+    # Below 0.1 s a shard's ordinary restart would refuse sends; above an hour producers
+    # would wait on a shard that is not coming back.
+    "ShardsConfig.owner_wait_ms": (100, 3_600_000),
 }
 _NONZERO: dict[str, str] = {
     f"NetworkConnectorConfig.{name}": "-1 (unlimited) or at least 1 hop"
@@ -277,7 +284,8 @@ class _Builder:
         kwargs: dict[str, Any] = {}
         if BROKER_SECTION in raw:
             table = self._table(raw[BROKER_SECTION], BROKER_SECTION)
-            scalars = [f for f in dataclasses.fields(BrokerConfig) if f.name not in SECTIONS]
+            sections = set(SECTIONS.values())
+            scalars = [f for f in dataclasses.fields(BrokerConfig) if f.name not in sections]
             kwargs.update(self._fields(BrokerConfig, scalars, table, BROKER_SECTION))
         hints = get_type_hints(BrokerConfig)
         for name, field_name in SECTIONS.items():

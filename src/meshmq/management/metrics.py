@@ -6,6 +6,9 @@ recorder's counters into metric families when ``GET /metrics`` asks, so nothing 
 to the per-message path. The one measurement taken on the write path is the store sync
 latency histogram (:func:`sync_histogram`), observed once per durable-sync window.
 
+A shard of a node adds its links to the other shards (``meshmq_shard_link_*``, label
+``peer``); the node's endpoint (node/metrics.py) adds the ``shard`` label to them.
+
 Per-destination series are bounded (``[management.metrics]``): destinations the
 patterns name, up to ``max_destinations`` in name order, get series of their own; the
 rest are summed into ``destination="_other"`` (one series per type).
@@ -55,6 +58,28 @@ _DESTINATION_FIGURES = (
     ("memory", "meshmq_destination_memory_bytes", "Message bytes held in memory", False),
 )
 _BRIDGE_LABELS = ("connector", "peer", "direction")
+# A shard's links to its peers (``ShardPeers.summary()``): (key, metric name, help, counter?).
+_SHARD_LINK_FIGURES = (
+    ("up", "meshmq_shard_link_up", "1 while the link to the peer shard is up", False),
+    ("sent", "meshmq_shard_link_sent",
+     "Sends forwarded to the peer shard, the destination's owner (first tries)", True),
+    ("retried", "meshmq_shard_link_retried",
+     "Sends the owning peer refused (on_limit = fail, a destination's own limit), "
+     "sent again", True),
+    ("delivered_out", "meshmq_shard_link_delivered_out",
+     "Deliveries to the peer's consumers of destinations owned here", True),
+    ("delivered_in", "meshmq_shard_link_delivered_in",
+     "Deliveries from the owning peer to consumers connected here", True),
+    ("unsettled_sends", "meshmq_shard_link_unsettled_sends",
+     "Sends to the peer it has not stored yet", False),
+    ("parked", "meshmq_shard_link_parked",
+     "The peer's sends parked here at this shard's memory limit", False),
+    ("parked_total", "meshmq_shard_link_parked_sends",
+     "The peer's sends ever parked here at this shard's memory limit", True),
+    ("link_pauses", "meshmq_shard_link_pauses", "Times the link's write buffer filled",
+     True),
+    ("writes", "meshmq_shard_link_writes", "Writes on the link", True),
+)
 
 
 def sync_histogram() -> Histogram:
@@ -96,6 +121,9 @@ class BrokerCollector(Collector):
         yield from self._bridges(stat["network"]["bridges"])
         yield from self._store(stat["store"], stat.get("persistent_refused"))
         yield from self._ha(stat["ha"])
+        links = runtime.shard_links()
+        if links is not None:
+            yield from self._shard_links(links)
         yield CounterMetricFamily("meshmq_trace_events_written",
                                   "Message trace events written to trace files",
                                   value=runtime.trace_events_written)
@@ -216,6 +244,16 @@ class BrokerCollector(Collector):
                                 "1 while the store refuses new persistent messages",
                                 value=1 if refusing else 0)
         yield from runtime.sync_seconds.collect()
+
+    @staticmethod
+    def _shard_links(links: Sequence[Mapping[str, Any]]) -> Iterator[Metric]:
+        for key, name, help_text, counter in _SHARD_LINK_FIGURES:
+            family: GaugeMetricFamily | CounterMetricFamily = (
+                CounterMetricFamily(name, help_text, labels=("peer",)) if counter
+                else GaugeMetricFamily(name, help_text, labels=("peer",)))
+            for link in links:
+                family.add_metric((str(link.get("shard", "")),), int(link.get(key, 0) or 0))
+            yield family
 
     @staticmethod
     def _ha(ha: Mapping[str, Any]) -> Iterator[Metric]:

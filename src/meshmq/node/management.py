@@ -7,8 +7,11 @@ logins as a broker's). It stays up while shards restart:
 * ``GET /api/stat`` and ``GET /api/broker`` ask every shard at once and sum the answers
   (node/aggregate.py); a shard that does not answer within ``ASK_TIMEOUT_S`` is shown
   as down, the request never fails for it;
-* ``GET /api/shards``: each shard's process (pid, state, restarts, uptime) and its
-  client connections;
+* ``GET /metrics`` asks every shard at once too and serves their series as one
+  broker's (node/metrics.py), with ``meshmq_shard_up`` 0 for a shard that did not answer;
+* ``GET /api/shards``: each shard's process (pid, state, restarts, uptime), its
+  client connections and its links; ``GET /api/shards/{k}/stat``: shard k's own
+  ``/api/stat`` (404 for a shard the node does not have, 503 while it does not answer);
 * ``GET /api/health``: the node's own answer, with how many shards are up;
 * every other request is passed to the front shard (shard 0) as it came, its answer
   streamed back (the console's event stream too); 503 while shard 0 is down.
@@ -28,6 +31,8 @@ from datetime import UTC, datetime
 
 import aiohttp
 from aiohttp import web
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
 
 from meshmq.config.credential_files import credential_source
 from meshmq.config.model import BrokerConfig, management_exposure
@@ -37,6 +42,14 @@ from meshmq.management.api import error_reply, reply
 from meshmq.management.app import login_decision
 from meshmq.management.server import SHUTDOWN_TIMEOUT_S, bind_socket, tls_context
 from meshmq.node.aggregate import ShardAnswer, ShardRow, node_broker, node_stat, shard_rows
+from meshmq.node.metrics import (
+    ACCEPT,
+    FixedCollector,
+    ShardMetrics,
+    merge,
+    node_figures,
+    process_figures,
+)
 
 __all__ = ["ASK_TIMEOUT_S", "NodeManagement"]
 
@@ -81,6 +94,8 @@ class NodeManagement:
         app.router.add_get("/api/stat", self._stat)
         app.router.add_get("/api/broker", self._broker)
         app.router.add_get("/api/shards", self._shards)
+        app.router.add_get("/api/shards/{shard}/stat", self._shard_stat)
+        app.router.add_get("/metrics", self._metrics)
         app.router.add_route("*", "/{tail:.*}", self._proxy)
         runner = web.AppRunner(app, access_log=None, handle_signals=False,
                                shutdown_timeout=SHUTDOWN_TIMEOUT_S)
@@ -124,6 +139,18 @@ class NodeManagement:
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
             return ShardAnswer(shard, error=str(exc) or type(exc).__name__)
 
+    async def _metrics_of(self, shard: int, headers: dict[str, str]) -> ShardMetrics:
+        try:
+            async with self._session(shard).get(
+                    "http://shard/metrics", headers={**headers, "Accept": ACCEPT},
+                    timeout=aiohttp.ClientTimeout(total=ASK_TIMEOUT_S)) as resp:
+                text = await resp.text()
+                if resp.status != 200:
+                    return ShardMetrics(shard, error=f"HTTP {resp.status}")
+                return ShardMetrics(shard, text)
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+            return ShardMetrics(shard, error=str(exc) or type(exc).__name__)
+
     async def ask(self, path: str, request: web.Request) -> list[ShardAnswer]:
         headers = {k: v for k, v in request.headers.items() if k in _FORWARD_REQUEST}
         return list(await asyncio.gather(*(self._ask_one(k, path, headers)
@@ -154,6 +181,32 @@ class NodeManagement:
                 for row in shard_rows(self.rows(), answers)]
         return reply({"broker": self.config.broker_name, "count": self.count,
                       "shards": rows})
+
+    async def _shard_stat(self, request: web.Request) -> web.Response:
+        text = request.match_info["shard"]
+        shard = int(text) if text.isdigit() else -1
+        if not 0 <= shard < self.count:
+            return error_reply(404, f"the node has no shard {text!r}: its shards are 0 to "
+                                    f"{self.count - 1} (GET /api/shards lists them)")
+        headers = {k: v for k, v in request.headers.items() if k in _FORWARD_REQUEST}
+        answer = await self._ask_one(shard, "/api/stat", headers)
+        if answer.body is None:
+            return error_reply(503, f"shard {shard} is not answering ({answer.error}); it "
+                                    "is restarting or stopped: GET /api/shards says which")
+        return reply({**answer.body, "shard": shard})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        headers = {k: v for k, v in request.headers.items() if k == "Authorization"}
+        answers = await asyncio.gather(*(self._metrics_of(k, headers)
+                                         for k in range(self.count)))
+        families, up = merge(answers)
+        rows = self.rows()
+        uptime_s = time.time() - self.started_ms / 1000
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(FixedCollector(
+            [*node_figures(rows, up, uptime_s), *families, *process_figures(rows)]))
+        encode, content_type = choose_encoder(request.headers.get("Accept", ""))
+        return web.Response(body=encode(registry), headers={"Content-Type": content_type})
 
     async def _proxy(self, request: web.Request) -> web.StreamResponse:
         headers = {k: v for k, v in request.headers.items() if k in _FORWARD_REQUEST}

@@ -120,7 +120,8 @@ class BrokerRuntime:
             from meshmq.network.shards import ShardPeers
 
             self.broker.use_shard(shard)
-            self.shard_peers = ShardPeers(self, shard)
+            self.shard_peers = ShardPeers(
+                self, shard, owner_wait_s=config.sharding.owner_wait_ms / 1000)
             self.engine.shards = self.shard_peers
             self.durability.owners = self.shard_peers.owners
             self.durability.relays = self.shard_peers.opened

@@ -25,7 +25,7 @@ PREFIX: dict[type, str | tuple[str, ...]] = {
     model.LoggingConfig: "logging",
     model.TraceConfig: "trace", model.StreamPolicy: "streams[]",
     model.NetworkConnectorConfig: "network_connectors[]",
-    model.HaConfig: "ha",
+    model.HaConfig: "ha", model.ShardsConfig: "shards",
     model.AuthorizationConfig: "auth.authorization",
     model.AuthorizationEntry: "auth.authorization.entries[]",
     model.AuthorizationRights: ("auth.authorization.default", "auth.authorization.temp"),

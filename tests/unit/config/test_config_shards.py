@@ -1,4 +1,5 @@
-"""``[broker] shards``: a count, or "auto"; refused with options it cannot run with yet."""
+"""``[broker] shards``: a count, or "auto"; refused with options it cannot run with yet.
+``[shards]``: the settings every shard of the node is given."""
 
 from __future__ import annotations
 
@@ -46,3 +47,37 @@ def test_auto_is_one_per_cpu_within_the_bounds() -> None:
     assert parse_shards("3", 256, 16) == 3
     with pytest.raises(ValueError, match="from 1 to 256"):
         parse_shards(False, 256, 16)
+
+
+def test_owner_wait_defaults_to_ten_seconds_and_is_read_from_its_section() -> None:
+    assert loads_toml("").sharding.owner_wait_ms == 10_000
+    config = loads_toml("[broker]\nshards = 2\n\n[shards]\nowner_wait_ms = 250\n")
+    assert config.shards == 2 and config.sharding.owner_wait_ms == 250
+
+
+def test_the_count_and_the_section_do_not_collide() -> None:
+    """``[broker] shards`` stays the count; ``[shards]`` is a table of settings."""
+    config = loads_toml("[shards]\nowner_wait_ms = 100\n\n[broker]\nshards = 3\n")
+    assert (config.shards, config.sharding.owner_wait_ms) == (3, 100)
+    with pytest.raises(ConfigError) as err:
+        loads_toml("[broker]\nshards = { owner_wait_ms = 100 }\n", file="m.toml")
+    assert "broker.shards" in str(err.value)
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    ("99", "must be >= 100"), ("3600001", "must be <= 3600000"), ("-1", "must be >= 100"),
+    ('"10 s"', "expected an integer"), ("1.5", "expected an integer"),
+])
+def test_a_bad_owner_wait_is_one_line_with_file_line_and_option(value: str, says: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        loads_toml(f"[broker]\nshards = 2\n\n[shards]\nowner_wait_ms = {value}\n",
+                   file="m.toml")
+    text = str(err.value)
+    assert "m.toml:5" in text and "shards.owner_wait_ms" in text and says in text, text
+    assert "\n" not in text
+
+
+def test_an_unknown_shards_option_is_named_with_a_suggestion() -> None:
+    with pytest.raises(ConfigError) as err:
+        loads_toml("[shards]\nowner_wait = 100\n", file="m.toml")
+    assert "m.toml:2" in str(err.value) and "owner_wait_ms" in str(err.value)
