@@ -16,6 +16,7 @@ import pytest
 from meshmq.config.model import UsageConfig
 from meshmq.config.toml_loader import loads_toml
 from meshmq.network import shards
+from tests.interop.stomp_helpers import RawClient
 from tests.support.brokers import poll
 from tests.support.shard_pair import ShardBroker, ShardPair
 
@@ -201,6 +202,28 @@ def _links(shard: ShardBroker) -> dict[str, Any]:
     return summary[0]  # a pair: the one other shard
 
 
+def _flood(shard: ShardBroker, queue: str, n: int) -> RawClient:
+    """A producer on ``shard`` that wrote ``n`` numbered 1 KB non-persistent sends to
+    ``queue`` at once (no receipts: only flow control holds it back)."""
+    producer = shard.client()
+    pad = "x" * 1024
+    producer.send_bytes(b"".join(
+        (f"SEND\ndestination:/queue/{queue}\npersistent:false\n\n{i:04d}{pad}\0").encode()
+        for i in range(n)))
+    return producer
+
+
+def _drain(consumer: RawClient, queue: str, n: int) -> list[int]:
+    """Subscribe ``consumer`` to ``queue`` and read ``n`` messages: their numbers."""
+    consumer.send_frame("SUBSCRIBE", [("destination", f"/queue/{queue}"), ("id", "s"),
+                                      ("ack", "auto")])
+    got = []
+    while len(got) < n:
+        frame, _ = consumer.read_until("MESSAGE", timeout=30)
+        got.append(int(frame.body[:4]))
+    return got
+
+
 def test_an_owner_at_its_memory_limit_holds_producers_on_other_shards_back(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """At its limit the owner parks sends from other shards (unanswered, so their shard
@@ -218,22 +241,12 @@ def test_an_owner_at_its_memory_limit_holds_producers_on_other_shards_back(
         def parked() -> bool:
             owner_peak.append(_memory_used(pair[0]))
             return int(_links(pair[0])["parked"]) > 0
-        producer = pair[1].client()
-        pad = "x" * 1024
-        producer.send_bytes(b"".join(
-            (f"SEND\ndestination:/queue/{queue}\npersistent:false\n\n{i:04d}{pad}\0")
-            .encode() for i in range(300)))
+        producer = _flood(pair[1], queue, 300)
         poll(parked, what="sends parked at the owner's limit")
         # The owner took what fits (a link batch may pass the limit), not all 300 KB.
         assert max(owner_peak) <= 2 * limit
         consumer = pair[0].client()
-        consumer.send_frame("SUBSCRIBE", [("destination", f"/queue/{queue}"), ("id", "s"),
-                                          ("ack", "auto")])
-        got = []
-        while len(got) < 300:
-            frame, _ = consumer.read_until("MESSAGE", timeout=30)
-            got.append(int(frame.body[:4]))
-        assert got == list(range(300))
+        assert _drain(consumer, queue, 300) == list(range(300))
         owner, sender = _links(pair[0]), _links(pair[1])
         assert (owner["refused"], sender["retried"], owner["parked"]) == (0, 0, 0)
         assert int(owner["parked_total"]) > 0
@@ -260,20 +273,10 @@ def test_sends_refused_in_fail_mode_go_again_when_the_owner_has_room(
     try:
         pair.wait_linked()
         queue = pair.owned_by(0, "roomy")
-        producer = pair[1].client()
-        pad = "x" * 1024
-        producer.send_bytes(b"".join(
-            (f"SEND\ndestination:/queue/{queue}\npersistent:false\n\n{i:04d}{pad}\0")
-            .encode() for i in range(100)))
+        producer = _flood(pair[1], queue, 100)
         poll(lambda: int(_links(pair[1])["retried"]) > 0, what="a send refused at the limit")
         consumer = pair[0].client()
-        consumer.send_frame("SUBSCRIBE", [("destination", f"/queue/{queue}"), ("id", "s"),
-                                          ("ack", "auto")])
-        got = []
-        while len(got) < 100:
-            frame, _ = consumer.read_until("MESSAGE", timeout=30)
-            got.append(int(frame.body[:4]))
-        assert got == list(range(100))
+        assert _drain(consumer, queue, 100) == list(range(100))
         sender = _links(pair[1])
         assert int(sender["spaces"]) >= 1 and not sender["owner_full"]
         producer.close()

@@ -26,15 +26,6 @@ from tests.support.brokers import poll
 from tests.support.shard_pair import ShardPair
 
 
-@pytest.fixture
-def pair(tmp_path: Path):
-    shards = ShardPair(tmp_path).start()
-    shards.wait_linked()
-    yield shards
-    shards.stop()
-
-
-
 def _send(client: RawClient, queue: str, body: str, *, persistent: bool = True) -> None:
     rid = f"r-{body}"
     client.send_frame("SEND", [("destination", f"/queue/{queue}"), ("receipt", rid),

@@ -7,8 +7,6 @@ owner's queue meanwhile, not in the consumer's shard."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from meshmq.core import destinations as dst
@@ -16,14 +14,6 @@ from meshmq.transport.adapter import WRITE_HIGH_WATER
 from tests.interop.stomp_helpers import RawClient
 from tests.support.brokers import poll
 from tests.support.shard_pair import ShardBroker, ShardPair
-
-
-@pytest.fixture
-def pair(tmp_path: Path):
-    shards = ShardPair(tmp_path).start()
-    shards.wait_linked()
-    yield shards
-    shards.stop()
 
 
 def _owner_paused(owner: ShardBroker, name: str) -> bool:

@@ -9,8 +9,6 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-import pytest
-
 from meshmq.core.destinations import Destination
 from meshmq.core.shard_relay import RelayQueue
 from meshmq.core.shards import owner
@@ -20,14 +18,6 @@ from tests.interop.stomp_helpers import RawClient
 from tests.support.brokers import poll
 from tests.support.raw_stomp import RawFrame
 from tests.support.shard_pair import NODE, ShardBroker, ShardPair
-
-
-@pytest.fixture
-def pair(tmp_path: Path):
-    shards = ShardPair(tmp_path).start()
-    shards.wait_linked()
-    yield shards
-    shards.stop()
 
 
 def _client(shard: ShardBroker, client_id: str | None = None) -> RawClient:

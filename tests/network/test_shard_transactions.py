@@ -9,20 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from meshmq.core.shard_txn import DECIDED_PREFIX, PREPARED_PREFIX, TxnDecide
 from tests.interop.stomp_helpers import RawClient
 from tests.support.brokers import poll
 from tests.support.shard_pair import ShardBroker, ShardPair
-
-
-@pytest.fixture
-def pair(tmp_path: Path):
-    shards = ShardPair(tmp_path).start()
-    shards.wait_linked()
-    yield shards
-    shards.stop()
 
 
 def _send(client: RawClient, queue: str, body: str, txn: str | None = None) -> None:
