@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -226,6 +228,15 @@ def test_master_node_killed_the_slave_node_takes_over_its_shards_stores(
 
     stat = b.stat()
     assert (stat["ha"]["role"], stat["ha"]["epoch"]) == ("master", 2)
+    # The killed node comes back as the slave of the new master, and stops at once.
+    again = HaNode(a.config_path, a.log_path).start().wait_slave()
+    assert not accepts(ports[0]) and again.shard_processes() == []
+    printed = subprocess.run(
+        [sys.executable, "-m", "meshmq.cli.main", "stat", "--url",
+         f"127.0.0.1:{again.management_port}"], capture_output=True, text=True, timeout=30,
+        check=True).stdout
+    assert "role slave  ha shared  epoch 0  lease held by b@" in printed
+    assert again.terminate() == 0
     for producer, consumer, queue in zip(producers, consumers, queues, strict=True):
         check(producer, consumer, drain(ports[1], queue))
     assert b.terminate() == 0
