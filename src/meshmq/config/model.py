@@ -487,9 +487,13 @@ def sharding_conflict(config: BrokerConfig) -> tuple[str, str] | None:
     """Why ``config.shards > 1`` cannot run as configured, and the option to change."""
     if config.shards == 1:
         return None
-    if config.ha.mode != "none":
+    if config.ha.mode == "replicated":
+        return ("replicated master/slave does not run with shards yet (it would need one "
+                "replication stream per shard): set shards = 1, or ha.mode = \"shared\"",
+                "ha.mode")
+    if config.ha.mode not in ("none", "shared"):
         return (f"master/slave (ha.mode = {config.ha.mode!r}) does not run with shards "
-                "yet: set shards = 1 or ha.mode = \"none\"", "ha.mode")
+                "yet: set shards = 1, or ha.mode = \"shared\"", "ha.mode")
     if config.persistent and config.store.kind == "postgres":
         return ("the postgres store does not run with shards yet (the shards would share "
                 "its tables): set shards = 1 or store.kind = \"journal\"", "store.kind")

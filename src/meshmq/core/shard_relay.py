@@ -77,6 +77,9 @@ class RelayOpen:
     durable: tuple[str, str] | None = None
     reader: tuple[str, tuple[str, ...]] | None = None
     no_local: bool = False  # (kept with a durable's record: a change replaces it)
+    # A bridge's demand (the front shard's network links): the brokers its interest
+    # crossed, nearest last; the owner keeps what came from the nearest one off it.
+    network_path: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +194,7 @@ class RelayQueue(Queue):
         spec = consumer.spec
         return RelayOpen(self.owner, self.relay_id, self.destination, spec.selector,
                          consumer.prefetch, spec.priority, spec.exclusive,
-                         spec.ack_mode is AckMode.AUTO)
+                         spec.ack_mode is AckMode.AUTO, network_path=spec.network_path)
 
     @property
     def held(self) -> int:

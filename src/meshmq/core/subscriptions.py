@@ -145,14 +145,15 @@ class Subscriptions:
 
     def _relay(self, conn: Connection, consumer: Consumer) -> bool:
         """One shard of several: a subscription to one destination another shard owns
-        becomes a relayed consumer (core/shard_relay.py); False: it is served here.
-        Wildcards, composites, durable and shared subscriptions and bridges' demand
-        stay local for now."""
+        becomes a relayed consumer (core/shard_relay.py); False: it is served here. A
+        bridge's demand is relayed too, so a remote broker's consumers get what every
+        shard owns. Composites, durable and shared subscriptions stay local for now
+        (wildcards: ``_fan_in``)."""
         state = self._state
         shard = state.shard
         spec = consumer.spec
         if shard is None or len(spec.destinations) != 1 or spec.subscription_name is not None \
-                or spec.shared_group is not None or spec.network_path is not None:
+                or spec.shared_group is not None:
             return False
         d = spec.destinations[0]
         if d.is_wildcard or d.is_temporary:
@@ -202,8 +203,8 @@ class Subscriptions:
         state = self._state
         shard = state.shard
         spec = consumer.spec
-        if shard is None or conn.protocol == "shard" or spec.network_path is not None \
-                or spec.shared_group is not None:
+        if shard is None or conn.protocol == "shard" or spec.shared_group is not None \
+                or (spec.network_path is not None and spec.subscription_name is not None):
             return
         patterns = tuple(d for d in spec.destinations if not d.is_temporary
                          and (d.is_wildcard or d.is_topic))

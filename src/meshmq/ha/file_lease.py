@@ -281,6 +281,12 @@ class FileLease:
                 fcntl.flock(fd, fcntl.LOCK_UN)
             return new is not None
 
+    def follow(self, epoch: int) -> None:
+        """Fence writes under ``epoch``, a lease that another process took under this
+        holder id (a node's supervisor, for its shards' stores). Such a handle is only a
+        fence: it never acquires, renews nor releases."""
+        self._epoch = epoch
+
     # ------------------------------------------------------------ fence (writer thread)
     def _check_epoch(self, when: str) -> None:
         if self._fence_fd is not None and _removed(self._fence_fd):

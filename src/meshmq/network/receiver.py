@@ -23,6 +23,7 @@ from meshmq.core.authorization import Right
 from meshmq.core.dedup import network_key
 from meshmq.errors import AuthorizationError, DestinationError, MeshmqError, ResourceLimitError
 from meshmq.network.interest import DestinationFilter, InterestItem, local_interest
+from meshmq.network.node_interest import interest_of
 from meshmq.network.stats import LinkCounters
 from meshmq.protocol.wire import AckStatus, FrameType, encode_acks, encode_json
 
@@ -66,6 +67,10 @@ class Receiver:
         self._resync: asyncio.TimerHandle | None = None
         self.closed = False
         self.broker.add_listener(self._on_consumer_event)
+        # The front shard of a node: the other shards' consumers are advertised too.
+        self.node = interest_of(self.broker) if self.protocol == "network" else None
+        if self.node is not None:
+            self.node.listeners.append(self._on_node_interest)
 
     def start(self) -> None:
         self._send_sync()
@@ -83,10 +88,18 @@ class Receiver:
 
     def _interest(self) -> dict[str, InterestItem]:
         items = local_interest(self.broker, self.remote, self.filter)
+        if self.node is not None:
+            items.update(self.node.interest_for(self.remote, self.filter))
         if self.broker.authz is None or self.conn.principal.internal:
             return items
         may, principal = self.broker.may, self.conn.principal
         return {k: i for k, i in items.items() if may(principal, Right.WRITE, i.destination)}
+
+    def _on_node_interest(self) -> None:
+        """Another shard's consumers changed (the front shard of a node)."""
+        if not self._update_scheduled and not self.closed:
+            self._update_scheduled = True
+            asyncio.get_running_loop().call_soon(self._send_update)
 
     def _on_consumer_event(self, event: ConsumerEvent) -> None:
         if not self._update_scheduled and not self.closed:
@@ -177,5 +190,7 @@ class Receiver:
         if self._resync is not None:
             self._resync.cancel()
         self.broker.remove_listener(self._on_consumer_event)
+        if self.node is not None and self._on_node_interest in self.node.listeners:
+            self.node.listeners.remove(self._on_node_interest)
         self.broker.close_connection(self.conn)
         self.host.request_pump()

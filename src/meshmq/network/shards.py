@@ -42,7 +42,7 @@ import logging
 import os
 import secrets
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from meshmq.core.auth import Principal
@@ -63,6 +63,7 @@ from meshmq.core.shard_relay import (
     ShardSettle,
 )
 from meshmq.core.shard_txn import Outcome, TxnAsk, TxnDecide, TxnDecision, TxnPrepare
+from meshmq.core.shards import FRONT_SHARD
 from meshmq.core.stream import StreamQueue
 from meshmq.errors import (
     MeshmqError,
@@ -72,6 +73,7 @@ from meshmq.errors import (
 )
 from meshmq.network.interest import DestinationFilter
 from meshmq.network.link import WireLink
+from meshmq.network.node_interest import NodeInterest
 from meshmq.network.receiver import Receiver
 from meshmq.network.stats import LinkCounters
 from meshmq.protocol.wire import (
@@ -407,7 +409,12 @@ class RelayOut:
                                 exclusive=bool(body.get("exclusive")),
                                 selector=selector if isinstance(selector, str) else None)
             spec, conn = self._subscription_relay(relay, spec, body)
+            path = body.get("network_path")
+            if isinstance(path, list):  # a bridge's demand on the front shard
+                spec = dataclasses.replace(spec, network_path=tuple(str(b) for b in path))
             consumer = self.broker.subscribe(conn, f"relay-{relay}", spec)
+            if spec.network_path:
+                consumer.net_filter = _not_back_to(spec.network_path[-1])
         except MeshmqError as exc:
             self._close_relay_conn(relay)
             # Not a reason to drop the link (it would be opened again on the next one):
@@ -714,6 +721,8 @@ class _LinkEnd:
                     self.peers._resend(peer)
             elif body.get("op") == "durable-drop":
                 self.peers.durable_drop(peer, body)
+            elif body.get("op") == "front-interest":
+                self.peers.node_interest.received(peer.index, body)
             elif body.get("op") == "retained":
                 text = body.get("msg")
                 self.peers.broker.retained_copied(
@@ -814,6 +823,9 @@ class ShardPeers:
         # decision (``committing``), and how many frames of each TXN op went out.
         self._txn_waits: dict[str, asyncio.Future[None]] = {}
         self.txn_sent: dict[str, int] = {}
+        # The consumers of every shard, for the front shard's network links.
+        self.node_interest = NodeInterest(self.broker, identity.index,
+                                          front=identity.is_front, send=self._to_front)
 
     # ------------------------------------------------------------ ReceiverServices
     @property
@@ -831,6 +843,7 @@ class ShardPeers:
             os.unlink(path)  # left by a shard that was killed
         self._server = await loop.create_unix_server(self._accept, path)
         os.chmod(path, 0o600)
+        self.node_interest.start()
         for peer in self.peers.values():
             self._start_wait(peer)
             if peer.index < self.identity.index:
@@ -839,6 +852,7 @@ class ShardPeers:
 
     async def stop(self) -> None:
         self._stopping = True
+        self.node_interest.stop()
         for task in self._dialers:
             task.cancel()
         for task in self._dialers:
@@ -953,6 +967,8 @@ class ShardPeers:
             self._queue_decision(peer, relay)
         for txn in self.broker.shard_transactions.resume(peer.index):
             self._queue_txn(txn)
+        if peer.index == FRONT_SHARD:
+            self.node_interest.front_linked()
         self._schedule_flush()
 
     def link_down(self, peer: _Peer, cause: str) -> None:
@@ -980,6 +996,7 @@ class ShardPeers:
             peer.relay_out.close()
             peer.relay_out = None
         self.broker.relay_link_lost(peer.index)
+        self.node_interest.shard_lost(peer.index)
         for txn_id in self.broker.shard_transactions.link_lost(peer.index):
             self._txn_failed(txn_id, f"shard {peer.label} was lost before it prepared")
         if not self._stopping:
@@ -1104,6 +1121,11 @@ class ShardPeers:
             raise RemoteProtocolError("shard durable-drop needs a client id and a name")
         if self.broker.drop_durable_relayed(client, name):
             self.host.request_pump()  # (the deletions go to the store with the pump)
+
+    def _to_front(self, body: dict[str, Any]) -> None:
+        front = self.peers.get(FRONT_SHARD)
+        if front is not None:
+            self.queue(front, _FRAME, encode_json(FrameType.INTEREST, body))
 
     def queue(self, peer: _Peer, kind: int, item: Any) -> None:
         if peer.link is not None:
@@ -1453,6 +1475,14 @@ def _encode_run(frames: list[bytes], kind: int, run: list[Any]) -> None:
         frames.extend(run)
 
 
+def _not_back_to(remote: str) -> Callable[[Message], bool]:
+    """The owner's half of a bridge's loop check (network/forwarder.py): a message that
+    came from the bridge's remote broker is not relayed to go back to it."""
+    def may_go(msg: Message) -> bool:
+        return remote not in msg.broker_path
+    return may_go
+
+
 def _subscription_fields(decision: RelayOpen) -> dict[str, Any]:
     """A ``SubscriptionRelay``'s part of its ``relay-open`` (nothing for the others)."""
     fields: dict[str, Any] = {}
@@ -1463,6 +1493,8 @@ def _subscription_fields(decision: RelayOpen) -> dict[str, Any]:
         fields["no_local"] = decision.no_local
     if decision.reader is not None:
         fields["reader"] = [decision.reader[0], list(decision.reader[1])]
+    if decision.network_path is not None:
+        fields["network_path"] = list(decision.network_path)
     return fields
 
 

@@ -168,13 +168,15 @@ def _write_shards_file(data: Path, layout: NodeLayout) -> None:
             os.close(dir_fd)
 
 
-def make_run_dir(data: Path) -> tuple[Path, bool]:
+def make_run_dir(data: Path, *, private: bool = False) -> tuple[Path, bool]:
     """The directory for the shards' Unix sockets, mode 0700 (only this user may reach
     them), and whether it is a temporary one to remove at exit: ``<data>/run`` unless
-    socket paths under it would be too long for the OS, then a fresh one in the
-    system's temporary directory."""
+    socket paths under it would be too long for the OS, or ``private`` (the nodes of a
+    master/slave pair share ``data``: the old master's shards may still be stopping
+    while the new one's start), then a fresh one in the system's temporary directory."""
     run = data / RUN_DIR
-    if len(os.fsencode(str(run.absolute() / _LONGEST_SOCKET_NAME))) > _MAX_SOCKET_PATH:
+    if private or len(os.fsencode(str(run.absolute() / _LONGEST_SOCKET_NAME))
+                      ) > _MAX_SOCKET_PATH:
         return Path(tempfile.mkdtemp(prefix="meshmq-run-")), True
     run.mkdir(parents=True, exist_ok=True, mode=0o700)
     st = run.stat()

@@ -70,8 +70,11 @@ class NodeManagement:
     ``socket_of(k)`` is shard k's management socket."""
 
     def __init__(self, config: BrokerConfig, count: int, socket_of: Callable[[int], str],
-                 rows: Callable[[], Sequence[ShardRow]]) -> None:
+                 rows: Callable[[], Sequence[ShardRow]], *,
+                 ha_status: Callable[[], dict[str, object]] | None = None) -> None:
         self.config = config
+        # The node's master/slave role (the supervisor's lease), shown as a broker's.
+        self.ha_status = ha_status
         self.count = count
         self.socket_of = socket_of
         self.rows = rows
@@ -160,12 +163,18 @@ class NodeManagement:
     async def _health(self, request: web.Request) -> web.Response:
         rows = self.rows()
         up = sum(1 for r in rows if r.state == "running")
-        return reply({"status": "ok" if up == self.count else "degraded",
-                      "broker": self.config.broker_name,
-                      "shards": {"running": up, "count": self.count}})
+        body: dict[str, object] = {"status": "ok" if up == self.count else "degraded",
+                                   "broker": self.config.broker_name,
+                                   "shards": {"running": up, "count": self.count}}
+        if self.ha_status is not None:
+            body["ha"] = self.ha_status()
+        return reply(body)
 
     async def _stat(self, request: web.Request) -> web.Response:
-        return reply(node_stat(self.config.broker_name, await self.ask("/api/stat", request)))
+        stat = node_stat(self.config.broker_name, await self.ask("/api/stat", request))
+        if self.ha_status is not None:
+            stat["ha"] = self.ha_status()
+        return reply(stat)
 
     async def _broker(self, request: web.Request) -> web.Response:
         answers = await self.ask("/api/broker", request)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from meshmq.config.model import BrokerConfig
 from meshmq.core.shards import ShardIdentity
 from meshmq.errors import MeshmqError
+from meshmq.node.fence import ShardFence, ShardLease
 
 __all__ = ["EXIT_START_FAILED", "ShardSpec", "encode_spec", "read_spec", "serve_shard"]
 
@@ -45,6 +46,8 @@ class ShardSpec:
     config: BrokerConfig
     identity: ShardIdentity
     log_level: str | None = None
+    # The node's lease when it is the master of a shared pair: the store's write fence.
+    lease: ShardLease | None = None
 
 
 def encode_spec(spec: ShardSpec) -> bytes:
@@ -82,8 +85,9 @@ async def serve_shard(spec: ShardSpec, parent_fd: int = PARENT_FD) -> int:
     from meshmq.transport.runtime import BrokerRuntime, tune_gc
 
     tune_gc()
+    fence = ShardFence(spec.lease) if spec.lease is not None else None
     try:
-        runtime = BrokerRuntime(spec.config, shard=spec.identity)
+        runtime = BrokerRuntime(spec.config, shard=spec.identity, fence=fence)
     except MeshmqError as exc:
         _report(f"error {exc.code} {exc}")
         return EXIT_START_FAILED

@@ -18,6 +18,13 @@ starts one process per shard and keeps it running:
 * SIGTERM or SIGINT: every shard gets SIGTERM and ``STOP_GRACE_S`` to stop as a broker
   stops (sessions closed, store synced), then SIGKILL; the supervisor exits 0.
   SIGHUP is passed to every shard (TLS certificates are reloaded).
+* ``ha.mode = "shared"``: the whole node is the master or the slave of a pair on one
+  data directory. The supervisor waits for the lease (ha/controller.py, the lease file
+  in the node's data directory) before it binds any client port or starts any shard,
+  and serves only its management endpoint meanwhile (``role slave``). Each shard's
+  journal checks that lease on every write (node/fence.py). A supervisor that loses
+  the lease kills its shards at once (their writes are refused anyway) and starts
+  again as a slave (``ha.restart_when_deposed``) or exits with ``EXIT_DEPOSED``.
 """
 
 from __future__ import annotations
@@ -38,12 +45,14 @@ from typing import IO
 from meshmq.config.model import BrokerConfig
 from meshmq.core.shards import ShardIdentity
 from meshmq.errors import ConfigError, MeshmqError
+from meshmq.ha.controller import HaController
 from meshmq.node.aggregate import ShardRow
+from meshmq.node.fence import STARTS_PER_EPOCH, ShardLease
 from meshmq.node.layout import LayoutError, check_layout, make_run_dir, shard_directory
 from meshmq.node.ports import NodePorts, bind_ports
 from meshmq.node.shard import ShardSpec, encode_spec
 
-__all__ = ["RESTART_MAX_S", "RESTART_MIN_S", "STABLE_AFTER_S", "STOP_GRACE_S",
+__all__ = ["EXIT_DEPOSED", "RESTART_MAX_S", "RESTART_MIN_S", "STABLE_AFTER_S", "STOP_GRACE_S",
            "NodeStartError", "RestartBackoff", "Supervisor", "describe_exit", "run_node",
            "shard_config"]
 
@@ -54,6 +63,7 @@ RESTART_MAX_S = 5.0
 STABLE_AFTER_S = 30.0  # a shard that ran this long starts its backoff from the minimum
 STOP_GRACE_S = 10.0  # SIGTERM to SIGKILL at the node's stop
 LOCK_FILE = "node.lock"
+EXIT_DEPOSED = 3  # as one broker's (transport/runtime.py): the lease was lost
 
 
 class NodeStartError(MeshmqError):
@@ -74,7 +84,9 @@ def shard_config(config: BrokerConfig, index: int, listeners: tuple[object, ...]
         trace = dataclasses.replace(trace, directory=trace.directory / f"shard-{index}")
     changes: dict[str, object] = {
         "data_directory": shard_directory(config.data_directory, index),
-        "store": store, "trace": trace}
+        "store": store, "trace": trace,
+        # The supervisor holds the node's lease; a shard only passes its fence.
+        "ha": dataclasses.replace(config.ha, mode="none")}
     if listeners is not None:
         changes["listeners"] = listeners
     return dataclasses.replace(config, **changes)  # type: ignore[arg-type]
@@ -118,6 +130,7 @@ class _Shard:
     last_exit: str | None = None
     ready: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     start_error: str | None = None
+    spawns: int = 0  # processes started, under this supervisor's lease epoch
 
     def row(self, now: float) -> ShardRow:
         running = self.process is not None and self.process.returncode is None
@@ -149,12 +162,31 @@ class Supervisor:
         self._stopping = asyncio.Event()
         self._node_started = False
         self._tasks: list[asyncio.Task[None]] = []
+        self.shutdown_requested = False  # SIGTERM/SIGINT: not to start again as a slave
+        self.deposed = False  # lost the lease while master
+        self.ha: HaController | None = None
+        self._ha_stopped = False
+        self._ha_stopping: asyncio.Task[None] | None = None
+        if config.ha.mode == "shared":
+            from meshmq.ha.file_lease import FileLease
+            from meshmq.ha.setup import default_holder_id
+
+            self.ha = HaController(
+                FileLease(self.lease_directory, config.ha.holder_id
+                          or default_holder_id(config)),
+                config.ha, mode="shared", on_lost=self._on_deposed)
         from meshmq.node.management import NodeManagement
 
         self.management: NodeManagement | None = None
         if config.management.enabled:
-            self.management = NodeManagement(config, self.count, self._management_socket,
-                                              self.rows)
+            self.management = NodeManagement(
+                config, self.count, self._management_socket, self.rows,
+                ha_status=self.ha.status if self.ha is not None else None)
+
+    @property
+    def lease_directory(self) -> Path:
+        """Where the node's lease file lives: beside the shards' stores."""
+        return self.config.store.directory or self.config.data_directory
 
     # ------------------------------------------------------------ views
     def rows(self) -> list[ShardRow]:
@@ -191,16 +223,28 @@ class Supervisor:
             await self._stopping.wait()
         finally:
             await self.stop()
-        return 0
+        return EXIT_DEPOSED if self.deposed else 0
 
     async def start(self) -> None:
         data = self.config.data_directory
-        self._take_lock(data)
-        check_layout(data, self.count, self.config.broker_name,
-                     self.config.store_directory, persistent=self.config.persistent)
-        self.run_dir, self._temporary_run_dir = make_run_dir(data)
+        self._take_lock(data, shared=self.ha is not None)
+        if self.ha is None:
+            check_layout(data, self.count, self.config.broker_name,
+                         self.config.store_directory, persistent=self.config.persistent)
+        # Two nodes of a pair share the data directory but not their sockets.
+        self.run_dir, self._temporary_run_dir = make_run_dir(
+            data, private=self.ha is not None)
+        if self.ha is not None:
+            if self.management is not None:  # first, so a slave's role can be seen
+                await self.management.start()
+            if not await self.ha.acquire():
+                return  # stopped while a slave
+            log.info("master: starting the node's %d shards on the shared stores",
+                     self.count)
+            check_layout(data, self.count, self.config.broker_name,
+                         self.config.store_directory, persistent=self.config.persistent)
         self.ports = bind_ports(self.config)
-        if self.management is not None:
+        if self.management is not None and self.ha is None:
             await self.management.start()
         for shard in self.shards:
             self._tasks.append(asyncio.get_running_loop().create_task(self._keep(shard)))
@@ -226,13 +270,21 @@ class Supervisor:
             stopping.cancel()
             ready.cancel()
 
-    def _take_lock(self, data: Path) -> None:
+    def _take_lock(self, data: Path, *, shared: bool = False) -> None:
+        """Exclusive for a node alone on its directory; shared by the nodes of a
+        master/slave pair (the lease decides between them), which keeps a node without
+        HA off their directory."""
         data.mkdir(parents=True, exist_ok=True)
         lock = (data / LOCK_FILE).open("ab")
         try:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(lock.fileno(), (fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+                        | fcntl.LOCK_NB)
         except BlockingIOError:
             lock.close()
+            if shared:
+                raise LayoutError(f"a node without master/slave runs on {data}: stop it, "
+                                  "or give this node another data directory (--data DIR)"
+                                  ) from None
             raise LayoutError(f"another node runs on {data}: give each node its own data "
                               "directory (--data DIR, or data_directory in the "
                               "configuration)") from None
@@ -241,8 +293,13 @@ class Supervisor:
     # ------------------------------------------------------------ one shard
     async def _spawn(self, shard: _Shard) -> asyncio.subprocess.Process:
         assert self.ports is not None
+        lease = None
+        if self.ha is not None:
+            lease = ShardLease(str(self.lease_directory), self.ha.backend.holder,
+                               self.ha.backend.epoch, shard.spawns)
+        shard.spawns += 1
         spec = ShardSpec(shard_config(self.config, shard.index, self.ports.listeners),
-                         self.identity(shard.index), self.log_level)
+                         self.identity(shard.index), self.log_level, lease)
         proc = await asyncio.create_subprocess_exec(
             *self.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
         assert proc.stdin is not None
@@ -273,6 +330,10 @@ class Supervisor:
         """Run the shard, and again whenever it dies, until the node stops."""
         backoff = RestartBackoff()
         while not self._stopping.is_set():
+            if shard.spawns >= STARTS_PER_EPOCH:
+                log.error("shard %d started %d times; not starting it again", shard.index,
+                          shard.spawns)
+                break
             proc = await self._spawn(shard)
             watch = asyncio.ensure_future(self._watch_start(shard, proc))
             code = await proc.wait()
@@ -307,7 +368,28 @@ class Supervisor:
     def _on_signal(self, sig: int) -> None:
         log.info("received %s, stopping the node's %d shards", signal.Signals(sig).name,
                  self.count)
+        self.shutdown_requested = True
         self._stopping.set()
+        if self.ha is not None and not self._node_started:
+            # A slave (or a node still starting): stop waiting for the lease.
+            self._ha_stopping = asyncio.get_running_loop().create_task(self._stop_ha())
+
+    def _on_deposed(self, why: str) -> None:
+        """Another node holds the lease: the shards' writes are refused already; kill
+        them at once rather than let them drain clients they can no longer serve."""
+        self.deposed = True
+        for shard in self.shards:
+            proc = shard.process
+            if proc is not None and proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+        self._stopping.set()
+
+    async def _stop_ha(self) -> None:
+        """After the shards stopped (their stores are closed): hand the lease over."""
+        if self.ha is not None and not self._ha_stopped:
+            self._ha_stopped = True
+            await self.ha.stop()
 
     def _forward(self, sig: int) -> None:
         for shard in self.shards:
@@ -339,6 +421,9 @@ class Supervisor:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        if self._ha_stopping is not None:
+            await self._ha_stopping
+        await self._stop_ha()
         if self.management is not None:
             await self.management.stop()
         if self.ports is not None:
@@ -353,5 +438,14 @@ class Supervisor:
 
 async def run_node(config: BrokerConfig, command: Sequence[str],
                    log_level: str | None = None) -> int:
-    """Run a node until SIGTERM/SIGINT (``meshmq broker`` with ``shards > 1``)."""
-    return await Supervisor(config, command, log_level).run()
+    """Run a node until SIGTERM/SIGINT (``meshmq broker`` with ``shards > 1``). A node
+    deposed as master starts again as a slave when ``ha.restart_when_deposed``, else
+    exits with ``EXIT_DEPOSED``."""
+    while True:
+        supervisor = Supervisor(config, command, log_level)
+        code = await supervisor.run()
+        if not supervisor.deposed or supervisor.shutdown_requested:
+            return code
+        if not config.ha.restart_when_deposed:
+            return EXIT_DEPOSED
+        log.info("restarting the node as a slave after losing the master role")

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from meshmq.ha.replication import ReplicatedHa
     from meshmq.management.server import ManagementServer
     from meshmq.network.shards import ShardPeers
+    from meshmq.store.fence import WriteFence
 
 __all__ = ["EXIT_DEPOSED", "LISTENER_LABELS", "SHUTDOWN_DRAIN_S", "TIMER_INTERVAL",
            "BrokerRuntime", "run_broker", "tune_gc"]
@@ -64,7 +65,8 @@ class BrokerRuntime:
     """One broker run: its components, and their start and stop."""
 
     def __init__(self, config: BrokerConfig, store: Store | None = None, *,
-                 shard: ShardIdentity | None = None) -> None:
+                 shard: ShardIdentity | None = None, fence: WriteFence | None = None
+                 ) -> None:
         self.config = config
         # One shard of a node (docs/design.md, "Shards"); None: a whole broker, as always.
         self.shard = shard
@@ -80,7 +82,8 @@ class BrokerRuntime:
         self.tls = CertificateReloader()
         # Master/slave (docs/ha.md): the lease backend is also the store's write fence.
         self.ha: HaController | ReplicatedHa | None = None
-        fence = None
+        # ``fence`` given: a shard of a master node, whose supervisor holds the lease.
+        fenced = fence is not None
         if config.ha.mode == "replicated":
             # Each broker keeps its own journal; the master replicates it (docs/ha.md).
             from meshmq.ha.replication import ReplicatedHa
@@ -107,7 +110,7 @@ class BrokerRuntime:
         self.trace = TraceRecorder(config, self.broker)
         # A master whose store refuses a write stops, so its slave can take over.
         self.engine = Pump(self.broker, store, self.trace,
-                           self._on_deposed if self.ha is not None else None)
+                           self._on_deposed if self.ha is not None or fenced else None)
         # Every "confirm once durable" (receipts, MQTT acks, bridge acks) goes through here.
         self.durability = Durability(
             self.engine.write_ops,

@@ -31,13 +31,20 @@ def test_a_bad_count_is_one_line_with_file_line_and_option(value: str) -> None:
 
 
 @pytest.mark.parametrize(("extra", "option"), [
-    ('[ha]\nmode = "shared"\n', "ha.mode"),
+    ('[ha]\nmode = "replicated"\n', "ha.mode"),
+    ('[ha]\nmode = "database"\n', "ha.mode"),
     ('[store]\nkind = "postgres"\ndsn = "dbname=x"\n', "store.kind"),
 ])
 def test_options_that_do_not_run_with_shards_yet(extra: str, option: str) -> None:
     with pytest.raises(ConfigError) as err:
         loads_toml(f"[broker]\nshards = 2\n{extra}", file="m.toml")
     assert "broker.shards" in str(err.value) and option in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_a_node_may_be_one_of_a_shared_master_slave_pair() -> None:
+    config = loads_toml('[broker]\nshards = 2\n[ha]\nmode = "shared"\n')
+    assert (config.shards, config.ha.mode) == (2, "shared")
 
 
 def test_auto_is_one_per_cpu_within_the_bounds() -> None:

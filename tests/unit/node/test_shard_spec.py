@@ -7,8 +7,15 @@ import os
 import signal
 from pathlib import Path
 
-from meshmq.config.model import BrokerConfig, ListenerConfig, StoreConfig, TraceConfig
+from meshmq.config.model import (
+    BrokerConfig,
+    HaConfig,
+    ListenerConfig,
+    StoreConfig,
+    TraceConfig,
+)
 from meshmq.core.shards import ShardIdentity
+from meshmq.node.fence import ShardLease
 from meshmq.node.shard import ShardSpec, encode_spec, read_spec
 from meshmq.node.supervisor import RestartBackoff, describe_exit, shard_config
 
@@ -25,11 +32,15 @@ def test_each_shard_has_its_own_directories_and_the_node_s_ports(tmp_path: Path)
                           trace=TraceConfig(directory=Path("/t")))
     assert shard_config(placed, 0).store_directory == Path("/s/shard-0")
     assert shard_config(placed, 0).trace_directory == Path("/t/shard-0")
+    # The supervisor holds a pair's lease; a shard runs no master/slave of its own.
+    paired = BrokerConfig(data_directory=tmp_path, shards=2, ha=HaConfig(mode="shared"))
+    assert shard_config(paired, 1).ha.mode == "none"
 
 
 def test_the_spec_travels_through_a_pipe(tmp_path: Path) -> None:
     spec = ShardSpec(BrokerConfig(broker_name="n", shards=2),
-                     ShardIdentity(1, 2, "n", str(tmp_path), "token"), "DEBUG")
+                     ShardIdentity(1, 2, "n", str(tmp_path), "token"), "DEBUG",
+                     ShardLease(str(tmp_path), "n@host:1:ab", 4, 2))
     read_end, write_end = os.pipe()
     try:
         os.write(write_end, encode_spec(spec))
