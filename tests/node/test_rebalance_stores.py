@@ -172,3 +172,34 @@ def test_a_run_killed_after_some_keys_is_finished_by_the_next(tmp_path: Path,
     report = rebalance(crashed, 3)
     assert report.resumed
     assert _snapshot(crashed, 3) == _snapshot(clean, 3)
+
+
+def test_the_same_count_writes_nothing(tmp_path: Path) -> None:
+    _fill(tmp_path, 2)
+    before = _snapshot(tmp_path, 2)
+    report = rebalance(tmp_path, 2)
+    assert report.lines() == ["the stores are already laid out for 2 shard(s): nothing "
+                              "to move"]
+    assert not (tmp_path / "rebalance.json").exists()
+    assert _snapshot(tmp_path, 2) == before
+
+
+def test_config_names_the_data_directory(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    _fill(data, 2)
+    config = tmp_path / "node.toml"
+    config.write_text(f'[broker]\nname = "{NODE}"\ndata_directory = "{data}"\nshards = 2\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "meshmq.cli.main", "shards", "rebalance", "--config",
+         str(config), "--to", "3"], check=False, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1].startswith("rebalance 2 -> 3 shard(s) done: ")
+    assert " s" in done.stdout.splitlines()[-1]
+    assert json.loads((data / "shards.json").read_text()) == {
+        "shards": 3, "hash": HASH_NAME, "node": NODE}
+    missing = subprocess.run(
+        [sys.executable, "-m", "meshmq.cli.main", "shards", "rebalance", "--to", "3"],
+        check=False, capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2
+    assert len(missing.stderr.strip().splitlines()) == 1

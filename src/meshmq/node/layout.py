@@ -130,7 +130,9 @@ def check_layout(data: Path, shards: int, node: str, plain_store: Path,
             raise LayoutError(
                 f"{data} holds the stores of a node of {recorded.shards} shards "
                 f"({where}): start it with --shards {recorded.shards} (or [broker] shards "
-                f"= {recorded.shards}), or give this broker another data directory (--data)")
+                f"= {recorded.shards}), make them one process's store first with 'meshmq "
+                f"shards rebalance --data {data} --to 1', or give this broker another data "
+                "directory (--data)")
         return
     if recorded is None:
         if _holds_data(plain_store):
