@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from meshmq import __version__
-from meshmq.cli import admin, passwd
+from meshmq.cli import admin, passwd, shards
 from meshmq.cli.management_client import ManagementClient, ManagementError, password_for
 from meshmq.errors import ConfigError, MeshmqError
 
@@ -510,6 +510,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     passwd.add_parser(sub)
     admin.add_parsers(sub)
+    shards.add_parser(sub)
 
     s = sub.add_parser("stat", help="show destinations of a running broker")
     s.add_argument("--url", default="127.0.0.1:8161",

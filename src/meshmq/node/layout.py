@@ -12,8 +12,9 @@ owns a destination depends on the count (core/shards.py), so a start with anothe
 than the stores were made with would leave messages on shards that no longer own them:
 :func:`check_layout` refuses it with one line naming what to do, unless nothing is stored
 yet (a fresh directory, or shard directories without a store). Telling whether stored
-destinations would keep their owners needs reading every store; until an offline
-rebalance exists, any stored data under another count is refused.
+destinations would keep their owners needs reading every store, which the offline
+``meshmq shards rebalance`` does (node/rebalance.py); its journal, ``rebalance.json``,
+keeps any broker off the directory until it has finished.
 """
 
 from __future__ import annotations
@@ -28,10 +29,12 @@ from pathlib import Path
 from meshmq.core.shards import HASH_NAME
 from meshmq.errors import MeshmqError
 
-__all__ = ["RUN_DIR", "SHARDS_FILE", "LayoutError", "NodeLayout", "check_layout",
-           "make_run_dir", "read_shards_file", "shard_directory"]
+__all__ = ["REBALANCE_FILE", "RUN_DIR", "SHARDS_FILE", "LayoutError", "NodeLayout",
+           "check_layout", "make_run_dir", "read_shards_file", "remove_shards_file",
+           "shard_directory", "write_shards_file"]
 
 SHARDS_FILE = "shards.json"
+REBALANCE_FILE = "rebalance.json"
 RUN_DIR = "run"
 # sockaddr_un's sun_path is 108 bytes on Linux (104 on BSDs), with its NUL.
 _MAX_SOCKET_PATH = 100
@@ -110,6 +113,10 @@ def check_layout(data: Path, shards: int, node: str, plain_store: Path,
     keeps nothing, so any count fits."""
     if not persistent:
         return
+    if (data / REBALANCE_FILE).exists():
+        raise LayoutError(f"{data} holds an unfinished shard rebalance ({REBALANCE_FILE}): "
+                          f"finish it with 'meshmq shards rebalance --data {data} --to N' "
+                          "(N as in the interrupted run) before starting")
     if shards == 1 and not (data / SHARDS_FILE).is_file():
         return  # one broker process on its own store (or none yet): nothing changes
     recorded = read_shards_file(data)
@@ -123,25 +130,37 @@ def check_layout(data: Path, shards: int, node: str, plain_store: Path,
             raise LayoutError(
                 f"{data} holds the stores of a node of {recorded.shards} shards "
                 f"({where}): start it with --shards {recorded.shards} (or [broker] shards "
-                f"= {recorded.shards}), or give this broker another data directory (--data)")
+                f"= {recorded.shards}), make them one process's store first with 'meshmq "
+                f"shards rebalance --data {data} --to 1', or give this broker another data "
+                "directory (--data)")
         return
     if recorded is None:
         if _holds_data(plain_store):
             raise LayoutError(
-                f"{data} holds a one-process store ({plain_store}), which cannot be split "
-                f"into {shards} shards yet: start without --shards (shards = 1), or give "
-                "the node a new data directory (--data DIR)")
+                f"{data} holds a one-process store ({plain_store}): start without "
+                f"--shards (shards = 1), or split it first with 'meshmq shards rebalance "
+                f"--data {data} --to {shards}' (broker stopped)")
     elif recorded.shards != shards:
         holding = _shards_holding_data(data)
         if holding:
             raise LayoutError(
                 f"{data} holds the stores of a node of {recorded.shards} shards ({where}); "
-                f"with {shards} shards stored destinations would change owner, and moving "
-                f"them is not supported yet: start with --shards {recorded.shards} (or "
-                f"[broker] shards = {recorded.shards}), or give the node a new data "
-                "directory (--data DIR)")
+                f"with {shards} shards stored destinations would change owner: start with "
+                f"--shards {recorded.shards} (or [broker] shards = {recorded.shards}), or "
+                f"move them first with 'meshmq shards rebalance --data {data} --to "
+                f"{shards}' (node stopped)")
     if recorded is None or recorded.shards != shards:
         _write_shards_file(data, NodeLayout(shards, HASH_NAME, node))
+
+
+def remove_shards_file(data: Path) -> None:
+    """Back to one broker process's layout (no ``shards.json``)."""
+    with contextlib.suppress(FileNotFoundError):
+        (data / SHARDS_FILE).unlink()
+
+
+def write_shards_file(data: Path, layout: NodeLayout) -> None:
+    _write_shards_file(data, layout)
 
 
 def _write_shards_file(data: Path, layout: NodeLayout) -> None:

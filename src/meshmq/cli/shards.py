@@ -1,0 +1,51 @@
+"""``meshmq shards rebalance``: change a stopped node's shard count (node/rebalance.py)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from meshmq.errors import ConfigError
+
+
+def add_parser(sub: Any) -> None:
+    group = sub.add_parser("shards", help="operate on a node's shard stores (broker stopped)")
+    inner = group.add_subparsers(dest="shards_command", required=True)
+    r = inner.add_parser(
+        "rebalance", help="change the number of shards, moving stored destinations",
+        description="Move every stored destination whose owning shard changes under N "
+        "shards to its new owner's store, then record N in shards.json. Run with the node "
+        "stopped; a run that was interrupted is finished by the next one.")
+    r.add_argument("--data", metavar="DIR", help="the node's data directory")
+    r.add_argument("--config", metavar="FILE",
+                   help="take the data (and store) directory from this configuration")
+    r.add_argument("--to", type=int, required=True, metavar="N", help="the new shard count")
+    r.set_defaults(func=cmd_rebalance)
+
+
+def cmd_rebalance(args: argparse.Namespace) -> int:
+    from meshmq.node.rebalance import rebalance
+
+    store_dir: Path | None = None
+    node = "meshmq"
+    if args.config:
+        from meshmq.config.load import load_config
+
+        config = load_config(Path(args.config))
+        data = config.data_directory
+        store_dir = config.store.directory
+        node = config.broker_name
+        if config.store.kind != "journal":
+            raise ConfigError(f"store kind {config.store.kind!r} has nothing to rebalance "
+                              "(only the journal store is kept per shard)")
+    elif args.data:
+        data = Path(args.data)
+    else:
+        raise ConfigError("give the node's data directory: --data DIR or --config FILE")
+    if args.data:
+        data = Path(args.data)
+    report = rebalance(data, args.to, store_directory=store_dir, node=node)
+    for line in report.lines():
+        print(line)
+    return 0
