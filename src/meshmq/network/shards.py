@@ -73,6 +73,7 @@ from meshmq.errors import (
 from meshmq.network.interest import DestinationFilter
 from meshmq.network.link import WireLink
 from meshmq.network.receiver import Receiver
+from meshmq.network.shard_clients import ClientClaims
 from meshmq.network.stats import LinkCounters
 from meshmq.protocol.wire import (
     FEATURE_SHARD,
@@ -714,6 +715,8 @@ class _LinkEnd:
                     self.peers._resend(peer)
             elif body.get("op") == "durable-drop":
                 self.peers.durable_drop(peer, body)
+            elif str(body.get("op")).startswith("client-"):
+                self.peers.clients.on_interest(peer, body)
             elif body.get("op") == "retained":
                 text = body.get("msg")
                 self.peers.broker.retained_copied(
@@ -814,6 +817,8 @@ class ShardPeers:
         # decision (``committing``), and how many frames of each TXN op went out.
         self._txn_waits: dict[str, asyncio.Future[None]] = {}
         self.txn_sent: dict[str, int] = {}
+        # The node's client ids: claims made here, and the table of those owned here.
+        self.clients = ClientClaims(self)
 
     # ------------------------------------------------------------ ReceiverServices
     @property
@@ -953,6 +958,7 @@ class ShardPeers:
             self._queue_decision(peer, relay)
         for txn in self.broker.shard_transactions.resume(peer.index):
             self._queue_txn(txn)
+        self.clients.link_up(peer)
         self._schedule_flush()
 
     def link_down(self, peer: _Peer, cause: str) -> None:
@@ -982,6 +988,7 @@ class ShardPeers:
         self.broker.relay_link_lost(peer.index)
         for txn_id in self.broker.shard_transactions.link_lost(peer.index):
             self._txn_failed(txn_id, f"shard {peer.label} was lost before it prepared")
+        self.clients.link_down(peer)
         if not self._stopping:
             self._start_wait(peer)
         self.host.request_pump()
@@ -1001,6 +1008,7 @@ class ShardPeers:
         peer.down = True
         self.broker.owner_unreachable(peer.index, True)
         self._opened_without(peer)
+        self.clients.owner_down(peer)
         log.warning("shard %s: shard %s unreachable for %.1f s: sends to its destinations "
                     "are refused until it is back", self.identity.label, peer.label,
                     self.owner_wait_s)

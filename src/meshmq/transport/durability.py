@@ -82,6 +82,10 @@ class Durability:
             None
         # ... and, for a COMMIT that spans shards, its durable decision to commit.
         self.txns: Callable[[Connection], asyncio.Future[None] | None] | None = None
+        # ... and, for a CONNECT with a client id, the node's claim of it (the client id's
+        # owning shard grants it): (client id, protocol, close) -> (its answer, release).
+        self.claims: Callable[[str, str, Callable[[], None]], tuple[
+            asyncio.Future[None], Callable[[], None]]] | None = None
 
     def committed(self, conn: Connection) -> asyncio.Future[None] | None:
         """What the confirmation of the COMMIT just made on ``conn`` waits for beyond

@@ -78,6 +78,8 @@ from meshmq.transport.mqtt_service import RETAIN_PROPERTY
 from meshmq.transport.topology import PEERS_HEADER
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from meshmq.core.auth import Principal
     from meshmq.core.broker import Connection
     from meshmq.transport.host import SessionHost
@@ -224,6 +226,9 @@ class MqttSession(BufferedOutput):
         self._held: list[Packet | ProtocolViolation] = []  # for the next event-loop turn
         self._authenticating = False  # CONNECT received, its answer not yet given
         self._login_deferred = False  # ... and it will come later: reading is paused
+        # On a node of shards: the client id's claim was granted, and its release.
+        self._claimed = False
+        self._release_claim: Callable[[], None] | None = None
         self.persistent = False
         # MQTT 5 Request Problem Information: 0 means reason strings only on CONNACK and
         # DISCONNECT, never on acknowledgements (3.1.2.11.7).
@@ -483,6 +488,8 @@ class MqttSession(BufferedOutput):
             # A SecurityException in ActiveMQ: CONNACK 5, "not authorized".
             self._refuse(ReasonCode.NOT_AUTHORIZED, refused or "not authorized")
             return
+        if self._claim(packet, login, principal, deferred):
+            return
         if deferred:
             try:
                 self._connected(packet, principal)
@@ -491,6 +498,47 @@ class MqttSession(BufferedOutput):
             self._resume_turn()  # the packets behind CONNECT, then reading again
         else:
             self._connected(packet, principal)
+
+    def _claim(self, packet: Connect, login: str | None, principal: Principal,
+               deferred: bool) -> bool:
+        """On a node of shards: claim the client id from its owning shard first (which
+        has a connection with it on another shard closed, as a take-over). True while
+        the answer is awaited: the CONNACK and the packets behind CONNECT wait."""
+        claims = self.host.durability.claims
+        if claims is None or self._claimed or not packet.client_id:
+            return False
+        self._claimed = True
+        answer, self._release_claim = claims(packet.client_id, "mqtt", self._taken_over)
+        if answer.done() and not answer.cancelled() and answer.exception() is None:
+            return False
+        self._authenticating = True
+        self._login_deferred = deferred
+
+        def answered(fut: asyncio.Future[None]) -> None:
+            if self.closing or fut.cancelled():
+                self._authenticating = False
+                return
+            exc = fut.exception()
+            if exc is None:
+                self._authenticated(packet, login, principal, None)
+                return
+            self._authenticating = False
+            code = ReasonCode.CLIENT_IDENTIFIER_NOT_VALID if getattr(
+                exc, "code", "") == "client-id-in-use" else ReasonCode.SERVER_UNAVAILABLE
+            self._refuse(code, getattr(exc, "message", str(exc)))
+
+        answer.add_done_callback(answered)
+        return True
+
+    def _taken_over(self) -> None:
+        """Another shard's connection took this client id over (docs/shards.md)."""
+        client_id = self.conn.client_id if self.conn is not None else None
+        if not self.closing:
+            self.disconnect(ReasonCode.SESSION_TAKEN_OVER, "another connection took over")
+            self.connection_lost()
+        pending = self.service.teardowns.get(client_id or "")
+        if pending is not None:
+            pending.finish()  # its durable subscriptions are free for the new connection
 
     def _connected(self, packet: Connect, principal: Principal) -> None:
         v5 = self.level == PROTOCOL_LEVEL_5
@@ -1078,6 +1126,9 @@ class MqttSession(BufferedOutput):
         self.service.pushed_back.discard(self)
 
     def connection_lost(self) -> None:
+        release, self._release_claim = self._release_claim, None
+        if release is not None:
+            release()
         if self.conn is None or self.conn.closed:
             self.closing = True
             self._end_push_back()

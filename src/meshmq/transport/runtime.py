@@ -127,6 +127,7 @@ class BrokerRuntime:
             self.durability.relays = self.shard_peers.opened
             self.durability.settles = self.shard_peers.settled
             self.durability.txns = self.shard_peers.committing
+            self.durability.claims = self.shard_peers.clients.claim
         # Pages of paged-out messages the core asks for (core/paging.py).
         self.pages = PageReader(self.broker, store, self.engine.request_pump)
         self.engine.pages = self.pages
