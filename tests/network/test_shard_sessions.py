@@ -15,11 +15,11 @@ import pytest
 
 from meshmq.config.model import ShardsConfig
 from meshmq.core.shards import client_owner
-from meshmq.protocol.mqtt import Disconnect, ReasonCode
+from meshmq.protocol.mqtt import Disconnect, Properties, ReasonCode
 from tests.interop.mqtt_helpers import RawMqtt
 from tests.interop.stomp_helpers import RawClient
 from tests.support.brokers import poll
-from tests.support.shard_pair import ShardPair
+from tests.support.shard_pair import ShardBroker, ShardPair
 
 
 def _client_id(pair: ShardPair, k: int, prefix: str) -> str:
@@ -182,3 +182,91 @@ def test_a_connect_whose_client_id_owner_is_down_is_refused_after_owner_wait(
             ok.close()
     finally:
         shards.stop()
+
+
+def _states(shard: ShardBroker) -> set[str]:
+    """Client ids whose persistent session ``shard``'s MQTT service keeps."""
+    assert shard.runtime is not None
+    mqtt = shard.runtime.mqtt
+    return shard.run(lambda: set(mqtt.states))
+
+
+@pytest.mark.parametrize("owner", [0, 1])
+def test_an_mqtt_session_resumes_through_the_other_shard(pair: ShardPair, owner: int) -> None:
+    """``session present`` and the subscriptions back, without subscribing again,
+    whichever shard the client reconnects through and whichever owns its id."""
+    client_id = _client_id(pair, owner, "dev")
+    topics = [pair.owned_by(k, "alerts", "topic").replace(".", "/") for k in (0, 1)]
+    made = RawMqtt(pair[0].mqtt_port)
+    publisher = RawMqtt(pair[1].mqtt_port)
+    clients = [made, publisher]
+    try:
+        assert not made.connect(client_id, clean=False).session_present
+        made.subscribe(*((t, 1) for t in topics))
+        made.close()
+        publisher.connect("pub")
+        for topic in topics:
+            publisher.publish(topic, f"away {topic}".encode(), qos=1)
+        back = RawMqtt(pair[1].mqtt_port)
+        clients.append(back)
+        assert back.connect(client_id, clean=False).session_present
+        away = back.publishes(2)
+        assert {p.payload.decode() for p in away} == {f"away {t}" for t in topics}
+        for p in away:
+            back.ack(p)
+        poll(lambda: client_id not in _states(pair[0]), what="shard 0 forgetting it")
+        # The session is still subscribed to both, live.
+        publisher.publish(topics[0], b"live", qos=1)
+        [live] = back.publishes(1)
+        assert live.payload == b"live"
+        back.ack(live)
+        back.ping()
+        back.close()
+        # And back through the first shard again.
+        again = RawMqtt(pair[0].mqtt_port)
+        clients.append(again)
+        assert again.connect(client_id, clean=False).session_present
+        publisher.publish(topics[1], b"again", qos=1)
+        assert [p.payload for p in again.publishes(1)] == [b"again"]
+        again.close()
+        # A clean start through either shard ends it.
+        clean = RawMqtt(pair[1].mqtt_port)
+        clients.append(clean)
+        assert not clean.connect(client_id, clean=True).session_present
+        clean.close()
+        resumed = RawMqtt(pair[0].mqtt_port)
+        clients.append(resumed)
+        assert not resumed.connect(client_id, clean=False).session_present
+    finally:
+        for c in clients:
+            c.close()
+
+
+def test_the_shard_a_session_was_made_on_forgets_it_once_another_resumes_it(
+        pair: ShardPair) -> None:
+    """The shard the session was made on forgets it once another resumes it, so the
+    short expiry it was given there does not end the session that goes on."""
+    client_id = _client_id(pair, 1, "dev")
+    topic = pair.owned_by(1, "alerts", "topic").replace(".", "/")
+    first = RawMqtt(pair[0].mqtt_port, level=5)
+    clients = [first]
+    try:
+        first.connect(client_id, clean=True,
+                      properties=Properties(session_expiry_interval=1))
+        first.subscribe((topic, 1))
+        first.close()
+        poll(lambda: client_id in _states(pair[0]), what="the session kept on shard 0")
+        back = RawMqtt(pair[1].mqtt_port, level=5)
+        clients.append(back)
+        assert back.connect(client_id, clean=False, properties=Properties(
+            session_expiry_interval=600)).session_present
+        poll(lambda: client_id not in _states(pair[0]), what="shard 0 forgetting it")
+        back.close()
+        poll(lambda: client_id in _states(pair[1]), what="the session kept on shard 1")
+        later = RawMqtt(pair[0].mqtt_port, level=5)
+        clients.append(later)
+        assert later.connect(client_id, clean=False, properties=Properties(
+            session_expiry_interval=600)).session_present
+    finally:
+        for c in clients:
+            c.close()

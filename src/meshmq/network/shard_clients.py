@@ -18,6 +18,14 @@ connection's end releases its claim (``client-release``); a shard's lost link re
 every claim it held. A shard whose link comes up announces the claims it holds for the
 peer's ids again (a restarted owner starts with an empty table).
 
+The owner also keeps each MQTT persistent session's record (``mqtt-session/<client
+id>``: its expiry, its subscriptions, its QoS 2 exchanges in progress), whichever shard
+the client is connected to: the connection's shard sends every change
+(``session-put``, ``session-drop``), and a granted MQTT claim carries the record back, so
+a client that reconnects through any shard resumes its session. The record names the
+shard that last ran the session; when another shard resumes it, that one is told to
+forget its copy (``session-moved``: its expiry timer would end the resumed session).
+
 An owner unreachable for longer than ``owner_wait_s`` fails the claims waiting for it,
 and new claims to it are refused at once, retriably: a client id whose owner is down
 cannot connect until the node has restarted that shard (usually well under a second).
@@ -27,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,6 +50,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("meshmq.shards")
 
+# The owner's record of an MQTT persistent session (transport/mqtt_server.py's name).
+SESSION_RECORD = "mqtt-session/{}"
 # Frame kind of a JSON INTEREST in a peer's output (network/shards.py's ``_FRAME``).
 _FRAME = 4
 
@@ -61,7 +72,7 @@ class _Held:
     claim: str
     proto: str
     close: Callable[[], None]
-    future: asyncio.Future[None]
+    future: asyncio.Future[bytes | None]
 
 
 class ClientClaims:
@@ -76,16 +87,19 @@ class ClientClaims:
         self.table: dict[str, _Holder] = {}  # as owner: client id -> its holder
         # As owner: claims waiting for a holder to close, by (holder shard, claim).
         self._closing: dict[tuple[int, str], list[Callable[[], None]]] = {}
+        # The MQTT service's: forget the session of a client id another shard resumed.
+        self.session_moved: Callable[[str], None] | None = None
 
     # ------------------------------------------------------------ as the claimer
     def claim(self, client_id: str, proto: str, close: Callable[[], None]
-              ) -> tuple[asyncio.Future[None], Callable[[], None]]:
+              ) -> tuple[asyncio.Future[bytes | None], Callable[[], None]]:
         """Claim ``client_id`` for a connection of ``proto`` (``mqtt``, ``stomp``);
         ``close`` ends that connection if the owner gives the id to another. Returns
-        what the CONNACK/CONNECTED waits for (failing with the refusal) and the
-        release to call when the connection ends."""
+        what the CONNACK/CONNECTED waits for (failing with the refusal; for MQTT, the
+        owner's session record or None) and the release to call when the connection
+        ends."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
+        future: asyncio.Future[bytes | None] = loop.create_future()
         claim = f"{self.peers.boot}/{next(self._seq)}"
 
         def release() -> None:
@@ -126,12 +140,32 @@ class ClientClaims:
             self._send(self.peers.peers[owner], {"op": "client-release",
                                                  "client": client_id, "claim": claim})
 
-    def _answered(self, client_id: str, claim: str, refused: MeshmqError | None) -> None:
+    def put_session(self, client_id: str, body: bytes) -> None:
+        """Keep MQTT session record ``body`` (JSON) on the client id's owner."""
+        owner = client_owner(client_id, self.count)
+        record = json.loads(body)
+        record["shard"] = self.index
+        data = json.dumps(record).encode()
+        if owner == self.index:
+            self.peers.broker.put_record(SESSION_RECORD.format(client_id), data)
+        else:
+            self._send(self.peers.peers[owner], {"op": "session-put", "client": client_id,
+                                                 "record": data.decode()})
+
+    def drop_session(self, client_id: str) -> None:
+        owner = client_owner(client_id, self.count)
+        if owner == self.index:
+            self.peers.broker.drop_record(SESSION_RECORD.format(client_id))
+        else:
+            self._send(self.peers.peers[owner], {"op": "session-drop", "client": client_id})
+
+    def _answered(self, client_id: str, claim: str, refused: MeshmqError | None,
+                  record: bytes | None = None) -> None:
         held = self.held.get(client_id)
         if held is None or held.claim != claim or held.future.done():
             return
         if refused is None:
-            held.future.set_result(None)
+            held.future.set_result(record)
         else:
             del self.held[client_id]
             held.future.set_exception(refused)
@@ -152,7 +186,7 @@ class ClientClaims:
         old = self.table.get(client_id)
         if old is None or old.shard == new.shard or old.claim == new.claim:
             self.table[client_id] = new
-            self._reply(new, client_id, None)
+            self._reply(new, client_id, None, self._session_for(client_id, new))
         elif old.proto != "mqtt" or new.proto != "mqtt":
             self._reply(new, client_id, _in_use(client_id, self.peers.identity.node))
         else:  # MQTT take-over: the holder's connection goes first
@@ -166,14 +200,41 @@ class ClientClaims:
                     self._send(self.peers.peers[old.shard], {
                         "op": "client-close", "client": client_id, "claim": old.claim})
 
-    def _reply(self, holder: _Holder, client_id: str, refused: MeshmqError | None) -> None:
+    def _session_for(self, client_id: str, holder: _Holder) -> bytes | None:
+        """The MQTT session record kept here for ``client_id``, given to the shard that
+        now holds it; the shard that ran it before forgets its copy."""
+        if holder.proto != "mqtt":
+            return None
+        record = self.peers.broker.records.get(SESSION_RECORD.format(client_id))
+        if record is None:
+            return None
+        body = record[1]
+        try:
+            last = json.loads(body).get("shard")
+        except ValueError:
+            last = None
+        if isinstance(last, int) and last != holder.shard:
+            if last == self.index:
+                self._forget_session(client_id)
+            elif last in self.peers.peers:
+                self._send(self.peers.peers[last], {"op": "session-moved",
+                                                    "client": client_id, "claim": ""})
+        return body
+
+    def _forget_session(self, client_id: str) -> None:
+        if self.session_moved is not None:
+            self.session_moved(client_id)
+
+    def _reply(self, holder: _Holder, client_id: str, refused: MeshmqError | None,
+               record: bytes | None = None) -> None:
         if holder.shard == self.index:
-            self._answered(client_id, holder.claim, refused)
+            self._answered(client_id, holder.claim, refused, record)
         else:
             self._send(self.peers.peers[holder.shard], {
                 "op": "client-claimed", "client": client_id, "claim": holder.claim,
                 "ok": refused is None, "reason": refused.message if refused else "",
-                "code": refused.code if refused else ""})
+                "code": refused.code if refused else "",
+                "session": None if record is None else record.decode()})
 
     def _released(self, shard: int, client_id: str, claim: str) -> None:
         holder = self.table.get(client_id)
@@ -188,7 +249,22 @@ class ClientClaims:
     # ------------------------------------------------------------ the link
     def on_interest(self, peer: _Peer, body: dict[str, Any]) -> None:
         op = body.get("op")
-        client, claim = body.get("client"), body.get("claim")
+        client = body.get("client")
+        if op == "session-put" and isinstance(client, str):
+            record = body.get("record")
+            if not isinstance(record, str):
+                raise RemoteProtocolError("shard session-put needs a record")
+            self.peers.broker.put_record(SESSION_RECORD.format(client), record.encode())
+            self.peers.host.request_pump()  # (the record goes to the store with the pump)
+            return
+        if op == "session-drop" and isinstance(client, str):
+            self.peers.broker.drop_record(SESSION_RECORD.format(client))
+            self.peers.host.request_pump()
+            return
+        if op == "session-moved" and isinstance(client, str):
+            self._forget_session(client)
+            return
+        claim = body.get("claim")
         if not isinstance(client, str) or not isinstance(claim, str):
             raise RemoteProtocolError(f"shard {op} needs a client id and a claim")
         if op == "client-claim":
@@ -201,9 +277,10 @@ class ClientClaims:
             else:
                 self._arbitrate(client, _Holder(peer.index, claim, proto))
         elif op == "client-claimed":
+            session = body.get("session")
             self._answered(client, claim, None if body.get("ok") is True else MeshmqError(
                 str(body.get("reason")), code=str(body.get("code") or "client-id-in-use"),
-                retriable=True))
+                retriable=True), session.encode() if isinstance(session, str) else None)
         elif op == "client-close":
             self._close_here(client, claim)
             self._send(peer, {"op": "client-closed", "client": client, "claim": claim})

@@ -715,7 +715,7 @@ class _LinkEnd:
                     self.peers._resend(peer)
             elif body.get("op") == "durable-drop":
                 self.peers.durable_drop(peer, body)
-            elif str(body.get("op")).startswith("client-"):
+            elif str(body.get("op")).startswith(("client-", "session-")):
                 self.peers.clients.on_interest(peer, body)
             elif body.get("op") == "retained":
                 text = body.get("msg")

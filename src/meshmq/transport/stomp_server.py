@@ -256,19 +256,19 @@ class StompSession(BufferedOutput):
         """On a node of shards: claim the client id from its owning shard first, so
         that it names one connection node-wide. True while the answer is awaited (the
         CONNECTED and the frames behind CONNECT wait)."""
-        claims = self.host.durability.claims
+        clients = self.host.durability.clients
         client_id = frame.get("client-id")
-        if claims is None or self._claimed or not client_id:
+        if clients is None or self._claimed or not client_id:
             return False
         self._claimed = True
-        answer, self._release_claim = claims(client_id, "stomp", self._taken_over)
+        answer, self._release_claim = clients.claim(client_id, "stomp", self._taken_over)
         if answer.done() and not answer.cancelled() and answer.exception() is None:
             return False
         if not self._login_deferred:  # as for a password checked later
             self._login_deferred = True
             self.transport.pause_reading()
 
-        def answered(fut: asyncio.Future[None]) -> None:
+        def answered(fut: asyncio.Future[bytes | None]) -> None:
             if self.closing or fut.cancelled():
                 return
             exc = fut.exception()
