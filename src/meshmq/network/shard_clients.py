@@ -218,7 +218,7 @@ class ClientClaims:
                 self._forget_session(client_id)
             elif last in self.peers.peers:
                 self._send(self.peers.peers[last], {"op": "session-moved",
-                                                    "client": client_id, "claim": ""})
+                                                    "client": client_id})
         return body
 
     def _forget_session(self, client_id: str) -> None:
