@@ -15,7 +15,7 @@ import pytest
 
 from meshmq.config.model import ShardsConfig
 from meshmq.core.shards import client_owner
-from meshmq.protocol.mqtt import Disconnect, Properties, ReasonCode
+from meshmq.protocol.mqtt import Disconnect, Properties, Publish, ReasonCode
 from tests.interop.mqtt_helpers import RawMqtt
 from tests.interop.stomp_helpers import RawClient
 from tests.support.brokers import poll
@@ -269,4 +269,52 @@ def test_the_shard_a_session_was_made_on_forgets_it_once_another_resumes_it(
             session_expiry_interval=600)).session_present
     finally:
         for c in clients:
+            c.close()
+
+
+def _collect(members: list[RawMqtt], total: int) -> list[list[bytes]]:
+    """What each member gets (acknowledged as it comes) until ``total`` arrived."""
+    got: list[list[bytes]] = [[] for _ in members]
+
+    def arrived() -> bool:
+        for i, member in enumerate(members):
+            for packet in member.ping():
+                if isinstance(packet, Publish):
+                    got[i].append(packet.payload)
+                    member.ack(packet)
+        return sum(map(len, got)) >= total
+    poll(arrived, what=f"{total} messages to the group")
+    return got
+
+
+@pytest.mark.parametrize("wildcard", [False, True])
+def test_an_mqtt_shared_subscription_is_one_group_across_the_shards(
+        pair: ShardPair, wildcard: bool) -> None:
+    """Members on both shards: each message goes to one of them, whichever shard owns
+    its topic, and a member alone in the group gets every message."""
+    topics = [pair.owned_by(k, "jobs", "topic").replace(".", "/") for k in (0, 1)]
+    flt = f"$share/workers/{topics[0].split('/')[0]}/#" if wildcard else topics[1]
+    sent_to = topics if wildcard else [topics[1]]
+    members = [RawMqtt(pair[k].mqtt_port, level=5) for k in (0, 1)]
+    publisher = RawMqtt(pair[0].mqtt_port, level=5)
+    try:
+        for k, member in enumerate(members):
+            member.connect(f"worker-{k}")
+            member.subscribe(flt if wildcard else f"$share/workers/{flt}", qos=1)
+        publisher.connect("pub")
+        payloads = [f"job {i}".encode() for i in range(20)]
+        for i, payload in enumerate(payloads):
+            publisher.publish(sent_to[i % len(sent_to)], payload, qos=1)
+        got = _collect(members, len(payloads))
+        assert sorted(got[0] + got[1]) == sorted(payloads)  # each to exactly one member
+        # The member on shard 1 leaves: the one on shard 0 gets all that follows.
+        members[1].disconnect()
+        members[1].close()
+        more = [f"later {i}".encode() for i in range(6)]
+        for i, payload in enumerate(more):
+            publisher.publish(sent_to[i % len(sent_to)], payload, qos=1)
+        [alone] = _collect(members[:1], len(more))
+        assert sorted(alone) == sorted(more)
+    finally:
+        for c in (*members, publisher):
             c.close()

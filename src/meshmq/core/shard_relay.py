@@ -77,6 +77,9 @@ class RelayOpen:
     durable: tuple[str, str] | None = None
     reader: tuple[str, tuple[str, ...]] | None = None
     no_local: bool = False  # (kept with a durable's record: a change replaces it)
+    # An MQTT shared subscription's group: the owner's consumer joins that group there,
+    # with the group's members on the owner and on every other shard.
+    shared: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +194,7 @@ class RelayQueue(Queue):
         spec = consumer.spec
         return RelayOpen(self.owner, self.relay_id, self.destination, spec.selector,
                          consumer.prefetch, spec.priority, spec.exclusive,
-                         spec.ack_mode is AckMode.AUTO)
+                         spec.ack_mode is AckMode.AUTO, shared=spec.shared_group)
 
     @property
     def held(self) -> int:

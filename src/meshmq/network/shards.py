@@ -439,6 +439,9 @@ class RelayOut:
         dests = body.get("dests")
         durable = body.get("durable")
         reader = body.get("reader")
+        shared = body.get("shared")
+        if isinstance(shared, str):  # a member of this group, with the owner's members
+            spec = dataclasses.replace(spec, shared_group=shared)
         if dests:
             spec = dataclasses.replace(spec, destinations=tuple(
                 Destination.parse_uri(str(d)) for d in dests))
@@ -1471,6 +1474,8 @@ def _subscription_fields(decision: RelayOpen) -> dict[str, Any]:
         fields["no_local"] = decision.no_local
     if decision.reader is not None:
         fields["reader"] = [decision.reader[0], list(decision.reader[1])]
+    if decision.shared is not None:
+        fields["shared"] = decision.shared
     return fields
 
 
