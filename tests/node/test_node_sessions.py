@@ -2,8 +2,9 @@
 ``meshmq broker --shards 2`` subprocess and paho-mqtt clients through the node's one
 port (the kernel picks each connection's shard; each test reconnects until it has the
 shards it needs). A second connection with a client id takes the first one over
-whichever shards they landed on, and a persistent session resumes, ``session
-present`` and subscribed, through the other shard."""
+whichever shards they landed on, a persistent session resumes, ``session present``
+and subscribed, through the other shard, and a shared subscription's members on both
+shards are one group."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 from tests.interop.mqtt_helpers import Paho
 from tests.node.test_node_routing import LISTENERS, owned_by
-from tests.support.brokers import ProcessBroker
+from tests.support.brokers import ProcessBroker, poll
 from tests.support.nodes import NodeProcess, shard_of, write_node_toml
 
 pytestmark = pytest.mark.slow
@@ -93,6 +94,45 @@ def test_a_persistent_session_resumes_through_the_other_shard(node: NodeProcess)
         publisher.publish(topic, b"to the session", qos=1)
         # Subscribed without SUBSCRIBE: the session's subscription was reopened.
         assert [m.payload for m in back.wait_for(b"to the session")] == [b"to the session"]
+    finally:
+        for client in opened:
+            client.close()
+
+
+def test_an_mqtt_shared_subscription_spreads_over_members_on_both_shards(
+        node: NodeProcess) -> None:
+    topic = owned_by(1, "node.jobs", "topic").replace(".", "/")
+    opened: list[Paho] = []
+    members: dict[int, Paho] = {}
+    try:
+        for n in range(64):
+            member = Paho(node.ports["mqtt"], client_id=f"node-worker-{n}")
+            opened.append(member)
+            members.setdefault(_shard(node, member), member)
+            if len(members) == 2:
+                break
+        assert len(members) == 2, "no member reached each shard"
+        for member in members.values():
+            member.subscribe(f"$share/workers/{topic}", qos=1)
+        publisher = Paho(node.ports["mqtt"], client_id="node-jobs-pub")
+        opened.append(publisher)
+        jobs = [f"job {i}".encode() for i in range(10)]
+        for job in jobs:
+            publisher.publish(topic, job, qos=1)
+        got: list[bytes] = []
+
+        def all_in() -> bool:
+            got[:] = members[0].payloads() + members[1].payloads()
+            return len(got) >= len(jobs)
+        poll(all_in, what="every job, on one member or the other")
+        assert sorted(got) == sorted(jobs)  # each job to exactly one member
+        members[1].disconnect()  # the member on the topic's owner leaves
+        later = [f"later {i}".encode() for i in range(4)]
+        for job in later:
+            publisher.publish(topic, job, qos=1)
+        members[0].wait_for(later[-1])
+        assert sorted(p for p in members[0].payloads() if p.startswith(b"later")) == \
+            sorted(later)
     finally:
         for client in opened:
             client.close()
