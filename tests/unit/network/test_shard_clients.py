@@ -259,3 +259,8 @@ def test_the_owner_keeps_the_session_record_and_hands_it_to_the_resuming_shard(
         mesh.run()
         assert f"mqtt-session/{cid}" not in mesh.shards[2].peers.broker.records
     _run(body)
+
+
+def test_claims_go_out_as_the_links_json_frames() -> None:
+    from meshmq.network import shard_clients, shards
+    assert shard_clients._FRAME == shards._FRAME
