@@ -80,6 +80,9 @@ class RelayOpen:
     # A bridge's demand (the front shard's network links): the brokers its interest
     # crossed, nearest last; the owner keeps what came from the nearest one off it.
     network_path: tuple[str, ...] | None = None
+    # An MQTT shared subscription's group: the owner's consumer joins that group there,
+    # with the group's members on the owner and on every other shard.
+    shared: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +197,8 @@ class RelayQueue(Queue):
         spec = consumer.spec
         return RelayOpen(self.owner, self.relay_id, self.destination, spec.selector,
                          consumer.prefetch, spec.priority, spec.exclusive,
-                         spec.ack_mode is AckMode.AUTO, network_path=spec.network_path)
+                         spec.ack_mode is AckMode.AUTO, network_path=spec.network_path,
+                         shared=spec.shared_group)
 
     @property
     def held(self) -> int:

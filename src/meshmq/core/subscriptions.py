@@ -147,13 +147,13 @@ class Subscriptions:
         """One shard of several: a subscription to one destination another shard owns
         becomes a relayed consumer (core/shard_relay.py); False: it is served here. A
         bridge's demand is relayed too, so a remote broker's consumers get what every
-        shard owns. Composites, durable and shared subscriptions stay local for now
-        (wildcards: ``_fan_in``)."""
+        shard owns, and a shared subscription's member joins its group on the owner, so
+        a group is one across the node. Composites and durable subscriptions stay local
+        for now (wildcards: ``_fan_in``)."""
         state = self._state
         shard = state.shard
         spec = consumer.spec
-        if shard is None or len(spec.destinations) != 1 or spec.subscription_name is not None \
-                or spec.shared_group is not None:
+        if shard is None or len(spec.destinations) != 1 or spec.subscription_name is not None:
             return False
         d = spec.destinations[0]
         if d.is_wildcard or d.is_temporary:
@@ -198,12 +198,12 @@ class Subscriptions:
         """One shard of several: a wildcard subscription (with the topics of its
         composite, as MQTT's ``a/#`` is ``a.>`` and ``a``) served here for what this
         shard owns also runs on every other shard for what that one owns, each relayed
-        back here (durable on each, for a durable one). Plain queues of a composite
-        stay local, as before."""
+        back here (durable on each, for a durable one; a member of its group on each,
+        for a shared one). Plain queues of a composite stay local, as before."""
         state = self._state
         shard = state.shard
         spec = consumer.spec
-        if shard is None or conn.protocol == "shard" or spec.shared_group is not None \
+        if shard is None or conn.protocol == "shard" \
                 or (spec.network_path is not None and spec.subscription_name is not None):
             return
         patterns = tuple(d for d in spec.destinations if not d.is_temporary

@@ -75,6 +75,7 @@ from meshmq.network.interest import DestinationFilter
 from meshmq.network.link import WireLink
 from meshmq.network.node_interest import NodeInterest
 from meshmq.network.receiver import Receiver
+from meshmq.network.shard_clients import ClientClaims
 from meshmq.network.stats import LinkCounters
 from meshmq.protocol.wire import (
     FEATURE_SHARD,
@@ -445,6 +446,9 @@ class RelayOut:
         dests = body.get("dests")
         durable = body.get("durable")
         reader = body.get("reader")
+        shared = body.get("shared")
+        if isinstance(shared, str):  # a member of this group, with the owner's members
+            spec = dataclasses.replace(spec, shared_group=shared)
         if dests:
             spec = dataclasses.replace(spec, destinations=tuple(
                 Destination.parse_uri(str(d)) for d in dests))
@@ -723,6 +727,8 @@ class _LinkEnd:
                 self.peers.durable_drop(peer, body)
             elif body.get("op") == "front-interest":
                 self.peers.node_interest.received(peer.index, body)
+            elif str(body.get("op")).startswith(("client-", "session-")):
+                self.peers.clients.on_interest(peer, body)
             elif body.get("op") == "retained":
                 text = body.get("msg")
                 self.peers.broker.retained_copied(
@@ -826,6 +832,8 @@ class ShardPeers:
         # The consumers of every shard, for the front shard's network links.
         self.node_interest = NodeInterest(self.broker, identity.index,
                                           front=identity.is_front, send=self._to_front)
+        # The node's client ids: claims made here, and the table of those owned here.
+        self.clients = ClientClaims(self)
 
     # ------------------------------------------------------------ ReceiverServices
     @property
@@ -969,6 +977,7 @@ class ShardPeers:
             self._queue_txn(txn)
         if peer.index == FRONT_SHARD:
             self.node_interest.front_linked()
+        self.clients.link_up(peer)
         self._schedule_flush()
 
     def link_down(self, peer: _Peer, cause: str) -> None:
@@ -999,6 +1008,7 @@ class ShardPeers:
         self.node_interest.shard_lost(peer.index)
         for txn_id in self.broker.shard_transactions.link_lost(peer.index):
             self._txn_failed(txn_id, f"shard {peer.label} was lost before it prepared")
+        self.clients.link_down(peer)
         if not self._stopping:
             self._start_wait(peer)
         self.host.request_pump()
@@ -1018,6 +1028,7 @@ class ShardPeers:
         peer.down = True
         self.broker.owner_unreachable(peer.index, True)
         self._opened_without(peer)
+        self.clients.owner_down(peer)
         log.warning("shard %s: shard %s unreachable for %.1f s: sends to its destinations "
                     "are refused until it is back", self.identity.label, peer.label,
                     self.owner_wait_s)
@@ -1495,6 +1506,8 @@ def _subscription_fields(decision: RelayOpen) -> dict[str, Any]:
         fields["reader"] = [decision.reader[0], list(decision.reader[1])]
     if decision.network_path is not None:
         fields["network_path"] = list(decision.network_path)
+    if decision.shared is not None:
+        fields["shared"] = decision.shared
     return fields
 
 

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from meshmq.core.consumer import Consumer
     from meshmq.core.state import Connection
+    from meshmq.network.shard_clients import ClientClaims
 
 log = logging.getLogger("meshmq.durability")
 
@@ -82,6 +83,9 @@ class Durability:
             None
         # ... and, for a COMMIT that spans shards, its durable decision to commit.
         self.txns: Callable[[Connection], asyncio.Future[None] | None] | None = None
+        # ... and, for a CONNECT with a client id, the node's claim of it (the client id's
+        # owning shard grants it, with its MQTT session record): the shard's claims.
+        self.clients: ClientClaims | None = None
 
     def committed(self, conn: Connection) -> asyncio.Future[None] | None:
         """What the confirmation of the COMMIT just made on ``conn`` waits for beyond

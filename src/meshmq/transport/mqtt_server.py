@@ -78,6 +78,8 @@ from meshmq.transport.mqtt_service import RETAIN_PROPERTY
 from meshmq.transport.topology import PEERS_HEADER
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from meshmq.core.auth import Principal
     from meshmq.core.broker import Connection
     from meshmq.transport.host import SessionHost
@@ -224,6 +226,10 @@ class MqttSession(BufferedOutput):
         self._held: list[Packet | ProtocolViolation] = []  # for the next event-loop turn
         self._authenticating = False  # CONNECT received, its answer not yet given
         self._login_deferred = False  # ... and it will come later: reading is paused
+        # On a node of shards: the client id's claim was granted, and its release.
+        self._claimed = False
+        self._release_claim: Callable[[], None] | None = None
+        self._owner_record: bytes | None = None  # the session record its owner keeps
         self.persistent = False
         # MQTT 5 Request Problem Information: 0 means reason strings only on CONNACK and
         # DISCONNECT, never on acknowledgements (3.1.2.11.7).
@@ -483,6 +489,8 @@ class MqttSession(BufferedOutput):
             # A SecurityException in ActiveMQ: CONNACK 5, "not authorized".
             self._refuse(ReasonCode.NOT_AUTHORIZED, refused or "not authorized")
             return
+        if self._claim(packet, login, principal, deferred):
+            return
         if deferred:
             try:
                 self._connected(packet, principal)
@@ -491,6 +499,50 @@ class MqttSession(BufferedOutput):
             self._resume_turn()  # the packets behind CONNECT, then reading again
         else:
             self._connected(packet, principal)
+
+    def _claim(self, packet: Connect, login: str | None, principal: Principal,
+               deferred: bool) -> bool:
+        """On a node of shards: claim the client id from its owning shard first (which
+        has a connection with it on another shard closed, as a take-over). True while
+        the answer is awaited: the CONNACK and the packets behind CONNECT wait."""
+        clients = self.host.durability.clients
+        if clients is None or self._claimed or not packet.client_id:
+            return False
+        self._claimed = True
+        answer, self._release_claim = clients.claim(packet.client_id, "mqtt",
+                                                    self._taken_over)
+        if answer.done() and not answer.cancelled() and answer.exception() is None:
+            self._owner_record = answer.result()
+            return False
+        self._authenticating = True
+        self._login_deferred = deferred
+
+        def answered(fut: asyncio.Future[bytes | None]) -> None:
+            if self.closing or fut.cancelled():
+                self._authenticating = False
+                return
+            exc = fut.exception()
+            if exc is None:
+                self._owner_record = fut.result()
+                self._authenticated(packet, login, principal, None)
+                return
+            self._authenticating = False
+            code = ReasonCode.CLIENT_IDENTIFIER_NOT_VALID if getattr(
+                exc, "code", "") == "client-id-in-use" else ReasonCode.SERVER_UNAVAILABLE
+            self._refuse(code, getattr(exc, "message", str(exc)))
+
+        answer.add_done_callback(answered)
+        return True
+
+    def _taken_over(self) -> None:
+        """Another shard's connection took this client id over (docs/shards.md)."""
+        client_id = self.conn.client_id if self.conn is not None else None
+        if not self.closing:
+            self.disconnect(ReasonCode.SESSION_TAKEN_OVER, "another connection took over")
+            self.connection_lost()
+        pending = self.service.teardowns.get(client_id or "")
+        if pending is not None:
+            pending.finish()  # its durable subscriptions are free for the new connection
 
     def _connected(self, packet: Connect, principal: Principal) -> None:
         v5 = self.level == PROTOCOL_LEVEL_5
@@ -577,7 +629,9 @@ class MqttSession(BufferedOutput):
         durable = [name for cid, name in self.broker.durables
                    if cid == client_id and parse_durable_name(name) is not None]
         present = False
-        record = self.broker.records.get(_record_name(client_id))
+        body = self._session_record(client_id)
+        if body is not None:  # its subscriptions on other shards' topics, too
+            durable += [n for n in _record_subscriptions(body) if n not in durable]
         if clean_start:
             assert self.conn is not None
             for name in durable:
@@ -585,11 +639,11 @@ class MqttSession(BufferedOutput):
             # (On a node of shards, those other shards keep go too: no-op otherwise.)
             self.broker.drop_durables_elsewhere(client_id)
             durable = []
-            self.broker.drop_record(_record_name(client_id))
-            record = None
+            self._drop_record(client_id)
+            body = None
             self.service.states.pop(client_id, None)
             state = None
-        elif state is not None or durable or record is not None:
+        elif state is not None or durable or body is not None:
             present = True
         # A resumed session keeps its durable subscriptions (and the messages queued for
         # them) while this connection lasts, even when CONNECT names no expiry: the new
@@ -602,8 +656,8 @@ class MqttSession(BufferedOutput):
                 assert parsed is not None
                 flt, options = parsed
                 state.subscriptions[flt] = MqttSubscription(flt, options, None)
-            if record is not None:  # QoS 2 exchanges in progress when the broker stopped
-                state.inflight = InflightState.from_record(json.loads(record[1]))
+            if body is not None:  # QoS 2 exchanges in progress when the broker stopped
+                state.inflight = InflightState.from_record(json.loads(body))
         state.expiry_s = expiry
         self.state = state
         self.machine.inflight = state.inflight
@@ -611,17 +665,39 @@ class MqttSession(BufferedOutput):
             self.service.states[client_id] = state
             self._save_state()
         else:
-            self.broker.drop_record(_record_name(client_id))
+            self._drop_record(client_id)
         return present
+
+    def _session_record(self, client_id: str) -> bytes | None:
+        """The stored record of ``client_id``'s session: on a node of shards, the one
+        the client id's owning shard keeps (given with the claim); else this broker's."""
+        if self.host.durability.clients is not None:
+            return self._owner_record
+        record = self.broker.records.get(_record_name(client_id))
+        return None if record is None else record[1]
+
+    def _drop_record(self, client_id: str) -> None:
+        self.broker.drop_record(_record_name(client_id))
+        clients = self.host.durability.clients
+        if clients is not None:
+            clients.drop_session(client_id)
 
     def _save_state(self) -> None:
         """Persist what a persistent session needs beyond its subscriptions: that it
-        exists, its expiry, and the packet ids of unfinished QoS 2 exchanges."""
+        exists, its expiry, and the packet ids of unfinished QoS 2 exchanges (on a node
+        of shards, with the client id's owning shard, and its subscriptions' names: they
+        may live on other shards)."""
         if not self.persistent or self.state is None:
             return
         state = self.state
-        self.broker.put_record(_record_name(state.client_id), json.dumps(
-            {"expiry": state.expiry_s, **state.inflight.to_record()}).encode())
+        record = {"expiry": state.expiry_s, **state.inflight.to_record()}
+        clients = self.host.durability.clients
+        if clients is None:
+            self.broker.put_record(_record_name(state.client_id), json.dumps(record).encode())
+            return
+        record["subs"] = [durable_name(s.filter, s.options)
+                          for s in state.subscriptions.values()]
+        clients.put_session(state.client_id, json.dumps(record).encode())
 
     def _resume_consumers(self) -> None:
         assert self.state is not None
@@ -805,6 +881,8 @@ class MqttSession(BufferedOutput):
                 props.reason_string = (
                     f"subscription limit reached: a connection may hold at most {limit} "
                     "subscriptions (broker.max_subscriptions_per_connection)")
+        if self.host.durability.clients is not None:
+            self._save_state()  # the owning shard's record lists the subscriptions
         data = self.machine.send(Suback(packet.packet_id, codes, props))
         max_packet = self.machine.client_max_packet
         if max_packet and len(data) > max_packet:
@@ -901,6 +979,8 @@ class MqttSession(BufferedOutput):
                 continue
             self._close_consumer(sub, drop_durable=True)
             codes.append(ReasonCode.SUCCESS)
+        if self.host.durability.clients is not None:
+            self._save_state()
         self._write(self.machine.send(Unsuback(packet.packet_id, codes)))
 
     # ------------------------------------------------------------ PUBLISH out
@@ -1078,6 +1158,14 @@ class MqttSession(BufferedOutput):
         self.service.pushed_back.discard(self)
 
     def connection_lost(self) -> None:
+        release, self._release_claim = self._release_claim, None
+        try:
+            self._lost()
+        finally:
+            if release is not None:  # after the session record it may have sent
+                release()
+
+    def _lost(self) -> None:
         if self.conn is None or self.conn.closed:
             self.closing = True
             self._end_push_back()
@@ -1157,6 +1245,16 @@ def _record_name(client_id: str) -> str:
     return f"mqtt-session/{client_id}"
 
 
+def _record_subscriptions(body: bytes) -> list[str]:
+    """The subscriptions' durable names a node's session record lists."""
+    try:
+        subs = json.loads(body).get("subs")
+    except (ValueError, AttributeError):
+        return []
+    return [n for n in subs if isinstance(n, str) and parse_durable_name(n) is not None] \
+        if isinstance(subs, list) else []
+
+
 class SessionTeardown:
     """What is left of an MQTT connection's end that costs O(subscriptions): closing the
     connection's consumers (:meth:`Broker.close_connection_step`) and, for a session
@@ -1230,11 +1328,14 @@ class SessionTeardown:
                 broker.drop_durable(key)
         if keys:
             return False
-        if _record_name(self.client_id) in broker.records:
+        clients = self.host.durability.clients
+        if _record_name(self.client_id) in broker.records or clients is not None:
             # A persistent session's end: on a node of shards, those its subscriptions'
             # topic owners keep go too (after its consumers closed; no-op otherwise).
             broker.drop_durables_elsewhere(self.client_id)
         broker.drop_record(_record_name(self.client_id))
+        if clients is not None:
+            clients.drop_session(self.client_id)
         self._drop = False
         self._keys = None
         return True

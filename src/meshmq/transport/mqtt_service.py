@@ -60,6 +60,16 @@ class MqttService:
         if handle is not None:
             handle.cancel()
 
+    def forget_session(self, client_id: str) -> None:
+        """On a node of shards: another shard resumed ``client_id``'s session, so the
+        copy kept here ends without deleting anything (its expiry would end the session
+        the other shard now runs)."""
+        state = self.states.get(client_id)
+        if state is not None and client_id not in self.sessions:
+            if state.expiry_handle is not None:
+                state.expiry_handle.cancel()
+            del self.states[client_id]
+
     def stop(self) -> None:
         """Shutdown: wills still waiting are not published."""
         for handle in self._wills.values():

@@ -130,6 +130,7 @@ class BrokerRuntime:
             self.durability.relays = self.shard_peers.opened
             self.durability.settles = self.shard_peers.settled
             self.durability.txns = self.shard_peers.committing
+            self.durability.clients = self.shard_peers.clients
         # Pages of paged-out messages the core asks for (core/paging.py).
         self.pages = PageReader(self.broker, store, self.engine.request_pump)
         self.engine.pages = self.pages
@@ -140,6 +141,8 @@ class BrokerRuntime:
         self._push_listeners = frozenset(lst.name for lst in config.listeners
                                          if lst.update_cluster_clients)
         self.mqtt = MqttService(self)  # MQTT sessions, wills and teardowns
+        if self.shard_peers is not None:  # a client's session resumed on another shard
+            self.shard_peers.clients.session_moved = self.mqtt.forget_session
         from meshmq.network.manager import NetworkManager
 
         self.network = NetworkManager(self)

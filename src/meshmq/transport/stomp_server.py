@@ -54,6 +54,8 @@ from meshmq.transport.login import authenticate
 from meshmq.transport.topology import PEERS_HEADER
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from meshmq.core.auth import Principal
     from meshmq.core.broker import Connection
     from meshmq.transport.host import SessionHost
@@ -138,6 +140,9 @@ class StompSession(BufferedOutput):
         self._confirm_wait = False  # not read until its waiting receipts are out
         self.write_paused = False
         self._login_deferred = False  # CONNECT's answer comes later: reading is paused
+        # On a node of shards: the client id's claim was asked, and its release.
+        self._claimed = False
+        self._release_claim: Callable[[], None] | None = None
 
     # ------------------------------------------------------------ input
     def data_received(self, data: bytes) -> None:
@@ -227,6 +232,8 @@ class StompSession(BufferedOutput):
             log.warning("authentication failed for %r from %s", frame.get("login"), self.remote)
             self.fail(refused or "authentication failed", frame)
             return
+        if self._claim(frame, principal):
+            return
         try:
             self._connected(frame, principal)
         except MeshmqError as exc:
@@ -244,6 +251,38 @@ class StompSession(BufferedOutput):
         elif deferred:
             self.host.request_pump()
             self.flush()
+
+    def _claim(self, frame: Frame, principal: Principal) -> bool:
+        """On a node of shards: claim the client id from its owning shard first, so
+        that it names one connection node-wide. True while the answer is awaited (the
+        CONNECTED and the frames behind CONNECT wait)."""
+        clients = self.host.durability.clients
+        client_id = frame.get("client-id")
+        if clients is None or self._claimed or not client_id:
+            return False
+        self._claimed = True
+        answer, self._release_claim = clients.claim(client_id, "stomp", self._taken_over)
+        if answer.done() and not answer.cancelled() and answer.exception() is None:
+            return False
+        if not self._login_deferred:  # as for a password checked later
+            self._login_deferred = True
+            self.transport.pause_reading()
+
+        def answered(fut: asyncio.Future[bytes | None]) -> None:
+            if self.closing or fut.cancelled():
+                return
+            exc = fut.exception()
+            if exc is None:
+                self._authenticated(frame, principal, None)
+            else:
+                self.fail(getattr(exc, "message", str(exc)), frame)
+
+        answer.add_done_callback(answered)
+        return True
+
+    def _taken_over(self) -> None:
+        if not self.closing:
+            self.fail("the client id was claimed by another connection to this node")
 
     def _connected(self, frame: Frame, principal: Principal) -> None:
         client_id = frame.get("client-id")
@@ -676,6 +715,9 @@ class StompSession(BufferedOutput):
 
     def connection_lost(self) -> None:
         self.closing = True
+        release, self._release_claim = self._release_claim, None
+        if release is not None:
+            release()
         if self._hb_handle is not None:
             self._hb_handle.cancel()
         if self.flow_blocked:

@@ -159,6 +159,24 @@ def test_a_wildcard_subscription_is_opened_on_every_other_shard_with_its_pattern
     assert isinstance(single, RelayOpen) and single.destinations == ()
 
 
+def test_a_shared_subscription_joins_its_group_on_the_topics_owner_and_every_shard(
+        ) -> None:
+    broker, _ = shard(1)
+    conn = connect(broker)
+    elsewhere = owned_by(0, "jobs", "topic")
+    sub(broker, conn, "s", f"topic:{elsewhere}", shared_group="g")
+    [single] = broker.take_relay_decisions()
+    assert isinstance(single, RelayOpen)
+    assert (single.owner, single.destination, single.shared) == (0, dst.topic(elsewhere), "g")
+    sub(broker, conn, "w", "topic:jobs.>", shared_group="g")
+    [wild] = broker.take_relay_decisions()
+    assert isinstance(wild, RelayOpen)
+    assert (wild.owner, wild.destinations, wild.shared) == (0, (dst.topic("jobs.>"),), "g")
+    # One owned here is served by this shard's group alone.
+    sub(broker, conn, "h", f"topic:{owned_by(1, 'jobs', 'topic')}", shared_group="g")
+    assert broker.take_relay_decisions() == []
+
+
 def test_a_queue_wildcard_consumes_the_matching_queues_of_both_shards_in_order() -> None:
     carrier = Carrier()
     (a, _), (b, _) = carrier.cores

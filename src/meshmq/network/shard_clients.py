@@ -1,0 +1,329 @@
+"""Client ids across the shards of one node: one owner arbitrates each.
+
+On one broker a client id names at most one connection: a second MQTT connection takes
+the first one over (MQTT 3.1.4-3), a second STOMP ``client-id`` is refused (ActiveMQ's
+``InvalidClientIDException``). On a node the two connections may land on different
+shards, so each client id has an owning shard, ``client_owner`` (the destinations' hash
+over ``client://<client id>``), that keeps the node's table of claims: which shard holds
+the client id, under which claim, for which protocol.
+
+A CONNECT with a client id claims it before its CONNACK or CONNECTED (``claim``): on the
+owner itself at once, elsewhere with an ``INTEREST`` ``client-claim`` over the link. The
+owner grants it when the id is free or held on the claimer's own shard (whose transport
+applies one broker's rules itself); refuses it when either side is STOMP; and, for two
+MQTT connections, asks the holder's shard to close its connection (``client-close``,
+MQTT's "session taken over") and grants the claim once that shard answers
+``client-closed``, so the old connection is gone before the new one is accepted. A
+connection's end releases its claim (``client-release``); a shard's lost link releases
+every claim it held. A shard whose link comes up announces the claims it holds for the
+peer's ids again (a restarted owner starts with an empty table).
+
+The owner also keeps each MQTT persistent session's record (``mqtt-session/<client
+id>``: its expiry, its subscriptions, its QoS 2 exchanges in progress), whichever shard
+the client is connected to: the connection's shard sends every change
+(``session-put``, ``session-drop``), and a granted MQTT claim carries the record back, so
+a client that reconnects through any shard resumes its session. The record names the
+shard that last ran the session; when another shard resumes it, that one is told to
+forget its copy (``session-moved``: its expiry timer would end the resumed session).
+
+An owner unreachable for longer than ``owner_wait_s`` fails the claims waiting for it,
+and new claims to it are refused at once, retriably: a client id whose owner is down
+cannot connect until the node has restarted that shard (usually well under a second).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from meshmq.core.shards import client_owner
+from meshmq.errors import MeshmqError, RemoteProtocolError
+from meshmq.protocol.wire import FrameType, encode_json
+
+if TYPE_CHECKING:
+    from meshmq.network.shards import ShardPeers, _Peer
+
+log = logging.getLogger("meshmq.shards")
+
+# The owner's record of an MQTT persistent session (transport/mqtt_server.py's name).
+SESSION_RECORD = "mqtt-session/{}"
+# Frame kind of a JSON INTEREST in a peer's output (network/shards.py's ``_FRAME``).
+_FRAME = 4
+
+
+@dataclass(slots=True)
+class _Holder:
+    """The owner's entry: who holds a client id."""
+
+    shard: int
+    claim: str
+    proto: str
+
+
+@dataclass(slots=True)
+class _Held:
+    """A claim made on this shard: its connection's close, and whether it was granted."""
+
+    claim: str
+    proto: str
+    close: Callable[[], None]
+    future: asyncio.Future[bytes | None]
+
+
+class ClientClaims:
+    """This shard's side of the client-id claims, as claimer, holder and owner."""
+
+    def __init__(self, peers: ShardPeers) -> None:
+        self.peers = peers
+        self.index = peers.identity.index
+        self.count = peers.identity.count
+        self._seq = itertools.count(1)
+        self.held: dict[str, _Held] = {}  # client id -> this shard's claim
+        self.table: dict[str, _Holder] = {}  # as owner: client id -> its holder
+        # As owner: claims waiting for a holder to close, by (holder shard, claim).
+        self._closing: dict[tuple[int, str], list[Callable[[], None]]] = {}
+        # The MQTT service's: forget the session of a client id another shard resumed.
+        self.session_moved: Callable[[str], None] | None = None
+
+    # ------------------------------------------------------------ as the claimer
+    def claim(self, client_id: str, proto: str, close: Callable[[], None]
+              ) -> tuple[asyncio.Future[bytes | None], Callable[[], None]]:
+        """Claim ``client_id`` for a connection of ``proto`` (``mqtt``, ``stomp``);
+        ``close`` ends that connection if the owner gives the id to another. Returns
+        what the CONNACK/CONNECTED waits for (failing with the refusal; for MQTT, the
+        owner's session record or None) and the release to call when the connection
+        ends."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bytes | None] = loop.create_future()
+        claim = f"{self.peers.boot}/{next(self._seq)}"
+
+        def release() -> None:
+            self.release(client_id, claim)
+
+        previous = self.held.get(client_id)
+        if previous is not None and "stomp" in (proto, previous.proto):
+            # Held on this shard: one broker's rules, at once (a STOMP duplicate).
+            future.set_exception(_in_use(client_id, self.peers.identity.node))
+            return future, release
+        if previous is not None and not previous.future.done():
+            previous.future.set_exception(_in_use(client_id, self.peers.identity.node))
+        self.held[client_id] = _Held(claim, proto, close, future)
+
+        owner = client_owner(client_id, self.count)
+        if owner == self.index:
+            self._arbitrate(client_id, _Holder(self.index, claim, proto))
+            return future, release
+        peer = self.peers.peers[owner]
+        if peer.down:
+            self._answered(client_id, claim, _unreachable(peer.label))
+            return future, release
+        self._send(peer, {"op": "client-claim", "client": client_id, "claim": claim,
+                          "proto": proto})
+        return future, release
+
+    def release(self, client_id: str, claim: str) -> None:
+        held = self.held.get(client_id)
+        if held is None or held.claim != claim:
+            return
+        del self.held[client_id]
+        if not held.future.done():
+            held.future.cancel()
+        owner = client_owner(client_id, self.count)
+        if owner == self.index:
+            self._released(self.index, client_id, claim)
+        else:
+            self._send(self.peers.peers[owner], {"op": "client-release",
+                                                 "client": client_id, "claim": claim})
+
+    def put_session(self, client_id: str, body: bytes) -> None:
+        """Keep MQTT session record ``body`` (JSON) on the client id's owner."""
+        owner = client_owner(client_id, self.count)
+        record = json.loads(body)
+        record["shard"] = self.index
+        data = json.dumps(record).encode()
+        if owner == self.index:
+            self.peers.broker.put_record(SESSION_RECORD.format(client_id), data)
+        else:
+            self._send(self.peers.peers[owner], {"op": "session-put", "client": client_id,
+                                                 "record": data.decode()})
+
+    def drop_session(self, client_id: str) -> None:
+        owner = client_owner(client_id, self.count)
+        if owner == self.index:
+            self.peers.broker.drop_record(SESSION_RECORD.format(client_id))
+        else:
+            self._send(self.peers.peers[owner], {"op": "session-drop", "client": client_id})
+
+    def _answered(self, client_id: str, claim: str, refused: MeshmqError | None,
+                  record: bytes | None = None) -> None:
+        held = self.held.get(client_id)
+        if held is None or held.claim != claim or held.future.done():
+            return
+        if refused is None:
+            held.future.set_result(record)
+        else:
+            del self.held[client_id]
+            held.future.set_exception(refused)
+
+    def _close_here(self, client_id: str, claim: str) -> None:
+        """The owner gives ``client_id`` to another connection: this one ends."""
+        held = self.held.get(client_id)
+        if held is None or held.claim != claim:
+            return
+        del self.held[client_id]
+        log.info("shard %s: client id %r was taken over on another shard",
+                 self.peers.identity.label, client_id)
+        held.close()
+        self.peers.host.request_pump()
+
+    # ------------------------------------------------------------ as the owner
+    def _arbitrate(self, client_id: str, new: _Holder) -> None:
+        old = self.table.get(client_id)
+        if old is None or old.shard == new.shard or old.claim == new.claim:
+            self.table[client_id] = new
+            self._reply(new, client_id, None, self._session_for(client_id, new))
+        elif old.proto != "mqtt" or new.proto != "mqtt":
+            self._reply(new, client_id, _in_use(client_id, self.peers.identity.node))
+        else:  # MQTT take-over: the holder's connection goes first
+            waiting = self._closing.setdefault((old.shard, old.claim), [])
+            waiting.append(lambda: self._arbitrate(client_id, new))
+            if len(waiting) == 1:
+                if old.shard == self.index:
+                    self._close_here(client_id, old.claim)
+                    self._closed(self.index, client_id, old.claim)
+                else:
+                    self._send(self.peers.peers[old.shard], {
+                        "op": "client-close", "client": client_id, "claim": old.claim})
+
+    def _session_for(self, client_id: str, holder: _Holder) -> bytes | None:
+        """The MQTT session record kept here for ``client_id``, given to the shard that
+        now holds it; the shard that ran it before forgets its copy."""
+        if holder.proto != "mqtt":
+            return None
+        record = self.peers.broker.records.get(SESSION_RECORD.format(client_id))
+        if record is None:
+            return None
+        body = record[1]
+        try:
+            last = json.loads(body).get("shard")
+        except ValueError:
+            last = None
+        if isinstance(last, int) and last != holder.shard:
+            if last == self.index:
+                self._forget_session(client_id)
+            elif last in self.peers.peers:
+                self._send(self.peers.peers[last], {"op": "session-moved",
+                                                    "client": client_id})
+        return body
+
+    def _forget_session(self, client_id: str) -> None:
+        if self.session_moved is not None:
+            self.session_moved(client_id)
+
+    def _reply(self, holder: _Holder, client_id: str, refused: MeshmqError | None,
+               record: bytes | None = None) -> None:
+        if holder.shard == self.index:
+            self._answered(client_id, holder.claim, refused, record)
+        else:
+            self._send(self.peers.peers[holder.shard], {
+                "op": "client-claimed", "client": client_id, "claim": holder.claim,
+                "ok": refused is None, "reason": refused.message if refused else "",
+                "code": refused.code if refused else "",
+                "session": None if record is None else record.decode()})
+
+    def _released(self, shard: int, client_id: str, claim: str) -> None:
+        holder = self.table.get(client_id)
+        if holder is not None and holder.shard == shard and holder.claim == claim:
+            del self.table[client_id]
+
+    def _closed(self, shard: int, client_id: str, claim: str) -> None:
+        self._released(shard, client_id, claim)
+        for then in self._closing.pop((shard, claim), ()):
+            then()
+
+    # ------------------------------------------------------------ the link
+    def on_interest(self, peer: _Peer, body: dict[str, Any]) -> None:
+        op = body.get("op")
+        client = body.get("client")
+        if op == "session-put" and isinstance(client, str):
+            record = body.get("record")
+            if not isinstance(record, str):
+                raise RemoteProtocolError("shard session-put needs a record")
+            self.peers.broker.put_record(SESSION_RECORD.format(client), record.encode())
+            self.peers.host.request_pump()  # (the record goes to the store with the pump)
+            return
+        if op == "session-drop" and isinstance(client, str):
+            self.peers.broker.drop_record(SESSION_RECORD.format(client))
+            self.peers.host.request_pump()
+            return
+        if op == "session-moved" and isinstance(client, str):
+            self._forget_session(client)
+            return
+        claim = body.get("claim")
+        if not isinstance(client, str) or not isinstance(claim, str):
+            raise RemoteProtocolError(f"shard {op} needs a client id and a claim")
+        if op == "client-claim":
+            proto = str(body.get("proto") or "mqtt")
+            if body.get("held") is True and client in self.table \
+                    and self.table[client].shard != peer.index:
+                # Announced again after this owner restarted, but another shard claimed
+                # the id meanwhile: the one claimed since keeps it.
+                self._send(peer, {"op": "client-close", "client": client, "claim": claim})
+            else:
+                self._arbitrate(client, _Holder(peer.index, claim, proto))
+        elif op == "client-claimed":
+            session = body.get("session")
+            self._answered(client, claim, None if body.get("ok") is True else MeshmqError(
+                str(body.get("reason")), code=str(body.get("code") or "client-id-in-use"),
+                retriable=True), session.encode() if isinstance(session, str) else None)
+        elif op == "client-close":
+            self._close_here(client, claim)
+            self._send(peer, {"op": "client-closed", "client": client, "claim": claim})
+        elif op == "client-closed":
+            self._closed(peer.index, client, claim)
+        else:  # client-release
+            self._released(peer.index, client, claim)
+
+    def link_up(self, peer: _Peer) -> None:
+        """Claims this shard holds, or waits for, whose owner is ``peer``: (again)."""
+        for client_id, held in self.held.items():
+            if client_owner(client_id, self.count) == peer.index:
+                self._send(peer, {"op": "client-claim", "client": client_id,
+                                  "claim": held.claim, "proto": held.proto,
+                                  "held": held.future.done()})
+
+    def link_down(self, peer: _Peer) -> None:
+        """``peer``'s connections are gone with it (or will be): its claims end, and
+        take-overs waiting for it go on."""
+        for client_id, holder in list(self.table.items()):
+            if holder.shard == peer.index:
+                self._closed(peer.index, client_id, holder.claim)
+        for (shard, claim), _ in list(self._closing.items()):
+            if shard == peer.index:
+                for then in self._closing.pop((shard, claim), ()):
+                    then()
+
+    def owner_down(self, peer: _Peer) -> None:
+        """``peer`` was unreachable for ``owner_wait_s``: connects waiting on it fail."""
+        for client_id, held in list(self.held.items()):
+            if client_owner(client_id, self.count) == peer.index and not held.future.done():
+                self._answered(client_id, held.claim, _unreachable(peer.label))
+
+    def _send(self, peer: _Peer, body: dict[str, Any]) -> None:
+        self.peers.queue(peer, _FRAME, encode_json(FrameType.INTEREST, body))
+
+
+def _in_use(client_id: str, node: str) -> MeshmqError:
+    # One broker's words (core/connections.py), so clients see the same refusal.
+    return MeshmqError(f"Broker: {node} - Client: {client_id} already connected",
+                       code="client-id-in-use", retriable=True)
+
+
+def _unreachable(label: str) -> MeshmqError:
+    return MeshmqError(f"shard {label}, which arbitrates this client id, is unreachable: "
+                       "connect again shortly", code="shard-unreachable", retriable=True)

@@ -1,0 +1,320 @@
+"""Client ids across two shards of one node, over real links with real STOMP and MQTT
+clients on each shard's own port: a client id names one connection node-wide, as on
+one broker. A second MQTT connection takes the first one over whichever shards they
+are on (and whichever shard owns the id); a second STOMP ``client-id`` is refused until
+the first one leaves; a restarted owner learns again who holds its ids; an owner that
+is down refuses connects with its ids, retriably, once ``owner_wait_ms`` has passed."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from pathlib import Path
+
+import pytest
+
+from meshmq.config.model import ShardsConfig
+from meshmq.core.shards import client_owner
+from meshmq.protocol.mqtt import Disconnect, Properties, Publish, ReasonCode
+from tests.interop.mqtt_helpers import RawMqtt
+from tests.interop.stomp_helpers import RawClient
+from tests.support.brokers import poll
+from tests.support.shard_pair import ShardBroker, ShardPair
+
+
+def _client_id(pair: ShardPair, k: int, prefix: str) -> str:
+    """A fresh client id that shard ``k`` owns."""
+    for n in itertools.count():
+        name = f"{prefix}-{n}"
+        if client_owner(name, pair.count) == k:
+            return name
+    raise AssertionError("unreachable")
+
+
+@pytest.fixture
+def pair(tmp_path: Path):
+    shards = ShardPair(tmp_path, mqtt=True).start()
+    shards.wait_linked()
+    yield shards
+    shards.stop()
+
+
+@pytest.mark.parametrize("owner", [0, 1])
+def test_a_second_mqtt_connection_on_another_shard_takes_the_first_one_over(
+        pair: ShardPair, owner: int) -> None:
+    client_id = _client_id(pair, owner, "dev")
+    first = RawMqtt(pair[0].mqtt_port, level=5)
+    second = RawMqtt(pair[1].mqtt_port, level=5)
+    try:
+        first.connect(client_id)
+        assert second.connect(client_id).reason_code == ReasonCode.SUCCESS
+        # The old connection is told why and closed, as on one broker (MQTT 3.1.4-3).
+        closing = first.until_closed()
+        assert [p.reason_code for p in closing if isinstance(p, Disconnect)] == [
+            ReasonCode.SESSION_TAKEN_OVER]
+        second.ping()  # the new one stays
+        # And back: a third on the first shard takes the second over.
+        third = RawMqtt(pair[0].mqtt_port, level=5)
+        try:
+            third.connect(client_id)
+            second.until_closed()
+            third.ping()
+        finally:
+            third.close()
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_persistent_session_taken_over_keeps_its_subscription_free_for_the_new_one(
+        pair: ShardPair) -> None:
+    """The take-over finishes before the CONNACK: the old connection's consumers are
+    gone, so the new connection on the other shard subscribes to the same durable."""
+    client_id = _client_id(pair, 1, "dev")
+    topic = pair.owned_by(1, "alerts", "topic").replace(".", "/")
+    first = RawMqtt(pair[1].mqtt_port)
+    second = RawMqtt(pair[0].mqtt_port)
+    publisher = RawMqtt(pair[0].mqtt_port)
+    try:
+        first.connect(client_id, clean=False)
+        first.subscribe(topic, qos=1)
+        second.connect(client_id, clean=False)
+        first.until_closed()
+        second.subscribe(topic, qos=1)
+        publisher.connect("pub")
+        publisher.publish(topic, b"after", qos=1)
+        assert [p.payload for p in second.publishes(1)] == [b"after"]
+    finally:
+        for c in (first, second, publisher):
+            c.close()
+
+
+def test_a_stomp_client_id_in_use_on_another_shard_is_refused_until_it_leaves(
+        pair: ShardPair) -> None:
+    for owner in (0, 1):
+        client_id = _client_id(pair, owner, "durable")
+        first = RawClient(pair[0])
+        first.connect(extra=[("client-id", client_id)])
+        second = RawClient(pair[1])
+        second.send_frame("CONNECT", [("accept-version", "1.2"), ("host", "localhost"),
+                                      ("client-id", client_id)])
+        try:
+            error = second.expect_error_and_close()
+        finally:
+            second.close()
+        assert f"Client: {client_id} already connected" in (error.get("message") or "")
+        first.receipt_roundtrip()  # the first one is untouched
+        # An MQTT connection with that id is refused as well (it is not MQTT's).
+        mqtt = RawMqtt(pair[1].mqtt_port, level=5)
+        try:
+            ack = mqtt.connect(client_id, expect_success=False)
+            assert ack.reason_code == ReasonCode.CLIENT_IDENTIFIER_NOT_VALID
+        finally:
+            mqtt.close()
+        first.send_frame("DISCONNECT", [("receipt", "bye")])
+        first.read_until_receipt("bye")
+        first.close()
+        # Released: the id connects on the other shard now (the release may still be
+        # on its way to the owner, so the first tries can be refused).
+        def connects(client_id: str = client_id) -> bool:
+            again = RawClient(pair[1])
+            try:
+                again.send_frame("CONNECT", [("accept-version", "1.2"),
+                                             ("host", "localhost"), ("client-id", client_id)])
+                ok = again.read_frame().command == "CONNECTED"
+            finally:
+                again.close()
+            return ok
+        poll(connects, what="the client id released")
+
+
+def test_a_restarted_owner_learns_again_which_shard_holds_its_client_ids(
+        pair: ShardPair) -> None:
+    client_id = _client_id(pair, 0, "dev")
+    holder = RawMqtt(pair[1].mqtt_port, level=5)
+    try:
+        holder.connect(client_id)
+        pair.stop_owner(0)
+        pair.start(0)
+        pair.wait_linked()
+        newer = RawMqtt(pair[0].mqtt_port, level=5)
+        try:
+            newer.connect(client_id)
+            holder.until_closed()  # taken over: the owner knew it was on shard 1
+            newer.ping()
+        finally:
+            newer.close()
+    finally:
+        holder.close()
+
+
+def test_a_connect_whose_client_id_owner_is_down_is_refused_after_owner_wait(
+        tmp_path: Path) -> None:
+    shards = ShardPair(tmp_path, mqtt=True)
+    shards.configs = [dataclasses.replace(c, sharding=ShardsConfig(owner_wait_ms=300))
+                      for c in shards.configs]
+    shards.start()
+    try:
+        shards.wait_linked()
+        shards.stop_owner(0)
+        poll(lambda: shards[1].run(lambda: shards[1].runtime.shard_peers.peers[0].down),
+             what="shard 0 counted as down")
+        client = RawMqtt(shards[1].mqtt_port, level=5)
+        try:
+            ack = client.connect(_client_id(shards, 0, "dev"), expect_success=False)
+            assert ack.reason_code == ReasonCode.SERVER_UNAVAILABLE
+        finally:
+            client.close()
+        stomp = RawClient(shards[1])
+        stomp.send_frame("CONNECT", [("accept-version", "1.2"), ("host", "localhost"),
+                                     ("client-id", _client_id(shards, 0, "durable"))])
+        try:
+            error = stomp.expect_error_and_close()
+        finally:
+            stomp.close()
+        assert "unreachable" in (error.get("message") or "")
+        # A client id shard 1 owns, or none, connects as ever.
+        ok = RawMqtt(shards[1].mqtt_port, level=5)
+        try:
+            ok.connect(_client_id(shards, 1, "dev"))
+            ok.ping()
+        finally:
+            ok.close()
+    finally:
+        shards.stop()
+
+
+def _states(shard: ShardBroker) -> set[str]:
+    """Client ids whose persistent session ``shard``'s MQTT service keeps."""
+    assert shard.runtime is not None
+    mqtt = shard.runtime.mqtt
+    return shard.run(lambda: set(mqtt.states))
+
+
+@pytest.mark.parametrize("owner", [0, 1])
+def test_an_mqtt_session_resumes_through_the_other_shard(pair: ShardPair, owner: int) -> None:
+    """``session present`` and the subscriptions back, without subscribing again,
+    whichever shard the client reconnects through and whichever owns its id."""
+    client_id = _client_id(pair, owner, "dev")
+    topics = [pair.owned_by(k, "alerts", "topic").replace(".", "/") for k in (0, 1)]
+    made = RawMqtt(pair[0].mqtt_port)
+    publisher = RawMqtt(pair[1].mqtt_port)
+    clients = [made, publisher]
+    try:
+        assert not made.connect(client_id, clean=False).session_present
+        made.subscribe(*((t, 1) for t in topics))
+        made.close()
+        publisher.connect("pub")
+        for topic in topics:
+            publisher.publish(topic, f"away {topic}".encode(), qos=1)
+        back = RawMqtt(pair[1].mqtt_port)
+        clients.append(back)
+        assert back.connect(client_id, clean=False).session_present
+        away = back.publishes(2)
+        assert {p.payload.decode() for p in away} == {f"away {t}" for t in topics}
+        for p in away:
+            back.ack(p)
+        poll(lambda: client_id not in _states(pair[0]), what="shard 0 forgetting it")
+        # The session is still subscribed to both, live.
+        publisher.publish(topics[0], b"live", qos=1)
+        [live] = back.publishes(1)
+        assert live.payload == b"live"
+        back.ack(live)
+        back.ping()
+        back.close()
+        # And back through the first shard again.
+        again = RawMqtt(pair[0].mqtt_port)
+        clients.append(again)
+        assert again.connect(client_id, clean=False).session_present
+        publisher.publish(topics[1], b"again", qos=1)
+        assert [p.payload for p in again.publishes(1)] == [b"again"]
+        again.close()
+        # A clean start through either shard ends it.
+        clean = RawMqtt(pair[1].mqtt_port)
+        clients.append(clean)
+        assert not clean.connect(client_id, clean=True).session_present
+        clean.close()
+        resumed = RawMqtt(pair[0].mqtt_port)
+        clients.append(resumed)
+        assert not resumed.connect(client_id, clean=False).session_present
+    finally:
+        for c in clients:
+            c.close()
+
+
+def test_the_shard_a_session_was_made_on_forgets_it_once_another_resumes_it(
+        pair: ShardPair) -> None:
+    """The shard the session was made on forgets it once another resumes it, so the
+    short expiry it was given there does not end the session that goes on."""
+    client_id = _client_id(pair, 1, "dev")
+    topic = pair.owned_by(1, "alerts", "topic").replace(".", "/")
+    first = RawMqtt(pair[0].mqtt_port, level=5)
+    clients = [first]
+    try:
+        first.connect(client_id, clean=True,
+                      properties=Properties(session_expiry_interval=1))
+        first.subscribe((topic, 1))
+        first.close()
+        poll(lambda: client_id in _states(pair[0]), what="the session kept on shard 0")
+        back = RawMqtt(pair[1].mqtt_port, level=5)
+        clients.append(back)
+        assert back.connect(client_id, clean=False, properties=Properties(
+            session_expiry_interval=600)).session_present
+        poll(lambda: client_id not in _states(pair[0]), what="shard 0 forgetting it")
+        back.close()
+        poll(lambda: client_id in _states(pair[1]), what="the session kept on shard 1")
+        later = RawMqtt(pair[0].mqtt_port, level=5)
+        clients.append(later)
+        assert later.connect(client_id, clean=False, properties=Properties(
+            session_expiry_interval=600)).session_present
+    finally:
+        for c in clients:
+            c.close()
+
+
+def _collect(members: list[RawMqtt], total: int) -> list[list[bytes]]:
+    """What each member gets (acknowledged as it comes) until ``total`` arrived."""
+    got: list[list[bytes]] = [[] for _ in members]
+
+    def arrived() -> bool:
+        for i, member in enumerate(members):
+            for packet in member.ping():
+                if isinstance(packet, Publish):
+                    got[i].append(packet.payload)
+                    member.ack(packet)
+        return sum(map(len, got)) >= total
+    poll(arrived, what=f"{total} messages to the group")
+    return got
+
+
+@pytest.mark.parametrize("wildcard", [False, True])
+def test_an_mqtt_shared_subscription_is_one_group_across_the_shards(
+        pair: ShardPair, wildcard: bool) -> None:
+    """Members on both shards: each message goes to one of them, whichever shard owns
+    its topic, and a member alone in the group gets every message."""
+    topics = [pair.owned_by(k, "jobs", "topic").replace(".", "/") for k in (0, 1)]
+    flt = f"$share/workers/{topics[0].split('/')[0]}/#" if wildcard else topics[1]
+    sent_to = topics if wildcard else [topics[1]]
+    members = [RawMqtt(pair[k].mqtt_port, level=5) for k in (0, 1)]
+    publisher = RawMqtt(pair[0].mqtt_port, level=5)
+    try:
+        for k, member in enumerate(members):
+            member.connect(f"worker-{k}")
+            member.subscribe(flt if wildcard else f"$share/workers/{flt}", qos=1)
+        publisher.connect("pub")
+        payloads = [f"job {i}".encode() for i in range(20)]
+        for i, payload in enumerate(payloads):
+            publisher.publish(sent_to[i % len(sent_to)], payload, qos=1)
+        got = _collect(members, len(payloads))
+        assert sorted(got[0] + got[1]) == sorted(payloads)  # each to exactly one member
+        # The member on shard 1 leaves: the one on shard 0 gets all that follows.
+        members[1].disconnect()
+        members[1].close()
+        more = [f"later {i}".encode() for i in range(6)]
+        for i, payload in enumerate(more):
+            publisher.publish(sent_to[i % len(sent_to)], payload, qos=1)
+        [alone] = _collect(members[:1], len(more))
+        assert sorted(alone) == sorted(more)
+    finally:
+        for c in (*members, publisher):
+            c.close()

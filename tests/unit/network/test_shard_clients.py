@@ -1,0 +1,266 @@
+"""Client-id claims between the shards of one node (network/shard_clients.py), with no
+links: three ``ClientClaims`` whose ``INTEREST`` bodies the test carries between them in
+order, as one link per pair would, and drops when it takes a shard's links down. One
+holder per client id node-wide, MQTT take-over and STOMP refusal as on one broker, a
+restarted owner told again who holds its ids, and the MQTT session record kept by the
+owner and handed to the shard that resumes it."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from meshmq.core.shards import ShardIdentity, client_owner
+from meshmq.errors import MeshmqError
+from meshmq.network.shard_clients import ClientClaims
+
+COUNT = 3
+
+
+@dataclass
+class _Peer:
+    index: int
+    label: str
+    down: bool = False
+
+
+@dataclass
+class _Broker:
+    records: dict[str, tuple[int, bytes]] = field(default_factory=dict)
+
+    def put_record(self, name: str, body: bytes) -> None:
+        self.records[name] = (0, body)
+
+    def drop_record(self, name: str) -> None:
+        self.records.pop(name, None)
+
+
+class _Host:
+    def request_pump(self) -> None:
+        return
+
+
+class _Peers:
+    """What ``ClientClaims`` uses of ``ShardPeers``."""
+
+    def __init__(self, index: int) -> None:
+        self.identity = ShardIdentity(index=index, count=COUNT, node="node", run_dir="/x",
+                                      token="t")
+        self.boot = f"boot{index}"
+        self.peers = {k: _Peer(k, f"node#{k}") for k in range(COUNT) if k != index}
+        self.broker = _Broker()
+        self.host = _Host()
+
+
+class Mesh:
+    def __init__(self) -> None:
+        self.wire: list[tuple[int, int, dict[str, Any]]] = []
+        self.up = set(range(COUNT))
+        self.shards = [self._claims(k) for k in range(COUNT)]
+        self.moved: list[tuple[int, str]] = []
+
+    def _claims(self, k: int) -> ClientClaims:
+        mesh = self
+
+        class Carried(ClientClaims):
+            def _send(self, peer: Any, body: dict[str, Any]) -> None:
+                if k in mesh.up and peer.index in mesh.up:
+                    mesh.wire.append((k, peer.index, body))
+
+        claims = Carried(_Peers(k))  # type: ignore[arg-type]
+        claims.session_moved = lambda cid: self.moved.append((k, cid))
+        return claims
+
+    def run(self) -> None:
+        while self.wire:
+            src, dst, body = self.wire.pop(0)
+            target = self.shards[dst]
+            target.on_interest(target.peers.peers[src], body)  # type: ignore[arg-type]
+
+    def restart(self, k: int) -> None:
+        """Shard ``k`` dies (its links with it) and starts again, empty."""
+        self.up.discard(k)
+        self.wire = [w for w in self.wire if k not in (w[0], w[1])]
+        for j, other in enumerate(self.shards):
+            if j != k:
+                other.link_down(other.peers.peers[k])  # type: ignore[arg-type]
+        self.shards[k] = self._claims(k)
+        self.up.add(k)
+        for j, other in enumerate(self.shards):
+            if j != k:
+                other.link_up(other.peers.peers[k])  # type: ignore[arg-type]
+        self.run()
+
+
+@dataclass
+class Conn:
+    """One client connection's claim: closed by the owner's take-over, or not."""
+
+    mesh: Mesh
+    shard: int
+    client_id: str
+    proto: str = "mqtt"
+    closed: bool = False
+    answer: asyncio.Future[bytes | None] | None = None
+    release: Callable[[], None] | None = None
+
+    def claim(self) -> Conn:
+        self.answer, self.release = self.mesh.shards[self.shard].claim(
+            self.client_id, self.proto, self.close)
+        return self
+
+    def close(self) -> None:
+        self.closed = True
+        assert self.release is not None
+        self.release()
+
+    @property
+    def granted(self) -> bool:
+        assert self.answer is not None
+        return self.answer.done() and not self.answer.cancelled() \
+            and self.answer.exception() is None
+
+
+def _owned(k: int, prefix: str = "dev") -> str:
+    for n in itertools.count():
+        if client_owner(f"{prefix}-{n}", COUNT) == k:
+            return f"{prefix}-{n}"
+    raise AssertionError("unreachable")
+
+
+@pytest.fixture
+def mesh() -> Iterator[Mesh]:
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        # ``claim`` makes its future on the running loop: run each test inside it.
+        yield loop.run_until_complete(_in_loop(Mesh))
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
+
+
+async def _in_loop(make: Callable[[], Mesh]) -> Mesh:
+    return make()
+
+
+def _run(body: Callable[[], None]) -> None:
+    async def go() -> None:
+        body()
+    asyncio.get_event_loop().run_until_complete(go())
+
+
+@pytest.mark.parametrize("owner", range(COUNT))
+def test_mqtt_take_over_from_shard_to_shard_leaves_one_connection(mesh: Mesh,
+                                                                  owner: int) -> None:
+    def body() -> None:
+        cid = _owned(owner)
+        conns = []
+        for shard in (0, 1, 2, 0):
+            conns.append(Conn(mesh, shard, cid).claim())
+            mesh.run()
+            assert conns[-1].granted
+        assert [c.closed for c in conns] == [True, True, True, False]
+        assert mesh.shards[owner].table[cid].shard == 0
+    _run(body)
+
+
+def test_two_take_overs_at_once_still_leave_one_connection(mesh: Mesh) -> None:
+    def body() -> None:
+        cid = _owned(2)
+        first = Conn(mesh, 2, cid).claim()
+        mesh.run()
+        rivals = [Conn(mesh, 0, cid).claim(), Conn(mesh, 1, cid).claim()]
+        mesh.run()
+        assert all(c.granted for c in rivals)
+        assert first.closed
+        assert sorted(c.closed for c in rivals) == [False, True]
+        [live] = [c for c in rivals if not c.closed]
+        assert mesh.shards[2].table[cid].shard == live.shard
+    _run(body)
+
+
+def test_a_stomp_client_id_is_refused_while_held_and_granted_once_released(
+        mesh: Mesh) -> None:
+    def body() -> None:
+        cid = _owned(1, "durable")
+        first = Conn(mesh, 0, cid, "stomp").claim()
+        mesh.run()
+        assert first.granted
+        for shard, proto in ((2, "stomp"), (2, "mqtt"), (0, "stomp")):
+            refused = Conn(mesh, shard, cid, proto).claim()
+            mesh.run()
+            assert refused.answer is not None and refused.answer.done()
+            exc = refused.answer.exception()
+            assert isinstance(exc, MeshmqError) and exc.code == "client-id-in-use"
+        assert not first.closed
+        first.close()
+        mesh.run()
+        later = Conn(mesh, 2, cid, "stomp").claim()
+        mesh.run()
+        assert later.granted
+    _run(body)
+
+
+def test_an_unreachable_owner_refuses_claims_retriably(mesh: Mesh) -> None:
+    def body() -> None:
+        cid = _owned(1)
+        mesh.up.discard(1)
+        waiting = Conn(mesh, 0, cid).claim()
+        mesh.run()
+        assert waiting.answer is not None and not waiting.answer.done()  # it waits
+        peer = mesh.shards[0].peers.peers[1]
+        peer.down = True  # type: ignore[attr-defined]
+        mesh.shards[0].owner_down(peer)  # type: ignore[arg-type]
+        exc = waiting.answer.exception()
+        assert isinstance(exc, MeshmqError) and exc.code == "shard-unreachable" \
+            and exc.retriable
+        at_once = Conn(mesh, 0, cid).claim()
+        assert at_once.answer is not None and at_once.answer.done()
+        assert isinstance(at_once.answer.exception(), MeshmqError)
+    _run(body)
+
+
+def test_a_restarted_owner_is_told_again_who_holds_its_client_ids(mesh: Mesh) -> None:
+    def body() -> None:
+        cid = _owned(0)
+        holder = Conn(mesh, 1, cid).claim()
+        mesh.run()
+        mesh.restart(0)
+        assert mesh.shards[0].table[cid].shard == 1
+        newer = Conn(mesh, 2, cid).claim()
+        mesh.run()
+        assert newer.granted and holder.closed
+    _run(body)
+
+
+def test_the_owner_keeps_the_session_record_and_hands_it_to_the_resuming_shard(
+        mesh: Mesh) -> None:
+    def body() -> None:
+        cid = _owned(2)
+        made = Conn(mesh, 0, cid).claim()
+        mesh.run()
+        mesh.shards[0].put_session(cid, b'{"expiry": 60, "subs": ["mqtt1:a/b"]}')
+        made.close()
+        mesh.run()
+        assert f"mqtt-session/{cid}" in mesh.shards[2].peers.broker.records
+        back = Conn(mesh, 1, cid).claim()
+        mesh.run()
+        assert back.answer is not None
+        record = back.answer.result()
+        assert record is not None and b'"mqtt1:a/b"' in record and b'"shard": 0' in record
+        assert mesh.moved == [(0, cid)]  # shard 0 forgets its copy
+        mesh.shards[1].drop_session(cid)
+        mesh.run()
+        assert f"mqtt-session/{cid}" not in mesh.shards[2].peers.broker.records
+    _run(body)
+
+
+def test_claims_go_out_as_the_links_json_frames() -> None:
+    from meshmq.network import shard_clients, shards
+    assert shard_clients._FRAME == shards._FRAME
