@@ -13,11 +13,12 @@ import aiomqtt
 import pytest
 
 from tests.interop.mqtt_helpers import MqttEnv, uid
+from tests.support.node_target import make_env
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> Iterator[MqttEnv]:
-    e = MqttEnv(tmp_path / "data")
+def env(topology: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MqttEnv]:
+    e = make_env(request, topology, tmp_path / "data")
     try:
         yield e
     finally:

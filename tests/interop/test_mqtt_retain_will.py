@@ -14,11 +14,15 @@ import pytest
 from meshmq.config.model import MqttConfig
 from meshmq.protocol.mqtt import Publish
 from tests.interop.mqtt_helpers import LEVELS, MqttEnv, uid
+from tests.support.node_target import make_env
+
+# The node variant's $SYS interval, as the one broker's below.
+NODE_TOML = "\n[mqtt]\nsys_interval_ms = 100\n"
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> Iterator[MqttEnv]:
-    e = MqttEnv(tmp_path / "data", mqtt=MqttConfig(sys_interval_ms=100))
+def env(topology: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MqttEnv]:
+    e = make_env(request, topology, tmp_path / "data", mqtt=MqttConfig(sys_interval_ms=100))
     try:
         yield e
     finally:
@@ -28,6 +32,8 @@ def env(tmp_path: Path) -> Iterator[MqttEnv]:
 # ---------------------------------------------------------------------------- $SYS
 
 
+@pytest.mark.node_gap("each shard publishes its own figures on the node's $SYS topics "
+                      "(clients/connected counts one shard's clients)")
 @pytest.mark.parametrize("level", LEVELS)
 def test_sys_topics_and_hash_does_not_match_them(env: MqttEnv, level: int) -> None:
     sys_sub = env.raw_connected(level)

@@ -7,13 +7,22 @@ import stomp.exception
 
 from meshmq.config.model import AuthConfig, User
 from tests.interop.stomp_helpers import uid
+from tests.support.node_target import NodeTarget
 
 _AUTH = AuthConfig(anonymous_access=False, users=(User("system", "manager", ("admins",)),))
+# The node variant's users, as _AUTH.
+NODE_TOML = ('\n[auth]\nanonymous_access = false\n\n[[auth.users]]\nname = "system"\n'
+             'password = "manager"\ngroups = ["admins"]\n')
 
 
 @pytest.fixture
-def secured(broker_factory):
-    return broker_factory(auth=_AUTH)
+def secured(topology, request, broker_factory):
+    if topology == "node":
+        target = NodeTarget(request.getfixturevalue("interop_node"))
+        yield target
+        target.check_alive()
+        return
+    yield broker_factory(auth=_AUTH)
 
 
 # ------------------------------------------------------------------ authentication

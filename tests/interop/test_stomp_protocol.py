@@ -37,9 +37,8 @@ def test_stomppy_receives_server_heartbeats(broker_factory, client):
     assert not c.listener.errors
 
 
-def test_client_that_sends_heartbeats_is_kept(broker_factory, client):
-    b = broker_factory()
-    c = client("1.2", on=b, heartbeats=(100, 0))
+def test_client_that_sends_heartbeats_is_kept(broker, client):
+    c = client("1.2", heartbeats=(100, 0))
     assert c.listener.connected[0].headers["heart-beat"].split(",")[1] == "100"
     # ten client beats span ~1 s, far beyond 100 ms * grace: a kept connection
     c.listener.wait(lambda: c.listener.sent_heartbeats >= 10, what="10 client heart-beats")
