@@ -1,6 +1,6 @@
 """Fixtures for the STOMP and MQTT interop suites.
 
-Every test that uses ``broker`` or an MQTT environment (``mqtt_env``, a module's
+Every test that uses ``broker``, ``broker_with`` or an MQTT environment (``mqtt_env``, a module's
 ``env`` made with :func:`make_env`) runs twice: against one broker (``[broker]``, a
 ThreadBroker with a journal store in tmp_path) and against a node of two shards
 (``[node]``: one ``meshmq broker --shards 2`` subprocess per module, every client through
@@ -11,7 +11,8 @@ variant is skipped with that reason; one that meets a known gap of a node is mar
 ``node_gap("why")``. A module's node gets extra TOML from a module-level
 ``NODE_TOML`` string.
 
-``broker_factory`` comes from tests/conftest.py. ``client`` and ``raw`` build stomp.py /
+``broker_with(**changes)`` is ``broker_factory`` (tests/conftest.py) with a node
+variant. ``client`` and ``raw`` build stomp.py /
 raw-socket clients that are always closed at teardown. Every interop test gets a 30 s
 timeout.
 """
@@ -86,6 +87,26 @@ def broker(topology: str, request: pytest.FixtureRequest,
 
 
 @pytest.fixture
+def broker_with(topology: str, request: pytest.FixtureRequest,
+                broker_factory: Callable[..., ThreadBroker]
+                ) -> Iterator[Callable[..., ThreadBroker | NodeTarget]]:
+    """``broker_with(**changes)``: one broker with config ``changes`` (as
+    ``broker_factory``), or the module's node, whose ``NODE_TOML`` says the same."""
+    targets: list[NodeTarget] = []
+
+    def make(**changes: Any) -> ThreadBroker | NodeTarget:
+        if topology == "node":
+            targets.append(NodeTarget(request.getfixturevalue("interop_node")))
+            return targets[-1]
+        return broker_factory(**changes)
+
+    yield make
+    for target in targets:
+        assert target.errors() == [], f"the node logged errors: {target.errors()}"
+        target.check_alive()
+
+
+@pytest.fixture
 def client(request: pytest.FixtureRequest) -> Iterator[Callable[..., Client]]:
     """``client(version="1.2", ..., on=other_broker)``: a connected stomp.py client
     (on the ``broker`` fixture unless ``on`` is given)."""
@@ -95,6 +116,8 @@ def client(request: pytest.FixtureRequest) -> Iterator[Callable[..., Client]]:
              connect: bool = True,
              **kw: Any) -> Client:
         target = on or request.getfixturevalue("broker")
+        if isinstance(target, NodeTarget):  # clients take turns over the shards
+            kw.setdefault("source_port", target.placer.next_port("stomp"))
         c = Client(target, version, connect=False, **kw)
         made.append(c)
         if connect:

@@ -7,17 +7,22 @@ internals; those that must are marked ``one_broker`` in tests/interop.
 
 from __future__ import annotations
 
+import itertools
 import re
+import socket
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
 
-from tests.interop.mqtt_helpers import MqttEnv, RawMqtt
+from tests.interop.mqtt_helpers import MqttEnv, Paho, RawMqtt, WsStomp
+from tests.interop.stomp_helpers import Client
 from tests.support.brokers import ProcessBroker
 from tests.support.mqtt_client_ops import ErrorLog
-from tests.support.nodes import NodeProcess, write_node_toml
+from tests.support.nodes import NodeProcess, shard_of, write_node_toml
+from tests.support.raw_stomp import uid
 
 SHARDS = 2
 # What the interop suite's MQTT environment has on one broker: STOMP, MQTT, WebSocket.
@@ -47,6 +52,75 @@ def module_node(tmp: Path, extra_toml: str = "") -> Iterator[NodeProcess]:
         node.terminate()
 
 
+def _reset_close(sock: socket.socket) -> None:
+    """Close with a TCP reset: no TIME_WAIT, so the local port is free again at once."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+def _handshake(listener: str, sock: socket.socket, port: int) -> None:
+    """Open a session on ``sock`` (a shard lists a connection once it has one)."""
+    if listener == "mqtt":
+        from meshmq.protocol.mqtt import Connect, encode
+
+        sock.sendall(encode(Connect(client_id=uid("placing"), keep_alive=0,
+                                    protocol_level=4), 4))
+        assert sock.recv(4)[:1] == b"\x20", "no CONNACK"
+        return
+    frame = b"CONNECT\naccept-version:1.2\nhost:node\n\n\x00"
+    if listener == "ws":
+        from websockets.sync.client import connect as ws_connect
+
+        ws = ws_connect(f"ws://127.0.0.1:{port}/", sock=sock,
+                        subprotocols=["v12.stomp"],  # type: ignore[list-item]
+                        compression=None, proxy=None, ping_interval=None)
+        ws.send(frame)
+        reply = ws.recv(timeout=10)
+        assert (reply.encode() if isinstance(reply, str) else reply).startswith(b"CONNECTED")
+        return
+    sock.sendall(frame)
+    reply = b""
+    while b"\x00" not in reply:
+        chunk = sock.recv(4096)
+        assert chunk, f"the node closed the connection: {reply!r}"
+        reply += chunk
+
+
+class ShardPlacer:
+    """Source ports whose connections the kernel hands to a chosen shard, so that a
+    test's clients take turns over the shards (its first on shard 0, its second on shard
+    1, ...) whatever the kernel's hash: a producer and the consumer made after it are on
+    different shards on every run. The kernel picks a listening socket of the
+    ``SO_REUSEPORT`` group by a hash of the connection's addresses and ports, so a source
+    port that reached shard k once reaches it again while the shards stay up. A port is
+    found by trying: connect, open a session, ask the shards who has it, reset."""
+
+    def __init__(self, node: NodeProcess) -> None:
+        self.node = node
+        self._turn = itertools.count()
+
+    def next_port(self, listener: str) -> int:
+        """A source port for the next client on ``listener`` (stomp, mqtt, ws)."""
+        return self.port_on(next(self._turn) % SHARDS, listener)
+
+    def port_on(self, shard: int, listener: str, tries: int = 64) -> int:
+        port = self.node.ports[listener]
+        for _ in range(tries):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.settimeout(10)
+            try:
+                sock.bind(("127.0.0.1", 0))
+                sock.connect(("127.0.0.1", port))
+                _handshake(listener, sock, port)
+                reached = shard_of(self.node, sock)
+                source = int(sock.getsockname()[1])
+            finally:
+                _reset_close(sock)
+            if reached == shard:
+                return source
+        raise AssertionError(f"{tries} source ports and none reached shard {shard}")
+
+
 class NodeTarget:
     """Where the STOMP client fixtures connect (``host``, ``port``) when the broker is a
     node; ``errors()`` are the node's logged errors since this test began."""
@@ -56,6 +130,7 @@ class NodeTarget:
     def __init__(self, node: NodeProcess) -> None:
         self.node = node
         self._offset = node.log_path.stat().st_size
+        self.placer = ShardPlacer(node)
 
     @property
     def port(self) -> int:
@@ -102,9 +177,25 @@ class NodeMqttEnv(MqttEnv):
         return self.target.ports["ws"]
 
     def raw(self, level: int = 4) -> RawMqtt:
-        r = super().raw(level)
+        r = RawMqtt(self.mqtt_port, level, source_port=self.target.placer.next_port("mqtt"))
         r.suback_first = False  # see MqttClientOps.suback_first
+        self._closers.append(r.close)
         return r
+
+    def paho(self, level: int = 5, **kw: Any) -> Paho:
+        listener = "ws" if kw.get("transport") == "websockets" else "mqtt"
+        kw.setdefault("bind_port", self.target.placer.next_port(listener))
+        return super().paho(level, **kw)
+
+    def stomp(self, version: str = "1.2", **kw: Any) -> Client:
+        kw.setdefault("source_port", self.target.placer.next_port("stomp"))
+        return super().stomp(version, **kw)
+
+    def ws_stomp(self, login: str | None = None, passcode: str | None = None) -> WsStomp:
+        w = WsStomp(self.ws_port, login=login, passcode=passcode,
+                    source_port=self.target.placer.next_port("ws"))
+        self._closers.append(w.close)
+        return w
 
     def durables(self, client_id: str) -> Any:
         raise AssertionError("a node's durables are per shard: mark the test one_broker")
