@@ -137,7 +137,9 @@ def raw(request: pytest.FixtureRequest) -> Iterator[Callable[..., RawClient]]:
     made: list[RawClient] = []
 
     def make(*, on: ThreadBroker | NodeTarget | None = None) -> RawClient:
-        r = RawClient(on or request.getfixturevalue("broker"))
+        target = on or request.getfixturevalue("broker")
+        source = target.placer.next_port("stomp") if isinstance(target, NodeTarget) else 0
+        r = RawClient(target, source_port=source)
         made.append(r)
         return r
 

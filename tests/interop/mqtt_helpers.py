@@ -67,8 +67,9 @@ class RawMqtt(MqttClientOps):
     def __init__(self, port: int, level: int = 4, timeout: float = TIMEOUT, *,
                  source_port: int = 0) -> None:
         super().__init__(level)
+        source = ("127.0.0.1", source_port) if source_port else None
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout,
-                                             source_address=("127.0.0.1", source_port))
+                                             source_address=source)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.eof = False
 
@@ -299,8 +300,9 @@ class WsStomp:
 
     def __init__(self, port: int, path: str = "/", *, login: str | None = None,
                  passcode: str | None = None, source_port: int = 0) -> None:
+        source = ("127.0.0.1", source_port) if source_port else None
         sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT,
-                                        source_address=("127.0.0.1", source_port))
+                                        source_address=source)
         self.ws: ClientConnection = ws_connect(
             f"ws://127.0.0.1:{port}{path}", sock=sock, subprotocols=["v12.stomp"],  # type: ignore[list-item]
             compression=None, proxy=None, open_timeout=TIMEOUT, close_timeout=TIMEOUT,

@@ -285,9 +285,12 @@ class Address:
 class RawClient(FrameReader):
     """A STOMP client on a bare socket; reads frames exactly as they arrive."""
 
-    def __init__(self, broker: ThreadBroker, timeout: float = TIMEOUT) -> None:
+    def __init__(self, broker: ThreadBroker, timeout: float = TIMEOUT, *,
+                 source_port: int = 0) -> None:
         super().__init__()
-        self.sock = socket.create_connection((broker.host, broker.port), timeout=timeout)
+        source = (broker.host, source_port) if source_port else None
+        self.sock = socket.create_connection((broker.host, broker.port), timeout=timeout,
+                                             source_address=source)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def close(self) -> None:
