@@ -1,8 +1,20 @@
-"""Fixtures for the STOMP interop suite.
+"""Fixtures for the STOMP and MQTT interop suites.
 
-``broker`` and ``broker_factory`` come from tests/conftest.py (journal store in
-tmp_path). ``client`` and ``raw`` build stomp.py / raw-socket clients that are always
-closed at teardown. Every interop test gets a 30 s timeout.
+Every test that uses ``broker``, ``broker_with`` or an MQTT environment (``mqtt_env``, a module's
+``env`` made with :func:`make_env`) runs twice: against one broker (``[broker]``, a
+ThreadBroker with a journal store in tmp_path) and against a node of two shards
+(``[node]``: one ``meshmq broker --shards 2`` subprocess per module, every client through
+its one port, so producers and consumers are often on different shards). A test that
+cannot run on a node (it reads one broker's internals, or needs a configuration the
+module's node does not have) is marked ``@pytest.mark.one_broker("why")`` and its node
+variant is skipped with that reason; one that meets a known gap of a node is marked
+``node_gap("why")``. A module's node gets extra TOML from a module-level
+``NODE_TOML`` string.
+
+``broker_with(**changes)`` is ``broker_factory`` (tests/conftest.py) with a node
+variant. ``client`` and ``raw`` build stomp.py /
+raw-socket clients that are always closed at teardown. Every interop test gets a 30 s
+timeout.
 """
 
 from __future__ import annotations
@@ -15,7 +27,18 @@ import pytest
 
 from tests.interop.mqtt_helpers import MqttEnv
 from tests.interop.stomp_helpers import Client, RawClient
-from tests.support.brokers import ThreadBroker
+from tests.support.brokers import ThreadBroker, make_config
+from tests.support.node_target import NodeTarget, make_env, module_node
+from tests.support.nodes import NodeProcess
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "one_broker(reason): the test's node variant does not apply (why)")
+    config.addinivalue_line(
+        "markers", "node_gap(reason): the node variant meets a known gap of a node of "
+        "shards that shows only when the kernel puts clients on different shards (xfail, "
+        "not strict: whether it shows depends on which shard each connection reaches)")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -25,15 +48,76 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.timeout(30))
 
 
+@pytest.fixture(scope="module")
+def interop_node(request: pytest.FixtureRequest,
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+    """One node of two shards for every node variant of a module."""
+    yield from module_node(tmp_path_factory.mktemp("node"),
+                           getattr(request.module, "NODE_TOML", ""))
+
+
+@pytest.fixture(params=["broker", "node"])
+def topology(request: pytest.FixtureRequest) -> str:
+    """``broker`` or ``node``: what the test's clients connect to."""
+    if request.param == "node":
+        marker = request.node.get_closest_marker("one_broker")
+        if marker is not None:
+            pytest.skip(f"one broker only: {marker.args[0]}")
+        gap = request.node.get_closest_marker("node_gap")
+        if gap is not None:
+            request.applymarker(pytest.mark.xfail(reason=gap.args[0], strict=False))
+    return str(request.param)
+
+
+@pytest.fixture
+def broker(topology: str, request: pytest.FixtureRequest,
+           tmp_path: Path) -> Iterator[ThreadBroker | NodeTarget]:
+    """One broker (STOMP on port 0), or the module's node of two shards."""
+    if topology == "node":
+        target = NodeTarget(request.getfixturevalue("interop_node"))
+        yield target
+        assert target.errors() == [], f"the node logged errors: {target.errors()}"
+        target.check_alive()
+        return
+    b = ThreadBroker(make_config(tmp_path / "data")).start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+@pytest.fixture
+def broker_with(topology: str, request: pytest.FixtureRequest,
+                broker_factory: Callable[..., ThreadBroker]
+                ) -> Iterator[Callable[..., ThreadBroker | NodeTarget]]:
+    """``broker_with(**changes)``: one broker with config ``changes`` (as
+    ``broker_factory``), or the module's node, whose ``NODE_TOML`` says the same."""
+    targets: list[NodeTarget] = []
+
+    def make(**changes: Any) -> ThreadBroker | NodeTarget:
+        if topology == "node":
+            targets.append(NodeTarget(request.getfixturevalue("interop_node")))
+            return targets[-1]
+        return broker_factory(**changes)
+
+    yield make
+    for target in targets:
+        assert target.errors() == [], f"the node logged errors: {target.errors()}"
+        target.check_alive()
+
+
 @pytest.fixture
 def client(request: pytest.FixtureRequest) -> Iterator[Callable[..., Client]]:
     """``client(version="1.2", ..., on=other_broker)``: a connected stomp.py client
     (on the ``broker`` fixture unless ``on`` is given)."""
     made: list[Client] = []
 
-    def make(version: str = "1.2", *, on: ThreadBroker | None = None, connect: bool = True,
+    def make(version: str = "1.2", *, on: ThreadBroker | NodeTarget | None = None,
+             connect: bool = True,
              **kw: Any) -> Client:
         target = on or request.getfixturevalue("broker")
+        if isinstance(target, NodeTarget):  # clients take turns over the shards
+            kw.setdefault("source_port", target.placer.next_port("stomp"))
         c = Client(target, version, connect=False, **kw)
         made.append(c)
         if connect:
@@ -52,8 +136,10 @@ def raw(request: pytest.FixtureRequest) -> Iterator[Callable[..., RawClient]]:
     """``raw(on=other_broker)``: a bare TCP connection to the broker's STOMP port."""
     made: list[RawClient] = []
 
-    def make(*, on: ThreadBroker | None = None) -> RawClient:
-        r = RawClient(on or request.getfixturevalue("broker"))
+    def make(*, on: ThreadBroker | NodeTarget | None = None) -> RawClient:
+        target = on or request.getfixturevalue("broker")
+        source = target.placer.next_port("stomp") if isinstance(target, NodeTarget) else 0
+        r = RawClient(target, source_port=source)
         made.append(r)
         return r
 
@@ -65,9 +151,11 @@ def raw(request: pytest.FixtureRequest) -> Iterator[Callable[..., RawClient]]:
 
 
 @pytest.fixture
-def mqtt_env(tmp_path: Path) -> Iterator[MqttEnv]:
-    """A broker with STOMP, MQTT and WebSocket listeners and MQTT client factories."""
-    env = MqttEnv(tmp_path / "mqtt-data")
+def mqtt_env(topology: str, request: pytest.FixtureRequest,
+             tmp_path: Path) -> Iterator[MqttEnv]:
+    """A broker (or node) with STOMP, MQTT and WebSocket listeners and MQTT client
+    factories."""
+    env = make_env(request, topology, tmp_path / "mqtt-data")
     try:
         yield env
     finally:

@@ -64,9 +64,12 @@ class RawMqtt(MqttClientOps):
     """An MQTT client on a bare socket: packets out with meshmq's encoder, packets in
     through a client-side MqttDecoder, exactly as the broker sent them."""
 
-    def __init__(self, port: int, level: int = 4, timeout: float = TIMEOUT) -> None:
+    def __init__(self, port: int, level: int = 4, timeout: float = TIMEOUT, *,
+                 source_port: int = 0) -> None:
         super().__init__(level)
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        source = ("127.0.0.1", source_port) if source_port else None
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout,
+                                             source_address=source)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.eof = False
 
@@ -132,7 +135,7 @@ class Paho:
                  will: tuple[str, bytes, int, bool] | None = None,
                  session_expiry: int | None = None,
                  connect_properties: dict[str, Any] | None = None,
-                 expect_success: bool = True) -> None:
+                 expect_success: bool = True, bind_port: int = 0) -> None:
         self.level = level
         protocol = MQTTProtocolVersion.MQTTv5 if level == 5 else MQTTProtocolVersion.MQTTv311
         self.client = paho.Client(
@@ -166,7 +169,7 @@ class Paho:
                 values["SessionExpiryInterval"] = session_expiry
             if values:
                 props = paho_props(PacketTypes.CONNECT, **values)
-        c.connect("127.0.0.1", port, keepalive,
+        c.connect("127.0.0.1", port, keepalive, bind_port=bind_port,
                   clean_start=clean if level == 5 else paho.MQTT_CLEAN_START_FIRST_ONLY,
                   properties=props)
         c.loop_start()
@@ -296,9 +299,12 @@ class WsStomp:
     """STOMP 1.2 over a websockets connection (subprotocol ``v12.stomp``)."""
 
     def __init__(self, port: int, path: str = "/", *, login: str | None = None,
-                 passcode: str | None = None) -> None:
+                 passcode: str | None = None, source_port: int = 0) -> None:
+        source = ("127.0.0.1", source_port) if source_port else None
+        sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT,
+                                        source_address=source)
         self.ws: ClientConnection = ws_connect(
-            f"ws://127.0.0.1:{port}{path}", subprotocols=["v12.stomp"],  # type: ignore[list-item]
+            f"ws://127.0.0.1:{port}{path}", sock=sock, subprotocols=["v12.stomp"],  # type: ignore[list-item]
             compression=None, proxy=None, open_timeout=TIMEOUT, close_timeout=TIMEOUT,
             max_size=None, ping_interval=None)
         self.parser = StompParser(version="1.2")

@@ -122,10 +122,12 @@ class Client:
                  login: str | None = None, passcode: str | None = None,
                  client_id: str | None = None, heartbeats: tuple[int, int] = (0, 0),
                  auto_decode: bool = True, connect: bool = True,
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None, source_port: int = 0) -> None:
         self.version = version
         kwargs: dict[str, Any] = {"reconnect_attempts_max": 1, "auto_decode": auto_decode,
                                   "timeout": TIMEOUT}
+        if source_port:
+            kwargs["bind_host_port"] = ("127.0.0.1", source_port)
         if version != "1.0":
             kwargs["heartbeats"] = heartbeats
         self.conn = _CONNECTIONS[version]([(broker.host, broker.port)], **kwargs)
@@ -283,9 +285,12 @@ class Address:
 class RawClient(FrameReader):
     """A STOMP client on a bare socket; reads frames exactly as they arrive."""
 
-    def __init__(self, broker: ThreadBroker, timeout: float = TIMEOUT) -> None:
+    def __init__(self, broker: ThreadBroker, timeout: float = TIMEOUT, *,
+                 source_port: int = 0) -> None:
         super().__init__()
-        self.sock = socket.create_connection((broker.host, broker.port), timeout=timeout)
+        source = (broker.host, source_port) if source_port else None
+        self.sock = socket.create_connection((broker.host, broker.port), timeout=timeout,
+                                             source_address=source)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def close(self) -> None:

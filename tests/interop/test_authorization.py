@@ -24,13 +24,18 @@ from meshmq.config.model import (
 )
 from meshmq.protocol.mqtt.properties import ReasonCode
 from tests.interop.mqtt_helpers import MqttEnv
-from tests.support.authorization_map import MAP, USERS
+from tests.support.authorization_map import MAP, USERS, auth_toml
+from tests.support.node_target import NodeMqttEnv, make_env
+
+# The node variant's users and map; anonymous access stays on for the connections that
+# find which shard a client's source port reaches (anonymous has no rights in the map).
+NODE_TOML = auth_toml(anonymous_access=True)
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> Iterator[MqttEnv]:
-    e = MqttEnv(tmp_path / "data", auth=AuthConfig(anonymous_access=False, users=USERS,
-                                                    authorization=MAP))
+def env(topology: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MqttEnv]:
+    e = make_env(request, topology, tmp_path / "data",
+                 auth=AuthConfig(anonymous_access=False, users=USERS, authorization=MAP))
     try:
         yield e
     finally:
@@ -38,6 +43,8 @@ def env(tmp_path: Path) -> Iterator[MqttEnv]:
 
 
 def stats(env: MqttEnv) -> dict[str, Any]:
+    if isinstance(env, NodeMqttEnv):  # every shard's, each destination by its owner
+        return dict(env.target.node.api("/api/stat"))
     return dict(env.broker.run(env.runtime.broker.statistics))
 
 

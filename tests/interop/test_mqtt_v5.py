@@ -14,11 +14,16 @@ import pytest
 from meshmq.config.model import AuthConfig, User
 from meshmq.protocol.mqtt import ReasonCode
 from tests.interop.mqtt_helpers import LEVELS, MqttEnv, Paho, uid
+from tests.support.node_target import make_env
+
+# The node variant (one node for the module) has a user and anonymous access, so that
+# clients without a login work as on ``env`` and logins are checked as on ``auth_env``.
+NODE_TOML = ('\n[[auth.users]]\nname = "system"\npassword = "manager"\n')
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> Iterator[MqttEnv]:
-    e = MqttEnv(tmp_path / "data")
+def env(topology: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MqttEnv]:
+    e = make_env(request, topology, tmp_path / "data")
     try:
         yield e
     finally:
@@ -26,8 +31,9 @@ def env(tmp_path: Path) -> Iterator[MqttEnv]:
 
 
 @pytest.fixture
-def auth_env(tmp_path: Path) -> Iterator[MqttEnv]:
-    e = MqttEnv(tmp_path / "auth", auth=AuthConfig(anonymous_access=False,
+def auth_env(topology: str, request: pytest.FixtureRequest,
+             tmp_path: Path) -> Iterator[MqttEnv]:
+    e = make_env(request, topology, tmp_path / "auth", auth=AuthConfig(anonymous_access=False,
                                                    users=(User("system", "manager"),)))
     try:
         yield e

@@ -9,11 +9,15 @@ from meshmq.config.model import AuthConfig, User
 from tests.interop.stomp_helpers import uid
 
 _AUTH = AuthConfig(anonymous_access=False, users=(User("system", "manager", ("admins",)),))
+# The node variant's users, as _AUTH; anonymous access stays on for the connections
+# that find which shard a client's source port reaches (every test here gives a login).
+NODE_TOML = ('\n[[auth.users]]\nname = "system"\npassword = "manager"\n'
+             'groups = ["admins"]\n')
 
 
 @pytest.fixture
-def secured(broker_factory):
-    return broker_factory(auth=_AUTH)
+def secured(broker_with):
+    return broker_with(auth=_AUTH)
 
 
 # ------------------------------------------------------------------ authentication

@@ -33,6 +33,10 @@ TIMEOUT = 10.0
 TLS_OPEN_TIMEOUT = 30.0
 STOMP_NAMES = ("v12.stomp", "v11.stomp", "v10.stomp", "stomp")
 
+# Each test opens its own WebSocket listener with its own options inside the broker's
+# runtime; STOMP and MQTT over a node's ws listener are in test_mqtt_websocket.py.
+pytestmark = pytest.mark.one_broker("opens WebSocket listeners inside one broker's runtime")
+
 
 def listen(broker: ThreadBroker, options: WebSocketOptions | None = None) -> tuple[Any, int]:
     """Start a WebSocket listener for STOMP on the broker's loop; return (server, port)."""

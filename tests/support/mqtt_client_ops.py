@@ -98,6 +98,11 @@ class MqttClientOps:
         broker has closed and all it sent was read. TimeoutError past ``deadline``."""
         raise NotImplementedError
 
+    # One broker answers SUBSCRIBE before the subscription's first PUBLISH; MQTT lets a
+    # server send matching PUBLISH packets before the SUBACK, which a node of shards does
+    # for a subscription that another shard runs (its SUBACK waits for that shard).
+    suback_first = True
+
     def _settle(self) -> None:
         """Before a PINGREQ: let the broker act as the wire's latency would let it."""
 
@@ -220,6 +225,9 @@ class MqttClientOps:
                 subs.append((f[0], f[1]))
         pid = self.next_pid()
         self.send(Subscribe(pid, subs, properties or Properties()))
+        if not self.suback_first:
+            found: Suback = self._expect_ack(Suback, pid)
+            return found
         ack: Suback = self.expect(Suback)
         assert ack.packet_id == pid
         return ack
