@@ -37,8 +37,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "one_broker(reason): the test's node variant does not apply (why)")
     config.addinivalue_line(
         "markers", "node_gap(reason): the node variant meets a known gap of a node of "
-        "shards that shows only when the kernel puts clients on different shards (xfail, "
-        "not strict: whether it shows depends on which shard each connection reaches)")
+        "shards (a strict xfail: it fails the run once the gap is closed)")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -65,7 +64,7 @@ def topology(request: pytest.FixtureRequest) -> str:
             pytest.skip(f"one broker only: {marker.args[0]}")
         gap = request.node.get_closest_marker("node_gap")
         if gap is not None:
-            request.applymarker(pytest.mark.xfail(reason=gap.args[0], strict=False))
+            request.applymarker(pytest.mark.xfail(reason=gap.args[0], strict=True))
     return str(request.param)
 
 

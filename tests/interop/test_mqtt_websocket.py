@@ -42,9 +42,6 @@ def test_paho_over_websocket_round_trip_with_tcp_client(env: MqttEnv, level: int
     assert sorted(m.payload for m in tcp_got) == sorted(m.payload for m in got)
 
 
-@pytest.mark.node_gap("an MQTT session's record stays on the shard that made it: "
-                      "reconnecting through the other shard gets no session present "
-                      "unless that shard owns the subscription's topic (docs/shards.md)")
 @pytest.mark.parametrize("level", LEVELS)
 def test_websocket_persistent_session_and_retained(env: MqttEnv, level: int) -> None:
     topic = uid("wsret/")
