@@ -352,7 +352,10 @@ class SubscriptionRelay(RelayQueue):
         if consumer is None or consumer.closed:
             return
         while waiting and len(consumer.dispatched) < consumer.prefetch:
-            super().deliver(*waiting.popleft())
+            # (Unpacked by name: mypyc passes a starred tuple through super() as one
+            # argument.)
+            message, owner_tag, delivery_count = waiting.popleft()
+            super().deliver(message, owner_tag, delivery_count)
 
     def remove_consumer(self, consumer: Consumer) -> None:
         # Never given to the client: back to the owner uncounted, before the close.

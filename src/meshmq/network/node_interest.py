@@ -20,7 +20,6 @@ from the front's bridges: advertising it back would make a loop).
 from __future__ import annotations
 
 import asyncio
-import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -34,13 +33,16 @@ if TYPE_CHECKING:
 
 __all__ = ["NodeInterest", "interest_of", "shard_items"]
 
-_BY_BROKER: weakref.WeakKeyDictionary[Broker, NodeInterest] = weakref.WeakKeyDictionary()
+# By ``id`` of the core, with the core itself (a compiled ``Broker`` takes no weak
+# reference): an entry lives from ``start`` to ``stop``.
+_BY_BROKER: dict[int, tuple[Broker, NodeInterest]] = {}
 
 
 def interest_of(broker: Broker) -> NodeInterest | None:
     """The node's interest kept by the front shard whose core is ``broker`` (None: not a
     front shard of a node)."""
-    return _BY_BROKER.get(broker)
+    entry = _BY_BROKER.get(id(broker))
+    return entry[1] if entry is not None and entry[0] is broker else None
 
 
 def shard_items(broker: Broker, shard: int) -> list[InterestItem]:
@@ -92,14 +94,14 @@ class NodeInterest:
 
     def start(self) -> None:
         if self.front:
-            _BY_BROKER[self.broker] = self
+            _BY_BROKER[id(self.broker)] = (self.broker, self)
         else:
             self.broker.add_listener(self._on_consumer_event)
 
     def stop(self) -> None:
         if self.front:
-            if _BY_BROKER.get(self.broker) is self:
-                del _BY_BROKER[self.broker]
+            if interest_of(self.broker) is self:
+                del _BY_BROKER[id(self.broker)]
         else:
             self.broker.remove_listener(self._on_consumer_event)
 
