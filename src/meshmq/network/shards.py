@@ -177,14 +177,11 @@ class ShardReceiver(Receiver):
     _unpark_wanted = False
 
     def on_messages(self, batch: list[tuple[int, Message]], *, again: bool = False) -> None:
-        parked = self._parked
-        if parked:  # behind what already waits, in order
-            parked.append((batch, again))
-            self.parked_total += len(batch)
+        if self._parked:  # behind what already waits, in order
+            self._park(batch, again)
             return
-        usage = self.broker.usage
-        if usage.limit > 0 and usage.used >= usage.limit \
-                and self.broker.config.usage.on_limit == "block":
+        # Checked once per batch: a batch may take the shard past its limit by itself.
+        if self.broker.usage.full and self.broker.config.usage.on_limit == "block":
             # Parked from the first non-persistent send on (a persistent one is paged,
             # as from a producer here).
             for i, (_seq, msg) in enumerate(batch):
