@@ -36,12 +36,16 @@ LINK_TOTALS = ("sent", "delivered_out", "window_full", "writes", "link_pauses",
                "parked_total", "refused", "retried")
 
 
-def run_one(shards: int, count: int) -> dict[str, Any]:
+HANDOFF_TOTALS = ("offered", "handed", "declined", "adopted")
+
+
+def run_one(shards: int, count: int, handoff: bool = True) -> dict[str, Any]:
     broker = ShardedMeshmq(shards)
     mport = free_port()
     broker.configure()
     broker.config.write_text(broker.config.read_text().replace(
-        "[management]\nenabled = false", f"[management]\nenabled = true\nport = {mport}"))
+        "[management]\nenabled = false", f"[management]\nenabled = true\nport = {mport}")
+        + f"\n[shards]\nhandoff = {'true' if handoff else 'false'}\n")
     broker.start()
     try:
         spec = LoadSpec(host=bk.HOST, port=broker.ports["stomp"], producers=64,
@@ -58,12 +62,14 @@ def run_one(shards: int, count: int) -> dict[str, Any]:
         wall = cpu["t1"] - cpu["t0"]
         spent = {k: v - cpu["before"].get(k, 0.0) for k, v in cpu["after"].items()}
         row: dict[str, Any] = {
-            "shards": shards, "e2e_rate": round(res.e2e_rate), "send_rate": round(res.send_rate),
+            "shards": shards, "handoff": handoff, "e2e_rate": round(res.e2e_rate),
+            "send_rate": round(res.send_rate),
             "cpu_us_per_delivery": round(1e6 * sum(spent.values()) / max(1, res.received), 1),
             "process_cpu_pct": sorted((round(100 * v / wall) for v in spent.values()),
                                       reverse=True),
             "p50_ms": res.p50_ms, "received": res.received}
         links: dict[str, int] = dict.fromkeys(LINK_TOTALS, 0)
+        handoffs: dict[str, int] = dict.fromkeys(HANDOFF_TOTALS, 0)
         if shards > 1:
             url = f"http://127.0.0.1:{mport}/api/shards"
             with urllib.request.urlopen(url, timeout=10) as resp:
@@ -71,7 +77,10 @@ def run_one(shards: int, count: int) -> dict[str, Any]:
                     for link in shard.get("links") or []:
                         for key in LINK_TOTALS:
                             links[key] += int(link.get(key, 0))
+                    for key in HANDOFF_TOTALS:
+                        handoffs[key] += int((shard.get("handoffs") or {}).get(key, 0))
         row["links"] = links
+        row["handoffs"] = handoffs
         return row
     finally:
         broker.close()
@@ -82,25 +91,34 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shards", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--count", type=int, default=400_000)
+    ap.add_argument("--handoff", choices=("on", "off", "both"), default="on",
+                    help="connection handoff to the owning shard ([shards] handoff)")
+    ap.add_argument("--rounds", type=int, default=1, help="runs of each row, interleaved")
     args = ap.parse_args()
+    modes = {"on": [True], "off": [False], "both": [False, True]}[args.handoff]
     rows = []
-    for n in args.shards:
-        row = run_one(n, args.count)
-        print(json.dumps(row), flush=True)
-        rows.append(row)
+    for _ in range(args.rounds):
+        for n in args.shards:
+            for handoff in (modes if n > 1 else [True]):
+                row = run_one(n, args.count, handoff)
+                print(json.dumps(row), flush=True)
+                rows.append(row)
     date = dt.date.today().isoformat()
     out = Path(__file__).parent / "results" / f"{date}-shard-links-{os.cpu_count()}cores.md"
     lines = [f"# Shard links under the scaling load ({date}, {os.cpu_count()} CPUs)", "",
              f"Command: `python bench/shard_links.py --shards {' '.join(map(str, args.shards))}"
-             f" --count {args.count}`, {bk.meshmq_build()} build. Link counters are summed "
-             "over every shard link (both directions).", "",
-             "| shards | e2e msg/s | CPU µs/delivery | process CPU % | "
-             + " | ".join(LINK_TOTALS) + " |",
-             "|---" * (4 + len(LINK_TOTALS)) + "|"]
+             f" --count {args.count} --handoff {args.handoff} --rounds {args.rounds}`, "
+             f"{bk.meshmq_build()} build. Link and handoff counters are summed over every "
+             "shard link (both directions) and every shard.", "",
+             "| shards | handoff | e2e msg/s | CPU µs/delivery | process CPU % | "
+             + " | ".join(LINK_TOTALS + HANDOFF_TOTALS) + " |",
+             "|---" * (5 + len(LINK_TOTALS) + len(HANDOFF_TOTALS)) + "|"]
     for r in rows:
-        lines.append(f"| {r['shards']} | {r['e2e_rate']:,} | {r['cpu_us_per_delivery']} | "
+        lines.append(f"| {r['shards']} | {'on' if r['handoff'] else 'off'} | "
+                     f"{r['e2e_rate']:,} | {r['cpu_us_per_delivery']} | "
                      f"{' '.join(map(str, r['process_cpu_pct']))} | "
-                     + " | ".join(f"{r['links'][k]:,}" for k in LINK_TOTALS) + " |")
+                     + " | ".join(f"{r['links'][k]:,}" for k in LINK_TOTALS) + " | "
+                     + " | ".join(f"{r['handoffs'][k]:,}" for k in HANDOFF_TOTALS) + " |")
     out.write_text("\n".join(lines) + "\n")
     print(f"written to {out}")
 

@@ -30,7 +30,8 @@ def _memory_used(shard: ShardBroker) -> int:
 def test_sends_to_an_owner_gone_longer_than_the_wait_are_refused_then_accepted_again(
         tmp_path: Path) -> None:
     # The setting as an operator writes it; each shard's runtime passes it to its links.
-    sharding = loads_toml("[broker]\nshards = 2\n\n[shards]\nowner_wait_ms = 500\n").sharding
+    sharding = loads_toml("[broker]\nshards = 2\n\n[shards]\nowner_wait_ms = 500\n"
+                          "handoff = false\n").sharding
     pair = ShardPair(tmp_path, sharding=sharding).start()
     try:
         pair.wait_linked()

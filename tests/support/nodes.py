@@ -22,10 +22,18 @@ _MANAGEMENT = re.compile(r"management endpoint of the node on https?://[\d.]+:(\
 
 
 def write_node_toml(path: Path, *, data: Path, shards: int = 2, listeners: str = "",
-                    extra: str = "") -> Path:
+                    extra: str = "", handoff: bool = False) -> Path:
     """A node of ``shards`` shards: one STOMP listener (or ``listeners``, TOML
-    [[listeners]] tables) and management on ports the OS picks, no fsync."""
+    [[listeners]] tables) and management on ports the OS picks, no fsync.
+
+    Connection handoff to the owning shard is off unless ``handoff``: the node tests
+    place clients on chosen shards to test what crosses between them."""
     listeners = listeners or '[[listeners]]\nname = "stomp"\nurl = "stomp://127.0.0.1:0"\n'
+    setting = f"handoff = {'true' if handoff else 'false'}\n"
+    if "[shards]\n" in extra:
+        extra = extra.replace("[shards]\n", "[shards]\n" + setting, 1)
+    else:
+        extra += "\n[shards]\n" + setting
     path.write_text(f'[broker]\nname = "node"\ndata_directory = "{data}"\nshards = {shards}\n\n'
                     f"{listeners}\n[management]\nhost = \"127.0.0.1\"\nport = 0\n\n"
                     f"[store]\nfsync = false\n{extra}")

@@ -6,6 +6,10 @@ token, as a node's supervisor would start them.
 ``ShardPair.process(k)`` runs shard ``k`` as a subprocess instead (for ``kill9``),
 through the test-only entry point ``meshmq.network.shards_main``.
 
+Connection handoff (transport/handoff.py) is off unless a test passes
+``sharding=ShardsConfig(handoff=True)``: these shards exist to test what crosses them,
+and a client on the wrong shard would otherwise be handed to the owner.
+
 ``owned_by(k, prefix)`` finds a destination name that shard ``k`` owns, so a test
 says which shard holds the queue instead of depending on the hash's output.
 """
@@ -18,7 +22,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from meshmq.config.model import BrokerConfig, ListenerConfig, ManagementConfig
+from meshmq.config.model import BrokerConfig, ListenerConfig, ManagementConfig, ShardsConfig
 from meshmq.core import destinations as dst
 from meshmq.core.destinations import Destination
 from meshmq.core.shards import ShardIdentity, owner
@@ -88,12 +92,13 @@ class ShardProcess(ProcessBroker):
 
     module = "meshmq.network.shards_main"
 
-    def __init__(self, base: Path, identity: ShardIdentity) -> None:
+    def __init__(self, base: Path, identity: ShardIdentity, *, handoff: bool = False) -> None:
         data = base / f"shard-{identity.index}"
         config = base / f"shard-{identity.index}.toml"
         config.write_text(f'[broker]\nname = "{identity.node}"\ndata_directory = "{data}"\n\n'
                           '[[listeners]]\nname = "stomp"\nurl = "stomp://127.0.0.1:0"\n\n'
-                          "[management]\nenabled = false\n")
+                          "[management]\nenabled = false\n\n"
+                          f"[shards]\nhandoff = {'true' if handoff else 'false'}\n")
         super().__init__(config, base / f"shard-{identity.index}.log", (
             "--index", str(identity.index), "--count", str(identity.count),
             "--node", identity.node, "--run-dir", identity.run_dir,
@@ -116,6 +121,7 @@ class ShardPair:
         self.token = secrets.token_hex(16)
         self.identities = [ShardIdentity(index=k, count=count, node=NODE, run_dir=str(run_dir),
                                          token=self.token) for k in range(count)]
+        changes.setdefault("sharding", ShardsConfig(handoff=False))
         listeners = [ListenerConfig(name="stomp", protocol="stomp", host="127.0.0.1", port=0)]
         if mqtt:
             listeners.append(ListenerConfig(name="mqtt", protocol="mqtt", host="127.0.0.1",
@@ -157,7 +163,8 @@ class ShardPair:
 
     def process(self, k: int) -> ShardProcess:
         """Shard ``k`` as a subprocess (not tracked in ``shards``): start it, kill it."""
-        return ShardProcess(self.base, self.identities[k])
+        return ShardProcess(self.base, self.identities[k],
+                            handoff=self.configs[k].sharding.handoff)
 
     def owned_by(self, k: int, prefix: str, kind: str = "queue") -> str:
         """A fresh destination name, starting with ``prefix``, that shard ``k`` owns."""

@@ -413,6 +413,9 @@ class ShardsConfig:
     # back: long enough for a restarted shard to come back, short enough that producers
     # learn of a shard that does not.
     owner_wait_ms: int = 10_000
+    # Hand a plain-TCP STOMP connection to the shard that owns the destination of its
+    # first SEND or SUBSCRIBE (transport/handoff.py), so its messages do not cross shards.
+    handoff: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -140,5 +140,10 @@ class ShardIdentity:
         """The Unix socket on which shard ``index`` accepts its peers' links."""
         return f"{self.run_dir}/shard-{index}.sock"
 
+    def handoff_socket(self, index: int) -> str:
+        """The Unix socket on which shard ``index`` takes client connections handed to it
+        by the other shards (transport/handoff.py)."""
+        return f"{self.run_dir}/shard-{index}.handoff.sock"
+
     def management_socket(self, index: int) -> str:
         return f"{self.run_dir}/shard-{index}.mgmt.sock"

@@ -52,6 +52,9 @@ class ManagementHost(Protocol):
     @property
     def trace_events_dropped(self) -> int: ...
 
+    def shard_handoffs(self) -> dict[str, int] | None:
+        """A shard's connection handoff counters (transport/handoff.py); None: none."""
+
     def shard_links(self) -> list[dict[str, object]] | None:
         """A shard's links to the other shards of its node (None: not a shard)."""
     def statistics(self) -> dict[str, object]:

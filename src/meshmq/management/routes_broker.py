@@ -62,8 +62,10 @@ def broker_document(runtime: ManagementHost) -> dict[str, Any]:
     stat = broker.statistics()
     dests: list[dict[str, Any]] = stat["destinations"]  # type: ignore[assignment]
     links = runtime.shard_links()
+    handoffs = runtime.shard_handoffs()
     return {
         **({"shard_links": links} if links is not None else {}),
+        **({"handoffs": handoffs} if handoffs is not None else {}),
         "name": config.broker_name,
         "version": __version__,
         "build": describe(),

@@ -1034,6 +1034,11 @@ class ShardPeers:
     def links_up(self) -> int:
         return sum(1 for p in self.peers.values() if p.link is not None)
 
+    def owner_up(self, index: int) -> bool:
+        """Whether the link to shard ``index`` is up (a connection may be handed to it)."""
+        peer = self.peers.get(index)
+        return peer is not None and peer.link is not None and not peer.full
+
     def summary(self) -> list[dict[str, object]]:
         """Each link's state and counters (``/api/stat``'s ``shard_links``)."""
         out: list[dict[str, object]] = []

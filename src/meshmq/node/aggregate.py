@@ -167,6 +167,7 @@ def shard_rows(rows: Sequence[ShardRow], answers: Sequence[ShardAnswer]
             "connections": int(body.get("connections", 0)) if body else None,
             "answering": body is not None,
             "links": body.get("shard_links") if body else None,
+            "handoffs": body.get("handoffs") if body else None,
             **row.extra,
         })
     return out

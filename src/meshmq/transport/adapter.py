@@ -93,7 +93,7 @@ class SessionProtocol(asyncio.Protocol, Generic[S]):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports do not subclass asyncio.Transport; cast, don't assert.
         transport = cast(asyncio.Transport, transport)
-        if self.listener is not None:
+        if self.listener is not None and not self.admitted:  # (adopted: admitted before)
             if not self.host.admit(self.listener):
                 transport.close()
                 return

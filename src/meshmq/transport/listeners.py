@@ -22,6 +22,7 @@ from meshmq.tls import CertificateReloader, TlsFileError, server_context
 
 if TYPE_CHECKING:
     from meshmq.network.manager import NetworkManager
+    from meshmq.transport.handoff import Handoffs
     from meshmq.transport.host import SessionHost
     from meshmq.transport.pump import Pump
 
@@ -50,6 +51,8 @@ class Listeners:
         self.network = network
         self.tls = tls
         self.addresses: dict[str, tuple[str, int]] = {}  # listener name -> bound address
+        # A shard of a node: hands plain STOMP connections to their destination's owner.
+        self.handoffs: Handoffs | None = None
         self._servers: list[asyncio.Server] = []
 
     async def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -125,8 +128,11 @@ class Listeners:
         if listener.protocol.startswith("stomp"):
             from meshmq.transport.stomp_server import StompProtocol
 
+            # Plain TCP only: a TLS session cannot leave this process.
+            handoffs = self.handoffs if listener.protocol == "stomp" else None
+
             def accept() -> asyncio.Protocol:
-                return StompProtocol(host, name)
+                return StompProtocol(host, name, handoffs=handoffs)
         else:
             from meshmq.transport.mqtt_server import MqttProtocol
 

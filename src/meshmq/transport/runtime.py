@@ -20,6 +20,7 @@ import contextlib
 import gc
 import logging
 import signal
+import socket
 import time
 from typing import TYPE_CHECKING
 
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
     from meshmq.management.server import ManagementServer
     from meshmq.network.shards import ShardPeers
     from meshmq.store.fence import WriteFence
+    from meshmq.transport.handoff import HandoffOffer, Handoffs
 
 __all__ = ["EXIT_DEPOSED", "LISTENER_LABELS", "SHUTDOWN_DRAIN_S", "TIMER_INTERVAL",
            "BrokerRuntime", "run_broker", "tune_gc"]
@@ -76,6 +78,7 @@ class BrokerRuntime:
         self._stop_requested = False
         self._ha_stopped = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._adoptions: set[asyncio.Task[None]] = set()  # handed-over connections starting
         self._stopped = asyncio.Event()
         self.lifecycle = Lifecycle()
         # Every TLS context that presents a certificate, reloaded on SIGHUP.
@@ -131,6 +134,13 @@ class BrokerRuntime:
             self.durability.settles = self.shard_peers.settled
             self.durability.txns = self.shard_peers.committing
             self.durability.clients = self.shard_peers.clients
+        # A shard hands plain STOMP connections to their destination's owner
+        # (transport/handoff.py), so their messages do not cross shards.
+        self.handoffs: Handoffs | None = None
+        if self.shard_peers is not None and shard is not None and config.sharding.handoff:
+            from meshmq.transport.handoff import Handoffs
+
+            self.handoffs = Handoffs(shard, self.shard_peers.owner_up, self._adopt)
         # Pages of paged-out messages the core asks for (core/paging.py).
         self.pages = PageReader(self.broker, store, self.engine.request_pump)
         self.engine.pages = self.pages
@@ -154,6 +164,7 @@ class BrokerRuntime:
         self._front = shard is None or shard.is_front
         self.listeners = Listeners(config, self, self.engine, self.network, self.tls,
                                    reuse_port=sharded, links=self._front)
+        self.listeners.handoffs = self.handoffs
         self._management: ManagementServer | None = None
         if config.management.enabled:
             from meshmq.management.server import ManagementServer
@@ -215,6 +226,9 @@ class BrokerRuntime:
         if self.shard_peers is not None:  # after the store, before any client
             await self.shard_peers.start()
             self.lifecycle.started("shards", self.shard_peers.stop)
+        if self.handoffs is not None:
+            self.handoffs.start(loop)
+            self.lifecycle.started("handoffs", self.handoffs.stop)
         # $SYS statistics are regenerated, not recovered (stores of older versions
         # hold them): they are not the operator's messages.
         keys = [info for key, info in recovery.keys.items()
@@ -413,6 +427,36 @@ class BrokerRuntime:
     @property
     def trace_events_dropped(self) -> int:
         return self.trace.events_dropped
+
+    def _adopt(self, offer: HandoffOffer, sock: socket.socket) -> bool:
+        """A connection another shard handed here: admit it on its listener and serve
+        it; False (declined, the offering shard keeps it) before anything is read."""
+        loop = self._loop
+        listener = next((lst for lst in self.config.listeners if lst.name == offer.listener),
+                        None)
+        if loop is None or offer.protocol != "stomp" or listener is None or \
+                listener.protocol != "stomp" or self.shutdown_requested or \
+                not self.started or not self.admit(listener.name):
+            return False
+        from meshmq.transport.stomp_server import StompProtocol
+
+        protocol = StompProtocol(self, listener.name, handoffs=None, adopted=offer)
+        task = loop.create_task(self._serve_adopted(protocol, sock))
+        self._adoptions.add(task)
+        task.add_done_callback(self._adoptions.discard)
+        return True
+
+    async def _serve_adopted(self, protocol: asyncio.Protocol, sock: socket.socket) -> None:
+        assert self._loop is not None
+        try:
+            await self._loop.connect_accepted_socket(lambda: protocol, sock)
+        except OSError as exc:  # the client is gone already
+            log.debug("a handed-over connection could not be served: %s", exc)
+            protocol.connection_lost(exc)
+            sock.close()
+
+    def shard_handoffs(self) -> dict[str, int] | None:
+        return self.handoffs.stats.as_dict() if self.handoffs is not None else None
 
     def shard_links(self) -> list[dict[str, object]] | None:
         return self.shard_peers.summary() if self.shard_peers is not None else None

@@ -18,6 +18,7 @@ import time
 from typing import TYPE_CHECKING
 
 from meshmq import __version__
+from meshmq.core.auth import Principal
 from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
 from meshmq.core.destinations import Destination, DestKind
 from meshmq.core.message import MAX_PRIORITY, MIN_PRIORITY, Message, PropertyValue
@@ -50,14 +51,15 @@ from meshmq.protocol.stomp.encoder import FRAME_END, message_head_end
 from meshmq.transport import stomp_names
 from meshmq.transport.adapter import BufferedOutput, SessionProtocol
 from meshmq.transport.durability import NOT_STORED
+from meshmq.transport.handoff import MAX_PENDING, HandoffOffer
 from meshmq.transport.login import authenticate
 from meshmq.transport.topology import PEERS_HEADER
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from meshmq.core.auth import Principal
     from meshmq.core.broker import Connection
+    from meshmq.transport.handoff import Handoffs
     from meshmq.transport.host import SessionHost
 
 log = logging.getLogger("meshmq.stomp")
@@ -84,6 +86,8 @@ UNSYNCED_LIMIT = 8 * 1024 * 1024
 UNCONFIRMED_LIMIT = 1024
 # Frames of one connection handled per event-loop turn before the rest waits for the next.
 FRAMES_PER_TURN = 256
+# The frames at which a shard offers a connection to its destination's owner.
+_OFFER_COMMANDS = frozenset({"SEND", "SUBSCRIBE"})
 # Consumers of a closed connection unsubscribed per event-loop turn.
 CONSUMERS_CLOSED_PER_TURN = 1000
 # A MESSAGE body at least this large is written by reference, not copied into a frame.
@@ -143,6 +147,11 @@ class StompSession(BufferedOutput):
         # On a node of shards: the client id's claim was asked, and its release.
         self._claimed = False
         self._release_claim: Callable[[], None] | None = None
+        # On a node of shards: offer this connection to the owner of the destination of
+        # its first SEND or SUBSCRIBE (transport/handoff.py); None once tried.
+        self._handoff: Handoffs | None = None
+        self.listener: str | None = None
+        self._handing_off = False  # offered: reading paused until the owner answers
 
     # ------------------------------------------------------------ input
     def data_received(self, data: bytes) -> None:
@@ -171,6 +180,10 @@ class StompSession(BufferedOutput):
                 if isinstance(event, ProtocolViolation):
                     self._violation(event)
                 continue
+            if self._handoff is not None and self.conn is not None and (
+                    event.command in _OFFER_COMMANDS) and \
+                    self._offer(events, i):
+                return
             try:
                 self.handle(event)
             except AuthorizationError as exc:
@@ -298,6 +311,109 @@ class StompSession(BufferedOutput):
         if receipt:
             self.receipt(receipt)
         self._schedule_heartbeat()
+
+    # ------------------------------------------------------------ handoff
+    def _offer(self, events: list[Event], index: int) -> bool:
+        """Offer this connection to the shard that owns the destination of the frame at
+        ``index``, if the connection holds nothing yet (transport/handoff.py). True: it
+        was offered, and the frames from ``index`` on wait for the owner's answer."""
+        handoffs, self._handoff = self._handoff, None
+        conn = self.conn
+        frame = events[index]
+        if handoffs is None or conn is None or not isinstance(frame, Frame) or \
+                conn.client_id is not None or conn.consumers or conn.transactions or \
+                conn.temp_destinations or conn.principal.internal or self._temp_names or \
+                len(self.confirms) or self._out or self.flow_blocked or \
+                self.write_paused or self.closing or self.listener is None or \
+                frame.get("transaction") is not None:
+            return False
+        text = frame.get("destination")
+        if text is None:
+            return False
+        try:
+            dests = self.destinations(text)
+        except MeshmqError:
+            return False  # handled here, to answer with the error
+        if len(dests) != 1:
+            return False
+        dest = dests[0]
+        if dest.is_temporary or dest.is_wildcard or dest.is_advisory:
+            return False
+        identity = handoffs.identity
+        owner = identity.owner(dest)
+        if owner == identity.index or not handoffs.owner_up(owner):
+            return False
+        rest = self.machine.parser.unparsed()
+        sock = self.transport.get_extra_info("socket")
+        if rest is None or sock is None or self.transport.get_write_buffer_size():
+            return False
+        parts: list[bytes] = []
+        for event in events[index:]:
+            if isinstance(event, Frame):
+                parts.append(encode_frame(event.command, event.headers, event.body,
+                                          version=self.version, content_length=False))
+            elif isinstance(event, ProtocolViolation):
+                return False
+        parts.append(rest)
+        pending = b"".join(parts)
+        if len(pending) > MAX_PENDING:
+            return False
+        principal = conn.principal
+        machine = self.machine
+        offer = HandoffOffer(
+            "stomp", self.listener, self.version, machine.send_interval,
+            machine.recv_interval, principal.user, tuple(sorted(principal.groups)),
+            principal.anonymous, conn.id, self.push_topology, pending)
+        answer = handoffs.offer(owner, offer, sock.fileno())
+        if answer is None:
+            return False
+        self._handing_off = True
+        self.transport.pause_reading()
+        if self._hb_handle is not None:
+            self._hb_handle.cancel()
+            self._hb_handle = None
+        waiting = events[index:]
+        answer.add_done_callback(lambda fut: self._offer_answered(fut, waiting))
+        return True
+
+    def _offer_answered(self, answer: asyncio.Future[bool], waiting: list[Event]) -> None:
+        self._handing_off = False
+        if answer.cancelled() or answer.exception() is not None:
+            if not self.closing:
+                log.warning("STOMP connection %s: the shard it was handed to did not "
+                            "answer; closing it (the client reconnects)", self.remote)
+            self.closing = True
+            self.transport.abort()
+            return
+        if answer.result():
+            # The owner serves it now: let go of our descriptor, writing nothing.
+            self.closing = True
+            self.transport.abort()
+            return
+        if self.closing:
+            return  # the client went away meanwhile
+        self.transport.resume_reading()
+        self.machine.reading_resumed(time.monotonic())
+        self._schedule_heartbeat()
+        self._process(waiting)
+
+    def adopt(self, offer: HandoffOffer) -> None:
+        """Serve a connection another shard of the node handed here, as it was there:
+        connected, with its negotiated version and heart-beats, then the bytes it had
+        read and not handled."""
+        machine = self.machine
+        machine.adopt(offer.version, offer.send_interval, offer.recv_interval,
+                      time.monotonic())
+        self.version = offer.version
+        self._cache_key = f"stomp{offer.version}"
+        self._escape = machine.escape
+        principal = Principal(offer.user, frozenset(offer.groups), anonymous=offer.anonymous)
+        self.conn = self.broker.open_connection(principal, remote=self.remote,
+                                                protocol="stomp")
+        self.host.register(self)
+        self._schedule_heartbeat()
+        if offer.pending:
+            self.data_received(offer.pending)
 
     # ------------------------------------------------------------ helpers
     def _resolve_temp(self, kind: DestKind, name: str) -> Destination:
@@ -737,7 +853,7 @@ class StompSession(BufferedOutput):
     # ------------------------------------------------------------ timers
     def check_timeouts(self, now: float) -> None:
         """Called about every half second by the runtime."""
-        if self.closing:
+        if self.closing or self._handing_off:
             return
         if self.flow_blocked:
             block_timeout = self.host.config.usage.block_timeout_ms
@@ -894,8 +1010,32 @@ _HANDLERS = {
 
 
 class StompProtocol(SessionProtocol[StompSession]):
-    """The asyncio adapter for STOMP: one per TCP (or WebSocket) connection."""
+    """The asyncio adapter for STOMP: one per TCP (or WebSocket) connection.
+    ``handoffs``: a shard's, for plain TCP (transport/handoff.py); ``adopted``: the
+    offer of a connection another shard handed here (admitted by the caller)."""
+
+    def __init__(self, host: SessionHost, listener: str | None = None, *,
+                 handoffs: Handoffs | None = None, adopted: HandoffOffer | None = None
+                 ) -> None:
+        super().__init__(host, listener)
+        self.handoffs = handoffs
+        self.adopted = adopted
+        if adopted is not None:
+            self.admitted = True
 
     def make_session(self, transport: asyncio.Transport, remote: str) -> StompSession:
-        return StompSession(self.host, transport, remote,
-                            push_topology=self.host.pushes_topology(self.listener))
+        session = StompSession(self.host, transport, remote,
+                               push_topology=self.host.pushes_topology(self.listener))
+        session.listener = self.listener
+        session._handoff = self.handoffs
+        return session
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        offer, self.adopted = self.adopted, None
+        session = self.session
+        if offer is not None and session is not None:
+            try:
+                session.adopt(offer)
+            except MeshmqError as exc:
+                session.fail(exc.message)

@@ -84,6 +84,16 @@ def test_a_bad_owner_wait_is_one_line_with_file_line_and_option(value: str, says
     assert "\n" not in text
 
 
+def test_handoff_is_on_unless_turned_off_and_a_bad_value_is_one_line() -> None:
+    assert loads_toml("").sharding.handoff is True
+    assert loads_toml("[shards]\nhandoff = false\n").sharding.handoff is False
+    with pytest.raises(ConfigError) as err:
+        loads_toml("[broker]\nshards = 2\n\n[shards]\nhandoff = \"sometimes\"\n",
+                   file="m.toml")
+    text = str(err.value)
+    assert "m.toml:5" in text and "shards.handoff" in text and "\n" not in text, text
+
+
 def test_an_unknown_shards_option_is_named_with_a_suggestion() -> None:
     with pytest.raises(ConfigError) as err:
         loads_toml("[shards]\nowner_wait = 100\n", file="m.toml")

@@ -358,6 +358,20 @@ class StompConnection:
         self._connect = None
         return data
 
+    def adopt(self, version: str, send_interval: float, recv_interval: float,
+              now: float) -> None:
+        """Begin CONNECTED with what another process negotiated: a node's shard handed
+        this connection, already connected, to this one (transport/handoff.py)."""
+        if self.state is not ConnectionState.AWAITING_CONNECT or self.parser.buffered:
+            raise LocalProtocolError(f"cannot adopt a connection in state {self.state.value}")
+        self.state = ConnectionState.CONNECTED
+        self.version = version
+        self.parser.version = version
+        self.escape = escaper(version)
+        self.send_interval = send_interval
+        self.recv_interval = recv_interval
+        self.last_read = self.last_write = now
+
     def received_while_authenticating(self) -> list[Event]:
         """After CONNECTED: the events of what the client pipelined behind CONNECT."""
         held, self._held_input = b"".join(self._held_input), []

@@ -154,6 +154,13 @@ class StompParser:
         """Number of received bytes not yet returned as frames."""
         return len(self._buf) + self._parts_size
 
+    def unparsed(self) -> bytes | None:
+        """The bytes received and not yet returned as frames, as they arrived (a partial
+        frame, or nothing); None while a large body is being collected."""
+        if self._parts is not None or self._error is not None:
+            return None
+        return bytes(self._buf)
+
     def feed(self, data: bytes) -> list[Frame]:
         """Add ``data`` and return every frame it completed, in order."""
         if self._error is not None:

@@ -1,0 +1,326 @@
+"""Handing a client's connection to the shard that owns its destination.
+
+On a node of shards a connection lands on whichever shard the kernel picks. When its
+destination is owned by another shard, every message it sends or receives crosses an
+in-host link: encoded, decoded and routed twice, about 1.6-1.8x the CPU of one broker
+(docs/design.md, "What a crossing costs"). Most busy connections use one destination
+(a producer to one queue, a consumer of one queue), so a shard hands such a connection,
+at its first SEND or SUBSCRIBE, to the destination's owner instead: the socket itself
+travels (``SCM_RIGHTS`` over a Unix ``SOCK_SEQPACKET`` socket in the node's private run
+directory) with what the session had negotiated (STOMP version, heart-beats, the
+authenticated user) and the bytes it had read but not handled, starting with that
+frame. The owner adopts the socket as if it had accepted it and goes on from there; the
+client sees nothing but its messages no longer crossing. A connection that later uses
+destinations of other shards crosses for those, as before.
+
+Only a connection that holds nothing yet is handed over: no subscription, transaction,
+temporary destination, client id, confirmation or output waiting, and only plain TCP
+(a TLS session's keys live in this process; a WebSocket's framing too). Each connection
+is offered at most once. The owner says yes or no before the offering shard lets go:
+on no (its listener is full, it is stopping) the offering shard handles the frames
+itself, as without handoff; with no answer in time the connection is closed (the
+client's failover reconnects), since the owner may already be reading it.
+
+Written by hand: no library passes asyncio connections between processes. One offer is
+one datagram: a JSON head, a NUL, then the pending bytes, with the socket attached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import os
+import socket
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from meshmq.core.shards import ShardIdentity
+
+__all__ = ["MAX_PENDING", "HandoffOffer", "HandoffStats", "Handoffs"]
+
+log = logging.getLogger("meshmq.shards")
+
+# Bytes read but not handled that an offer may carry; a connection with more waiting
+# (a large frame arriving) is not handed over. Well under the default socket buffer
+# that bounds one SOCK_SEQPACKET datagram.
+MAX_PENDING = 64 * 1024
+_MAX_DATAGRAM = MAX_PENDING + 8 * 1024
+# How long the offering shard waits for the owner's answer before it gives up on the
+# connection (an owner that does not answer in this time is stuck or gone).
+ANSWER_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class HandoffOffer:
+    """What travels with a handed-over connection."""
+
+    protocol: str  # "stomp"
+    listener: str  # the listener it was accepted on: its max_connections counts it
+    version: str  # the negotiated STOMP version
+    send_interval: float  # negotiated heart-beats, seconds (0: none)
+    recv_interval: float
+    user: str
+    groups: tuple[str, ...]
+    anonymous: bool
+    session: str  # the session id the client was given in CONNECTED
+    push_topology: bool
+    pending: bytes = b""  # read but not handled, from the frame that caused the offer
+
+    def encode(self, token: str, offer_id: int) -> bytes:
+        head = asdict(self)
+        del head["pending"]
+        head["token"] = token
+        head["id"] = offer_id
+        return json.dumps(head, separators=(",", ":")).encode() + b"\0" + self.pending
+
+    @staticmethod
+    def decode(data: bytes) -> tuple[HandoffOffer, str, int]:
+        """The offer, the token it carried and its id; ValueError if malformed."""
+        head_bytes, sep, pending = data.partition(b"\0")
+        if not sep:
+            raise ValueError("no end of head")
+        head: dict[str, Any] = json.loads(head_bytes)
+        token = str(head.pop("token"))
+        offer_id = int(head.pop("id"))
+        head["groups"] = tuple(str(g) for g in head["groups"])
+        return HandoffOffer(pending=pending, **head), token, offer_id
+
+
+@dataclass(slots=True)
+class HandoffStats:
+    """Counters for ``/api/broker``'s ``handoffs``."""
+
+    offered: int = 0  # connections this shard offered to their destination's owner
+    handed: int = 0  # ... that the owner took
+    declined: int = 0  # ... that the owner declined (handled here instead)
+    lost: int = 0  # ... with no answer in time (closed)
+    adopted: int = 0  # connections other shards handed to this one
+    refused: int = 0  # offers this shard declined
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class _Channel:
+    """This shard's connection to one owner's handoff socket and the offers waiting
+    for its answers."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.waiting: dict[int, asyncio.Future[bool]] = {}
+
+
+class Handoffs:
+    """A shard's end of connection handoff: offers connections to their owners and
+    adopts those offered to it. ``adopt(offer, sock)`` makes a session of a received
+    socket and says whether it did; ``owner_up(k)`` whether shard k's link is up."""
+
+    def __init__(self, identity: ShardIdentity, owner_up: Callable[[int], bool],
+                 adopt: Callable[[HandoffOffer, socket.socket], bool]) -> None:
+        self.identity = identity
+        self.owner_up = owner_up
+        self._adopt = adopt
+        self.stats = HandoffStats()
+        self._ids = itertools.count(1)
+        self._server: socket.socket | None = None
+        self._accepted: set[socket.socket] = set()
+        self._channels: dict[int, _Channel] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        path = self.identity.handoff_socket(self.identity.index)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # left by a shard that was killed
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        server.bind(path)
+        os.chmod(path, 0o600)
+        server.listen(64)
+        server.setblocking(False)
+        self._server = server
+        loop.add_reader(server.fileno(), self._accept)
+
+    def stop(self) -> None:
+        loop = self._loop
+        if self._server is not None and loop is not None:
+            loop.remove_reader(self._server.fileno())
+            self._server.close()
+            self._server = None
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.identity.handoff_socket(self.identity.index))
+        for sock in list(self._accepted):
+            self._drop_accepted(sock)
+        for index in list(self._channels):
+            self._drop_channel(index)
+
+    # ------------------------------------------------------------ offering
+    def offer(self, owner: int, offer: HandoffOffer, fd: int) -> asyncio.Future[bool] | None:
+        """Offer the connection on socket ``fd`` to shard ``owner``: a future of its answer
+        (True: taken; False: declined, handle it here; an exception: no answer in time,
+        so its fate is unknown), or None when the offer could not be sent (handle it here)."""
+        loop = self._loop
+        if loop is None or len(offer.pending) > MAX_PENDING:
+            return None
+        channel = self._channel(owner)
+        if channel is None:
+            return None
+        offer_id = next(self._ids)
+        data = offer.encode(self.identity.token, offer_id)
+        try:
+            socket.send_fds(channel.sock, [data], [fd])
+        except OSError as exc:  # a full or broken channel: not offered
+            log.debug("handoff to shard %d not sent: %s", owner, exc)
+            self._drop_channel(owner)
+            return None
+        self.stats.offered += 1
+        answer: asyncio.Future[bool] = loop.create_future()
+        channel.waiting[offer_id] = answer
+        timer = loop.call_later(ANSWER_TIMEOUT_S, self._no_answer, owner, offer_id)
+        answer.add_done_callback(lambda _f: timer.cancel())
+        return answer
+
+    def _channel(self, owner: int) -> _Channel | None:
+        channel = self._channels.get(owner)
+        if channel is not None:
+            return channel
+        assert self._loop is not None
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            sock.connect(self.identity.handoff_socket(owner))
+        except OSError as exc:
+            sock.close()
+            log.debug("no handoff channel to shard %d: %s", owner, exc)
+            return None
+        sock.setblocking(False)
+        channel = self._channels[owner] = _Channel(sock)
+        self._loop.add_reader(sock.fileno(), self._answers, owner)
+        return channel
+
+    def _answers(self, owner: int) -> None:
+        channel = self._channels.get(owner)
+        if channel is None:
+            return
+        while True:
+            try:
+                data = channel.sock.recv(256)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:  # the owner closed its end (it stopped or died)
+                self._drop_channel(owner)
+                return
+            try:
+                answer = json.loads(data)
+                offer_id, taken = int(answer["id"]), bool(answer["taken"])
+            except (ValueError, KeyError, TypeError):
+                log.warning("shard %d sent a malformed handoff answer; closing the channel",
+                            owner)
+                self._drop_channel(owner)
+                return
+            fut = channel.waiting.pop(offer_id, None)
+            if fut is not None and not fut.done():
+                if taken:
+                    self.stats.handed += 1
+                else:
+                    self.stats.declined += 1
+                fut.set_result(taken)
+
+    def _no_answer(self, owner: int, offer_id: int) -> None:
+        channel = self._channels.get(owner)
+        fut = channel.waiting.pop(offer_id, None) if channel is not None else None
+        if fut is not None and not fut.done():
+            self.stats.lost += 1
+            fut.set_exception(TimeoutError(f"shard {owner} did not answer a handoff"))
+
+    def _drop_channel(self, owner: int) -> None:
+        channel = self._channels.pop(owner, None)
+        if channel is None:
+            return
+        if self._loop is not None:
+            with contextlib.suppress(ValueError, OSError):
+                self._loop.remove_reader(channel.sock.fileno())
+        channel.sock.close()
+        for fut in channel.waiting.values():
+            if not fut.done():
+                self.stats.lost += 1
+                fut.set_exception(ConnectionError(f"the handoff channel to shard {owner} "
+                                                  "closed before its answer"))
+        channel.waiting.clear()
+
+    # ------------------------------------------------------------ adopting
+    def _accept(self) -> None:
+        assert self._server is not None and self._loop is not None
+        while True:
+            try:
+                sock, _ = self._server.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                log.warning("handoff socket: %s", exc)
+                return
+            sock.setblocking(False)
+            self._accepted.add(sock)
+            self._loop.add_reader(sock.fileno(), self._offers, sock)
+
+    def _drop_accepted(self, sock: socket.socket) -> None:
+        self._accepted.discard(sock)
+        if self._loop is not None:
+            with contextlib.suppress(ValueError, OSError):
+                self._loop.remove_reader(sock.fileno())
+        sock.close()
+
+    def _offers(self, sock: socket.socket) -> None:
+        while True:
+            try:
+                data, fds, _flags, _addr = socket.recv_fds(sock, _MAX_DATAGRAM, 1)
+            except BlockingIOError:
+                return
+            except OSError:
+                data, fds = b"", []
+            if not data:
+                for fd in fds:
+                    os.close(fd)
+                self._drop_accepted(sock)
+                return
+            self._offered(sock, data, fds)
+
+    def _offered(self, channel: socket.socket, data: bytes, fds: list[int]) -> None:
+        try:
+            offer, token, offer_id = HandoffOffer.decode(data)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("malformed connection handoff ignored: %s", exc)
+            for fd in fds:
+                os.close(fd)
+            return
+        taken = False
+        if token == self.identity.token and len(fds) == 1:
+            client = socket.socket(fileno=fds[0])
+            fds = []
+            try:
+                taken = self._adopt(offer, client)
+            except Exception:
+                log.exception("adopting a handed-over connection failed")
+                taken = False
+            if not taken:
+                client.close()  # ours only: the offering shard still holds its own
+        for fd in fds:
+            os.close(fd)
+        if taken:
+            self.stats.adopted += 1
+        else:
+            self.stats.refused += 1
+        reply = json.dumps({"id": offer_id, "taken": taken}).encode()
+        try:
+            channel.send(reply)
+        except OSError as exc:
+            # The offering shard is gone: what it offered is closed with it, or
+            # (taken) served here.
+            log.debug("handoff answer not sent: %s", exc)
