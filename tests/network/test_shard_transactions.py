@@ -1,17 +1,24 @@
 """STOMP transactions across two shards of one node, over real Unix-socket links with
 real clients: a COMMIT whose sends and acknowledgements touch both shards commits in
 two phases (core/shard_txn.py), all or nothing, also when a shard stops between the
-phases; one that touches only the client's shard sends nothing to the other."""
+phases; one whose work all belongs to the other shard commits there in one phase,
+committed once or rolled back when either shard is killed with SIGKILL; one that
+touches only the client's shard sends nothing to the other."""
 
 from __future__ import annotations
 
+import signal
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from meshmq.core.shard_txn import DECIDED_PREFIX, PREPARED_PREFIX, TxnDecide
+import pytest
+
+from meshmq.core.shard_txn import DECIDED_PREFIX, ONE_PHASE_PREFIX, PREPARED_PREFIX, TxnDecide
+from meshmq.protocol.wire import decode_txn
 from tests.interop.stomp_helpers import RawClient
-from tests.support.brokers import poll
+from tests.support.brokers import ProcessBroker, poll
 from tests.support.shard_pair import ShardBroker, ShardPair
 
 
@@ -255,3 +262,166 @@ def test_a_transaction_on_one_shard_sends_nothing_to_the_other(pair: ShardPair) 
     assert pair[1].depth(out) == 1 and pair[1].depth(mine) == 0
     assert _txn_sent(pair[1]) == {} and pair[1].outstanding() == 0
     client.close()
+
+
+# ------------------------------------------------------------------ one phase
+def _one_phase_work(client: RawClient, out0: str, ack: str, txn: str) -> None:
+    """A transaction whose every part belongs to shard 0: a send to its queue and the
+    acknowledgement of a delivery relayed from it."""
+    client.send_frame("BEGIN", [("transaction", txn)])
+    _send(client, out0, f"x-{txn}", txn)
+    client.send_frame("ACK", [("id", ack), ("transaction", txn)])
+
+
+def _consume_from_shard0(pair: ShardPair, via: Any) -> tuple[RawClient, str, str, str]:
+    """"a" in a queue of shard 0, delivered (unacknowledged) to a client of shard 1
+    (``via``: the in-process shard or its subprocess); an output queue of shard 0."""
+    in0, out0 = pair.owned_by(0, "in"), pair.owned_by(0, "out")
+    client = RawClient(via)
+    client.connect()
+    _send(client, in0, "a")
+    _subscribe(client, in0, "s0")
+    body, ack, _ = _message(client)
+    assert body == "a"
+    return client, in0, out0, ack
+
+
+def _bodies(client: RawClient, queue: str, sub: str) -> list[tuple[str, bool]]:
+    """What ``queue`` holds, read (and acknowledged) to the end."""
+    _subscribe(client, queue, sub)
+    got = []
+    while True:
+        try:
+            frame, _ = client.read_until("MESSAGE", timeout=1.0)
+        except TimeoutError:
+            return got
+        got.append((frame.body.decode(), frame.get("redelivered") == "true"))
+        client.send_frame("ACK", [("id", frame.get("ack") or "")])
+
+
+def test_a_transaction_for_one_other_shard_commits_there_in_one_phase(
+        pair: ShardPair) -> None:
+    client, in0, out0, ack = _consume_from_shard0(pair, pair[1])
+    _one_phase_work(client, out0, ack, "t")
+    client.send_frame("COMMIT", [("transaction", "t"), ("receipt", "commit")])
+    client.read_until_receipt("commit")
+    # Applied on its owner before the RECEIPT: visible at once, no prepare, no decision.
+    assert pair[0].depth(out0) == 1 and pair[0].depth(in0) == 0
+    assert not _records(pair[1], DECIDED_PREFIX) and not _records(pair[0], PREPARED_PREFIX)
+    poll(lambda: _txn_sent(pair[1]) == {"commit-one": 1, "forget": 1},
+         what="the owner told to forget")
+    poll(lambda: not _records(pair[0], ONE_PHASE_PREFIX), what="the one-phase record")
+    client.close()
+    reader = pair[0].client()
+    assert _bodies(reader, out0, "o") == [("x-t", False)]
+    assert _bodies(reader, in0, "i") == []
+    reader.close()
+
+
+def _drop_first(shard: ShardBroker, method: str, op: str) -> threading.Event:
+    """The shard's links drop the first TXN ``op`` that ``method`` (``on_txn`` for one
+    read, ``_txn_out`` for one written) carries, as if the shard died right before it;
+    the event says it happened."""
+    dropped = threading.Event()
+
+    def make(original: Any) -> Any:
+        def patched(*args: Any) -> None:
+            head = decode_txn(args[2])[0] if method == "on_txn" else args[1]
+            if head.get("op") == op and not dropped.is_set():
+                dropped.set()
+                return
+            original(*args)
+        return patched
+    _patch(shard, method, make)
+    return dropped
+
+
+def test_one_phase_owner_killed_before_its_sync_rolls_back(tmp_path: Path) -> None:
+    pair = ShardPair(tmp_path)
+    owner: ProcessBroker = pair.process(0).start()
+    pair.start(1)
+    try:
+        poll(lambda: pair[1].links_up() == 1, what="the link to the owner")
+        client, in0, out0, ack = _consume_from_shard0(pair, pair[1])
+        _one_phase_work(client, out0, ack, "t")
+        assert owner.proc is not None
+        owner.proc.send_signal(signal.SIGSTOP)  # it never reads the commit
+        client.send_frame("COMMIT", [("transaction", "t"), ("receipt", "commit")])
+        poll(lambda: _txn_sent(pair[1]) == {"commit-one": 1}, what="the one-phase commit")
+        owner.kill9()
+        poll(lambda: pair[1].links_up() == 0, what="the link to drop")
+        with pytest.raises(TimeoutError):  # in doubt: the owner decides once it is back
+            client.read_frame(timeout=0.3)
+        owner = pair.process(0).start()
+        error = client.expect_error_and_close(timeout=30)
+        assert error.get("message") == ("transaction 't' was rolled back: "
+                                        "shard node#0 was lost before it committed")
+        client.close()
+        reader = RawClient(owner)
+        reader.connect()
+        assert [body for body, _ in _bodies(reader, in0, "i")] == ["a"]  # back, once
+        assert _bodies(reader, out0, "o") == []
+        reader.close()
+    finally:
+        pair.stop()
+        if owner.proc is not None and owner.proc.poll() is None:
+            owner.terminate()
+
+
+def test_one_phase_owner_killed_after_its_sync_commits_once(tmp_path: Path) -> None:
+    pair = ShardPair(tmp_path)
+    owner: ProcessBroker = pair.process(0).start()
+    pair.start(1)
+    try:
+        poll(lambda: pair[1].links_up() == 1, what="the link to the owner")
+        client, in0, out0, ack = _consume_from_shard0(pair, pair[1])
+        # Its answer, sent once the commit was synced, is lost with it.
+        answered = _drop_first(pair[1], "on_txn", "committed-one")
+        _one_phase_work(client, out0, ack, "t")
+        client.send_frame("COMMIT", [("transaction", "t"), ("receipt", "commit")])
+        poll(answered.is_set, what="the owner's answer")
+        owner.kill9()
+        poll(lambda: pair[1].links_up() == 0, what="the link to drop")
+        owner = pair.process(0).start()
+        client.read_until_receipt("commit", timeout=30)  # it did commit
+        poll(lambda: _txn_sent(pair[1]).get("forget", 0) >= 1, what="the forget")
+        client.close()
+        reader = RawClient(owner)
+        reader.connect()
+        assert _bodies(reader, out0, "o") == [("x-t", False)]  # once
+        assert _bodies(reader, in0, "i") == []
+        reader.close()
+    finally:
+        pair.stop()
+        if owner.proc is not None and owner.proc.poll() is None:
+            owner.terminate()
+
+
+def test_one_phase_coordinator_killed_after_the_owners_sync_commits_once(
+        tmp_path: Path) -> None:
+    pair = ShardPair(tmp_path)
+    pair.start(0)
+    coordinator: ProcessBroker = pair.process(1).start()
+    try:
+        poll(lambda: pair[0].links_up() == 1, what="the link to the coordinator")
+        answered = _drop_first(pair[0], "_txn_out", "committed-one")
+        client, in0, out0, ack = _consume_from_shard0(pair, coordinator)
+        _one_phase_work(client, out0, ack, "t")
+        client.send_frame("COMMIT", [("transaction", "t"), ("receipt", "commit")])
+        poll(answered.is_set, what="the owner's commit")
+        assert pair[0].depth(out0) == 1 and pair[0].depth(in0) == 0
+        assert len(_records(pair[0], ONE_PHASE_PREFIX)) == 1
+        coordinator.kill9()
+        client.expect_closed()  # no RECEIPT: the client cannot know, as with one broker
+        client.close()
+        coordinator = pair.process(1).start()
+        # The owner tells the restarted coordinator, which tells it to forget.
+        poll(lambda: not _records(pair[0], ONE_PHASE_PREFIX), what="the one-phase record")
+        reader = pair[0].client()
+        assert _bodies(reader, out0, "o") == [("x-t", False)]
+        assert _bodies(reader, in0, "i") == []
+        reader.close()
+    finally:
+        pair.stop()
+        if coordinator.proc is not None and coordinator.proc.poll() is None:
+            coordinator.terminate()

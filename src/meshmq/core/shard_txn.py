@@ -25,6 +25,17 @@ participant that restarts with a prepared record asks its coordinator once linke
 if it holds nothing; a coordinator that restarts with a decision record tells its
 participants to commit again (committing twice is a no-op: the record is gone).
 
+One phase: a transaction whose whole work belongs to ONE other shard (nothing of it is
+the coordinator's: no send, no acknowledgement of its own consumers, no NACK) needs no
+vote. Its owner gets ``TxnPrepare(one_phase=True)`` and commits it at once in one
+batch, with a **one-phase record** (``shard-txn/1/<txn>``) saying it did; once synced it
+answers, and the COMMIT is confirmed: one sync instead of two, no decision record. The
+owner keeps the record until the coordinator has heard (``TxnForget``), so a
+coordinator that lost the link meanwhile waits for the next one and asks: the record
+says committed, its absence that the owner never synced it (rolled back, as a
+restarted owner lost the batch). An owner that restarts with records re-sends their
+outcome (``TxnCommitted``), so they go even when the coordinator restarted too.
+
 The sends are held on the coordinator until COMMIT, not prepared on their owners as
 they arrive: an ABORT or a disconnect then costs nothing on the other shards, and a
 transaction that touches no other shard costs exactly what it does on one broker.
@@ -54,6 +65,7 @@ from meshmq.errors import DestinationError, ResourceLimitError, TransactionError
 
 PREPARED_PREFIX = "shard-txn/p/"
 DECIDED_PREFIX = "shard-txn/c/"
+ONE_PHASE_PREFIX = "shard-txn/1/"
 
 _LEN = struct.Struct(">I")
 
@@ -63,12 +75,14 @@ _LEN = struct.Struct(">I")
 class TxnPrepare:
     """Decision: ask shard ``owner`` to prepare its part of transaction ``txn``:
     ``sends`` to destinations it owns, ``acks`` of deliveries of its relays to this
-    shard as (relay id, owner's tag)."""
+    shard as (relay id, owner's tag). ``one_phase``: that part is the whole
+    transaction, so the owner commits it at once instead of preparing it."""
 
     owner: int
     txn: str
     sends: tuple[Message, ...]
     acks: tuple[tuple[int, int], ...]
+    one_phase: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,61 +96,100 @@ class TxnDecide:
 
 @dataclass(frozen=True, slots=True)
 class TxnAsk:
-    """Decision: ask coordinator ``coordinator`` what became of prepared ``txn``."""
+    """Decision: ask shard ``peer`` what became of ``txn``: a participant asks the
+    coordinator of a transaction it holds prepared; a coordinator asks the owner of a
+    one-phase commit whose answer a lost link took."""
+
+    peer: int
+    txn: str
+
+
+@dataclass(frozen=True, slots=True)
+class TxnCommitted:
+    """Decision: tell coordinator ``coordinator`` that its one-phase ``txn`` committed
+    here (sent once that is durable)."""
 
     coordinator: int
     txn: str
 
 
-TxnDecision = TxnPrepare | TxnDecide | TxnAsk
+@dataclass(frozen=True, slots=True)
+class TxnForget:
+    """Decision: tell ``owner`` that the outcome of one-phase ``txn`` has been heard,
+    so its one-phase record can go."""
+
+    owner: int
+    txn: str
+
+
+TxnDecision = TxnPrepare | TxnDecide | TxnAsk | TxnCommitted | TxnForget
 
 
 # ------------------------------------------------------------------ the coordinator
 class Phase(enum.Enum):
     PREPARING = "preparing"  # prepares sent, votes coming in
+    IN_DOUBT = "in doubt"  # one phase: the link to its owner was lost before its answer
     COMMITTING = "committing"  # decided to commit (logged); participants applying
     ABORTED = "aborted"
     DONE = "done"  # committed, every participant has applied it
 
 
 class Outcome(enum.Enum):
-    COMMIT = "commit"
+    COMMIT = "commit"  # two phases: decided, to be logged, then applied by each participant
+    COMMITTED = "committed"  # one phase: applied and durable on its one owner
     ABORT = "abort"
 
 
 class CoordinatorTxn:
     """One transaction on its coordinator: commit once every participant voted yes,
     abort on a no or on a participant lost before then, done once every participant
-    confirmed the commit. Events after the outcome change nothing but ``confirmed``."""
+    confirmed the commit. Events after the outcome change nothing but ``confirmed``.
 
-    __slots__ = ("confirmed_by", "participants", "phase", "yes")
+    ``one_phase`` (one participant, which commits at once): its yes is the commit,
+    already applied (``COMMITTED``, done); a lost link leaves the outcome to that
+    owner (``IN_DOUBT``) until its answer to an ask, a yes or a no, arrives."""
+
+    __slots__ = ("confirmed_by", "one_phase", "participants", "phase", "yes")
 
     def __init__(self, participants: frozenset[int], *,
-                 phase: Phase = Phase.PREPARING) -> None:
+                 phase: Phase = Phase.PREPARING, one_phase: bool = False) -> None:
         if not participants:
             raise ValueError("a transaction across shards has participants")
+        if one_phase and len(participants) != 1:
+            raise ValueError("a one-phase commit has exactly one participant")
         self.participants = participants
         self.phase = phase
+        self.one_phase = one_phase
         self.yes: set[int] = set()
         self.confirmed_by: set[int] = set()
 
     def vote(self, owner: int, ok: bool) -> Outcome | None:
         """``owner`` prepared (or refused): the outcome once it is known now."""
-        if self.phase is not Phase.PREPARING or owner not in self.participants:
+        open_phases = (Phase.PREPARING, Phase.IN_DOUBT) if self.one_phase \
+            else (Phase.PREPARING,)
+        if self.phase not in open_phases or owner not in self.participants:
             return None
         if not ok:
             self.phase = Phase.ABORTED
             return Outcome.ABORT
         self.yes.add(owner)
         if self.yes == self.participants:
+            if self.one_phase:
+                self.confirmed_by.add(owner)
+                self.phase = Phase.DONE
+                return Outcome.COMMITTED
             self.phase = Phase.COMMITTING
             return Outcome.COMMIT
         return None
 
     def lost(self, owner: int) -> Outcome | None:
         """The link to ``owner`` dropped: before the decision, that aborts (its vote,
-        or its prepared record, may be gone); after it, the commit is driven again."""
+        or its prepared record, may be gone); after it, the commit is driven again.
+        One phase: the owner may have committed, so it is asked on the next link."""
         if self.phase is Phase.PREPARING and owner in self.participants:
+            if self.one_phase:
+                self.phase = Phase.IN_DOUBT
+                return None
             self.phase = Phase.ABORTED
             return Outcome.ABORT
         return None
@@ -165,6 +218,15 @@ class _Pending:
     acks: list[tuple[Consumer, int]] = field(default_factory=list)  # local entries
     relayed: list[tuple[Consumer, int]] = field(default_factory=list)  # settled there
     nacks: list[tuple[Consumer, int, bool]] = field(default_factory=list)
+
+
+def one_phase(participants: frozenset[int], local_sends: bool, local_acks: bool,
+              nacks: bool) -> bool:
+    """May a transaction commit in one phase on its one participant? Only when that
+    participant holds all of it: nothing of it is applied on the coordinator but the
+    windows of its relayed consumers (a NACK, even of a relayed delivery, is applied
+    by the coordinator at the decision, so it keeps two phases)."""
+    return len(participants) == 1 and not (local_sends or local_acks or nacks)
 
 
 # ------------------------------------------------------------------ the records
@@ -283,15 +345,17 @@ class ShardTransactions:
         if not participants:  # its relayed acks left their windows meanwhile
             return self._apply(_Pending(conn, None, local_sends, local_acks, relayed,
                                         list(txn.nacks)))
+        one = one_phase(participants, bool(local_sends), bool(local_acks),
+                        bool(txn.nacks))
         self._next += 1
         txn_id = f"{shard.index}.{state.boot}.{self._next}"
-        self._pending[txn_id] = _Pending(conn, CoordinatorTxn(participants), local_sends,
-                                         local_acks, relayed, list(txn.nacks))
+        self._pending[txn_id] = _Pending(conn, CoordinatorTxn(participants, one_phase=one),
+                                         local_sends, local_acks, relayed, list(txn.nacks))
         self._started[conn.id] = txn_id
         for owner in sorted(participants):
             self._decisions.append(TxnPrepare(owner, txn_id,
                                               tuple(remote_sends.get(owner, ())),
-                                              tuple(remote_acks.get(owner, ()))))
+                                              tuple(remote_acks.get(owner, ())), one))
         return False
 
     def started(self, conn: Connection) -> str | None:
@@ -302,14 +366,19 @@ class ShardTransactions:
         """Participant ``owner`` prepared (synced) or refused. COMMIT: the coordinator's
         part and the decision record are in the current batch; confirm the COMMIT
         and send the commits once it is durable (``participants``). ABORT: the
-        participants' aborts are decisions."""
+        participants' aborts are decisions. COMMITTED (one phase: ``owner`` committed
+        it, durably): confirm the COMMIT now; the owner is told to forget it."""
         pending = self._pending.get(txn_id)
         if pending is None:
             return None
         machine = pending.machine
         assert machine is not None
         outcome = machine.vote(owner, ok)
-        if outcome is Outcome.COMMIT:
+        if outcome is Outcome.COMMITTED:
+            del self._pending[txn_id]
+            self._apply(pending)  # the windows of its relayed acks: nothing to store
+            self._decisions.append(TxnForget(owner, txn_id))
+        elif outcome is Outcome.COMMIT:
             del self._pending[txn_id]
             self._apply(pending)
             self._committing[txn_id] = machine
@@ -318,6 +387,15 @@ class ShardTransactions:
         elif outcome is Outcome.ABORT:
             self._abort(txn_id, pending)
         return outcome
+
+    def committed_one(self, txn_id: str, owner: int) -> Outcome | None:
+        """``owner`` says one-phase ``txn_id`` committed there (its answer, or sent
+        again after it restarted): the outcome if this shard still waited for it. The
+        owner is told to forget it either way."""
+        if txn_id in self._pending:
+            return self.voted(txn_id, owner, True)
+        self._decisions.append(TxnForget(owner, txn_id))
+        return None
 
     def participants(self, txn_id: str) -> list[int]:
         """The participants still to apply decided ``txn_id``."""
@@ -377,9 +455,12 @@ class ShardTransactions:
 
     def _abort(self, txn_id: str, pending: _Pending) -> None:
         # Its acknowledged deliveries stay unacknowledged in their windows, as after
-        # ABORT; every participant is told (one that never prepared ignores it).
+        # ABORT; every participant is told (one that never prepared ignores it). A
+        # one-phase owner that refused, or never synced it, holds nothing to drop.
         self._pending.pop(txn_id, None)
         assert pending.machine is not None
+        if pending.machine.one_phase:
+            return
         for owner in sorted(pending.machine.participants):
             self._decisions.append(TxnDecide(owner, txn_id, False))
 
@@ -389,10 +470,45 @@ class ShardTransactions:
         """Prepare this shard's part of ``txn_id``, in the current batch: the acked
         deliveries leave their queues, and the prepared record keeps the sends and
         copies of them. Raises (a refusal, nothing changed) when it cannot commit."""
-        state = self._state
         name = PREPARED_PREFIX + txn_id
-        if name in state.records:
+        if name in self._state.records:
             return  # prepared already
+        acked = self._check(sends, acks)
+        for consumer, tag in acks:
+            self._acks.settle(consumer, (tag,), True)
+        self._router.put_record(name, encode_prepared(coordinator, sends, acked))
+
+    def commit_one(self, coordinator: int, txn_id: str, sends: list[Message],
+                   acks: list[tuple[Consumer, int]]) -> None:
+        """Commit one-phase ``txn_id`` (all of it is this shard's) in the current
+        batch: the acked deliveries leave their queues, the sends are routed, and the
+        one-phase record says it committed until the coordinator has heard. Raises (a
+        refusal, nothing changed) when it cannot commit."""
+        name = ONE_PHASE_PREFIX + txn_id
+        if name in self._state.records:
+            return  # committed already
+        self._check(sends, acks)
+        for consumer, tag in acks:
+            self._acks.settle(consumer, (tag,), True)
+        for msg in sends:
+            self._router.route(None, (msg.destination,), msg, owned=True)
+        self._router.put_record(name, json.dumps({"coordinator": coordinator},
+                                                 separators=(",", ":")).encode())
+
+    def committed_here(self, txn_id: str) -> bool:
+        """Did one-phase ``txn_id`` commit on this shard (and is not yet forgotten)?"""
+        return ONE_PHASE_PREFIX + txn_id in self._state.records
+
+    def forget(self, txn_id: str) -> None:
+        """The coordinator heard one-phase ``txn_id``'s outcome: its record goes."""
+        if self.committed_here(txn_id):
+            self._router.drop_record(ONE_PHASE_PREFIX + txn_id)
+
+    def _check(self, sends: list[Message], acks: list[tuple[Consumer, int]]
+               ) -> list[Message]:
+        """Raise if this shard cannot take ``sends`` and ``acks``; else the messages
+        the acks take off queues (kept to put back on abort)."""
+        state = self._state
         for msg in sends:
             d = msg.destination
             if d.is_temporary and not state.temp_exists(d):
@@ -408,9 +524,7 @@ class ShardTransactions:
                                        "delivered again meanwhile")
             if entry.message.destination.kind is DestKind.QUEUE:
                 acked.append(entry.message)
-        for consumer, tag in acks:
-            self._acks.settle(consumer, (tag,), True)
-        self._router.put_record(name, encode_prepared(coordinator, sends, acked))
+        return acked
 
     def finish(self, txn_id: str, commit: bool) -> bool:
         """The coordinator decided: apply (or discard) the prepared part, and drop the
@@ -441,9 +555,17 @@ class ShardTransactions:
                 coordinator, _, _ = decode_prepared(body)
                 if coordinator == peer:
                     out.append(TxnAsk(peer, name[len(PREPARED_PREFIX):]))
+            elif name.startswith(ONE_PHASE_PREFIX) \
+                    and int(json.loads(body)["coordinator"]) == peer:
+                out.append(TxnCommitted(peer, name[len(ONE_PHASE_PREFIX):]))
         for txn_id, machine in self._committing.items():
             if peer in machine.unconfirmed:
                 out.append(TxnDecide(peer, txn_id, True))
+        for txn_id, pending in self._pending.items():
+            doubt = pending.machine
+            if doubt is not None and doubt.phase is Phase.IN_DOUBT \
+                    and peer in doubt.participants:
+                out.append(TxnAsk(peer, txn_id))
         return out
 
     def _load(self) -> None:

@@ -62,7 +62,15 @@ from meshmq.core.shard_relay import (
     RetainedCopy,
     ShardSettle,
 )
-from meshmq.core.shard_txn import Outcome, TxnAsk, TxnDecide, TxnDecision, TxnPrepare
+from meshmq.core.shard_txn import (
+    Outcome,
+    TxnAsk,
+    TxnCommitted,
+    TxnDecide,
+    TxnDecision,
+    TxnForget,
+    TxnPrepare,
+)
 from meshmq.core.shards import FRONT_SHARD
 from meshmq.core.stream import StreamQueue
 from meshmq.errors import (
@@ -1345,8 +1353,8 @@ class ShardPeers:
             if peer.link is None:  # a vote no, answered at once
                 self._voted(txn.txn, peer, False, f"shard {peer.label} is unreachable")
                 return
-            self._txn_out(peer, {"op": "prepare", "txn": txn.txn,
-                                 "acks": [list(a) for a in txn.acks]},
+            self._txn_out(peer, {"op": "commit-one" if txn.one_phase else "prepare",
+                                 "txn": txn.txn, "acks": [list(a) for a in txn.acks]},
                           [encoded(m) for m in txn.sends])
         elif isinstance(txn, TxnDecide):
             # An abort to an unreachable participant is presumed; a commit is driven
@@ -1354,7 +1362,12 @@ class ShardPeers:
             self._txn_out(self.peers[txn.owner], {
                 "op": "commit" if txn.commit else "abort", "txn": txn.txn})
         elif isinstance(txn, TxnAsk):
-            self._txn_out(self.peers[txn.coordinator], {"op": "ask", "txn": txn.txn})
+            self._txn_out(self.peers[txn.peer], {"op": "ask", "txn": txn.txn})
+        elif isinstance(txn, TxnCommitted):
+            self._committed_one(self.peers[txn.coordinator], txn.txn)
+        elif isinstance(txn, TxnForget):
+            # Unreachable: the owner sends its outcome again on the next link.
+            self._txn_out(self.peers[txn.owner], {"op": "forget", "txn": txn.txn})
 
     def _txn_out(self, peer: _Peer, head: dict[str, Any],
                  messages: Sequence[bytes] = ()) -> None:
@@ -1371,10 +1384,16 @@ class ShardPeers:
             raise RemoteProtocolError("TXN frame without a transaction id")
         txns = self.broker.shard_transactions
         who = f"shard link {peer.label}"
-        if op == "prepare":
-            self._prepare(peer, link, txn_id, head, messages)
+        if op in ("prepare", "commit-one"):
+            self._prepare(peer, link, txn_id, head, messages, one_phase=op == "commit-one")
         elif op in ("prepared", "refused"):
             self._voted(txn_id, peer, op == "prepared", str(head.get("reason") or ""))
+        elif op == "committed-one":
+            outcome = txns.committed_one(txn_id, peer.index)
+            if outcome is Outcome.COMMITTED:
+                self._txn_done(txn_id)
+        elif op == "forget":
+            txns.forget(txn_id)
         elif op in ("commit", "abort"):
             txns.finish(txn_id, op == "commit")
             if op == "commit":  # answered once the commit is durable here
@@ -1384,16 +1403,37 @@ class ShardPeers:
         elif op == "committed":
             txns.confirmed(txn_id, peer.index)
         elif op == "ask":
-            answer = txns.answer(txn_id)
-            if answer is not None:
-                self._txn_out(peer, {"op": "commit" if answer else "abort", "txn": txn_id})
+            if not txn_id.startswith(f"{self.identity.index}."):
+                # A coordinator asks the owner of a one-phase commit it lost: committed
+                # here durably, or never (a batch not synced died with this shard).
+                if txns.committed_here(txn_id):
+                    self._committed_one(peer, txn_id)
+                else:
+                    self._txn_out(peer, {"op": "refused", "txn": txn_id, "reason":
+                                         f"shard {self.identity.label} was lost before "
+                                         f"it committed"})
+            else:
+                answer = txns.answer(txn_id)
+                if answer is not None:
+                    self._txn_out(peer, {"op": "commit" if answer else "abort",
+                                         "txn": txn_id})
         else:
             raise RemoteProtocolError(f"unknown TXN op {op!r}")
         self.host.request_pump()
 
+    def _committed_one(self, peer: _Peer, txn_id: str) -> None:
+        """Tell coordinator ``peer`` that one-phase ``txn_id`` committed, once durable."""
+        link = peer.link
+        if link is None:
+            return  # sent again on the next link (the record is kept until forgotten)
+        self.host.durability.when_durable(
+            lambda: self._txn_out(peer, {"op": "committed-one", "txn": txn_id}),
+            link.abort, who=f"shard link {peer.label}", owners=False)
+
     def _prepare(self, peer: _Peer, link: WireLink, txn_id: str, head: dict[str, Any],
-                 messages: list[Message]) -> None:
-        """The participant's side: prepare, then vote once the record is durable."""
+                 messages: list[Message], *, one_phase: bool = False) -> None:
+        """The participant's side: prepare, then vote once the record is durable; or,
+        for a one-phase commit, commit and answer once that is durable."""
         acks: list[tuple[Consumer, int]] = []
         relay_out = peer.relay_out
         reason = None
@@ -1409,14 +1449,21 @@ class ShardPeers:
                 break
             acks.append((consumer, tag))
         if reason is None:
+            txns = self.broker.shard_transactions
             try:
-                self.broker.shard_transactions.prepare(peer.index, txn_id, messages, acks)
+                if one_phase:
+                    txns.commit_one(peer.index, txn_id, messages, acks)
+                else:
+                    txns.prepare(peer.index, txn_id, messages, acks)
             except MeshmqError as exc:
                 reason = str(exc)
         if reason is not None:
             log.info("shard %s: transaction %s from shard %s refused: %s",
                      self.identity.label, txn_id, peer.label, reason)
             self._txn_out(peer, {"op": "refused", "txn": txn_id, "reason": reason})
+            return
+        if one_phase:
+            self._committed_one(peer, txn_id)
             return
         self.host.durability.when_durable(
             lambda: self._txn_out(peer, {"op": "prepared", "txn": txn_id}), link.abort,
@@ -1426,7 +1473,9 @@ class ShardPeers:
         """The coordinator's side: a participant's vote."""
         txns = self.broker.shard_transactions
         outcome = txns.voted(txn_id, peer.index, ok)
-        if outcome is Outcome.ABORT:
+        if outcome is Outcome.COMMITTED:  # one phase: durable on its owner already
+            self._txn_done(txn_id)
+        elif outcome is Outcome.ABORT:
             self._txn_failed(txn_id, reason)
             self._schedule_flush_txns()
         elif outcome is Outcome.COMMIT:
@@ -1446,6 +1495,11 @@ class ShardPeers:
     def _schedule_flush_txns(self) -> None:
         # Aborts recorded outside a pump (a vote, a lost link) go with the next one.
         self._host.request_pump()
+
+    def _txn_done(self, txn_id: str) -> None:
+        fut = self._txn_waits.pop(txn_id, None)
+        if fut is not None and not fut.done():
+            fut.set_result(None)
 
     def _txn_failed(self, txn_id: str, reason: str) -> None:
         fut = self._txn_waits.pop(txn_id, None)

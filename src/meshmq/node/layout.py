@@ -7,6 +7,14 @@ shard's store lives, and the private directory for the shards' Unix sockets.
     <data>/shard-<k>/     shard k's data directory: a complete store as a broker's
     <data>/run/           the shards' management (and link) sockets, mode 0700
 
+When socket paths under ``<data>`` would be too long (or the two nodes of a master/slave
+pair share ``<data>``), the sockets go in a private directory under the system's
+temporary directory instead, ``meshmq-run-<hash of data>-<random>``, holding
+``owner.lock``, flock'ed by the supervisor while it runs. A supervisor killed with
+SIGKILL cannot remove its directory, but its lock goes with it: the next start with the
+same data directory removes every such directory whose lock nobody holds, and leaves
+those of a live node (the other node of a pair) alone.
+
 A store made with ``shards = 1`` has no ``shards.json`` and stays as it is. Which shard
 owns a destination depends on the count (core/shards.py), so a start with another count
 than the stores were made with would leave messages on shards that no longer own them:
@@ -20,8 +28,11 @@ keeps any broker off the directory until it has finished.
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
 import json
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,8 +41,8 @@ from meshmq.core.shards import HASH_NAME
 from meshmq.errors import MeshmqError
 
 __all__ = ["REBALANCE_FILE", "RUN_DIR", "SHARDS_FILE", "LayoutError", "NodeLayout",
-           "check_layout", "make_run_dir", "read_shards_file", "remove_shards_file",
-           "shard_directory", "write_shards_file"]
+           "check_layout", "make_run_dir", "read_shards_file", "release_run_dir",
+           "remove_shards_file", "shard_directory", "write_shards_file"]
 
 SHARDS_FILE = "shards.json"
 REBALANCE_FILE = "rebalance.json"
@@ -39,6 +50,9 @@ RUN_DIR = "run"
 # sockaddr_un's sun_path is 108 bytes on Linux (104 on BSDs), with its NUL.
 _MAX_SOCKET_PATH = 100
 _LONGEST_SOCKET_NAME = "shard-255.mgmt.sock"
+_RUN_LOCK = "owner.lock"
+# The locks of the temporary run directories this process made, held until released.
+_held: dict[Path, int] = {}
 
 
 class LayoutError(MeshmqError):
@@ -196,7 +210,7 @@ def make_run_dir(data: Path, *, private: bool = False) -> tuple[Path, bool]:
     run = data / RUN_DIR
     if private or len(os.fsencode(str(run.absolute() / _LONGEST_SOCKET_NAME))
                       ) > _MAX_SOCKET_PATH:
-        return Path(tempfile.mkdtemp(prefix="meshmq-run-")), True
+        return _temporary_run_dir(data), True
     run.mkdir(parents=True, exist_ok=True, mode=0o700)
     st = run.stat()
     if st.st_uid != os.getuid():
@@ -204,3 +218,58 @@ def make_run_dir(data: Path, *, private: bool = False) -> tuple[Path, bool]:
                           "another data directory (--data DIR)")
     os.chmod(run, 0o700)
     return run.absolute(), False
+
+
+def release_run_dir(run: Path) -> None:
+    """Remove temporary run directory ``run`` (made by ``make_run_dir``) and let its
+    lock go."""
+    fd = _held.pop(run, None)
+    shutil.rmtree(run, ignore_errors=True)
+    if fd is not None:
+        os.close(fd)
+
+
+def _temporary_run_dir(data: Path) -> Path:
+    """A fresh private run directory for ``data``, locked, after removing the ones a
+    killed supervisor of ``data`` left behind."""
+    prefix = "meshmq-run-" + hashlib.blake2b(os.fsencode(str(data.absolute())),
+                                             digest_size=6).hexdigest() + "-"
+    base = Path(tempfile.gettempdir())
+    _remove_stale(base, prefix)
+    # Made under another name and renamed once locked, so a node starting meanwhile
+    # never sees it unlocked.
+    new = Path(tempfile.mkdtemp(prefix=".meshmq-run-new-", dir=base))
+    fd = os.open(new / _RUN_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    run = base / (prefix + new.name.rsplit("-", 1)[-1])
+    os.rename(new, run)
+    _held[run] = fd
+    return run
+
+
+def _remove_stale(base: Path, prefix: str) -> None:
+    """Remove the run directories named ``prefix*`` under ``base`` whose lock nobody
+    holds (their supervisor is gone); never one of another user or a live node."""
+    try:
+        entries = list(base.iterdir())
+    except OSError:
+        return
+    uid = os.getuid()
+    for path in entries:
+        if not path.name.startswith(prefix) or path in _held:
+            continue
+        try:
+            if path.lstat().st_uid != uid or not path.is_dir() or path.is_symlink():
+                continue
+            fd = os.open(path / _RUN_LOCK, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError:
+            continue  # gone meanwhile, or not one of ours
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue  # its node runs
+        try:
+            shutil.rmtree(path, ignore_errors=True)
+        finally:
+            os.close(fd)

@@ -35,7 +35,6 @@ import dataclasses
 import fcntl
 import logging
 import secrets
-import shutil
 import signal
 import time
 from collections.abc import Sequence
@@ -48,7 +47,13 @@ from meshmq.errors import ConfigError, MeshmqError
 from meshmq.ha.controller import HaController
 from meshmq.node.aggregate import ShardRow
 from meshmq.node.fence import STARTS_PER_EPOCH, ShardLease
-from meshmq.node.layout import LayoutError, check_layout, make_run_dir, shard_directory
+from meshmq.node.layout import (
+    LayoutError,
+    check_layout,
+    make_run_dir,
+    release_run_dir,
+    shard_directory,
+)
 from meshmq.node.ports import NodePorts, bind_ports
 from meshmq.node.shard import ShardSpec, encode_spec
 
@@ -429,7 +434,7 @@ class Supervisor:
         if self.ports is not None:
             self.ports.close()
         if self._temporary_run_dir and self.run_dir is not None:
-            shutil.rmtree(self.run_dir, ignore_errors=True)
+            release_run_dir(self.run_dir)
         if self._lock is not None:
             self._lock.close()
             self._lock = None

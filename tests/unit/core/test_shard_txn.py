@@ -16,30 +16,34 @@ from meshmq.core.consumer import AckMode, Consumer
 from meshmq.core.message import Message
 from meshmq.core.shard_txn import (
     DECIDED_PREFIX,
+    ONE_PHASE_PREFIX,
     PREPARED_PREFIX,
     CoordinatorTxn,
     Outcome,
     Phase,
     TxnAsk,
+    TxnCommitted,
     TxnDecide,
+    TxnForget,
     TxnPrepare,
     decode_prepared,
     encode_prepared,
+    one_phase,
 )
-from meshmq.core.shards import ShardIdentity
+from meshmq.core.shards import ShardIdentity, owner
 from meshmq.errors import TransactionError
 from meshmq.store.base import AddMessage, Recovery, RemoveRef
 from meshmq.store.memory import MemoryStore
 
 
-def _shard(index: int) -> tuple[Broker, MemoryStore]:
+def _shard(index: int, count: int = 2) -> tuple[Broker, MemoryStore]:
     broker, _, store = make_broker()
-    broker.use_shard(_identity(index))
+    broker.use_shard(_identity(index, count))
     return broker, store
 
 
-def _identity(index: int) -> ShardIdentity:
-    return ShardIdentity(index=index, count=2, node=NODE, run_dir="/nowhere", token="t")
+def _identity(index: int, count: int = 2) -> ShardIdentity:
+    return ShardIdentity(index=index, count=count, node=NODE, run_dir="/nowhere", token="t")
 
 
 def _restart(broker: Broker, store: MemoryStore, index: int) -> Broker:
@@ -62,20 +66,20 @@ def test_the_coordinator_commits_only_on_every_yes_and_is_done_only_once_all_app
     yes: set[int] = set()
     broken = False  # a no, or a participant lost, before every yes
     done_at = None
-    for i, (event, owner) in enumerate(events):
+    for i, (event, shard) in enumerate(events):
         decided = bool(outcomes)
         if event in ("yes", "no"):
-            out = machine.vote(owner, event == "yes")
+            out = machine.vote(shard, event == "yes")
         elif event == "lost":
-            out = machine.lost(owner)
+            out = machine.lost(shard)
         else:
-            if machine.confirmed(owner):
+            if machine.confirmed(shard):
                 assert done_at is None
                 done_at = i
             out = None
-        if not decided and owner in participants:
+        if not decided and shard in participants:
             if event == "yes":
-                yes.add(owner)
+                yes.add(shard)
             elif event in ("no", "lost"):
                 broken = True
         if out is not None:
@@ -237,5 +241,134 @@ def test_a_participant_refuses_an_ack_no_longer_in_the_window_and_changes_nothin
     store.write(broker.take_ops())
     with pytest.raises(TransactionError, match="delivered again"):
         broker.shard_transactions.prepare(1, "g", [], [(consumer, tag + 1)])
+    assert broker.take_ops() == [] and broker.queues[dst.queue(name)].depth == 1
+    assert broker.state.records == {}
+
+
+# ------------------------------------------------------------------ one phase
+def _owned_of(k: int, count: int, prefix: str) -> str:
+    for n in range(10_000):
+        name = f"{prefix}.{n}"
+        if owner(dst.queue(name), count, node=NODE) == k:
+            return name
+    raise AssertionError("unreachable")
+
+
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=6), st.booleans())
+def test_one_phase_exactly_when_one_other_shard_holds_all_of_the_transaction(
+        owners: list[int], local_ack: bool) -> None:
+    broker, store = _shard(1, count=4)
+    conn = connect(broker)
+    consumer = None
+    if local_ack:
+        mine = _owned_of(1, 4, "mine")
+        send(broker, conn, mine, "m")
+        consumer = sub(broker, conn, "s", mine, ack_mode=AckMode.CLIENT_INDIVIDUAL)
+        [delivery] = pump(broker, store)
+    broker.begin(conn, "t")
+    for i, k in enumerate(owners):
+        name = _owned_of(k, 4, "out")
+        broker.send(conn, (dst.queue(name),), Message(
+            message_id=f"ID:{i}", destination=dst.queue(name), body=b"x"), "t")
+    if consumer is not None:
+        broker.ack(conn, consumer, delivery.tag, cumulative=False, txn="t")
+    broker.commit(conn, "t")
+    prepares = broker.shard_transactions.take()
+    remote = set(owners) - {1}
+    assert sorted(p.owner for p in prepares if isinstance(p, TxnPrepare)) == sorted(remote)
+    expect = len(remote) == 1 and 1 not in owners and not local_ack
+    assert all(p.one_phase is expect for p in prepares if isinstance(p, TxnPrepare))
+    assert one_phase(frozenset(remote), 1 in owners, local_ack, False) is expect
+    assert not one_phase(frozenset(remote), False, False, True)  # a NACK keeps two
+    assert (broker.shard_transactions.started(conn) is None) is (not remote)
+
+
+_ONE_EVENTS = st.lists(st.sampled_from(["yes", "no", "lost"]), max_size=8)
+
+
+@given(_ONE_EVENTS)
+def test_a_one_phase_coordinator_takes_the_owners_answer_even_after_a_lost_link(
+        events: list[str]) -> None:
+    machine = CoordinatorTxn(frozenset({0}), one_phase=True)
+    outcomes = []
+    for event in events:
+        out = machine.lost(0) if event == "lost" else machine.vote(0, event == "yes")
+        if out is not None:
+            outcomes.append(out)
+        assert machine.lost(0) is None  # never an abort by itself
+    answers = [e for e in events if e != "lost"]
+    if not answers:
+        assert not outcomes
+        assert machine.phase is (Phase.IN_DOUBT if events else Phase.PREPARING)
+    else:  # the first answer decides, once
+        first = Outcome.COMMITTED if answers[0] == "yes" else Outcome.ABORT
+        assert outcomes == [first]
+        assert machine.phase is (Phase.DONE if first is Outcome.COMMITTED else Phase.ABORTED)
+    with pytest.raises(ValueError):
+        CoordinatorTxn(frozenset({0, 2}), one_phase=True)
+
+
+def test_a_one_phase_coordinator_stores_nothing_and_asks_after_a_lost_link() -> None:
+    broker, _ = _shard(1)
+    conn = connect(broker)
+    there = owned_by(0, "there")
+    txns = broker.shard_transactions
+    for answer in (True, False):
+        broker.begin(conn, "t")
+        broker.send(conn, (dst.queue(there),), Message(
+            message_id=f"ID:{answer}", destination=dst.queue(there), body=b"x",
+            persistent=True), "t")
+        assert broker.commit(conn, "t") is False
+        [prepare] = txns.take()
+        assert isinstance(prepare, TxnPrepare) and prepare.one_phase
+        txn_id = txns.started(conn)
+        assert txn_id == prepare.txn
+        assert txns.link_lost(0) == []  # in doubt, not rolled back
+        assert txns.resume(0) == [TxnAsk(0, txn_id)]
+        if answer:
+            assert txns.committed_one(txn_id, 0) is Outcome.COMMITTED
+            assert txns.take() == [TxnForget(0, txn_id)]
+        else:
+            assert txns.voted(txn_id, 0, False) is Outcome.ABORT
+            assert txns.take() == []  # the owner holds nothing to abort
+        assert broker.take_ops() == [] and txns.in_flight == 0
+        assert txns.resume(0) == []
+    # An answer about a transaction this shard no longer waits for: forget it anyway.
+    assert txns.committed_one("1.0.99", 0) is None
+    assert txns.take() == [TxnForget(0, "1.0.99")]
+
+
+def test_a_one_phase_owner_commits_in_one_batch_and_keeps_its_record_until_forgotten(
+        ) -> None:
+    broker, store, consumer, tag, name = _participant()
+    out = owned_by(0, "out")
+    x = Message(message_id="ID:s1-x", destination=dst.queue(out), body=b"x", persistent=True)
+    txns = broker.shard_transactions
+    txns.commit_one(1, "g", [x], [(consumer, tag)])
+    batch = broker.take_ops()  # the ack, the send and the record: one atomic batch
+    assert RemoveRef(f"queue://{name}", 1) in batch
+    keys = sorted(key for op in batch if isinstance(op, AddMessage) for key, _ in op.refs)
+    assert keys == sorted([f"queue://{out}", f"record://{ONE_PHASE_PREFIX}g"])
+    store.write(batch)
+    assert broker.queues[dst.queue(out)].depth == 1  # visible at once
+    txns.commit_one(1, "g", [x], [(consumer, tag)])  # the same again: nothing
+    assert broker.take_ops() == []
+    again = _restart(broker, store, 0)
+    atxns = again.shard_transactions
+    assert atxns.committed_here("g")
+    assert atxns.resume(1) == [TxnCommitted(1, "g")] and atxns.resume(0) == []
+    atxns.forget("g")
+    assert [type(op) for op in again.take_ops()] == [RemoveRef]
+    assert not atxns.committed_here("g") and atxns.resume(1) == []
+    atxns.forget("g")  # twice: nothing
+    assert again.take_ops() == []
+    assert again.queues[dst.queue(out)].depth == 1 and again.queues[dst.queue(name)].depth == 0
+
+
+def test_a_one_phase_owner_refuses_what_it_cannot_take_and_changes_nothing() -> None:
+    broker, store, consumer, tag, name = _participant()
+    store.write(broker.take_ops())
+    with pytest.raises(TransactionError, match="delivered again"):
+        broker.shard_transactions.commit_one(1, "g", [], [(consumer, tag + 1)])
     assert broker.take_ops() == [] and broker.queues[dst.queue(name)].depth == 1
     assert broker.state.records == {}

@@ -4,7 +4,11 @@ directory."""
 from __future__ import annotations
 
 import json
+import shutil
+import signal
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +20,7 @@ from meshmq.node.layout import (
     check_layout,
     make_run_dir,
     read_shards_file,
+    release_run_dir,
     shard_directory,
 )
 
@@ -120,7 +125,8 @@ def test_a_run_directory_too_deep_for_socket_paths_is_a_private_temporary_one(
         assert stat.S_IMODE(run.stat().st_mode) == 0o700
         assert not (deep / "run").exists()
     finally:
-        run.rmdir()
+        release_run_dir(run)
+    assert not run.exists()
 
 
 def test_one_shard_leaves_an_unusable_directory_to_the_store(tmp_path: Path) -> None:
@@ -136,3 +142,54 @@ def test_a_node_on_an_unusable_directory_is_one_line_naming_the_option(
     with pytest.raises(LayoutError) as err:
         check_layout(not_a_dir, 2, "n", not_a_dir / "journal")
     assert "--data" in str(err.value) and str(not_a_dir) in str(err.value)
+
+
+_HOLD_RUN_DIR = """
+import sys
+from pathlib import Path
+from meshmq.node.layout import make_run_dir
+run, temporary = make_run_dir(Path(sys.argv[1]))
+assert temporary
+print(run, flush=True)
+sys.stdin.read()
+"""
+
+
+def _holder(data: Path) -> tuple[subprocess.Popen[str], Path]:
+    """A process that made the temporary run directory of ``data`` and holds it."""
+    proc = subprocess.Popen([sys.executable, "-c", _HOLD_RUN_DIR, str(data)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    return proc, Path(proc.stdout.readline().strip())
+
+
+def test_a_killed_supervisors_temporary_run_directory_goes_at_the_next_start(
+        tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 120)
+    other = tmp_path / ("e" * 120)
+    killed, stale = _holder(deep)
+    live, running = _holder(deep)  # the other node of a pair, still up
+    elsewhere, theirs = _holder(other)  # another data directory's, its node gone
+    try:
+        killed.send_signal(signal.SIGKILL)
+        killed.wait(10)
+        elsewhere.send_signal(signal.SIGKILL)
+        elsewhere.wait(10)
+        assert stale.exists() and running.exists() and theirs.exists()
+        run, temporary = make_run_dir(deep)
+        try:
+            assert temporary and run not in (stale, running)
+            assert not stale.exists()  # its lock went with the killed process
+            assert running.exists() and theirs.exists()
+            assert stat.S_IMODE(run.stat().st_mode) == 0o700
+        finally:
+            release_run_dir(run)
+        assert not run.exists()
+    finally:
+        for proc in (killed, live, elsewhere):
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.close()  # its end of input: it exits
+            proc.wait(10)
+            proc.stdout.close()
+        shutil.rmtree(theirs, ignore_errors=True)
+        shutil.rmtree(running, ignore_errors=True)
