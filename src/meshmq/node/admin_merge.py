@@ -33,8 +33,6 @@ __all__ = [
     "owner_of", "queue_owner", "shard_states",
 ]
 
-DOMAIN = "org.apache.activemq"
-NOT_FOUND = "javax.management.InstanceNotFoundException"
 NO_ATTRIBUTE = "javax.management.AttributeNotFoundException"
 UNAVAILABLE = "java.lang.IllegalStateException"
 
