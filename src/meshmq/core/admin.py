@@ -19,7 +19,7 @@ only what is not in flight too).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from meshmq.core import destinations as dst
@@ -324,6 +324,23 @@ def delete_message(broker: Broker, dest: Destination, message_id: str) -> None:
 class Transfer:
     done: int = 0  # messages moved, copied or retried
     skipped: int = 0  # retries without an original destination (or back to the DLQ)
+    ids: list[str] = field(default_factory=list)  # of the messages done
+
+
+def remove_messages(broker: Broker, dest: Destination, message_ids: list[str]) -> int:
+    """Remove the messages of ``message_ids`` still in queue ``dest`` and not in flight
+    (the second half of a move whose copies had to reach another shard first)."""
+    queue = _queue(broker, dest)
+    wanted = set(message_ids)
+    removed = 0
+    for item in list(queued(broker, dest, in_flight=False)):
+        if item.message.message_id in wanted:
+            _remove(broker, queue, item)
+            wanted.discard(item.message.message_id)
+            removed += 1
+            if not wanted:
+                break
+    return removed
 
 
 def transfer(broker: Broker, dest: Destination, *, to: Destination | None,
@@ -364,6 +381,7 @@ def transfer(broker: Broker, dest: Destination, *, to: Destination | None,
         if not copy:
             _remove(broker, queue, item)  # after the add: a crash may duplicate, not lose
         result.done += 1
+        result.ids.append(msg.message_id)
         in_batch += 1
         if in_batch >= BATCH and flush is not None:
             flush()

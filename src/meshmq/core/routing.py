@@ -211,8 +211,14 @@ class Router:
 
     def route_admin(self, message: Message) -> bool:
         """Route a message the management API sends, moves or retries (no duplicate
-        check: a moved message was accepted once already). True when it was stored."""
+        check: a moved message was accepted once already). True when it was stored (on
+        a shard of several, a destination another shard owns gets it from that owner)."""
         dest = message.destination
+        state = self._state
+        if state.shard is not None and state.owned_elsewhere(dest):
+            state.shard_sends.append(ShardSend(state.owner_of(state.shard, dest), message,
+                                               False))
+            return True
         if dest.is_queue:
             return self.route_queue(self._state.get_queue(dest), message)
         return self.route_topic(dest, message)

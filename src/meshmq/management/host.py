@@ -64,6 +64,9 @@ class ManagementHost(Protocol):
         """Close a client connection for an operator; False when none is open."""
     def write_ops(self) -> None:
         """Write the store operations an operator's change produced, now."""
+    async def sync_with_owners(self) -> None:
+        """Make what the core has queued durable: the store sync and, on a shard of
+        several, the owning shards' ``STORED`` for the messages routed to them."""
     def request_pump(self) -> None:
         """Deliver what the core has ready, soon (this loop turn's end)."""
     def pump(self) -> None:

@@ -12,6 +12,7 @@ from aiohttp import web
 from meshmq.core import admin
 from meshmq.core.destinations import Destination
 from meshmq.core.message import Message
+from meshmq.errors import StoreError
 from meshmq.management.api import ApiError, json_body, reply, runtime_of
 from meshmq.management.routes_destinations import commit, core_errors, text_field
 
@@ -134,6 +135,22 @@ def selection(body: dict[str, Any]) -> tuple[str | None, list[str] | None]:
     return selector, ids
 
 
+async def remove_once_stored(request: web.Request, dest: Destination,
+                             message_ids: list[str]) -> None:
+    """A move or retry on a shard of several: the copies were routed (those for
+    destinations other shards own, to them); once every owner has stored its copies, the
+    originals go. A crash in between leaves a message twice, never nowhere."""
+    runtime = runtime_of(request)
+    runtime.write_ops()
+    try:
+        await runtime.sync_with_owners()
+    except StoreError as exc:
+        raise ApiError(503, f"the store failed to make the change durable: {exc.message}"
+                       ) from None
+    with core_errors():
+        admin.remove_messages(runtime.broker, dest, message_ids)
+
+
 @routes.post("/api/queues/{name}/move")
 async def move(request: web.Request) -> web.Response:
     dest = queue_of(request)
@@ -145,9 +162,12 @@ async def move(request: web.Request) -> web.Response:
     if not isinstance(copy, bool):
         raise ApiError(400, "'copy' must be true or false")
     runtime = runtime_of(request)
+    staged = not copy and runtime.shard_links() is not None
     with core_errors():
         result = admin.transfer(runtime.broker, dest, to=admin.target(to), selector=selector,
-                                message_ids=ids, copy=copy, flush=runtime.write_ops)
+                                message_ids=ids, copy=copy or staged, flush=runtime.write_ops)
+    if staged:
+        await remove_once_stored(request, dest, result.ids)
     await commit(request)
     return reply({"copied" if copy else "moved": result.done})
 
@@ -157,8 +177,11 @@ async def retry(request: web.Request) -> web.Response:
     dest = queue_of(request)
     selector, ids = selection(await json_body(request))
     runtime = runtime_of(request)
+    staged = runtime.shard_links() is not None
     with core_errors():
         result = admin.transfer(runtime.broker, dest, to=None, selector=selector,
-                                message_ids=ids, flush=runtime.write_ops)
+                                message_ids=ids, copy=staged, flush=runtime.write_ops)
+    if staged:
+        await remove_once_stored(request, dest, result.ids)
     await commit(request)
     return reply({"retried": result.done, "skipped": result.skipped})

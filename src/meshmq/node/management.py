@@ -13,6 +13,9 @@ logins as a broker's). It stays up while shards restart:
   client connections and its links; ``GET /api/shards/{k}/stat``: shard k's own
   ``/api/stat`` (404 for a shard the node does not have, 503 while it does not answer);
 * ``GET /api/health``: the node's own answer, with how many shards are up;
+* destinations, messages, connections, subscriptions and Jolokia reads are one
+  broker's: routed to the owning shard or merged from every shard
+  (node/admin_routes.py);
 * every other request is passed to the front shard (shard 0) as it came, its answer
   streamed back (the console's event stream too); 503 while shard 0 is down.
 
@@ -41,6 +44,7 @@ from meshmq.errors import ConfigError
 from meshmq.management.api import error_reply, reply
 from meshmq.management.app import login_decision
 from meshmq.management.server import SHUTDOWN_TIMEOUT_S, bind_socket, tls_context
+from meshmq.node import admin_routes
 from meshmq.node.aggregate import ShardAnswer, ShardRow, node_broker, node_stat, shard_rows
 from meshmq.node.metrics import (
     ACCEPT,
@@ -99,6 +103,7 @@ class NodeManagement:
         app.router.add_get("/api/shards", self._shards)
         app.router.add_get("/api/shards/{shard}/stat", self._shard_stat)
         app.router.add_get("/metrics", self._metrics)
+        admin_routes.install(app, self)  # destinations, connections, Jolokia: by shard
         app.router.add_route("*", "/{tail:.*}", self._proxy)
         runner = web.AppRunner(app, access_log=None, handle_signals=False,
                                shutdown_timeout=SHUTDOWN_TIMEOUT_S)

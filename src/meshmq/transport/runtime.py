@@ -503,6 +503,9 @@ class BrokerRuntime:
     def write_ops(self) -> None:
         self.engine.write_ops()
 
+    async def sync_with_owners(self) -> None:
+        await self.durability.sync_after_writes(owners=True)
+
     def trace_barrier(self) -> None:
         self.trace.barrier()
 
