@@ -93,12 +93,16 @@ def test_shard_rows_join_the_processes_with_their_answers() -> None:
     rows = [ShardRow(1, None, "restarting", 2, 0, "killed by SIGKILL"),
             ShardRow(0, 41, "running", 0, 1500)]
     links = [{"shard": 1, "up": False, "sent": 7}]
-    table = shard_rows(rows, [ShardAnswer(0, _broker(3, 0, 0) | {"shard_links": links}),
+    handoffs = {"offered": 2, "handed": 2, "declined": 0, "lost": 0, "adopted": 1,
+                "refused": 0}
+    table = shard_rows(rows, [ShardAnswer(0, _broker(3, 0, 0) | {"shard_links": links,
+                                                                  "handoffs": handoffs}),
                               ShardAnswer(1, error="x")])
     assert table == [
         {"shard": 0, "pid": 41, "state": "running", "restarts": 0, "uptime_ms": 1500,
-         "last_exit": None, "connections": 3, "answering": True, "links": links},
+         "last_exit": None, "connections": 3, "answering": True, "links": links,
+         "handoffs": handoffs},
         {"shard": 1, "pid": None, "state": "restarting", "restarts": 2, "uptime_ms": 0,
          "last_exit": "killed by SIGKILL", "connections": None, "answering": False,
-         "links": None},
+         "links": None, "handoffs": None},
     ]
