@@ -312,9 +312,11 @@ def cmd_stat(args: argparse.Namespace) -> int:
         stat = client.get("/api/stat")
     shards = stat.get("shards") or []
     # A node of shards: its processes and links as well (the node's own endpoint).
-    rows: list[dict[str, Any]] = client.get("/api/shards")["shards"] if shards else []
+    node: dict[str, Any] = client.get("/api/shards") if shards else {}
+    rows: list[dict[str, Any]] = node.get("shards") or []
     if args.json:
-        print(json.dumps({**stat, "shard_processes": rows} if rows else stat, indent=2))
+        print(json.dumps({**stat, "shard_processes": rows, "shard_totals": node["totals"]}
+                         if rows else stat, indent=2))
         return 0
     name = f"shard {args.shard} of {stat['broker']}" if args.shard is not None \
         else stat["broker"]
@@ -324,17 +326,45 @@ def cmd_stat(args: argparse.Namespace) -> int:
         down = [str(s["shard"]) for s in shards if s.get("state") != "up"]
         print(f"shards {len(shards)}  up {len(shards) - len(down)}"
               + (f"  not answering: {', '.join(down)}" if down else ""))
-        print(shard_tables(rows))
+        print(shard_tables(rows, node.get("totals")))
     _print_stat(stat)
     return 0
 
 
-def shard_tables(rows: list[dict[str, Any]]) -> str:
-    """``/api/shards`` as two tables: each shard's process, then each link's counters
-    (a link ``0->1`` is shard 0's to shard 1: what 0 sent 1 as owner, what 0 delivered
-    to 1's consumers, and 1's sends parked at 0's memory limit)."""
-    procs = admin.table(rows, (("shard", "SHARD"), ("pid", "PID"), ("state", "STATE"),
-                               ("restarts", "RESTARTS"), ("connections", "CONNECTIONS")))
+def _duration(ms: object) -> str:
+    if not isinstance(ms, int):
+        return "-"
+    minutes, seconds = divmod(ms // 1000, 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds:02d}s" \
+        if minutes else f"{seconds}s"
+
+
+def _rate(value: object) -> str:
+    return f"{value:.1f}" if isinstance(value, int | float) else "-"
+
+
+def shard_tables(rows: list[dict[str, Any]], totals: dict[str, Any] | None = None) -> str:
+    """``/api/shards`` as two tables: each shard's process and what it owns (messages
+    in and out of its destinations and their rates per second, CPU seconds and the
+    share of a core over the last second, journal bytes on disk), the node's sums as
+    the last row; then each link's counters (a link ``0->1`` is shard 0's to shard 1:
+    what 0 sent 1 as owner, what 0 delivered to 1's consumers, and 1's sends parked at
+    0's memory limit)."""
+    shown = [{**row, "uptime": _duration(row.get("uptime_ms")),
+              "in_rate": _rate(row.get("in_rate")), "out_rate": _rate(row.get("out_rate")),
+              "cpu_percent": _rate(row.get("cpu_percent"))} for row in rows]
+    if totals is not None:
+        shown.append({**totals, "shard": "node", "in_rate": _rate(totals.get("in_rate")),
+                      "out_rate": _rate(totals.get("out_rate")),
+                      "cpu_percent": _rate(totals.get("cpu_percent")),
+                      "pid": "", "state": "", "restarts": "", "uptime": ""})
+    procs = admin.table(shown, (
+        ("shard", "SHARD"), ("pid", "PID"), ("state", "STATE"), ("restarts", "RESTARTS"),
+        ("uptime", "UPTIME"), ("connections", "CONNECTIONS"), ("destinations", "DESTS"),
+        ("messages_in", "IN"), ("messages_out", "OUT"), ("in_rate", "IN/S"),
+        ("out_rate", "OUT/S"), ("cpu_seconds", "CPU-S"), ("cpu_percent", "CPU%"),
+        ("journal_bytes", "JOURNAL")))
     links = [{"link": f"{row['shard']}->{link.get('shard')}", **link}
              for row in rows for link in row.get("links") or ()]
     if not links:

@@ -583,4 +583,23 @@ class Broker:
                 "memory": {"used": self.usage.used, "limit": self.usage.limit,
                            "peak": self.usage.peak, "percent": round(self.usage.percent, 1)},
                 "store": self.store.stats(),
-                "persistent_refused": self.persistent_refusal}
+                "persistent_refused": self.persistent_refusal,
+                **self.producers_elsewhere()}
+
+    def producers_elsewhere(self) -> dict[str, object]:
+        """One shard of several: its clients sending to destinations other shards own
+        (``producers_elsewhere``, per destination), which the owner's figures cannot
+        count; the node adds them to the owner's. Nothing on one broker."""
+        shard = self.state.shard
+        if shard is None:
+            return {}
+        counts: dict[Destination, int] = {}
+        for conn in self.connections.values():
+            if conn.closed or conn.protocol == "shard":
+                continue
+            for d in conn.producer_destinations:
+                if self.state.owner_of(shard, d) != shard.index:
+                    counts[d] = counts.get(d, 0) + 1
+        return {"producers_elsewhere": [
+            {"type": d.kind.value, "name": d.name, "producers": n}
+            for d, n in sorted(counts.items(), key=lambda kv: str(kv[0]))]}

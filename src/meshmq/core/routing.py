@@ -185,7 +185,10 @@ class Router:
             msg = message if i == 0 and d == message.destination else message.copy_to(d)
             if tracer is not None:
                 tracer.hot(RECEIVED, msg, None, 0, None)
-            if conn is not None and d not in conn.producer_destinations and not conn.closed:
+            # A send another shard forwarded comes over a shard link, not from a
+            # producer: the client is counted as one on its own shard.
+            if conn is not None and not owned and d not in conn.producer_destinations \
+                    and not conn.closed:
                 conn.producer_destinations.add(d)
                 self.advise(advisory_topic("Producer", d), "ProducerAdded",
                             {"connectionId": conn.id, "destination": str(d),

@@ -78,8 +78,11 @@ async def list_destinations(request: web.Request) -> web.Response:
     if kind is not None and kind not in ("queue", "topic"):
         raise ApiError(400, f"type={kind!r}: use type=queue or type=topic (or leave it out)")
     broker = runtime_of(request).broker
+    # A shard of a node adds its clients' sends to other shards' destinations, which the
+    # node adds to the owners' producer counts.
     return reply({"destinations": admin.list_destinations(broker, kind,
-                                                          request.query.get("filter"))})
+                                                          request.query.get("filter")),
+                  **broker.producers_elsewhere()})
 
 
 @routes.post("/api/destinations")

@@ -7,13 +7,14 @@ definition: the enqueued count summed over the operator's destinations (the brok
 own ``$SYS`` and advisory topics excluded), as ``meshmq_messages_enqueued``.
 
 The composition root starts the publisher when an MQTT listener can read the topics and
-``[mqtt] sys_interval_ms`` is positive, and stops it before the listeners close.
+``[mqtt] sys_interval_ms`` is positive, and stops it before the listeners close. On a
+node of shards the values are the node's (see :class:`SysTopics`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -22,28 +23,70 @@ if TYPE_CHECKING:
 SYS_TOPIC = "$SYS.broker."
 
 
-def sys_values(broker: Broker, stat: Mapping[str, Any]) -> dict[str, str]:
-    """Each ``$SYS/broker/<name>`` value, from ``stat`` (``Broker.statistics()``)."""
-    from meshmq import __version__
+# The figures behind the values, as numbers: what a shard reports to its node.
+FIGURES = ("uptime_ms", "clients", "received", "sent", "stored", "heap")
 
+
+def sys_figures(broker: Broker, stat: Mapping[str, Any]) -> dict[str, int]:
+    """The broker's ``$SYS`` figures from ``stat`` (``Broker.statistics()``)."""
     dests = stat["destinations"]
     return {
-        "version": f"meshmq {__version__}",
-        "uptime": f"{int(stat['uptime_ms']) // 1000} seconds",
+        "uptime_ms": int(stat["uptime_ms"]),
         # Not the connections still being taken apart (see Broker.close_connection_step),
-        # which the statistics' "connections" still counts.
-        "clients/connected": str(sum(not c.closed for c in broker.connections.values())),
-        "messages/received": str(sum(int(d["enqueued"]) for d in dests)),
-        "messages/sent": str(sum(int(d["dispatched"]) for d in dests)),
-        "store/messages/count": str(sum(int(d["depth"]) for d in dests)),
-        "heap/current": str(stat["memory"]["used"]),
+        # which the statistics' "connections" still counts, nor a node's shard links.
+        "clients": sum(not c.closed and c.protocol != "shard"
+                       for c in broker.connections.values()),
+        "received": sum(int(d["enqueued"]) for d in dests),
+        "sent": sum(int(d["dispatched"]) for d in dests),
+        "stored": sum(int(d["depth"]) for d in dests),
+        "heap": int(stat["memory"]["used"]),
     }
+
+
+def node_figures(reports: Iterable[Mapping[str, Any]], uptime_ms: int) -> dict[str, int]:
+    """A node's figures: its shards' latest reports summed (each destination has one
+    owner, so nothing is counted twice), with the node's own uptime."""
+    totals = dict.fromkeys(FIGURES, 0)
+    for report in reports:
+        for key in FIGURES:
+            value = report.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                totals[key] += value
+    totals["uptime_ms"] = uptime_ms
+    return totals
+
+
+def values_of(figures: Mapping[str, int]) -> dict[str, str]:
+    """Each ``$SYS/broker/<name>`` value."""
+    from meshmq import __version__
+
+    return {
+        "version": f"meshmq {__version__}",
+        "uptime": f"{int(figures['uptime_ms']) // 1000} seconds",
+        "clients/connected": str(figures["clients"]),
+        "messages/received": str(figures["received"]),
+        "messages/sent": str(figures["sent"]),
+        "store/messages/count": str(figures["stored"]),
+        "heap/current": str(figures["heap"]),
+    }
+
+
+def sys_values(broker: Broker, stat: Mapping[str, Any]) -> dict[str, str]:
+    """Each ``$SYS/broker/<name>`` value, from ``stat`` (``Broker.statistics()``)."""
+    return values_of(sys_figures(broker, stat))
 
 
 class SysTopics:
     """Publishes the ``$SYS`` values now and every ``interval_ms`` until stopped.
 
     ``pump``: deliver what the publication made ready (the subscribers' copies).
+
+    A shard of a node publishes the node's figures, not its own: ``report`` gets its
+    own figures every interval instead (the shard sends them to the supervisor), and
+    ``own`` is False. The supervisor sums every shard's latest report and hands the
+    sums to the front shard alone (:meth:`publish_node`), whose publication reaches
+    every subscriber on any shard through the topics' owners: one value per
+    interval, the node's.
     """
 
     def __init__(self, broker: Broker, interval_ms: int, pump: Callable[[], None]) -> None:
@@ -52,6 +95,8 @@ class SysTopics:
         self._pump = pump
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self.report: Callable[[dict[str, int]], None] | None = None
+        self.own = True
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -64,16 +109,30 @@ class SysTopics:
             self._timer = None
 
     def publish(self) -> None:
-        """Publish every value once (retained, not persisted), then schedule the next."""
+        """Publish every value once (retained, not persisted), or report the figures
+        (a shard of a node), then schedule the next."""
+        broker = self.broker
+        figures = sys_figures(broker, broker.statistics())
+        if self.report is not None:
+            self.report(figures)
+        if self.own:
+            self._publish(figures)
+        if self.interval_ms > 0 and self._loop is not None:
+            self._timer = self._loop.call_later(self.interval_ms / 1000, self.publish)
+
+    def publish_node(self, figures: Mapping[str, int]) -> None:
+        """Publish the node's figures (the front shard of a node), while started."""
+        if self._loop is not None:
+            self._publish(figures)
+
+    def _publish(self, figures: Mapping[str, int]) -> None:
         from meshmq.core import destinations as dst
         from meshmq.core.message import Message
 
         broker = self.broker
-        for name, value in sys_values(broker, broker.statistics()).items():
+        for name, value in values_of(figures).items():
             msg = Message(message_id=broker.new_message_id("sys"),
                           destination=dst.topic(SYS_TOPIC + name.replace("/", ".")),
                           body=value.encode(), timestamp=broker.now_ms())
             broker.publish_internal(msg, retain=True, persist=False)
         self._pump()
-        if self.interval_ms > 0 and self._loop is not None:
-            self._timer = self._loop.call_later(self.interval_ms / 1000, self.publish)

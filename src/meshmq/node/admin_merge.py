@@ -90,8 +90,8 @@ def merge_destinations(answers: Sequence[Answer], count: int, node: str
     """Every destination once, sorted as one broker sorts them: the owner's row (another
     shard's when the owner did not list it) with ``shard``, the shard whose figures these
     are. The owner counts the consumers of every shard (another shard's client reads
-    through a relayed consumer on the owner) and, as producers, its own clients plus one
-    per shard that forwarded sends to it."""
+    through a relayed consumer on the owner) and, as producers, its own clients plus
+    those of the other shards that send to it (each shard's ``producers_elsewhere``)."""
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for answer in sorted(answers, key=lambda a: a.shard):
         if answer.status != 200 or not isinstance(answer.body, Mapping):
@@ -104,6 +104,16 @@ def merge_destinations(answers: Sequence[Answer], count: int, node: str
             keeper = _owner(kind, name, count, node)
             if key not in rows or answer.shard == keeper:
                 rows[key] = {**row, "shard": answer.shard}
+    for answer in answers:
+        if answer.status != 200 or not isinstance(answer.body, Mapping):
+            continue
+        for elsewhere in answer.body.get("producers_elsewhere") or ():
+            if not isinstance(elsewhere, Mapping):
+                continue
+            found = rows.get((str(elsewhere.get("type", "")), str(elsewhere.get("name", ""))))
+            if found is not None:
+                found["producers"] = int(found.get("producers", 0)) + int(
+                    elsewhere.get("producers", 0))
     return [rows[k] for k in sorted(rows)]
 
 

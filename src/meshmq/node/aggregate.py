@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ShardAnswer", "ShardRow", "node_broker", "node_stat", "shard_rows"]
+__all__ = ["TOTALLED", "CpuMeter", "ShardAnswer", "ShardRow", "node_broker", "node_stat",
+           "shard_rows", "shard_totals"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,16 +77,29 @@ def _shard_list(answers: Sequence[ShardAnswer]) -> list[dict[str, Any]]:
             for a in sorted(answers, key=lambda a: a.shard)]
 
 
+def _key(dest: Mapping[str, Any]) -> tuple[str, str]:
+    return str(dest.get("type", "")), str(dest.get("name", ""))
+
+
 def _destinations(answers: Sequence[ShardAnswer]) -> list[dict[str, Any]]:
     merged: dict[tuple[str, str], dict[str, Any]] = {}
     for answer in answers:
         assert answer.body is not None
         for dest in answer.body.get("destinations") or ():
-            key = (str(dest.get("type", "")), str(dest.get("name", "")))
+            key = _key(dest)
             if key in merged:
                 _merge(merged[key], dest)
             else:
                 merged[key] = dict(dest)
+    # A client's sends to a destination another shard owns reach the owner over a
+    # shard link, which is no producer: its own shard counts it, and it is added here.
+    for answer in answers:
+        assert answer.body is not None
+        for elsewhere in answer.body.get("producers_elsewhere") or ():
+            row = merged.get(_key(elsewhere))
+            if row is not None:
+                row["producers"] = int(row.get("producers", 0)) + int(
+                    elsewhere.get("producers", 0))
     return [merged[k] for k in sorted(merged)]
 
 
@@ -98,7 +112,8 @@ def node_stat(name: str, answers: Sequence[ShardAnswer]) -> dict[str, Any]:
         assert answer.body is not None
         _merge(totals, {k: v for k, v in answer.body.items()
                         if k not in ("destinations", "durable_subscriptions", "ha",
-                                     "network", "build", "persistent_refused")})
+                                     "network", "build", "persistent_refused",
+                                     "producers_elsewhere")})
     stat: dict[str, Any] = {
         **totals,
         "broker": name,
@@ -152,22 +167,93 @@ def node_broker(name: str, answers: Sequence[ShardAnswer], uptime_ms: int,
     return doc
 
 
-def shard_rows(rows: Sequence[ShardRow], answers: Sequence[ShardAnswer]
+class CpuMeter:
+    """Each shard process's CPU seconds (user and system), sampled by the node every
+    second or so: the latest reading and the share of one core it used between the
+    last two readings. A new pid (a restarted shard) starts afresh."""
+
+    def __init__(self) -> None:
+        # shard -> (pid, (time, seconds) before, (time, seconds) latest)
+        self._seen: dict[int, tuple[int, tuple[float, float] | None,
+                                    tuple[float, float]]] = {}
+
+    def sample(self, shard: int, pid: int, now: float, seconds: float) -> None:
+        seen = self._seen.get(shard)
+        before = seen[2] if seen is not None and seen[0] == pid else None
+        self._seen[shard] = (pid, before, (now, seconds))
+
+    def forget(self, shard: int) -> None:
+        self._seen.pop(shard, None)
+
+    def figures(self, shard: int, pid: int | None) -> tuple[float | None, float | None]:
+        """(CPU seconds, percent of one core over the last interval); None where not
+        known yet."""
+        seen = self._seen.get(shard)
+        if seen is None or pid is None or seen[0] != pid:
+            return None, None
+        _, before, (now, seconds) = seen
+        if before is None or now <= before[0]:
+            return round(seconds, 2), None
+        percent = 100 * max(0.0, seconds - before[1]) / (now - before[0])
+        return round(seconds, 2), round(percent, 1)
+
+
+def _owned(answer: ShardAnswer | None) -> dict[str, Any]:
+    """A shard's own destinations (``/api/destinations``: only their owner lists them):
+    how many, messages in and out, and their rates summed (each the destination's
+    own, over the broker's rate window)."""
+    body = answer.body if answer is not None else None
+    if body is None:
+        return dict.fromkeys(("destinations", "messages_in", "messages_out", "in_rate",
+                              "out_rate"))
+    dests = body.get("destinations") or ()
+    return {"destinations": len(dests),
+            "messages_in": sum(int(d.get("enqueued", 0)) for d in dests),
+            "messages_out": sum(int(d.get("dequeued", 0)) for d in dests),
+            "in_rate": round(sum(float(d.get("enqueue_rate", 0)) for d in dests), 2),
+            "out_rate": round(sum(float(d.get("dequeue_rate", 0)) for d in dests), 2)}
+
+
+def shard_rows(rows: Sequence[ShardRow], answers: Sequence[ShardAnswer],
+               destinations: Sequence[ShardAnswer] = (), cpu: CpuMeter | None = None
                ) -> list[dict[str, Any]]:
-    """``/api/shards``: each shard's process and, when it answered, its connections."""
+    """``/api/shards``: each shard's process and, when it answered, its connections,
+    links, journal size (``answers``: ``/api/broker``) and owned destinations
+    (``destinations``: ``/api/destinations``); its CPU from ``cpu``."""
     by_shard = {a.shard: a for a in answers}
+    dests_of = {a.shard: a for a in destinations}
     out = []
     for row in sorted(rows, key=lambda r: r.shard):
         answer = by_shard.get(row.shard)
         body = answer.body if answer is not None else None
+        store = body.get("store") if body else None
+        seconds, percent = cpu.figures(row.shard, row.pid) if cpu else (None, None)
         out.append({
             "shard": row.shard, "pid": row.pid, "state": row.state,
             "restarts": row.restarts, "uptime_ms": row.uptime_ms,
             "last_exit": row.last_exit,
             "connections": int(body.get("connections", 0)) if body else None,
             "answering": body is not None,
+            **_owned(dests_of.get(row.shard)),
+            "cpu_seconds": seconds, "cpu_percent": percent,
+            "journal_bytes": int(store.get("bytes", 0))
+            if isinstance(store, Mapping) else None,
             "links": body.get("shard_links") if body else None,
             "handoffs": body.get("handoffs") if body else None,
             **row.extra,
         })
     return out
+
+
+TOTALLED = ("connections", "destinations", "messages_in", "messages_out", "in_rate",
+            "out_rate", "cpu_seconds", "cpu_percent", "journal_bytes")
+
+
+def shard_totals(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The node's sums of the per-shard columns (over the shards that answered)."""
+    totals: dict[str, Any] = {}
+    for key in TOTALLED:
+        values = [row[key] for row in rows if _number(row.get(key))]
+        total = sum(values)
+        totals[key] = round(total, 2) if isinstance(total, float) else total
+    return totals

@@ -10,7 +10,9 @@ logins as a broker's). It stays up while shards restart:
 * ``GET /metrics`` asks every shard at once too and serves their series as one
   broker's (node/metrics.py), with ``meshmq_shard_up`` 0 for a shard that did not answer;
 * ``GET /api/shards``: each shard's process (pid, state, restarts, uptime), its
-  client connections and its links; ``GET /api/shards/{k}/stat``: shard k's own
+  client connections, links, owned destinations, CPU and journal size
+  (node/console.py, which also serves the console's files);
+  ``GET /api/shards/{k}/stat``: shard k's own
   ``/api/stat`` (404 for a shard the node does not have, 503 while it does not answer);
 * ``GET /api/health``: the node's own answer, with how many shards are up;
 * destinations, messages, connections, subscriptions and Jolokia reads are one
@@ -45,7 +47,8 @@ from meshmq.management.api import error_reply, reply
 from meshmq.management.app import login_decision
 from meshmq.management.server import SHUTDOWN_TIMEOUT_S, bind_socket, tls_context
 from meshmq.node import admin_routes
-from meshmq.node.aggregate import ShardAnswer, ShardRow, node_broker, node_stat, shard_rows
+from meshmq.node import console as node_console
+from meshmq.node.aggregate import ShardAnswer, ShardRow, node_broker, node_stat
 from meshmq.node.metrics import (
     ACCEPT,
     FixedCollector,
@@ -104,6 +107,7 @@ class NodeManagement:
         app.router.add_get("/api/shards/{shard}/stat", self._shard_stat)
         app.router.add_get("/metrics", self._metrics)
         admin_routes.install(app, self)  # destinations, connections, Jolokia: by shard
+        node_console.install(app, self)
         app.router.add_route("*", "/{tail:.*}", self._proxy)
         runner = web.AppRunner(app, access_log=None, handle_signals=False,
                                shutdown_timeout=SHUTDOWN_TIMEOUT_S)
@@ -190,11 +194,7 @@ class NodeManagement:
                                  now_ms - self.started_ms, started))
 
     async def _shards(self, request: web.Request) -> web.Response:
-        answers = await self.ask("/api/broker", request)
-        rows = [{**row, "management_socket": self.socket_of(row["shard"])}
-                for row in shard_rows(self.rows(), answers)]
-        return reply({"broker": self.config.broker_name, "count": self.count,
-                      "shards": rows})
+        return await node_console.shards_document(self, request)
 
     async def _shard_stat(self, request: web.Request) -> web.Response:
         text = request.match_info["shard"]

@@ -3,7 +3,8 @@ supervisor and bound to it by a pipe.
 
 The supervisor starts ``python -m meshmq.cli.shard`` with a pipe on its standard input
 and writes the shard's ``ShardSpec`` there (a length, then the pickled spec); it then
-keeps its end open and never writes again. The shard watches that pipe: end of file
+keeps its end open, and writes only the node's ``$SYS`` figures to the front shard
+(``sys <json>`` lines, below). The shard watches that pipe: end of file
 means the supervisor is gone (even SIGKILLed, the kernel closes its end), and the shard
 stops, so no shard outlives its node and writes to a store that a new node may open.
 A pipe works on every Unix, unlike Linux's ``PR_SET_PDEATHSIG``.
@@ -11,24 +12,36 @@ A pipe works on every Unix, unlike Linux's ``PR_SET_PDEATHSIG``.
 The shard tells the supervisor how its start went on its standard output, one line:
 ``ready``, or ``error <code> <message>`` for a start that failed on the operator's
 setting (the supervisor reports that line as its own error and fails the node's start).
+
+``$SYS`` topics carry the node's figures: every ``[mqtt] sys_interval_ms`` each shard
+writes its own as a ``sys <json>`` line on standard output instead of publishing them;
+the supervisor sums every shard's latest and, on each report of the front shard, sends
+it the sums on its pipe, which it publishes (management/sys_topics.py). The pipes are
+already there, private to the node, and need no login, unlike the management sockets.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import pickle
 import struct
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from meshmq.config.model import BrokerConfig
 from meshmq.core.shards import ShardIdentity
 from meshmq.errors import MeshmqError
 from meshmq.node.fence import ShardFence, ShardLease
 
-__all__ = ["EXIT_START_FAILED", "ShardSpec", "encode_spec", "read_spec", "serve_shard"]
+if TYPE_CHECKING:
+    from meshmq.management.sys_topics import SysTopics
+
+__all__ = ["EXIT_START_FAILED", "SYS_REPORT", "ShardSpec", "encode_spec", "read_spec",
+           "serve_shard"]
 
 log = logging.getLogger("meshmq.node")
 
@@ -36,6 +49,7 @@ PARENT_FD = 0  # the supervisor's pipe (standard input)
 STATUS_FD = 1  # start report to the supervisor (standard output)
 EXIT_START_FAILED = 2  # the start failed on a setting: restarting would not help
 _LENGTH = struct.Struct(">I")
+SYS_REPORT = "sys"  # a line of $SYS figures, either way on the pipes
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +94,20 @@ def _report(line: str) -> None:
         os.write(STATUS_FD, (line.replace("\n", " ") + "\n").encode("utf-8"))
 
 
+def _node_line(sys_topics: SysTopics, line: bytes) -> None:
+    """A line from the supervisor after the spec: ``sys <json>``, the node's ``$SYS``
+    figures for the front shard to publish."""
+    word, _, rest = line.decode("utf-8", "replace").partition(" ")
+    if word != SYS_REPORT:
+        return
+    try:
+        figures = json.loads(rest)
+    except ValueError:
+        return
+    if isinstance(figures, dict):
+        sys_topics.publish_node(figures)
+
+
 async def serve_shard(spec: ShardSpec, parent_fd: int = PARENT_FD) -> int:
     """Run the shard until SIGTERM/SIGINT or its supervisor is gone; the exit status."""
     from meshmq.transport.runtime import BrokerRuntime, tune_gc
@@ -94,6 +122,11 @@ async def serve_shard(spec: ShardSpec, parent_fd: int = PARENT_FD) -> int:
     runtime.install_signal_handlers()
     loop = asyncio.get_running_loop()
     stopping: set[asyncio.Task[None]] = set()
+    # $SYS: the node's figures, not this shard's (management/sys_topics.py).
+    runtime.sys_topics.report = lambda figures: _report(
+        f"{SYS_REPORT} {json.dumps(figures)}")
+    runtime.sys_topics.own = False
+    pending = bytearray()
 
     def parent_readable() -> None:
         try:
@@ -101,7 +134,12 @@ async def serve_shard(spec: ShardSpec, parent_fd: int = PARENT_FD) -> int:
         except OSError:
             data = b""
         if data:
-            return  # the supervisor writes nothing after the spec; ignore it
+            pending.extend(data)
+            while b"\n" in pending:
+                line, _, rest = bytes(pending).partition(b"\n")
+                pending[:] = rest
+                _node_line(runtime.sys_topics, line)
+            return
         loop.remove_reader(parent_fd)
         log.warning("shard %d: the node's supervisor is gone; stopping", spec.identity.index)
         runtime.shutdown_requested = True

@@ -10,6 +10,8 @@ starts one process per shard and keeps it running:
   imports only what a broker imports (``multiprocessing``'s spawn re-runs the parent's
   ``__main__`` and adds its resource-tracker process), shows what it is in ``ps``, and
   its exit status or signal comes straight from ``waitpid``.
+* ``$SYS`` topics: each shard reports its figures on its standard output; the
+  supervisor sends their sums to the front shard, which publishes them for the node.
 * A shard that dies is started again after 0.1 s, doubling up to 5 s while it keeps
   dying; a shard that ran ``STABLE_AFTER_S`` starts from 0.1 s again. Each exit is
   logged with its status or signal, and counted (``/api/shards``).
@@ -33,6 +35,7 @@ import asyncio
 import contextlib
 import dataclasses
 import fcntl
+import json
 import logging
 import secrets
 import signal
@@ -45,6 +48,7 @@ from meshmq.config.model import BrokerConfig
 from meshmq.core.shards import ShardIdentity
 from meshmq.errors import ConfigError, MeshmqError
 from meshmq.ha.controller import HaController
+from meshmq.management.sys_topics import node_figures
 from meshmq.node.aggregate import ShardRow
 from meshmq.node.fence import STARTS_PER_EPOCH, ShardLease
 from meshmq.node.layout import (
@@ -55,7 +59,7 @@ from meshmq.node.layout import (
     shard_directory,
 )
 from meshmq.node.ports import NodePorts, bind_ports
-from meshmq.node.shard import ShardSpec, encode_spec
+from meshmq.node.shard import SYS_REPORT, ShardSpec, encode_spec
 
 __all__ = ["EXIT_DEPOSED", "RESTART_MAX_S", "RESTART_MIN_S", "STABLE_AFTER_S", "STOP_GRACE_S",
            "NodeStartError", "RestartBackoff", "Supervisor", "describe_exit", "run_node",
@@ -167,6 +171,8 @@ class Supervisor:
         self._stopping = asyncio.Event()
         self._node_started = False
         self._tasks: list[asyncio.Task[None]] = []
+        self._started = time.monotonic()
+        self._sys_figures: dict[int, dict[str, object]] = {}  # each shard's latest $SYS
         self.shutdown_requested = False  # SIGTERM/SIGINT: not to start again as a slave
         self.deposed = False  # lost the lease while master
         self.ha: HaController | None = None
@@ -320,16 +326,40 @@ class Supervisor:
 
     async def _watch_start(self, shard: _Shard, proc: asyncio.subprocess.Process) -> None:
         assert proc.stdout is not None
-        line = (await proc.stdout.readline()).decode("utf-8", "replace").strip()
-        if line == "ready":
-            if shard.process is proc and proc.returncode is None and not self._stopping.is_set():
-                shard.state = "running"
-            shard.ready.set()
-        elif line.startswith("error "):
-            shard.start_error = line[6:]  # "<code> <message>"
-            if self._node_started:
-                log.error("shard %d could not start: %s", shard.index,
-                          shard.start_error.partition(" ")[2])
+        # Its start report, and its $SYS figures (the first may come before "ready"),
+        # read until it exits: a full pipe would block the shard.
+        while raw := await proc.stdout.readline():
+            line = raw.decode("utf-8", "replace").strip()
+            word, _, rest = line.partition(" ")
+            if word == SYS_REPORT:
+                self._sys_report(shard, proc, rest)
+            elif line == "ready":
+                if shard.process is proc and proc.returncode is None \
+                        and not self._stopping.is_set():
+                    shard.state = "running"
+                shard.ready.set()
+            elif word == "error":
+                shard.start_error = rest  # "<code> <message>"
+                if self._node_started:
+                    log.error("shard %d could not start: %s", shard.index,
+                              shard.start_error.partition(" ")[2])
+
+    def _sys_report(self, shard: _Shard, proc: asyncio.subprocess.Process, text: str
+                    ) -> None:
+        """Keep a shard's latest ``$SYS`` figures; on the front shard's, send it the
+        node's sums to publish (node/shard.py)."""
+        try:
+            figures = json.loads(text)
+        except ValueError:
+            return
+        if not isinstance(figures, dict):
+            return
+        self._sys_figures[shard.index] = figures
+        if shard.index != 0 or proc.stdin is None or proc.stdin.is_closing():
+            return
+        uptime_ms = int((time.monotonic() - self._started) * 1000)
+        node = node_figures(self._sys_figures.values(), uptime_ms)
+        proc.stdin.write(f"{SYS_REPORT} {json.dumps(node)}\n".encode())
 
     async def _keep(self, shard: _Shard) -> None:
         """Run the shard, and again whenever it dies, until the node stops."""
@@ -342,6 +372,7 @@ class Supervisor:
             proc = await self._spawn(shard)
             watch = asyncio.ensure_future(self._watch_start(shard, proc))
             code = await proc.wait()
+            self._sys_figures.pop(shard.index, None)  # its clients are gone with it
             shard.state = "stopped" if self._stopping.is_set() else "restarting"
             with contextlib.suppress(TimeoutError):  # its report, read to the end
                 await asyncio.wait_for(watch, 2.0)

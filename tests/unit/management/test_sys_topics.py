@@ -96,3 +96,40 @@ def test_the_publisher_repeats_on_its_interval_until_stopped() -> None:
         until = broker.loop.time() + 5 * topics.interval_ms / 1000
         broker.wait_for(lambda: broker.loop.time() > until, what="five intervals")
         assert rounds() == after_stop
+
+
+def test_a_node_sums_its_shards_reports_with_its_own_uptime() -> None:
+    from meshmq.management.sys_topics import node_figures, values_of
+
+    reports = [{"uptime_ms": 900, "clients": 2, "received": 3, "sent": 1, "stored": 2,
+                "heap": 10},
+               {"uptime_ms": 800, "clients": 1, "received": 5, "sent": 4, "stored": 1,
+                "heap": 20, "ignored": "x"}]
+    node = node_figures(reports, uptime_ms=12_345)
+    assert node == {"uptime_ms": 12_345, "clients": 3, "received": 8, "sent": 5,
+                    "stored": 3, "heap": 30}
+    values = values_of(node)
+    assert values["uptime"] == "12 seconds" and values["messages/received"] == "8"
+    assert values["clients/connected"] == "3"
+
+
+def test_a_shard_of_a_node_reports_its_figures_instead_of_publishing_them() -> None:
+    from meshmq.management.sys_topics import FIGURES
+
+    with memory_broker() as broker:
+        reader = _sys_reader(broker)
+        _sent_and_consumed(broker, sent=2, consumed=0)
+        sys_topics = broker.runtime.sys_topics
+        reports: list[dict[str, int]] = []
+        sys_topics.report, sys_topics.own = reports.append, False
+        sys_topics.publish_node(dict.fromkeys(FIGURES, 1))  # not started: nothing
+        sys_topics.start(broker.loop)  # reports at once, publishes nothing of its own
+        assert reports[-1]["received"] == 2 and reports[-1]["clients"] == 3
+        # What the node hands it is published.
+        sys_topics.publish_node({**reports[-1], "received": 7})
+        sys_topics.stop()
+        got = {}
+        while "messages/received" not in got:
+            packet = reader.expect(Publish)
+            got[packet.topic.removeprefix("$SYS/broker/")] = packet.payload
+        assert got["messages/received"] == b"7"

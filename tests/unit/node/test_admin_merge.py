@@ -63,6 +63,15 @@ def test_each_destination_is_listed_once_from_its_owner_sorted_with_its_shard() 
         "type": "queue", "name": q1, "depth": 99, "shard": 0}
 
 
+def test_producers_sending_from_other_shards_are_added_to_the_owners_count() -> None:
+    q0 = owned_by(0, "sent")
+    answers = [Answer(0, 200, {"destinations": [{"type": "queue", "name": q0, "producers": 1}]}),
+               Answer(1, 200, {"destinations": [], "producers_elsewhere": [
+                   {"type": "queue", "name": q0, "producers": 2}]})]
+    rows = merge_destinations(answers, 2, NODE)
+    assert [(r["name"], r["producers"], r["shard"]) for r in rows] == [(q0, 3, 0)]
+
+
 def test_shard_states_say_which_shards_are_missing() -> None:
     states = shard_states([Answer(1, error="timed out"), Answer(0, 200, {})])
     assert states == [{"shard": 0, "state": "up"},

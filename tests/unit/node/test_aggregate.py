@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from meshmq.node.aggregate import ShardAnswer, ShardRow, node_broker, node_stat, shard_rows
+from meshmq.node.aggregate import (
+    CpuMeter,
+    ShardAnswer,
+    ShardRow,
+    node_broker,
+    node_stat,
+    shard_rows,
+    shard_totals,
+)
 
 
 def _dest(name: str, **figures: int) -> dict[str, Any]:
@@ -95,14 +103,61 @@ def test_shard_rows_join_the_processes_with_their_answers() -> None:
     links = [{"shard": 1, "up": False, "sent": 7}]
     handoffs = {"offered": 2, "handed": 2, "declined": 0, "lost": 0, "adopted": 1,
                 "refused": 0}
-    table = shard_rows(rows, [ShardAnswer(0, _broker(3, 0, 0) | {"shard_links": links,
-                                                                  "handoffs": handoffs}),
-                              ShardAnswer(1, error="x")])
+    owned = {"destinations": [
+        {"name": "a", "enqueued": 5, "dequeued": 3, "enqueue_rate": 1.5,
+         "dequeue_rate": 0.25},
+        {"name": "b", "enqueued": 2, "dequeued": 2, "enqueue_rate": 0.5,
+         "dequeue_rate": 1.0}]}
+    cpu = CpuMeter()
+    cpu.sample(0, 41, 10.0, 2.0)
+    cpu.sample(0, 41, 12.0, 3.0)
+    table = shard_rows(rows, [ShardAnswer(0, _broker(3, 640, 0) | {"shard_links": links,
+                                                                        "handoffs": handoffs}),
+                              ShardAnswer(1, error="x")],
+                       [ShardAnswer(0, owned), ShardAnswer(1, error="x")], cpu)
     assert table == [
         {"shard": 0, "pid": 41, "state": "running", "restarts": 0, "uptime_ms": 1500,
-         "last_exit": None, "connections": 3, "answering": True, "links": links,
-         "handoffs": handoffs},
+         "last_exit": None, "connections": 3, "answering": True,
+         "destinations": 2, "messages_in": 7, "messages_out": 5, "in_rate": 2.0,
+         "out_rate": 1.25, "cpu_seconds": 3.0, "cpu_percent": 50.0,
+         "journal_bytes": 640, "links": links, "handoffs": handoffs},
         {"shard": 1, "pid": None, "state": "restarting", "restarts": 2, "uptime_ms": 0,
          "last_exit": "killed by SIGKILL", "connections": None, "answering": False,
-         "links": None, "handoffs": None},
+         "destinations": None, "messages_in": None, "messages_out": None,
+         "in_rate": None, "out_rate": None, "cpu_seconds": None, "cpu_percent": None,
+         "journal_bytes": None, "links": None, "handoffs": None},
     ]
+    # The node's sums are over the shards that answered.
+    assert shard_totals(table) == {
+        "connections": 3, "destinations": 2, "messages_in": 7, "messages_out": 5,
+        "in_rate": 2.0, "out_rate": 1.25, "cpu_seconds": 3.0, "cpu_percent": 50.0,
+        "journal_bytes": 640}
+
+
+def test_a_cpu_share_needs_two_readings_of_the_same_process() -> None:
+    cpu = CpuMeter()
+    assert cpu.figures(0, 7) == (None, None)
+    cpu.sample(0, 7, 1.0, 0.5)
+    assert cpu.figures(0, 7) == (0.5, None)
+    cpu.sample(0, 7, 1.5, 0.75)
+    assert cpu.figures(0, 7) == (0.75, 50.0)
+    cpu.sample(0, 8, 2.0, 0.1)  # restarted: a new process starts afresh
+    assert cpu.figures(0, 8) == (0.1, None)
+    assert cpu.figures(0, 7) == (None, None)
+    cpu.forget(0)
+    assert cpu.figures(0, 8) == (None, None)
+
+
+def test_producers_sending_from_other_shards_are_added_to_the_owners_row() -> None:
+    answers = [
+        ShardAnswer(0, _stat(0, connections=2, dests=[_dest("a", producers=1)],
+                             producers_elsewhere=[
+                                 {"type": "queue", "name": "b", "producers": 2},
+                                 {"type": "queue", "name": "gone", "producers": 1}])),
+        ShardAnswer(1, _stat(1, connections=1, dests=[_dest("b", producers=1)],
+                             producers_elsewhere=[
+                                 {"type": "queue", "name": "a", "producers": 1}])),
+    ]
+    stat = node_stat("node", answers)
+    assert {d["name"]: d["producers"] for d in stat["destinations"]} == {"a": 2, "b": 3}
+    assert "producers_elsewhere" not in stat

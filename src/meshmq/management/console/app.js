@@ -106,7 +106,7 @@ function sortableTable(caption, columns, rows, rowKey) {
         : String(x ?? "").localeCompare(String(y ?? ""))) * dir;
     });
     tbody.replaceChildren(...sorted.map((r) => h("tr", { "data-key": rowKey(r) },
-      columns.map((c) => h("td", { class: c.num ? "num" : null },
+      columns.map((c) => h("td", { class: c.num ? "num" : null, "data-col": c.key },
         c.render ? c.render(r) : fmt(r[c.key]))))));
     for (const th of headRow.children) {
       th.setAttribute("aria-sort", th.dataset.key === key ? (dir > 0 ? "ascending" : "descending") : "none");
@@ -150,7 +150,10 @@ async function overview() {
       card("Enqueued", fmt(sum("enqueued"))),
       card("Dequeued", fmt(sum("dequeued"))),
       gauge("Memory", memory?.bytes, memory?.limit_bytes, memory?.percent),
-      gauge("Store", store?.bytes, store?.limit_bytes, store?.percent)),
+      gauge("Store", store?.bytes, store?.limit_bytes, store?.percent),
+      // A node of shards: these figures are its shards' summed; the Shards page splits them.
+      b?.shards ? card("Shards", h("a", { href: "#/shards", id: "shards-up" },
+        `${b.shards.filter((x) => x.state === "up").length} of ${b.shards.length} up`)) : null),
     broker.ok ? null : h("p", { class: "muted" }, "Figures from /api/stat (/api/broker is not available)."),
   ];
 }
@@ -347,6 +350,71 @@ async function ha() {
     h("h2", {}, "Details"), h("pre", { id: "ha-detail" }, JSON.stringify(body, null, 2)), note];
 }
 
+// ------------------------------------------------------------------ a node's shards
+const SHARD_REFRESH_MS = 2000;
+const rate = (n) => (typeof n === "number" ? n.toFixed(1) : "–");
+
+function shardTables(doc) {
+  const t = doc.totals || {};
+  const cards = h("div", { class: "cards", id: "shard-totals" },
+    card("Shards running", `${doc.shards.filter((x) => x.state === "running").length} of ${doc.count}`),
+    card("Connections", fmt(t.connections)), card("Destinations", fmt(t.destinations)),
+    card("In/s", rate(t.in_rate)), card("Out/s", rate(t.out_rate)),
+    card("CPU", `${rate(t.cpu_percent)} %`), card("Journals", bytes(t.journal_bytes)));
+  const columns = [
+    { key: "shard", label: "Shard", num: true },
+    { key: "state", label: "State", render: (r) => h("span", { class: `shard-${r.state}` },
+      r.state + (r.answering || r.state !== "running" ? "" : " (not answering)")) },
+    { key: "pid", label: "Pid", num: true, render: (r) => String(r.pid ?? "–") },
+    { key: "restarts", label: "Restarts", num: true,
+      render: (r) => h("span", { title: r.last_exit ? `last exit: ${r.last_exit}` : "" }, fmt(r.restarts)) },
+    { key: "uptime_ms", label: "Uptime", num: true, render: (r) => duration(r.uptime_ms) },
+    { key: "connections", label: "Connections", num: true },
+    { key: "destinations", label: "Destinations", num: true },
+    { key: "messages_in", label: "In", num: true },
+    { key: "messages_out", label: "Out", num: true },
+    { key: "in_rate", label: "In/s", num: true, render: (r) => rate(r.in_rate) },
+    { key: "out_rate", label: "Out/s", num: true, render: (r) => rate(r.out_rate) },
+    { key: "cpu_seconds", label: "CPU s", num: true, render: (r) => rate(r.cpu_seconds) },
+    { key: "cpu_percent", label: "CPU %", num: true, render: (r) => rate(r.cpu_percent) },
+    { key: "journal_bytes", label: "Journal", num: true, render: (r) => bytes(r.journal_bytes) },
+  ];
+  const shardTable = sortableTable(`${doc.count} shards`, columns, doc.shards, (r) => String(r.shard));
+  shardTable.id = "shard-table";
+  const links = doc.shards.flatMap((r) => (r.links || []).map((l) => ({ ...l, link: `${r.shard}->${l.shard}` })));
+  const linkTable = sortableTable("Shard links: a link 0->1 is shard 0's to shard 1 (sent: sends to 1 as owner; delivered out: to 1's consumers; parked: 1's sends held at 0's memory limit)", [
+    { key: "link", label: "Link" },
+    { key: "up", label: "Up", render: (l) => (l.up ? "yes" : "no") },
+    { key: "sent", label: "Sent", num: true },
+    { key: "delivered_out", label: "Delivered out", num: true },
+    { key: "parked", label: "Parked", num: true },
+  ], links, (l) => l.link);
+  linkTable.id = "link-table";
+  return [cards, h("h2", {}, "Shards"), shardTable, h("h2", {}, "Links"), linkTable];
+}
+
+async function shards() {
+  const title = h("h1", {}, "Shards");
+  const first = await api("/api/shards");
+  if (first.status === 404) return [title, notAvailable("The shard view")];
+  if (!first.ok) return [title, failure(first)];
+  const holder = h("div", { id: "shard-view" }, ...shardTables(first.body));
+  const updated = h("p", { class: "muted", id: "shards-updated" }, "");
+  // Refreshed in place while the page is open: a shard that restarts shows it.
+  const timer = setInterval(async () => {
+    const r = await api("/api/shards");
+    if (r.ok) {
+      holder.replaceChildren(...shardTables(r.body));
+      updated.textContent = `Updated ${new Date().toLocaleTimeString("en")}`;
+      updated.dataset.at = String(Date.now());
+    } else updated.textContent = `Not updated: ${r.body.error || r.status}`;
+  }, SHARD_REFRESH_MS);
+  leave = () => clearInterval(timer);
+  return [title, h("p", { class: "muted" },
+    "The node's shards, one process each; the figures at the top are their sums. Destinations are counted on the shard that owns them."),
+  holder, updated];
+}
+
 // ------------------------------------------------------------------ the network map
 const STATE_WORDS = { forwarding: "forwarding", connecting: "connecting", handshaking: "handshaking",
   "syncing-demand": "syncing", "backing-off": "down", stopped: "stopped" };
@@ -435,7 +503,7 @@ async function network() {
 }
 
 // ------------------------------------------------------------------ routing
-const PAGES = { overview, destinations, connections, subscriptions, network, ha };
+const PAGES = { overview, destinations, connections, subscriptions, network, ha, shards };
 
 async function route() {
   leave();
@@ -470,7 +538,10 @@ async function route() {
 
 async function badge() {
   const r = await api("/api/health");
-  document.getElementById("broker-badge").textContent = r.ok ? `broker ${r.body.broker}` : "broker unreachable";
+  const node = r.ok && r.body.shards;  // a node of shards: its Shards page
+  document.getElementById("broker-badge").textContent = !r.ok ? "broker unreachable"
+    : node ? `node ${r.body.broker} (${r.body.shards.count} shards)` : `broker ${r.body.broker}`;
+  document.getElementById("nav-shards").hidden = !node;
 }
 
 window.addEventListener("hashchange", route);
