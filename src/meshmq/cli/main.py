@@ -145,7 +145,8 @@ def cmd_broker(args: argparse.Namespace) -> int:
         raise ConfigError(conflict[0], file=config.source, option="broker.shards")
     # A directory a node's shards stored into is not one broker's store (nor the reverse).
     check_layout(config.data_directory, config.shards, config.broker_name,
-                 config.store_directory, persistent=config.persistent)
+                 config.store_directory,
+                 persistent=config.persistent and config.store.kind != "postgres")
     from meshmq.cli.logsetup import apply_logging
 
     apply_logging(config.logging, args.log_level, config.source)

@@ -36,6 +36,9 @@ def cmd_rebalance(args: argparse.Namespace) -> int:
         data = config.data_directory
         store_dir = config.store.directory
         node = config.broker_name
+        if config.store.kind == "postgres":
+            raise ConfigError("a node's PostgreSQL tables cannot be rebalanced yet: start "
+                              "the node with the shard count in <table_prefix>node")
         if config.store.kind != "journal":
             raise ConfigError(f"store kind {config.store.kind!r} has nothing to rebalance "
                               "(only the journal store is kept per shard)")

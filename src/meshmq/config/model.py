@@ -492,14 +492,20 @@ def sharding_conflict(config: BrokerConfig) -> tuple[str, str] | None:
         return None
     if config.ha.mode == "replicated":
         return ("replicated master/slave does not run with shards yet (it would need one "
-                "replication stream per shard): set shards = 1, or ha.mode = \"shared\"",
+                "replication stream per shard): set shards = 1, or ha.mode = \"shared\" or "
+                "\"database\"",
                 "ha.mode")
-    if config.ha.mode not in ("none", "shared"):
-        return (f"master/slave (ha.mode = {config.ha.mode!r}) does not run with shards "
-                "yet: set shards = 1, or ha.mode = \"shared\"", "ha.mode")
-    if config.persistent and config.store.kind == "postgres":
-        return ("the postgres store does not run with shards yet (the shards would share "
-                "its tables): set shards = 1 or store.kind = \"journal\"", "store.kind")
+    postgres = config.persistent and config.store.kind == "postgres"
+    if config.ha.mode == "database" and not postgres:
+        return ("a node's database master/slave fences each shard's PostgreSQL tables: "
+                "set store.kind = \"postgres\" (and store.dsn), or ha.mode = \"shared\"",
+                "store.kind")
+    if config.ha.mode == "shared" and postgres:
+        return ("a node on the postgres store takes its lease in the database: set "
+                "ha.mode = \"database\", or store.kind = \"journal\"", "ha.mode")
+    if config.ha.mode not in ("none", "shared", "database"):
+        return (f"master/slave (ha.mode = {config.ha.mode!r}) does not run with shards: "
+                "set shards = 1, or ha.mode = \"shared\" or \"database\"", "ha.mode")
     return None
 
 

@@ -1,7 +1,13 @@
-"""The write fence of a shard's store when its node is one of a ``shared`` master/slave
-pair (docs/ha.md, "A node of shards as master or slave").
+"""The write fence of a shard's store when its node is one of a ``shared`` or
+``database`` master/slave pair (docs/ha.md, "A node of shards as master or slave").
 
-The supervisor holds the node's lease (ha/controller.py, ha/file_lease.py); each shard's
+``database``: the supervisor holds the node's lease row (ha/pg_lease.py) in
+``<prefix>lease``; each shard's PostgreSQL store reads that row ``FOR SHARE`` in every
+write transaction and rolls back unless it still names the supervisor's epoch and
+holder id (store/postgres.py), exactly as one broker's store does with its own lease.
+:class:`DatabaseShardFence` only tells the store those three things.
+
+``shared``: the supervisor holds the node's lease file (ha/file_lease.py); each shard's
 journal checks that lease file before and after every write group, as one broker's
 journal does, with the supervisor's holder id and epoch: once another node took the
 lease over, a shard of this node (paused, or outliving its supervisor for a moment)
@@ -18,12 +24,14 @@ every start of an earlier one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from meshmq.ha.file_lease import FileLease
 
-__all__ = ["STARTS_PER_EPOCH", "ShardFence", "ShardLease"]
+__all__ = ["STARTS_PER_EPOCH", "DatabaseShardFence", "ShardFence", "ShardLease",
+           "shard_fence"]
 
 # Starts of one shard under one lease epoch (at the 5 s restart backoff, two months of
 # a shard failing); the supervisor stops restarting a shard that reaches it.
@@ -39,6 +47,8 @@ class ShardLease:
     holder: str
     epoch: int
     start: int
+    # ``database`` mode: the table prefix of the node's lease row (``directory`` unused).
+    table_prefix: str | None = None
 
     @property
     def store_epoch(self) -> int:
@@ -68,3 +78,42 @@ class ShardFence:
 
     def close(self) -> None:
         self._file.close()
+
+
+class DatabaseShardFence:
+    """A shard's PostgreSQL store's ``WriteFence``: the node's lease row is checked inside
+    each write transaction by the store itself (epoch, ``holder``, in the table named by
+    ``lease_prefix``), so nothing happens around the writes here."""
+
+    def __init__(self, lease: ShardLease) -> None:
+        assert lease.table_prefix is not None
+        self.lease = lease
+        self.holder = lease.holder
+        self.lease_prefix = lease.table_prefix
+        # Called (from the store's writer thread) once a write transaction was refused:
+        # the shard stops then, not at its next write (node/shard.py).
+        self.on_refused: Callable[[str], None] | None = None
+
+    def refused(self, why: str) -> None:
+        if self.on_refused is not None:
+            self.on_refused(why)
+
+    @property
+    def epoch(self) -> int:
+        return self.lease.epoch
+
+    def begin_write(self) -> None:
+        pass
+
+    def end_write(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def shard_fence(lease: ShardLease) -> ShardFence | DatabaseShardFence:
+    """The fence of a shard whose node holds ``lease``."""
+    if lease.table_prefix is not None:
+        return DatabaseShardFence(lease)
+    return ShardFence(lease)

@@ -23,6 +23,11 @@ yet (a fresh directory, or shard directories without a store). Telling whether s
 destinations would keep their owners needs reading every store, which the offline
 ``meshmq shards rebalance`` does (node/rebalance.py); its journal, ``rebalance.json``,
 keeps any broker off the directory until it has finished.
+
+A node on the PostgreSQL store keeps each shard's tables under ``<prefix>s<k>_`` and
+its shard count in ``<prefix>node`` instead (store/postgres.py, ``check_node_layout``):
+:class:`NodeDatabase` makes the same check there, and holds the store's session lock
+for the supervisor's life, as ``node.lock`` does for a directory.
 """
 
 from __future__ import annotations
@@ -36,13 +41,14 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from meshmq.core.shards import HASH_NAME
 from meshmq.errors import MeshmqError
 
-__all__ = ["REBALANCE_FILE", "RUN_DIR", "SHARDS_FILE", "LayoutError", "NodeLayout",
-           "check_layout", "make_run_dir", "read_shards_file", "release_run_dir",
-           "remove_shards_file", "shard_directory", "write_shards_file"]
+__all__ = ["REBALANCE_FILE", "RUN_DIR", "SHARDS_FILE", "LayoutError", "NodeDatabase",
+           "NodeLayout", "check_layout", "make_run_dir", "read_shards_file",
+           "release_run_dir", "remove_shards_file", "shard_directory", "write_shards_file"]
 
 SHARDS_FILE = "shards.json"
 REBALANCE_FILE = "rebalance.json"
@@ -273,3 +279,64 @@ def _remove_stale(base: Path, prefix: str) -> None:
             shutil.rmtree(path, ignore_errors=True)
         finally:
             os.close(fd)
+
+
+class NodeDatabase:
+    """A node's hold on its PostgreSQL store: the store's session lock on ``<prefix>``
+    (exclusive for a node alone, shared by the nodes of a ``database`` master/slave
+    pair, whose lease orders them), which keeps one broker process off the node's
+    tables while it runs, and the shard-count check (``check``)."""
+
+    def __init__(self, dsn: str, prefix: str, *, shared: bool) -> None:
+        from meshmq.store.postgres import check_prefix
+
+        self.dsn = dsn
+        self.prefix = check_prefix(prefix)
+        self.shared = shared
+        self._conn: Any = None
+
+    def _where(self) -> str:
+        return " ".join(p for p in self.dsn.split() if not p.startswith("password"))
+
+    def open(self) -> None:
+        import psycopg
+
+        try:
+            self._conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
+            how = "pg_try_advisory_lock_shared" if self.shared else "pg_try_advisory_lock"
+            row = self._conn.execute(f"SELECT {how}(hashtext(%s))",
+                                     (self.prefix + "store",)).fetchone()
+        except psycopg.Error as exc:
+            self.close()
+            raise LayoutError(f"cannot reach the node's PostgreSQL store ({self._where()}): "
+                              f"{str(exc).strip().splitlines()[0] if str(exc) else exc!r}"
+                              ) from None
+        if not row or not row[0]:
+            self.close()
+            raise LayoutError(
+                f"the PostgreSQL store {self.prefix!r} ({self._where()}) is in use by "
+                + ("a broker running without master/slave" if self.shared else
+                   "another broker or node") + ": stop it, or give this node another "
+                "store.table_prefix")
+
+    def check(self, shards: int, node: str) -> None:
+        """Refuse ``shards`` on tables made for another count; record it otherwise."""
+        import psycopg
+
+        from meshmq.store.postgres import check_node_layout
+
+        assert self._conn is not None
+        try:
+            refusal = check_node_layout(self._conn, self.prefix, shards, node)
+        except psycopg.Error as exc:
+            raise LayoutError(f"cannot check the node's PostgreSQL tables: {exc}") from None
+        if refusal is not None:
+            raise LayoutError(refusal)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.execute("SELECT pg_advisory_unlock_all()")
+            with contextlib.suppress(Exception):
+                self._conn.close()
+            self._conn = None

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from meshmq.config.model import BrokerConfig
 from meshmq.core.shards import ShardIdentity
 from meshmq.errors import MeshmqError
-from meshmq.node.fence import ShardFence, ShardLease
+from meshmq.node.fence import DatabaseShardFence, ShardLease, shard_fence
 
 if TYPE_CHECKING:
     from meshmq.management.sys_topics import SysTopics
@@ -60,7 +60,7 @@ class ShardSpec:
     config: BrokerConfig
     identity: ShardIdentity
     log_level: str | None = None
-    # The node's lease when it is the master of a shared pair: the store's write fence.
+    # The node's lease when it is the master of a pair: the store's write fence.
     lease: ShardLease | None = None
 
 
@@ -113,7 +113,7 @@ async def serve_shard(spec: ShardSpec, parent_fd: int = PARENT_FD) -> int:
     from meshmq.transport.runtime import BrokerRuntime, tune_gc
 
     tune_gc()
-    fence = ShardFence(spec.lease) if spec.lease is not None else None
+    fence = shard_fence(spec.lease) if spec.lease is not None else None
     try:
         runtime = BrokerRuntime(spec.config, shard=spec.identity, fence=fence)
     except MeshmqError as exc:
@@ -121,6 +121,13 @@ async def serve_shard(spec: ShardSpec, parent_fd: int = PARENT_FD) -> int:
         return EXIT_START_FAILED
     runtime.install_signal_handlers()
     loop = asyncio.get_running_loop()
+    stop_deposed = runtime.engine.on_write_refused
+    if isinstance(fence, DatabaseShardFence) and stop_deposed is not None:
+        def refused(why: str) -> None:  # the store's writer thread
+            loop.call_soon_threadsafe(stop_deposed, why)
+
+        # Another node took the lease: stop now, even with no write to come.
+        fence.on_refused = refused
     stopping: set[asyncio.Task[None]] = set()
     # $SYS: the node's figures, not this shard's (management/sys_topics.py).
     runtime.sys_topics.report = lambda figures: _report(

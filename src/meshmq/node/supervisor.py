@@ -27,6 +27,11 @@ starts one process per shard and keeps it running:
   journal checks that lease on every write (node/fence.py). A supervisor that loses
   the lease kills its shards at once (their writes are refused anyway) and starts
   again as a slave (``ha.restart_when_deposed``) or exits with ``EXIT_DEPOSED``.
+* ``ha.mode = "database"``: the same with the lease row of the PostgreSQL store
+  (ha/pg_lease.py); the nodes need not share a data directory. Each shard keeps its
+  tables under ``<prefix>s<k>_`` and its store checks the node's lease row in every
+  write transaction (node/fence.py); the shard count is recorded in ``<prefix>node``
+  (node/layout.py, ``NodeDatabase``).
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from meshmq.node.aggregate import ShardRow
 from meshmq.node.fence import STARTS_PER_EPOCH, ShardLease
 from meshmq.node.layout import (
     LayoutError,
+    NodeDatabase,
     check_layout,
     make_run_dir,
     release_run_dir,
@@ -88,6 +94,11 @@ def shard_config(config: BrokerConfig, index: int, listeners: tuple[object, ...]
     store = config.store
     if store.directory is not None:
         store = dataclasses.replace(store, directory=store.directory / f"shard-{index}")
+    if store.kind == "postgres":
+        from meshmq.store.postgres import shard_prefix
+
+        store = dataclasses.replace(store, table_prefix=shard_prefix(store.table_prefix,
+                                                                     index))
     trace = config.trace
     if trace.directory is not None:
         trace = dataclasses.replace(trace, directory=trace.directory / f"shard-{index}")
@@ -186,6 +197,19 @@ class Supervisor:
                 FileLease(self.lease_directory, config.ha.holder_id
                           or default_holder_id(config)),
                 config.ha, mode="shared", on_lost=self._on_deposed)
+        elif config.ha.mode == "database":
+            from meshmq.ha.setup import create_backend
+
+            self.ha = HaController(create_backend(config), config.ha, mode="database",
+                                   on_lost=self._on_deposed)
+        # The PostgreSQL store: the node's lock on its tables and their shard count.
+        self.database: NodeDatabase | None = None
+        if config.persistent and config.store.kind == "postgres":
+            if not config.store.dsn:
+                raise ConfigError("store kind 'postgres' needs store.dsn",
+                                  option="store.dsn")
+            self.database = NodeDatabase(config.store.dsn, config.store.table_prefix,
+                                         shared=self.ha is not None)
         from meshmq.node.management import NodeManagement
 
         self.management: NodeManagement | None = None
@@ -236,12 +260,21 @@ class Supervisor:
             await self.stop()
         return EXIT_DEPOSED if self.deposed else 0
 
+    def _check_layout(self) -> None:
+        """The stores fit this shard count (in the data directory or the database). The
+        database's lock is taken here: a slave waits for the lease, not for it."""
+        if self.database is not None:
+            self.database.open()
+            self.database.check(self.count, self.config.broker_name)
+            return
+        check_layout(self.config.data_directory, self.count, self.config.broker_name,
+                     self.config.store_directory, persistent=self.config.persistent)
+
     async def start(self) -> None:
         data = self.config.data_directory
         self._take_lock(data, shared=self.ha is not None)
         if self.ha is None:
-            check_layout(data, self.count, self.config.broker_name,
-                         self.config.store_directory, persistent=self.config.persistent)
+            await asyncio.to_thread(self._check_layout)
         # Two nodes of a pair share the data directory but not their sockets.
         self.run_dir, self._temporary_run_dir = make_run_dir(
             data, private=self.ha is not None)
@@ -250,10 +283,9 @@ class Supervisor:
                 await self.management.start()
             if not await self.ha.acquire():
                 return  # stopped while a slave
-            log.info("master: starting the node's %d shards on the shared stores",
-                     self.count)
-            check_layout(data, self.count, self.config.broker_name,
-                         self.config.store_directory, persistent=self.config.persistent)
+            log.info("master: starting the node's %d shards on the %s stores",
+                     self.count, "shared" if self.database is None else "database")
+            await asyncio.to_thread(self._check_layout)
         self.ports = bind_ports(self.config)
         if self.management is not None and self.ha is None:
             await self.management.start()
@@ -306,8 +338,10 @@ class Supervisor:
         assert self.ports is not None
         lease = None
         if self.ha is not None:
-            lease = ShardLease(str(self.lease_directory), self.ha.backend.holder,
-                               self.ha.backend.epoch, shard.spawns)
+            lease = ShardLease(
+                str(self.lease_directory), self.ha.backend.holder, self.ha.backend.epoch,
+                shard.spawns, table_prefix=None if self.ha.mode == "shared"
+                else self.config.store.table_prefix)
         shard.spawns += 1
         spec = ShardSpec(shard_config(self.config, shard.index, self.ports.listeners),
                          self.identity(shard.index), self.log_level, lease)
@@ -466,6 +500,8 @@ class Supervisor:
             self.ports.close()
         if self._temporary_run_dir and self.run_dir is not None:
             release_run_dir(self.run_dir)
+        if self.database is not None:
+            self.database.close()
         if self._lock is not None:
             self._lock.close()
             self._lock = None

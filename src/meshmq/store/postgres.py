@@ -17,12 +17,22 @@ Tables (``<prefix>`` = ``store.table_prefix``)::
     <prefix>subs     (key text primary key, client_id, name, destination, selector,
                       no_local, created_ms)
     <prefix>lease    (the HA lease row, see meshmq.ha.pg_lease)
+    <prefix>node     (id, shards, hash, node): the shard count of a node whose shards
+                     keep their tables under ``<prefix>s<k>_`` (``shard_prefix``)
+
+A node of N shards (docs/shards.md) keeps one complete set of these tables per shard in
+the same database, shard k's under ``<prefix>s<k>_``, and records N in ``<prefix>node``
+(``check_node_layout``), as a node's ``shards.json`` does for journal stores: which shard
+owns a destination depends on N, so a start with another count on tables that hold
+messages is refused. A shard of a database master/slave node checks the node's lease
+row (``<prefix>lease``), not one under its own prefix: its fence names that prefix
+(``lease_prefix``).
 
 A message row lives while a reference points at it; message ids are allocated by the
 writing broker (only one writes at a time: the lease, or an advisory lock without HA).
 
 Fencing (HA mode "database"): every write transaction first reads the lease row
-``FOR SHARE`` and compares the epoch with the one this broker was given. A takeover
+``FOR SHARE`` and compares the epoch and holder with the ones this broker was given. A takeover
 updates that row, so it waits for a write transaction in progress, and every write
 transaction after it sees the new epoch and rolls back. No transaction is held open
 between writes, and none for the broker's lifetime.
@@ -43,6 +53,7 @@ import psycopg
 
 from meshmq.core import message_codec as codec
 from meshmq.core.message import Message
+from meshmq.core.shards import HASH_NAME
 from meshmq.errors import StoreError
 from meshmq.store.base import (
     AddMessage,
@@ -104,6 +115,70 @@ def check_prefix(prefix: str) -> str:
         raise StoreError(f"table_prefix {prefix!r} must be letters, digits and '_', "
                          "not starting with a digit")
     return prefix.lower()
+
+
+def shard_prefix(prefix: str, index: int) -> str:
+    """The table prefix of shard ``index`` of a node whose configured prefix is
+    ``prefix``: ``<prefix>s<k>_``."""
+    return f"{check_prefix(prefix)}s{index}_"
+
+
+def _table_exists(conn: psycopg.Connection[Any], table: str) -> bool:
+    row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()
+    return bool(row and row[0])
+
+
+def tables_hold_data(conn: psycopg.Connection[Any], prefix: str) -> bool:
+    """Whether the store under ``prefix`` holds a message or a durable subscription
+    (what would change owner under another shard count)."""
+    if not _table_exists(conn, f"{prefix}refs"):
+        return False
+    row = conn.execute(f"SELECT EXISTS (SELECT 1 FROM {prefix}refs) OR EXISTS "
+                       f"(SELECT 1 FROM {prefix}subs)").fetchone()
+    return bool(row and row[0])
+
+
+def check_node_layout(conn: psycopg.Connection[Any], prefix: str, shards: int,
+                      node: str) -> str | None:
+    """Refuse ``shards`` shards (1: one broker process on ``prefix``'s own tables) on a
+    database whose tables were made for another count: the refusal's one line, or None
+    once the count is recorded in ``<prefix>node`` (removed again for one process).
+    ``conn`` is in autocommit mode; the check and the record are one transaction, under
+    a lock, so two nodes starting together agree."""
+    p = check_prefix(prefix)
+    if shards == 1 and not _table_exists(conn, f"{p}node"):
+        return None
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (p + "node",))
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {p}node (id integer PRIMARY KEY, "
+                     f"shards integer NOT NULL, hash text NOT NULL, node text NOT NULL)")
+        row = conn.execute(f"SELECT shards, hash FROM {p}node WHERE id = 1").fetchone()
+        recorded, hash_name = (int(row[0]), str(row[1])) if row else (None, HASH_NAME)
+        where = f"the PostgreSQL store {p!r} ({p}node)"
+        if hash_name != HASH_NAME:
+            return (f"{where} was made with shard hash {hash_name!r}, which this meshmq "
+                    f"does not know (it uses {HASH_NAME!r}): run the meshmq version that "
+                    "made it")
+        rebalance = ("'meshmq shards rebalance' moves journal stores only, not PostgreSQL "
+                     "tables yet")
+        if recorded is not None and recorded != shards and any(
+                tables_hold_data(conn, shard_prefix(p, k)) for k in range(recorded)):
+            return (f"{where} holds the tables of a node of {recorded} shards; with "
+                    f"{shards} shard{'s' if shards > 1 else ''} stored destinations would "
+                    f"change owner: start with --shards {recorded} (or [broker] shards = "
+                    f"{recorded}), or give this broker another store.table_prefix "
+                    f"({rebalance})")
+        if recorded is None and shards > 1 and tables_hold_data(conn, p):
+            return (f"the PostgreSQL store {p!r} holds a one-process store: start without "
+                    f"--shards (shards = 1), or give the node another store.table_prefix "
+                    f"({rebalance})")
+        if shards == 1:
+            conn.execute(f"DELETE FROM {p}node")
+        elif recorded != shards:
+            conn.execute(f"INSERT INTO {p}node (id, shards, hash, node) VALUES (1, %s, %s, "
+                         f"%s) ON CONFLICT (id) DO UPDATE SET shards = EXCLUDED.shards, "
+                         f"node = EXCLUDED.node", (shards, HASH_NAME, node))
+    return None
 
 
 @dataclass(slots=True)
@@ -173,6 +248,9 @@ class PostgresStore:
         self.dsn = dsn
         self.prefix = check_prefix(table_prefix)
         self._fence = fence
+        # A shard's fence names its node's lease table (node/fence.py); a broker's is ours.
+        lease_prefix = getattr(fence, "lease_prefix", None)
+        self._lease_table = f"{check_prefix(lease_prefix) if lease_prefix else self.prefix}lease"
         self._keys: dict[str, _Key] = {}
         self._subs: dict[str, DurableSubscription] = {}
         self._msg_refs: dict[int, int] = {}  # message id -> live references
@@ -226,6 +304,11 @@ class PostgresStore:
                     f"the PostgreSQL store {p!r} ({self._where()}) is locked by "
                     + ("a broker running without HA" if self._fence else "another broker"),
                     retriable=True)
+            # One broker process on the tables of a node of shards (or on its shards'
+            # tables, whose own prefix records no node): refused as a node's would be.
+            refusal = check_node_layout(read, p, 1, "")
+            if refusal is not None:
+                raise StoreError(refusal)
             recovery = self._recover(read)
         except psycopg.Error as exc:
             self._close_connections()
@@ -529,7 +612,7 @@ class PostgresStore:
     def _check_fence(self, cur: psycopg.Cursor[Any]) -> None:
         assert self._fence is not None
         epoch = self._fence.epoch
-        cur.execute(f"SELECT epoch, holder FROM {self.prefix}lease WHERE id = 1 FOR SHARE")
+        cur.execute(f"SELECT epoch, holder FROM {self._lease_table} WHERE id = 1 FOR SHARE")
         row = cur.fetchone()
         holder = getattr(self._fence, "holder", None)
         # The holder too: a deleted lease row would restart epochs at 1, never for us.
@@ -548,6 +631,11 @@ class PostgresStore:
             waiters, self._waiters = self._waiters, []
             self._queue.clear()
         notify_waiters(waiters, error)
+        # A fence that wants to hear of a refusal (a shard's, node/fence.py) is told at
+        # once, from this thread: the broker need not wait for its next write to stop.
+        refused = getattr(self._fence, "refused", None)
+        if isinstance(error, FencedError) and callable(refused):
+            refused(error.message)
 
     # ------------------------------------------------------------------ close / stats
 

@@ -30,16 +30,29 @@ def test_a_bad_count_is_one_line_with_file_line_and_option(value: str) -> None:
     assert "\n" not in text
 
 
-@pytest.mark.parametrize(("extra", "option"), [
-    ('[ha]\nmode = "replicated"\n', "ha.mode"),
-    ('[ha]\nmode = "database"\n', "ha.mode"),
-    ('[store]\nkind = "postgres"\ndsn = "dbname=x"\n', "store.kind"),
+_POSTGRES = '[store]\nkind = "postgres"\ndsn = "dbname=x"\n'
+
+
+@pytest.mark.parametrize(("extra", "option", "says"), [
+    ('[ha]\nmode = "replicated"\n', "ha.mode", "one replication stream per shard"),
+    (_POSTGRES + '[ha]\nmode = "replicated"\n', "ha.mode", "replication stream"),
+    # The database lease fences PostgreSQL tables only; a file lease no tables.
+    ('[ha]\nmode = "database"\n', "store.kind", 'store.kind = "postgres"'),
+    (_POSTGRES + '[ha]\nmode = "shared"\n', "ha.mode", 'ha.mode = "database"'),
 ])
-def test_options_that_do_not_run_with_shards_yet(extra: str, option: str) -> None:
+def test_options_that_do_not_run_with_shards(extra: str, option: str, says: str) -> None:
     with pytest.raises(ConfigError) as err:
         loads_toml(f"[broker]\nshards = 2\n{extra}", file="m.toml")
     assert "broker.shards" in str(err.value) and option in str(err.value)
+    assert says in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_a_node_may_keep_its_shards_in_postgres_with_or_without_a_database_pair() -> None:
+    alone = loads_toml(f"[broker]\nshards = 2\n{_POSTGRES}")
+    assert (alone.shards, alone.store.kind, alone.ha.mode) == (2, "postgres", "none")
+    pair = loads_toml(f'[broker]\nshards = 2\n{_POSTGRES}[ha]\nmode = "database"\n')
+    assert (pair.shards, pair.ha.mode) == (2, "database")
 
 
 def test_a_node_may_be_one_of_a_shared_master_slave_pair() -> None:
