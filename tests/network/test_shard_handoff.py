@@ -92,6 +92,42 @@ def test_pipelined_sends_on_the_wrong_shard_reach_the_owner_in_order(
     consumer.close()
 
 
+def test_a_producer_that_pipelines_hundreds_of_kilobytes_is_handed_over_whole(
+        handing: ShardPair) -> None:
+    queue = handing.owned_by(0, "flood")
+    producer = handing[1].client()
+    count = 3000
+    body = b"y" * 200
+    producer.send_bytes(b"".join(
+        frame_bytes("SEND", [("destination", f"/queue/{queue}"), ("n", str(i))]
+                    + ([("receipt", "end")] if i == count - 1 else []), body)
+        for i in range(count)))
+    producer.read_until_receipt("end")
+    assert _stats(handing[1])["handed"] == 1 and _link_sent(handing[1]) == 0
+    assert handing[0].depth(queue) == count
+    consumer = handing[0].client()
+    consumer.send_frame("SUBSCRIBE", [("destination", f"/queue/{queue}"), ("id", "s")])
+    got = [consumer.read_until("MESSAGE")[0].get("n") for _ in range(count)]
+    assert got == [str(i) for i in range(count)]
+    producer.close()
+    consumer.close()
+
+
+def test_a_send_pipelined_behind_connect_is_handed_over_after_the_connected(
+        handing: ShardPair) -> None:
+    queue = handing.owned_by(0, "eager")
+    client = RawClient(handing[1])
+    client.send_bytes(
+        frame_bytes("CONNECT", [("accept-version", "1.2"), ("host", "node")])
+        + frame_bytes("SEND", [("destination", f"/queue/{queue}"), ("receipt", "r")], b"x"))
+    frame, _ = client.read_until("CONNECTED")
+    assert frame.get("version") == "1.2"
+    client.read_until_receipt("r")  # written by the owner, after shard 1's CONNECTED
+    assert _stats(handing[1])["handed"] == 1 and _link_sent(handing[1]) == 0
+    assert handing[0].depth(queue) == 1
+    client.close()
+
+
 def test_a_consumer_on_the_wrong_shard_is_served_by_the_owner(handing: ShardPair) -> None:
     queue = handing.owned_by(0, "consumed")
     consumer = handing[1].client()

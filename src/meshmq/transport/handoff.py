@@ -22,7 +22,10 @@ itself, as without handoff; with no answer in time the connection is closed (the
 client's failover reconnects), since the owner may already be reading it.
 
 Written by hand: no library passes asyncio connections between processes. One offer is
-one datagram: a JSON head, a NUL, then the pending bytes, with the socket attached.
+one datagram: a JSON head, a NUL, then the pending bytes, with the socket attached; a
+producer that pipelines reads hundreds of KiB at a time, more than a datagram takes, so
+larger pending bytes travel in a second descriptor, an anonymous memory file
+(``memfd_create``; shards run on Linux only).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import json
 import logging
 import os
 import socket
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -46,11 +49,13 @@ __all__ = ["MAX_PENDING", "HandoffOffer", "HandoffStats", "Handoffs"]
 
 log = logging.getLogger("meshmq.shards")
 
-# Bytes read but not handled that an offer may carry; a connection with more waiting
-# (a large frame arriving) is not handed over. Well under the default socket buffer
-# that bounds one SOCK_SEQPACKET datagram.
-MAX_PENDING = 64 * 1024
-_MAX_DATAGRAM = MAX_PENDING + 8 * 1024
+# Bytes read but not handled that an offer may carry: up to INLINE_PENDING in the
+# datagram (well under the default socket buffer that bounds one SOCK_SEQPACKET
+# datagram), more in a memory file. A connection with more waiting is not handed over
+# (the parser holds a frame's large body apart and is then not offered at all).
+INLINE_PENDING = 32 * 1024
+MAX_PENDING = 16 * 1024 * 1024
+_MAX_DATAGRAM = INLINE_PENDING + 8 * 1024
 # How long the offering shard waits for the owner's answer before it gives up on the
 # connection (an owner that does not answer in this time is stuck or gone).
 ANSWER_TIMEOUT_S = 5.0
@@ -72,24 +77,29 @@ class HandoffOffer:
     push_topology: bool
     pending: bytes = b""  # read but not handled, from the frame that caused the offer
 
-    def encode(self, token: str, offer_id: int) -> bytes:
+    def encode(self, token: str, offer_id: int, *, inline: bool = True) -> bytes:
+        """The datagram; ``inline=False``: the pending bytes travel in a memory file."""
         head = asdict(self)
         del head["pending"]
         head["token"] = token
         head["id"] = offer_id
-        return json.dumps(head, separators=(",", ":")).encode() + b"\0" + self.pending
+        head["in_file"] = not inline
+        return json.dumps(head, separators=(",", ":")).encode() + b"\0" + (
+            self.pending if inline else b"")
 
     @staticmethod
-    def decode(data: bytes) -> tuple[HandoffOffer, str, int]:
-        """The offer, the token it carried and its id; ValueError if malformed."""
+    def decode(data: bytes) -> tuple[HandoffOffer, str, int, bool]:
+        """The offer, the token it carried, its id and whether its pending bytes are in
+        a memory file; ValueError if malformed."""
         head_bytes, sep, pending = data.partition(b"\0")
         if not sep:
             raise ValueError("no end of head")
         head: dict[str, Any] = json.loads(head_bytes)
         token = str(head.pop("token"))
         offer_id = int(head.pop("id"))
+        in_file = bool(head.pop("in_file", False))
         head["groups"] = tuple(str(g) for g in head["groups"])
-        return HandoffOffer(pending=pending, **head), token, offer_id
+        return HandoffOffer(pending=pending, **head), token, offer_id, in_file
 
 
 @dataclass(slots=True)
@@ -172,13 +182,20 @@ class Handoffs:
         if channel is None:
             return None
         offer_id = next(self._ids)
-        data = offer.encode(self.identity.token, offer_id)
+        inline = len(offer.pending) <= INLINE_PENDING
+        data = offer.encode(self.identity.token, offer_id, inline=inline)
+        fds = [fd]
         try:
-            socket.send_fds(channel.sock, [data], [fd])
+            if not inline:
+                fds.append(_memory_file(offer.pending))
+            socket.send_fds(channel.sock, [data], fds)
         except OSError as exc:  # a full or broken channel: not offered
             log.debug("handoff to shard %d not sent: %s", owner, exc)
             self._drop_channel(owner)
             return None
+        finally:
+            for extra in fds[1:]:
+                os.close(extra)  # the owner has its own copy
         self.stats.offered += 1
         answer: asyncio.Future[bool] = loop.create_future()
         channel.waiting[offer_id] = answer
@@ -280,7 +297,7 @@ class Handoffs:
     def _offers(self, sock: socket.socket) -> None:
         while True:
             try:
-                data, fds, _flags, _addr = socket.recv_fds(sock, _MAX_DATAGRAM, 1)
+                data, fds, _flags, _addr = socket.recv_fds(sock, _MAX_DATAGRAM, 2)
             except BlockingIOError:
                 return
             except OSError:
@@ -294,8 +311,12 @@ class Handoffs:
 
     def _offered(self, channel: socket.socket, data: bytes, fds: list[int]) -> None:
         try:
-            offer, token, offer_id = HandoffOffer.decode(data)
-        except (ValueError, KeyError, TypeError) as exc:
+            offer, token, offer_id, in_file = HandoffOffer.decode(data)
+            if in_file:
+                if len(fds) != 2:
+                    raise ValueError("its pending bytes' file is missing")
+                offer = replace(offer, pending=_read_memory_file(fds.pop()))
+        except (ValueError, KeyError, TypeError, OSError) as exc:
             log.warning("malformed connection handoff ignored: %s", exc)
             for fd in fds:
                 os.close(fd)
@@ -324,3 +345,35 @@ class Handoffs:
             # The offering shard is gone: what it offered is closed with it, or
             # (taken) served here.
             log.debug("handoff answer not sent: %s", exc)
+
+
+def _memory_file(data: bytes) -> int:
+    """An anonymous memory file holding ``data``, its offset back at 0."""
+    fd = os.memfd_create("meshmq-handoff", os.MFD_CLOEXEC)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_memory_file(fd: int) -> bytes:
+    """What a memory file holds (``_memory_file``); the descriptor is closed."""
+    try:
+        size = os.fstat(fd).st_size
+        if size > MAX_PENDING:
+            raise ValueError(f"pending bytes of {size} exceed {MAX_PENDING}")
+        parts = []
+        offset = 0
+        while offset < size:
+            chunk = os.pread(fd, size - offset, offset)
+            if not chunk:
+                break
+            parts.append(chunk)
+            offset += len(chunk)
+        return b"".join(parts)
+    finally:
+        os.close(fd)

@@ -323,7 +323,7 @@ class StompSession(BufferedOutput):
         if handoffs is None or conn is None or not isinstance(frame, Frame) or \
                 conn.client_id is not None or conn.consumers or conn.transactions or \
                 conn.temp_destinations or conn.principal.internal or self._temp_names or \
-                len(self.confirms) or self._out or self.flow_blocked or \
+                len(self.confirms) or self.flow_blocked or \
                 self.write_paused or self.closing or self.listener is None or \
                 frame.get("transaction") is not None:
             return False
@@ -345,7 +345,13 @@ class StompSession(BufferedOutput):
             return False
         rest = self.machine.parser.unparsed()
         sock = self.transport.get_extra_info("socket")
-        if rest is None or sock is None or self.transport.get_write_buffer_size():
+        if rest is None or sock is None:
+            return False
+        # What this shard answered so far (the CONNECTED of a client that pipelined its
+        # first SEND behind CONNECT) goes out first; only what reached the socket stays
+        # in order with what the owner writes.
+        self.flush()
+        if self.transport.get_write_buffer_size():
             return False
         parts: list[bytes] = []
         for event in events[index:]:
