@@ -48,8 +48,9 @@ def owned_by(shard: int, prefix: str, kind: str = "queue") -> str:
     raise AssertionError("unreachable")
 
 
-def _start(tmp: Path) -> NodeProcess:
-    config = write_node_toml(tmp / "node.toml", data=tmp / "data", listeners=LISTENERS)
+def _start(tmp: Path, *, handoff: bool = False) -> NodeProcess:
+    config = write_node_toml(tmp / "node.toml", data=tmp / "data", listeners=LISTENERS,
+                             handoff=handoff)
     return NodeProcess(config, tmp / "node.log").start()
 
 
@@ -349,13 +350,16 @@ class _Producer(threading.Thread):
         self.client.close()
 
 
-def test_receipted_messages_survive_a_killed_shard(tmp_path: Path) -> None:
+@pytest.mark.parametrize("handoff", [False, True], ids=["crossing", "handoff"])
+def test_receipted_messages_survive_a_killed_shard(tmp_path: Path, handoff: bool) -> None:
     """Producers and consumers of a queue owned by each shard, on both shards; shard 1
     is killed with SIGKILL mid-stream and the node restarts it. Every receipted message
     is delivered; a message delivered twice (its consumer's shard died before the ack
     settled, or its owner died after storing it and before the sender saw it stored)
-    comes flagged redelivered."""
-    node = _start(tmp_path)
+    comes flagged redelivered. With handoff, a consumer and a producer that landed on
+    the wrong shard are served by their (first) destination's owner, and the producers
+    still cross for their other queue."""
+    node = _start(tmp_path, handoff=handoff)
     consumers: list[_Consumer] = []
     try:
         queues = [owned_by(k, "kept") for k in SHARDS]
@@ -395,6 +399,9 @@ def test_receipted_messages_survive_a_killed_shard(tmp_path: Path) -> None:
         assert any(c.reconnects for c in consumers)  # shard 1's consumers came back
         rows = node.shards()
         assert rows[1]["restarts"] == 1 and rows[1]["last_exit"] == "killed by SIGKILL"
+        if handoff:  # the consumers of queue 0 on shard 1 and every producer moved
+            assert sum(int(r["handoffs"]["adopted"]) for r in rows
+                       if r.get("handoffs")) >= 1
     finally:
         for c in consumers:
             c.halt.set()
