@@ -1,7 +1,10 @@
 """A node of shards as the interop suite's broker: the same client fixtures and the same
 MQTT environment, every client through the node's one port (the kernel spreads the
 connections over the shards, so a producer and its consumer are often on different
-shards). A test reads the node only through its ports and its log, never one broker's
+shards). The node runs as a user's would, with connection handoff on: a connection whose
+first SEND or SUBSCRIBE names the other shard's destination moves to that shard, and what
+it does later with other destinations crosses (tests/network and tests/node test the
+crossings with handoff off). A test reads the node only through its ports and its log, never one broker's
 internals; those that must are marked ``one_broker`` in tests/interop.
 """
 
@@ -37,7 +40,7 @@ def start_node(tmp: Path, extra_toml: str = "") -> NodeProcess:
     """A ``meshmq broker --shards 2`` subprocess with the interop listeners, kept across
     tests (the caller stops it: it is not in ``ProcessBroker.running``)."""
     config = write_node_toml(tmp / "node.toml", data=tmp / "data", shards=SHARDS,
-                             listeners=NODE_LISTENERS, extra=extra_toml)
+                             listeners=NODE_LISTENERS, extra=extra_toml, handoff=True)
     node = NodeProcess(config, tmp / "node.log").start()
     ProcessBroker.running.discard(node)  # outlives each test; the module's fixture stops it
     return node
