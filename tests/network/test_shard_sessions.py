@@ -7,19 +7,32 @@ is down refuses connects with its ids, retriably, once ``owner_wait_ms`` has pas
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
+import json
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
 from meshmq.config.model import ShardsConfig
 from meshmq.core.shards import client_owner
-from meshmq.protocol.mqtt import Disconnect, Properties, Publish, ReasonCode
+from meshmq.protocol.mqtt import (
+    Disconnect,
+    Properties,
+    Pubcomp,
+    Publish,
+    Pubrec,
+    Pubrel,
+    ReasonCode,
+)
 from tests.interop.mqtt_helpers import RawMqtt
 from tests.interop.stomp_helpers import RawClient
 from tests.support.brokers import poll
-from tests.support.shard_pair import ShardBroker, ShardPair
+from tests.support.shard_pair import ShardBroker, ShardPair, ShardProcess
 
 
 def _client_id(pair: ShardPair, k: int, prefix: str) -> str:
@@ -318,3 +331,104 @@ def test_an_mqtt_shared_subscription_is_one_group_across_the_shards(
     finally:
         for c in (*members, publisher):
             c.close()
+
+
+def _mqtt_shard(pair: ShardPair, k: int, extra: str = "") -> ShardProcess:
+    """Shard ``k`` as a real subprocess with an MQTT listener too (killed with
+    SIGKILL by the tests); ``extra``: more TOML."""
+    proc = pair.process(k)
+    with proc.config_path.open("a") as toml:
+        toml.write(f'\n[[listeners]]\nname = "mqtt"\nurl = "mqtt://127.0.0.1:0"\n{extra}\n')
+    return proc
+
+
+def _linked(pair: ShardPair, k: int = 0) -> None:
+    """Thread shard ``k`` linked to every other shard (processes, some of them)."""
+    poll(lambda: pair[k].links_up() == pair.count - 1, what=f"shard {k}'s links")
+
+
+def _record(shard: ShardBroker, client_id: str) -> dict[str, Any] | None:
+    """The session record the client id's owner ``shard`` keeps."""
+    assert shard.runtime is not None
+    broker = shard.runtime.broker
+    stored = shard.run(lambda: broker.records.get(f"mqtt-session/{client_id}"))
+    return None if stored is None else cast(dict[str, Any], json.loads(stored[1]))
+
+
+@contextlib.contextmanager
+def _held(shard: ShardBroker) -> Iterator[None]:
+    """``shard``'s event loop does nothing while inside (as a slow owner would)."""
+    entered, leave = threading.Event(), threading.Event()
+
+    def block() -> None:
+        entered.set()
+        leave.wait(30)
+
+    shard.loop.call_soon_threadsafe(block)
+    assert entered.wait(10)
+    try:
+        yield
+    finally:
+        leave.set()
+
+
+def test_a_qos2_exchange_survives_the_kill_of_the_clients_shard_right_after_pubrec(
+        tmp_path: Path) -> None:
+    """The PUBREC leaves only once the client id's owner has stored the exchange, so a
+    SIGKILL of the client's shard right after it loses nothing: the client resumes
+    through the owner's shard, its PUBLISH sent again is not routed again, its PUBREL
+    is answered, and the subscriber gets the message once."""
+    pair = ShardPair(tmp_path, mqtt=True)
+    pair.start(0)
+    shard1 = _mqtt_shard(pair, 1).start()
+    clients: list[RawMqtt] = []
+    try:
+        _linked(pair)
+        client_id = _client_id(pair, 0, "dev")  # owned by shard 0
+        topic = pair.owned_by(1, "orders", "topic").replace(".", "/")  # stored by 1
+        subscriber = RawMqtt(pair[0].mqtt_port, level=5)
+        clients.append(subscriber)
+        subscriber.connect("exactly-once-sub", clean=False,
+                           properties=Properties(session_expiry_interval=600))
+        subscriber.subscribe((topic, 1))
+        client = RawMqtt(shard1.ports["mqtt"], level=5)
+        clients.append(client)
+        client.connect(client_id, clean=False,
+                       properties=Properties(session_expiry_interval=600))
+        pid = client.next_pid()
+        publish = Publish(topic, b"once", qos=2, packet_id=pid)
+        with _held(pair[0]):
+            client.send(publish)
+            # Stored on shard 1 at once, but the owner has not stored the exchange yet:
+            # no PUBREC (a bounded negative check).
+            with pytest.raises(AssertionError, match="no packet arrived"):
+                client.expect(Pubrec, timeout=0.5)
+        client.expect(Pubrec)
+        shard1.kill9()
+        record = _record(pair[0], client_id)
+        assert record is not None and record["qos2_in"] == [pid]
+        shard1 = _mqtt_shard(pair, 1).start()
+        _linked(pair)
+        back = RawMqtt(pair[0].mqtt_port, level=5)
+        clients.append(back)
+        assert back.connect(client_id, clean=False, properties=Properties(
+            session_expiry_interval=600)).session_present
+        back.send(Publish(topic, b"once", qos=2, packet_id=pid, dup=True))
+        back.expect(Pubrec)  # known: acknowledged, not routed again
+        back.send(Pubrel(pid))
+        assert back._expect_ack(Pubcomp, pid).reason_code == ReasonCode.SUCCESS
+        back.publish(topic, b"marker", qos=1)
+        got: list[Publish] = []
+        while not got or got[-1].payload != b"marker":
+            got.append(subscriber.expect(Publish, timeout=15))
+            subscriber.ack(got[-1])
+        # Routed once: a delivery the restart of shard 1 interrupted may come again,
+        # flagged DUP, but no second message.
+        assert [p.payload for p in got if not p.dup] == [b"once", b"marker"]
+        assert (_record(pair[0], client_id) or {}).get("qos2_in") == []
+    finally:
+        for c in clients:
+            c.close()
+        if shard1.proc is not None and shard1.proc.poll() is None:
+            shard1.kill9()
+        pair.stop()
