@@ -432,3 +432,116 @@ def test_a_qos2_exchange_survives_the_kill_of_the_clients_shard_right_after_pubr
         if shard1.proc is not None and shard1.proc.poll() is None:
             shard1.kill9()
         pair.stop()
+
+
+def _unstored(shard: ShardBroker) -> set[str]:
+    """Client ids whose session change ``shard`` holds for an owner that has not
+    stored it yet."""
+    assert shard.runtime is not None and shard.runtime.shard_peers is not None
+    claims = shard.runtime.shard_peers.clients
+    return shard.run(lambda: set(claims.unstored))
+
+
+@pytest.mark.parametrize("away", ["back in time", "past owner_wait"])
+def test_a_session_change_while_the_owner_is_killed_reaches_it_once_it_is_back(
+        tmp_path: Path, away: str) -> None:
+    """The change is held for the owner and sent when it is back. Back within
+    ``owner_wait_ms``, the PUBREC waits for it; past that, the connection is closed
+    unconfirmed, as one broker whose store fails, and the client, resuming once the
+    owner is back, finds the exchange it started."""
+    pair = ShardPair(tmp_path, mqtt=True)
+    if away == "past owner_wait":
+        pair.configs = [dataclasses.replace(c, sharding=ShardsConfig(owner_wait_ms=300))
+                        for c in pair.configs]
+    owner = _mqtt_shard(pair, 0).start()
+    pair.start(1)
+    clients: list[RawMqtt] = []
+    try:
+        _linked(pair, 1)
+        client_id = _client_id(pair, 0, "dev")
+        topic = pair.owned_by(1, "orders", "topic").replace(".", "/")
+        client = RawMqtt(pair[1].mqtt_port, level=5)
+        clients.append(client)
+        client.connect(client_id, clean=False,
+                       properties=Properties(session_expiry_interval=600))
+        owner.kill9()
+        poll(lambda: pair[1].links_up() == 0, what="the link to the owner to drop")
+        pid = client.next_pid()
+        client.send(Publish(topic, b"held", qos=2, packet_id=pid))
+        poll(lambda: client_id in _unstored(pair[1]), what="the change held")
+        if away == "past owner_wait":
+            closing = client.until_closed()
+            assert not [p for p in closing if isinstance(p, Pubrec)]
+            assert [p.reason_code for p in closing if isinstance(p, Disconnect)] == [
+                ReasonCode.UNSPECIFIED_ERROR]
+        owner = _mqtt_shard(pair, 0).start()
+        _linked(pair, 1)
+        if away == "back in time":
+            client.expect(Pubrec, timeout=15)  # once the owner has stored it
+        poll(lambda: not _unstored(pair[1]), what="the change stored by the owner")
+        # Through the owner's own shard (a take-over): the exchange is there.
+        back = RawMqtt(owner.ports["mqtt"], level=5)
+        clients.append(back)
+        assert back.connect(client_id, clean=False, properties=Properties(
+            session_expiry_interval=600)).session_present
+        back.send(Publish(topic, b"held", qos=2, packet_id=pid, dup=True))
+        back.expect(Pubrec)
+        back.send(Pubrel(pid))
+        assert back._expect_ack(Pubcomp, pid).reason_code == ReasonCode.SUCCESS
+    finally:
+        for c in clients:
+            c.close()
+        if owner.proc is not None and owner.proc.poll() is None:
+            owner.kill9()
+        pair.stop()
+
+
+def _durables(shard: ShardBroker, client_id: str) -> list[str]:
+    assert shard.runtime is not None
+    broker = shard.runtime.broker
+    return shard.run(lambda: sorted(name for cid, name in broker.durables if cid == client_id))
+
+
+def test_the_owner_ends_an_expired_session_even_with_the_clients_shard_killed(
+        tmp_path: Path) -> None:
+    """A session that ended on shard 1 and whose client id shard 0 owns expires on
+    shard 0, on time, though shard 1 was killed meanwhile; its subscriptions on both
+    topic owners go with it (shard 1's when it is back)."""
+    pair = ShardPair(tmp_path, mqtt=True)
+    pair.start(0)
+    shard1 = _mqtt_shard(pair, 1).start()
+    clients: list[RawMqtt] = []
+    try:
+        _linked(pair)
+        client_id = _client_id(pair, 0, "dev")
+        topics = [pair.owned_by(k, "alerts", "topic").replace(".", "/") for k in (0, 1)]
+        client = RawMqtt(shard1.ports["mqtt"], level=5)
+        clients.append(client)
+        client.connect(client_id, clean=True, properties=Properties(session_expiry_interval=2))
+        client.subscribe(*((t, 1) for t in topics))
+        client.disconnect()
+        client.close()
+        poll(lambda: (_record(pair[0], client_id) or {}).get("ended") is not None,
+             what="the session's end on its owner")
+        ended = (_record(pair[0], client_id) or {})["ended"]
+        assert _durables(pair[0], client_id)  # its subscription on shard 0's topic
+        shard1.kill9()
+        poll(lambda: _record(pair[0], client_id) is None, timeout=15,
+             what="the owner ending the session")
+        assert pair[0].runtime is not None
+        assert pair[0].run(pair[0].runtime.broker.now_ms) >= ended + 2000  # not before
+        assert _durables(pair[0], client_id) == []
+        # Shard 1, back (in a thread, to look inside): its subscription goes too.
+        pair.start(1)
+        pair.wait_linked()
+        poll(lambda: _durables(pair[1], client_id) == [], what="shard 1's subscription")
+        again = RawMqtt(pair[1].mqtt_port, level=5)
+        clients.append(again)
+        assert not again.connect(client_id, clean=False, properties=Properties(
+            session_expiry_interval=60)).session_present
+    finally:
+        for c in clients:
+            c.close()
+        if shard1.proc is not None and shard1.proc.poll() is None:
+            shard1.kill9()
+        pair.stop()

@@ -533,6 +533,13 @@ class ClientClaims:
                 fut.set_exception(_not_kept(peer.label))
 
     def _send(self, peer: _Peer, body: dict[str, Any]) -> None:
+        if self._sending and body["op"] not in ("session-put", "session-drop"):
+            # Session changes made before go first: a client-release or client-closed
+            # must reach the owner after the connection's last record.
+            self._send_changes()
+        self._queue(peer, body)
+
+    def _queue(self, peer: _Peer, body: dict[str, Any]) -> None:
         self.peers.queue(peer, _FRAME, encode_json(FrameType.INTEREST, body))
 
 

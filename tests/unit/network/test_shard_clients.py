@@ -91,7 +91,7 @@ class Mesh:
         mesh = self
 
         class Carried(ClientClaims):
-            def _send(self, peer: Any, body: dict[str, Any]) -> None:
+            def _queue(self, peer: Any, body: dict[str, Any]) -> None:
                 if k in mesh.up and peer.index in mesh.up:
                     mesh.wire.append((k, peer.index, body))
 
@@ -424,6 +424,8 @@ def test_the_owner_runs_a_session_expiry_and_arms_it_again_after_a_restart(
         assert back.granted and cid not in owner.expiries
         mesh.shards[1].put_session(cid, b'{"expiry": 5, "ended": 1000000}')
         back.close()
+        # The connection's last record reaches the owner before its release.
+        assert [body["op"] for _, _, body in mesh.wire] == ["session-put", "client-release"]
         mesh.run()
         assert cid in owner.expiries
         # The owner restarts 2 s later: armed again for what is left, from its store.
