@@ -217,7 +217,7 @@ class ClientClaims:
         fut: asyncio.Future[None] = loop.create_future()
         peer = self.peers.peers[owner]
         if peer.down:
-            fut.set_exception(_not_kept(peer.label))  # held all the same, for its return
+            _fail(fut, _not_kept(peer.label))  # held all the same, for its return
         else:
             self._waits.setdefault(owner, deque()).append((change.seq, fut))
         if not self._sending:
@@ -530,7 +530,7 @@ class ClientClaims:
         # changes stay held for its return.
         for _, fut in self._waits.pop(peer.index, ()):
             if not fut.done():
-                fut.set_exception(_not_kept(peer.label))
+                _fail(fut, _not_kept(peer.label))
 
     def _send(self, peer: _Peer, body: dict[str, Any]) -> None:
         if self._sending and body["op"] not in ("session-put", "session-drop"):
@@ -547,6 +547,11 @@ def _in_use(client_id: str, node: str) -> MeshmqError:
     # One broker's words (core/connections.py), so clients see the same refusal.
     return MeshmqError(f"Broker: {node} - Client: {client_id} already connected",
                        code="client-id-in-use", retriable=True)
+
+
+def _fail(fut: asyncio.Future[None], exc: MeshmqError) -> None:
+    fut.set_exception(exc)
+    fut.exception()  # seen: a change nothing waits for (a connection's end) is no error
 
 
 def _not_kept(label: str) -> MeshmqError:
