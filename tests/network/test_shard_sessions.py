@@ -3,7 +3,10 @@ clients on each shard's own port: a client id names one connection node-wide, as
 one broker. A second MQTT connection takes the first one over whichever shards they
 are on (and whichever shard owns the id); a second STOMP ``client-id`` is refused until
 the first one leaves; a restarted owner learns again who holds its ids; an owner that
-is down refuses connects with its ids, retriably, once ``owner_wait_ms`` has passed."""
+is down refuses connects with its ids, retriably, once ``owner_wait_ms`` has passed.
+MQTT sessions keep one broker's guarantees with shards killed (SIGKILL): a QoS 2
+exchange's state is on the owner before its PUBREC, a change made while the owner is
+down reaches it once it is back, and the owner ends an expired session on time."""
 
 from __future__ import annotations
 
