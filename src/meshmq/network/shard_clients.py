@@ -290,7 +290,8 @@ class ClientClaims:
             if len(waiting) == 1:
                 if old.shard == self.index:
                     self._close_here(client_id, old.claim)
-                    self._closed(self.index, client_id, old.claim)
+                    # After the pump, as client-closed from another shard (below).
+                    self._after_pump(lambda: self._closed(self.index, client_id, old.claim))
                 else:
                     self._send(self.peers.peers[old.shard], {
                         "op": "client-close", "client": client_id, "claim": old.claim})
@@ -492,7 +493,10 @@ class ClientClaims:
                 retriable=True), session.encode() if isinstance(session, str) else None)
         elif op == "client-close":
             self._close_here(client, claim)
-            self._send(peer, {"op": "client-closed", "client": client, "claim": claim})
+            # After the pump: the closed connection's relayed consumers are closed on
+            # their owners before the owner gives the id to another connection.
+            self._after_pump(lambda: self._send(peer, {
+                "op": "client-closed", "client": client, "claim": claim}))
         elif op == "client-closed":
             self._closed(peer.index, client, claim)
         else:  # client-release
@@ -538,6 +542,10 @@ class ClientClaims:
             # must reach the owner after the connection's last record.
             self._send_changes()
         self._queue(peer, body)
+
+    def _after_pump(self, call: Callable[[], None]) -> None:
+        self.peers.host.request_pump()  # (requested first: the pump runs ahead of it)
+        asyncio.get_running_loop().call_soon(call)
 
     def _queue(self, peer: _Peer, body: dict[str, Any]) -> None:
         self.peers.queue(peer, _FRAME, encode_json(FrameType.INTEREST, body))

@@ -1179,7 +1179,16 @@ class MqttSession(BufferedOutput):
             self._lost()
         finally:
             if release is not None:  # after the session record it may have sent
-                release()
+                client_id = self.conn.client_id if self.conn is not None else None
+                teardown = self.service.teardowns.get(client_id or "")
+                if teardown is None:
+                    release()
+                else:
+                    # On a node of shards the id is free once this connection's
+                    # consumers are gone from their topics' owners too, or a connection
+                    # granted it on another shard would find the session's durable
+                    # subscriptions still attached.
+                    teardown.then(release)
 
     def _lost(self) -> None:
         if self.conn is None or self.conn.closed:
@@ -1291,6 +1300,7 @@ class SessionTeardown:
         self._conn = conn
         self._drop = drop_session
         self._keys: list[tuple[str, str]] | None = None
+        self._then: list[Callable[[], None]] = []
         self.done = False
         previous = host.mqtt.teardowns.get(client_id)
         if previous is not None:
@@ -1303,6 +1313,19 @@ class SessionTeardown:
     def drop_session(self) -> None:
         """The session ends too (it expired while its connection was taken apart)."""
         self._drop = True
+
+    def then(self, call: Callable[[], None]) -> None:
+        """Call ``call()`` once everything is taken apart, after the pump that sends
+        what the last removals decided (a relayed consumer's close to its topic's
+        owner)."""
+        if self.done:
+            self._after_pump(call)
+        else:
+            self._then.append(call)
+
+    def _after_pump(self, call: Callable[[], None]) -> None:
+        self.host.request_pump()  # (requested first: the pump runs ahead of ``call``)
+        asyncio.get_running_loop().call_soon(call)
 
     def finish(self) -> None:
         """Everything left, now."""
@@ -1323,6 +1346,9 @@ class SessionTeardown:
         self.done = True
         if self.host.mqtt.teardowns.get(self.client_id) is self:
             del self.host.mqtt.teardowns[self.client_id]
+        then, self._then = self._then, []
+        for call in then:
+            self._after_pump(call)
 
     def _step(self, budget: int | None) -> bool:
         """At most ``budget`` removals (None: all); True when nothing is left."""

@@ -81,6 +81,7 @@ class _Peers:
 class Mesh:
     def __init__(self) -> None:
         self.wire: list[tuple[int, int, dict[str, Any]]] = []
+        self.later: list[Callable[[], None]] = []  # what waits for a pump
         self.up = set(range(COUNT))
         self.shards = [self._claims(k) for k in range(COUNT)]
         self.moved: list[tuple[int, str]] = []
@@ -94,6 +95,9 @@ class Mesh:
             def _queue(self, peer: Any, body: dict[str, Any]) -> None:
                 if k in mesh.up and peer.index in mesh.up:
                     mesh.wire.append((k, peer.index, body))
+
+            def _after_pump(self, call: Callable[[], None]) -> None:
+                mesh.later.append(call)
 
         claims = Carried(_Peers(k))  # type: ignore[arg-type]
         claims.session_moved = lambda cid: self.moved.append((k, cid))
@@ -113,7 +117,10 @@ class Mesh:
                 shard._send_changes()
             if self.auto_sync:
                 self.sync()
-            if not self.wire:
+            later, self.later = self.later, []
+            for call in later:
+                call()
+            if not self.wire and not later:
                 return
             while self.wire:
                 src, dst, body = self.wire.pop(0)
