@@ -548,3 +548,43 @@ def test_the_owner_ends_an_expired_session_even_with_the_clients_shard_killed(
         if shard1.proc is not None and shard1.proc.poll() is None:
             shard1.kill9()
         pair.stop()
+
+
+def test_a_restarted_owner_arms_a_sessions_expiry_again_from_its_store(
+        tmp_path: Path) -> None:
+    """The owner is killed after the session's connection ended on shard 1 (which runs
+    no expiry of its own on a node): restarted, it arms the expiry again from the
+    stored record and ends the session, its subscription on shard 1's topic with it."""
+    pair = ShardPair(tmp_path, mqtt=True)
+    owner = _mqtt_shard(pair, 0).start()
+    pair.start(1)
+    clients: list[RawMqtt] = []
+    try:
+        _linked(pair, 1)
+        client_id = _client_id(pair, 0, "dev")
+        topic = pair.owned_by(1, "alerts", "topic").replace(".", "/")
+        client = RawMqtt(pair[1].mqtt_port, level=5)
+        clients.append(client)
+        client.connect(client_id, clean=True, properties=Properties(session_expiry_interval=2))
+        client.subscribe((topic, 1))
+        client.disconnect()
+        client.close()
+        poll(lambda: client_id in _states(pair[1]), what="the session's end on shard 1")
+        assert _durables(pair[1], client_id)
+        poll(lambda: not _unstored(pair[1]), what="its last record stored by the owner")
+        owner.kill9()
+        owner = _mqtt_shard(pair, 0).start()
+        _linked(pair, 1)
+        poll(lambda: _durables(pair[1], client_id) == [], timeout=15,
+             what="the restarted owner ending the session")
+        poll(lambda: client_id not in _states(pair[1]), what="shard 1 forgetting it")
+        again = RawMqtt(pair[1].mqtt_port, level=5)
+        clients.append(again)
+        assert not again.connect(client_id, clean=False, properties=Properties(
+            session_expiry_interval=60)).session_present
+    finally:
+        for c in clients:
+            c.close()
+        if owner.proc is not None and owner.proc.poll() is None:
+            owner.kill9()
+        pair.stop()
