@@ -4,18 +4,23 @@ port (the kernel picks each connection's shard; each test reconnects until it ha
 shards it needs). A second connection with a client id takes the first one over
 whichever shards they landed on, a persistent session resumes, ``session present``
 and subscribed, through the other shard, and a shared subscription's members on both
-shards are one group."""
+shards are one group; and a stored session follows its client id's owner through
+``meshmq shards rebalance``."""
 
 from __future__ import annotations
 
+import itertools
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.interop.mqtt_helpers import Paho
+from meshmq.core.shards import client_owner
+from tests.interop.mqtt_helpers import Paho, RawMqtt
 from tests.node.test_node_routing import LISTENERS, owned_by
-from tests.support.brokers import ProcessBroker, poll
+from tests.node.test_rebalance import _rebalance
+from tests.support.brokers import ProcessBroker, poll, write_broker_toml
 from tests.support.nodes import NodeProcess, shard_of, write_node_toml
 
 pytestmark = pytest.mark.slow
@@ -136,3 +141,68 @@ def test_an_mqtt_shared_subscription_spreads_over_members_on_both_shards(
     finally:
         for client in opened:
             client.close()
+
+
+def test_a_stored_session_follows_its_client_id_through_rebalances(tmp_path: Path) -> None:
+    """A persistent session made on a node of 2 shards resumes, ``session present``
+    and subscribed, after ``meshmq shards rebalance`` to one broker process and then to
+    3 shards: its record goes to the client id's owner under each count (here shard 1,
+    then the one process, then shard 2), and its subscription with its topic."""
+    client_id = next(c for c in (f"rb-dev-{n}" for n in itertools.count())
+                     if client_owner(c, 2) == 1 and client_owner(c, 3) == 2)
+    topic = "rb/session"
+    data = tmp_path / "data"
+
+    def node(shards: int) -> ProcessBroker:
+        if shards == 1:
+            config = write_broker_toml(tmp_path / "one.toml", name="node", data=data,
+                                       extra=LISTENERS.split("\n\n")[1])
+            return ProcessBroker(config, tmp_path / "one.log").start()
+        return NodeProcess(write_node_toml(tmp_path / f"node{shards}.toml", data=data,
+                                           shards=shards, listeners=LISTENERS),
+                           tmp_path / "node.log").start()
+
+    def publish(port: int, payload: bytes) -> None:
+        publisher = RawMqtt(port)
+        try:
+            publisher.connect("rb-pub")
+            publisher.publish(topic, payload, qos=1)
+            publisher.disconnect()
+        finally:
+            publisher.close()
+
+    def resume(port: int, expected: bytes) -> None:
+        client = RawMqtt(port)
+        try:
+            assert client.connect(client_id, clean=False).session_present
+            [got] = client.publishes(1)
+            assert got.payload == expected
+            client.ack(got)
+            client.ping()
+            client.disconnect()
+        finally:
+            client.close()
+
+    broker = node(2)
+    try:
+        made = RawMqtt(broker.ports["mqtt"])
+        try:
+            assert not made.connect(client_id, clean=False).session_present
+            made.subscribe((topic, 1))
+            made.disconnect()
+        finally:
+            made.close()
+        publish(broker.ports["mqtt"], b"while on 2 shards")
+    finally:
+        assert broker.terminate() == 0
+    for to, payload in ((1, b"while one process"), (3, None)):
+        done = _rebalance(data, to)
+        assert done.returncode == 0, done.stderr
+        broker = node(to)
+        try:
+            resume(broker.ports["mqtt"],
+                   b"while on 2 shards" if to == 1 else b"while one process")
+            if payload is not None:
+                publish(broker.ports["mqtt"], payload)
+        finally:
+            assert broker.terminate() == 0

@@ -21,10 +21,25 @@ peer's ids again (a restarted owner starts with an empty table).
 The owner also keeps each MQTT persistent session's record (``mqtt-session/<client
 id>``: its expiry, its subscriptions, its QoS 2 exchanges in progress), whichever shard
 the client is connected to: the connection's shard sends every change
-(``session-put``, ``session-drop``), and a granted MQTT claim carries the record back, so
-a client that reconnects through any shard resumes its session. The record names the
-shard that last ran the session; when another shard resumes it, that one is told to
-forget its copy (``session-moved``: its expiry timer would end the resumed session).
+(``session-put``, ``session-drop``, numbered), and a granted MQTT claim carries the
+record back, so a client that reconnects through any shard resumes its session. The
+record names the shard that last ran the session; when another shard resumes it, that
+one is told to forget its copy (``session-moved``).
+
+A change is confirmed: the owner answers ``session-stored`` (the highest number it has
+stored, once its store synced it), and the PUBREC or PUBCOMP the change belongs to waits
+for that answer, as on one broker the state is stored before the answer. Until then the
+change is held, the latest per client id (a record is the whole state, so only the
+latest matters: at most one per session of this shard), and sent again, in order, when
+the owner's link is back. Answers that wait for an owner unreachable for
+``owner_wait_s`` fail, as after a failed store: the connection is closed with nothing
+confirmed, and the held change still goes to the owner once it is back.
+
+The owner also runs each session's expiry, from the record it keeps: armed when the
+id's last connection ends (the record's ``ended``), cancelled when a claim resumes it,
+armed again from the stored records when the owner restarts. An expired session is
+ended by the owner's MQTT service (``session_expired``): its durable subscriptions on
+every shard, then its record.
 
 An owner unreachable for longer than ``owner_wait_s`` fails the claims waiting for it,
 and new claims to it are refused at once, retriably: a client id whose owner is down
@@ -37,6 +52,7 @@ import asyncio
 import itertools
 import json
 import logging
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -54,6 +70,9 @@ log = logging.getLogger("meshmq.shards")
 SESSION_RECORD = "mqtt-session/{}"
 # Frame kind of a JSON INTEREST in a peer's output (network/shards.py's ``_FRAME``).
 _FRAME = 4
+# An MQTT session expiry that never ends (transport/mqtt_server.py's
+# SERVER_SESSION_FOREVER: 3.1.1 persistent sessions, MQTT 5's 0xFFFFFFFF).
+_FOREVER = 0xFFFFFFFF
 
 
 @dataclass(slots=True)
@@ -63,6 +82,16 @@ class _Holder:
     shard: int
     claim: str
     proto: str
+
+
+@dataclass(slots=True)
+class _Change:
+    """A session record change not yet stored by its owner (``record`` None: a drop)."""
+
+    owner: int
+    seq: int
+    record: str | None
+    sent: bool = False
 
 
 @dataclass(slots=True)
@@ -89,6 +118,18 @@ class ClientClaims:
         self._closing: dict[tuple[int, str], list[Callable[[], None]]] = {}
         # The MQTT service's: forget the session of a client id another shard resumed.
         self.session_moved: Callable[[str], None] | None = None
+        # ... and, as owner, end a session whose expiry ran out.
+        self.session_expired: Callable[[str], None] | None = None
+        # Session record changes not yet stored by their owner: the latest per client
+        # id, in the order made; and the answers waiting for them, by owner.
+        self.unstored: dict[str, _Change] = {}
+        self._waits: dict[int, deque[tuple[int, asyncio.Future[None]]]] = {}
+        self._change_seq = itertools.count(1)
+        self._sending = False
+        # As owner: the highest change number stored, to answer per peer; the expiry
+        # timers of the sessions kept here that no connection holds.
+        self._stored: dict[int, int] = {}
+        self.expiries: dict[str, asyncio.TimerHandle] = {}
 
     # ------------------------------------------------------------ as the claimer
     def claim(self, client_id: str, proto: str, close: Callable[[], None]
@@ -140,24 +181,77 @@ class ClientClaims:
             self._send(self.peers.peers[owner], {"op": "client-release",
                                                  "client": client_id, "claim": claim})
 
-    def put_session(self, client_id: str, body: bytes) -> None:
-        """Keep MQTT session record ``body`` (JSON) on the client id's owner."""
+    def put_session(self, client_id: str, body: bytes) -> asyncio.Future[None] | None:
+        """Keep MQTT session record ``body`` (JSON) on the client id's owner. Returns
+        what an answer that depends on it waits for: the owner's ``session-stored`` (None
+        when this shard is the owner: the local sync covers it)."""
         owner = client_owner(client_id, self.count)
         record = json.loads(body)
         record["shard"] = self.index
         data = json.dumps(record).encode()
         if owner == self.index:
-            self.peers.broker.put_record(SESSION_RECORD.format(client_id), data)
-        else:
-            self._send(self.peers.peers[owner], {"op": "session-put", "client": client_id,
-                                                 "record": data.decode()})
+            self._put_here(client_id, data)
+            return None
+        return self._change(owner, client_id, data.decode())
 
-    def drop_session(self, client_id: str) -> None:
+    def drop_session(self, client_id: str) -> asyncio.Future[None] | None:
         owner = client_owner(client_id, self.count)
         if owner == self.index:
-            self.peers.broker.drop_record(SESSION_RECORD.format(client_id))
+            self._drop_here(client_id)
+            return None
+        return self._change(owner, client_id, None)
+
+    def _change(self, owner: int, client_id: str, record: str | None
+                ) -> asyncio.Future[None]:
+        """Hold a change for ``owner`` until it is stored; the changes made in one turn
+        go as one (the latest record per client id)."""
+        loop = asyncio.get_running_loop()
+        change = self.unstored.get(client_id)
+        if change is not None and not change.sent and change.owner == owner:
+            change.record = record
         else:
-            self._send(self.peers.peers[owner], {"op": "session-drop", "client": client_id})
+            if change is not None:
+                del self.unstored[client_id]  # in the order made: the newest last
+            change = self.unstored[client_id] = _Change(owner, next(self._change_seq),
+                                                        record)
+        fut: asyncio.Future[None] = loop.create_future()
+        peer = self.peers.peers[owner]
+        if peer.down:
+            _fail(fut, _not_kept(peer.label))  # held all the same, for its return
+        else:
+            self._waits.setdefault(owner, deque()).append((change.seq, fut))
+        if not self._sending:
+            self._sending = True
+            loop.call_soon(self._send_changes)
+        return fut
+
+    def _send_changes(self) -> None:
+        self._sending = False
+        for client_id, change in self.unstored.items():
+            if not change.sent:
+                peer = self.peers.peers[change.owner]
+                if peer.link is not None:
+                    self._send_change(peer, client_id, change)
+
+    def _send_change(self, peer: _Peer, client_id: str, change: _Change) -> None:
+        change.sent = True
+        if change.record is None:
+            self._send(peer, {"op": "session-drop", "client": client_id,
+                              "seq": change.seq})
+        else:
+            self._send(peer, {"op": "session-put", "client": client_id,
+                              "record": change.record, "seq": change.seq})
+
+    def _session_stored(self, peer: _Peer, seq: int) -> None:
+        """The owner ``peer`` stored the changes numbered up to ``seq``."""
+        for client_id, change in list(self.unstored.items()):
+            if change.owner == peer.index and change.seq <= seq:
+                del self.unstored[client_id]
+        waits = self._waits.get(peer.index)
+        while waits and waits[0][0] <= seq:
+            _, fut = waits.popleft()
+            if not fut.done():
+                fut.set_result(None)
 
     def _answered(self, client_id: str, claim: str, refused: MeshmqError | None,
                   record: bytes | None = None) -> None:
@@ -186,6 +280,7 @@ class ClientClaims:
         old = self.table.get(client_id)
         if old is None or old.shard == new.shard or old.claim == new.claim:
             self.table[client_id] = new
+            self._disarm(client_id)  # held again: its session does not expire
             self._reply(new, client_id, None, self._session_for(client_id, new))
         elif old.proto != "mqtt" or new.proto != "mqtt":
             self._reply(new, client_id, _in_use(client_id, self.peers.identity.node))
@@ -195,7 +290,8 @@ class ClientClaims:
             if len(waiting) == 1:
                 if old.shard == self.index:
                     self._close_here(client_id, old.claim)
-                    self._closed(self.index, client_id, old.claim)
+                    # After the pump, as client-closed from another shard (below).
+                    self._after_pump(lambda: self._closed(self.index, client_id, old.claim))
                 else:
                     self._send(self.peers.peers[old.shard], {
                         "op": "client-close", "client": client_id, "claim": old.claim})
@@ -240,6 +336,107 @@ class ClientClaims:
         holder = self.table.get(client_id)
         if holder is not None and holder.shard == shard and holder.claim == claim:
             del self.table[client_id]
+            self._arm(client_id)  # (after the session's last record: the same link)
+
+    # ------------------------------------------------------------ as the owner: records
+    def _put_here(self, client_id: str, data: bytes) -> None:
+        self.peers.broker.put_record(SESSION_RECORD.format(client_id), data)
+        if client_id not in self.table:
+            self._arm(client_id)  # a connection that ended while this owner was away
+
+    def _drop_here(self, client_id: str) -> None:
+        self._disarm(client_id)
+        self.peers.broker.drop_record(SESSION_RECORD.format(client_id))
+
+    def _stored_for(self, peer: _Peer, seq: int) -> None:
+        """Answer ``peer`` once the change ``seq`` it sent is stored: one answer per
+        sync, with the highest number it covers."""
+        waiting = peer.index in self._stored
+        self._stored[peer.index] = max(seq, self._stored.get(peer.index, 0))
+        if waiting:
+            return
+
+        def stored() -> None:
+            upto = self._stored.pop(peer.index, None)
+            if upto is not None:
+                self._send(peer, {"op": "session-stored", "seq": upto})
+
+        def failed(reason: str) -> None:
+            # Not stored: never answered; the link goes, and the shard sends it again.
+            self._stored.pop(peer.index, None)
+            if peer.link is not None:
+                peer.link.abort(reason)
+
+        self.peers.host.durability.when_durable(
+            stored, failed, who=f"shard link {peer.label}", owners=False)
+
+    # ------------------------------------------------------------ as the owner: expiry
+    def start(self) -> None:
+        """After the store's recovery: the expiry of every session kept here runs
+        again (a claim that comes back with its link cancels it)."""
+        prefix = SESSION_RECORD.format("")
+        for name in list(self.peers.broker.records):
+            if name.startswith(prefix):
+                self._arm(name[len(prefix):])
+
+    def stop(self) -> None:
+        for handle in self.expiries.values():
+            handle.cancel()
+        self.expiries.clear()
+
+    def _record(self, client_id: str) -> dict[str, Any] | None:
+        stored = self.peers.broker.records.get(SESSION_RECORD.format(client_id))
+        if stored is None:
+            return None
+        try:
+            record = json.loads(stored[1])
+        except ValueError:
+            return None
+        return record if isinstance(record, dict) else None
+
+    def _arm(self, client_id: str) -> None:
+        """Run ``client_id``'s session expiry from when its connection ended (now, if
+        the record does not say: that time is stored, so a restart keeps it)."""
+        self._disarm(client_id)
+        record = self._record(client_id)
+        if record is None:
+            return
+        expiry = record.get("expiry")
+        if not isinstance(expiry, int) or expiry <= 0 or expiry >= _FOREVER:
+            return
+        now = self.peers.broker.now_ms()
+        ended = record.get("ended")
+        if not isinstance(ended, int):
+            record["ended"] = ended = now
+            self.peers.broker.put_record(SESSION_RECORD.format(client_id),
+                                         json.dumps(record).encode())
+            self.peers.host.request_pump()
+        delay = max(0.0, (ended + expiry * 1000 - now) / 1000)
+        self.expiries[client_id] = asyncio.get_running_loop().call_later(
+            delay, self._expire, client_id)
+
+    def _disarm(self, client_id: str) -> None:
+        handle = self.expiries.pop(client_id, None)
+        if handle is not None:
+            handle.cancel()
+
+    def _expire(self, client_id: str) -> None:
+        self.expiries.pop(client_id, None)
+        if client_id in self.table:
+            return  # held again (a claim re-announced after this owner restarted)
+        record = self._record(client_id)
+        if record is None:
+            return
+        log.info("MQTT session %s expired", client_id)
+        last = record.get("shard")
+        if isinstance(last, int) and last in self.peers.peers:
+            # Its in-memory copy there goes too (durables: durable-drop, below).
+            self._send(self.peers.peers[last], {"op": "session-moved", "client": client_id})
+        if self.session_expired is not None:
+            self.session_expired(client_id)  # its durables everywhere, then the record
+        else:
+            self._drop_here(client_id)
+        self.peers.host.request_pump()
 
     def _closed(self, shard: int, client_id: str, claim: str) -> None:
         self._released(shard, client_id, claim)
@@ -250,16 +447,29 @@ class ClientClaims:
     def on_interest(self, peer: _Peer, body: dict[str, Any]) -> None:
         op = body.get("op")
         client = body.get("client")
-        if op == "session-put" and isinstance(client, str):
-            record = body.get("record")
-            if not isinstance(record, str):
-                raise RemoteProtocolError("shard session-put needs a record")
-            self.peers.broker.put_record(SESSION_RECORD.format(client), record.encode())
-            self.peers.host.request_pump()  # (the record goes to the store with the pump)
+        if op == "session-stored":
+            seq = body.get("seq")
+            if isinstance(seq, int):
+                self._session_stored(peer, seq)
             return
-        if op == "session-drop" and isinstance(client, str):
-            self.peers.broker.drop_record(SESSION_RECORD.format(client))
-            self.peers.host.request_pump()
+        if op in ("session-put", "session-drop") and isinstance(client, str):
+            holder = self.table.get(client)
+            if holder is not None and holder.shard != peer.index:
+                # From a shard the id has since left (a change held while this owner
+                # was away): the shard that holds it now has the newer session.
+                log.info("shard %s: a stale session record of %r from shard %s ignored",
+                         self.peers.identity.label, client, peer.label)
+            elif op == "session-drop":
+                self._drop_here(client)
+            else:
+                record = body.get("record")
+                if not isinstance(record, str):
+                    raise RemoteProtocolError("shard session-put needs a record")
+                self._put_here(client, record.encode())
+            seq = body.get("seq")
+            if isinstance(seq, int):
+                self._stored_for(peer, seq)
+            self.peers.host.request_pump()  # (the record goes to the store with the pump)
             return
         if op == "session-moved" and isinstance(client, str):
             self._forget_session(client)
@@ -283,14 +493,21 @@ class ClientClaims:
                 retriable=True), session.encode() if isinstance(session, str) else None)
         elif op == "client-close":
             self._close_here(client, claim)
-            self._send(peer, {"op": "client-closed", "client": client, "claim": claim})
+            # After the pump: the closed connection's relayed consumers are closed on
+            # their owners before the owner gives the id to another connection.
+            self._after_pump(lambda: self._send(peer, {
+                "op": "client-closed", "client": client, "claim": claim}))
         elif op == "client-closed":
             self._closed(peer.index, client, claim)
         else:  # client-release
             self._released(peer.index, client, claim)
 
     def link_up(self, peer: _Peer) -> None:
-        """Claims this shard holds, or waits for, whose owner is ``peer``: (again)."""
+        """Session changes ``peer`` has not stored yet, in order, then the claims this
+        shard holds, or waits for, whose owner is ``peer``: (again)."""
+        for client_id, change in self.unstored.items():
+            if change.owner == peer.index:
+                self._send_change(peer, client_id, change)
         for client_id, held in self.held.items():
             if client_owner(client_id, self.count) == peer.index:
                 self._send(peer, {"op": "client-claim", "client": client_id,
@@ -313,8 +530,24 @@ class ClientClaims:
         for client_id, held in list(self.held.items()):
             if client_owner(client_id, self.count) == peer.index and not held.future.done():
                 self._answered(client_id, held.claim, _unreachable(peer.label))
+        # Answers waiting for session changes fail (as after a failed store); the
+        # changes stay held for its return.
+        for _, fut in self._waits.pop(peer.index, ()):
+            if not fut.done():
+                _fail(fut, _not_kept(peer.label))
 
     def _send(self, peer: _Peer, body: dict[str, Any]) -> None:
+        if self._sending and body["op"] not in ("session-put", "session-drop"):
+            # Session changes made before go first: a client-release or client-closed
+            # must reach the owner after the connection's last record.
+            self._send_changes()
+        self._queue(peer, body)
+
+    def _after_pump(self, call: Callable[[], None]) -> None:
+        self.peers.host.request_pump()  # (requested first: the pump runs ahead of it)
+        asyncio.get_running_loop().call_soon(call)
+
+    def _queue(self, peer: _Peer, body: dict[str, Any]) -> None:
         self.peers.queue(peer, _FRAME, encode_json(FrameType.INTEREST, body))
 
 
@@ -322,6 +555,16 @@ def _in_use(client_id: str, node: str) -> MeshmqError:
     # One broker's words (core/connections.py), so clients see the same refusal.
     return MeshmqError(f"Broker: {node} - Client: {client_id} already connected",
                        code="client-id-in-use", retriable=True)
+
+
+def _fail(fut: asyncio.Future[None], exc: MeshmqError) -> None:
+    fut.set_exception(exc)
+    fut.exception()  # seen: a change nothing waits for (a connection's end) is no error
+
+
+def _not_kept(label: str) -> MeshmqError:
+    return MeshmqError(f"shard {label}, which keeps this client's session, is unreachable",
+                       code="shard-unreachable", retriable=True)
 
 
 def _unreachable(label: str) -> MeshmqError:

@@ -857,6 +857,7 @@ class ShardPeers:
         self._server = await loop.create_unix_server(self._accept, path)
         os.chmod(path, 0o600)
         self.node_interest.start()
+        self.clients.start()  # the expiry of the MQTT sessions kept here
         for peer in self.peers.values():
             self._start_wait(peer)
             if peer.index < self.identity.index:
@@ -866,6 +867,7 @@ class ShardPeers:
     async def stop(self) -> None:
         self._stopping = True
         self.node_interest.stop()
+        self.clients.stop()
         for task in self._dialers:
             task.cancel()
         for task in self._dialers:

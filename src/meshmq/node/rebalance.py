@@ -22,10 +22,12 @@ import shutil
 import signal
 import time
 from collections.abc import Iterator
+from copy import copy as clone
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from meshmq.core.message import Message
 from meshmq.core.shards import HASH_NAME, MAX_SHARDS
 from meshmq.errors import StoreError
 from meshmq.node.layout import (
@@ -38,6 +40,7 @@ from meshmq.node.layout import (
 )
 from meshmq.node.rebalance_plan import (
     PLAIN,
+    SESSION_PREFIX,
     EntryMove,
     KeyMove,
     Plan,
@@ -293,7 +296,10 @@ class Rebalance:
             ops.append(PutDurableSubscription(record))
         count = 0
         for entry in self._entries(source, move.key):
-            ops.append(AddMessage(entry.message, ((move.key, entry.seq),)))
+            message = entry.message
+            if move.key.startswith(SESSION_PREFIX):
+                message = self._session_with_subscriptions(move.key, message)
+            ops.append(AddMessage(message, ((move.key, entry.seq),)))
             if entry.delivery_count:
                 ops.append(SetDeliveryCount(move.key, entry.seq, entry.delivery_count))
             count += 1
@@ -306,6 +312,27 @@ class Rebalance:
         if ops:
             target.write(ops)
         return count
+
+    def _session_with_subscriptions(self, key: str, message: Message) -> Message:
+        """An MQTT session record as a node needs it: one written by one broker process
+        does not list its subscriptions (their durables, found on that broker, now go
+        to their topics' owners), so the shard a client resumes through would not find
+        them; they are listed from the stored durable subscriptions of its client id."""
+        try:
+            record = json.loads(message.body)
+        except ValueError:
+            return message
+        if not isinstance(record, dict) or "subs" in record:
+            return message
+        client_id = key[len(SESSION_PREFIX):]
+        record["subs"] = sorted({
+            d.subscription_name for recovery in self._recoveries.values()
+            for d in recovery.durable_subscriptions
+            if d.client_id == client_id and d.subscription_name.startswith("mqtt")
+            and ":" in d.subscription_name})
+        moved = clone(message)
+        moved.body = json.dumps(record).encode()
+        return moved
 
     def _copy_entries(self, em: EntryMove) -> None:
         if not em.seqs:

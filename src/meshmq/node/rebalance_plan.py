@@ -11,8 +11,11 @@ A store location is a shard index, or ``PLAIN`` for the store of one broker proc
   appended after what the target already holds for that key (new sequence numbers,
   planned here so that a resumed move writes the same ones), and the subscription's
   record is put on every target that should hold it.
-* Other records (an MQTT session, kept by the shard it was made on) stay where they are,
-  or go to the first target when their shard goes away.
+* An MQTT session's record (``record://mqtt-session/<client id>``) goes to the client
+  id's owner under the new count (core/shards.py's ``client_owner``), which arbitrates
+  the id and keeps its session; its durable subscriptions move with their topics.
+* Other records stay where they are, or go to the first target when their shard goes
+  away.
 * A two-phase transaction still undecided (``record://shard-txn/``) is refused: the node
   must finish it under the old count first.
 """
@@ -23,12 +26,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from meshmq.core.destinations import Destination, DestKind
-from meshmq.core.shards import owner
+from meshmq.core.shards import client_owner, owner
 from meshmq.errors import MeshmqError
 from meshmq.store.base import DurableSubscription
 
 PLAIN = -1  # the store of one broker process
 _TXN_PREFIX = "record://shard-txn/"
+# transport/mqtt_server.py's session record, as a store key.
+SESSION_PREFIX = "record://mqtt-session/"
 _PLACED_PREFIXES = (("stream://", DestKind.QUEUE), ("retained://", DestKind.TOPIC))
 
 
@@ -128,13 +133,15 @@ def home(stored: StoredKey, count: int, node: str, here: int) -> int | None:
         if key.startswith(prefix):
             return _location(owner(Destination(kind, key[len(prefix):]), count,
                                    node=node), count)
+    if key.startswith(SESSION_PREFIX):
+        return _location(client_owner(key[len(SESSION_PREFIX):], count), count)
     try:
         dest = Destination.parse_uri(key)
     except MeshmqError:
         dest = None
     if dest is not None and not dest.is_wildcard:
         return _location(owner(dest, count, node=node), count)
-    # A record (an MQTT session) or a key this meshmq does not place: kept in place.
+    # A record or a key this meshmq does not place: kept in place.
     targets = targets_of(count)
     return here if here in targets else targets[0]
 

@@ -630,6 +630,11 @@ class MqttSession(BufferedOutput):
                    if cid == client_id and parse_durable_name(name) is not None]
         present = False
         body = self._session_record(client_id)
+        if body is None and state is not None and self.host.durability.clients is not None:
+            # On a node of shards the owner's record is the session: a copy kept here
+            # without it was ended (expired) by the owner.
+            self.service.states.pop(client_id, None)
+            state = None
         if body is not None:  # its subscriptions on other shards' topics, too
             durable += [n for n in _record_subscriptions(body) if n not in durable]
         if clean_start:
@@ -682,22 +687,27 @@ class MqttSession(BufferedOutput):
         if clients is not None:
             clients.drop_session(client_id)
 
-    def _save_state(self) -> None:
+    def _save_state(self, *, ended: bool = False) -> asyncio.Future[None] | None:
         """Persist what a persistent session needs beyond its subscriptions: that it
         exists, its expiry, and the packet ids of unfinished QoS 2 exchanges (on a node
         of shards, with the client id's owning shard, and its subscriptions' names: they
-        may live on other shards)."""
+        may live on other shards; ``ended``: its connection ended now, the time its
+        expiry runs from). Returns, on a node of shards, the owner's confirmation that it
+        stored it (None when the local sync covers it)."""
         if not self.persistent or self.state is None:
-            return
+            return None
         state = self.state
-        record = {"expiry": state.expiry_s, **state.inflight.to_record()}
+        record: dict[str, object] = {"expiry": state.expiry_s,
+                                     **state.inflight.to_record()}
         clients = self.host.durability.clients
         if clients is None:
             self.broker.put_record(_record_name(state.client_id), json.dumps(record).encode())
-            return
+            return None
         record["subs"] = [durable_name(s.filter, s.options)
                           for s in state.subscriptions.values()]
-        clients.put_session(state.client_id, json.dumps(record).encode())
+        if ended:
+            record["ended"] = self.broker.now_ms()
+        return clients.put_session(state.client_id, json.dumps(record).encode())
 
     def _resume_consumers(self) -> None:
         assert self.state is not None
@@ -750,16 +760,20 @@ class MqttSession(BufferedOutput):
             self._confirm(Puback(pid), durable=needs_sync)
             return
         self.machine.qos2_received(pid, topic, packet.payload)
+        kept = None
         if self.persistent:
-            self._save_state()
+            kept = self._save_state()
             needs_sync = True  # the PUBREC promise must survive a crash
         # Counts against receive maximum until PUBREL (MQTT 5 section 3.3.4).
-        self._confirm(Pubrec(pid), durable=needs_sync)
+        self._confirm(Pubrec(pid), durable=needs_sync, after=kept)
 
-    def _confirm(self, packet: Packet, *, durable: bool) -> None:
+    def _confirm(self, packet: Packet, *, durable: bool,
+                 after: asyncio.Future[None] | None = None) -> None:
         """Send an acknowledgement in order, once what it confirms is durable (sending it
-        through the machine settles what it ends)."""
-        self.confirms.confirm(lambda: self._write(self.machine.send(packet)), durable=durable)
+        through the machine settles what it ends); ``after``: on a node of shards, the
+        owner's copy of the session record it depends on."""
+        self.confirms.confirm(lambda: self._write(self.machine.send(packet)), durable=durable,
+                              after=after)
 
     def _store_failed(self, reason: str) -> None:
         self.disconnect(ReasonCode.UNSPECIFIED_ERROR, reason)
@@ -829,11 +843,12 @@ class MqttSession(BufferedOutput):
         pid = packet.packet_id
         code, changed = self.machine.pubrel_received(pid)
         durable = changed and self.persistent
+        kept = None
         if durable:
             # Record the release durably before PUBCOMP: after a restart the client
             # may resend PUBREL (answered below) or, wrongly, the PUBLISH.
-            self._save_state()
-        self._confirm(Pubcomp(pid, reason_code=code), durable=durable)
+            kept = self._save_state()
+        self._confirm(Pubcomp(pid, reason_code=code), durable=durable, after=kept)
 
     # ------------------------------------------------------------ SUBSCRIBE
     def on_subscribe(self, packet: Subscribe) -> None:
@@ -1100,10 +1115,11 @@ class MqttSession(BufferedOutput):
         needs_sync = self._settle(held)  # the receiver owns the message now
         if not pubrel:
             return
-        self._save_state()
+        kept = self._save_state()
         # PUBREL lets the receiver hand the message to its application: the ack must be
         # durable first, or a crash would deliver the message again as a new one.
-        self._confirm(Pubrel(packet.packet_id), durable=needs_sync or self.persistent)
+        self._confirm(Pubrel(packet.packet_id), durable=needs_sync or self.persistent,
+                      after=kept)
 
     # ------------------------------------------------------------ DISCONNECT and close
     def on_disconnect(self, packet: Disconnect) -> None:
@@ -1163,7 +1179,16 @@ class MqttSession(BufferedOutput):
             self._lost()
         finally:
             if release is not None:  # after the session record it may have sent
-                release()
+                client_id = self.conn.client_id if self.conn is not None else None
+                teardown = self.service.teardowns.get(client_id or "")
+                if teardown is None:
+                    release()
+                else:
+                    # On a node of shards the id is free once this connection's
+                    # consumers are gone from their topics' owners too, or a connection
+                    # granted it on another shard would find the session's durable
+                    # subscriptions still attached.
+                    teardown.then(release)
 
     def _lost(self) -> None:
         if self.conn is None or self.conn.closed:
@@ -1191,8 +1216,10 @@ class MqttSession(BufferedOutput):
                 delay = min(delay, self.state.expiry_s)
             self.service.schedule_will(client_id, self._will_message(self.will), delay)
         if state is not None and not ends:
-            self._save_state()
-            if state.expiry_s != SERVER_SESSION_FOREVER:
+            self._save_state(ended=True)
+            # (On a node of shards the client id's owner runs the expiry.)
+            if self.host.durability.clients is None \
+                    and state.expiry_s != SERVER_SESSION_FOREVER:
                 state.expiry_handle = asyncio.get_running_loop().call_later(
                     state.expiry_s, self._expire_session, client_id, state)
         self.host.request_pump()
@@ -1273,6 +1300,7 @@ class SessionTeardown:
         self._conn = conn
         self._drop = drop_session
         self._keys: list[tuple[str, str]] | None = None
+        self._then: list[Callable[[], None]] = []
         self.done = False
         previous = host.mqtt.teardowns.get(client_id)
         if previous is not None:
@@ -1285,6 +1313,19 @@ class SessionTeardown:
     def drop_session(self) -> None:
         """The session ends too (it expired while its connection was taken apart)."""
         self._drop = True
+
+    def then(self, call: Callable[[], None]) -> None:
+        """Call ``call()`` once everything is taken apart, after the pump that sends
+        what the last removals decided (a relayed consumer's close to its topic's
+        owner)."""
+        if self.done:
+            self._after_pump(call)
+        else:
+            self._then.append(call)
+
+    def _after_pump(self, call: Callable[[], None]) -> None:
+        self.host.request_pump()  # (requested first: the pump runs ahead of ``call``)
+        asyncio.get_running_loop().call_soon(call)
 
     def finish(self) -> None:
         """Everything left, now."""
@@ -1305,6 +1346,9 @@ class SessionTeardown:
         self.done = True
         if self.host.mqtt.teardowns.get(self.client_id) is self:
             del self.host.mqtt.teardowns[self.client_id]
+        then, self._then = self._then, []
+        for call in then:
+            self._after_pump(call)
 
     def _step(self, budget: int | None) -> bool:
         """At most ``budget`` removals (None: all); True when nothing is left."""

@@ -33,6 +33,9 @@ class MqttService:
         # Producers not read while a subscriber of their topics is slow (see
         # MqttSession._check_push_back): an MQTT subscriber that drains wakes them.
         self.pushed_back: set[MqttSession] = set()
+        clients = host.durability.clients
+        if clients is not None:  # a node of shards: the owner ends expired sessions
+            clients.session_expired = self.expire_session
 
     def wake_pushed_back(self) -> None:
         """A subscriber's transport drained: held-back producers look again."""
@@ -69,6 +72,21 @@ class MqttService:
             if state.expiry_handle is not None:
                 state.expiry_handle.cancel()
             del self.states[client_id]
+
+    def expire_session(self, client_id: str) -> None:
+        """On a node of shards, as the client id's owner: its session expired (no
+        connection holds it), so its durable subscriptions go, here and on every other
+        shard, then its record."""
+        from meshmq.transport.mqtt_server import SessionTeardown
+
+        state = self.states.pop(client_id, None)
+        if state is not None and state.expiry_handle is not None:
+            state.expiry_handle.cancel()
+        pending = self.teardowns.get(client_id)
+        if pending is not None:
+            pending.drop_session()  # its connection is still being taken apart here
+        else:
+            SessionTeardown(self.host, client_id, None, drop_session=True).start()
 
     def stop(self) -> None:
         """Shutdown: wills still waiting are not published."""

@@ -3,7 +3,9 @@ links: three ``ClientClaims`` whose ``INTEREST`` bodies the test carries between
 order, as one link per pair would, and drops when it takes a shard's links down. One
 holder per client id node-wide, MQTT take-over and STOMP refusal as on one broker, a
 restarted owner told again who holds its ids, and the MQTT session record kept by the
-owner and handed to the shard that resumes it."""
+owner and handed to the shard that resumes it: each change confirmed only once the owner
+has stored it, held while the owner is away, and the session's expiry run by the
+owner."""
 
 from __future__ import annotations
 
@@ -27,11 +29,16 @@ class _Peer:
     index: int
     label: str
     down: bool = False
+    link: object | None = "up"  # the link to it, when up
 
 
 @dataclass
 class _Broker:
     records: dict[str, tuple[int, bytes]] = field(default_factory=dict)
+    clock: int = 1_000_000
+
+    def now_ms(self) -> int:
+        return self.clock
 
     def put_record(self, name: str, body: bytes) -> None:
         self.records[name] = (0, body)
@@ -40,7 +47,21 @@ class _Broker:
         self.records.pop(name, None)
 
 
+class _Durability:
+    """The owner's store: what waits for its sync, synced by ``Mesh.sync``."""
+
+    def __init__(self) -> None:
+        self.waiting: list[Callable[[], None]] = []
+
+    def when_durable(self, on_durable: Callable[[], None], fail: Callable[[str], None],
+                     who: str, *, owners: bool = True) -> None:
+        self.waiting.append(on_durable)
+
+
 class _Host:
+    def __init__(self) -> None:
+        self.durability = _Durability()
+
     def request_pump(self) -> None:
         return
 
@@ -60,37 +81,85 @@ class _Peers:
 class Mesh:
     def __init__(self) -> None:
         self.wire: list[tuple[int, int, dict[str, Any]]] = []
+        self.later: list[Callable[[], None]] = []  # what waits for a pump
         self.up = set(range(COUNT))
         self.shards = [self._claims(k) for k in range(COUNT)]
         self.moved: list[tuple[int, str]] = []
+        self.expired: list[tuple[int, str]] = []
+        self.auto_sync = True  # every store syncs as soon as asked
 
     def _claims(self, k: int) -> ClientClaims:
         mesh = self
 
         class Carried(ClientClaims):
-            def _send(self, peer: Any, body: dict[str, Any]) -> None:
+            def _queue(self, peer: Any, body: dict[str, Any]) -> None:
                 if k in mesh.up and peer.index in mesh.up:
                     mesh.wire.append((k, peer.index, body))
 
+            def _after_pump(self, call: Callable[[], None]) -> None:
+                mesh.later.append(call)
+
         claims = Carried(_Peers(k))  # type: ignore[arg-type]
         claims.session_moved = lambda cid: self.moved.append((k, cid))
+
+        def expired(cid: str) -> None:
+            self.expired.append((k, cid))
+            claims._drop_here(cid)
+
+        claims.session_expired = expired
         return claims
 
     def run(self) -> None:
-        while self.wire:
-            src, dst, body = self.wire.pop(0)
-            target = self.shards[dst]
-            target.on_interest(target.peers.peers[src], body)  # type: ignore[arg-type]
+        """Carry everything sent (the session changes of this turn first), syncing
+        every store as asked unless ``auto_sync`` is off."""
+        while True:
+            for shard in self.shards:
+                shard._send_changes()
+            if self.auto_sync:
+                self.sync()
+            later, self.later = self.later, []
+            for call in later:
+                call()
+            if not self.wire and not later:
+                return
+            while self.wire:
+                src, dst, body = self.wire.pop(0)
+                target = self.shards[dst]
+                target.on_interest(target.peers.peers[src], body)  # type: ignore[arg-type]
+
+    def sync(self, k: int | None = None) -> None:
+        for j, shard in enumerate(self.shards):
+            if k is None or j == k:
+                durability = shard.peers.host.durability  # type: ignore[attr-defined]
+                waiting, durability.waiting = durability.waiting, []
+                for then in waiting:
+                    then()
 
     def restart(self, k: int) -> None:
-        """Shard ``k`` dies (its links with it) and starts again, empty."""
+        """Shard ``k`` dies (its links with it) and starts again, empty but for its
+        stored records."""
+        self.kill(k)
+        self.start(k)
+
+    def kill(self, k: int) -> None:
         self.up.discard(k)
         self.wire = [w for w in self.wire if k not in (w[0], w[1])]
         for j, other in enumerate(self.shards):
             if j != k:
+                other.peers.peers[k].link = None  # type: ignore[attr-defined]
                 other.link_down(other.peers.peers[k])  # type: ignore[arg-type]
+        self.shards[k].stop()
+
+    def start(self, k: int) -> None:
+        old = self.shards[k].peers.broker
         self.shards[k] = self._claims(k)
+        self.shards[k].peers.broker.records.update(old.records)  # what its store had
+        self.shards[k].peers.broker.clock = old.clock
+        self.shards[k].start()
         self.up.add(k)
+        for j, other in enumerate(self.shards):
+            if j != k:
+                other.peers.peers[k].link = "up"  # type: ignore[attr-defined]
         for j, other in enumerate(self.shards):
             if j != k:
                 other.link_up(other.peers.peers[k])  # type: ignore[arg-type]
@@ -264,3 +333,131 @@ def test_the_owner_keeps_the_session_record_and_hands_it_to_the_resuming_shard(
 def test_claims_go_out_as_the_links_json_frames() -> None:
     from meshmq.network import shard_clients, shards
     assert shard_clients._FRAME == shards._FRAME
+
+
+def _puts(mesh: Mesh) -> list[dict[str, Any]]:
+    return [body for _, _, body in mesh.wire if body["op"] == "session-put"]
+
+
+def test_a_session_change_is_confirmed_once_the_owner_has_stored_it(mesh: Mesh) -> None:
+    """What a PUBREC or PUBCOMP waits for: the owner's answer, after its sync; the
+    changes of one turn go as one record and are confirmed by one answer."""
+    def body() -> None:
+        cid = _owned(2)
+        Conn(mesh, 0, cid).claim()
+        mesh.run()
+        mesh.auto_sync = False
+        shard = mesh.shards[0]
+        kept = [shard.put_session(cid, b'{"expiry": 60, "in": [%d]}' % n) for n in (1, 2, 3)]
+        shard._send_changes()
+        [put] = _puts(mesh)  # one record for the turn's three changes: the latest
+        assert '"in": [3]' in put["record"]
+        mesh.run()
+        assert b'"in": [3]' in mesh.shards[2].peers.broker.records[f"mqtt-session/{cid}"][1]
+        assert not any(f is not None and f.done() for f in kept)  # not synced yet
+        mesh.sync(2)
+        mesh.run()
+        assert all(f is not None and f.done() and f.exception() is None for f in kept)
+        assert not shard.unstored
+        # On the owner itself the local sync covers it: nothing more to wait for.
+        assert mesh.shards[2].put_session(cid, b'{"expiry": 60}') is None
+    _run(body)
+
+
+def test_changes_made_while_the_owner_is_away_are_held_and_sent_when_it_is_back(
+        mesh: Mesh) -> None:
+    def body() -> None:
+        cid = _owned(2)
+        Conn(mesh, 0, cid).claim()
+        mesh.run()
+        shard = mesh.shards[0]
+        shard.put_session(cid, b'{"expiry": 60, "in": [1]}')
+        mesh.run()
+        mesh.kill(2)
+        waiting = shard.put_session(cid, b'{"expiry": 60, "in": [1, 2]}')
+        mesh.run()
+        assert waiting is not None and not waiting.done()  # the PUBREC waits
+        # Away for owner_wait: the answer fails (the connection is closed unconfirmed)
+        # and the change stays held.
+        peer = shard.peers.peers[2]
+        peer.down = True  # type: ignore[attr-defined]
+        shard.owner_down(peer)  # type: ignore[arg-type]
+        exc = waiting.exception()
+        assert isinstance(exc, MeshmqError) and exc.code == "shard-unreachable"
+        at_once = shard.put_session(cid, b'{"expiry": 60, "in": [1, 2, 3]}')
+        assert at_once is not None and isinstance(at_once.exception(), MeshmqError)
+        assert cid in shard.unstored
+        peer.down = False  # type: ignore[attr-defined]
+        mesh.start(2)
+        mesh.run()
+        record = mesh.shards[2].peers.broker.records[f"mqtt-session/{cid}"][1]
+        assert b'"in": [1, 2, 3]' in record
+        assert not shard.unstored
+    _run(body)
+
+
+def test_a_record_from_a_shard_the_client_id_has_left_is_ignored(mesh: Mesh) -> None:
+    def body() -> None:
+        cid = _owned(2)
+        Conn(mesh, 1, cid).claim()
+        mesh.run()
+        mesh.shards[1].put_session(cid, b'{"expiry": 60, "in": [7]}')
+        mesh.run()
+        stale = mesh.shards[0].put_session(cid, b'{"expiry": 60, "in": []}')
+        mesh.run()
+        assert stale is not None and stale.done()  # answered all the same
+        assert b'"in": [7]' in mesh.shards[2].peers.broker.records[f"mqtt-session/{cid}"][1]
+    _run(body)
+
+
+def test_the_owner_runs_a_session_expiry_and_arms_it_again_after_a_restart(
+        mesh: Mesh) -> None:
+    def body() -> None:
+        cid = _owned(2)
+        owner = mesh.shards[2]
+        made = Conn(mesh, 0, cid).claim()
+        mesh.run()
+        mesh.shards[0].put_session(cid, b'{"expiry": 5, "subs": []}')
+        mesh.run()
+        assert cid not in owner.expiries  # held: no expiry runs
+        made.close()
+        mesh.run()
+        loop = asyncio.get_running_loop()
+        due = owner.expiries[cid].when() - loop.time()
+        assert 4.5 < due <= 5
+        # Resumed through another shard: the timer stops; ended again: it runs again.
+        back = Conn(mesh, 1, cid).claim()
+        mesh.run()
+        assert back.granted and cid not in owner.expiries
+        mesh.shards[1].put_session(cid, b'{"expiry": 5, "ended": 1000000}')
+        back.close()
+        # The connection's last record reaches the owner before its release.
+        assert [body["op"] for _, _, body in mesh.wire] == ["session-put", "client-release"]
+        mesh.run()
+        assert cid in owner.expiries
+        # The owner restarts 2 s later: armed again for what is left, from its store.
+        mesh.shards[2].peers.broker.clock += 2000
+        mesh.restart(2)
+        owner = mesh.shards[2]
+        due = owner.expiries[cid].when() - loop.time()
+        assert 2.5 < due <= 3
+        owner._expire(cid)
+        mesh.run()
+        assert mesh.expired == [(2, cid)]
+        assert f"mqtt-session/{cid}" not in owner.peers.broker.records
+        assert (1, cid) in mesh.moved  # the shard that ran it last forgets its copy
+    _run(body)
+
+
+def test_a_restarted_owner_does_not_expire_a_session_a_shard_still_holds(
+        mesh: Mesh) -> None:
+    def body() -> None:
+        cid = _owned(2)
+        Conn(mesh, 0, cid).claim()
+        mesh.run()
+        mesh.shards[0].put_session(cid, b'{"expiry": 5}')
+        mesh.run()
+        mesh.restart(2)  # shard 0 announces its claim again with the link
+        assert mesh.shards[2].table[cid].shard == 0
+        assert cid not in mesh.shards[2].expiries
+    _run(body)

@@ -1,8 +1,9 @@
 """Rebalance planning (node/rebalance_plan.py): which stored keys move where when a
 node's shard count changes. Properties over random stores and counts: after the plan,
-every key lives exactly once, on its owner under the new count; nothing stays on a store
-that goes away; growing by one moves keys only to the new shard; spread durable
-subscriptions get fresh, growing seqs after what their target holds."""
+every key lives exactly once, on its owner under the new count (an MQTT session's
+record on its client id's owner); nothing stays on a store that goes away; growing by
+one moves keys only to the new shard; spread durable subscriptions get fresh, growing
+seqs after what their target holds."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from meshmq.core.destinations import Destination
-from meshmq.core.shards import owner
+from meshmq.core.shards import client_owner, owner
 from meshmq.node.rebalance_plan import (
     PLAIN,
+    SESSION_PREFIX,
     RebalanceError,
     StoredKey,
     home,
@@ -44,12 +46,16 @@ def _durable(key: str, destination: str) -> DurableSubscription:
 
 @st.composite
 def stores(draw: st.DrawFn) -> tuple[int, dict[int, list[StoredKey]]]:
-    """A node of ``old`` shards whose queues and single-topic durable subscriptions sit
-    on their owners (as a node keeps them)."""
+    """A node of ``old`` shards whose queues, single-topic durable subscriptions and
+    MQTT session records sit on their owners (as a node keeps them)."""
     old = draw(counts)
     queues = draw(st.sets(names, max_size=30))
     topics = draw(st.sets(names, max_size=8))
+    sessions = draw(st.sets(names, max_size=12))
     held: dict[int, list[StoredKey]] = {loc: [] for loc in targets_of(old)}
+    for client_id in sorted(sessions):
+        held[_loc(client_owner(client_id, old), old)].append(
+            StoredKey(SESSION_PREFIX + client_id))
     for q in sorted(queues):
         uri = f"queue://{q}"
         held[_owner_loc(uri, old)].append(StoredKey(uri, 3))
@@ -81,6 +87,10 @@ def test_every_key_ends_once_on_its_new_owner(layout: tuple[int, dict[int, list[
     _old, held = layout
     placed = _after(held, new)
     for key, locs in placed.items():
+        if key.startswith(SESSION_PREFIX):
+            client_id = key[len(SESSION_PREFIX):]
+            assert locs == [_loc(client_owner(client_id, new), new)], key
+            continue
         uri = key.replace("durable://c:", "topic://").replace("retained://", "topic://")
         assert locs == [_owner_loc(uri, new)], key
     assert sum(len(v) for v in held.values()) == len(placed)
@@ -164,3 +174,17 @@ def test_a_key_stored_on_two_shards_is_refused_but_a_session_record_is_kept() ->
     result = plan({0: [StoredKey(session)], 1: [StoredKey(session)], PLAIN: []}, 1, NODE)
     assert [m.source for m in result.moves] == [0]
     assert [m.source for m in result.dropped_records] == [1]
+
+
+@given(st.lists(names, min_size=1, max_size=20, unique=True),
+       st.integers(min_value=2, max_value=6), st.integers(min_value=1, max_value=6))
+def test_a_session_record_left_on_any_shard_goes_to_its_client_ids_owner(
+        client_ids: list[str], old: int, new: int) -> None:
+    """Wherever an MQTT session's record was kept (an older node kept it on the shard
+    the session was made on), it ends on the client id's owner under the new count."""
+    held: dict[int, list[StoredKey]] = {loc: [] for loc in targets_of(old)}
+    for i, client_id in enumerate(client_ids):
+        held[i % old].append(StoredKey(SESSION_PREFIX + client_id))
+    placed = _after(held, new)
+    for client_id in client_ids:
+        assert placed[SESSION_PREFIX + client_id] == [_loc(client_owner(client_id, new), new)]
