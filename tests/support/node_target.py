@@ -4,8 +4,8 @@ connections over the shards, so a producer and its consumer are often on differe
 shards). The node runs as a user's would, with connection handoff on: a connection whose
 first SEND or SUBSCRIBE names the other shard's destination moves to that shard, and what
 it does later with other destinations crosses (tests/network and tests/node test the
-crossings with handoff off). A test reads the node only through its ports and its log, never one broker's
-internals; those that must are marked ``one_broker`` in tests/interop.
+crossings with handoff off). A test reads the node only through its ports and its log,
+never one broker's internals; those that must are marked ``one_broker`` in tests/interop.
 """
 
 from __future__ import annotations
