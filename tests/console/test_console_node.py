@@ -17,22 +17,15 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.console.test_console_pages import PAGES, console_errors, open_page
 from tests.interop.stomp_helpers import RawClient
-from tests.support.brokers import ProcessBroker, poll
-from tests.support.nodes import NodeProcess, stomp_on, write_node_toml
+from tests.support.brokers import poll
+from tests.support.nodes import NodeProcess, plain_module_node, stomp_on
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
-    tmp = tmp_path_factory.mktemp("node")
-    config = write_node_toml(tmp / "node.toml", data=tmp / "data")
-    n = NodeProcess(config, tmp / "node.log").start()
-    ProcessBroker.running.discard(n)  # the module's node: this fixture stops it
-    try:
-        yield n
-    finally:
-        n.terminate()
+    yield from plain_module_node(tmp_path_factory.mktemp("node"))
 
 
 @pytest.fixture(scope="module")

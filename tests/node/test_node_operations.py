@@ -26,8 +26,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.interop.stomp_helpers import RawClient
 from tests.node.test_node_routing import owned_by
-from tests.support.brokers import ProcessBroker, ThreadBroker, make_config, poll
-from tests.support.nodes import NodeProcess, shard_api, stomp_on, write_node_toml
+from tests.support.brokers import ThreadBroker, make_config, poll
+from tests.support.nodes import NodeProcess, plain_module_node, shard_api, stomp_on
 
 pytestmark = pytest.mark.slow
 
@@ -36,14 +36,7 @@ SHARDS = (0, 1)
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
-    tmp = tmp_path_factory.mktemp("node")
-    config = write_node_toml(tmp / "node.toml", data=tmp / "data")
-    n = NodeProcess(config, tmp / "node.log").start()
-    ProcessBroker.running.discard(n)  # the module's node: this fixture stops it
-    try:
-        yield n
-    finally:
-        n.terminate()
+    yield from plain_module_node(tmp_path_factory.mktemp("node"))
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import os
 import re
 import socket
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,18 @@ def write_node_toml(path: Path, *, data: Path, shards: int = 2, listeners: str =
                     f"{listeners}\n[management]\nhost = \"127.0.0.1\"\nport = 0\n\n"
                     f"[store]\nfsync = false\n{extra}")
     return path
+
+
+def plain_module_node(tmp: Path) -> Iterator[NodeProcess]:
+    """Body of a module-scoped fixture: one node of ``write_node_toml``'s defaults for
+    every test of a module (the fixture stops it, not the per-test cleanup)."""
+    config = write_node_toml(tmp / "node.toml", data=tmp / "data")
+    node = NodeProcess(config, tmp / "node.log").start()
+    ProcessBroker.running.discard(node)
+    try:
+        yield node
+    finally:
+        node.terminate()
 
 
 class NodeProcess(ProcessBroker):

@@ -13,7 +13,6 @@ the shard applies the same rules again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from collections.abc import Mapping
@@ -41,17 +40,15 @@ from meshmq.node.admin_merge import (
     queue_owner,
     shard_states,
 )
+from meshmq.node.http_relay import relay_response
 
 if TYPE_CHECKING:
     from meshmq.node.management import NodeManagement
 
 __all__ = ["install"]
 
-# Response headers that belong to the hop from the shard (aiohttp sets its own).
 # What a request that names no valid destination is, in a 503 (the front shard words it).
 FRONT_SHARD_NOTE = "answers what names no destination"
-_HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length",
-                         "content-encoding", "date", "server"})
 
 
 def _ask_timeout() -> float:
@@ -119,16 +116,7 @@ class NodeAdmin:
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             return _down(shard, what, str(exc) or type(exc).__name__)
         try:
-            out = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-            for key, value in upstream.headers.items():
-                if key.lower() not in _HOP_BY_HOP:
-                    out.headers.add(key, value)
-            await out.prepare(request)
-            with contextlib.suppress(aiohttp.ClientError, ConnectionResetError):
-                async for chunk in upstream.content.iter_any():
-                    await out.write(chunk)
-            await out.write_eof()
-            return out
+            return await relay_response(request, upstream)
         finally:
             upstream.release()
 

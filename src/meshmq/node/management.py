@@ -28,7 +28,6 @@ Logins are checked here as a broker checks them (management/access.py) and the
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -49,6 +48,7 @@ from meshmq.management.server import SHUTDOWN_TIMEOUT_S, bind_socket, tls_contex
 from meshmq.node import admin_routes
 from meshmq.node import console as node_console
 from meshmq.node.aggregate import ShardAnswer, ShardRow, node_broker, node_stat
+from meshmq.node.http_relay import relay_response
 from meshmq.node.metrics import (
     ACCEPT,
     FixedCollector,
@@ -65,9 +65,6 @@ log = logging.getLogger("meshmq.node")
 ASK_TIMEOUT_S = 3.0
 # Request headers a shard needs; the rest (Host, Connection, ...) belong to this hop.
 _FORWARD_REQUEST = ("Authorization", "Content-Type", "Accept", "Last-Event-ID")
-# Response headers that belong to the hop from the shard (aiohttp sets its own).
-_HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length",
-                         "content-encoding", "date", "server"})
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -235,16 +232,7 @@ class NodeManagement:
                                     f"answering ({exc or type(exc).__name__}); it is "
                                     "restarting or stopped: GET /api/shards says which")
         try:
-            out = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-            for key, value in upstream.headers.items():
-                if key.lower() not in _HOP_BY_HOP:
-                    out.headers.add(key, value)
-            await out.prepare(request)
-            with contextlib.suppress(aiohttp.ClientError, ConnectionResetError):
-                async for chunk in upstream.content.iter_any():
-                    await out.write(chunk)
-            await out.write_eof()
-            return out
+            return await relay_response(request, upstream)
         finally:
             upstream.release()
 
