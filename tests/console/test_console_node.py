@@ -43,13 +43,38 @@ def clients(node: NodeProcess) -> Iterator[list[RawClient]]:
             client.close()
 
 
+# Read in one script, so that the page's refresh (every 2 s) cannot replace the
+# elements between two reads.
+_CELLS = """
+const out = {};
+for (const tr of document.querySelectorAll('#' + arguments[0] + ' tbody tr')) {
+  const row = {};
+  for (const td of tr.querySelectorAll('td')) row[td.getAttribute('data-col')] =
+      td.innerText.trim();
+  out[tr.getAttribute('data-key')] = row;
+}
+return out;
+"""
+_CARDS = """
+const out = {};
+for (const card of document.querySelectorAll(arguments[0] + ' .card')) {
+  const label = card.querySelector('.label'), value = card.querySelector('.value');
+  if (label && value) out[label.innerText.trim()] = value.innerText.trim();
+}
+return out;
+"""
+
+
 def cells(driver: Any, table: str) -> dict[str, dict[str, str]]:
     """A table's rows by key, each its cells by column."""
-    rows = {}
-    for tr in driver.find_elements(By.CSS_SELECTOR, f"#{table} tbody tr"):
-        rows[tr.get_attribute("data-key")] = {
-            td.get_attribute("data-col"): td.text for td in tr.find_elements(By.TAG_NAME, "td")}
+    rows: dict[str, dict[str, str]] = driver.execute_script(_CELLS, table)
     return rows
+
+
+def cards(driver: Any, where: str) -> dict[str, str]:
+    """The value of each summary card under ``where`` (a CSS selector), by label."""
+    values: dict[str, str] = driver.execute_script(_CARDS, where)
+    return values
 
 
 def test_every_page_of_the_nodes_console_loads_without_errors(
@@ -69,9 +94,7 @@ def test_every_page_of_the_nodes_console_loads_without_errors(
 def test_the_overview_shows_the_nodes_sums(browser: Any, node: NodeProcess,
                                            clients: list[RawClient]) -> None:
     open_page(browser, node.ports["management"], "overview")
-    figures = {card.find_element(By.CLASS_NAME, "label").text:
-               card.find_element(By.CLASS_NAME, "value").text
-               for card in browser.find_elements(By.CSS_SELECTOR, "#main .card")}
+    figures = cards(browser, "#main")
     broker = node.api("/api/broker")
     assert broker["connections"] == 2  # one on each shard
     assert figures["Connections"] == "2"
@@ -95,9 +118,7 @@ def test_the_shards_page_lists_shards_and_links_and_follows_a_restart(
     assert sum(int(r["messages_in"]) for r in shown.values()) == 2
     links = cells(browser, "link-table")
     assert set(links) == {"0->1", "1->0"} and all(r["up"] == "yes" for r in links.values())
-    totals = {card.find_element(By.CLASS_NAME, "label").text:
-              card.find_element(By.CLASS_NAME, "value").text
-              for card in browser.find_elements(By.CSS_SELECTOR, "#shard-totals .card")}
+    totals = cards(browser, "#shard-totals")
     assert totals["Shards running"] == "2 of 2"
     assert totals["Connections"] == "2" and totals["Destinations"] == "2"
     # Shard 1 killed: the open page shows its restart without a reload, and the
