@@ -22,7 +22,6 @@ import shutil
 import signal
 import time
 from collections.abc import Iterator
-from copy import copy as clone
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -330,9 +329,9 @@ class Rebalance:
             for d in recovery.durable_subscriptions
             if d.client_id == client_id and d.subscription_name.startswith("mqtt")
             and ":" in d.subscription_name})
-        moved = clone(message)
-        moved.body = json.dumps(record).encode()
-        return moved
+        # copy_to, not copy.copy: a compiled Message cannot be copied by copy.copy, and
+        # the new body must not reuse the old one's encoded form.
+        return message.copy_to(message.destination, body=json.dumps(record).encode())
 
     def _copy_entries(self, em: EntryMove) -> None:
         if not em.seqs:
