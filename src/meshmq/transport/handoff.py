@@ -73,8 +73,6 @@ class HandoffOffer:
     user: str
     groups: tuple[str, ...]
     anonymous: bool
-    session: str  # the session id the client was given in CONNECTED
-    push_topology: bool
     pending: bytes = b""  # read but not handled, from the frame that caused the offer
 
     def encode(self, token: str, offer_id: int, *, inline: bool = True) -> bytes:
@@ -95,6 +93,8 @@ class HandoffOffer:
         if not sep:
             raise ValueError("no end of head")
         head: dict[str, Any] = json.loads(head_bytes)
+        if not isinstance(head, dict):
+            raise ValueError("the head is not an object")
         token = str(head.pop("token"))
         offer_id = int(head.pop("id"))
         in_file = bool(head.pop("in_file", False))

@@ -51,7 +51,7 @@ from meshmq.protocol.stomp.encoder import FRAME_END, message_head_end
 from meshmq.transport import stomp_names
 from meshmq.transport.adapter import BufferedOutput, SessionProtocol
 from meshmq.transport.durability import NOT_STORED
-from meshmq.transport.handoff import MAX_PENDING, HandoffOffer
+from meshmq.transport.handoff import HandoffOffer
 from meshmq.transport.login import authenticate
 from meshmq.transport.topology import PEERS_HEADER
 
@@ -361,16 +361,13 @@ class StompSession(BufferedOutput):
             elif isinstance(event, ProtocolViolation):
                 return False
         parts.append(rest)
-        pending = b"".join(parts)
-        if len(pending) > MAX_PENDING:
-            return False
         principal = conn.principal
         machine = self.machine
         offer = HandoffOffer(
             "stomp", self.listener, self.version, machine.send_interval,
             machine.recv_interval, principal.user, tuple(sorted(principal.groups)),
-            principal.anonymous, conn.id, self.push_topology, pending)
-        answer = handoffs.offer(owner, offer, sock.fileno())
+            principal.anonymous, b"".join(parts))
+        answer = handoffs.offer(owner, offer, sock.fileno())  # None: too much pending
         if answer is None:
             return False
         self._handing_off = True
