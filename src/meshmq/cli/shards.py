@@ -15,11 +15,13 @@ def add_parser(sub: Any) -> None:
     r = inner.add_parser(
         "rebalance", help="change the number of shards, moving stored destinations",
         description="Move every stored destination whose owning shard changes under N "
-        "shards to its new owner's store, then record N in shards.json. Run with the node "
+        "shards to its new owner's store, then record N (in shards.json, or in the "
+        "PostgreSQL store's <prefix>node table). Run with the node "
         "stopped; a run that was interrupted is finished by the next one.")
     r.add_argument("--data", metavar="DIR", help="the node's data directory")
     r.add_argument("--config", metavar="FILE",
-                   help="take the data (and store) directory from this configuration")
+                   help="take the data (and store) directory, or the PostgreSQL "
+                   "store, from this configuration")
     r.add_argument("--to", type=int, required=True, metavar="N", help="the new shard count")
     r.set_defaults(func=cmd_rebalance)
 
@@ -29,6 +31,7 @@ def cmd_rebalance(args: argparse.Namespace) -> int:
 
     store_dir: Path | None = None
     node = "meshmq"
+    postgres: tuple[str, str] | None = None
     if args.config:
         from meshmq.config.load import load_config
 
@@ -37,18 +40,19 @@ def cmd_rebalance(args: argparse.Namespace) -> int:
         store_dir = config.store.directory
         node = config.broker_name
         if config.store.kind == "postgres":
-            raise ConfigError("a node's PostgreSQL tables cannot be rebalanced yet: start "
-                              "the node with the shard count in <table_prefix>node")
-        if config.store.kind != "journal":
+            assert config.store.dsn is not None  # the loader requires it
+            postgres = (config.store.dsn, config.store.table_prefix)
+        elif config.store.kind != "journal":
             raise ConfigError(f"store kind {config.store.kind!r} has nothing to rebalance "
-                              "(only the journal store is kept per shard)")
+                              "(only the journal and PostgreSQL stores keep data per shard)")
     elif args.data:
         data = Path(args.data)
     else:
         raise ConfigError("give the node's data directory: --data DIR or --config FILE")
     if args.data:
         data = Path(args.data)
-    report = rebalance(data, args.to, store_directory=store_dir, node=node)
+    report = rebalance(data, args.to, store_directory=store_dir, node=node,
+                       postgres=postgres)
     for line in report.lines():
         print(line)
     return 0

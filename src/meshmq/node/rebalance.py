@@ -9,6 +9,13 @@ keys leave their sources. ``shards.json`` is written last and the journal remove
 killed at any point is **resumed** (rolled forward) by the next one from the plan in the
 journal, and a node refuses to start while the journal exists (node/layout.py), so no
 message is lost or delivered twice.
+
+A node on PostgreSQL (``store.kind = "postgres"``) keeps each shard's tables under
+``<prefix>s<k>_`` in one database: the same plan moves keys between those table sets,
+the plan lives in ``<prefix>rebalance`` instead of the data directory (the nodes of a
+``database`` pair share the database, not a directory), the count in ``<prefix>node``,
+and the node's lock is the session lock on ``<prefix>store`` that every node and broker
+on those tables holds while it runs.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 from meshmq.core.message import Message
 from meshmq.core.shards import HASH_NAME, MAX_SHARDS
@@ -60,6 +67,7 @@ from meshmq.store.base import (
     Recovery,
     RemoveRef,
     SetDeliveryCount,
+    Store,
     StoredEntry,
     StoreOp,
 )
@@ -103,37 +111,227 @@ class RebalanceReport:
         return out
 
 
-class Rebalance:
-    def __init__(self, data: Path, count: int, *, store_directory: Path | None = None,
-                 node: str = "meshmq") -> None:
-        if not 1 <= count <= MAX_SHARDS:
-            raise RebalanceError(f"--to must be between 1 and {MAX_SHARDS}, not {count}")
-        self.data = data
-        self.count = count
-        self.node = node
-        self._store_dir = store_directory  # a configured [store] directory, or None
-        self._stores: dict[int, JournalStore] = {}
-        self._recoveries: dict[int, Recovery] = {}
-        self._killer = int(os.environ.get(KILL_AFTER_ENV, "0") or 0)
-        self._steps = 0  # keys copied, then sources emptied (for the crash hook)
+class _Locations(Protocol):
+    """Where a node's stores, its recorded shard count and the rebalance's plan live."""
 
-    # ------------------------------------------------------------ locations
-    def store_path(self, loc: int) -> Path:
+    def lock(self) -> None: ...
+    def unlock(self) -> None: ...
+    def where(self, loc: int) -> str: ...
+    def exists(self, loc: int) -> bool: ...
+    def make(self, loc: int) -> Store: ...
+    def layout(self) -> tuple[int, str | None]: ...  # the count, the recorded node name
+    def record(self, count: int, node: str) -> None: ...
+    def discard(self, loc: int) -> None: ...  # a store no shard uses any more
+    def read_plan(self) -> dict[str, object] | None: ...
+    def write_plan(self, body: dict[str, object] | None) -> None: ...
+
+
+class _JournalLocations:
+    """Journal stores in the node's data directory (or a configured store directory);
+    ``shards.json`` and ``rebalance.json`` beside them; the data directory's lock file."""
+
+    def __init__(self, data: Path, store_directory: Path | None) -> None:
+        self.data = data
+        self._store_dir = store_directory  # a configured [store] directory, or None
+        self._lock: BinaryIO | None = None
+
+    def lock(self) -> None:
+        if not self.data.is_dir():
+            raise RebalanceError(f"{self.data} is not a directory: give the node's data "
+                                 "directory (--data DIR or --config FILE)")
+        lock = (self.data / LOCK_FILE).open("ab")
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            raise RebalanceError(f"a node runs on {self.data}: stop it first, then run "
+                                 "the rebalance again") from None
+        self._lock = lock
+
+    def unlock(self) -> None:
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    def path(self, loc: int) -> Path:
         if loc == PLAIN:
             return self._store_dir or self.data / "journal"
         if self._store_dir is not None:
             return self._store_dir / f"shard-{loc}"
         return shard_directory(self.data, loc) / "journal"
 
-    def _open(self, loc: int) -> JournalStore:
+    def where(self, loc: int) -> str:
+        return str(self.path(loc))
+
+    def exists(self, loc: int) -> bool:
+        return self.path(loc).exists()
+
+    def make(self, loc: int) -> Store:
+        return JournalStore(self.path(loc))
+
+    def layout(self) -> tuple[int, str | None]:
+        layout = read_shards_file(self.data)
+        if layout is None:
+            return 1, None
+        if layout.hash != HASH_NAME:
+            raise RebalanceError(f"{self.data / 'shards.json'} was made with shard hash "
+                                 f"{layout.hash!r}, which this meshmq does not know")
+        return layout.shards, layout.node
+
+    def record(self, count: int, node: str) -> None:
+        if count == 1:
+            remove_shards_file(self.data)
+        else:
+            write_shards_file(self.data, NodeLayout(count, HASH_NAME, node))
+
+    def discard(self, loc: int) -> None:
+        shutil.rmtree(self.path(loc), ignore_errors=True)
+        if loc != PLAIN:
+            with contextlib.suppress(OSError):
+                shard_directory(self.data, loc).rmdir()
+
+    def read_plan(self) -> dict[str, object] | None:
+        path = self.data / REBALANCE_FILE
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except ValueError:
+            raise RebalanceError(f"{path} is damaged: restore the data directory from a "
+                                 "backup") from None
+        if not isinstance(raw, dict):
+            raise RebalanceError(f"{path} is not a rebalance journal")
+        return raw
+
+    def write_plan(self, body: dict[str, object] | None) -> None:
+        if body is not None:
+            _write_synced(self.data / REBALANCE_FILE, json.dumps(body))
+            return
+        with contextlib.suppress(FileNotFoundError):
+            (self.data / REBALANCE_FILE).unlink()
+        _sync_dir(self.data)
+
+
+class _PostgresLocations:
+    """A node's table sets in one PostgreSQL database: ``<prefix>`` for one process,
+    ``<prefix>s<k>_`` for shard k (store/postgres.py); the count in ``<prefix>node``, the
+    plan in ``<prefix>rebalance``, each committed before the next step; the lock is the
+    session lock on ``<prefix>store`` that a running node or broker holds."""
+
+    def __init__(self, dsn: str, prefix: str) -> None:
+        from meshmq.store.postgres import check_prefix
+
+        self.dsn = dsn
+        self.prefix = check_prefix(prefix)
+        self._conn: Any = None
+
+    def _where(self) -> str:
+        return " ".join(p for p in self.dsn.split() if not p.startswith("password"))
+
+    def lock(self) -> None:
+        import psycopg
+
+        try:
+            conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
+        except psycopg.Error as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+            raise RebalanceError(f"cannot reach the node's PostgreSQL store "
+                                 f"({self._where()}): {first}") from None
+        row = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))",
+                           (self.prefix + "store",)).fetchone()
+        if not row or not row[0]:
+            conn.close()
+            raise RebalanceError(f"a node or broker runs on the PostgreSQL store "
+                                 f"{self.prefix!r} ({self._where()}): stop it first, then "
+                                 "run the rebalance again")
+        self._conn = conn
+
+    def unlock(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.execute("SELECT pg_advisory_unlock_all()")
+            with contextlib.suppress(Exception):
+                self._conn.close()
+            self._conn = None
+
+    def table_prefix(self, loc: int) -> str:
+        from meshmq.store.postgres import shard_prefix
+
+        return self.prefix if loc == PLAIN else shard_prefix(self.prefix, loc)
+
+    def where(self, loc: int) -> str:
+        return f"tables {self.table_prefix(loc)}* ({self._where()})"
+
+    def exists(self, loc: int) -> bool:
+        from meshmq.store.postgres import tables_hold_data
+
+        return bool(tables_hold_data(self._conn, self.table_prefix(loc)))
+
+    def make(self, loc: int) -> Store:
+        from meshmq.store.postgres import PostgresStore
+
+        return PostgresStore(self.dsn, table_prefix=self.table_prefix(loc), rebalancing=True)
+
+    def layout(self) -> tuple[int, str | None]:
+        from meshmq.store.postgres import recorded_layout
+
+        recorded = recorded_layout(self._conn, self.prefix)
+        if recorded is None:
+            return 1, None
+        shards, hash_name, node = recorded
+        if hash_name != HASH_NAME:
+            raise RebalanceError(f"{self.prefix}node was made with shard hash "
+                                 f"{hash_name!r}, which this meshmq does not know")
+        return shards, node
+
+    def record(self, count: int, node: str) -> None:
+        from meshmq.store.postgres import record_layout
+
+        record_layout(self._conn, self.prefix, count, node)
+
+    def discard(self, loc: int) -> None:
+        """Nothing to delete: every key of a store no shard uses has left it (its
+        empty tables are reused if the count grows again)."""
+
+    def read_plan(self) -> dict[str, object] | None:
+        from meshmq.store.postgres import read_rebalance
+
+        try:
+            return read_rebalance(self._conn, self.prefix)
+        except StoreError as exc:
+            raise RebalanceError(exc.message) from None
+
+    def write_plan(self, body: dict[str, object] | None) -> None:
+        from meshmq.store.postgres import write_rebalance
+
+        write_rebalance(self._conn, self.prefix, body)
+
+
+class Rebalance:
+    def __init__(self, data: Path, count: int, *, store_directory: Path | None = None,
+                 node: str = "meshmq", postgres: tuple[str, str] | None = None) -> None:
+        if not 1 <= count <= MAX_SHARDS:
+            raise RebalanceError(f"--to must be between 1 and {MAX_SHARDS}, not {count}")
+        self.data = data
+        self.count = count
+        self.node = node
+        self._where: _Locations = (_JournalLocations(data, store_directory)
+                                   if postgres is None else _PostgresLocations(*postgres))
+        self._stores: dict[int, Store] = {}
+        self._recoveries: dict[int, Recovery] = {}
+        self._killer = int(os.environ.get(KILL_AFTER_ENV, "0") or 0)
+        self._steps = 0  # keys copied, then sources emptied (for the crash hook)
+
+    # ------------------------------------------------------------ locations
+    def _open(self, loc: int) -> Store:
         store = self._stores.get(loc)
         if store is None:
-            store = JournalStore(self.store_path(loc))
+            store = self._where.make(loc)
             try:
                 self._recoveries[loc] = store.open()
             except StoreError as exc:
                 raise RebalanceError(f"cannot open {location_name(loc)}'s store "
-                                     f"({self.store_path(loc)}): {exc}") from None
+                                     f"({self._where.where(loc)}): {exc}") from None
             self._stores[loc] = store
         return store
 
@@ -145,53 +343,36 @@ class Rebalance:
     # ------------------------------------------------------------ the run
     async def run(self) -> RebalanceReport:
         started = time.monotonic()
-        lock = self._take_lock()
+        self._where.lock()
         try:
-            journal = self._read_journal()
+            journal = self._where.read_plan()
             if journal is not None:
                 report = await self._resume(journal)
             else:
                 report = await self._start()
         finally:
-            await self._close_all()
-            lock.close()
+            try:
+                await self._close_all()
+            finally:
+                self._where.unlock()
         report.seconds = time.monotonic() - started
         return report
 
-    def _take_lock(self) -> BinaryIO:
-        if not self.data.is_dir():
-            raise RebalanceError(f"{self.data} is not a directory: give the node's data "
-                                 "directory (--data DIR or --config FILE)")
-        lock = (self.data / LOCK_FILE).open("ab")
-        try:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.close()
-            raise RebalanceError(f"a node runs on {self.data}: stop it first, then run "
-                                 "the rebalance again") from None
-        return lock
-
     def _old_count(self) -> int:
-        layout = read_shards_file(self.data)
-        if layout is None:
-            return 1
-        if layout.hash != HASH_NAME:
-            raise RebalanceError(f"{self.data / 'shards.json'} was made with shard hash "
-                                 f"{layout.hash!r}, which this meshmq does not know")
-        self.node = layout.node or self.node
-        return layout.shards
+        count, node = self._where.layout()
+        self.node = node or self.node
+        return count
 
     async def _start(self) -> RebalanceReport:
         old = self._old_count()
         report = RebalanceReport(old, self.count, resumed=False)
         if old == self.count:
             return report  # nothing changes owner; nothing is written
-        sources = [loc for loc in targets_of(old)
-                   if self.store_path(loc).exists()]
+        sources = [loc for loc in targets_of(old) if self._where.exists(loc)]
         locations = sorted(set(sources) | set(targets_of(self.count)))
         stored: dict[int, list[StoredKey]] = {}
         for loc in locations:
-            if loc in sources or self.store_path(loc).exists():
+            if loc in sources or self._where.exists(loc):
                 stored[loc] = self._describe(loc)
         the_plan = plan(stored, self.count, self.node)
         self._write_journal({"from": old, "to": self.count, "node": self.node,
@@ -242,7 +423,7 @@ class Rebalance:
         return out
 
     @staticmethod
-    def _entries(store: JournalStore, key: str) -> Iterator[StoredEntry]:
+    def _entries(store: Store, key: str) -> Iterator[StoredEntry]:
         after = 0
         while True:
             page = store.load(key, after, _PAGE, _PAGE_BYTES)
@@ -374,10 +555,7 @@ class Rebalance:
     async def _commit(self, old: int, sources: list[int]) -> None:
         """Record the new count, delete the stores no shard uses any more, and end the
         journal."""
-        if self.count == 1:
-            remove_shards_file(self.data)
-        else:
-            write_shards_file(self.data, NodeLayout(self.count, HASH_NAME, self.node))
+        self._where.record(self.count, self.node)
         keep = set(targets_of(self.count))
         gone = [loc for loc in sources if loc not in keep]
         for loc in gone:
@@ -385,13 +563,8 @@ class Rebalance:
             if store is not None:
                 await store.close()
         for loc in gone:
-            shutil.rmtree(self.store_path(loc), ignore_errors=True)
-            if loc != PLAIN:
-                with contextlib.suppress(OSError):
-                    shard_directory(self.data, loc).rmdir()
-        with contextlib.suppress(FileNotFoundError):
-            (self.data / REBALANCE_FILE).unlink()
-        _sync_dir(self.data)
+            self._where.discard(loc)
+        self._where.write_plan(None)
 
     def _count_moved(self, the_plan: Plan, report: RebalanceReport) -> None:
         for move in the_plan.moves:
@@ -402,21 +575,10 @@ class Rebalance:
 
     # ------------------------------------------------------------ the journal
     def _read_journal(self) -> dict[str, object] | None:
-        path = self.data / REBALANCE_FILE
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
-        except ValueError:
-            raise RebalanceError(f"{path} is damaged: restore the data directory from a "
-                                 "backup") from None
-        if not isinstance(raw, dict):
-            raise RebalanceError(f"{path} is not a rebalance journal")
-        return raw
+        return self._where.read_plan()
 
     def _write_journal(self, body: dict[str, object]) -> None:
-        self._journal = body
-        _write_synced(self.data / REBALANCE_FILE, json.dumps(body))
+        self._where.write_plan(body)
 
     def _write_journal_phase(self, phase: str) -> None:
         body = self._read_journal() or {}
@@ -472,6 +634,9 @@ def _sync_dir(path: Path) -> None:
 
 
 def rebalance(data: Path, count: int, *, store_directory: Path | None = None,
-              node: str = "meshmq") -> RebalanceReport:
+              node: str = "meshmq", postgres: tuple[str, str] | None = None
+              ) -> RebalanceReport:
+    """Move ``data``'s node to ``count`` shards (``postgres``: the DSN and table prefix
+    of a node on PostgreSQL, whose stores are there instead)."""
     return asyncio.run(Rebalance(data, count, store_directory=store_directory,
-                                 node=node).run())
+                                 node=node, postgres=postgres).run())

@@ -204,6 +204,7 @@ class Supervisor:
                                    on_lost=self._on_deposed)
         # The PostgreSQL store: the node's lock on its tables and their shard count.
         self.database: NodeDatabase | None = None
+        self._quiet_stop = False  # the start failed: its error says why
         if config.persistent and config.store.kind == "postgres":
             if not config.store.dsn:
                 raise ConfigError("store kind 'postgres' needs store.dsn",
@@ -256,6 +257,11 @@ class Supervisor:
         try:
             await self.start()
             await self._stopping.wait()
+        except LayoutError:
+            # Refused before anything started (the stores' layout, a lock): its
+            # one-line error is all the operator needs, not a "stopped" line before it.
+            self._quiet_stop = True
+            raise
         finally:
             await self.stop()
         return EXIT_DEPOSED if self.deposed else 0
@@ -505,7 +511,8 @@ class Supervisor:
         if self._lock is not None:
             self._lock.close()
             self._lock = None
-        log.info("meshmq node %r stopped", self.config.broker_name)
+        if not self._quiet_stop:
+            log.info("meshmq node %r stopped", self.config.broker_name)
 
 
 async def run_node(config: BrokerConfig, command: Sequence[str],

@@ -19,6 +19,8 @@ Tables (``<prefix>`` = ``store.table_prefix``)::
     <prefix>lease    (the HA lease row, see meshmq.ha.pg_lease)
     <prefix>node     (id, shards, hash, node): the shard count of a node whose shards
                      keep their tables under ``<prefix>s<k>_`` (``shard_prefix``)
+    <prefix>rebalance (id, body): the plan of a ``meshmq shards rebalance`` that has
+                     not finished; no broker or node starts on the tables meanwhile
 
 A node of N shards (docs/shards.md) keeps one complete set of these tables per shard in
 the same database, shard k's under ``<prefix>s<k>_``, and records N in ``<prefix>node``
@@ -42,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import threading
 from bisect import bisect_left, bisect_right
@@ -146,6 +149,12 @@ def check_node_layout(conn: psycopg.Connection[Any], prefix: str, shards: int,
     ``conn`` is in autocommit mode; the check and the record are one transaction, under
     a lock, so two nodes starting together agree."""
     p = check_prefix(prefix)
+    interrupted = read_rebalance(conn, p)
+    if interrupted is not None:
+        to = interrupted.get("to")
+        return (f"a rebalance of the PostgreSQL store {p!r} to {to} shard(s) was "
+                f"interrupted: run 'meshmq shards rebalance --config FILE --to {to}' to "
+                "finish it first")
     if shards == 1 and not _table_exists(conn, f"{p}node"):
         return None
     with conn.transaction():
@@ -159,19 +168,18 @@ def check_node_layout(conn: psycopg.Connection[Any], prefix: str, shards: int,
             return (f"{where} was made with shard hash {hash_name!r}, which this meshmq "
                     f"does not know (it uses {HASH_NAME!r}): run the meshmq version that "
                     "made it")
-        rebalance = ("'meshmq shards rebalance' moves journal stores only, not PostgreSQL "
-                     "tables yet")
+        rebalance = "or move them with 'meshmq shards rebalance --config FILE --to N'"
         if recorded is not None and recorded != shards and any(
                 tables_hold_data(conn, shard_prefix(p, k)) for k in range(recorded)):
             return (f"{where} holds the tables of a node of {recorded} shards; with "
                     f"{shards} shard{'s' if shards > 1 else ''} stored destinations would "
                     f"change owner: start with --shards {recorded} (or [broker] shards = "
-                    f"{recorded}), or give this broker another store.table_prefix "
-                    f"({rebalance})")
+                    f"{recorded}), give this broker another store.table_prefix, "
+                    f"{rebalance}")
         if recorded is None and shards > 1 and tables_hold_data(conn, p):
             return (f"the PostgreSQL store {p!r} holds a one-process store: start without "
-                    f"--shards (shards = 1), or give the node another store.table_prefix "
-                    f"({rebalance})")
+                    f"--shards (shards = 1), give the node another store.table_prefix, "
+                    f"{rebalance}")
         if shards == 1:
             conn.execute(f"DELETE FROM {p}node")
         elif recorded != shards:
@@ -179,6 +187,64 @@ def check_node_layout(conn: psycopg.Connection[Any], prefix: str, shards: int,
                          f"%s) ON CONFLICT (id) DO UPDATE SET shards = EXCLUDED.shards, "
                          f"node = EXCLUDED.node", (shards, HASH_NAME, node))
     return None
+
+
+def recorded_layout(conn: psycopg.Connection[Any], prefix: str
+                    ) -> tuple[int, str, str] | None:
+    """The node layout recorded in ``<prefix>node`` (shards, hash, node name), or None
+    for one broker process's tables."""
+    p = check_prefix(prefix)
+    if not _table_exists(conn, f"{p}node"):
+        return None
+    row = conn.execute(f"SELECT shards, hash, node FROM {p}node WHERE id = 1").fetchone()
+    return None if row is None else (int(row[0]), str(row[1]), str(row[2]))
+
+
+def record_layout(conn: psycopg.Connection[Any], prefix: str, shards: int,
+                  node: str) -> None:
+    """Record ``shards`` as the count the tables are laid out for (1: none recorded)."""
+    p = check_prefix(prefix)
+    if shards == 1:
+        if _table_exists(conn, f"{p}node"):
+            conn.execute(f"DELETE FROM {p}node")
+        return
+    conn.execute(f"CREATE TABLE IF NOT EXISTS {p}node (id integer PRIMARY KEY, "
+                 f"shards integer NOT NULL, hash text NOT NULL, node text NOT NULL)")
+    conn.execute(f"INSERT INTO {p}node (id, shards, hash, node) VALUES (1, %s, %s, %s) "
+                 f"ON CONFLICT (id) DO UPDATE SET shards = EXCLUDED.shards, "
+                 f"hash = EXCLUDED.hash, node = EXCLUDED.node", (shards, HASH_NAME, node))
+
+
+def read_rebalance(conn: psycopg.Connection[Any], prefix: str) -> dict[str, Any] | None:
+    """The plan of a ``meshmq shards rebalance`` of these tables that has not finished
+    (``<prefix>rebalance``), or None."""
+    p = check_prefix(prefix)
+    if not _table_exists(conn, f"{p}rebalance"):
+        return None
+    row = conn.execute(f"SELECT body FROM {p}rebalance WHERE id = 1").fetchone()
+    if row is None:
+        return None
+    try:
+        body = json.loads(row[0])
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        raise StoreError(f"{p}rebalance is damaged: restore the database from a backup")
+    return body
+
+
+def write_rebalance(conn: psycopg.Connection[Any], prefix: str,
+                    body: dict[str, Any] | None) -> None:
+    """Write (None: end) the rebalance plan of these tables, committed before return."""
+    p = check_prefix(prefix)
+    if body is None:
+        if _table_exists(conn, f"{p}rebalance"):
+            conn.execute(f"DELETE FROM {p}rebalance")
+        return
+    conn.execute(f"CREATE TABLE IF NOT EXISTS {p}rebalance (id integer PRIMARY KEY, "
+                 f"body text NOT NULL)")
+    conn.execute(f"INSERT INTO {p}rebalance (id, body) VALUES (1, %s) ON CONFLICT (id) "
+                 f"DO UPDATE SET body = EXCLUDED.body", (json.dumps(body),))
 
 
 @dataclass(slots=True)
@@ -244,10 +310,14 @@ class PostgresStore:
     keeps_dispatch_marks = True
 
     def __init__(self, dsn: str, *, table_prefix: str = "meshmq_",
-                 fence: WriteFence | None = None) -> None:
+                 fence: WriteFence | None = None, rebalancing: bool = False) -> None:
         self.dsn = dsn
         self.prefix = check_prefix(table_prefix)
         self._fence = fence
+        # ``meshmq shards rebalance`` (node/rebalance.py): it holds the node's lock
+        # itself and reads the layout it changes, so this store takes no lock and runs
+        # no layout check.
+        self._rebalancing = rebalancing
         # A shard's fence names its node's lease table (node/fence.py); a broker's is ours.
         lease_prefix = getattr(fence, "lease_prefix", None)
         self._lease_table = f"{check_prefix(lease_prefix) if lease_prefix else self.prefix}lease"
@@ -293,22 +363,23 @@ class PostgresStore:
         read = self._read = self._connect(autocommit=True)
         try:
             create_schema(read, p)
-            # A session lock (not a transaction): exclusive without HA, one broker per
-            # store; shared among HA brokers, whom the lease orders, which keeps a broker
-            # without HA out of their store.
-            lock = self._lock_conn = self._connect(autocommit=True)
-            how = "pg_try_advisory_lock_shared" if self._fence else "pg_try_advisory_lock"
-            row = lock.execute(f"SELECT {how}(hashtext(%s))", (p + "store",)).fetchone()
-            if not row or not row[0]:
-                raise StoreError(
-                    f"the PostgreSQL store {p!r} ({self._where()}) is locked by "
-                    + ("a broker running without HA" if self._fence else "another broker"),
-                    retriable=True)
-            # One broker process on the tables of a node of shards (or on its shards'
-            # tables, whose own prefix records no node): refused as a node's would be.
-            refusal = check_node_layout(read, p, 1, "")
-            if refusal is not None:
-                raise StoreError(refusal)
+            if not self._rebalancing:
+                # A session lock (not a transaction): exclusive without HA, one broker per
+                # store; shared among HA brokers, whom the lease orders, which keeps a broker
+                # without HA out of their store.
+                lock = self._lock_conn = self._connect(autocommit=True)
+                how = "pg_try_advisory_lock_shared" if self._fence else "pg_try_advisory_lock"
+                row = lock.execute(f"SELECT {how}(hashtext(%s))", (p + "store",)).fetchone()
+                if not row or not row[0]:
+                    raise StoreError(
+                        f"the PostgreSQL store {p!r} ({self._where()}) is locked by "
+                        + ("a broker running without HA" if self._fence else "another broker"),
+                        retriable=True)
+                # One broker process on the tables of a node of shards (or on its shards'
+                # tables, whose own prefix records no node): refused as a node's would be.
+                refusal = check_node_layout(read, p, 1, "")
+                if refusal is not None:
+                    raise StoreError(refusal)
             recovery = self._recover(read)
         except psycopg.Error as exc:
             self._close_connections()
