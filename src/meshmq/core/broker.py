@@ -308,7 +308,7 @@ class Broker:
         link: the owner forgot them when the old one dropped)."""
         state = self.state
         shard = state.shard
-        if shard is None:
+        if shard is None or not state.config.advisory_support:
             return []
         return [ProducerNote(owner, d, self._router.node_id(conn.id), True)
                 for conn in state.connections.values() if not conn.closed

@@ -242,6 +242,8 @@ class Router:
         (ProducerRemoved) advisory, raised by the destination's owner on a node of
         shards (told by a ``ProducerNote`` when it is another shard)."""
         state = self._state
+        if not state.config.advisory_support:
+            return
         shard = state.shard
         connection_id = self._advisories.node_id(conn.id)
         if shard is not None and not dest.is_wildcard:

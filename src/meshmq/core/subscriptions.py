@@ -186,7 +186,7 @@ class Subscriptions:
                 or spec.shared_group is not None or spec.network_path is not None:
             return False
         d = spec.destinations[0]
-        if not d.is_topic or d.is_wildcard or d.is_temporary:
+        if not d.is_topic or d.is_wildcard or d.is_temporary or fans_in(d):
             return False
         owner = state.owner_of(shard, d)
         if owner == shard.index:

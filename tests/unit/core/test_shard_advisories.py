@@ -13,13 +13,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from tests.unit.core.test_broker_core import connect, send, sub
-from tests.unit.core.test_shard_relay import NODE, owned_by
+from tests.unit.core.test_shard_relay import NODE, owned_by, shard
 from tests.unit.core.test_shard_subscriptions import Carrier
 
 from meshmq.core import destinations as dst
 from meshmq.core.advisories import advisory_topic, kind_topic
 from meshmq.core.consumer import AckMode
 from meshmq.core.destinations import Destination, DestKind
+from meshmq.core.shard_relay import RelayOpen
 from meshmq.core.shards import advisory_subject, fans_in, owner, temp_name
 
 NAMES = st.text(alphabet="abcxyz0123456789_-.", min_size=1, max_size=20).filter(
@@ -58,6 +59,26 @@ def test_advisory_topics_about_no_destination_fan_in_from_every_shard() -> None:
     with pytest.raises(ValueError):
         owner(dst.topic("ActiveMQ.Advisory.Consumer.Queue.>"), 2)
     assert not fans_in(dst.topic("prices")) and advisory_subject(dst.topic("prices")) is None
+
+
+def test_a_subscription_to_an_advisory_about_no_destination_runs_on_every_shard() -> None:
+    broker, _ = shard(1)
+    conn = connect(broker, client_id="watcher")
+    connection_topic = dst.topic("ActiveMQ.Advisory.Connection")
+    for sid, durable in (("plain", None), ("kept", "kept")):
+        consumer = sub(broker, conn, sid, f"topic:{connection_topic.name}",
+                       subscription_name=durable)
+        assert consumer.topic_sub is not None  # this shard's connections: served here
+        [opened] = broker.take_relay_decisions()
+        assert isinstance(opened, RelayOpen)
+        assert (opened.owner, opened.destinations, opened.durable) == (
+            0, (connection_topic,), None if durable is None else ("watcher", durable))
+    # One about a destination goes to that destination's owner alone, as a topic does.
+    x = owned_by(0, "orders")
+    sub(broker, conn, "one", "topic:" + advisory_topic("Consumer", dst.queue(x)).name)
+    [single] = broker.take_relay_decisions()
+    assert isinstance(single, RelayOpen) and (single.owner, single.destinations) == (0, ())
+    assert single.origin is not None and single.origin.client_id == "watcher"
 
 
 def advisories(carrier: Carrier, k: int) -> list[dict[str, object]]:
