@@ -6,49 +6,31 @@ While the subscriber is offline, what is published on the remote broker is kept 
 (on the remote, in the bridge's network durable subscription, or on the topic's owner
 once it crossed) and delivered when it subscribes again through either shard; a
 SIGKILL of shard 0, which the node restarts, loses neither that demand nor the messages
-published while shard 0 was down."""
+published while shard 0 was down. Both ways of bridging: the remote dials the node, or
+the node (shard 0) dials the remote."""
 
 from __future__ import annotations
 
 import os
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from tests.interop.stomp_helpers import Address, RawClient
-from tests.network.helpers import connector, net_config
-from tests.node.test_node_network import LINK_LOGIN, LISTENERS, owned_by
+from tests.network.helpers import bridges
+from tests.node.test_node_network import Clients, owned_by, remote_to_node
 from tests.support.brokers import ThreadBroker, poll
-from tests.support.nodes import NodeProcess, pid_gone, shard_of, write_node_toml
+from tests.support.nodes import NodeProcess, pid_gone, shard_of
 
 pytestmark = pytest.mark.slow
 
+# A duplex bridge either way: the remote dials shard 0's tcp:// listener, or shard 0's
+# network connector dials the remote (tests/node/test_node_network.py).
+__all__ = ["remote_to_node"]
+
 CLIENT = "durable-app"
 NAME = "sub"
-
-
-@pytest.fixture
-def bridged(tmp_path: Path) -> Iterator[tuple[NodeProcess, ThreadBroker]]:
-    """A 2-shard node and a remote broker that dials the node's ``tcp://`` listener
-    (shard 0) with a duplex bridge."""
-    config = write_node_toml(tmp_path / "node.toml", data=tmp_path / "data",
-                             listeners=LISTENERS, extra="\n" + LINK_LOGIN)
-    node = NodeProcess(config, tmp_path / "node.log").start()
-    try:
-        remote = ThreadBroker(net_config(
-            tmp_path / "remote", "remote",
-            connector(f"tcp://127.0.0.1:{node.ports['tcp']}", duplex=True))).start()
-    except BaseException:
-        node.terminate()
-        raise
-    try:
-        yield node, remote
-    finally:
-        remote.stop()
-        node.terminate()
 
 
 def durable_on(node: NodeProcess, shard: int) -> RawClient:
@@ -125,8 +107,8 @@ def network_durables(remote: ThreadBroker, topic: str) -> int:
 
 @pytest.mark.parametrize("owner", [0, 1])
 def test_an_offline_durable_subscriber_on_shard_1_keeps_the_remote_messages(
-        bridged: tuple[NodeProcess, ThreadBroker], owner: int) -> None:
-    node, remote = bridged
+        remote_to_node: Clients, owner: int) -> None:
+    node, remote = remote_to_node.node, remote_to_node.remote
     topic = owned_by(owner, f"dur{owner}", "topic")
     client = durable_on(node, 1)
     subscribe(client, topic)
@@ -148,7 +130,7 @@ def test_an_offline_durable_subscriber_on_shard_1_keeps_the_remote_messages(
     publish(remote, topic, ["b2", "b3"])  # while the bridge is down
     poll(lambda: node.shards()[0]["state"] == "running"
          and node.shards()[0]["pid"] != victim, 30, "shard 0 restarted")
-    poll(lambda: any(b["state"] == "forwarding" for b in _bridges(remote)), 30,
+    poll(lambda: any(b["state"] == "forwarding" for b in bridges(remote)), 30,
          "the bridge to the restarted shard 0")
     publish(remote, topic, ["b4", "b5"])  # once the bridge is back
     assert network_durables(remote, topic) == 1  # the demand was not dropped
@@ -156,8 +138,3 @@ def test_an_offline_durable_subscriber_on_shard_1_keeps_the_remote_messages(
     assert receive(client, 6, subscribe(client, topic)) == [f"b{i}" for i in range(6)]
     client.close()
 
-
-def _bridges(remote: ThreadBroker) -> list[dict[str, object]]:
-    from tests.network.helpers import bridges
-
-    return bridges(remote)

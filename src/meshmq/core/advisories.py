@@ -177,14 +177,18 @@ class Advisories:
         """The ConsumerAdded/ConsumerRemoved advisories for ``consumer``, per topic."""
         spec = consumer.spec
         out: list[tuple[Destination, Message]] = []
+        if not self._state.config.advisory_support:
+            return out
         stand_in = conn.protocol == "shard"
         origin = spec.origin
-        if origin is None:
-            origin = self.origin(conn, consumer)
         for d in spec.destinations:
             if d.is_advisory or not self.advises(d, stand_in=stand_in):
                 continue
             topic = advisory_topic("Consumer", d)
+            if not self._state.subs_for(topic):
+                continue  # nobody reads it (checked again by ``message``)
+            if origin is None:
+                origin = self.origin(conn, consumer)
             msg = self.message(topic, "ConsumerAdded" if added else "ConsumerRemoved", {
                 "consumerId": origin.consumer_id, "connectionId": origin.connection_id,
                 "clientId": origin.client_id, "destination": str(d),
