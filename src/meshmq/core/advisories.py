@@ -8,6 +8,14 @@ demand) and the listeners told when a consumer comes or goes (``ConsumerEvent``)
 
 It routes nothing: the message it builds is routed by ``core/routing.py``
 (``Router.advise``), so building an advisory never re-enters routing from here.
+
+On a node of shards the node is one broker to its advisories' readers
+(docs/design.md, "Topics and wildcards"): a destination's consumer and producer
+advisories are raised by its owning shard alone, which runs every consumer of it
+(another shard's client's as a relay stand-in, shown here as that client's consumer,
+``ConsumerOrigin``) and is told of every producer (``ProducerNote``); connections and
+consumers are named as the node names them (``s<k>-c<n>``); a wildcard consumer's
+advisory is raised by its client's shard only.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from meshmq.core import destinations as dst
-from meshmq.core.consumer import Consumer, ConsumerSpec
+from meshmq.core.consumer import Consumer, ConsumerOrigin, ConsumerSpec
 from meshmq.core.destinations import Destination, DestKind
 from meshmq.core.message import Message, PropertyValue
 from meshmq.core.state import Connection, CoreState
@@ -60,6 +68,65 @@ class Advisories:
         self._state = state
         self.counts: dict[Destination, int] = {}
         self.listeners: list[Callable[[ConsumerEvent], None]] = []
+        # One shard of several, as a destination's owner: the producers other shards'
+        # connections are of it (by shard, the node's connection ids).
+        self.remote_producers: dict[int, dict[Destination, set[str]]] = {}
+
+    # ------------------------------------------------------------ a node's names
+    def node_id(self, local_id: str) -> str:
+        """A connection's or consumer's id as the node names it (``s1-c3``, ``s1-c3:0``;
+        the bare id on a single broker)."""
+        shard = self._state.shard
+        return local_id if shard is None else f"s{shard.index}-{local_id}"
+
+    def advises(self, dest: Destination, *, stand_in: bool) -> bool:
+        """Whether this broker raises the consumer or producer advisory of ``dest``:
+        always on a single broker; on a shard, for a destination it owns, and for a
+        wildcard when the consumer is its client's here, not a stand-in (each shard
+        runs a wildcard for what it owns: the client's shard speaks for it)."""
+        state = self._state
+        shard = state.shard
+        if shard is None:
+            return True
+        if dest.is_wildcard:
+            return not stand_in
+        return state.owner_of(shard, dest) == shard.index
+
+    def origin(self, conn: Connection, consumer: Consumer) -> ConsumerOrigin:
+        """How the owner of a relayed consumer's destination names it (``RelayOpen``)."""
+        spec = consumer.spec
+        return ConsumerOrigin(self.node_id(consumer.id), self.node_id(conn.id),
+                              conn.client_id, spec.ack_mode.value, spec.no_local)
+
+    # ------------------------------------------------------------ producers
+    def producer_count(self, dest: Destination) -> int:
+        """Connections that sent to ``dest``: this broker's, and on its owning shard
+        those of every other shard."""
+        count = self._state.producer_count(dest)
+        for by_dest in self.remote_producers.values():
+            count += len(by_dest.get(dest, ()))
+        return count
+
+    def producer_relayed(self, shard: int, dest: Destination, connection_id: str,
+                         added: bool) -> bool:
+        """Shard ``shard``'s connection started or stopped sending to ``dest`` (owned
+        here); False when that changes nothing (told twice)."""
+        by_dest = self.remote_producers.setdefault(shard, {})
+        ids = by_dest.setdefault(dest, set())
+        if added == (connection_id in ids):
+            return False
+        if added:
+            ids.add(connection_id)
+        else:
+            ids.discard(connection_id)
+            if not ids:
+                del by_dest[dest]
+        return True
+
+    def producers_lost(self, shard: int) -> list[tuple[Destination, str]]:
+        """The link to shard ``shard`` is gone, with its connections' producers here."""
+        by_dest = self.remote_producers.pop(shard, {})
+        return [(dest, cid) for dest, ids in by_dest.items() for cid in sorted(ids)]
 
     def message(self, topic: Destination, advisory_type: str,
                 fields: dict[str, PropertyValue]) -> Message | None:
@@ -110,18 +177,26 @@ class Advisories:
         """The ConsumerAdded/ConsumerRemoved advisories for ``consumer``, per topic."""
         spec = consumer.spec
         out: list[tuple[Destination, Message]] = []
+        if not self._state.config.advisory_support:
+            return out
+        stand_in = conn.protocol == "shard"
+        origin = spec.origin
         for d in spec.destinations:
-            if d.is_advisory:
+            if d.is_advisory or not self.advises(d, stand_in=stand_in):
                 continue
             topic = advisory_topic("Consumer", d)
+            if not self._state.subs_for(topic):
+                continue  # nobody reads it (checked again by ``message``)
+            if origin is None:
+                origin = self.origin(conn, consumer)
             msg = self.message(topic, "ConsumerAdded" if added else "ConsumerRemoved", {
-                "consumerId": consumer.id, "connectionId": conn.id,
-                "clientId": conn.client_id, "destination": str(d),
+                "consumerId": origin.consumer_id, "connectionId": origin.connection_id,
+                "clientId": origin.client_id, "destination": str(d),
                 "consumerCount": self.consumer_count(d), "selector": spec.selector,
                 "prefetchSize": consumer.prefetch, "priority": spec.priority,
-                "exclusive": spec.exclusive, "noLocal": spec.no_local,
+                "exclusive": spec.exclusive, "noLocal": origin.no_local or spec.no_local,
                 "subscriptionName": spec.subscription_name,
-                "ackMode": spec.ack_mode.value})
+                "ackMode": origin.ack_mode})
             if msg is not None:
                 out.append((topic, msg))
         return out

@@ -39,6 +39,7 @@ from meshmq.core.recovery import recover, remember_stored_sends, trace_recovered
 from meshmq.core.routing import RECORD_PREFIX, RETAINED_PREFIX, Router
 from meshmq.core.shard_relay import (
     SETTLE_RETURNED,
+    ProducerNote,
     RelayDecision,
     RelayOpen,
     ShardSend,
@@ -292,6 +293,27 @@ class Broker:
         for relay in self.state.relays.values():
             if relay.owner == owner:
                 relay.link_lost()
+        # As the owner: that shard's producers of what this one owns are gone with it
+        # (its link back tells them again: ``producer_notes``).
+        self._router.producers_lost(owner)
+
+    def producer_relayed(self, shard: int, dest: Destination, connection_id: str,
+                         added: bool) -> None:
+        """Another shard's ``ProducerNote``: its connection ``connection_id`` started
+        (stopped) sending to ``dest``, owned here (the Producer advisory)."""
+        self._router.producer_relayed(shard, dest, connection_id, added)
+
+    def producer_notes(self, owner: int) -> list[ProducerNote]:
+        """This shard's producers of what shard ``owner`` owns (told again with a new
+        link: the owner forgot them when the old one dropped)."""
+        state = self.state
+        shard = state.shard
+        if shard is None or not state.config.advisory_support:
+            return []
+        return [ProducerNote(owner, d, self._router.node_id(conn.id), True)
+                for conn in state.connections.values() if not conn.closed
+                for d in conn.producer_destinations
+                if not d.is_wildcard and state.owner_of(shard, d) == owner]
 
     def take_dispatch_marks(self) -> tuple[list[tuple[Queue, int]], bool]:
         """The dispatch marks written since the last call, and whether the outcomes

@@ -17,7 +17,7 @@ import itertools
 
 from meshmq.core import destinations as dst
 from meshmq.core.access import Access
-from meshmq.core.advisories import advisory_topic, kind_topic
+from meshmq.core.advisories import kind_topic
 from meshmq.core.auth import Principal
 from meshmq.core.authorization import Right
 from meshmq.core.destinations import Destination, DestKind
@@ -57,9 +57,10 @@ class Connections:
             self.client_connections_opened += 1
         if client_id is not None:
             state.client_ids[client_id] = conn.id
-        self._router.advise(dst.topic(CONNECTION_TOPIC), "ConnectionAdded", {
-            "connectionId": conn.id, "clientId": client_id, "userName": principal.user,
-            "remoteAddress": remote, "protocol": protocol})
+        if protocol != "shard":  # (a node's links between its shards are no clients)
+            self._router.advise(dst.topic(CONNECTION_TOPIC), "ConnectionAdded", {
+                "connectionId": self._router.node_id(conn.id), "clientId": client_id,
+                "userName": principal.user, "remoteAddress": remote, "protocol": protocol})
         return conn
 
     def close_step(self, conn: Connection, budget: int | None) -> bool:
@@ -87,13 +88,13 @@ class Connections:
         for temp in list(conn.temp_destinations):
             self._delete_temp(conn, temp)
         for pd in conn.producer_destinations:
-            self._router.advise(advisory_topic("Producer", pd), "ProducerRemoved",
-                                {"connectionId": conn.id, "destination": str(pd)})
+            self._router.producer_changed(conn, pd, added=False)
         state.connections.pop(conn.id, None)
         if conn.client_id is not None and state.client_ids.get(conn.client_id) == conn.id:
             del state.client_ids[conn.client_id]
-        self._router.advise(dst.topic(CONNECTION_TOPIC), "ConnectionRemoved", {
-            "connectionId": conn.id, "clientId": conn.client_id})
+        if conn.protocol != "shard":
+            self._router.advise(dst.topic(CONNECTION_TOPIC), "ConnectionRemoved", {
+                "connectionId": self._router.node_id(conn.id), "clientId": conn.client_id})
         return True
 
     # ------------------------------------------------------------ temporary destinations
@@ -110,7 +111,8 @@ class Connections:
         else:
             state.topics.setdefault(dest, TopicStats())
         self._router.advise(kind_topic(kind), "TempDestinationAdded",
-                            {"destination": str(dest), "connectionId": conn.id})
+                            {"destination": str(dest),
+                             "connectionId": self._router.node_id(conn.id)})
         return dest
 
     def _delete_temp(self, conn: Connection, dest: Destination) -> None:
@@ -122,7 +124,8 @@ class Connections:
             queue.deleted = True
         state.topics.pop(dest, None)
         self._router.advise(kind_topic(dest.kind), "TempDestinationRemoved",
-                            {"destination": str(dest), "connectionId": conn.id})
+                            {"destination": str(dest),
+                             "connectionId": self._router.node_id(conn.id)})
 
     def adopt_temp(self, conn: Connection, dest: Destination) -> None:
         """Make a remote broker's temporary destination exist here, owned by the bridge

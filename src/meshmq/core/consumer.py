@@ -23,6 +23,19 @@ class AckMode(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class ConsumerOrigin:
+    """The client's consumer that a relayed consumer's stand-in on the owning shard runs
+    for, named as the node names it (``s<k>-c<n>``): the owner's advisories show the
+    client's consumer, not the shard link's stand-in."""
+
+    consumer_id: str
+    connection_id: str
+    client_id: str | None
+    ack_mode: str
+    no_local: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumerSpec:
     """A subscription request, protocol-neutral."""
 
@@ -44,6 +57,8 @@ class ConsumerSpec:
     network_path: tuple[str, ...] | None = None
     # ... and the real consumers it stands for ("<broker>/<consumer id>").
     network_origins: tuple[str, ...] = ()
+    # Set on a stand-in the owning shard runs for another shard's relayed consumer.
+    origin: ConsumerOrigin | None = None
 
 
 class Consumer:

@@ -28,6 +28,7 @@ from meshmq.core.message import Message, PropertyValue
 from meshmq.core.queue import Queue
 from meshmq.core.selector import compile_selector, message_lookup
 from meshmq.core.shard_relay import (
+    ProducerNote,
     ShardSend,
     copy_retained,
     retain_with_send,
@@ -190,9 +191,7 @@ class Router:
             if conn is not None and not owned and d not in conn.producer_destinations \
                     and not conn.closed:
                 conn.producer_destinations.add(d)
-                self.advise(advisory_topic("Producer", d), "ProducerAdded",
-                            {"connectionId": conn.id, "destination": str(d),
-                             "producerCount": state.producer_count(d)})
+                self.producer_changed(conn, d, added=True)
             if shard is not None:  # one shard of several: is ``d`` owned here?
                 owner = state.owner_of(shard, d)
                 if owner != shard.index:
@@ -233,6 +232,46 @@ class Router:
         self.route(None, (message.destination,), message)
         if retain:
             self.retain(message, persist=persist)
+
+    def node_id(self, local_id: str) -> str:
+        """A connection's id as the node names it (core/advisories.py)."""
+        return self._advisories.node_id(local_id)
+
+    def producer_changed(self, conn: Connection, dest: Destination, *, added: bool) -> None:
+        """``conn`` sent to ``dest`` for the first time (or closed): the ProducerAdded
+        (ProducerRemoved) advisory, raised by the destination's owner on a node of
+        shards (told by a ``ProducerNote`` when it is another shard)."""
+        state = self._state
+        if not state.config.advisory_support:
+            return
+        shard = state.shard
+        connection_id = self._advisories.node_id(conn.id)
+        if shard is not None and not dest.is_wildcard:
+            owner = state.owner_of(shard, dest)
+            if owner != shard.index:
+                state.relay_ops.append(ProducerNote(owner, dest, connection_id, added))
+                return
+        self._producer_advisory(dest, connection_id, added)
+
+    def producer_relayed(self, shard: int, dest: Destination, connection_id: str,
+                         added: bool) -> None:
+        """Another shard's ``ProducerNote`` for ``dest``, owned here."""
+        if self._advisories.producer_relayed(shard, dest, connection_id, added):
+            self._producer_advisory(dest, connection_id, added)
+
+    def producers_lost(self, shard: int) -> None:
+        """The link to shard ``shard`` is gone: its producers are, as its connections
+        are when it dies (a link back brings them again)."""
+        for dest, connection_id in self._advisories.producers_lost(shard):
+            self._producer_advisory(dest, connection_id, False)
+
+    def _producer_advisory(self, dest: Destination, connection_id: str, added: bool) -> None:
+        fields: dict[str, PropertyValue] = {"connectionId": connection_id,
+                                            "destination": str(dest)}
+        if added:
+            fields["producerCount"] = self._advisories.producer_count(dest)
+        self.advise(advisory_topic("Producer", dest),
+                    "ProducerAdded" if added else "ProducerRemoved", fields)
 
     def advise(self, topic: Destination, advisory_type: str,
                fields: dict[str, PropertyValue]) -> None:

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from meshmq.core.consumer import AckMode, Consumer
+from meshmq.core.consumer import AckMode, Consumer, ConsumerOrigin
 from meshmq.core.destinations import Destination
 from meshmq.core.message import Message
 from meshmq.core.queue import DONE, INFLIGHT, Delivery, Entry, Queue
@@ -83,6 +83,8 @@ class RelayOpen:
     # An MQTT shared subscription's group: the owner's consumer joins that group there,
     # with the group's members on the owner and on every other shard.
     shared: str | None = None
+    # The client's consumer, as the owner's advisories name it.
+    origin: ConsumerOrigin | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,8 +137,21 @@ class RetainedCopy:
     message: Message | None
 
 
+@dataclass(frozen=True, slots=True)
+class ProducerNote:
+    """Decision: connection ``connection_id`` (the node's name for it) of this shard
+    started sending to ``destination`` (``added``) or closed; its owner, ``owner``,
+    counts it among the destination's producers and raises the advisory, as the one
+    broker that sees every producer of it."""
+
+    owner: int
+    destination: Destination
+    connection_id: str
+    added: bool
+
+
 RelayDecision = RelayOpen | RelayClose | ShardSettle | RelayCredit | DurableDrop \
-    | RetainedCopy
+    | RetainedCopy | ProducerNote
 
 # Marks a forwarded send whose owner keeps it as the topic's retained message too
 # (stripped by the owner before it routes it).
@@ -192,13 +207,14 @@ class RelayQueue(Queue):
         self._held: deque[tuple[Message, int]] = deque()
         self._credit = 0
         self._stale = 0
+        self.origin: ConsumerOrigin | None = None  # carried by its RelayOpen
 
     def open_decision(self, consumer: Consumer) -> RelayOpen:
         spec = consumer.spec
         return RelayOpen(self.owner, self.relay_id, self.destination, spec.selector,
                          consumer.prefetch, spec.priority, spec.exclusive,
                          spec.ack_mode is AckMode.AUTO, network_path=spec.network_path,
-                         shared=spec.shared_group)
+                         shared=spec.shared_group, origin=self.origin)
 
     @property
     def held(self) -> int:

@@ -15,7 +15,12 @@ Exceptions to the hash:
   (adopted from a network peer) lives on the front shard, 0, which holds the node's
   network links;
 * broker records keyed by a client id (MQTT sessions, client-id claims, wildcard durable
-  subscriptions) go by ``client://<client id>`` (``client_owner``).
+  subscriptions) go by ``client://<client id>`` (``client_owner``);
+* an advisory topic about one destination (``ActiveMQ.Advisory.Consumer.Queue.X``) is
+  owned by that destination's owner, which sees every consumer and producer of it and
+  raises its advisories; one about no destination (``ActiveMQ.Advisory.Connection``,
+  ``.TempQueue``, ...) is raised by each shard for what it holds, so a subscription to
+  it is run by every shard, as a wildcard's is (``fans_in``).
 """
 
 from __future__ import annotations
@@ -24,12 +29,17 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from meshmq.core.destinations import Destination
+from meshmq.core.destinations import Destination, DestKind
 from meshmq.errors import ConfigError
 
 HASH_NAME = "jump-blake2b-1"
 FRONT_SHARD = 0
 MAX_SHARDS = 256
+
+ADVISORY_PREFIX = "ActiveMQ.Advisory."
+# The destination types an advisory topic names (core/advisories.py ``TYPE_NAMES``).
+_ADVISED_KINDS = {"Queue": DestKind.QUEUE, "Topic": DestKind.TOPIC,
+                  "TempQueue": DestKind.TEMP_QUEUE, "TempTopic": DestKind.TEMP_TOPIC}
 
 _JUMP_MULTIPLIER = 2862933555777941757
 _MASK64 = (1 << 64) - 1
@@ -68,12 +78,38 @@ def owner(dest: Destination, count: int, *, node: str = "") -> int:
         return 0
     if dest.is_wildcard:
         raise ValueError(f"a wildcard has no owning shard: {canonical(dest)}")
+    if dest.is_advisory:
+        subject = advisory_subject(dest)
+        if subject is not None:
+            return owner(subject, count, node=node)
     if dest.is_temporary:
         shard = temp_shard(dest.name, node)
         if shard is None or shard >= count:
             return FRONT_SHARD
         return shard
     return jump_hash(key_of(canonical(dest)), count)
+
+
+def advisory_subject(dest: Destination) -> Destination | None:
+    """The destination an advisory topic is about (``ActiveMQ.Advisory.<Kind>.<Type>.
+    <name>``: ``Consumer.Queue.orders`` is about ``queue://orders``), or None for one
+    about no destination (``ActiveMQ.Advisory.Connection``, ``.TempQueue``) and for any
+    other topic."""
+    if not dest.is_advisory:
+        return None
+    _kind, dot, rest = dest.name[len(ADVISORY_PREFIX):].partition(".")
+    type_name, dot2, name = rest.partition(".")
+    kind = _ADVISED_KINDS.get(type_name)
+    if not dot or not dot2 or kind is None or not name:
+        return None
+    return Destination(kind, name)
+
+
+def fans_in(dest: Destination) -> bool:
+    """An advisory topic about no destination: each shard raises it for what it holds
+    (its connections, its temporary destinations, shard 0's bridges), so a subscription
+    to it runs on every shard, as a wildcard's does."""
+    return dest.is_advisory and not dest.is_wildcard and advisory_subject(dest) is None
 
 
 def client_owner(client_id: str, count: int) -> int:

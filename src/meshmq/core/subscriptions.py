@@ -25,6 +25,7 @@ from meshmq.core.queue import BrowseEnd, Delivery, Queue
 from meshmq.core.routing import Router
 from meshmq.core.selector import compile_selector, message_lookup
 from meshmq.core.shard_relay import DurableDrop, RelayQueue, SubscriptionRelay
+from meshmq.core.shards import fans_in
 from meshmq.core.state import Connection, CoreState, TopicStats, TopicSubscription
 from meshmq.core.stream import NEXT, StreamOffset, StreamQueue
 from meshmq.errors import DestinationError, ProtocolError, ResourceLimitError
@@ -156,13 +157,14 @@ class Subscriptions:
         if shard is None or len(spec.destinations) != 1 or spec.subscription_name is not None:
             return False
         d = spec.destinations[0]
-        if d.is_wildcard or d.is_temporary:
+        if d.is_wildcard or d.is_temporary or fans_in(d):
             return False
         owner = state.owner_of(shard, d)
         if owner == shard.index:
             return False
         relay = RelayQueue(d, state.policy_for(d), state, owner, state.next_relay,
                            state.relay_decision)
+        relay.origin = self._advisories.origin(conn, consumer)
         state.next_relay += 1
         state.relays[relay.relay_id] = relay
         consumer.sources.append(relay)
@@ -184,12 +186,12 @@ class Subscriptions:
                 or spec.shared_group is not None or spec.network_path is not None:
             return False
         d = spec.destinations[0]
-        if not d.is_topic or d.is_wildcard or d.is_temporary:
+        if not d.is_topic or d.is_wildcard or d.is_temporary or fans_in(d):
             return False
         owner = state.owner_of(shard, d)
         if owner == shard.index:
             return False
-        self._open_relay(consumer, spec.destinations, owner, durable_key, None)
+        self._open_relay(conn, consumer, spec.destinations, owner, durable_key, None)
         self._consumer_changed(conn, consumer, added=True)
         return True
 
@@ -208,22 +210,26 @@ class Subscriptions:
             return
         patterns = tuple(d for d in spec.destinations if not d.is_temporary
                          and (d.is_wildcard or d.is_topic))
-        if not any(d.is_wildcard for d in patterns):
+        # (An advisory topic about no destination is raised by every shard: its
+        # subscription fans in as a wildcard's does.)
+        if not any(d.is_wildcard or fans_in(d) for d in patterns):
             return
         reader = None
         if self._access.authz is not None and not conn.principal.internal:
             reader = (conn.principal.user, tuple(sorted(conn.principal.groups)))
         for owner in range(shard.count):
             if owner != shard.index:
-                self._open_relay(consumer, patterns, owner, durable_key, reader)
+                self._open_relay(conn, consumer, patterns, owner, durable_key, reader)
 
-    def _open_relay(self, consumer: Consumer, patterns: tuple[Destination, ...], owner: int,
+    def _open_relay(self, conn: Connection, consumer: Consumer,
+                    patterns: tuple[Destination, ...], owner: int,
                     durable_key: tuple[str, str] | None,
                     reader: tuple[str, tuple[str, ...]] | None) -> None:
         state = self._state
         relay = SubscriptionRelay(patterns, state.policy_for(patterns[0]), state, owner,
                                   state.next_relay, state.relay_decision,
                                   durable=durable_key, reader=reader)
+        relay.origin = self._advisories.origin(conn, consumer)
         state.next_relay += 1
         state.relays[relay.relay_id] = relay
         consumer.sources.append(relay)

@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from meshmq.core.auth import Principal
-from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
+from meshmq.core.consumer import AckMode, Consumer, ConsumerOrigin, ConsumerSpec
 from meshmq.core.dedup import network_key
 from meshmq.core.destinations import Destination
 from meshmq.core.message_codec import decode_message, encoded
@@ -54,6 +54,7 @@ from meshmq.core.queue import BrowseEnd, Delivery
 from meshmq.core.shard_relay import (
     SHARD_RETAIN,
     DurableDrop,
+    ProducerNote,
     RelayClose,
     RelayCredit,
     RelayDecision,
@@ -415,6 +416,9 @@ class RelayOut:
                                 exclusive=bool(body.get("exclusive")),
                                 selector=selector if isinstance(selector, str) else None)
             spec, conn = self._subscription_relay(relay, spec, body)
+            origin = _origin(body.get("origin"))
+            if origin is not None:  # whom this shard's advisories show
+                spec = dataclasses.replace(spec, origin=origin)
             path = body.get("network_path")
             if isinstance(path, list):  # a bridge's demand on the front shard
                 spec = dataclasses.replace(spec, network_path=tuple(str(b) for b in path))
@@ -730,6 +734,8 @@ class _LinkEnd:
                     self.peers._resend(peer)
             elif body.get("op") == "durable-drop":
                 self.peers.durable_drop(peer, body)
+            elif body.get("op") == "producer":
+                self.peers.producer_note(peer, body)
             elif body.get("op") == "front-interest":
                 self.peers.node_interest.received(peer.index, body)
             elif str(body.get("op")).startswith(("client-", "session-")):
@@ -980,6 +986,8 @@ class ShardPeers:
             self._queue_decision(peer, drop)
         for relay in self.broker.relay_opens(peer.index):
             self._queue_decision(peer, relay)
+        for note in self.broker.producer_notes(peer.index):
+            self._queue_decision(peer, note)
         for txn in self.broker.shard_transactions.resume(peer.index):
             self._queue_txn(txn)
         if peer.index == FRONT_SHARD:
@@ -1132,6 +1140,10 @@ class ShardPeers:
         elif isinstance(decision, DurableDrop):
             peer.out.append((_FRAME, encode_json(FrameType.INTEREST, {
                 "op": "durable-drop", "client": decision.client_id, "name": decision.name})))
+        elif isinstance(decision, ProducerNote):
+            peer.out.append((_FRAME, encode_json(FrameType.INTEREST, {
+                "op": "producer", "dest": str(decision.destination),
+                "conn": decision.connection_id, "added": decision.added})))
         else:
             peer.out.append((_FRAME, encode_json(FrameType.INTEREST, {
                 "op": "relay-close", "relay": decision.relay_id})))
@@ -1144,6 +1156,16 @@ class ShardPeers:
             raise RemoteProtocolError("shard durable-drop needs a client id and a name")
         if self.broker.drop_durable_relayed(client, name):
             self.host.request_pump()  # (the deletions go to the store with the pump)
+
+    def producer_note(self, peer: _Peer, body: dict[str, Any]) -> None:
+        """A connection of ``peer`` started (stopped) sending to a destination this
+        shard owns: counted and advised here, as its owner (core/advisories.py)."""
+        conn = body.get("conn")
+        if not isinstance(conn, str):
+            raise RemoteProtocolError("shard producer needs a connection id")
+        self.broker.producer_relayed(peer.index, Destination.parse_uri(str(body.get("dest"))),
+                                     conn, body.get("added") is True)
+        self.host.request_pump()
 
     def _to_front(self, body: dict[str, Any]) -> None:
         front = self.peers.get(FRONT_SHARD)
@@ -1566,7 +1588,24 @@ def _subscription_fields(decision: RelayOpen) -> dict[str, Any]:
         fields["network_path"] = list(decision.network_path)
     if decision.shared is not None:
         fields["shared"] = decision.shared
+    origin = decision.origin
+    if origin is not None:
+        fields["origin"] = [origin.consumer_id, origin.connection_id, origin.client_id,
+                            origin.ack_mode, origin.no_local]
     return fields
+
+
+def _origin(raw: object) -> ConsumerOrigin | None:
+    """A ``relay-open``'s ``origin``: the client's consumer the stand-in runs for."""
+    if not isinstance(raw, list) or len(raw) != 5:
+        return None
+    consumer_id, connection_id, client_id, ack_mode, no_local = raw
+    if not isinstance(consumer_id, str) or not isinstance(connection_id, str) \
+            or not isinstance(ack_mode, str):
+        return None
+    return ConsumerOrigin(consumer_id, connection_id,
+                          client_id if isinstance(client_id, str) else None, ack_mode,
+                          no_local is True)
 
 
 def _retained_sync(messages: list[Message]) -> list[bytes]:

@@ -27,6 +27,7 @@ from meshmq.core.shard_relay import (
     SETTLE_ACK,
     SETTLE_NACK,
     SETTLE_RETURNED,
+    ProducerNote,
     RelayClose,
     RelayCredit,
     RelayDecision,
@@ -196,6 +197,8 @@ class Carrier:
                         self.delivered[k].append(d)
 
     def _carry(self, k: int, decision: RelayDecision) -> None:
+        if isinstance(decision, ProducerNote):  # (advisories: test_shard_advisories.py)
+            return
         owner_broker = self.cores[decision.owner][0]
         conn = self.links[decision.owner]
         relays = self.relays[decision.owner]

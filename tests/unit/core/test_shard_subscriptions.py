@@ -31,6 +31,7 @@ from meshmq.core.shard_relay import (
     SETTLE_RETURNED,
     SHARD_RETAIN,
     DurableDrop,
+    ProducerNote,
     RelayClose,
     RelayCredit,
     RelayDecision,
@@ -69,9 +70,10 @@ class Carrier:
                 out = pump(broker, store)
                 for s in broker.take_shard_sends():
                     moved = True
+                    # (as network/shards.py's ShardReceiver routes a forwarded send)
                     owner, message = self.cores[s.owner][0], s.message
                     retain = message.properties.pop(SHARD_RETAIN, None) is True
-                    owner.send(self.links[s.owner], (message.destination,), message)
+                    owner.send_from_shard(self.links[s.owner], message, s.redelivered)
                     if retain:  # (as ShardReceiver: routed, then retained)
                         owner.retain(message)
                 for decision in broker.take_relay_decisions():
@@ -93,6 +95,10 @@ class Carrier:
         if isinstance(decision, DurableDrop):
             owner.drop_durable_relayed(decision.client_id, decision.name)
             return
+        if isinstance(decision, ProducerNote):
+            owner.producer_relayed(1 - decision.owner, decision.destination,
+                                   decision.connection_id, decision.added)
+            return
         if isinstance(decision, RetainedCopy):  # ("owner": the shard told)
             sender = 1 - decision.owner
             owner.retained_copied(sender, decision.destination, decision.message)
@@ -104,7 +110,7 @@ class Carrier:
                 ack_mode=AckMode.AUTO if decision.auto else AckMode.CLIENT_INDIVIDUAL,
                 prefetch=decision.prefetch, selector=decision.selector,
                 subscription_name=decision.durable[1] if decision.durable else None,
-                no_local=decision.no_local)
+                no_local=decision.no_local, origin=decision.origin)
             if decision.durable is not None or decision.reader is not None:
                 principal = Principal("shard", frozenset(), internal=True)
                 if decision.reader is not None:
