@@ -24,6 +24,7 @@ from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
 from meshmq.core.destinations import Destination, DestKind
 from meshmq.core.message import MAX_PRIORITY, MIN_PRIORITY, Message, PropertyValue
 from meshmq.core.queue import BrowseEnd, Delivery
+from meshmq.core.shard_txn import OutcomeUnknownError
 from meshmq.core.stream import (
     FIRST_HEADER,
     NEXT_HEADER,
@@ -690,6 +691,8 @@ class StompSession(BufferedOutput):
             why = "cancelled" if fut.cancelled() else fut.exception()
             if why is None:
                 decided.set_result(None)
+            elif isinstance(why, OutcomeUnknownError):  # not rolled back: not known
+                self.fail(f"transaction {txn_id!r} {why}")
             else:
                 self.fail(f"transaction {txn_id!r} was rolled back: {why}")
 
