@@ -327,11 +327,16 @@ class ClientClaims:
             held.alive is None or held.alive())
 
     def _check(self, client_id: str, old: _Holder, new: _Holder) -> None:
+        peer = self.peers.peers[old.shard]
+        if peer.link is None:  # its connections are gone with its link
+            self._checked(old.shard, client_id, old.claim, False)
+            self._arbitrate(client_id, new)
+            return
         waiting = self._checking.setdefault((old.shard, old.claim), [])
         waiting.append((client_id, new))
         if len(waiting) == 1:
-            self._send(self.peers.peers[old.shard], {
-                "op": "client-check", "client": client_id, "claim": old.claim})
+            self._send(peer, {"op": "client-check", "client": client_id,
+                              "claim": old.claim})
 
     def _checked(self, shard: int, client_id: str, claim: str, live: bool) -> None:
         """The holder ``shard`` answered whether ``claim``'s connection still exists:
