@@ -60,7 +60,7 @@ def test_a_live_connection_on_the_other_shard_still_keeps_its_client_id(
             rival.close()
         holder.receipt_roundtrip()  # untouched
         holder.close()
-        poll(lambda cid=client_id: _free(pair, cid), what="the release")  # type: ignore[misc]
+        poll(lambda cid=client_id: _free(pair, cid), what="the release")
 
 
 def _free(pair: ShardPair, client_id: str) -> bool:

@@ -61,6 +61,13 @@ def _txn_sent(shard: ShardBroker) -> dict[str, int]:
     return shard.run(lambda: dict(peers.txn_sent))
 
 
+def _in_flight(shard: ShardBroker) -> int:
+    """Transactions the shard coordinates and still waits for."""
+    assert shard.runtime is not None
+    txns = shard.runtime.broker.shard_transactions
+    return shard.run(lambda: txns.in_flight)
+
+
 def _patch(shard: ShardBroker, name: str, make: Callable[[Any], Any]) -> None:
     """Replace method ``name`` of the shard's links (``make(original)``), in its loop."""
     assert shard.runtime is not None and shard.runtime.shard_peers is not None
@@ -462,8 +469,7 @@ def test_one_phase_owner_stopped_past_the_wait_fails_the_commit_in_doubt(
         error = client.expect_error_and_close(timeout=30)
         client.close()
         assert error.get("message") == _in_doubt("")
-        assert pair[1].links_up() == 1 and pair[1].run(
-            lambda: pair[1].runtime.broker.shard_transactions.in_flight) == 0  # type: ignore[union-attr]
+        assert pair[1].links_up() == 1 and _in_flight(pair[1]) == 0  # given up
         owner.proc.send_signal(signal.SIGCONT)  # it reads the commit: it did commit
         poll(lambda: _txn_sent(pair[1]).get("forget", 0) == 1, what="the late answer")
         reader = RawClient(owner)
