@@ -2,7 +2,9 @@
 real clients: a COMMIT whose sends and acknowledgements touch both shards commits in
 two phases (core/shard_txn.py), all or nothing, also when a shard stops between the
 phases; one whose work all belongs to the other shard commits there in one phase,
-committed once or rolled back when either shard is killed with SIGKILL; one that
+committed once or rolled back when either shard is killed with SIGKILL, and failed as
+of unknown outcome when its owner does not answer within ``owner_wait_ms`` (stopped, or
+killed and not back in time), the owner's outcome standing once it is back; one that
 touches only the client's shard sends nothing to the other."""
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from meshmq.config.model import ShardsConfig
 from meshmq.core.shard_txn import DECIDED_PREFIX, ONE_PHASE_PREFIX, PREPARED_PREFIX, TxnDecide
 from meshmq.protocol.wire import decode_txn
 from tests.interop.stomp_helpers import RawClient
@@ -56,6 +59,13 @@ def _txn_sent(shard: ShardBroker) -> dict[str, int]:
     assert shard.runtime is not None and shard.runtime.shard_peers is not None
     peers = shard.runtime.shard_peers
     return shard.run(lambda: dict(peers.txn_sent))
+
+
+def _in_flight(shard: ShardBroker) -> int:
+    """Transactions the shard coordinates and still waits for."""
+    assert shard.runtime is not None
+    txns = shard.runtime.broker.shard_transactions
+    return shard.run(lambda: txns.in_flight)
 
 
 def _patch(shard: ShardBroker, name: str, make: Callable[[Any], Any]) -> None:
@@ -425,3 +435,86 @@ def test_one_phase_coordinator_killed_after_the_owners_sync_commits_once(
         pair.stop()
         if coordinator.proc is not None and coordinator.proc.poll() is None:
             coordinator.terminate()
+
+
+# ------------------------------------------------------------------ one phase, in doubt
+WAIT_MS = 3000  # long enough for a kill to drop the link first on a loaded machine
+
+
+def _in_doubt(why: str) -> str:
+    return (f"transaction 't' may have committed: its outcome is unknown because shard "
+            f"node#0, which commits all of it, {why}did not answer within 3 s "
+            "(shards.owner_wait_ms); check before doing it again")
+
+
+def _waiting_pair(tmp_path: Path) -> tuple[ShardPair, ProcessBroker]:
+    """Shard 0 (the owner) as a subprocess, shard 1 (the coordinator) in this process
+    with a short ``owner_wait_ms``."""
+    pair = ShardPair(tmp_path, sharding=ShardsConfig(handoff=False, owner_wait_ms=WAIT_MS))
+    owner = pair.process(0).start()
+    pair.start(1)
+    poll(lambda: pair[1].links_up() == 1, what="the link to the owner")
+    return pair, owner
+
+
+def test_one_phase_owner_stopped_past_the_wait_fails_the_commit_in_doubt(
+        tmp_path: Path) -> None:
+    pair, owner = _waiting_pair(tmp_path)
+    try:
+        client, in0, out0, ack = _consume_from_shard0(pair, pair[1])
+        _one_phase_work(client, out0, ack, "t")
+        assert owner.proc is not None
+        owner.proc.send_signal(signal.SIGSTOP)  # alive, linked, silent
+        client.send_frame("COMMIT", [("transaction", "t"), ("receipt", "commit")])
+        error = client.expect_error_and_close(timeout=30)
+        client.close()
+        assert error.get("message") == _in_doubt("")
+        assert pair[1].links_up() == 1 and _in_flight(pair[1]) == 0  # given up
+        owner.proc.send_signal(signal.SIGCONT)  # it reads the commit: it did commit
+        poll(lambda: _txn_sent(pair[1]).get("forget", 0) == 1, what="the late answer")
+        reader = RawClient(owner)
+        reader.connect()
+        assert _bodies(reader, out0, "o") == [("x-t", False)]  # once
+        assert _bodies(reader, in0, "i") == []
+        reader.close()
+    finally:
+        if owner.proc is not None and owner.proc.poll() is None:
+            owner.proc.send_signal(signal.SIGCONT)
+        pair.stop()
+        if owner.proc is not None and owner.proc.poll() is None:
+            owner.terminate()
+
+
+@pytest.mark.parametrize("synced", [False, True])
+def test_one_phase_owner_killed_and_back_after_the_wait_keeps_its_outcome(
+        tmp_path: Path, synced: bool) -> None:
+    pair, owner = _waiting_pair(tmp_path)
+    try:
+        client, in0, out0, ack = _consume_from_shard0(pair, pair[1])
+        answered = _drop_first(pair[1], "on_txn", "committed-one")
+        _one_phase_work(client, out0, ack, "t")
+        assert owner.proc is not None
+        if not synced:
+            owner.proc.send_signal(signal.SIGSTOP)  # it never reads the commit
+        client.send_frame("COMMIT", [("transaction", "t"), ("receipt", "commit")])
+        if synced:
+            poll(answered.is_set, what="the owner's answer, lost with it")
+        else:
+            poll(lambda: _txn_sent(pair[1]) == {"commit-one": 1}, what="the commit")
+        owner.kill9()
+        error = client.expect_error_and_close(timeout=30)
+        client.close()
+        assert error.get("message") == _in_doubt("is unreachable and ")
+        owner = pair.process(0).start()  # after the wait: the owner's outcome stands
+        poll(lambda: pair[1].links_up() == 1, what="the link back")
+        if synced:  # it tells the coordinator again, which tells it to forget
+            poll(lambda: _txn_sent(pair[1]).get("forget", 0) == 1, what="the forget")
+        reader = RawClient(owner)
+        reader.connect()
+        assert _bodies(reader, out0, "o") == ([("x-t", False)] if synced else [])
+        assert [body for body, _ in _bodies(reader, in0, "i")] == ([] if synced else ["a"])
+        reader.close()
+    finally:
+        pair.stop()
+        if owner.proc is not None and owner.proc.poll() is None:
+            owner.terminate()

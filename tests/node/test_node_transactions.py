@@ -3,7 +3,10 @@ a transaction on shard 1 that sends to queues of both shards and acknowledges
 messages of both commits all or nothing -- nothing shows before both shards prepared,
 an ABORT leaves nothing, and a shard killed with SIGKILL before the decision (the other
 shard, or the coordinator itself) rolls it back on both, with every acknowledged
-message back once, flagged redelivered."""
+message back once, flagged redelivered. A one-phase commit (all its work on shard 0)
+gets its answer when the supervisor restarts a killed owner within
+``shards.owner_wait_ms``, and an ERROR of unknown outcome when a stopped owner does not
+answer within it (the owner's commit then stands)."""
 
 from __future__ import annotations
 
@@ -198,3 +201,76 @@ def test_a_coordinator_killed_before_the_decision_rolls_back_after_its_restart(
     poll(lambda: node.shards()[1]["pid"] not in (None, coordinator) and
          node.shards()[1]["state"] == "running", 60, "shard 1 to be restarted")
     scene.returned_once()
+
+
+# ------------------------------------------------------------------ one phase, bounded
+WAIT_MS = 3000
+
+
+@pytest.fixture(scope="module")
+def waiting_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+    """A node whose shards wait 3 s for an owner (``shards.owner_wait_ms``)."""
+    tmp = tmp_path_factory.mktemp("waiting")
+    n = NodeProcess(write_node_toml(tmp / "node.toml", data=tmp / "data",
+                                    extra=f"[shards]\nowner_wait_ms = {WAIT_MS}\n"),
+                    tmp / "node.log").start()
+    ProcessBroker.running.discard(n)
+    try:
+        yield n
+    finally:
+        n.terminate()
+
+
+def _one_phase(node: NodeProcess, tag: str) -> tuple[RawClient, str, str, int]:
+    """A transaction on shard 1 whose whole work is shard 0's (consume "a" from a queue
+    of shard 0, send to another of its queues), up to its COMMIT; shard 0's pid."""
+    in0, out0 = _owned_by(0, f"in1p-{tag}"), _owned_by(0, f"out1p-{tag}")
+    producer = stomp_on(node, 0)
+    _send(producer, in0, f"a-{tag}")
+    producer.close()
+    client = stomp_on(node, 1)
+    client.send_frame("SUBSCRIBE", [("destination", f"/queue/{in0}"), ("id", "s"),
+                                    ("ack", "client-individual")])
+    frame, _ = client.read_until("MESSAGE")
+    client.send_frame("BEGIN", [("transaction", "t")])
+    _send(client, out0, f"x-{tag}", "t")
+    client.send_frame("ACK", [("id", frame.get("ack") or ""), ("transaction", "t")])
+    return client, in0, out0, node.shards()[0]["pid"]
+
+
+def test_one_phase_owner_killed_and_restarted_within_the_wait_answers_the_commit(
+        waiting_node: NodeProcess) -> None:
+    node = waiting_node
+    client, in0, out0, victim = _one_phase(node, "restarted")
+    os.kill(victim, signal.SIGSTOP)  # it never reads the commit
+    client.send_frame("COMMIT", [("transaction", "t"), ("receipt", "commit")])
+    with pytest.raises(TimeoutError):  # a bounded negative check
+        client.read_until_receipt("commit", timeout=0.3)
+    os.kill(victim, signal.SIGKILL)  # the supervisor restarts it at once
+    error = client.expect_error_and_close(30)
+    client.close()
+    assert error.get("message") == \
+        "transaction 't' was rolled back: shard node#0 was lost before it committed"
+    poll(lambda: (_depth(node, 0, in0), _depth(node, 0, out0)) == (1, 0), 60,
+         "the owner back, with nothing of the transaction")
+
+
+def test_one_phase_owner_stopped_past_the_wait_fails_the_commit_in_doubt(
+        waiting_node: NodeProcess) -> None:
+    node = waiting_node
+    client, in0, out0, victim = _one_phase(node, "stopped")
+    os.kill(victim, signal.SIGSTOP)  # alive: the supervisor does not restart it
+    try:
+        client.send_frame("COMMIT", [("transaction", "t"), ("receipt", "commit")])
+        error = client.expect_error_and_close(30)
+        client.close()
+    finally:
+        os.kill(victim, signal.SIGCONT)
+    assert error.get("message") == (
+        "transaction 't' may have committed: its outcome is unknown because shard node#0, "
+        "which commits all of it, did not answer within 3 s (shards.owner_wait_ms); "
+        "check before doing it again")
+    # Resumed, it reads the commit: it did commit, once.
+    poll(lambda: (_depth(node, 0, in0), _depth(node, 0, out0)) == (0, 1), 60,
+         "the owner's commit")
+    assert node.shards()[0]["pid"] == victim

@@ -36,6 +36,12 @@ says committed, its absence that the owner never synced it (rolled back, as a
 restarted owner lost the batch). An owner that restarts with records re-sends their
 outcome (``TxnCommitted``), so they go even when the coordinator restarted too.
 
+The coordinator waits for that answer as long as for any owner (``owner_wait_ms``):
+then it gives the transaction up (``give_up``), and the COMMIT fails with
+``OutcomeUnknownError`` (it may have committed: the owner may have synced it before it
+stopped answering). An answer that comes later changes nothing here but the owner's
+record, which it is told to forget.
+
 The sends are held on the coordinator until COMMIT, not prepared on their owners as
 they arrive: an ABORT or a disconnect then costs nothing on the other shards, and a
 transaction that touches no other shard costs exactly what it does on one broker.
@@ -68,6 +74,13 @@ DECIDED_PREFIX = "shard-txn/c/"
 ONE_PHASE_PREFIX = "shard-txn/1/"
 
 _LEN = struct.Struct(">I")
+
+
+class OutcomeUnknownError(TransactionError):
+    """A one-phase commit's owner did not answer in time: the transaction may have
+    committed there, or not; only that shard knows."""
+
+    code = "transaction-in-doubt"
 
 
 # ------------------------------------------------------------------ decisions
@@ -396,6 +409,16 @@ class ShardTransactions:
             return self.voted(txn_id, owner, True)
         self._decisions.append(TxnForget(owner, txn_id))
         return None
+
+    def give_up(self, txn_id: str) -> bool:
+        """Stop waiting for one-phase ``txn_id``'s owner (its answer did not come in
+        time): True if it was still undecided here. Nothing is applied or undone: its
+        outcome is the owner's, whose later answer is only told to forget it."""
+        pending = self._pending.get(txn_id)
+        if pending is None or pending.machine is None or not pending.machine.one_phase:
+            return False
+        del self._pending[txn_id]
+        return True
 
     def participants(self, txn_id: str) -> list[int]:
         """The participants still to apply decided ``txn_id``."""

@@ -18,6 +18,13 @@ connection's end releases its claim (``client-release``); a shard's lost link re
 every claim it held. A shard whose link comes up announces the claims it holds for the
 peer's ids again (a restarted owner starts with an empty table).
 
+A release travels to the owner a link hop after the connection ended, so a client that
+leaves and connects again at once through another shard may claim the id first. Before
+it refuses a STOMP claim of an id held on another shard, the owner therefore asks the
+holder whether that connection still exists (``client-check``, answered
+``client-checked``, after any release already on that link): it grants the claim when
+the connection is gone and refuses it, with one broker's words, while it lives.
+
 The owner also keeps each MQTT persistent session's record (``mqtt-session/<client
 id>``: its expiry, its subscriptions, its QoS 2 exchanges in progress), whichever shard
 the client is connected to: the connection's shard sends every change
@@ -102,6 +109,8 @@ class _Held:
     proto: str
     close: Callable[[], None]
     future: asyncio.Future[bytes | None]
+    # Whether the connection is still open (its end may not have been read yet).
+    alive: Callable[[], bool] | None = None
 
 
 class ClientClaims:
@@ -116,6 +125,9 @@ class ClientClaims:
         self.table: dict[str, _Holder] = {}  # as owner: client id -> its holder
         # As owner: claims waiting for a holder to close, by (holder shard, claim).
         self._closing: dict[tuple[int, str], list[Callable[[], None]]] = {}
+        # As owner: claims waiting for a holder on another shard to say whether its
+        # connection still exists, by (holder shard, its claim).
+        self._checking: dict[tuple[int, str], list[tuple[str, _Holder]]] = {}
         # The MQTT service's: forget the session of a client id another shard resumed.
         self.session_moved: Callable[[str], None] | None = None
         # ... and, as owner, end a session whose expiry ran out.
@@ -132,10 +144,13 @@ class ClientClaims:
         self.expiries: dict[str, asyncio.TimerHandle] = {}
 
     # ------------------------------------------------------------ as the claimer
-    def claim(self, client_id: str, proto: str, close: Callable[[], None]
+    def claim(self, client_id: str, proto: str, close: Callable[[], None],
+              alive: Callable[[], bool] | None = None
               ) -> tuple[asyncio.Future[bytes | None], Callable[[], None]]:
         """Claim ``client_id`` for a connection of ``proto`` (``mqtt``, ``stomp``);
-        ``close`` ends that connection if the owner gives the id to another. Returns
+        ``close`` ends that connection if the owner gives the id to another; ``alive``
+        says whether it is still open when the owner asks (a client that has just
+        dropped it, its end not yet read, no longer holds the id). Returns
         what the CONNACK/CONNECTED waits for (failing with the refusal; for MQTT, the
         owner's session record or None) and the release to call when the connection
         ends."""
@@ -153,7 +168,7 @@ class ClientClaims:
             return future, release
         if previous is not None and not previous.future.done():
             previous.future.set_exception(_in_use(client_id, self.peers.identity.node))
-        self.held[client_id] = _Held(claim, proto, close, future)
+        self.held[client_id] = _Held(claim, proto, close, future, alive)
 
         owner = client_owner(client_id, self.count)
         if owner == self.index:
@@ -276,14 +291,23 @@ class ClientClaims:
         self.peers.host.request_pump()
 
     # ------------------------------------------------------------ as the owner
-    def _arbitrate(self, client_id: str, new: _Holder) -> None:
+    def _arbitrate(self, client_id: str, new: _Holder,
+                   asked: tuple[int, str] | None = None) -> None:
+        """Grant, refuse or take over; ``asked``: the holder (shard, claim) that has
+        just said its connection still exists."""
         old = self.table.get(client_id)
         if old is None or old.shard == new.shard or old.claim == new.claim:
             self.table[client_id] = new
             self._disarm(client_id)  # held again: its session does not expire
             self._reply(new, client_id, None, self._session_for(client_id, new))
         elif old.proto != "mqtt" or new.proto != "mqtt":
-            self._reply(new, client_id, _in_use(client_id, self.peers.identity.node))
+            if old.shard == self.index and not self._live(client_id, old.claim):
+                self._released(self.index, client_id, old.claim)  # ended, not yet read
+                self._arbitrate(client_id, new)
+            elif old.shard == self.index or (old.shard, old.claim) == asked:
+                self._reply(new, client_id, _in_use(client_id, self.peers.identity.node))
+            else:  # its release may be on the way: the holder says
+                self._check(client_id, old, new)
         else:  # MQTT take-over: the holder's connection goes first
             waiting = self._closing.setdefault((old.shard, old.claim), [])
             waiting.append(lambda: self._arbitrate(client_id, new))
@@ -295,6 +319,38 @@ class ClientClaims:
                 else:
                     self._send(self.peers.peers[old.shard], {
                         "op": "client-close", "client": client_id, "claim": old.claim})
+
+    def _live(self, client_id: str, claim: str) -> bool:
+        """As holder: does ``claim``'s connection still hold ``client_id``?"""
+        held = self.held.get(client_id)
+        return held is not None and held.claim == claim and (
+            held.alive is None or held.alive())
+
+    def _check(self, client_id: str, old: _Holder, new: _Holder) -> None:
+        peer = self.peers.peers[old.shard]
+        if peer.link is None:  # its connections are gone with its link
+            self._checked(old.shard, client_id, old.claim, False)
+            self._arbitrate(client_id, new)
+            return
+        waiting = self._checking.setdefault((old.shard, old.claim), [])
+        waiting.append((client_id, new))
+        if len(waiting) == 1:
+            self._send(peer, {"op": "client-check", "client": client_id,
+                              "claim": old.claim})
+
+    def _checked(self, shard: int, client_id: str, claim: str, live: bool) -> None:
+        """The holder ``shard`` answered whether ``claim``'s connection still exists:
+        gone, it is released; the claims that waited are arbitrated again."""
+        if not live:
+            self._released(shard, client_id, claim)
+        for cid, new in self._checking.pop((shard, claim), ()):
+            self._arbitrate(cid, new, (shard, claim))
+
+    def _unwait(self, shard: int, client_id: str, claim: str) -> None:
+        """A claim waiting for a holder's answer was released: it is no longer made."""
+        for waiting in self._checking.values():
+            waiting[:] = [(c, h) for c, h in waiting
+                          if not (c == client_id and h.shard == shard and h.claim == claim)]
 
     def _session_for(self, client_id: str, holder: _Holder) -> bytes | None:
         """The MQTT session record kept here for ``client_id``, given to the shard that
@@ -333,6 +389,8 @@ class ClientClaims:
                 "session": None if record is None else record.decode()})
 
     def _released(self, shard: int, client_id: str, claim: str) -> None:
+        if self._checking:
+            self._unwait(shard, client_id, claim)
         holder = self.table.get(client_id)
         if holder is not None and holder.shard == shard and holder.claim == claim:
             del self.table[client_id]
@@ -499,6 +557,11 @@ class ClientClaims:
                 "op": "client-closed", "client": client, "claim": claim}))
         elif op == "client-closed":
             self._closed(peer.index, client, claim)
+        elif op == "client-check":
+            self._send(peer, {"op": "client-checked", "client": client, "claim": claim,
+                              "live": self._live(client, claim)})
+        elif op == "client-checked":
+            self._checked(peer.index, client, claim, body.get("live") is True)
         else:  # client-release
             self._released(peer.index, client, claim)
 
@@ -524,6 +587,13 @@ class ClientClaims:
             if shard == peer.index:
                 for then in self._closing.pop((shard, claim), ()):
                     then()
+        for (shard, claim), waiting in list(self._checking.items()):
+            # Its claims waiting for a holder's answer end with it; those waiting for
+            # it as the holder find the id free.
+            waiting[:] = [(c, h) for c, h in waiting if h.shard != peer.index]
+            if shard == peer.index:
+                for cid, new in self._checking.pop((shard, claim), ()):
+                    self._arbitrate(cid, new)
 
     def owner_down(self, peer: _Peer) -> None:
         """``peer`` was unreachable for ``owner_wait_s``: connects waiting on it fail."""

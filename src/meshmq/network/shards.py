@@ -65,6 +65,7 @@ from meshmq.core.shard_relay import (
 )
 from meshmq.core.shard_txn import (
     Outcome,
+    OutcomeUnknownError,
     TxnAsk,
     TxnCommitted,
     TxnDecide,
@@ -840,6 +841,9 @@ class ShardPeers:
         # decision (``committing``), and how many frames of each TXN op went out.
         self._txn_waits: dict[str, asyncio.Future[None]] = {}
         self.txn_sent: dict[str, int] = {}
+        # One-phase commits waiting for their owner's answer: each given up after
+        # ``owner_wait_s`` (its COMMIT then fails, the outcome unknown here).
+        self._txn_timers: dict[str, asyncio.TimerHandle] = {}
         # The consumers of every shard, for the front shard's network links.
         self.node_interest = NodeInterest(self.broker, identity.index,
                                           front=identity.is_front, send=self._to_front)
@@ -880,6 +884,9 @@ class ShardPeers:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._dialers.clear()
+        for timer in self._txn_timers.values():
+            timer.cancel()
+        self._txn_timers.clear()
         self.flush()
         for peer in self.peers.values():
             link = peer.link
@@ -1380,6 +1387,9 @@ class ShardPeers:
             self._txn_out(peer, {"op": "commit-one" if txn.one_phase else "prepare",
                                  "txn": txn.txn, "acks": [list(a) for a in txn.acks]},
                           [encoded(m) for m in txn.sends])
+            if txn.one_phase:  # its answer is waited for as long as any owner's
+                self._txn_timers[txn.txn] = asyncio.get_running_loop().call_later(
+                    self.owner_wait_s, self._one_phase_unanswered, txn.txn, peer)
         elif isinstance(txn, TxnDecide):
             # An abort to an unreachable participant is presumed; a commit is driven
             # again on the next link (the decision record says to whom).
@@ -1516,19 +1526,46 @@ class ShardPeers:
             self.host.durability.when_durable(decided, not_logged,
                                               who=f"transaction {txn_id}", owners=False)
 
+    def _one_phase_unanswered(self, txn_id: str, peer: _Peer) -> None:
+        """One-phase ``txn_id``'s owner did not answer within ``owner_wait_s``: the
+        COMMIT fails, its outcome unknown here (the owner may have synced it before it
+        stopped answering, and rolling back is not this shard's to do); the
+        connection closes, as after a failed sync."""
+        self._txn_timers.pop(txn_id, None)
+        if not self.broker.shard_transactions.give_up(txn_id):
+            return
+        state = "is unreachable and " if peer.link is None else ""
+        log.warning("shard %s: one-phase transaction %s: shard %s %sdid not answer within "
+                    "%.1f s; its outcome is that shard's", self.identity.label, txn_id,
+                    peer.label, state, self.owner_wait_s)
+        fut = self._txn_waits.pop(txn_id, None)
+        if fut is not None and not fut.done():
+            fut.set_exception(OutcomeUnknownError(
+                f"may have committed: its outcome is unknown because shard {peer.label}, "
+                f"which commits all of it, {state}did not answer within "
+                f"{self.owner_wait_s:g} s (shards.owner_wait_ms); check before doing it "
+                "again"))
+
     def _schedule_flush_txns(self) -> None:
         # Aborts recorded outside a pump (a vote, a lost link) go with the next one.
         self._host.request_pump()
 
     def _txn_done(self, txn_id: str) -> None:
+        self._txn_settled(txn_id)
         fut = self._txn_waits.pop(txn_id, None)
         if fut is not None and not fut.done():
             fut.set_result(None)
 
     def _txn_failed(self, txn_id: str, reason: str) -> None:
+        self._txn_settled(txn_id)
         fut = self._txn_waits.pop(txn_id, None)
         if fut is not None and not fut.done():
             fut.set_exception(TransactionError(reason))
+
+    def _txn_settled(self, txn_id: str) -> None:
+        timer = self._txn_timers.pop(txn_id, None)
+        if timer is not None:
+            timer.cancel()
 
     def outstanding(self) -> int:
         """Sends not yet settled by their owners (statistics, tests)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,7 @@ from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
 from meshmq.core.destinations import Destination, DestKind
 from meshmq.core.message import MAX_PRIORITY, MIN_PRIORITY, Message, PropertyValue
 from meshmq.core.queue import BrowseEnd, Delivery
+from meshmq.core.shard_txn import OutcomeUnknownError
 from meshmq.core.stream import (
     FIRST_HEADER,
     NEXT_HEADER,
@@ -274,7 +276,8 @@ class StompSession(BufferedOutput):
         if clients is None or self._claimed or not client_id:
             return False
         self._claimed = True
-        answer, self._release_claim = clients.claim(client_id, "stomp", self._taken_over)
+        answer, self._release_claim = clients.claim(client_id, "stomp", self._taken_over,
+                                                    self._still_open)
         if answer.done() and not answer.cancelled() and answer.exception() is None:
             return False
         if not self._login_deferred:  # as for a password checked later
@@ -292,6 +295,11 @@ class StompSession(BufferedOutput):
 
         answer.add_done_callback(answered)
         return True
+
+    def _still_open(self) -> bool:
+        """Does the client still hold this connection? Asked when another shard claims
+        its client id: the client's end may be in the socket, not yet read."""
+        return not self.closing and _socket_open(self.transport)
 
     def _taken_over(self) -> None:
         if not self.closing:
@@ -683,6 +691,8 @@ class StompSession(BufferedOutput):
             why = "cancelled" if fut.cancelled() else fut.exception()
             if why is None:
                 decided.set_result(None)
+            elif isinstance(why, OutcomeUnknownError):  # not rolled back: not known
+                self.fail(f"transaction {txn_id!r} {why}")
             else:
                 self.fail(f"transaction {txn_id!r} was rolled back: {why}")
 
@@ -699,6 +709,11 @@ class StompSession(BufferedOutput):
         self._confirm(frame, False)
 
     def on_disconnect(self, frame: Frame) -> None:
+        # On a node: the client id's release is on its way to its owner before the
+        # RECEIPT, so a CONNECT right after it through another shard finds the id free.
+        release, self._release_claim = self._release_claim, None
+        if release is not None:
+            release()
         receipt = frame.get("receipt")
         if receipt:
             self.receipt(receipt)
@@ -954,6 +969,22 @@ class StompSession(BufferedOutput):
         if self.conn is not None:
             self.broker.set_paused(self.conn, False)
             self.host.request_pump()
+
+
+def _socket_open(transport: asyncio.BaseTransport) -> bool:
+    """Is the client's side of ``transport``'s socket still open? A peek at a copy of
+    its descriptor (the loop's transports lend no ``recv``): an end of stream, or a
+    reset, that the loop has not read yet says it is not. Other transports: open."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return True
+    try:
+        with socket.socket(sock.family, sock.type, fileno=socket.dup(sock.fileno())) as copy:
+            return copy.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+    except (BlockingIOError, InterruptedError):
+        return True  # nothing to read: open
+    except OSError:
+        return False  # reset, or already closed
 
 
 def _int_header(headers: dict[str, str], name: str, low: int, high: int) -> int:

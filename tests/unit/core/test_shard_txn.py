@@ -338,6 +338,40 @@ def test_a_one_phase_coordinator_stores_nothing_and_asks_after_a_lost_link() -> 
     assert txns.take() == [TxnForget(0, "1.0.99")]
 
 
+def test_a_one_phase_coordinator_gives_up_waiting_without_deciding_anything() -> None:
+    broker, _ = _shard(1)
+    conn = connect(broker)
+    there, mine = owned_by(0, "there"), owned_by(1, "mine")
+    txns = broker.shard_transactions
+    for lost in (False, True):  # the owner silent on its link, or the link gone
+        broker.begin(conn, "t")
+        broker.send(conn, (dst.queue(there),), Message(
+            message_id=f"ID:{lost}", destination=dst.queue(there), body=b"x",
+            persistent=True), "t")
+        broker.commit(conn, "t")
+        [prepare] = txns.take()
+        txn_id = txns.started(conn)
+        assert isinstance(prepare, TxnPrepare) and prepare.one_phase and txn_id
+        if lost:
+            txns.link_lost(0)
+        assert txns.give_up(txn_id) and not txns.give_up(txn_id)
+        assert txns.in_flight == 0 and txns.resume(0) == []  # not asked: not waited for
+        assert txns.take() == [] and broker.take_ops() == []  # nothing undone either
+        # Its answer, late (or sent again by a restarted owner): only forgotten.
+        assert txns.committed_one(txn_id, 0) is None
+        assert txns.take() == [TxnForget(0, txn_id)]
+        assert txns.voted(txn_id, 0, False) is None
+    # Two phases are not given up (their outcome is the coordinator's to decide).
+    broker.begin(conn, "t")
+    for name in (there, mine):
+        broker.send(conn, (dst.queue(name),), Message(
+            message_id=f"ID:{name}", destination=dst.queue(name), body=b"x"), "t")
+    broker.commit(conn, "t")
+    [prepare] = txns.take()
+    assert not prepare.one_phase and not txns.give_up(prepare.txn)
+    assert txns.in_flight == 1
+
+
 def test_a_one_phase_owner_commits_in_one_batch_and_keeps_its_record_until_forgotten(
         ) -> None:
     broker, store, consumer, tag, name = _participant()

@@ -5,7 +5,9 @@ holder per client id node-wide, MQTT take-over and STOMP refusal as on one broke
 restarted owner told again who holds its ids, and the MQTT session record kept by the
 owner and handed to the shard that resumes it: each change confirmed only once the owner
 has stored it, held while the owner is away, and the session's expiry run by the
-owner."""
+owner. A STOMP claim of an id held on another shard waits for that shard to say whether
+its connection still exists (its release may still be on the way), so a client that
+leaves and comes back at once through another shard is never refused."""
 
 from __future__ import annotations
 
@@ -177,10 +179,11 @@ class Conn:
     closed: bool = False
     answer: asyncio.Future[bytes | None] | None = None
     release: Callable[[], None] | None = None
+    open: bool = True  # False: the client ended it, its shard has not read that yet
 
     def claim(self) -> Conn:
         self.answer, self.release = self.mesh.shards[self.shard].claim(
-            self.client_id, self.proto, self.close)
+            self.client_id, self.proto, self.close, lambda: self.open)
         return self
 
     def close(self) -> None:
@@ -460,4 +463,132 @@ def test_a_restarted_owner_does_not_expire_a_session_a_shard_still_holds(
         mesh.restart(2)  # shard 0 announces its claim again with the link
         assert mesh.shards[2].table[cid].shard == 0
         assert cid not in mesh.shards[2].expiries
+    _run(body)
+
+
+# ------------------------------------------------------------------ a STOMP id reused
+def _ops(mesh: Mesh) -> list[str]:
+    return [body["op"] for _, _, body in mesh.wire]
+
+
+def _carry_one(mesh: Mesh) -> str:
+    """Carry the first message on the wire alone; its op."""
+    src, dst, body = mesh.wire.pop(0)
+    target = mesh.shards[dst]
+    target.on_interest(target.peers.peers[src], body)  # type: ignore[arg-type]
+    return str(body["op"])
+
+
+def _refused(conn: Conn) -> bool:
+    assert conn.answer is not None and conn.answer.done()
+    exc = conn.answer.exception()
+    return isinstance(exc, MeshmqError) and exc.code == "client-id-in-use" \
+        and exc.message == f"Broker: node - Client: {conn.client_id} already connected"
+
+
+@pytest.mark.parametrize("claimer", [1, 2])  # on the owner itself, or a link away
+def test_a_stomp_claim_that_overtakes_a_release_asks_the_holder_and_is_granted(
+        mesh: Mesh, claimer: int) -> None:
+    def body() -> None:
+        cid = _owned(1, "reuse")
+        first = Conn(mesh, 0, cid, "stomp").claim()
+        mesh.run()
+        first.close()
+        assert _ops(mesh) == ["client-release"]
+        release, mesh.wire = mesh.wire, []  # still on its way
+        again = Conn(mesh, claimer, cid, "stomp").claim()
+        mesh.run()
+        assert again.granted
+        assert mesh.shards[1].table[cid].shard == claimer
+        mesh.wire = release
+        mesh.run()  # the late release changes nothing
+        assert mesh.shards[1].table[cid].shard == claimer
+    _run(body)
+
+
+@pytest.mark.parametrize("holder", [0, 1])  # on another shard, or on the owner itself
+def test_a_connection_ended_but_not_yet_read_no_longer_holds_its_stomp_id(
+        mesh: Mesh, holder: int) -> None:
+    def body() -> None:
+        cid = _owned(1, "dropped")
+        first = Conn(mesh, holder, cid, "stomp").claim()
+        mesh.run()
+        first.open = False  # the client dropped it; its shard has not read the end
+        again = Conn(mesh, 2, cid, "stomp").claim()
+        mesh.run()
+        assert again.granted and not first.closed
+        first.close()  # its end, read at last: the new holder keeps the id
+        mesh.run()
+        assert mesh.shards[1].table[cid].shard == 2
+    _run(body)
+
+
+@pytest.mark.parametrize("holder", [0, 1])
+def test_a_live_stomp_holder_keeps_its_id_after_the_owner_asked(
+        mesh: Mesh, holder: int) -> None:
+    def body() -> None:
+        cid = _owned(1, "live")
+        first = Conn(mesh, holder, cid, "stomp").claim()
+        mesh.run()
+        for shard, proto in ((2, "stomp"), (2, "mqtt"), (1 - holder, "stomp")):
+            if shard == holder:
+                continue
+            rival = Conn(mesh, shard, cid, proto).claim()
+            mesh.run()
+            assert _refused(rival)
+            assert not first.closed and mesh.shards[1].table[cid].shard == holder
+        mqtt_holder = _owned(1, "mqtt-live")
+        mqtt = Conn(mesh, holder, mqtt_holder).claim()  # an MQTT holder is asked too
+        mesh.run()
+        stomp = Conn(mesh, 2, mqtt_holder, "stomp").claim()
+        mesh.run()
+        assert _refused(stomp) and not mqtt.closed
+    _run(body)
+
+
+def test_the_owner_asks_a_remote_holder_once_for_claims_made_together(
+        mesh: Mesh) -> None:
+    def body() -> None:
+        cid = _owned(1, "twice")
+        first = Conn(mesh, 0, cid, "stomp").claim()
+        mesh.run()
+        rivals = [Conn(mesh, 2, cid, "stomp").claim(), Conn(mesh, 1, cid, "stomp").claim()]
+        sent: list[str] = []
+        while mesh.wire:
+            sent.append(_carry_one(mesh))
+        assert sent.count("client-check") == 1
+        assert all(_refused(r) for r in rivals) and not first.closed
+        first.close()
+        mesh.run()
+        later = [Conn(mesh, 2, cid, "stomp").claim(), Conn(mesh, 1, cid, "stomp").claim()]
+        mesh.run()
+        [kept] = [c for c in later if c.granted]  # one holder, as ever
+        [other] = [c for c in later if c is not kept]
+        assert _refused(other) and mesh.shards[1].table[cid].shard == kept.shard
+    _run(body)
+
+
+def test_a_holder_lost_while_asked_frees_the_id_and_a_claimer_gone_takes_nothing(
+        mesh: Mesh) -> None:
+    def body() -> None:
+        cid = _owned(1, "lost")
+        Conn(mesh, 0, cid, "stomp").claim()
+        mesh.run()
+        waiting = Conn(mesh, 2, cid, "stomp").claim()
+        _carry_one(mesh)  # the claim reaches the owner, which asks shard 0
+        assert _ops(mesh) == ["client-check"]
+        mesh.kill(0)  # the holder's shard dies before it answers
+        mesh.run()
+        assert waiting.granted and mesh.shards[1].table[cid].shard == 2
+        # A claimer that goes while the owner asks is not given the id.
+        mesh.start(0)
+        other = _owned(1, "gone")
+        holder = Conn(mesh, 0, other, "stomp").claim()
+        mesh.run()
+        gone = Conn(mesh, 2, other, "stomp").claim()
+        _carry_one(mesh)
+        gone.close()  # its release reaches the owner before the holder's answer
+        holder.close()
+        mesh.run()
+        assert other not in mesh.shards[1].table
     _run(body)
