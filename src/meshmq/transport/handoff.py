@@ -9,16 +9,21 @@ at its first SEND or SUBSCRIBE, to the destination's owner instead: the socket i
 travels (``SCM_RIGHTS`` over a Unix ``SOCK_SEQPACKET`` socket in the node's private run
 directory) with what the session had negotiated (STOMP version, heart-beats, the
 authenticated user) and the bytes it had read but not handled, starting with that
-frame. The owner adopts the socket as if it had accepted it and goes on from there; the
-client sees nothing but its messages no longer crossing. A connection that later uses
-destinations of other shards crosses for those, as before.
+frame (MQTT: what CONNECT negotiated, and the will). The owner adopts the socket as if
+it had accepted it and goes on from there; the client sees nothing but its messages no
+longer crossing. A connection that later uses destinations of other shards crosses for
+those, as before.
 
-Only a connection that holds nothing yet is handed over: no subscription, transaction,
-temporary destination, client id, confirmation or output waiting, and only plain TCP
+Only a connection that holds nothing on this shard is handed over: no subscription,
+transaction, temporary destination, confirmation or output waiting (MQTT: a session
+that ends with the connection, no QoS 1/2 exchange in progress), and only plain TCP
 (a TLS session's keys live in this process; a WebSocket's framing too). Each connection
-is offered at most once. The owner says yes or no before the offering shard lets go:
-on no (its listener is full, it is stopping) the offering shard handles the frames
-itself, as without handoff; with no answer in time the connection is closed (the
+is offered at most once. A client id goes with it: the offer names the claim this shard
+holds on it, and the adopting shard has the id's owner move that claim to itself
+(network/shard_clients.py) before it says yes, so the id is held throughout. The owner
+says yes or no before the offering shard lets go: on no (its listener is full, it is
+stopping, the claim could not move) the offering shard handles the frames itself, as
+without handoff; with no answer in time the connection is closed (the
 client's failover reconnects), since the owner may already be reading it.
 
 Written by hand: no library passes asyncio connections between processes. One offer is

@@ -829,11 +829,7 @@ class MqttSession(BufferedOutput):
             "max_packet": machine.client_max_packet, "alias_max": machine.alias_max,
             "aliases": {str(k): v for k, v in machine._in_aliases.items()},
             "problem_info": self._problem_info, "auth_method": self._auth_method,
-            "will": None if will is None else {
-                "topic": will.topic, "payload": base64.b64encode(will.payload).decode(),
-                "qos": will.qos, "retain": will.retain,
-                "properties": base64.b64encode(
-                    encode_properties(will.properties, WILL_CONTEXT)).decode()}}
+            "will": None if will is None else _encode_will(will)}
 
     def _offer_answered(self, answer: asyncio.Future[bool],
                         waiting: list[Packet | ProtocolViolation], client_id: str,
@@ -1615,6 +1611,14 @@ class MqttProtocol(SessionProtocol[MqttSession]):
         if self.session is None:
             self.claim.lost()  # adopted, but gone before it was served
         super().connection_lost(exc)
+
+
+def _encode_will(will: Will) -> dict[str, object]:
+    """A will as JSON, for the shard a connection is handed to (``_decode_will``)."""
+    return {"topic": will.topic, "payload": base64.b64encode(will.payload).decode(),
+            "qos": will.qos, "retain": will.retain,
+            "properties": base64.b64encode(
+                encode_properties(will.properties, WILL_CONTEXT)).decode()}
 
 
 def _decode_will(data: object, level: int) -> Will | None:
