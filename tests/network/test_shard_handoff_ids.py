@@ -170,10 +170,11 @@ def test_a_second_mqtt_connect_after_a_handoff_takes_the_handed_one_over(
         second.close()
 
 
+@pytest.mark.parametrize("id_owner", [0, 1])
 def test_a_stomp_client_id_is_handed_over_refused_elsewhere_and_reconnects(
-        handing: ShardPair) -> None:
+        handing: ShardPair, id_owner: int) -> None:
     queue = handing.owned_by(0, "ids")
-    client_id = _client_id(handing, 1, "stomp")
+    client_id = _client_id(handing, id_owner, "stomp")
     consumer = RawClient(handing[1])
     consumer.connect(extra=[("client-id", client_id)])
     consumer.send_frame("SUBSCRIBE", [("destination", f"/queue/{queue}"), ("id", "s"),
@@ -255,3 +256,30 @@ def test_an_owner_that_declines_leaves_the_connections_to_cross_holding_their_id
         watcher.close()
     finally:
         pair.stop()
+
+
+def test_a_connection_whose_client_ids_owner_is_down_is_not_handed_and_keeps_its_id(
+        tmp_path: Path) -> None:
+    trio = ShardPair(tmp_path, mqtt=True, count=3, sharding=ShardsConfig(handoff=True))
+    trio.start()
+    try:
+        trio.wait_linked()
+        topic = _topic(trio, 0, "ownerless")
+        client_id = _client_id(trio, 2, "orphan")
+        client = RawMqtt(trio[1].mqtt_port, level=5)
+        client.connect(client_id)
+        trio.stop(2)
+        for k in (0, 1):
+            poll(lambda k=k: trio[k].links_up() == 1, what=f"shard {k}'s link to 2 down")
+        # The claim cannot move without its owner: shard 0 declines, the client crosses.
+        assert isinstance(client.publish(topic, b"m", qos=1), Puback)
+        assert _stats(trio[1])["declined"] == 1 and _stats(trio[0])["refused"] == 1
+        assert _clients(trio[1], "mqtt") == 1
+        trio.start(2)
+        trio.wait_linked()
+        # The owner, back, learns that shard 1 still holds the id.
+        poll(lambda: _holder(trio, client_id) == 1, what="the claim announced again")
+        client.ping()
+        client.close()
+    finally:
+        trio.stop()

@@ -561,9 +561,12 @@ class ClientClaims:
             holder = self.table.get(client)
             if holder is not None and holder.shard != peer.index:
                 # From a shard the id has since left (a change held while this owner
-                # was away): the shard that holds it now has the newer session.
-                log.info("shard %s: a stale session record of %r from shard %s ignored",
-                         self.peers.identity.label, client, peer.label)
+                # was away): the shard that holds it now has the newer session. (A
+                # drop overtaken by a handoff's move is expected: the adopting shard
+                # sends it again.)
+                (log.debug if op == "session-drop" else log.info)(
+                    "shard %s: a stale session record of %r from shard %s ignored",
+                    self.peers.identity.label, client, peer.label)
             elif op == "session-drop":
                 self._drop_here(client)
             else:
