@@ -360,6 +360,10 @@ class MoveRaces(RuleBasedStateMachine):
                 else:
                     assert holder is None
         finally:
+            for conn in self.conns:  # refusals nobody read are no error here
+                if conn.answer is not None and conn.answer.done() \
+                        and not conn.answer.cancelled():
+                    conn.answer.exception()
             asyncio.set_event_loop(None)
             self.loop.close()
 
