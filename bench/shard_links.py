@@ -1,7 +1,8 @@
 """Where a node of shards spends and waits: per-process CPU and each shard link's counters.
 
 Runs the scaling load (``bench/scaling.py``: 64 producers and 64 consumers over 64
-queues, 256 B, non-persistent) against ``meshmq broker --shards N`` with its management
+queues, 256 B, non-persistent; ``--protocol mqtt``: over 64 topics, QoS 0, clean
+sessions, each client with its client id) against ``meshmq broker --shards N`` with its management
 endpoint on, then reads ``GET /api/shards``: per shard link, the sends forwarded to
 owners, deliveries relayed, relay windows that filled, link writes and pauses, and the
 sends an owner parked at its memory limit (producer flow control across shards) or
@@ -10,6 +11,7 @@ process's share of a core (a shard well under 100% while messages wait is waitin
 and writes ``bench/results/<date>-shard-links-<cores>cores.md``.
 
     PYTHONPATH=src:. .venv/bin/python bench/shard_links.py [--shards 2 4] [--count N]
+        [--protocol stomp|mqtt] [--handoff on|off|both] [--rounds N]
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ LINK_TOTALS = ("sent", "delivered_out", "window_full", "writes", "link_pauses",
 HANDOFF_TOTALS = ("offered", "handed", "declined", "adopted")
 
 
-def run_one(shards: int, count: int, handoff: bool = True) -> dict[str, Any]:
+def run_one(shards: int, count: int, handoff: bool = True,
+            protocol: str = "stomp") -> dict[str, Any]:
     broker = ShardedMeshmq(shards)
     mport = free_port()
     broker.configure()
@@ -48,8 +51,9 @@ def run_one(shards: int, count: int, handoff: bool = True) -> dict[str, Any]:
         + f"\n[shards]\nhandoff = {'true' if handoff else 'false'}\n")
     broker.start()
     try:
-        spec = LoadSpec(host=bk.HOST, port=broker.ports["stomp"], producers=64,
-                        consumers=64, destinations=64, size=256, count=count, duration=20.0)
+        spec = LoadSpec(protocol=protocol, host=bk.HOST, port=broker.ports[protocol],
+                        producers=64, consumers=64, destinations=64, size=256, count=count,
+                        duration=20.0)
         cpu: dict[str, Any] = {}
 
         def on_start() -> None:
@@ -62,7 +66,8 @@ def run_one(shards: int, count: int, handoff: bool = True) -> dict[str, Any]:
         wall = cpu["t1"] - cpu["t0"]
         spent = {k: v - cpu["before"].get(k, 0.0) for k, v in cpu["after"].items()}
         row: dict[str, Any] = {
-            "shards": shards, "handoff": handoff, "e2e_rate": round(res.e2e_rate),
+            "protocol": protocol, "shards": shards, "handoff": handoff,
+            "e2e_rate": round(res.e2e_rate),
             "send_rate": round(res.send_rate),
             "cpu_us_per_delivery": round(1e6 * sum(spent.values()) / max(1, res.received), 1),
             "process_cpu_pct": sorted((round(100 * v / wall) for v in spent.values()),
@@ -94,20 +99,26 @@ def main() -> None:
     ap.add_argument("--handoff", choices=("on", "off", "both"), default="on",
                     help="connection handoff to the owning shard ([shards] handoff)")
     ap.add_argument("--rounds", type=int, default=1, help="runs of each row, interleaved")
+    ap.add_argument("--protocol", choices=("stomp", "mqtt"), default="stomp",
+                    help="the clients' protocol (mqtt: topics, QoS 0)")
     args = ap.parse_args()
     modes = {"on": [True], "off": [False], "both": [False, True]}[args.handoff]
     rows = []
     for _ in range(args.rounds):
         for n in args.shards:
             for handoff in (modes if n > 1 else [True]):
-                row = run_one(n, args.count, handoff)
+                row = run_one(n, args.count, handoff, args.protocol)
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     date = dt.date.today().isoformat()
-    out = Path(__file__).parent / "results" / f"{date}-shard-links-{os.cpu_count()}cores.md"
-    lines = [f"# Shard links under the scaling load ({date}, {os.cpu_count()} CPUs)", "",
+    stem = "shard-links" if args.protocol == "stomp" else "shard-links-mqtt"
+    out = Path(__file__).parent / "results" / f"{date}-{stem}-{os.cpu_count()}cores.md"
+    what = "" if args.protocol == "stomp" else ", MQTT QoS 0 over topics"
+    lines = [f"# Shard links under the scaling load{what} ({date}, {os.cpu_count()} CPUs)",
+             "",
              f"Command: `python bench/shard_links.py --shards {' '.join(map(str, args.shards))}"
-             f" --count {args.count} --handoff {args.handoff} --rounds {args.rounds}`, "
+             f" --count {args.count} --handoff {args.handoff} --rounds {args.rounds}"
+             f" --protocol {args.protocol}`, "
              f"{bk.meshmq_build()} build. Link and handoff counters are summed over every "
              "shard link (both directions) and every shard.", "",
              "| shards | handoff | e2e msg/s | CPU µs/delivery | process CPU % | "

@@ -48,6 +48,16 @@ armed again from the stored records when the owner restarts. An expired session 
 ended by the owner's MQTT service (``session_expired``): its durable subscriptions on
 every shard, then its record.
 
+A connection handed to another shard of the node (transport/handoff.py) takes its claim
+with it: the adopting shard asks the owner to move it (``client-move``, naming the old
+holder's shard and claim), and the owner switches its table from the old holder to the
+new one in one step, only while the old claim still holds the id and no take-over of it
+is under way, so the id is never free meanwhile, and the old shard's later release (of
+a claim the table no longer names) frees nothing. The owner answers ``client-claimed``;
+only then does the adopting shard take the connection. A move that fails (refused, the
+owner's link lost) leaves the connection where it was, its claim announced to the owner
+again.
+
 An owner unreachable for longer than ``owner_wait_s`` fails the claims waiting for it,
 and new claims to it are refused at once, retriably: a client id whose owner is down
 cannot connect until the node has restarted that shard (usually well under a second).
@@ -111,6 +121,7 @@ class _Held:
     future: asyncio.Future[bytes | None]
     # Whether the connection is still open (its end may not have been read yet).
     alive: Callable[[], bool] | None = None
+    moving: bool = False  # a move of another shard's claim (``move``), not yet answered
 
 
 class ClientClaims:
@@ -196,6 +207,73 @@ class ClientClaims:
             self._send(self.peers.peers[owner], {"op": "client-release",
                                                  "client": client_id, "claim": claim})
 
+    # ------------------------------------------------------------ moving a claim
+    def movable(self, client_id: str) -> str | None:
+        """The claim this shard holds on ``client_id``, for a connection handed to
+        another shard: granted, with no session record on its way to the owner (it
+        would arrive from a shard the id has left, and be ignored); None otherwise. A
+        drop on its way is no obstacle: the adopting shard sends it again once the
+        claim is its own (``drop_session``), and the two are one."""
+        held = self.held.get(client_id)
+        change = self.unstored.get(client_id)
+        if held is None or held.moving or not held.future.done() or \
+                held.future.cancelled() or held.future.exception() is not None or \
+                (change is not None and change.record is not None):
+            return None
+        return held.claim
+
+    def move(self, client_id: str, proto: str, shard: int, claim: str,
+             close: Callable[[], None]
+             ) -> tuple[asyncio.Future[bytes | None], Callable[[], None]] | None:
+        """Take over ``claim``, which shard ``shard`` holds on ``client_id``, for its
+        connection handed here. Returns the owner's answer (failing if it refused or
+        is unreachable) and the release, or None when it cannot be asked now (this
+        shard holds or claims the id itself, or the owner's link is down)."""
+        if client_id in self.held:
+            return None
+        owner = client_owner(client_id, self.count)
+        if owner != self.index:
+            peer = self.peers.peers[owner]
+            if peer.down or peer.link is None:
+                return None
+        future: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
+        new = f"{self.peers.boot}/{next(self._seq)}"
+        self.held[client_id] = _Held(new, proto, close, future, moving=True)
+
+        def release() -> None:
+            self.release(client_id, new)
+
+        if owner == self.index:
+            self._move(client_id, shard, claim, _Holder(self.index, new, proto))
+        else:
+            self._send(self.peers.peers[owner], {
+                "op": "client-move", "client": client_id, "claim": new, "proto": proto,
+                "from": shard, "from_claim": claim})
+        return future, release
+
+    def handed(self, client_id: str, claim: str) -> None:
+        """The connection holding ``claim`` went to another shard, its claim moved with
+        it: forget it here without a release (the owner names the new holder)."""
+        held = self.held.get(client_id)
+        if held is not None and held.claim == claim:
+            del self.held[client_id]
+
+    def kept(self, client_id: str, claim: str) -> None:
+        """A move of ``claim`` failed and its connection stays here: announce the claim
+        to the owner again, in case the move was made and then undone (its new holder's
+        link lost), so the owner holds it for this shard again or, if another connection
+        took the id meanwhile, closes this one."""
+        held = self.held.get(client_id)
+        if held is None or held.claim != claim:
+            return
+        owner = client_owner(client_id, self.count)
+        if owner == self.index:
+            self._announced(self.index, client_id, _Holder(self.index, claim, held.proto))
+        elif not self.peers.peers[owner].down:
+            self._send(self.peers.peers[owner], {
+                "op": "client-claim", "client": client_id, "claim": claim,
+                "proto": held.proto, "held": True})
+
     def put_session(self, client_id: str, body: bytes) -> asyncio.Future[None] | None:
         """Keep MQTT session record ``body`` (JSON) on the client id's owner. Returns
         what an answer that depends on it waits for: the owner's ``session-stored`` (None
@@ -273,6 +351,7 @@ class ClientClaims:
         held = self.held.get(client_id)
         if held is None or held.claim != claim or held.future.done():
             return
+        held.moving = False
         if refused is None:
             held.future.set_result(record)
         else:
@@ -351,6 +430,31 @@ class ClientClaims:
         for waiting in self._checking.values():
             waiting[:] = [(c, h) for c, h in waiting
                           if not (c == client_id and h.shard == shard and h.claim == claim)]
+    def _move(self, client_id: str, shard: int, claim: str, new: _Holder) -> None:
+        """Give ``client_id`` to ``new`` if ``claim`` of shard ``shard`` still holds it
+        (for the same protocol) and no take-over is closing it: one step, so the id is
+        never free and never held twice."""
+        old = self.table.get(client_id)
+        if old is None or old.shard != shard or old.claim != claim or \
+                old.proto != new.proto or (shard, claim) in self._closing:
+            self._reply(new, client_id, MeshmqError(
+                f"client id {client_id} is no longer held by the connection handed over",
+                code="client-moved", retriable=True))
+            return
+        self.table[client_id] = new
+        self._reply(new, client_id, None)
+
+    def _announced(self, shard: int, client_id: str, holder: _Holder) -> None:
+        """A claim announced again as held: the one claimed since, if any, keeps the id."""
+        current = self.table.get(client_id)
+        if current is not None and current.shard != shard:
+            if shard == self.index:
+                self._close_here(client_id, holder.claim)
+            else:
+                self._send(self.peers.peers[shard], {
+                    "op": "client-close", "client": client_id, "claim": holder.claim})
+        else:
+            self._arbitrate(client_id, holder)
 
     def _session_for(self, client_id: str, holder: _Holder) -> bytes | None:
         """The MQTT session record kept here for ``client_id``, given to the shard that
@@ -514,9 +618,12 @@ class ClientClaims:
             holder = self.table.get(client)
             if holder is not None and holder.shard != peer.index:
                 # From a shard the id has since left (a change held while this owner
-                # was away): the shard that holds it now has the newer session.
-                log.info("shard %s: a stale session record of %r from shard %s ignored",
-                         self.peers.identity.label, client, peer.label)
+                # was away): the shard that holds it now has the newer session. (A
+                # drop overtaken by a handoff's move is expected: the adopting shard
+                # sends it again.)
+                (log.debug if op == "session-drop" else log.info)(
+                    "shard %s: a stale session record of %r from shard %s ignored",
+                    self.peers.identity.label, client, peer.label)
             elif op == "session-drop":
                 self._drop_here(client)
             else:
@@ -537,13 +644,18 @@ class ClientClaims:
             raise RemoteProtocolError(f"shard {op} needs a client id and a claim")
         if op == "client-claim":
             proto = str(body.get("proto") or "mqtt")
-            if body.get("held") is True and client in self.table \
-                    and self.table[client].shard != peer.index:
-                # Announced again after this owner restarted, but another shard claimed
-                # the id meanwhile: the one claimed since keeps it.
-                self._send(peer, {"op": "client-close", "client": client, "claim": claim})
+            if body.get("held") is True:
+                # Announced again (after this owner restarted, or a failed move): if
+                # another shard claimed the id meanwhile, the one claimed since keeps it.
+                self._announced(peer.index, client, _Holder(peer.index, claim, proto))
             else:
                 self._arbitrate(client, _Holder(peer.index, claim, proto))
+        elif op == "client-move":
+            old_shard, old_claim = body.get("from"), body.get("from_claim")
+            if not isinstance(old_shard, int) or not isinstance(old_claim, str):
+                raise RemoteProtocolError("shard client-move needs the old holder")
+            self._move(client, old_shard, old_claim,
+                       _Holder(peer.index, claim, str(body.get("proto") or "mqtt")))
         elif op == "client-claimed":
             session = body.get("session")
             self._answered(client, claim, None if body.get("ok") is True else MeshmqError(
@@ -572,7 +684,7 @@ class ClientClaims:
             if change.owner == peer.index:
                 self._send_change(peer, client_id, change)
         for client_id, held in self.held.items():
-            if client_owner(client_id, self.count) == peer.index:
+            if client_owner(client_id, self.count) == peer.index and not held.moving:
                 self._send(peer, {"op": "client-claim", "client": client_id,
                                   "claim": held.claim, "proto": held.proto,
                                   "held": held.future.done()})
@@ -594,6 +706,12 @@ class ClientClaims:
             if shard == peer.index:
                 for cid, new in self._checking.pop((shard, claim), ()):
                     self._arbitrate(cid, new)
+        # Moves asked of ``peer`` fail: whether it made one is unknown, and it undoes
+        # any with this link (above, on its side); the connection stays where it was.
+        for client_id, held in list(self.held.items()):
+            if held.moving and not held.future.done() and \
+                    client_owner(client_id, self.count) == peer.index:
+                self._answered(client_id, held.claim, _unreachable(peer.label))
 
     def owner_down(self, peer: _Peer) -> None:
         """``peer`` was unreachable for ``owner_wait_s``: connects waiting on it fail."""

@@ -9,16 +9,21 @@ at its first SEND or SUBSCRIBE, to the destination's owner instead: the socket i
 travels (``SCM_RIGHTS`` over a Unix ``SOCK_SEQPACKET`` socket in the node's private run
 directory) with what the session had negotiated (STOMP version, heart-beats, the
 authenticated user) and the bytes it had read but not handled, starting with that
-frame. The owner adopts the socket as if it had accepted it and goes on from there; the
-client sees nothing but its messages no longer crossing. A connection that later uses
-destinations of other shards crosses for those, as before.
+frame (MQTT: what CONNECT negotiated, and the will). The owner adopts the socket as if
+it had accepted it and goes on from there; the client sees nothing but its messages no
+longer crossing. A connection that later uses destinations of other shards crosses for
+those, as before.
 
-Only a connection that holds nothing yet is handed over: no subscription, transaction,
-temporary destination, client id, confirmation or output waiting, and only plain TCP
+Only a connection that holds nothing on this shard is handed over: no subscription,
+transaction, temporary destination, confirmation or output waiting (MQTT: a session
+that ends with the connection, no QoS 1/2 exchange in progress), and only plain TCP
 (a TLS session's keys live in this process; a WebSocket's framing too). Each connection
-is offered at most once. The owner says yes or no before the offering shard lets go:
-on no (its listener is full, it is stopping) the offering shard handles the frames
-itself, as without handoff; with no answer in time the connection is closed (the
+is offered at most once. A client id goes with it: the offer names the claim this shard
+holds on it, and the adopting shard has the id's owner move that claim to itself
+(network/shard_clients.py) before it says yes, so the id is held throughout. The owner
+says yes or no before the offering shard lets go: on no (its listener is full, it is
+stopping, the claim could not move) the offering shard handles the frames itself, as
+without handoff; with no answer in time the connection is closed (the
 client's failover reconnects), since the owner may already be reading it.
 
 Written by hand: no library passes asyncio connections between processes. One offer is
@@ -45,7 +50,7 @@ if TYPE_CHECKING:
 
     from meshmq.core.shards import ShardIdentity
 
-__all__ = ["MAX_PENDING", "HandoffOffer", "HandoffStats", "Handoffs"]
+__all__ = ["MAX_PENDING", "AdoptedClaim", "HandoffOffer", "HandoffStats", "Handoffs"]
 
 log = logging.getLogger("meshmq.shards")
 
@@ -65,15 +70,22 @@ ANSWER_TIMEOUT_S = 5.0
 class HandoffOffer:
     """What travels with a handed-over connection."""
 
-    protocol: str  # "stomp"
+    protocol: str  # "stomp" or "mqtt"
     listener: str  # the listener it was accepted on: its max_connections counts it
-    version: str  # the negotiated STOMP version
-    send_interval: float  # negotiated heart-beats, seconds (0: none)
+    version: str  # the negotiated STOMP version, or the MQTT protocol level
+    send_interval: float  # negotiated heart-beats, seconds (0: none); MQTT: 0
     recv_interval: float
     user: str
     groups: tuple[str, ...]
     anonymous: bool
     pending: bytes = b""  # read but not handled, from the frame that caused the offer
+    # The client id and the claim on it that the offering shard ``shard`` holds: the
+    # adopting shard has the id's owner move the claim to it before it says yes.
+    client_id: str = ""
+    claim: str = ""
+    shard: int = -1
+    # MQTT: what CONNECT negotiated (transport/mqtt_server.py's ``handoff_state``).
+    session: dict[str, Any] | None = None
 
     def encode(self, token: str, offer_id: int, *, inline: bool = True) -> bytes:
         """The datagram; ``inline=False``: the pending bytes travel in a memory file."""
@@ -99,6 +111,8 @@ class HandoffOffer:
         offer_id = int(head.pop("id"))
         in_file = bool(head.pop("in_file", False))
         head["groups"] = tuple(str(g) for g in head["groups"])
+        if head.get("session") is not None and not isinstance(head["session"], dict):
+            raise ValueError("the session is not an object")
         return HandoffOffer(pending=pending, **head), token, offer_id, in_file
 
 
@@ -117,6 +131,40 @@ class HandoffStats:
         return asdict(self)
 
 
+class AdoptedClaim:
+    """The client-id claim that moved with an adopted connection, until its session
+    holds it: a take-over that comes first closes the session as it starts, and a
+    connection gone before its session started releases the claim."""
+
+    def __init__(self) -> None:
+        self.release: Callable[[], None] | None = None  # set once the claim moved here
+        self._close: Callable[[], None] | None = None
+        self._closed_early = False
+
+    def close(self) -> None:
+        """The owner gave the client id to another connection."""
+        if self._close is not None:
+            self._close()
+        else:
+            self._closed_early = True
+
+    def take(self, close: Callable[[], None]) -> Callable[[], None] | None:
+        """The session's: its take-over ``close``; returns the release it calls."""
+        self._close = close
+        release, self.release = self.release, None
+        return release
+
+    def started(self) -> None:
+        if self._closed_early and self._close is not None:
+            self._closed_early = False
+            self._close()
+
+    def lost(self) -> None:
+        release, self.release = self.release, None
+        if release is not None:
+            release()
+
+
 class _Channel:
     """This shard's connection to one owner's handoff socket and the offers waiting
     for its answers."""
@@ -129,10 +177,12 @@ class _Channel:
 class Handoffs:
     """A shard's end of connection handoff: offers connections to their owners and
     adopts those offered to it. ``adopt(offer, sock)`` makes a session of a received
-    socket and says whether it did; ``owner_up(k)`` whether shard k's link is up."""
+    socket and says whether it did, at once or, when a client id's claim must move
+    first, as a future; ``owner_up(k)`` whether shard k's link is up."""
 
     def __init__(self, identity: ShardIdentity, owner_up: Callable[[int], bool],
-                 adopt: Callable[[HandoffOffer, socket.socket], bool]) -> None:
+                 adopt: Callable[[HandoffOffer, socket.socket],
+                                 bool | asyncio.Future[bool]]) -> None:
         self.identity = identity
         self.owner_up = owner_up
         self._adopt = adopt
@@ -321,7 +371,7 @@ class Handoffs:
             for fd in fds:
                 os.close(fd)
             return
-        taken = False
+        taken: bool | asyncio.Future[bool] = False
         if token == self.identity.token and len(fds) == 1:
             client = socket.socket(fileno=fds[0])
             fds = []
@@ -330,10 +380,24 @@ class Handoffs:
             except Exception:
                 log.exception("adopting a handed-over connection failed")
                 taken = False
+            if isinstance(taken, asyncio.Future):
+                # Its client id's claim moves first: answered once the owner has.
+                taken.add_done_callback(
+                    lambda fut: self._adopted(channel, offer_id, client, _taken(fut)))
+                return
             if not taken:
                 client.close()  # ours only: the offering shard still holds its own
         for fd in fds:
             os.close(fd)
+        self._answer(channel, offer_id, taken is True)
+
+    def _adopted(self, channel: socket.socket, offer_id: int, client: socket.socket,
+                 taken: bool) -> None:
+        if not taken:
+            client.close()
+        self._answer(channel, offer_id, taken is True)
+
+    def _answer(self, channel: socket.socket, offer_id: int, taken: bool) -> None:
         if taken:
             self.stats.adopted += 1
         else:
@@ -345,6 +409,10 @@ class Handoffs:
             # The offering shard is gone: what it offered is closed with it, or
             # (taken) served here.
             log.debug("handoff answer not sent: %s", exc)
+
+
+def _taken(fut: asyncio.Future[bool]) -> bool:
+    return not fut.cancelled() and fut.exception() is None and fut.result()
 
 
 def _memory_file(data: bytes) -> int:

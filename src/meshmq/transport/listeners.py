@@ -136,8 +136,10 @@ class Listeners:
         else:
             from meshmq.transport.mqtt_server import MqttProtocol
 
+            mqtt_handoffs = self.handoffs if listener.protocol == "mqtt" else None
+
             def accept() -> asyncio.Protocol:
-                return MqttProtocol(host, name)
+                return MqttProtocol(host, name, handoffs=mqtt_handoffs)
         self.engine.limit(name, listener.max_connections)
         server = await loop.create_server(accept, listener.host, listener.port,
                                           ssl=self._ssl_context(listener),

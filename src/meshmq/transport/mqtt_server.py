@@ -14,6 +14,7 @@ retain flag in ``ActiveMQ.Retain`` (ActiveMQ's names).
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import secrets
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 from meshmq.core import destinations as dst
+from meshmq.core.auth import Principal
 from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
 from meshmq.core.destinations import Destination, DestKind
 from meshmq.core.message import Message, PropertyValue
@@ -36,6 +38,7 @@ from meshmq.errors import (
 from meshmq.protocol.mqtt import (
     PROTOCOL_LEVEL_5,
     PROTOCOL_LEVEL_311,
+    WILL_CONTEXT,
     Auth,
     Connack,
     Connect,
@@ -58,21 +61,27 @@ from meshmq.protocol.mqtt import (
     Unsuback,
     Unsubscribe,
     Will,
+    decode_properties,
     destination_name_to_mqtt_topic,
+    encode,
+    encode_properties,
     encode_publish_prepared,
     is_shared,
     mqtt_filter_to_destination,
     mqtt_topic_to_destination_name,
     publish_topic_field,
 )
+from meshmq.protocol.mqtt.decoder import MqttDecoder
 from meshmq.protocol.mqtt.session import (
     TOPIC_ALIAS_MAXIMUM,
     ConnectTimeout,
+    ConnState,
     InflightState,
     ProtocolViolation,
     ServerConnection,
 )
 from meshmq.transport.adapter import BufferedOutput, SessionProtocol
+from meshmq.transport.handoff import AdoptedClaim, HandoffOffer
 from meshmq.transport.login import authenticate
 from meshmq.transport.mqtt_service import RETAIN_PROPERTY
 from meshmq.transport.topology import PEERS_HEADER
@@ -80,8 +89,8 @@ from meshmq.transport.topology import PEERS_HEADER
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from meshmq.core.auth import Principal
     from meshmq.core.broker import Connection
+    from meshmq.transport.handoff import Handoffs
     from meshmq.transport.host import SessionHost
     from meshmq.transport.mqtt_service import MqttService
 
@@ -251,6 +260,12 @@ class MqttSession(BufferedOutput):
         self._pushed_back: list[Destination] = []
         self._recheck: asyncio.TimerHandle | None = None
         self._recheck_s = PUSH_BACK_RECHECK_S
+        # On a node of shards: offer this connection to the owner of the topic of its
+        # first PUBLISH or SUBSCRIBE (transport/handoff.py); None once tried.
+        self._handoff: Handoffs | None = None
+        self.listener: str | None = None
+        self._handing_off = False  # offered: reading paused until the owner answers
+        self._handed = False  # taken by another shard: its end here ends nothing
 
     def _write(self, data: bytes) -> None:
         # BufferedOutput's, repeated here so that the compiled build runs it natively:
@@ -290,6 +305,10 @@ class MqttSession(BufferedOutput):
         for i, packet in enumerate(packets):
             if self.closing:
                 break
+            if self._handoff is not None and (packet.__class__ is Publish or
+                                              packet.__class__ is Subscribe) and \
+                    self._offer(packets, i):
+                return
             if budget <= 0:
                 # One client's burst must not hold the event loop: the rest waits for the
                 # next turn, after the other connections.
@@ -323,7 +342,8 @@ class MqttSession(BufferedOutput):
             self._check_push_back()
         self.host.request_pump()
         self.flush()
-        if not self._held and not self.closing and not self._pushed_back:
+        if not self._held and not self.closing and not self._pushed_back and \
+                not self._handing_off:
             self.transport.resume_reading()
 
     # ------------------------------------------------------------ slow subscribers
@@ -722,6 +742,172 @@ class MqttSession(BufferedOutput):
         # Resend PUBREL for QoS 2 deliveries interrupted after PUBREC.
         for pid in self.machine.resume_pubrels():
             self._write(self.machine.send(Pubrel(pid)))
+
+    # ------------------------------------------------------------ handoff
+    def _offer(self, packets: list[Packet | ProtocolViolation], index: int) -> bool:
+        """Offer this connection to the shard that owns the topic of the PUBLISH or
+        SUBSCRIBE at ``index``, if it holds nothing that lives on this shard: a session
+        that ends with the connection, no subscription, no QoS 1/2 exchange or
+        confirmation in progress (transport/handoff.py). True: it was offered, and the
+        packets from ``index`` on wait for the owner's answer."""
+        handoffs, self._handoff = self._handoff, None
+        conn = self.conn
+        state = self.state
+        machine = self.machine
+        packet = packets[index]
+        if handoffs is None or conn is None or state is None or self.closing or \
+                self.persistent or state.expiry_s or state.subscriptions or \
+                conn.consumers or conn.principal.internal or not conn.client_id or \
+                len(self.confirms) or machine.inbound_pending or machine.inflight_count \
+                or state.inflight.inbound_qos2 or state.inflight.released or \
+                state.inflight.outbound_pubrel or self._pushed_back or \
+                self._authenticating or self.listener is None:
+            return False
+        if isinstance(packet, Publish):
+            topic = packet.topic
+            alias = packet.properties.topic_alias if self.level == PROTOCOL_LEVEL_5 \
+                else None
+            if alias is not None and not topic:
+                topic = machine._in_aliases.get(alias, "")
+        elif isinstance(packet, Subscribe) and len(packet.subscriptions) == 1:
+            topic = packet.subscriptions[0][0]
+        else:
+            return False
+        if not topic or "+" in topic or "#" in topic or is_shared(topic):
+            return False
+        try:
+            dest = _topic_dest(topic)
+        except MeshmqError:
+            return False  # handled here, to answer with the error
+        if dest.is_temporary or dest.is_wildcard or dest.is_advisory:
+            return False
+        identity = handoffs.identity
+        owner = identity.owner(dest)
+        if owner == identity.index or not handoffs.owner_up(owner):
+            return False
+        clients = self.host.durability.clients
+        claim = clients.movable(conn.client_id) if clients is not None else None
+        sock = self.transport.get_extra_info("socket")
+        if not claim or sock is None:
+            return False
+        self.flush()  # the CONNACK of a client that pipelined its first PUBLISH
+        if self.transport.get_write_buffer_size():
+            return False
+        parts: list[bytes] = []
+        for waiting in packets[index:]:
+            if isinstance(waiting, ProtocolViolation):
+                return False
+            parts.append(encode(waiting, self.level))
+        parts.append(machine.decoder.unparsed())
+        principal = conn.principal
+        offer = HandoffOffer(
+            "mqtt", self.listener, str(self.level), 0.0, 0.0, principal.user,
+            tuple(sorted(principal.groups)), principal.anonymous, b"".join(parts),
+            conn.client_id, claim, identity.index, self.handoff_state())
+        answer = handoffs.offer(owner, offer, sock.fileno())  # None: too much pending
+        if answer is None:
+            return False
+        self._handing_off = True
+        self.transport.pause_reading()
+        rest = packets[index:]
+        client_id = conn.client_id
+        answer.add_done_callback(lambda fut: self._offer_answered(fut, rest, client_id,
+                                                                  claim))
+        return True
+
+    def handoff_state(self) -> dict[str, object]:
+        """What CONNECT negotiated, for the shard this connection is handed to."""
+        machine = self.machine
+        will = self.will
+        clients = self.host.durability.clients
+        assert self.conn is not None
+        return {
+            # The drop of its session record (its clean start) has not reached the
+            # owner yet: the adopting shard sends it again, once the id is its own.
+            "drop": clients is not None and self.conn.client_id in clients.unstored,
+            "keep_alive": machine.keep_alive, "receive_max": machine.client_receive_max,
+            "max_packet": machine.client_max_packet, "alias_max": machine.alias_max,
+            "aliases": {str(k): v for k, v in machine._in_aliases.items()},
+            "problem_info": self._problem_info, "auth_method": self._auth_method,
+            "will": None if will is None else _encode_will(will)}
+
+    def _offer_answered(self, answer: asyncio.Future[bool],
+                        waiting: list[Packet | ProtocolViolation], client_id: str,
+                        claim: str) -> None:
+        self._handing_off = False
+        clients = self.host.durability.clients
+        if answer.cancelled() or answer.exception() is not None:
+            if not self.closing:
+                log.warning("MQTT connection %s: the shard it was handed to did not "
+                            "answer; closing it (the client reconnects)", self.remote)
+            self.closing = True
+            self.transport.abort()
+            return
+        if answer.result():
+            # The owner serves it now, its claim and will included: let go of our
+            # descriptor, writing nothing and publishing no will.
+            if clients is not None:
+                clients.handed(client_id, claim)
+            self._release_claim = None
+            self._handed = True
+            self.will = None
+            self.transport.abort()
+            return
+        if clients is not None:
+            clients.kept(client_id, claim)
+        if self.closing:
+            return  # the client went away, or was taken over, meanwhile
+        self._held = waiting
+        self.machine.last_read = time.monotonic()
+        asyncio.get_running_loop().call_soon(self._resume_turn)
+
+    def adopt(self, offer: HandoffOffer, release: Callable[[], None] | None) -> None:
+        """Serve a connection another shard of the node handed here, as it was there:
+        connected with what its CONNECT negotiated, its client id (whose claim moved
+        here: ``release`` ends it) and will, a session that ends with it; then the
+        bytes it had read and not handled."""
+        state = offer.session or {}
+        level = int(offer.version)
+        if level not in (PROTOCOL_LEVEL_311, PROTOCOL_LEVEL_5):
+            raise MeshmqError(f"a handed-over MQTT connection of level {level}")
+        machine = self.machine
+        machine.level = level
+        machine.decoder = MqttDecoder(max_packet_size=self.cfg.max_packet_size,
+                                      protocol_level=level,
+                                      retain_available=self.cfg.retain_available)
+        machine.state = ConnState.CONNECTED
+        machine.accept(keep_alive=int(state.get("keep_alive", 0)),
+                       receive_maximum=int(state.get("receive_max", 0)),
+                       alias_max=int(state.get("alias_max", 0)),
+                       client_max_packet=int(state.get("max_packet", 0)))
+        aliases = state.get("aliases") or {}
+        machine._in_aliases = {int(k): str(v) for k, v in aliases.items()}
+        machine.last_read = time.monotonic()
+        self._problem_info = bool(state.get("problem_info", True))
+        method = state.get("auth_method")
+        self._auth_method = method if isinstance(method, str) else None
+        self.will = _decode_will(state.get("will"), level)
+        self._claimed = True
+        self._release_claim = release
+        client_id = offer.client_id
+        pending = self.service.teardowns.get(client_id)
+        if pending is not None:
+            pending.finish()  # an earlier connection of this id here, still ending
+        principal = Principal(offer.user, frozenset(offer.groups), anonymous=offer.anonymous)
+        self.conn = self.broker.open_connection(principal, client_id=client_id,
+                                                remote=self.remote, protocol="mqtt")
+        self.host.register(self)
+        self.service.sessions[client_id] = self
+        self.service.cancel_will(client_id)
+        self.persistent = False
+        session = self.state = SessionState(client_id)
+        session.expiry_s = 0
+        machine.inflight = session.inflight
+        clients = self.host.durability.clients
+        if state.get("drop") and clients is not None:
+            clients.drop_session(client_id)
+        if offer.pending:
+            self.data_received(offer.pending)
 
     # ------------------------------------------------------------ PUBLISH in
     def on_publish(self, packet: Publish) -> None:
@@ -1209,7 +1395,9 @@ class MqttSession(BufferedOutput):
         ends = state is not None and (not self.persistent or state.expiry_s == 0)
         if ends:
             self.service.states.pop(client_id, None)
-        SessionTeardown(self.host, client_id, self.conn, drop_session=ends).start()
+        # A connection handed to another shard goes on there: its session ends nothing.
+        SessionTeardown(self.host, client_id, self.conn,
+                        drop_session=ends and not self._handed).start()
         if self.will is not None:
             delay = self.will.properties.will_delay_interval or 0
             if self.level == PROTOCOL_LEVEL_5 and self.state is not None:
@@ -1245,7 +1433,7 @@ class MqttSession(BufferedOutput):
 
     # ------------------------------------------------------------ output and timers
     def check_timeouts(self, now: float) -> None:
-        if self.closing or self._pushed_back:
+        if self.closing or self._pushed_back or self._handing_off:
             return  # held back by a slow subscriber: its silence is ours
         overdue = self.machine.timeouts(now)
         if overdue is None:
@@ -1386,11 +1574,64 @@ class SessionTeardown:
 
 
 class MqttProtocol(SessionProtocol[MqttSession]):
-    """The asyncio adapter for MQTT: one per TCP (or WebSocket) connection."""
+    """The asyncio adapter for MQTT: one per TCP (or WebSocket) connection.
+    ``handoffs``: a shard's, for plain TCP (transport/handoff.py); ``adopted``: the
+    offer of a connection another shard handed here (admitted by the caller)."""
+
+    def __init__(self, host: SessionHost, listener: str | None = None, *,
+                 handoffs: Handoffs | None = None, adopted: HandoffOffer | None = None
+                 ) -> None:
+        super().__init__(host, listener)
+        self.handoffs = handoffs
+        self.adopted = adopted
+        self.claim = AdoptedClaim()  # an adopted connection's moved claim
+        if adopted is not None:
+            self.admitted = True
 
     def make_session(self, transport: asyncio.Transport, remote: str) -> MqttSession:
-        return MqttSession(self.host, transport, remote,
-                           push_topology=self.host.pushes_topology(self.listener))
+        session = MqttSession(self.host, transport, remote,
+                              push_topology=self.host.pushes_topology(self.listener))
+        session.listener = self.listener
+        session._handoff = self.handoffs
+        return session
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        offer, self.adopted = self.adopted, None
+        session = self.session
+        if offer is not None and session is not None:
+            try:
+                session.adopt(offer, self.claim.take(session._taken_over))
+            except (MeshmqError, ValueError, TypeError) as exc:
+                log.warning("a handed-over MQTT connection could not be adopted: %s", exc)
+                session.close()
+            self.claim.started()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.session is None:
+            self.claim.lost()  # adopted, but gone before it was served
+        super().connection_lost(exc)
+
+
+def _encode_will(will: Will) -> dict[str, object]:
+    """A will as JSON, for the shard a connection is handed to (``_decode_will``)."""
+    return {"topic": will.topic, "payload": base64.b64encode(will.payload).decode(),
+            "qos": will.qos, "retain": will.retain,
+            "properties": base64.b64encode(
+                encode_properties(will.properties, WILL_CONTEXT)).decode()}
+
+
+def _decode_will(data: object, level: int) -> Will | None:
+    """The will of a handed-over connection (``MqttSession.handoff_state``)."""
+    if not isinstance(data, dict):
+        return None
+    props = Properties()
+    raw = base64.b64decode(str(data.get("properties") or ""))
+    if level == PROTOCOL_LEVEL_5 and raw:
+        props, _ = decode_properties(raw, 0, len(raw), WILL_CONTEXT)
+    return Will(topic=str(data["topic"]), payload=base64.b64decode(str(data["payload"])),
+                qos=int(data.get("qos", 0)), retain=bool(data.get("retain")),
+                properties=props)
 
 
 def _plain_credentials(data: bytes | None) -> tuple[str, str] | None:

@@ -52,6 +52,8 @@ if TYPE_CHECKING:
     from meshmq.network.shards import ShardPeers
     from meshmq.store.fence import WriteFence
     from meshmq.transport.handoff import HandoffOffer, Handoffs
+    from meshmq.transport.mqtt_server import MqttProtocol
+    from meshmq.transport.stomp_server import StompProtocol
 
 __all__ = ["EXIT_DEPOSED", "LISTENER_LABELS", "SHUTDOWN_DRAIN_S", "TIMER_INTERVAL",
            "BrokerRuntime", "run_broker", "tune_gc"]
@@ -428,23 +430,61 @@ class BrokerRuntime:
     def trace_events_dropped(self) -> int:
         return self.trace.events_dropped
 
-    def _adopt(self, offer: HandoffOffer, sock: socket.socket) -> bool:
+    def _adopt(self, offer: HandoffOffer, sock: socket.socket
+               ) -> bool | asyncio.Future[bool]:
         """A connection another shard handed here: admit it on its listener and serve
-        it; False (declined, the offering shard keeps it) before anything is read."""
+        it; False (declined, the offering shard keeps it) before anything is read. With
+        a client id, a future: yes once the id's owner has moved its claim here."""
         loop = self._loop
         listener = next((lst for lst in self.config.listeners if lst.name == offer.listener),
                         None)
-        if loop is None or offer.protocol != "stomp" or listener is None or \
-                listener.protocol != "stomp" or self.shutdown_requested or \
-                not self.started or not self.admit(listener.name):
+        clients = self.durability.clients
+        if loop is None or offer.protocol not in ("stomp", "mqtt") or listener is None or \
+                listener.protocol != offer.protocol or self.shutdown_requested or \
+                not self.started or (offer.client_id and clients is None) or \
+                not self.admit(listener.name):
             return False
-        from meshmq.transport.stomp_server import StompProtocol
+        protocol: StompProtocol | MqttProtocol
+        if offer.protocol == "stomp":
+            from meshmq.transport import stomp_server
 
-        protocol = StompProtocol(self, listener.name, handoffs=None, adopted=offer)
-        task = loop.create_task(self._serve_adopted(protocol, sock))
+            protocol = stomp_server.StompProtocol(self, listener.name, handoffs=None,
+                                                  adopted=offer)
+        else:
+            from meshmq.transport import mqtt_server
+
+            protocol = mqtt_server.MqttProtocol(self, listener.name, adopted=offer)
+        if not offer.client_id:
+            self._serve(protocol, sock)
+            return True
+        assert clients is not None
+        moved = clients.move(offer.client_id, offer.protocol, offer.shard, offer.claim,
+                             protocol.claim.close)
+        if moved is None:
+            self.release(listener.name)
+            return False
+        answer, protocol.claim.release = moved
+        taken: asyncio.Future[bool] = loop.create_future()
+        name = listener.name
+
+        def answered(fut: asyncio.Future[bytes | None]) -> None:
+            if fut.cancelled() or fut.exception() is not None:
+                log.debug("a handed-over connection's client id did not move: %s",
+                          "cancelled" if fut.cancelled() else fut.exception())
+                self.release(name)
+                taken.set_result(False)
+                return
+            self._serve(protocol, sock)
+            taken.set_result(True)
+
+        answer.add_done_callback(answered)
+        return taken
+
+    def _serve(self, protocol: asyncio.Protocol, sock: socket.socket) -> None:
+        assert self._loop is not None
+        task = self._loop.create_task(self._serve_adopted(protocol, sock))
         self._adoptions.add(task)
         task.add_done_callback(self._adoptions.discard)
-        return True
 
     async def _serve_adopted(self, protocol: asyncio.Protocol, sock: socket.socket) -> None:
         assert self._loop is not None

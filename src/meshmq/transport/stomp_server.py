@@ -53,7 +53,7 @@ from meshmq.protocol.stomp.encoder import FRAME_END, message_head_end
 from meshmq.transport import stomp_names
 from meshmq.transport.adapter import BufferedOutput, SessionProtocol
 from meshmq.transport.durability import NOT_STORED
-from meshmq.transport.handoff import HandoffOffer
+from meshmq.transport.handoff import AdoptedClaim, HandoffOffer
 from meshmq.transport.login import authenticate
 from meshmq.transport.topology import PEERS_HEADER
 
@@ -329,7 +329,7 @@ class StompSession(BufferedOutput):
         conn = self.conn
         frame = events[index]
         if handoffs is None or conn is None or not isinstance(frame, Frame) or \
-                conn.client_id is not None or conn.consumers or conn.transactions or \
+                conn.consumers or conn.transactions or \
                 conn.temp_destinations or conn.principal.internal or self._temp_names or \
                 len(self.confirms) or self.flow_blocked or \
                 self.write_paused or self.closing or self.listener is None or \
@@ -351,6 +351,14 @@ class StompSession(BufferedOutput):
         owner = identity.owner(dest)
         if owner == identity.index or not handoffs.owner_up(owner):
             return False
+        # A client id goes with its claim, which the owner moves to the adopting shard.
+        client_id = conn.client_id or ""
+        claim = ""
+        if client_id:
+            clients = self.host.durability.clients
+            claim = (clients.movable(client_id) if clients is not None else None) or ""
+            if not claim:
+                return False
         rest = self.machine.parser.unparsed()
         sock = self.transport.get_extra_info("socket")
         if rest is None or sock is None:
@@ -374,7 +382,7 @@ class StompSession(BufferedOutput):
         offer = HandoffOffer(
             "stomp", self.listener, self.version, machine.send_interval,
             machine.recv_interval, principal.user, tuple(sorted(principal.groups)),
-            principal.anonymous, b"".join(parts))
+            principal.anonymous, b"".join(parts), client_id, claim, identity.index)
         answer = handoffs.offer(owner, offer, sock.fileno())  # None: too much pending
         if answer is None:
             return False
@@ -384,11 +392,21 @@ class StompSession(BufferedOutput):
             self._hb_handle.cancel()
             self._hb_handle = None
         waiting = events[index:]
-        answer.add_done_callback(lambda fut: self._offer_answered(fut, waiting))
+        answer.add_done_callback(lambda fut: self._offer_answered(fut, waiting, client_id,
+                                                                  claim))
         return True
 
-    def _offer_answered(self, answer: asyncio.Future[bool], waiting: list[Event]) -> None:
+    def _offer_answered(self, answer: asyncio.Future[bool], waiting: list[Event],
+                        client_id: str = "", claim: str = "") -> None:
         self._handing_off = False
+        clients = self.host.durability.clients
+        if client_id and clients is not None and not answer.cancelled() and \
+                answer.exception() is None:
+            if answer.result():
+                clients.handed(client_id, claim)  # moved: this shard releases nothing
+                self._release_claim = None
+            else:
+                clients.kept(client_id, claim)
         if answer.cancelled() or answer.exception() is not None:
             if not self.closing:
                 log.warning("STOMP connection %s: the shard it was handed to did not "
@@ -408,10 +426,11 @@ class StompSession(BufferedOutput):
         self._schedule_heartbeat()
         self._process(waiting)
 
-    def adopt(self, offer: HandoffOffer) -> None:
+    def adopt(self, offer: HandoffOffer, release: Callable[[], None] | None = None) -> None:
         """Serve a connection another shard of the node handed here, as it was there:
-        connected, with its negotiated version and heart-beats, then the bytes it had
-        read and not handled."""
+        connected, with its negotiated version and heart-beats (and its client id, whose
+        claim moved here: ``release`` ends it), then the bytes it had read and not
+        handled."""
         machine = self.machine
         machine.adopt(offer.version, offer.send_interval, offer.recv_interval,
                       time.monotonic())
@@ -419,8 +438,10 @@ class StompSession(BufferedOutput):
         self._cache_key = f"stomp{offer.version}"
         self._escape = machine.escape
         principal = Principal(offer.user, frozenset(offer.groups), anonymous=offer.anonymous)
-        self.conn = self.broker.open_connection(principal, remote=self.remote,
-                                                protocol="stomp")
+        self._claimed = True  # (a CONNECT after this one is refused by the machine)
+        self._release_claim = release
+        self.conn = self.broker.open_connection(principal, client_id=offer.client_id or None,
+                                                remote=self.remote, protocol="stomp")
         self.host.register(self)
         self._schedule_heartbeat()
         if offer.pending:
@@ -1054,6 +1075,8 @@ class StompProtocol(SessionProtocol[StompSession]):
         super().__init__(host, listener)
         self.handoffs = handoffs
         self.adopted = adopted
+        # An adopted connection's moved claim (transport/handoff.py's AdoptedClaim).
+        self.claim = AdoptedClaim()
         if adopted is not None:
             self.admitted = True
 
@@ -1070,6 +1093,12 @@ class StompProtocol(SessionProtocol[StompSession]):
         session = self.session
         if offer is not None and session is not None:
             try:
-                session.adopt(offer)
+                session.adopt(offer, self.claim.take(session._taken_over))
             except MeshmqError as exc:
                 session.fail(exc.message)
+            self.claim.started()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.session is None:
+            self.claim.lost()  # adopted, but gone before it was served
+        super().connection_lost(exc)

@@ -1,21 +1,25 @@
 """The datagram a shard sends with a handed-over connection (transport/handoff.py):
 what is encoded is what is decoded, whether the pending bytes ride in the datagram or
-in a memory file, and a malformed head is refused."""
+in a memory file, with a client id's claim and an MQTT connection's negotiated state
+and will, and a malformed head is refused."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from meshmq.protocol.mqtt import PROTOCOL_LEVEL_5, PROTOCOL_LEVEL_311, Properties, Will
 from meshmq.transport.handoff import (
     INLINE_PENDING,
     HandoffOffer,
     _memory_file,
     _read_memory_file,
 )
+from meshmq.transport.mqtt_server import _decode_will, _encode_will
 
 offers = st.builds(
     HandoffOffer, protocol=st.just("stomp"), listener=st.text(min_size=1, max_size=20),
@@ -50,3 +54,49 @@ def test_pending_bytes_beyond_a_datagram_travel_in_a_memory_file() -> None:
 def test_a_malformed_offer_is_refused(data: bytes) -> None:
     with pytest.raises((ValueError, KeyError, TypeError)):
         HandoffOffer.decode(data)
+
+
+def test_an_offer_with_a_client_id_and_an_mqtt_session_decodes_to_itself() -> None:
+    session = {"keep_alive": 30, "receive_max": 10, "max_packet": 4096, "alias_max": 5,
+               "aliases": {"1": "a/b"}, "problem_info": False, "auth_method": None,
+               "drop": True, "will": {"topic": "w", "payload": "Z29uZQ==", "qos": 1,
+                                      "retain": False, "properties": ""}}
+    offer = HandoffOffer("mqtt", "mqtt", "5", 0.0, 0.0, "u", (), True, b"\x30\x00",
+                         "dev-1", "boot/7", 1, session)
+    assert HandoffOffer.decode(offer.encode("t", 9)) == (offer, "t", 9, False)
+
+
+def test_an_mqtt_session_that_is_not_an_object_is_refused() -> None:
+    data = HandoffOffer("mqtt", "mqtt", "4", 0.0, 0.0, "u", (), True).encode("t", 1)
+    with pytest.raises(ValueError, match="session"):
+        HandoffOffer.decode(data.replace(b'"session":null', b'"session":[1]'))
+
+
+def mqtt_text(**kw: int) -> st.SearchStrategy[str]:
+    """Text an MQTT string may hold: no U+0000, no surrogates (MQTT 1.5.4; a CONNECT
+    with either is refused before any will exists)."""
+    return st.text(st.characters(exclude_characters="\x00", exclude_categories=("Cs",)),
+                   **kw)
+
+
+wills = st.builds(
+    Will, topic=mqtt_text(min_size=1, max_size=20), payload=st.binary(max_size=64),
+    qos=st.integers(0, 2), retain=st.booleans(),
+    properties=st.builds(
+        Properties, will_delay_interval=st.none() | st.integers(0, 2**32 - 1),
+        message_expiry_interval=st.none() | st.integers(0, 2**32 - 1),
+        content_type=st.none() | mqtt_text(max_size=10),
+        user_properties=st.lists(st.tuples(mqtt_text(max_size=5), mqtt_text(max_size=5)),
+                                 max_size=3)))
+
+
+@given(wills)
+def test_an_mqtt_5_will_travels_whole(will: Will) -> None:
+    decoded = _decode_will(json.loads(json.dumps(_encode_will(will))), PROTOCOL_LEVEL_5)
+    assert decoded == will
+
+
+def test_a_3_1_1_will_has_no_properties() -> None:
+    will = Will("t", b"x", 1, True)
+    assert _decode_will(_encode_will(will), PROTOCOL_LEVEL_311) == will
+    assert _decode_will(None, PROTOCOL_LEVEL_311) is None

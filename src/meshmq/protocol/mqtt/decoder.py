@@ -249,6 +249,10 @@ class MqttDecoder:
         """Received bytes not yet returned as packets."""
         return len(self._buf)
 
+    def unparsed(self) -> bytes:
+        """The received bytes not yet returned as packets (the start of the next)."""
+        return bytes(self._buf)
+
     @property
     def error(self) -> MqttProtocolError | None:
         """The error that killed this decoder, if any."""
