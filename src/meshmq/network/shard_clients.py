@@ -15,8 +15,12 @@ MQTT connections, asks the holder's shard to close its connection (``client-clos
 MQTT's "session taken over") and grants the claim once that shard answers
 ``client-closed``, so the old connection is gone before the new one is accepted. A
 connection's end releases its claim (``client-release``); a shard's lost link releases
-every claim it held. A shard whose link comes up announces the claims it holds for the
-peer's ids again (a restarted owner starts with an empty table).
+every claim it held. A release also withdraws a claim the owner has not answered yet
+(its connection ended while a take-over was closing the old holder, or a newer claim of
+the id on the same shard replaced it, the release sent ahead of the newer claim): the
+owner never grants a claim nobody holds, nor an older claim after a newer one. A shard
+whose link comes up announces the claims it holds for the peer's ids again (a restarted
+owner starts with an empty table).
 
 A release travels to the owner a link hop after the connection ended, so a client that
 leaves and connects again at once through another shard may claim the id first. Before
@@ -56,7 +60,10 @@ is under way, so the id is never free meanwhile, and the old shard's later relea
 a claim the table no longer names) frees nothing. The owner answers ``client-claimed``;
 only then does the adopting shard take the connection. A move that fails (refused, the
 owner's link lost) leaves the connection where it was, its claim announced to the owner
-again.
+again. A claim made on the adopting shard before the move is answered ends the move
+there (the connection stays where it was): its release (``unmove``) gives the id back
+to the claim the move replaced, unless that was released meanwhile, so the new claim
+takes that connection over.
 
 An owner unreachable for longer than ``owner_wait_s`` fails the claims waiting for it,
 and new claims to it are refused at once, retriably: a client id whose owner is down
@@ -99,6 +106,9 @@ class _Holder:
     shard: int
     claim: str
     proto: str
+    # The (shard, claim) a move gave the id away from, while that connection still
+    # holds it: a move withdrawn before it was answered gives the id back to it.
+    moved_from: tuple[int, str] | None = None
 
 
 @dataclass(slots=True)
@@ -135,7 +145,7 @@ class ClientClaims:
         self.held: dict[str, _Held] = {}  # client id -> this shard's claim
         self.table: dict[str, _Holder] = {}  # as owner: client id -> its holder
         # As owner: claims waiting for a holder to close, by (holder shard, claim).
-        self._closing: dict[tuple[int, str], list[Callable[[], None]]] = {}
+        self._closing: dict[tuple[int, str], list[tuple[str, _Holder]]] = {}
         # As owner: claims waiting for a holder on another shard to say whether its
         # connection still exists, by (holder shard, its claim).
         self._checking: dict[tuple[int, str], list[tuple[str, _Holder]]] = {}
@@ -177,11 +187,17 @@ class ClientClaims:
             # Held on this shard: one broker's rules, at once (a STOMP duplicate).
             future.set_exception(_in_use(client_id, self.peers.identity.node))
             return future, release
+        owner = client_owner(client_id, self.count)
         if previous is not None and not previous.future.done():
+            # Still waiting at the owner (a take-over under way): the newer claim
+            # replaces it here, so it is withdrawn there too, ahead of the newer one on
+            # the same link; else the owner could grant it after the newer one, or once
+            # the newer one is released, to a claim nobody holds.
+            moving = previous.moving
             previous.future.set_exception(_in_use(client_id, self.peers.identity.node))
+            self._withdraw(owner, client_id, previous.claim, unmove=moving)
         self.held[client_id] = _Held(claim, proto, close, future, alive)
 
-        owner = client_owner(client_id, self.count)
         if owner == self.index:
             self._arbitrate(client_id, _Holder(self.index, claim, proto))
             return future, release
@@ -198,14 +214,24 @@ class ClientClaims:
         if held is None or held.claim != claim:
             return
         del self.held[client_id]
+        unmove = held.moving and not held.future.done()
         if not held.future.done():
             held.future.cancel()
-        owner = client_owner(client_id, self.count)
+        self._withdraw(client_owner(client_id, self.count), client_id, claim, unmove)
+
+    def _withdraw(self, owner: int, client_id: str, claim: str, unmove: bool) -> None:
+        """Tell ``owner`` that ``claim`` no longer holds (or asks for) ``client_id``:
+        granted, it is freed; still waiting (for a take-over, a holder's answer), it is
+        no longer made. ``unmove``: a move not yet answered, so its connection stays on
+        the shard that offered it: a move the owner made is undone."""
         if owner == self.index:
-            self._released(self.index, client_id, claim)
-        else:
-            self._send(self.peers.peers[owner], {"op": "client-release",
-                                                 "client": client_id, "claim": claim})
+            self._released(self.index, client_id, claim, unmove)
+            return
+        body: dict[str, Any] = {"op": "client-release", "client": client_id,
+                                "claim": claim}
+        if unmove:
+            body["unmove"] = True
+        self._send(self.peers.peers[owner], body)
 
     # ------------------------------------------------------------ moving a claim
     def movable(self, client_id: str) -> str | None:
@@ -388,9 +414,10 @@ class ClientClaims:
             else:  # its release may be on the way: the holder says
                 self._check(client_id, old, new)
         else:  # MQTT take-over: the holder's connection goes first
-            waiting = self._closing.setdefault((old.shard, old.claim), [])
-            waiting.append(lambda: self._arbitrate(client_id, new))
-            if len(waiting) == 1:
+            key = (old.shard, old.claim)
+            asked_before = key in self._closing
+            self._closing.setdefault(key, []).append((client_id, new))
+            if not asked_before:
                 if old.shard == self.index:
                     self._close_here(client_id, old.claim)
                     # After the pump, as client-closed from another shard (below).
@@ -426,10 +453,13 @@ class ClientClaims:
             self._arbitrate(cid, new, (shard, claim))
 
     def _unwait(self, shard: int, client_id: str, claim: str) -> None:
-        """A claim waiting for a holder's answer was released: it is no longer made."""
-        for waiting in self._checking.values():
+        """A claim waiting for a holder's answer, or for a take-over's close, was
+        released (its connection ended, or a newer claim on its shard replaced it): it
+        is no longer made, so it is never granted to a connection that is gone."""
+        for waiting in itertools.chain(self._checking.values(), self._closing.values()):
             waiting[:] = [(c, h) for c, h in waiting
                           if not (c == client_id and h.shard == shard and h.claim == claim)]
+
     def _move(self, client_id: str, shard: int, claim: str, new: _Holder) -> None:
         """Give ``client_id`` to ``new`` if ``claim`` of shard ``shard`` still holds it
         (for the same protocol) and no take-over is closing it: one step, so the id is
@@ -441,6 +471,7 @@ class ClientClaims:
                 f"client id {client_id} is no longer held by the connection handed over",
                 code="client-moved", retriable=True))
             return
+        new.moved_from = (shard, claim)
         self.table[client_id] = new
         self._reply(new, client_id, None)
 
@@ -492,13 +523,24 @@ class ClientClaims:
                 "code": refused.code if refused else "",
                 "session": None if record is None else record.decode()})
 
-    def _released(self, shard: int, client_id: str, claim: str) -> None:
-        if self._checking:
+    def _released(self, shard: int, client_id: str, claim: str,
+                  unmove: bool = False) -> None:
+        if self._checking or self._closing:
             self._unwait(shard, client_id, claim)
         holder = self.table.get(client_id)
-        if holder is not None and holder.shard == shard and holder.claim == claim:
+        if holder is None:
+            return
+        if holder.shard == shard and holder.claim == claim:
+            if unmove and holder.moved_from is not None:
+                # The handoff did not happen: the offering shard's connection holds
+                # the id again (it announces it again too, ``kept``).
+                old_shard, old_claim = holder.moved_from
+                self.table[client_id] = _Holder(old_shard, old_claim, holder.proto)
+                return
             del self.table[client_id]
             self._arm(client_id)  # (after the session's last record: the same link)
+        elif holder.moved_from == (shard, claim):
+            holder.moved_from = None  # the connection a move left is gone too
 
     # ------------------------------------------------------------ as the owner: records
     def _put_here(self, client_id: str, data: bytes) -> None:
@@ -602,8 +644,8 @@ class ClientClaims:
 
     def _closed(self, shard: int, client_id: str, claim: str) -> None:
         self._released(shard, client_id, claim)
-        for then in self._closing.pop((shard, claim), ()):
-            then()
+        for cid, new in self._closing.pop((shard, claim), ()):
+            self._arbitrate(cid, new)
 
     # ------------------------------------------------------------ the link
     def on_interest(self, peer: _Peer, body: dict[str, Any]) -> None:
@@ -675,7 +717,7 @@ class ClientClaims:
         elif op == "client-checked":
             self._checked(peer.index, client, claim, body.get("live") is True)
         else:  # client-release
-            self._released(peer.index, client, claim)
+            self._released(peer.index, client, claim, body.get("unmove") is True)
 
     def link_up(self, peer: _Peer) -> None:
         """Session changes ``peer`` has not stored yet, in order, then the claims this
@@ -692,20 +734,23 @@ class ClientClaims:
     def link_down(self, peer: _Peer) -> None:
         """``peer``'s connections are gone with it (or will be): its claims end, and
         take-overs waiting for it go on."""
+        pendings = (self._closing, self._checking)
+        for pending in pendings:
+            # Its claims waiting for a holder (to close, or to answer) end with it, first
+            # (it announces those it still makes again when the link is back) ...
+            for waiting in pending.values():
+                waiting[:] = [(c, h) for c, h in waiting if h.shard != peer.index]
         for client_id, holder in list(self.table.items()):
             if holder.shard == peer.index:
                 self._closed(peer.index, client_id, holder.claim)
-        for (shard, claim), _ in list(self._closing.items()):
-            if shard == peer.index:
-                for then in self._closing.pop((shard, claim), ()):
-                    then()
-        for (shard, claim), waiting in list(self._checking.items()):
-            # Its claims waiting for a holder's answer end with it; those waiting for
-            # it as the holder find the id free.
-            waiting[:] = [(c, h) for c, h in waiting if h.shard != peer.index]
-            if shard == peer.index:
-                for cid, new in self._checking.pop((shard, claim), ()):
-                    self._arbitrate(cid, new)
+            elif holder.moved_from is not None and holder.moved_from[0] == peer.index:
+                holder.moved_from = None
+        for pending in pendings:
+            # ... and those waiting for it as the holder find the id free.
+            for shard, claim in list(pending):
+                if shard == peer.index:
+                    for cid, new in pending.pop((shard, claim), ()):
+                        self._arbitrate(cid, new)
         # Moves asked of ``peer`` fail: whether it made one is unknown, and it undoes
         # any with this link (above, on its side); the connection stays where it was.
         for client_id, held in list(self.held.items()):
