@@ -94,16 +94,21 @@ class ClientClosedError(ClientError):
 
 
 class TransactionRolledBackError(TransactionError):
-    """The connection dropped before COMMIT was sent: the broker discarded the transaction.
-    Nothing of it happened; redo it in a new transaction."""
+    """The connection dropped before COMMIT was sent, so the broker discarded the
+    transaction, or the broker answered COMMIT by rolling it back (an ERROR with
+    ``meshmq-outcome: rolled-back``: on a node of shards, a shard it touches was
+    unreachable or did not prepare in time). Nothing of it happened; redo it in a new
+    transaction."""
 
     code = "transaction-rolled-back"
     retriable = True
 
 
 class TransactionInDoubtError(TransactionError):
-    """The connection dropped after COMMIT was sent and before its receipt: the broker may
-    or may not have committed. The application must decide (idempotent sends with a
-    ``dedup-id`` make redoing the sends safe on meshmq)."""
+    """The connection dropped after COMMIT was sent and before its receipt, or the broker
+    answered COMMIT saying its outcome is unknown (an ERROR with ``meshmq-outcome:
+    unknown``: on a node of shards, the shard that commits it did not answer in time):
+    the broker may or may not have committed. The application must decide (idempotent
+    sends with a ``dedup-id`` make redoing the sends safe on meshmq)."""
 
     code = "transaction-in-doubt"

@@ -10,10 +10,23 @@ import asyncio
 import ssl
 from typing import Any
 
-from meshmq.protocol.stomp import Frame, StompParser, encode_frame, parse_heartbeat
+from meshmq.errors import MeshmqError
+from meshmq.protocol.stomp import (
+    OUTCOME_HEADER,
+    Frame,
+    StompParser,
+    encode_frame,
+    parse_heartbeat,
+)
 
 from .connection import BaseConnection, DeliverFn, Dialer, dial_tcp, log
-from .errors import AuthenticationFailedError, BrokerError, ConnectionLostError
+from .errors import (
+    AuthenticationFailedError,
+    BrokerError,
+    ConnectionLostError,
+    TransactionInDoubtError,
+    TransactionRolledBackError,
+)
 from .options import Endpoint
 from .types import DEDUP_HEADER, PEERS_HEADER, AckMode, Message, SubscriptionSpec
 
@@ -99,9 +112,10 @@ class StompConnection(BaseConnection):
             self.resolve("CONNECTED", frame)
         elif command == "ERROR":
             message = frame.get("message") or frame.body.decode("utf-8", "replace").strip()
-            error = BrokerError(f"{self.endpoint}: broker error: {message}")
+            error = _error(self.endpoint, message, frame.get(OUTCOME_HEADER))
             receipt = frame.get("receipt-id")
             if not (receipt and self.resolve(receipt, error=error)):
+                error = BrokerError(f"{self.endpoint}: broker error: {message}")
                 if _is_auth_refusal(message):
                     error = AuthenticationFailedError(
                         f"{self.endpoint}: login refused: {message}")
@@ -174,6 +188,17 @@ class StompConnection(BaseConnection):
         except ConnectionLostError:
             pass
         log.debug("%s: disconnected", self.endpoint)
+
+
+def _error(endpoint: Endpoint, message: str, outcome: str | None) -> MeshmqError:
+    """The error an ERROR answering a request raises. A COMMIT's says (meshmq's
+    ``meshmq-outcome`` header, not its text) whether the transaction was rolled back or
+    may have committed; anything else is the broker's refusal."""
+    if outcome == "unknown":
+        return TransactionInDoubtError(f"{endpoint}: {message}")
+    if outcome == "rolled-back":
+        return TransactionRolledBackError(f"{endpoint}: {message}")
+    return BrokerError(f"{endpoint}: broker error: {message}")
 
 
 def _is_auth_refusal(message: str) -> bool:

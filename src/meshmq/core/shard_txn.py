@@ -42,6 +42,12 @@ then it gives the transaction up (``give_up``), and the COMMIT fails with
 stopped answering). An answer that comes later changes nothing here but the owner's
 record, which it is told to forget.
 
+Two phases wait for the votes as long (a participant stopped with its link up would
+otherwise hold the COMMIT until the link's keep-alive gives up): then, the decision not
+being made, the outcome is certain: the transaction aborts (``time_out``), every
+participant is told so, and one that prepares later (it wakes up and reads the prepare,
+then the abort behind it on the same link; or asks once linked again) drops its part.
+
 The sends are held on the coordinator until COMMIT, not prepared on their owners as
 they arrive: an ABORT or a disconnect then costs nothing on the other shards, and a
 transaction that touches no other shard costs exactly what it does on one broker.
@@ -206,6 +212,19 @@ class CoordinatorTxn:
             self.phase = Phase.ABORTED
             return Outcome.ABORT
         return None
+
+    def timed_out(self) -> Outcome | None:
+        """Two phases: the votes did not all come in time. Undecided, it aborts (the
+        decision is this coordinator's, and it has not made it); else nothing."""
+        if self.one_phase or self.phase is not Phase.PREPARING:
+            return None
+        self.phase = Phase.ABORTED
+        return Outcome.ABORT
+
+    @property
+    def unvoted(self) -> frozenset[int]:
+        """The participants whose vote has not come."""
+        return self.participants - self.yes
 
     def confirmed(self, owner: int) -> bool:
         """``owner`` applied the commit; True once every participant has."""
@@ -419,6 +438,20 @@ class ShardTransactions:
             return False
         del self._pending[txn_id]
         return True
+
+    def time_out(self, txn_id: str) -> list[int] | None:
+        """Two-phase ``txn_id``'s votes did not all come within the wait: if it is still
+        undecided, it aborts (the participants' aborts are decisions) and the
+        participants that did not vote are returned; None when it was decided meanwhile
+        (or is one phase: ``give_up``)."""
+        pending = self._pending.get(txn_id)
+        if pending is None or pending.machine is None:
+            return None
+        unvoted = pending.machine.unvoted
+        if pending.machine.timed_out() is not Outcome.ABORT:
+            return None
+        self._abort(txn_id, pending)
+        return sorted(unvoted)
 
     def participants(self, txn_id: str) -> list[int]:
         """The participants still to apply decided ``txn_id``."""

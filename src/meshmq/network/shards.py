@@ -841,8 +841,9 @@ class ShardPeers:
         # decision (``committing``), and how many frames of each TXN op went out.
         self._txn_waits: dict[str, asyncio.Future[None]] = {}
         self.txn_sent: dict[str, int] = {}
-        # One-phase commits waiting for their owner's answer: each given up after
-        # ``owner_wait_s`` (its COMMIT then fails, the outcome unknown here).
+        # Commits waiting for their participants: a one-phase one given up after
+        # ``owner_wait_s`` (its COMMIT then fails, the outcome unknown here), a
+        # two-phase one whose votes are not all in by then rolled back.
         self._txn_timers: dict[str, asyncio.TimerHandle] = {}
         # The consumers of every shard, for the front shard's network links.
         self.node_interest = NodeInterest(self.broker, identity.index,
@@ -1390,6 +1391,11 @@ class ShardPeers:
             if txn.one_phase:  # its answer is waited for as long as any owner's
                 self._txn_timers[txn.txn] = asyncio.get_running_loop().call_later(
                     self.owner_wait_s, self._one_phase_unanswered, txn.txn, peer)
+            elif txn.txn not in self._txn_timers:  # (one per transaction)
+                # The votes, as long: a participant stopped with its link up would
+                # otherwise hold the COMMIT until the link's keep-alive gives up.
+                self._txn_timers[txn.txn] = asyncio.get_running_loop().call_later(
+                    self.owner_wait_s, self._prepare_unanswered, txn.txn)
         elif isinstance(txn, TxnDecide):
             # An abort to an unreachable participant is presumed; a commit is driven
             # again on the next link (the decision record says to whom).
@@ -1513,6 +1519,8 @@ class ShardPeers:
             self._txn_failed(txn_id, reason)
             self._schedule_flush_txns()
         elif outcome is Outcome.COMMIT:
+            self._txn_settled(txn_id)  # decided: the wait for the votes is over
+
             def decided() -> None:
                 for owner in txns.participants(txn_id):
                     self._queue_txn(TxnDecide(owner, txn_id, True))
@@ -1545,6 +1553,24 @@ class ShardPeers:
                 f"which commits all of it, {state}did not answer within "
                 f"{self.owner_wait_s:g} s (shards.owner_wait_ms); check before doing it "
                 "again"))
+
+    def _prepare_unanswered(self, txn_id: str) -> None:
+        """Two-phase ``txn_id``'s votes did not all come within ``owner_wait_s``: not
+        decided yet, it aborts on every shard (a participant that prepares later is
+        told to abort behind the prepare, or asks once linked again), and the COMMIT
+        fails saying it was rolled back."""
+        self._txn_timers.pop(txn_id, None)
+        unvoted = self.broker.shard_transactions.time_out(txn_id)
+        if unvoted is None:
+            return
+        labels = ", ".join(self.peers[k].label for k in unvoted)
+        who = f"shard {labels}" if len(unvoted) == 1 else f"shards {labels}"
+        log.warning("shard %s: transaction %s: %s did not prepare within %.1f s: "
+                    "rolled back", self.identity.label, txn_id, who, self.owner_wait_s)
+        part = "its part" if len(unvoted) == 1 else "their parts"
+        self._txn_failed(txn_id, f"{who} did not prepare {part} within "
+                                 f"{self.owner_wait_s:g} s (shards.owner_wait_ms)")
+        self._schedule_flush_txns()  # the participants' aborts
 
     def _schedule_flush_txns(self) -> None:
         # Aborts recorded outside a pump (a vote, a lost link) go with the next one.

@@ -37,7 +37,7 @@ from meshmq.errors import (
     MeshmqError,
     ProtocolError,
 )
-from meshmq.protocol.stomp import Frame, encode_frame
+from meshmq.protocol.stomp import OUTCOME_HEADER, Frame, encode_frame
 from meshmq.protocol.stomp.connection import (
     HEARTBEAT_DUE,
     Connected,
@@ -709,13 +709,17 @@ class StompSession(BufferedOutput):
         decided: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
         def outcome(fut: asyncio.Future[None]) -> None:
+            # The ERROR answers the COMMIT (its receipt echoed) and says, in a header
+            # clients read instead of the text, whether the outcome is known.
             why = "cancelled" if fut.cancelled() else fut.exception()
             if why is None:
                 decided.set_result(None)
             elif isinstance(why, OutcomeUnknownError):  # not rolled back: not known
-                self.fail(f"transaction {txn_id!r} {why}")
+                self.fail(f"transaction {txn_id!r} {why}", frame,
+                          headers=((OUTCOME_HEADER, "unknown"),))
             else:
-                self.fail(f"transaction {txn_id!r} was rolled back: {why}")
+                self.fail(f"transaction {txn_id!r} was rolled back: {why}", frame,
+                          headers=((OUTCOME_HEADER, "rolled-back"),))
 
         across.add_done_callback(outcome)
         receipt = frame.get("receipt")
@@ -847,17 +851,19 @@ class StompSession(BufferedOutput):
             return
         self._error(reason, frame, fatal=False)
 
-    def fail(self, reason: str, frame: Frame | None = None) -> None:
+    def fail(self, reason: str, frame: Frame | None = None, *,
+             headers: tuple[tuple[str, str], ...] = ()) -> None:
         """Send ERROR with ``reason`` and close; only this connection is affected."""
         if self.closing:
             return
         log.info("closing STOMP connection %s: %s", self.remote, reason)
-        self._error(reason, frame, fatal=True)
+        self._error(reason, frame, fatal=True, headers=headers)
         self.flush()
         self.close()
 
-    def _error(self, reason: str, frame: Frame | None, *, fatal: bool) -> None:
-        self._write(self.machine.send(Error(reason, frame, fatal=fatal)))
+    def _error(self, reason: str, frame: Frame | None, *, fatal: bool,
+               headers: tuple[tuple[str, str], ...] = ()) -> None:
+        self._write(self.machine.send(Error(reason, frame, fatal=fatal, headers=headers)))
 
     def close_by_admin(self) -> None:
         self.fail("connection closed by an administrator")

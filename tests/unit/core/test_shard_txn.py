@@ -54,7 +54,7 @@ def _restart(broker: Broker, store: MemoryStore, index: int) -> Broker:
 
 
 # ------------------------------------------------------------------ the state machine
-_EVENTS = st.lists(st.tuples(st.sampled_from(["yes", "no", "lost", "confirmed"]),
+_EVENTS = st.lists(st.tuples(st.sampled_from(["yes", "no", "lost", "confirmed", "timeout"]),
                              st.integers(0, 3)), max_size=25)
 
 
@@ -72,12 +72,16 @@ def test_the_coordinator_commits_only_on_every_yes_and_is_done_only_once_all_app
             out = machine.vote(shard, event == "yes")
         elif event == "lost":
             out = machine.lost(shard)
+        elif event == "timeout":  # the wait for the votes ran out
+            out = machine.timed_out()
         else:
             if machine.confirmed(shard):
                 assert done_at is None
                 done_at = i
             out = None
-        if not decided and shard in participants:
+        if not decided and event == "timeout":
+            broken = True
+        elif not decided and shard in participants:
             if event == "yes":
                 yes.add(shard)
             elif event in ("no", "lost"):
@@ -370,6 +374,40 @@ def test_a_one_phase_coordinator_gives_up_waiting_without_deciding_anything() ->
     [prepare] = txns.take()
     assert not prepare.one_phase and not txns.give_up(prepare.txn)
     assert txns.in_flight == 1
+
+
+def test_a_two_phase_coordinator_whose_votes_do_not_come_in_time_rolls_back() -> None:
+    broker, _ = _shard(1)
+    conn = connect(broker)
+    there, mine = owned_by(0, "there"), owned_by(1, "mine")
+    txns = broker.shard_transactions
+
+    def start(tag: str) -> str:
+        broker.begin(conn, "t")
+        for name in (there, mine):
+            broker.send(conn, (dst.queue(name),), Message(
+                message_id=f"ID:{tag}-{name}", destination=dst.queue(name), body=b"x",
+                persistent=True), "t")
+        assert broker.commit(conn, "t") is False
+        [prepare] = txns.take()
+        txn_id = txns.started(conn)
+        assert isinstance(prepare, TxnPrepare) and not prepare.one_phase
+        assert txn_id == prepare.txn
+        return txn_id
+
+    txn_id = start("late")
+    assert not txns.give_up(txn_id)  # not a one-phase wait
+    assert txns.time_out(txn_id) == [0]  # undecided: rolled back, shard 0 unvoted
+    assert txns.take() == [TxnDecide(0, txn_id, False)]
+    assert txns.in_flight == 0 and txns.time_out(txn_id) is None
+    assert broker.take_ops() == []  # the coordinator's own part never applied
+    # The participant's late yes changes nothing; asked, the coordinator says abort.
+    assert txns.voted(txn_id, 0, True) is None and txns.take() == []
+    assert txns.answer(txn_id) is False
+    # Decided before the wait ran out: the wait ends with nothing to undo.
+    txn_id = start("voted")
+    assert txns.voted(txn_id, 0, True) is Outcome.COMMIT
+    assert txns.time_out(txn_id) is None and txns.answer(txn_id) is True
 
 
 def test_a_one_phase_owner_commits_in_one_batch_and_keeps_its_record_until_forgotten(

@@ -11,7 +11,7 @@ from .encoder import (
     encode_message_frame,
     escape_header,
 )
-from .frames import CLIENT_COMMANDS, SERVER_COMMANDS, Frame
+from .frames import CLIENT_COMMANDS, OUTCOME_HEADER, SERVER_COMMANDS, Frame
 from .negotiation import (
     REQUIRED_HEADERS,
     SUPPORTED_VERSIONS,
@@ -25,6 +25,7 @@ from .parser import StompParser
 __all__ = [
     "CLIENT_COMMANDS",
     "HEARTBEAT",
+    "OUTCOME_HEADER",
     "REQUIRED_HEADERS",
     "SERVER_COMMANDS",
     "SUPPORTED_VERSIONS",

@@ -131,16 +131,19 @@ class Receipt:
 
 class Error:
     """An ERROR frame. ``frame``: the client frame it answers (its receipt is echoed).
-    ``fatal``: the connection ends with it (the adapter closes after writing)."""
+    ``fatal``: the connection ends with it (the adapter closes after writing).
+    ``headers``: more headers, after ``message`` (``meshmq-outcome`` of a COMMIT)."""
 
-    __slots__ = ("fatal", "frame", "reason", "unsupported_version")
+    __slots__ = ("fatal", "frame", "headers", "reason", "unsupported_version")
 
     def __init__(self, reason: str, frame: Frame | None = None, *, fatal: bool = True,
-                 unsupported_version: bool = False) -> None:
+                 unsupported_version: bool = False,
+                 headers: tuple[tuple[str, str], ...] = ()) -> None:
         self.reason = reason
         self.frame = frame
         self.fatal = fatal
         self.unsupported_version = unsupported_version
+        self.headers = headers
 
 
 class HeartBeatDue:
@@ -394,7 +397,7 @@ class StompConnection:
                 ("version", _VERSIONS_TEXT), ("content-type", "text/plain"),
                 ("message", event.reason)], event.reason.encode(), version="1.0")
         reason = event.reason
-        headers = [("message", reason), ("content-type", "text/plain")]
+        headers = [("message", reason), ("content-type", "text/plain"), *event.headers]
         receipt = frame.get("receipt") if frame is not None else None
         if receipt:
             headers.append(("receipt-id", receipt))

@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
-    "CLIENT_COMMANDS", "CLIENT_FRAME_TYPES", "SERVER_COMMANDS", "Abort", "Ack", "Begin",
-    "Commit", "Connect", "Disconnect", "Frame", "Nack", "Send", "Subscribe", "Unsubscribe",
+    "CLIENT_COMMANDS", "CLIENT_FRAME_TYPES", "OUTCOME_HEADER", "SERVER_COMMANDS", "Abort",
+    "Ack", "Begin", "Commit", "Connect", "Disconnect", "Frame", "Nack", "Send",
+    "Subscribe", "Unsubscribe",
 ]
 
 CLIENT_COMMANDS: frozenset[str] = frozenset({
@@ -15,6 +16,10 @@ CLIENT_COMMANDS: frozenset[str] = frozenset({
     "BEGIN", "COMMIT", "ABORT", "DISCONNECT",
 })
 SERVER_COMMANDS: frozenset[str] = frozenset({"CONNECTED", "MESSAGE", "RECEIPT", "ERROR"})
+# meshmq's header on the ERROR that answers a COMMIT the broker could not confirm:
+# ``rolled-back`` (nothing of the transaction happened) or ``unknown`` (it may have
+# committed). Clients read it, never the message text.
+OUTCOME_HEADER = "meshmq-outcome"
 
 
 @dataclass(slots=True, init=False, eq=False)  # hand-written __init__ and __eq__: compiled by mypyc
