@@ -70,6 +70,7 @@ class ScriptedStompPeer:
     frames: list[tuple[int, Frame]] = field(default_factory=list)
     connections: int = 0
     error_message: str | None = None  # an ERROR's message (default: "<COMMAND> refused")
+    error_headers: list[tuple[str, str]] = field(default_factory=list)  # an ERROR's others
 
     def commands(self, connection: int | None = None) -> list[str]:
         """The commands received (on one connection, or on all)."""
@@ -109,6 +110,7 @@ class _PeerProtocol(asyncio.Protocol):
             if reaction == "error":
                 headers = [("message", self.peer.error_message
                             or f"{frame.command} refused")]
+                headers += self.peer.error_headers
                 if receipt := frame.get("receipt"):
                     headers.append(("receipt-id", receipt))
                 self.transport.write(encode_frame("ERROR", headers, version="1.2"))
