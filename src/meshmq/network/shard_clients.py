@@ -163,6 +163,8 @@ class ClientClaims:
         # timers of the sessions kept here that no connection holds.
         self._stored: dict[int, int] = {}
         self.expiries: dict[str, asyncio.TimerHandle] = {}
+        # (shard, client id): a session-moved for a shard whose link was down.
+        self._moved_later: set[tuple[int, str]] = set()
 
     # ------------------------------------------------------------ as the claimer
     def claim(self, client_id: str, proto: str, close: Callable[[], None],
@@ -504,8 +506,7 @@ class ClientClaims:
             if last == self.index:
                 self._forget_session(client_id)
             elif last in self.peers.peers:
-                self._send(self.peers.peers[last], {"op": "session-moved",
-                                                    "client": client_id})
+                self._tell_moved(last, client_id)
         return body
 
     def _forget_session(self, client_id: str) -> None:
@@ -635,12 +636,22 @@ class ClientClaims:
         last = record.get("shard")
         if isinstance(last, int) and last in self.peers.peers:
             # Its in-memory copy there goes too (durables: durable-drop, below).
-            self._send(self.peers.peers[last], {"op": "session-moved", "client": client_id})
+            self._tell_moved(last, client_id)
         if self.session_expired is not None:
             self.session_expired(client_id)  # its durables everywhere, then the record
         else:
             self._drop_here(client_id)
         self.peers.host.request_pump()
+
+    def _tell_moved(self, shard: int, client_id: str) -> None:
+        """Tell ``shard`` to forget its copy of ``client_id``'s session; if its link is
+        not up (this owner has just restarted and runs the expiries it stored), when it
+        comes up: output for a shard without a link is dropped."""
+        peer = self.peers.peers[shard]
+        if peer.link is None:
+            self._moved_later.add((shard, client_id))
+        else:
+            self._send(peer, {"op": "session-moved", "client": client_id})
 
     def _closed(self, shard: int, client_id: str, claim: str) -> None:
         self._released(shard, client_id, claim)
@@ -720,8 +731,13 @@ class ClientClaims:
             self._released(peer.index, client, claim, body.get("unmove") is True)
 
     def link_up(self, peer: _Peer) -> None:
-        """Session changes ``peer`` has not stored yet, in order, then the claims this
-        shard holds, or waits for, whose owner is ``peer``: (again)."""
+        """The session-moved ``peer`` missed while its link was down, the session
+        changes it has not stored yet, in order, then the claims this shard holds, or
+        waits for, whose owner is ``peer``: (again)."""
+        for shard, client_id in sorted(self._moved_later):
+            if shard == peer.index:
+                self._moved_later.discard((shard, client_id))
+                self._send(peer, {"op": "session-moved", "client": client_id})
         for client_id, change in self.unstored.items():
             if change.owner == peer.index:
                 self._send_change(peer, client_id, change)

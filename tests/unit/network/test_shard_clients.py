@@ -95,7 +95,8 @@ class Mesh:
 
         class Carried(ClientClaims):
             def _queue(self, peer: Any, body: dict[str, Any]) -> None:
-                if k in mesh.up and peer.index in mesh.up:
+                # As ShardPeers.queue: output for a peer without a link is dropped.
+                if k in mesh.up and peer.index in mesh.up and peer.link is not None:
                     mesh.wire.append((k, peer.index, body))
 
             def _after_pump(self, call: Callable[[], None]) -> None:
@@ -449,6 +450,34 @@ def test_the_owner_runs_a_session_expiry_and_arms_it_again_after_a_restart(
         assert mesh.expired == [(2, cid)]
         assert f"mqtt-session/{cid}" not in owner.peers.broker.records
         assert (1, cid) in mesh.moved  # the shard that ran it last forgets its copy
+    _run(body)
+
+
+def test_an_expiry_run_before_the_last_shards_link_is_up_reaches_it_with_the_link(
+        mesh: Mesh) -> None:
+    """A restarted owner runs the expiries it stored at once when they are due, maybe
+    before its link to the shard that ran the session last is up: that shard still
+    forgets its in-memory copy (or a later CONNECT there would find it present)."""
+    def body() -> None:
+        cid = _owned(2)
+        made = Conn(mesh, 1, cid).claim()
+        mesh.run()
+        mesh.shards[1].put_session(cid, b'{"expiry": 5, "subs": []}')
+        mesh.run()
+        made.close()
+        mesh.run()
+        mesh.restart(2)
+        owner = mesh.shards[2]
+        to_last = owner.peers.peers[1]
+        to_last.link = None  # type: ignore[attr-defined]
+        owner._expire(cid)
+        mesh.run()
+        assert mesh.expired == [(2, cid)]
+        assert (1, cid) not in mesh.moved
+        to_last.link = "up"  # type: ignore[attr-defined]
+        owner.link_up(to_last)  # type: ignore[arg-type]
+        mesh.run()
+        assert (1, cid) in mesh.moved
     _run(body)
 
 
