@@ -7,6 +7,8 @@ import errno
 import logging
 import os
 import shutil
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from meshmq.store.base import (
 )
 from meshmq.store.journal import JournalStore
 from meshmq.store.journal import format as fmt
+from meshmq.store.journal import store as journal_store
 from meshmq.store.journal.index import KeyIndex
 from meshmq.store.memory import MemoryStore
 from tests.store.helpers import entry_view, msg, run_async, sub
@@ -559,3 +562,200 @@ def test_a_write_made_outside_any_event_loop_still_reaches_the_disk(tmp_path: Pa
     seen = asyncio.run(settle())
     assert asyncio.run(reopen_state(tmp_path / "j")) == seen
     assert seen[Q][0] != []
+
+
+# ---------------------------------------------------------------- syncs on the event loop
+
+
+def _quick_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any sync of this machine's disk counts as quick (a shared machine's disk can take
+    milliseconds now and then, which would rightly send syncs to the writer thread)."""
+    monkeypatch.setattr(journal_store, "INLINE_SYNC_MAX_S", 60.0)
+
+
+def _record_sync_threads(monkeypatch: pytest.MonkeyPatch, delays: list[float]) -> list[int]:
+    """Every ``os.fdatasync`` from now on: the thread it ran on (appended); the first
+    ``delays`` make it that much slower (a slow disk)."""
+    real = os.fdatasync
+    threads: list[int] = []
+
+    def fdatasync(fd: int) -> None:
+        threads.append(threading.get_ident())
+        if delays:
+            time.sleep(delays.pop(0))
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    return threads
+
+
+async def _writer_idle(store: JournalStore) -> None:
+    """Poll (with a deadline) until the writer thread waits for work: it resolves a sync
+    before it goes back to waiting, and the loop syncs itself only once it does."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while not store._w_idle:
+        assert loop.time() < deadline, "the writer thread did not go idle"
+        await asyncio.sleep(0.001)
+
+
+@run_async
+async def test_a_sync_with_the_writer_idle_is_done_on_the_loop(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _quick_disk(monkeypatch)
+    d = tmp_path / "j"
+    store = JournalStore(d)
+    store.open()
+    store.write(batch(1))
+    await store.sync()  # the writer thread creates the segment
+    await _writer_idle(store)
+    assert store.stats()["inline_syncs"] == 0
+    threads = _record_sync_threads(monkeypatch, [])
+    for i in range(2, 7):
+        store.write(batch(i))
+        fut = store.sync_at_once()
+        assert fut.done() and fut.result() is None  # durable before the call returned
+        await asyncio.sleep(0)  # the next pass of the loop
+    assert threads == [threading.get_ident()] * 5
+    stats = store.stats()
+    assert stats["inline_syncs"] == 5
+    assert stats["pending_batches"] == 0
+    assert stats["records_written"] == 6
+    seen = state(store)
+    await store.close()
+    assert await reopen_state(d) == seen
+    assert [e[0] for e in seen[D][0]] == [1, 2, 3, 4, 5, 6]
+
+
+@run_async
+async def test_syncs_asked_for_in_one_pass_after_an_inline_one_share_the_writer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _quick_disk(monkeypatch)
+    store = JournalStore(tmp_path / "j")
+    store.open()
+    try:
+        store.write(batch(1))
+        await store.sync()
+        await _writer_idle(store)
+        futures = []
+        for i in range(2, 22):
+            store.write(batch(i))
+            futures.append(store.sync_at_once())
+        assert futures[0].done()
+        assert not any(f.done() for f in futures[1:])  # the writer thread's group commit
+        await asyncio.wait_for(asyncio.gather(*futures), 30)
+        stats = store.stats()
+        assert stats["inline_syncs"] == 1
+        assert stats["syncs"] < 21
+        assert stats["pending_batches"] == 0
+    finally:
+        await store.close()
+
+
+@run_async
+async def test_a_slow_disk_keeps_syncs_on_the_writer_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = JournalStore(tmp_path / "j")
+    store.open()
+    try:
+        store.write(batch(1))
+        await store.sync()
+        await _writer_idle(store)
+        threads = _record_sync_threads(monkeypatch, [0.05])
+        store.write(batch(2))
+        assert store.sync_at_once().done()  # inline, and it took 50 ms
+        await asyncio.sleep(0)
+        for i in range(3, 6):
+            store.write(batch(i))
+            fut = store.sync_at_once()
+            assert not fut.done()
+            await asyncio.wait_for(fut, 10)
+        assert threads[0] == threading.get_ident()
+        assert threading.get_ident() not in threads[1:] and len(threads) == 4
+        assert store.stats()["inline_syncs"] == 1
+    finally:
+        await store.close()
+
+
+@run_async
+async def test_a_disk_that_fills_during_an_inline_write_is_left_to_the_writer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _quick_disk(monkeypatch)
+    d = tmp_path / "j"
+    store = JournalStore(d)
+    store.open()
+    store.write(batch(1))
+    await store.sync()
+    await _writer_idle(store)
+    real = os.write
+    loop_thread = threading.get_ident()
+    refused: list[int] = []
+
+    def write(fd: int, data: Any) -> int:
+        if threading.get_ident() == loop_thread and len(refused) < 2:
+            # A short write of half the record, then the disk is full.
+            if not refused:
+                refused.append(real(fd, bytes(data[:len(data) // 2])))
+                return refused[0]
+            refused.append(0)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    store.write(batch(2))
+    fut = store.sync_at_once()
+    assert len(refused) == 2  # the loop tried, and handed the rest over instead of waiting
+    assert not fut.done()
+    await asyncio.wait_for(fut, 10)
+    store.write(batch(3))
+    await asyncio.wait_for(store.sync(), 10)
+    assert store.persistent_refusal() is None
+    seen = state(store)
+    await store.close()
+    assert await reopen_state(d) == seen
+    assert [e[0] for e in seen[D][0]] == [1, 2, 3]
+
+
+@run_async
+async def test_an_io_error_during_an_inline_sync_fails_the_store(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _quick_disk(monkeypatch)
+    store = JournalStore(tmp_path / "j")
+    store.open()
+    store.write(batch(1))
+    await store.sync()
+    await _writer_idle(store)
+
+    def broken(fd: int) -> None:
+        raise OSError(errno.EIO, "simulated disk failure")
+
+    monkeypatch.setattr(os, "fdatasync", broken)
+    store.write(batch(2))
+    fut = store.sync_at_once()
+    assert fut.done()
+    with pytest.raises(StoreError, match="simulated disk failure"):
+        fut.result()
+    assert store.persistent_refusal() is not None
+    with pytest.raises(StoreError, match="refuses writes"):
+        store.write(batch(3))
+    with pytest.raises(StoreError):
+        await store.close()
+
+
+@run_async
+async def test_without_inline_sync_the_writer_thread_syncs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = JournalStore(tmp_path / "j", inline_sync=False)
+    store.open()
+    try:
+        store.write(batch(1))
+        await store.sync()
+        threads = _record_sync_threads(monkeypatch, [])
+        store.write(batch(2))
+        fut = store.sync_at_once()
+        assert not fut.done()
+        await asyncio.wait_for(fut, 10)
+        assert threads and threading.get_ident() not in threads
+        assert store.stats()["inline_syncs"] == 0
+    finally:
+        await store.close()

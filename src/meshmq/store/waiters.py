@@ -12,11 +12,21 @@ Waiter = tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]
 
 
 def notify(waiters: list[Waiter], error: StoreError | None) -> None:
-    """Resolve every waiter (with ``error`` if given), one call per loop."""
+    """Resolve every waiter (with ``error`` if given), one call per loop; at once for
+    waiters of the loop running in this thread (a store that synced on the loop)."""
+    if not waiters:
+        return
     by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
     for _, loop, fut in waiters:
         by_loop.setdefault(loop, []).append(fut)
+    try:
+        running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
     for loop, futs in by_loop.items():
+        if loop is running:
+            _complete(futs, error)
+            continue
         with contextlib.suppress(RuntimeError):  # that loop is closed: nobody is waiting
             loop.call_soon_threadsafe(_complete, futs, error)
 
