@@ -200,3 +200,44 @@ def test_a_receipt_synced_on_the_event_loop_survives_sigkill_right_after_it(
     bodies = [f.body for f in frames]
     assert bodies[:total] == [f"w-{n:04d}" for n in range(total)]
     assert bodies[total:] in ([], ["unconfirmed"])  # sent, never confirmed: either way
+
+
+def test_messages_consumed_before_they_were_written_stay_gone_after_sigkill(
+        tmp_path: Path) -> None:
+    """Window 1 with an ack:auto consumer: each message is delivered and acknowledged in
+    the turn that stores it, so it is never written (no disk sync per message). After a
+    SIGKILL none of them comes back, and those sent with no consumer are all there."""
+    cfg = write_broker_toml(tmp_path / "meshmq.toml", name="crashy", data=tmp_path / "data",
+                            extra="[store]\nfsync = true\n", management=True)
+    log_path = tmp_path / "broker.log"
+    broker = ProcessBroker(cfg, log_path).start()
+    consumer, crec = connect(broker.port)
+    consumer.subscribe("/queue/w1c", id="c", ack="auto", receipt="sub")
+    poll(lambda: "sub" in crec.receipts, 30, "the subscription's receipt")
+    producer, prec = connect(broker.port)
+    syncs = _metric(log_path, "meshmq_store_syncs_total")
+    total = 200
+    for n in range(total):
+        body = f"c-{n:04d}"
+        producer.send("/queue/w1c", body, headers={"persistent": "true"}, receipt=body)
+        poll(lambda body=body: body in prec.receipts, 30, f"the receipt of {body}")
+    poll(lambda: len(crec.messages) == total, 30, "every message at the consumer")
+    # Disk syncs: the dispatch marks' (one per half window), not one per message.
+    assert _metric(log_path, "meshmq_store_syncs_total") - syncs < total // 4
+    consumer.unsubscribe("c", receipt="unsub")  # before the next sends reach the broker
+    poll(lambda: "unsub" in crec.receipts, 30, "the unsubscription's receipt")
+    consumer.disconnect()
+    for n in range(50):
+        body = f"s-{n:04d}"
+        producer.send("/queue/w1c", body, headers={"persistent": "true"}, receipt=body)
+        poll(lambda body=body: body in prec.receipts, 30, f"the receipt of {body}")
+    broker.kill9()
+    poll(prec.disconnected.is_set, 30, "the client to notice the broker died")
+
+    broker = ProcessBroker(cfg, log_path).start()
+    try:
+        frames = drain(broker.port, "/queue/w1c", "END")
+    finally:
+        assert broker.terminate() == 0
+    assert [f.body for f in crec.messages] == [f"c-{n:04d}" for n in range(total)]
+    assert [f.body for f in frames] == [f"s-{n:04d}" for n in range(50)]

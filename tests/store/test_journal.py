@@ -17,6 +17,7 @@ import pytest
 from meshmq.errors import CorruptStoreError, StoreError
 from meshmq.store.base import (
     AddMessage,
+    DropKey,
     KeyInfo,
     MarkDispatched,
     PutDurableSubscription,
@@ -276,8 +277,10 @@ async def test_dispatch_marks_survive_the_compaction_of_their_segment(tmp_path: 
     await store.sync()
     first = segments(d)
     assert first
-    for i in range(2, 80):  # churn: later segments, all acknowledged
-        store.write([AddMessage(msg(i, b"c" * 100), ((Q2, i),)), RemoveRef(Q2, i)])
+    for i in range(2, 80):  # churn: later segments, all acknowledged (in a later batch:
+        # one removed in its own batch would not be written at all)
+        store.write([AddMessage(msg(i, b"c" * 100), ((Q2, i),))])
+        store.write([RemoveRef(Q2, i)])
     store.write([RemoveRef(Q, 1)])
     await store.sync()
     while store.compact_step():
@@ -757,5 +760,95 @@ async def test_without_inline_sync_the_writer_thread_syncs(
         await asyncio.wait_for(fut, 10)
         assert threads and threading.get_ident() not in threads
         assert store.stats()["inline_syncs"] == 0
+    finally:
+        await store.close()
+
+
+# ---------------------------------------------------------------- consumed before written
+
+
+@run_async
+async def test_a_message_removed_in_its_own_batch_is_never_written(tmp_path: Path) -> None:
+    d = tmp_path / "j"
+    store = JournalStore(d)
+    store.open()
+    store.write([AddMessage(msg(1), ((Q, 1),))])
+    await store.sync()
+    written = store.stats()["bytes_written"]
+    # Delivered to an ack:auto consumer (a delivery count, a removal) in the same batch.
+    store.write([AddMessage(msg(2, b"x" * 500), ((Q, 2),)), SetDeliveryCount(Q, 2, 1),
+                 RemoveRef(Q, 2)])
+    assert store.sync_at_once().done()  # nothing of it to wait for
+    stats = store.stats()
+    assert (stats["bytes_written"], stats["pending_batches"]) == (written, 0)
+    assert store.key_info(Q) == KeyInfo(1, len(msg(1).body), 1, 2, 0)
+    assert [e.seq for e in store.load(Q, 0, 10)] == [1]
+    await store.close()
+    assert (await reopen_state(d))[Q][1] == KeyInfo(1, len(msg(1).body), 1, 2, 0)
+
+
+@run_async
+async def test_only_messages_every_reference_of_which_is_removed_are_left_out(
+        tmp_path: Path) -> None:
+    d = tmp_path / "j"
+    store = JournalStore(d)
+    store.open()
+    store.write([
+        AddMessage(msg(1), ((Q, 1), (D, 1))),  # one of two subscribers acknowledged it
+        AddMessage(msg(2), ((Q, 2),)),
+        SetDeliveryCount(Q, 2, 3),
+        RemoveRef(Q, 1), RemoveRef(Q2, 5),  # Q2's seq 5 was never added here
+        AddMessage(msg(3), ((Q, 3),)), RemoveRef(Q, 3),
+    ])
+    await store.sync()
+    seen = state(store)
+    assert [(seq, dc) for seq, _, dc in seen[D][0]] == [(1, 0)]
+    assert [(seq, dc) for seq, _, dc in seen[Q][0]] == [(2, 3)]
+    assert seen[Q][1].last_seq == 3
+    await store.close()
+    assert await reopen_state(d) == seen
+
+
+@run_async
+async def test_a_crash_loses_at_most_the_seq_of_a_message_never_written(
+        tmp_path: Path) -> None:
+    d = tmp_path / "j"
+    store = JournalStore(d)
+    store.open()
+    try:
+        store.write([AddMessage(msg(1), ((Q, 1),))])
+        store.write([AddMessage(msg(2), ((Q, 2),)), RemoveRef(Q, 2)])
+        await store.sync()
+        # A crash now: message 2 was never written, its seq may come again.
+        crashed = await reopen_state(copy_dir(d, tmp_path / "c1"))
+        assert crashed[Q][0] == state(store)[Q][0]
+        assert crashed[Q][1] == KeyInfo(1, len(msg(1).body), 1, 1, 0)
+        # The seq is written with the next record, or by the next compaction step.
+        store.write([MarkDispatched(Q2, 4)])
+        await store.sync()
+        assert (await reopen_state(copy_dir(d, tmp_path / "c2")))[Q][1].last_seq == 2
+        store.write([AddMessage(msg(3), ((Q, 3),)), RemoveRef(Q, 3)])
+        store.compact_step()
+        await store.sync()
+        assert (await reopen_state(copy_dir(d, tmp_path / "c3")))[Q][1].last_seq == 3
+    finally:
+        await store.close()
+
+
+@run_async
+async def test_a_dropped_key_stays_dropped_after_messages_left_out(tmp_path: Path) -> None:
+    d = tmp_path / "j"
+    store = JournalStore(d)
+    store.open()
+    store.write([AddMessage(msg(1), ((Q, 1),)), RemoveRef(Q, 1), DropKey(Q)])
+    store.write([AddMessage(msg(2), ((Q2, 1),)), RemoveRef(Q2, 1)])
+    store.write([DropKey(Q2)])  # the seq left out before is not written after the drop
+    store.write([AddMessage(msg(3), ((D, 1),))])
+    await store.sync()
+    await store.close()
+    store = JournalStore(d)
+    recovery = store.open()
+    try:
+        assert set(recovery.keys) == {D}
     finally:
         await store.close()

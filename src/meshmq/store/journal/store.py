@@ -219,6 +219,9 @@ class JournalStore:
         # inline sync per pass, so syncs asked for one after another in a pass (a replica
         # applying batches) still share the writer's group commit.
         self._inline_pass: asyncio.AbstractEventLoop | None = None
+        # key -> the highest seq of a message consumed before it was written (``write``),
+        # to be written with the next record (every compaction step writes it at latest).
+        self._unwritten_last: dict[str, int] = {}
         self._queue: deque[_Item] = deque()
         self._durable_no = 0
         self._written_no = 0  # written to the file, maybe not yet synced (lazy removals)
@@ -513,10 +516,97 @@ class JournalStore:
 
     def write(self, ops: Sequence[StoreOp], marks: Mapping[str, int] | None = None) -> None:
         """``marks``: raise these keys' ``last_seq`` in the same atomic record (replicated
-        HA keeps its log position this way, so the position and the data never disagree)."""
+        HA keeps its log position this way, so the position and the data never disagree).
+
+        A message whose every reference is removed later in the same batch (delivered to
+        an ``ack:auto`` consumer, or acknowledged, before its batch was written) is not
+        written at all, nor are its removal and delivery counts: replaying them would
+        leave nothing. Only its seq is remembered (``_unwritten_last``) and written with
+        the next record; see docs/store-format.md, "Messages consumed before they were
+        written"."""
         self._check_writable()
         if not ops and not marks:
             return
+        consumed = self._consumed(ops) if len(ops) > 1 else None
+        if consumed is not None:
+            ops, gone = consumed
+            if not ops and not marks:
+                self._note_unwritten(gone)
+                return
+        # An ack's removal alone need not reach the disk before the next message: losing
+        # it in a crash redelivers the message (flagged redelivered), never loses one.
+        # Syncing it at once cost a second disk sync per message under window-1 load.
+        lazy = not marks and all(isinstance(op, RemoveRef) for op in ops)
+        if consumed is not None:
+            # In this record: last_seq stays exact (a key dropped in it stays dropped).
+            marks = _raised(marks, _undropped(consumed[1], ops))
+        self._write_record(ops, marks, lazy=lazy)
+        self._writes_since_check += 1
+        if self._plan is not None or self._writes_since_check >= _COMPACT_CHECK_EVERY:
+            self.compact_step()
+
+    def _consumed(self, ops: Sequence[StoreOp]
+                  ) -> tuple[list[StoreOp], dict[str, int]] | None:
+        """``ops`` less the messages removed again within them (see ``write``), and the
+        highest seq per key of those left out; None when there are none."""
+        added: set[tuple[str, int]] | None = None
+        removed: set[tuple[str, int]] | None = None
+        for op in ops:
+            if isinstance(op, AddMessage):
+                if added is None:
+                    added = set()
+                added.update(op.refs)
+            elif isinstance(op, RemoveRef) and added is not None:
+                ref = (op.key, op.seq)
+                if ref in added:
+                    if removed is None:
+                        removed = set()
+                    removed.add(ref)
+        if removed is None:
+            return None
+        gone: set[tuple[str, int]] = set()
+        for op in ops:
+            if isinstance(op, AddMessage) and all(ref in removed for ref in op.refs):
+                gone.update(op.refs)
+        if not gone:
+            return None
+        kept: list[StoreOp] = []
+        for op in ops:
+            if isinstance(op, AddMessage):
+                if op.refs and op.refs[0] in gone:
+                    continue
+            elif isinstance(op, (RemoveRef, SetDeliveryCount)) and (op.key, op.seq) in gone:
+                continue
+            kept.append(op)
+        last: dict[str, int] = {}
+        for key, seq in gone:
+            last[key] = max(seq, last.get(key, 0))
+        return kept, last
+
+    def _note_unwritten(self, last: dict[str, int]) -> None:
+        """Seqs of messages left out with nothing else to write: each key's last_seq
+        rises now, as if they had been written and removed, and reaches the disk with
+        the next record."""
+        unwritten = self._unwritten_last
+        for key, seq in last.items():
+            idx = self._index.get(key)
+            if idx is None:
+                idx = self._index[key] = KeyIndex()
+            idx.last_seq = max(idx.last_seq, seq)
+            unwritten[key] = max(seq, unwritten.get(key, 0))
+
+    def _flush_unwritten_last(self) -> None:
+        """Write the seqs of messages that were never written (lazily: no sync of its own,
+        the next one anybody needs covers it)."""
+        if self._unwritten_last and self._opened and not self._closed \
+                and self._failed is None:
+            self._write_record([], None, lazy=True)
+
+    def _write_record(self, ops: Sequence[StoreOp], marks: Mapping[str, int] | None, *,
+                      lazy: bool) -> None:
+        pending = self._unwritten_last
+        if pending:
+            marks = _raised(marks, _undropped(pending, ops))
         self._reap_deleted()
         self._roll_if_full()
         seg = self._active
@@ -583,6 +673,7 @@ class JournalStore:
             raise StoreError(f"cannot encode store batch: {exc}") from exc
 
         # Pass 2: the batch is accepted; apply it to the index in order.
+        pending.clear()  # in ``marks`` now
         defined |= new_defs
         rec_off = self._tail
         base = rec_off + fmt.RECORD_HEADER_SIZE
@@ -613,14 +704,7 @@ class JournalStore:
                 self._drop_key(op.key)
         for key, mark in (marks or {}).items():
             self._raise_last_seq(key, mark, seg)
-        # An ack's removal alone need not reach the disk before the next message: losing
-        # it in a crash redelivers the message (flagged redelivered), never loses one.
-        # Syncing it at once cost a second disk sync per message under window-1 load.
-        lazy = not marks and all(isinstance(op, RemoveRef) for op in ops)
         self._enqueue_record(seg, rec_off, parts, pos, keys, lazy=lazy)
-        self._writes_since_check += 1
-        if self._plan is not None or self._writes_since_check >= _COMPACT_CHECK_EVERY:
-            self.compact_step()
 
     @staticmethod
     def _sub_bytes(sub: DurableSubscription, kid: int) -> bytes:
@@ -988,6 +1072,7 @@ class JournalStore:
         and under churn most are like that, so space is reclaimed as fast as it is freed."""
         self._check_writable()
         self._writes_since_check = 0
+        self._flush_unwritten_last()
         budget = min(_COMPACT_STEP_BYTES, self._max_batch_bytes)
         for _ in range(_COMPACT_SEGMENTS_PER_STEP):
             budget = self._compact_slice(budget)
@@ -1470,6 +1555,7 @@ class JournalStore:
             # Deletions held back by reads still in flight stay undone: replay after a
             # lost deletion is safe (docs/store-format.md).
             self._release_held()
+            self._flush_unwritten_last()
             try:
                 await asyncio.wait_for(self.sync_at_once(), self._close_timeout)
             except StoreError as exc:
@@ -1535,6 +1621,23 @@ class JournalStore:
             "inline_syncs": self._inline_syncs,
             "disk_full": self._disk_full,
         }
+
+
+def _raised(marks: Mapping[str, int] | None, more: Mapping[str, int]) -> dict[str, int]:
+    """``marks`` with each key of ``more`` raised to at least its value there."""
+    out = dict(marks or {})
+    for key, seq in more.items():
+        out[key] = max(seq, out.get(key, 0))
+    return out
+
+
+def _undropped(last: Mapping[str, int], ops: Sequence[StoreOp]) -> Mapping[str, int]:
+    """``last`` less the keys ``ops`` drop: a last_seq written after a DropKey in the same
+    record would bring the dropped key back on replay."""
+    dropped = {op.key for op in ops if isinstance(op, DropKey)}
+    if not dropped:
+        return last
+    return {k: v for k, v in last.items() if k not in dropped}
 
 
 def _key(names: dict[int, str], kid: int) -> str:
