@@ -11,20 +11,17 @@ from meshmq.errors import StoreError
 Waiter = tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]
 
 
-def notify(waiters: list[Waiter], error: StoreError | None) -> None:
+def notify(waiters: list[Waiter], error: StoreError | None,
+           here: asyncio.AbstractEventLoop | None = None) -> None:
     """Resolve every waiter (with ``error`` if given), one call per loop; at once for
-    waiters of the loop running in this thread (a store that synced on the loop)."""
+    those of ``here``, the loop running in this thread (a store that synced on it)."""
     if not waiters:
         return
     by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
     for _, loop, fut in waiters:
         by_loop.setdefault(loop, []).append(fut)
-    try:
-        running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
     for loop, futs in by_loop.items():
-        if loop is running:
+        if loop is here:
             _complete(futs, error)
             continue
         with contextlib.suppress(RuntimeError):  # that loop is closed: nobody is waiting

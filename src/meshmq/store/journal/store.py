@@ -212,7 +212,9 @@ class JournalStore:
         self._io_lock = threading.Lock()
         self._inline_ok = inline_sync and fence is None
         self._sync_cost = 0.0
-        self._inline = False  # the loop is writing (a full disk hands over, _HandOverError)
+        # The loop writing now, in its own thread (a full disk hands over, _HandOverError;
+        # its waiters are resolved at once).
+        self._inline: asyncio.AbstractEventLoop | None = None
         self._resume: Callable[[], None] | None = None  # a handed-over inline write
         self._inline_syncs = 0
         # The loop that synced inline in its current pass of callbacks: at most one
@@ -852,7 +854,7 @@ class JournalStore:
                 self._inline_syncs += 1
             self._inline_pass = loop
             loop.call_soon(self._end_inline_pass)
-            self._inline = True
+            self._inline = loop
             handed = False
             try:
                 if items:
@@ -860,9 +862,9 @@ class JournalStore:
                 else:
                     self._sync_written()
             except BaseException as exc:  # the writer thread's policy: the store fails
-                self._fail(exc)
+                self._fail(exc, loop)
             finally:
-                self._inline = False
+                self._inline = None
             if handed:
                 with self._lock:
                     self._kick()
@@ -1279,7 +1281,7 @@ class JournalStore:
             except OSError as exc:
                 if exc.errno not in _SPACE_ERRNOS:
                     raise
-                if self._inline:
+                if self._inline is not None:
                     chunks.clear()
                     raise _HandOverError(bytes(buf)) from None
                 self._wait_for_space(exc)
@@ -1410,7 +1412,7 @@ class JournalStore:
         with self._lock:
             self._durable_no = max(self._durable_no, self._written_no)
             ready = self._take_ready_waiters()
-        notify_waiters(ready, None)
+        notify_waiters(ready, None, self._inline)
 
     def _confirm(self) -> None:
         """Writer thread, once written data is durable and before it is confirmed: the
@@ -1534,16 +1536,18 @@ class JournalStore:
             self._bytes_written += nbytes
             self._deleted.extend(deletes)
             ready = self._take_ready_waiters()
-        notify_waiters(ready, None)
+        notify_waiters(ready, None, self._inline)
         self._after_write()
 
-    def _fail(self, exc: BaseException) -> None:
+    def _fail(self, exc: BaseException,
+              here: asyncio.AbstractEventLoop | None = None) -> None:
+        """``here``: the loop running in this thread (an inline write failed)."""
         log.error("journal: write failed, store now refuses writes: %r", exc)
         with self._lock:
             self._failed = StoreError(f"journal write failed: {exc!r}")
             waiters, self._waiters = list(self._waiters), deque()
             self._queue.clear()
-        notify_waiters(waiters, self._failed)
+        notify_waiters(waiters, self._failed, here)
 
     # ------------------------------------------------------------------ close / stats
 
