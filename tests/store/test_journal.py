@@ -852,3 +852,103 @@ async def test_a_dropped_key_stays_dropped_after_messages_left_out(tmp_path: Pat
         assert set(recovery.keys) == {D}
     finally:
         await store.close()
+
+
+# ---------------------------------------------------------------- zero-filled tail
+
+
+def _record_end(seg: Path) -> int:
+    scan = fmt.scan_records(seg.read_bytes())
+    off, body = scan.records[-1]
+    return off + fmt.RECORD_HEADER_SIZE + len(body)
+
+
+@run_async
+async def test_the_open_segment_is_zero_filled_ahead_and_cut_at_a_clean_stop(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="meshmq.store")
+    d = tmp_path / "j"
+    store = JournalStore(d)
+    store.open()
+    for i in range(1, 6):
+        store.write(batch(i))
+        await store.sync()
+    [seg] = segments(d)
+    end = _record_end(seg)
+    # Synced records are followed by zeros, so the next syncs do not grow the file.
+    assert seg.stat().st_size >= end + 64 * 1024
+    assert seg.read_bytes()[end:].count(0) == seg.stat().st_size - end
+    # A crash now: the copy's newest segment has the zero tail; it is the clean end.
+    crashed = copy_dir(d, tmp_path / "crash")
+    seen = state(store)
+    await store.close()
+    assert seg.stat().st_size == end  # a clean stop leaves no zeros behind
+    assert await reopen_state(d) == seen
+    assert await reopen_state(crashed) == seen
+    [copied] = segments(crashed)
+    assert copied.stat().st_size == end
+    assert caplog.text == ""  # neither was a torn tail
+
+
+@run_async
+async def test_a_segment_left_for_a_newer_one_ends_at_its_records(tmp_path: Path) -> None:
+    d = tmp_path / "j"
+    store = JournalStore(d, segment_size=4096)
+    store.open()
+    try:
+        for i in range(1, 120):
+            store.write(batch(i))
+            await store.sync()
+        segs = segments(d)
+        assert len(segs) > 2
+        for seg in segs[:-1]:
+            assert seg.stat().st_size == _record_end(seg)
+        newest = segs[-1]
+        assert newest.stat().st_size <= 4096  # never zero-filled past the segment size
+    finally:
+        await store.close()
+
+
+@run_async
+async def test_a_torn_record_before_the_zero_tail_is_cut_and_logged(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="meshmq.store")
+    d = tmp_path / "j"
+    store = JournalStore(d)
+    store.open()
+    try:
+        model = MemoryStore()
+        model.open()
+        for i in range(1, 4):
+            store.write(batch(i))
+            model.write(batch(i))
+            await store.sync()
+        expect = state(model)
+        store.write(batch(4))
+        await store.sync()
+        crashed = copy_dir(d, tmp_path / "crash")
+    finally:
+        await store.close()
+    [seg] = segments(crashed)
+    data = bytearray(seg.read_bytes())
+    last = fmt.scan_records(bytes(data)).records[-1][0]
+    end = _record_end(seg)
+    data[last + 12:end] = bytes(end - last - 12)  # the last record half written
+    seg.write_bytes(bytes(data))
+    assert await reopen_state(crashed) == expect
+    assert "record checksum mismatch" in caplog.text
+    assert seg.stat().st_size == last
+
+
+@run_async
+async def test_without_fsync_the_file_grows_with_its_records(tmp_path: Path) -> None:
+    d = tmp_path / "j"
+    store = JournalStore(d, fsync=False)
+    store.open()
+    try:
+        store.write(batch(1))
+        await store.sync()
+        [seg] = segments(d)
+        assert seg.stat().st_size == _record_end(seg)
+    finally:
+        await store.close()
