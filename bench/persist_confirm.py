@@ -7,7 +7,9 @@ that pipelines receipted persistent sends.
     python bench/persist_confirm.py both --build compiled --out bench/results/x.json
 
 ``window1``: one producer sends persistent 256 B messages to a queue, each with a receipt,
-and waits for it before the next; one ack:auto consumer drains the queue. Reported: msg/s,
+and waits for it before the next; one ack:auto consumer drains the queue (``--no-consumer``:
+none, so every message is written and synced; ``--non-persistent``: the same traffic
+without the store, the floor). Reported: msg/s,
 the broker's CPU seconds per message (user+system of every thread, /proc/<pid>/stat), its
 journal syncs per message (GET /metrics) and its wake-ups per message (every thread's
 voluntary context switches: the writer thread's and the loop's sleeps and wake-ups),
@@ -178,8 +180,11 @@ class Consumer(threading.Thread):
         self.done.set()
 
 
+PERSISTENT = "true"  # --non-persistent: the same traffic without the store (a floor)
+
+
 def _send_frame(dest: str, receipt: int, size: int) -> bytes:
-    head = f"SEND\ndestination:{dest}\npersistent:true\nreceipt:{receipt}\n" \
+    head = f"SEND\ndestination:{dest}\npersistent:{PERSISTENT}\nreceipt:{receipt}\n" \
            f"content-length:{size}\n\n".encode()
     return head + _TS.pack(time.time()) + bytes(size - 8) + b"\x00"
 
@@ -191,19 +196,23 @@ def _pct(values: list[float], p: float) -> float:
     return round(s[min(len(s) - 1, int(p / 100 * len(s)))], 3)
 
 
-def window1(broker: Broker, count: int, size: int) -> dict[str, Any]:
+def window1(broker: Broker, count: int, size: int, with_consumer: bool = True
+            ) -> dict[str, Any]:
     port = broker.ports["stomp"]
     dest = "/queue/bench.w1"
-    consumer = Consumer(port, dest, count)
-    consumer.start()
-    consumer.subscribed.wait(10)
+    consumer = Consumer(port, dest, count) if with_consumer else None
+    if consumer is not None:
+        consumer.start()
+        consumer.subscribed.wait(10)
     prod, parser = _connect(port)
     for i in range(200):  # warm-up (not measured); the consumer sees these too
         prod.sendall(_send_frame(dest, i, size))
         while not parser.feed(prod.recv(65536)):
             pass
-    consumer.expect += 200
+    if consumer is not None:
+        consumer.expect += 200
     syncs0 = broker.metric("meshmq_store_syncs")
+    inline0 = broker.metric("meshmq_store_inline_syncs")
     user0, sys0, sw0 = broker.usage()
     rtts: list[float] = []
     t0 = time.perf_counter()
@@ -216,21 +225,26 @@ def window1(broker: Broker, count: int, size: int) -> dict[str, Any]:
     elapsed = time.perf_counter() - t0
     user1, sys1, sw1 = broker.usage()
     syncs1 = broker.metric("meshmq_store_syncs")
-    consumer.done.wait(30)
+    inline1 = broker.metric("meshmq_store_inline_syncs")
+    latencies: list[float] = []
+    if consumer is not None:
+        consumer.done.wait(30)
+        consumer.sock.close()
+        latencies = consumer.latencies[200:]
     prod.close()
-    consumer.sock.close()
     return {
-        "scenario": "window1", "count": count, "size": size,
+        "scenario": "window1", "count": count, "size": size, "consumer": with_consumer,
         "msg_per_s": round(count / elapsed),
         "cpu_us_per_msg": round((user1 + sys1 - user0 - sys0) / count * 1e6, 1),
         "user_us_per_msg": round((user1 - user0) / count * 1e6, 1),
         "sys_us_per_msg": round((sys1 - sys0) / count * 1e6, 1),
         "syncs_per_msg": round((syncs1 - syncs0) / count, 3),
+        # Syncs the event loop did itself (NaN: a build without them).
+        "inline_syncs_per_msg": round((inline1 - inline0) / count, 3),
         "wakeups_per_msg": round((sw1 - sw0) / count, 2),
         "receipt_rtt_ms_p50": _pct(rtts, 50), "receipt_rtt_ms_p99": _pct(rtts, 99),
-        "e2e_ms_p50": _pct(consumer.latencies[200:], 50),
-        "e2e_ms_p99": _pct(consumer.latencies[200:], 99),
-        "consumed": len(consumer.latencies) - 200,
+        "e2e_ms_p50": _pct(latencies, 50), "e2e_ms_p99": _pct(latencies, 99),
+        "consumed": len(latencies),
     }
 
 
@@ -316,11 +330,17 @@ def main() -> None:
                     "SO_SNDBUF (0: the kernel's autotuning; small: what the client counts as "
                     "written is what the broker could read)")
     ap.add_argument("--timeout", type=float, default=120.0)
+    ap.add_argument("--no-consumer", action="store_true", help="window1 without the "
+                    "consumer: every message stays in the queue (written and synced)")
+    ap.add_argument("--non-persistent", action="store_true", help="send persistent:false "
+                    "(the same receipts and consumer without the store: the floor)")
     ap.add_argument("--attach", help="a profiler to run against the broker while measuring, "
                     "stopped with SIGINT; {pid} is the broker's pid (e.g. 'py-spy record "
                     "--threads -f raw -o w1.txt -p {pid}' or 'perf record -g -p {pid}')")
     ap.add_argument("--out", type=Path, help="append the results (JSON lines) here")
     a = ap.parse_args()
+    global PERSISTENT
+    PERSISTENT = "false" if a.non_persistent else "true"
     a.src, a.lib = a.src.resolve(), a.lib.resolve()  # the broker runs in a temp directory
     if not (a.src / "meshmq").is_dir():
         raise SystemExit(f"no meshmq package in {a.src}")
@@ -337,7 +357,7 @@ def main() -> None:
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 time.sleep(1.0)
             if scenario == "window1":
-                r = window1(broker, a.count or 5000, a.size)
+                r = window1(broker, a.count or 5000, a.size, not a.no_consumer)
             else:
                 r = pipeline(broker, a.count or 50_000, a.size, a.timeout, a.sndbuf)
             if spy is not None:
@@ -345,8 +365,9 @@ def main() -> None:
                 spy.wait(30)
         finally:
             broker.close()
-        r.update(build=a.build, src=str(a.src), lib=str(a.lib) if a.build == "compiled"
-                 else None, load=round(os.getloadavg()[0], 2))
+        r.update(persistent=not a.non_persistent, build=a.build, src=str(a.src),
+                 lib=str(a.lib) if a.build == "compiled" else None,
+                 load=round(os.getloadavg()[0], 2))
         print(json.dumps(r), flush=True)
         results.append(r)
     shutil.rmtree(tmp, ignore_errors=True)

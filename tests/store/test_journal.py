@@ -7,6 +7,8 @@ import errno
 import logging
 import os
 import shutil
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ import pytest
 from meshmq.errors import CorruptStoreError, StoreError
 from meshmq.store.base import (
     AddMessage,
+    DropKey,
     KeyInfo,
     MarkDispatched,
     PutDurableSubscription,
@@ -25,6 +28,7 @@ from meshmq.store.base import (
 )
 from meshmq.store.journal import JournalStore
 from meshmq.store.journal import format as fmt
+from meshmq.store.journal import store as journal_store
 from meshmq.store.journal.index import KeyIndex
 from meshmq.store.memory import MemoryStore
 from tests.store.helpers import entry_view, msg, run_async, sub
@@ -273,8 +277,10 @@ async def test_dispatch_marks_survive_the_compaction_of_their_segment(tmp_path: 
     await store.sync()
     first = segments(d)
     assert first
-    for i in range(2, 80):  # churn: later segments, all acknowledged
-        store.write([AddMessage(msg(i, b"c" * 100), ((Q2, i),)), RemoveRef(Q2, i)])
+    for i in range(2, 80):  # churn: later segments, all acknowledged (in a later batch:
+        # one removed in its own batch would not be written at all)
+        store.write([AddMessage(msg(i, b"c" * 100), ((Q2, i),))])
+        store.write([RemoveRef(Q2, i)])
     store.write([RemoveRef(Q, 1)])
     await store.sync()
     while store.compact_step():
@@ -559,3 +565,390 @@ def test_a_write_made_outside_any_event_loop_still_reaches_the_disk(tmp_path: Pa
     seen = asyncio.run(settle())
     assert asyncio.run(reopen_state(tmp_path / "j")) == seen
     assert seen[Q][0] != []
+
+
+# ---------------------------------------------------------------- syncs on the event loop
+
+
+def _quick_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any sync of this machine's disk counts as quick (a shared machine's disk can take
+    milliseconds now and then, which would rightly send syncs to the writer thread)."""
+    monkeypatch.setattr(journal_store, "INLINE_SYNC_MAX_S", 60.0)
+
+
+def _record_sync_threads(monkeypatch: pytest.MonkeyPatch, delays: list[float]) -> list[int]:
+    """Every ``os.fdatasync`` from now on: the thread it ran on (appended); the first
+    ``delays`` make it that much slower (a slow disk)."""
+    real = os.fdatasync
+    threads: list[int] = []
+
+    def fdatasync(fd: int) -> None:
+        threads.append(threading.get_ident())
+        if delays:
+            time.sleep(delays.pop(0))
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    return threads
+
+
+async def _writer_idle(store: JournalStore) -> None:
+    """Poll (with a deadline) until the writer thread waits for work: it resolves a sync
+    before it goes back to waiting, and the loop syncs itself only once it does."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while not store._w_idle:
+        assert loop.time() < deadline, "the writer thread did not go idle"
+        await asyncio.sleep(0.001)
+
+
+@run_async
+async def test_a_sync_with_the_writer_idle_is_done_on_the_loop(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _quick_disk(monkeypatch)
+    d = tmp_path / "j"
+    store = JournalStore(d)
+    store.open()
+    store.write(batch(1))
+    await store.sync()  # the writer thread creates the segment
+    await _writer_idle(store)
+    assert store.stats()["inline_syncs"] == 0
+    threads = _record_sync_threads(monkeypatch, [])
+    for i in range(2, 7):
+        store.write(batch(i))
+        fut = store.sync_at_once()
+        assert fut.done() and fut.result() is None  # durable before the call returned
+        await asyncio.sleep(0)  # the next pass of the loop
+    assert threads == [threading.get_ident()] * 5
+    stats = store.stats()
+    assert stats["inline_syncs"] == 5
+    assert stats["pending_batches"] == 0
+    assert stats["records_written"] == 6
+    seen = state(store)
+    await store.close()
+    assert await reopen_state(d) == seen
+    assert [e[0] for e in seen[D][0]] == [1, 2, 3, 4, 5, 6]
+
+
+@run_async
+async def test_syncs_asked_for_in_one_pass_after_an_inline_one_share_the_writer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _quick_disk(monkeypatch)
+    store = JournalStore(tmp_path / "j")
+    store.open()
+    try:
+        store.write(batch(1))
+        await store.sync()
+        await _writer_idle(store)
+        futures = []
+        for i in range(2, 22):
+            store.write(batch(i))
+            futures.append(store.sync_at_once())
+        assert futures[0].done()
+        assert not any(f.done() for f in futures[1:])  # the writer thread's group commit
+        await asyncio.wait_for(asyncio.gather(*futures), 30)
+        stats = store.stats()
+        assert stats["inline_syncs"] == 1
+        assert stats["syncs"] < 21
+        assert stats["pending_batches"] == 0
+    finally:
+        await store.close()
+
+
+@run_async
+async def test_a_slow_disk_keeps_syncs_on_the_writer_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = JournalStore(tmp_path / "j")
+    store.open()
+    try:
+        store.write(batch(1))
+        await store.sync()
+        await _writer_idle(store)
+        threads = _record_sync_threads(monkeypatch, [0.05])
+        store.write(batch(2))
+        assert store.sync_at_once().done()  # inline, and it took 50 ms
+        await asyncio.sleep(0)
+        for i in range(3, 6):
+            store.write(batch(i))
+            fut = store.sync_at_once()
+            assert not fut.done()
+            await asyncio.wait_for(fut, 10)
+        assert threads[0] == threading.get_ident()
+        assert threading.get_ident() not in threads[1:] and len(threads) == 4
+        assert store.stats()["inline_syncs"] == 1
+    finally:
+        await store.close()
+
+
+@run_async
+async def test_a_disk_that_fills_during_an_inline_write_is_left_to_the_writer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _quick_disk(monkeypatch)
+    d = tmp_path / "j"
+    store = JournalStore(d)
+    store.open()
+    store.write(batch(1))
+    await store.sync()
+    await _writer_idle(store)
+    real = os.write
+    loop_thread = threading.get_ident()
+    refused: list[int] = []
+
+    def write(fd: int, data: Any) -> int:
+        if threading.get_ident() == loop_thread and len(refused) < 2:
+            # A short write of half the record, then the disk is full.
+            if not refused:
+                refused.append(real(fd, bytes(data[:len(data) // 2])))
+                return refused[0]
+            refused.append(0)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    store.write(batch(2))
+    fut = store.sync_at_once()
+    assert len(refused) == 2  # the loop tried, and handed the rest over instead of waiting
+    assert not fut.done()
+    await asyncio.wait_for(fut, 10)
+    store.write(batch(3))
+    await asyncio.wait_for(store.sync(), 10)
+    assert store.persistent_refusal() is None
+    seen = state(store)
+    await store.close()
+    assert await reopen_state(d) == seen
+    assert [e[0] for e in seen[D][0]] == [1, 2, 3]
+
+
+@run_async
+async def test_an_io_error_during_an_inline_sync_fails_the_store(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _quick_disk(monkeypatch)
+    store = JournalStore(tmp_path / "j")
+    store.open()
+    store.write(batch(1))
+    await store.sync()
+    await _writer_idle(store)
+
+    def broken(fd: int) -> None:
+        raise OSError(errno.EIO, "simulated disk failure")
+
+    monkeypatch.setattr(os, "fdatasync", broken)
+    store.write(batch(2))
+    fut = store.sync_at_once()
+    assert fut.done()
+    with pytest.raises(StoreError, match="simulated disk failure"):
+        fut.result()
+    assert store.persistent_refusal() is not None
+    with pytest.raises(StoreError, match="refuses writes"):
+        store.write(batch(3))
+    with pytest.raises(StoreError):
+        await store.close()
+
+
+@run_async
+async def test_without_inline_sync_the_writer_thread_syncs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = JournalStore(tmp_path / "j", inline_sync=False)
+    store.open()
+    try:
+        store.write(batch(1))
+        await store.sync()
+        threads = _record_sync_threads(monkeypatch, [])
+        store.write(batch(2))
+        fut = store.sync_at_once()
+        assert not fut.done()
+        await asyncio.wait_for(fut, 10)
+        assert threads and threading.get_ident() not in threads
+        assert store.stats()["inline_syncs"] == 0
+    finally:
+        await store.close()
+
+
+# ---------------------------------------------------------------- consumed before written
+
+
+@run_async
+async def test_a_message_removed_in_its_own_batch_is_never_written(tmp_path: Path) -> None:
+    d = tmp_path / "j"
+    store = JournalStore(d)
+    store.open()
+    store.write([AddMessage(msg(1), ((Q, 1),))])
+    await store.sync()
+    written = store.stats()["bytes_written"]
+    # Delivered to an ack:auto consumer (a delivery count, a removal) in the same batch.
+    store.write([AddMessage(msg(2, b"x" * 500), ((Q, 2),)), SetDeliveryCount(Q, 2, 1),
+                 RemoveRef(Q, 2)])
+    assert store.sync_at_once().done()  # nothing of it to wait for
+    stats = store.stats()
+    assert (stats["bytes_written"], stats["pending_batches"]) == (written, 0)
+    assert store.key_info(Q) == KeyInfo(1, len(msg(1).body), 1, 2, 0)
+    assert [e.seq for e in store.load(Q, 0, 10)] == [1]
+    await store.close()
+    assert (await reopen_state(d))[Q][1] == KeyInfo(1, len(msg(1).body), 1, 2, 0)
+
+
+@run_async
+async def test_only_messages_every_reference_of_which_is_removed_are_left_out(
+        tmp_path: Path) -> None:
+    d = tmp_path / "j"
+    store = JournalStore(d)
+    store.open()
+    store.write([
+        AddMessage(msg(1), ((Q, 1), (D, 1))),  # one of two subscribers acknowledged it
+        AddMessage(msg(2), ((Q, 2),)),
+        SetDeliveryCount(Q, 2, 3),
+        RemoveRef(Q, 1), RemoveRef(Q2, 5),  # Q2's seq 5 was never added here
+        AddMessage(msg(3), ((Q, 3),)), RemoveRef(Q, 3),
+    ])
+    await store.sync()
+    seen = state(store)
+    assert [(seq, dc) for seq, _, dc in seen[D][0]] == [(1, 0)]
+    assert [(seq, dc) for seq, _, dc in seen[Q][0]] == [(2, 3)]
+    assert seen[Q][1].last_seq == 3
+    await store.close()
+    assert await reopen_state(d) == seen
+
+
+@run_async
+async def test_a_crash_loses_at_most_the_seq_of_a_message_never_written(
+        tmp_path: Path) -> None:
+    d = tmp_path / "j"
+    store = JournalStore(d)
+    store.open()
+    try:
+        store.write([AddMessage(msg(1), ((Q, 1),))])
+        store.write([AddMessage(msg(2), ((Q, 2),)), RemoveRef(Q, 2)])
+        await store.sync()
+        # A crash now: message 2 was never written, its seq may come again.
+        crashed = await reopen_state(copy_dir(d, tmp_path / "c1"))
+        assert crashed[Q][0] == state(store)[Q][0]
+        assert crashed[Q][1] == KeyInfo(1, len(msg(1).body), 1, 1, 0)
+        # The seq is written with the next record, or by the next compaction step.
+        store.write([MarkDispatched(Q2, 4)])
+        await store.sync()
+        assert (await reopen_state(copy_dir(d, tmp_path / "c2")))[Q][1].last_seq == 2
+        store.write([AddMessage(msg(3), ((Q, 3),)), RemoveRef(Q, 3)])
+        store.compact_step()
+        await store.sync()
+        assert (await reopen_state(copy_dir(d, tmp_path / "c3")))[Q][1].last_seq == 3
+    finally:
+        await store.close()
+
+
+@run_async
+async def test_a_dropped_key_stays_dropped_after_messages_left_out(tmp_path: Path) -> None:
+    d = tmp_path / "j"
+    store = JournalStore(d)
+    store.open()
+    store.write([AddMessage(msg(1), ((Q, 1),)), RemoveRef(Q, 1), DropKey(Q)])
+    store.write([AddMessage(msg(2), ((Q2, 1),)), RemoveRef(Q2, 1)])
+    store.write([DropKey(Q2)])  # the seq left out before is not written after the drop
+    store.write([AddMessage(msg(3), ((D, 1),))])
+    await store.sync()
+    await store.close()
+    store = JournalStore(d)
+    recovery = store.open()
+    try:
+        assert set(recovery.keys) == {D}
+    finally:
+        await store.close()
+
+
+# ---------------------------------------------------------------- zero-filled tail
+
+
+def _record_end(seg: Path) -> int:
+    scan = fmt.scan_records(seg.read_bytes())
+    off, body = scan.records[-1]
+    return off + fmt.RECORD_HEADER_SIZE + len(body)
+
+
+@run_async
+async def test_the_open_segment_is_zero_filled_ahead_and_cut_at_a_clean_stop(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="meshmq.store")
+    d = tmp_path / "j"
+    store = JournalStore(d)
+    store.open()
+    for i in range(1, 6):
+        store.write(batch(i))
+        await store.sync()
+    [seg] = segments(d)
+    end = _record_end(seg)
+    # Synced records are followed by zeros, so the next syncs do not grow the file.
+    assert seg.stat().st_size >= end + 64 * 1024
+    assert seg.read_bytes()[end:].count(0) == seg.stat().st_size - end
+    # A crash now: the copy's newest segment has the zero tail; it is the clean end.
+    crashed = copy_dir(d, tmp_path / "crash")
+    seen = state(store)
+    await store.close()
+    assert seg.stat().st_size == end  # a clean stop leaves no zeros behind
+    assert await reopen_state(d) == seen
+    assert await reopen_state(crashed) == seen
+    [copied] = segments(crashed)
+    assert copied.stat().st_size == end
+    assert caplog.text == ""  # neither was a torn tail
+
+
+@run_async
+async def test_a_segment_left_for_a_newer_one_ends_at_its_records(tmp_path: Path) -> None:
+    d = tmp_path / "j"
+    store = JournalStore(d, segment_size=4096)
+    store.open()
+    try:
+        for i in range(1, 120):
+            store.write(batch(i))
+            await store.sync()
+        segs = segments(d)
+        assert len(segs) > 2
+        for seg in segs[:-1]:
+            assert seg.stat().st_size == _record_end(seg)
+        newest = segs[-1]
+        assert newest.stat().st_size <= 4096  # never zero-filled past the segment size
+    finally:
+        await store.close()
+
+
+@run_async
+async def test_a_torn_record_before_the_zero_tail_is_cut_and_logged(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="meshmq.store")
+    d = tmp_path / "j"
+    store = JournalStore(d)
+    store.open()
+    try:
+        model = MemoryStore()
+        model.open()
+        for i in range(1, 4):
+            store.write(batch(i))
+            model.write(batch(i))
+            await store.sync()
+        expect = state(model)
+        store.write(batch(4))
+        await store.sync()
+        crashed = copy_dir(d, tmp_path / "crash")
+    finally:
+        await store.close()
+    [seg] = segments(crashed)
+    data = bytearray(seg.read_bytes())
+    last = fmt.scan_records(bytes(data)).records[-1][0]
+    end = _record_end(seg)
+    data[last + 12:end] = bytes(end - last - 12)  # the last record half written
+    seg.write_bytes(bytes(data))
+    assert await reopen_state(crashed) == expect
+    assert "record checksum mismatch" in caplog.text
+    assert seg.stat().st_size == last
+
+
+@run_async
+async def test_without_fsync_the_file_grows_with_its_records(tmp_path: Path) -> None:
+    d = tmp_path / "j"
+    store = JournalStore(d, fsync=False)
+    store.open()
+    try:
+        store.write(batch(1))
+        await store.sync()
+        [seg] = segments(d)
+        assert seg.stat().st_size == _record_end(seg)
+    finally:
+        await store.close()

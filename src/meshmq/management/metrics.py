@@ -237,6 +237,11 @@ class BrokerCollector(Collector):
         if "syncs" in store:
             yield CounterMetricFamily("meshmq_store_syncs", "Journal syncs (fsync groups)",
                                       value=store["syncs"])
+        if "inline_syncs" in store:
+            yield CounterMetricFamily("meshmq_store_inline_syncs",
+                                      "Journal syncs the event loop did itself, the writer "
+                                      "thread being idle (no thread hop)",
+                                      value=store["inline_syncs"])
         yield GaugeMetricFamily("meshmq_store_limit_bytes",
                                 "Store size at which persistent messages are refused "
                                 "(0: no limit)", value=runtime.config.store.max_disk_bytes)

@@ -141,7 +141,10 @@ class Durability:
                     fut.set_exception(exc)
             return
         if local is not None:
-            sync.add_done_callback(_settles(local))
+            if sync.done():  # a store that synced on the loop: settled in this turn
+                _settles(local)(sync)
+            else:
+                sync.add_done_callback(_settles(local))
         if owned is not None:
             # Taken after the write: the decisions the pump just wrote went out to
             # their owners, and their STORED is in this future.

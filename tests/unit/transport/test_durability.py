@@ -298,3 +298,23 @@ def test_a_subscriptions_confirmation_waits_for_its_relays_to_open_in_order() ->
         assert store.writes == 1
 
     asyncio.run(main())
+
+
+def test_a_sync_done_when_it_starts_confirms_in_the_next_pass() -> None:
+    """A store that synced on the loop (the journal with its writer idle) hands back a
+    done future: the turn's confirmations go out one pass later, not two."""
+    async def main() -> None:
+        store = FakeStore()
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        sent: list[str] = []
+        d = Durability(store.write_ops, lambda: done, store.barrier)
+        q = d.confirmations(flush=lambda: None, closed=lambda: False, fail=lambda r: None,
+                            who="c1")
+        q.confirm(lambda: sent.append("r1"), durable=True)
+        await asyncio.sleep(0)  # the turn's sync starts (Durability._start) and is done
+        assert sent == []
+        await asyncio.sleep(0)  # the queue's done-callback
+        assert sent == ["r1"] and store.barriers == 1
+
+    asyncio.run(main())

@@ -33,6 +33,7 @@ import os
 import queue
 import struct
 import threading
+import time
 import zlib
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -71,6 +72,27 @@ _COMPACT_SEGMENTS_PER_STEP = 64  # segments one compaction step may release
 RESERVE_FILE = "space.reserve"  # space held back for acks when the disk fills
 _SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 _SPACE_RETRY_MAX_S = 2.0
+# A sync the event loop does itself (``_write_inline``): only while recent disk syncs
+# took less than this on average (it blocks the loop meanwhile: a disk whose syncs take
+# milliseconds keeps them on the writer thread), and for a group up to this size.
+INLINE_SYNC_MAX_S = 0.002
+_INLINE_MAX_BYTES = 256 * 1024
+# The open segment's tail is zero-filled this far ahead of its records, in groups of at
+# most _PREALLOC_GROUP bytes: an fdatasync of blocks that already belong to the file
+# flushes the data alone, while one that makes the file grow must also write its inode
+# and wait for it (on ext4 one more I/O round trip and wake-up per sync). Big groups
+# append as before (zero-filling would double what they write).
+_PREALLOC_BYTES = 1 * MIB
+_PREALLOC_GROUP = 64 * 1024
+
+
+class _HandOverError(Exception):
+    """The disk filled during an inline write: the writer thread finishes it (it may wait
+    for space, the event loop may not)."""
+
+    def __init__(self, rest: bytes) -> None:
+        super().__init__()
+        self.rest = rest
 
 # A part of a record body: bytes, or (segment, offset, length) the writer copies from disk.
 Part = bytes | tuple[int, int, int]
@@ -117,7 +139,7 @@ class JournalStore:
                  max_batch_bytes: int = 4 * MIB, compact_live_ratio: float = 0.5,
                  fence: WriteFence | None = None, accept_data_loss: bool = False,
                  max_disk_bytes: int = 0, min_free_disk: int = 0, disk_reserve: int = 0,
-                 close_timeout: float = 10.0) -> None:
+                 close_timeout: float = 10.0, inline_sync: bool = True) -> None:
         if segment_size < 512 or segment_size > (1 << 40):
             raise StoreError(f"segment_size {segment_size} out of range [512, 2**40]")
         if max_batch_bytes < 1:
@@ -189,6 +211,26 @@ class JournalStore:
         self._w_idle = False
         # The loop a _deferred_kick is scheduled on (another loop, or none: kick anew).
         self._kick_soon: asyncio.AbstractEventLoop | None = None
+        # Whoever writes and syncs holds _io_lock: the writer thread, or the event loop
+        # when it finds the writer idle and does a small group itself (``_write_inline``:
+        # no thread hop, so no wake-up of the writer and none of the loop afterwards).
+        # Not with a fence (its checks read the lease file), and only while disk syncs
+        # are quick (``_sync_cost``: a moving average of their seconds).
+        self._io_lock = threading.Lock()
+        self._inline_ok = inline_sync and fence is None
+        self._sync_cost = 0.0
+        # The loop writing now, in its own thread (a full disk hands over, _HandOverError;
+        # its waiters are resolved at once).
+        self._inline: asyncio.AbstractEventLoop | None = None
+        self._resume: Callable[[], None] | None = None  # a handed-over inline write
+        self._inline_syncs = 0
+        # The loop that synced inline in its current pass of callbacks: at most one
+        # inline sync per pass, so syncs asked for one after another in a pass (a replica
+        # applying batches) still share the writer's group commit.
+        self._inline_pass: asyncio.AbstractEventLoop | None = None
+        # key -> the highest seq of a message consumed before it was written (``write``),
+        # to be written with the next record (every compaction step writes it at latest).
+        self._unwritten_last: dict[str, int] = {}
         self._queue: deque[_Item] = deque()
         self._durable_no = 0
         self._written_no = 0  # written to the file, maybe not yet synced (lazy removals)
@@ -207,6 +249,7 @@ class JournalStore:
         self._w_fd: int | None = None
         self._w_seg = 0
         self._w_off = 0
+        self._w_alloc = 0  # the file's size: zero-filled from _w_off up to here
         self._w_read_fds: dict[int, int] = {}
 
     # ------------------------------------------------------------------ open / replay
@@ -318,10 +361,16 @@ class JournalStore:
                 and data[fmt.HEADER_SIZE:].strip(b"\x00"):
             lost = "no intact record could be read after it"
         if damage is None and lost is None:
-            if scan.problem is not None:  # the newest segment's torn tail
+            if scan.problem is not None and \
+                    data.count(0, scan.good_end) == len(data) - scan.good_end:
+                # Space zero-filled ahead of the records (JournalStore._preallocate).
+                log.debug("journal: %s: cutting %d zero bytes after the last record",
+                          path, len(data) - scan.good_end)
+            elif scan.problem is not None:  # the newest segment's torn tail
                 log.warning("journal: %s: %s; discarding %d bytes of torn tail "
                             "(batches never acknowledged as synced)",
                             path, scan.problem, len(data) - scan.good_end)
+            if scan.problem is not None:
                 with open(path, "r+b") as f:
                     f.truncate(scan.good_end)
                     f.flush()
@@ -483,10 +532,97 @@ class JournalStore:
 
     def write(self, ops: Sequence[StoreOp], marks: Mapping[str, int] | None = None) -> None:
         """``marks``: raise these keys' ``last_seq`` in the same atomic record (replicated
-        HA keeps its log position this way, so the position and the data never disagree)."""
+        HA keeps its log position this way, so the position and the data never disagree).
+
+        A message whose every reference is removed later in the same batch (delivered to
+        an ``ack:auto`` consumer, or acknowledged, before its batch was written) is not
+        written at all, nor are its removal and delivery counts: replaying them would
+        leave nothing. Only its seq is remembered (``_unwritten_last``) and written with
+        the next record; see docs/store-format.md, "Messages consumed before they were
+        written"."""
         self._check_writable()
         if not ops and not marks:
             return
+        consumed = self._consumed(ops) if len(ops) > 1 else None
+        if consumed is not None:
+            ops, gone = consumed
+            if not ops and not marks:
+                self._note_unwritten(gone)
+                return
+        # An ack's removal alone need not reach the disk before the next message: losing
+        # it in a crash redelivers the message (flagged redelivered), never loses one.
+        # Syncing it at once cost a second disk sync per message under window-1 load.
+        lazy = not marks and all(isinstance(op, RemoveRef) for op in ops)
+        if consumed is not None:
+            # In this record: last_seq stays exact (a key dropped in it stays dropped).
+            marks = _raised(marks, _undropped(consumed[1], ops))
+        self._write_record(ops, marks, lazy=lazy)
+        self._writes_since_check += 1
+        if self._plan is not None or self._writes_since_check >= _COMPACT_CHECK_EVERY:
+            self.compact_step()
+
+    def _consumed(self, ops: Sequence[StoreOp]
+                  ) -> tuple[list[StoreOp], dict[str, int]] | None:
+        """``ops`` less the messages removed again within them (see ``write``), and the
+        highest seq per key of those left out; None when there are none."""
+        added: set[tuple[str, int]] | None = None
+        removed: set[tuple[str, int]] | None = None
+        for op in ops:
+            if isinstance(op, AddMessage):
+                if added is None:
+                    added = set()
+                added.update(op.refs)
+            elif isinstance(op, RemoveRef) and added is not None:
+                ref = (op.key, op.seq)
+                if ref in added:
+                    if removed is None:
+                        removed = set()
+                    removed.add(ref)
+        if removed is None:
+            return None
+        gone: set[tuple[str, int]] = set()
+        for op in ops:
+            if isinstance(op, AddMessage) and all(ref in removed for ref in op.refs):
+                gone.update(op.refs)
+        if not gone:
+            return None
+        kept: list[StoreOp] = []
+        for op in ops:
+            if isinstance(op, AddMessage):
+                if op.refs and op.refs[0] in gone:
+                    continue
+            elif isinstance(op, (RemoveRef, SetDeliveryCount)) and (op.key, op.seq) in gone:
+                continue
+            kept.append(op)
+        last: dict[str, int] = {}
+        for key, seq in gone:
+            last[key] = max(seq, last.get(key, 0))
+        return kept, last
+
+    def _note_unwritten(self, last: dict[str, int]) -> None:
+        """Seqs of messages left out with nothing else to write: each key's last_seq
+        rises now, as if they had been written and removed, and reaches the disk with
+        the next record."""
+        unwritten = self._unwritten_last
+        for key, seq in last.items():
+            idx = self._index.get(key)
+            if idx is None:
+                idx = self._index[key] = KeyIndex()
+            idx.last_seq = max(idx.last_seq, seq)
+            unwritten[key] = max(seq, unwritten.get(key, 0))
+
+    def _flush_unwritten_last(self) -> None:
+        """Write the seqs of messages that were never written (lazily: no sync of its own,
+        the next one anybody needs covers it)."""
+        if self._unwritten_last and self._opened and not self._closed \
+                and self._failed is None:
+            self._write_record([], None, lazy=True)
+
+    def _write_record(self, ops: Sequence[StoreOp], marks: Mapping[str, int] | None, *,
+                      lazy: bool) -> None:
+        pending = self._unwritten_last
+        if pending:
+            marks = _raised(marks, _undropped(pending, ops))
         self._reap_deleted()
         self._roll_if_full()
         seg = self._active
@@ -553,6 +689,7 @@ class JournalStore:
             raise StoreError(f"cannot encode store batch: {exc}") from exc
 
         # Pass 2: the batch is accepted; apply it to the index in order.
+        pending.clear()  # in ``marks`` now
         defined |= new_defs
         rec_off = self._tail
         base = rec_off + fmt.RECORD_HEADER_SIZE
@@ -583,14 +720,7 @@ class JournalStore:
                 self._drop_key(op.key)
         for key, mark in (marks or {}).items():
             self._raise_last_seq(key, mark, seg)
-        # An ack's removal alone need not reach the disk before the next message: losing
-        # it in a crash redelivers the message (flagged redelivered), never loses one.
-        # Syncing it at once cost a second disk sync per message under window-1 load.
-        lazy = not marks and all(isinstance(op, RemoveRef) for op in ops)
         self._enqueue_record(seg, rec_off, parts, pos, keys, lazy=lazy)
-        self._writes_since_check += 1
-        if self._plan is not None or self._writes_since_check >= _COMPACT_CHECK_EVERY:
-            self.compact_step()
 
     @staticmethod
     def _sub_bytes(sub: DurableSubscription, kid: int) -> bytes:
@@ -638,8 +768,10 @@ class JournalStore:
             self._kick()
 
     def _kick(self) -> None:
-        """Wake the writer if it sleeps (the caller holds ``_lock``)."""
-        if self._w_idle:
+        """Wake the writer if it sleeps and has work (the caller holds ``_lock``): a
+        record the loop already wrote itself (``_write_inline``) leaves none."""
+        if self._w_idle and (self._queue or self._sync_wanted or self._stopping
+                             or self._resume is not None):
             self._w_idle = False
             self._wake.put(None)
 
@@ -687,11 +819,72 @@ class JournalStore:
             self._waiters.append((target, loop, fut))
             # Written lazily and not synced yet: ask the writer for a sync pass.
             wake = self._written_no >= target
+        if self._inline_ok and self._sync_cost < INLINE_SYNC_MAX_S \
+                and self._inline_pass is not loop and self._write_inline(loop, sync_only=wake):
+            return fut  # done now (or failed), unless the disk filled meanwhile
         if wake:
             with self._lock:
                 self._sync_wanted = True
                 self._kick()
         return fut
+
+    def _end_inline_pass(self) -> None:
+        self._inline_pass = None
+
+    def _write_inline(self, loop: asyncio.AbstractEventLoop, *, sync_only: bool) -> bool:
+        """On the event loop: write and sync what is queued (or, ``sync_only``, sync what
+        was written lazily) here instead of on the writer thread, if the writer is idle
+        and what is queued is small and goes to the open segment. Waiters of this loop
+        are resolved at once. False: nothing done, the writer takes it as usual.
+
+        Why: at a confirmation window of 1 every message is one sync; handing it to the
+        writer thread and back costs two cross-thread wake-ups (a futex, an eventfd and
+        the loop's poll) whose CPU exceeds the sync's own. Blocking the loop for one
+        quick sync (``INLINE_SYNC_MAX_S``) is cheaper; a slower disk keeps the thread."""
+        if self._disk_full or not self._io_lock.acquire(blocking=False):
+            return False
+        try:
+            with self._lock:
+                if not self._w_idle or self._stopping or self._failed is not None \
+                        or self._resume is not None or self._w_fd is None:
+                    return False
+                queue_ = self._queue
+                if sync_only:
+                    if queue_:
+                        return False
+                    items: list[_Item] = []
+                else:
+                    if not queue_:
+                        return False
+                    nbytes = 0
+                    for item in queue_:
+                        nbytes += item.size
+                        if item.delete is not None or item.seg != self._w_seg \
+                                or nbytes > _INLINE_MAX_BYTES:
+                            return False
+                    items = list(queue_)
+                    queue_.clear()
+                self._sync_wanted = False
+                self._inline_syncs += 1
+            self._inline_pass = loop
+            loop.call_soon(self._end_inline_pass)
+            self._inline = loop
+            handed = False
+            try:
+                if items:
+                    handed = self._write_group_unfenced(items)
+                else:
+                    self._sync_written()
+            except BaseException as exc:  # the writer thread's policy: the store fails
+                self._fail(exc, loop)
+            finally:
+                self._inline = None
+            if handed:
+                with self._lock:
+                    self._kick()
+            return True
+        finally:
+            self._io_lock.release()
 
     # ------------------------------------------------------------------ read path
 
@@ -895,6 +1088,7 @@ class JournalStore:
         and under churn most are like that, so space is reclaimed as fast as it is freed."""
         self._check_writable()
         self._writes_since_check = 0
+        self._flush_unwritten_last()
         budget = min(_COMPACT_STEP_BYTES, self._max_batch_bytes)
         for _ in range(_COMPACT_SEGMENTS_PER_STEP):
             budget = self._compact_slice(budget)
@@ -1031,32 +1225,38 @@ class JournalStore:
     def _writer_main(self) -> None:
         try:
             while True:
-                with self._lock:
-                    idle = not self._queue and not self._stopping and not self._sync_wanted
-                    if idle:
-                        self._w_idle = True  # from now on a _kick() puts a token
-                    else:
-                        sync_only = self._sync_wanted and not self._queue
-                        self._sync_wanted = False
+                with self._io_lock:  # taken before the queue: groups keep their order
+                    with self._lock:
+                        resume, self._resume = self._resume, None
+                        idle = resume is None and not self._queue and not self._stopping \
+                            and not self._sync_wanted
+                        if idle:
+                            self._w_idle = True  # from now on a _kick() puts a token
+                        elif resume is None:
+                            sync_only = self._sync_wanted and not self._queue
+                            self._sync_wanted = False
+                            if sync_only:
+                                items = []
+                            elif not self._queue:
+                                self._trim_tail()  # stopping: the file ends at its data
+                                return
+                            else:
+                                items = [self._queue.popleft()]
+                                nbytes = items[0].size
+                                while self._queue and nbytes + self._queue[0].size \
+                                        <= self._max_batch_bytes:
+                                    nbytes += self._queue[0].size
+                                    items.append(self._queue.popleft())
+                    if resume is not None:
+                        resume()
+                    elif not idle:
                         if sync_only:
-                            items = []
-                        elif not self._queue:
-                            return
+                            self._sync_written()
+                            self._after_write()
                         else:
-                            items = [self._queue.popleft()]
-                            nbytes = items[0].size
-                            while self._queue and \
-                                    nbytes + self._queue[0].size <= self._max_batch_bytes:
-                                nbytes += self._queue[0].size
-                                items.append(self._queue.popleft())
+                            self._write_group(items)
                 if idle:
                     self._wake.get()  # the token of a _kick() since the flag was set
-                    continue
-                if sync_only:
-                    self._sync_written()
-                    self._after_write()
-                else:
-                    self._write_group(items)
         except BaseException as exc:
             self._fail(exc)
         finally:
@@ -1096,6 +1296,9 @@ class JournalStore:
             except OSError as exc:
                 if exc.errno not in _SPACE_ERRNOS:
                     raise
+                if self._inline is not None:
+                    chunks.clear()
+                    raise _HandOverError(bytes(buf)) from None
                 self._wait_for_space(exc)
                 continue  # the same bytes again, from where the short write stopped
             buf = buf[n:]
@@ -1189,9 +1392,19 @@ class JournalStore:
                         f"({self._min_free_disk})")
         return None
 
-    def _sync_fd(self, fd: int) -> None:
+    def _sync_fd(self, fd: int, *, timed: bool = False) -> None:
+        """``timed``: a sync of appended records, the kind the loop may do itself; its
+        duration feeds ``_sync_cost`` (a segment's creation or end is slower, and rare)."""
         if self._fsync:
-            os.fdatasync(fd)
+            if not timed:
+                os.fdatasync(fd)
+            else:
+                start = time.monotonic()
+                os.fdatasync(fd)
+                took = time.monotonic() - start
+                # A moving average: one sync delayed by a busy machine does not move the
+                # syncs off the loop, a disk that is slow does within a few syncs.
+                self._sync_cost = self._sync_cost * 0.8 + took * 0.2
         if fd == self._w_fd:
             self._w_unsynced = False
 
@@ -1207,14 +1420,14 @@ class JournalStore:
     def _sync_written(self) -> None:
         """Make lazily written removals durable because somebody now waits for them."""
         if self._w_unsynced and self._w_fd is not None:
-            self._sync_fd(self._w_fd)
+            self._sync_fd(self._w_fd, timed=True)
             with self._lock:
                 self._syncs += 1
         self._confirm()
         with self._lock:
             self._durable_no = max(self._durable_no, self._written_no)
             ready = self._take_ready_waiters()
-        notify_waiters(ready, None)
+        notify_waiters(ready, None, self._inline)
 
     def _confirm(self) -> None:
         """Writer thread, once written data is durable and before it is confirmed: the
@@ -1241,7 +1454,9 @@ class JournalStore:
         fence.begin_write()
         self._write_group_unfenced(items)
 
-    def _write_group_unfenced(self, items: list[_Item]) -> None:
+    def _write_group_unfenced(self, items: list[_Item]) -> bool:
+        """False once done; True when a full disk handed the rest to the writer thread
+        (an inline write only: ``_HandOverError``)."""
         chunks: list[bytes] = []
         deletes: list[int] = []
         created = False
@@ -1254,8 +1469,9 @@ class JournalStore:
             if item.seg != self._w_seg:
                 if self._w_fd is not None:
                     # The old segment must be complete on disk before a newer one exists,
-                    # so only the newest segment can ever have a torn tail.
+                    # so only the newest segment can ever have a torn tail (or a zero one).
                     self._write_all(chunks)
+                    self._trim_tail(sync=False)  # synced next
                     self._sync_fd(self._w_fd)
                     os.close(self._w_fd)
                     self._w_fd = None
@@ -1265,6 +1481,7 @@ class JournalStore:
                 chunks.append(fmt.pack_segment_header(item.seg))
                 nbytes += fmt.HEADER_SIZE
                 self._w_off = fmt.HEADER_SIZE
+                self._w_alloc = 0
                 created = True
             if item.off != self._w_off:
                 raise StoreError(f"internal error: record for offset {item.off} "
@@ -1275,7 +1492,54 @@ class JournalStore:
             self._w_off += fmt.RECORD_HEADER_SIZE + len(body)
             nbytes += fmt.RECORD_HEADER_SIZE + len(body)
             records += 1
-        self._write_all(chunks)
+        try:
+            self._write_all(chunks)
+        except _HandOverError as exc:
+            rest = exc.rest
+
+            def resume() -> None:  # on the writer thread, which may wait for space
+                self._write_all([rest])
+                self._finish_group(items, created, deletes, nbytes, records)
+
+            with self._lock:
+                self._resume = resume
+            return True
+        if records and nbytes <= _PREALLOC_GROUP:
+            self._preallocate()
+        self._finish_group(items, created, deletes, nbytes, records)
+        return False
+
+    def _preallocate(self) -> None:
+        """Zero-fill the open segment up to _PREALLOC_BYTES past its records (never past
+        its size limit), once fewer than a quarter of that are left. Synced with the
+        group just written. Optional: on any error the file simply grows as it goes."""
+        fd = self._w_fd
+        if not self._fsync or fd is None or self._disk_full \
+                or self._w_alloc - self._w_off >= _PREALLOC_BYTES // 4:
+            return
+        start = max(self._w_off, self._w_alloc)
+        end = min(self._w_off + _PREALLOC_BYTES, self._segment_size)
+        if end <= start:
+            return
+        try:
+            done = os.pwrite(fd, bytes(end - start), start)
+        except OSError:
+            return  # a full disk is the next write's to meet, with its own handling
+        self._w_alloc = start + done
+
+    def _trim_tail(self, *, sync: bool = True) -> None:
+        """Cut the zero-filled tail off the open segment (before it is left for a newer
+        one, and at a clean stop), so only the newest segment of a crash has one."""
+        fd = self._w_fd
+        if fd is not None and self._w_alloc > self._w_off:
+            os.ftruncate(fd, self._w_off)
+            self._w_alloc = self._w_off
+            if sync:
+                self._sync_fd(fd)
+
+    def _finish_group(self, items: list[_Item], created: bool, deletes: list[int],
+                      nbytes: int, records: int) -> None:
+        """After a group's bytes are in the file: sync, confirm, unlink, resolve."""
         # Written: reads now find the data in the file.
         for item in items:
             for k in item.unwritten:
@@ -1293,7 +1557,7 @@ class JournalStore:
             if lazy:
                 self._w_unsynced = True
             else:
-                self._sync_fd(self._w_fd)
+                self._sync_fd(self._w_fd, timed=not created)
         if created:
             self._sync_directory()
         if deletes and self._w_unsynced and self._w_fd is not None:
@@ -1319,16 +1583,18 @@ class JournalStore:
             self._bytes_written += nbytes
             self._deleted.extend(deletes)
             ready = self._take_ready_waiters()
-        notify_waiters(ready, None)
+        notify_waiters(ready, None, self._inline)
         self._after_write()
 
-    def _fail(self, exc: BaseException) -> None:
+    def _fail(self, exc: BaseException,
+              here: asyncio.AbstractEventLoop | None = None) -> None:
+        """``here``: the loop running in this thread (an inline write failed)."""
         log.error("journal: write failed, store now refuses writes: %r", exc)
         with self._lock:
             self._failed = StoreError(f"journal write failed: {exc!r}")
             waiters, self._waiters = list(self._waiters), deque()
             self._queue.clear()
-        notify_waiters(waiters, self._failed)
+        notify_waiters(waiters, self._failed, here)
 
     # ------------------------------------------------------------------ close / stats
 
@@ -1340,6 +1606,7 @@ class JournalStore:
             # Deletions held back by reads still in flight stay undone: replay after a
             # lost deletion is safe (docs/store-format.md).
             self._release_held()
+            self._flush_unwritten_last()
             try:
                 await asyncio.wait_for(self.sync_at_once(), self._close_timeout)
             except StoreError as exc:
@@ -1402,8 +1669,26 @@ class JournalStore:
             "compacting": self._plan.seg if self._plan is not None else 0,
             "pinned_segments": len(self._pins),
             "held_deletions": len(self._held),
+            "inline_syncs": self._inline_syncs,
             "disk_full": self._disk_full,
         }
+
+
+def _raised(marks: Mapping[str, int] | None, more: Mapping[str, int]) -> dict[str, int]:
+    """``marks`` with each key of ``more`` raised to at least its value there."""
+    out = dict(marks or {})
+    for key, seq in more.items():
+        out[key] = max(seq, out.get(key, 0))
+    return out
+
+
+def _undropped(last: Mapping[str, int], ops: Sequence[StoreOp]) -> Mapping[str, int]:
+    """``last`` less the keys ``ops`` drop: a last_seq written after a DropKey in the same
+    record would bring the dropped key back on replay."""
+    dropped = {op.key for op in ops if isinstance(op, DropKey)}
+    if not dropped:
+        return last
+    return {k: v for k, v in last.items() if k not in dropped}
 
 
 def _key(names: dict[int, str], kid: int) -> str:
