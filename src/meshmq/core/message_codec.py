@@ -214,6 +214,24 @@ def _dest(buf: bytes, pos: int) -> tuple[Destination, int]:
     return Destination(kind, name), pos
 
 
+# One Destination per name among decoded messages (a bridge's receiver or a store's
+# recovery decodes the same few names over and over): a dict look-up instead of a new
+# frozen dataclass per message, and the broker's tables then find it by identity.
+_DECODED: dict[str, Destination] = {}
+
+
+def _destination(kind: DestKind, name: str) -> Destination:
+    known = _DECODED.get(name)
+    if known is not None and known.kind is kind:
+        return known
+    dest = Destination(kind, name)
+    if known is None:
+        if len(_DECODED) >= 10_000:
+            _DECODED.clear()
+        _DECODED[name] = dest
+    return dest
+
+
 def _decode(buf: bytes) -> Message:
     size = len(buf)
     if size < HEADER_SIZE:
@@ -278,7 +296,7 @@ def _decode(buf: bytes) -> Message:
     if pos + body_len != size:
         raise CorruptStoreError("message body length does not match the encoding")
     # Positional: noticeably cheaper than keywords for a 19-field dataclass.
-    return Message(message_id, Destination(KIND_CODES[kind], dest_name), buf[pos:], props,
+    return Message(message_id, _destination(KIND_CODES[kind], dest_name), buf[pos:], props,
                    bool(flags & _F_PERSISTENT), priority, timestamp, expiration,
                    correlation_id, reply_to, mtype, group_id, group_seq, producer_id, path,
                    original, user_id, content_type)

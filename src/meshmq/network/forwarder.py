@@ -22,7 +22,7 @@ from meshmq.core.queue import BrowseEnd, Delivery
 from meshmq.errors import AuthorizationError, MeshmqError, RemoteProtocolError
 from meshmq.network.interest import Demand, InterestItem, plan_demand
 from meshmq.network.stats import LinkCounters
-from meshmq.protocol.wire import AckStatus, FrameType, encode_records
+from meshmq.protocol.wire import AckStatus, FrameType, RecordsBuilder
 
 if TYPE_CHECKING:
     from meshmq.config.model import NetworkConnectorConfig
@@ -39,6 +39,7 @@ _STORED = AckStatus.STORED
 BATCH_MESSAGES = 500  # messages per MESSAGES frame ...
 BATCH_BYTES = 1024 * 1024  # ... and bodies per frame (one big message may exceed it)
 RETRY_PAUSE_S = 0.5
+PRODUCERS_KEPT = 1024  # forwarded producer ids remembered (cleared when full)
 
 
 class Forwarder:
@@ -71,9 +72,13 @@ class Forwarder:
         self.demands: dict[str, tuple[Demand, Consumer]] = {}
         self.synced = False
         self._seq = 0
-        self._inflight: dict[int, tuple[Consumer, int]] = {}
-        self._out: list[tuple[int, Message, bool]] = []  # seq, message, sent before?
-        self._local_acks: list[tuple[Consumer, int]] = []
+        self._inflight: dict[int, Delivery] = {}  # by sequence number, until its ACK
+        self._out: list[Delivery] = []  # to write at the next flush
+        self._local_acks: list[Delivery] = []  # not waiting for the remote
+        self._records = RecordsBuilder()
+        self._own_path = (self.local,)  # the path of a message produced here
+        # producer id -> the id it is forwarded under (this broker's name in front)
+        self._producers: dict[str, str] = {}
         self._window_start = 0.0
         self._window_count = 0
         self._rate_timer: asyncio.TimerHandle | None = None
@@ -221,22 +226,16 @@ class Forwarder:
     def deliver(self, outcome: Delivery | BrowseEnd) -> None:
         if not isinstance(outcome, Delivery) or self.link.closed:
             return
-        msg = outcome.message
-        self._seq += 1
-        if not self._out:
-            # flush() empties both lists, so a non-empty _out is marked already.
+        out = self._out
+        if not out:
+            # flush() empties the list, so a non-empty one is marked already.
             self.host.mark_flush(self)
-        # Dispatched before (to a bridge whose link dropped, a consumer here, or before a
-        # restart): the remote may have it already, and must say so to its consumers.
-        self._out.append((self._seq, msg, outcome.delivery_count > 1
-                          and self.peer_takes_again))
-        if msg.persistent or self.config.always_sync_send:
-            self._inflight[self._seq] = (outcome.consumer, outcome.tag)
-        else:
-            self._local_acks.append((outcome.consumer, outcome.tag))
+        # The delivery itself is kept (it names the consumer and tag to settle): no
+        # record of our own per message.
+        out.append(outcome)
         self.counters.forwarded += 1
         if self.broker.tracer is not None:  # the message trace (core/trace.py), if on
-            self.broker.trace_forwarded(msg, to_broker=self.remote,
+            self.broker.trace_forwarded(outcome.message, to_broker=self.remote,
                                         connector=self.config.name)
 
     def flush(self) -> None:
@@ -245,32 +244,52 @@ class Forwarder:
             self._out = []
             self.counters.forward_rate.add(len(out))
             local = self.local
-            batch: list[tuple[int, bytes]] = []
-            size = 0
-            again = False  # the kind of frame ``batch`` goes in
-            for seq, msg, sent_before in out:
-                if sent_before != again:
-                    if batch:
-                        self.link.write(encode_records(batch, _FRAME[again]))
-                        batch, size = [], 0
+            own_path = self._own_path
+            producers = self._producers
+            inflight = self._inflight
+            sync_all = self.config.always_sync_send
+            local_acks = self._local_acks
+            records = self._records
+            write = self.link.write
+            takes_again = self.peer_takes_again
+            seq = self._seq
+            again = False  # the kind of frame ``records`` goes in
+            for outcome in out:
+                msg = outcome.message
+                # Dispatched before (to a bridge whose link dropped, a consumer here, or
+                # before a restart): the remote may have it already, and must say so to
+                # its consumers.
+                sent_before = takes_again and outcome.delivery_count > 1
+                if sent_before is not again:
+                    if records.count:
+                        write(records.frame(_FRAME[again]))
                     again = sent_before
                 # The hop is added while encoding: the message itself is shared and
                 # immutable, and copying it per forward costs more than the encoding.
+                path = msg.broker_path
                 producer = msg.producer_id
-                data = encode_message(msg, broker_path=(*msg.broker_path, local),
-                                      producer_id=producer if "/" in producer
-                                      else f"{local}/{producer}")
-                batch.append((seq, data))
-                size += len(data)
-                if len(batch) >= BATCH_MESSAGES or size >= BATCH_BYTES:
-                    self.link.write(encode_records(batch, _FRAME[again]))
-                    batch, size = [], 0
-            if batch:
-                self.link.write(encode_records(batch, _FRAME[again]))
+                forwarded_as = producers.get(producer)
+                if forwarded_as is None:
+                    forwarded_as = producer if "/" in producer else f"{local}/{producer}"
+                    if len(producers) >= PRODUCERS_KEPT:
+                        producers.clear()
+                    producers[producer] = forwarded_as
+                data = encode_message(msg, broker_path=(*path, local) if path else own_path,
+                                      producer_id=forwarded_as)
+                seq += 1
+                if sync_all or msg.persistent:
+                    inflight[seq] = outcome
+                else:
+                    local_acks.append(outcome)
+                records.add(seq, data)
+                if records.count >= BATCH_MESSAGES or records.size >= BATCH_BYTES:
+                    write(records.frame(_FRAME[again]))
+            if records.count:
+                write(records.frame(_FRAME[again]))
+            self._seq = seq
         if self._local_acks and self.conn is not None:
             acks, self._local_acks = self._local_acks, []
-            for consumer, tag in acks:
-                self._ack(consumer, tag)
+            self._settle(acks)
             self.host.request_pump()
         if self.link.paused and self.conn is not None:
             self.broker.set_paused(self.conn, True)
@@ -286,17 +305,17 @@ class Forwarder:
         conn = self.conn
         if conn is None:
             return
-        inflight = self._inflight
+        pop = self._inflight.pop
         counters = self.counters
+        settled: list[Delivery] = []
         for seq, status in acks:
-            held = inflight.pop(seq, None)
+            held = pop(seq, None)
             if held is None:
                 continue
-            consumer, tag = held
             if status is _STORED:  # the usual answer, one per forwarded message
-                counters.acknowledged += 1
-                self._ack(consumer, tag)
+                settled.append(held)
                 continue
+            consumer, tag = held.consumer, held.tag
             if status is AckStatus.RETRY:
                 # The remote cannot take it now (memory): put it back without counting
                 # a delivery, and give the remote a moment.
@@ -322,12 +341,14 @@ class Forwarder:
                     entry.queue.release(entry, count_delivery=False,
                                         cause="the remote broker refused it (not authorized)")
                 continue
-            self.counters.acknowledged += 1
             if status is AckStatus.DUPLICATE:
-                self.counters.duplicates += 1
+                counters.duplicates += 1
             elif status is AckStatus.DROPPED:
-                self.counters.dropped += 1
-            self._ack(consumer, tag)
+                counters.dropped += 1
+            settled.append(held)
+        if settled:
+            counters.acknowledged += len(settled)
+            self._settle(settled)
         if self._draining:
             for consumer, drop in list(self._draining.items()):
                 if not consumer.dispatched:
@@ -347,9 +368,22 @@ class Forwarder:
                 self.on_writable()
         self._retry_pause = asyncio.get_running_loop().call_later(RETRY_PAUSE_S, resume)
 
-    def _ack(self, consumer: Consumer, tag: int) -> None:
-        if self.conn is not None and not consumer.closed and tag in consumer.dispatched:
-            self.broker.ack(self.conn, consumer, tag, cumulative=False)
+    def _settle(self, deliveries: list[Delivery]) -> None:
+        """Acknowledge ``deliveries`` locally: the tags of each run of one consumer in
+        one pass of the core (as an ACK of each; a tag already gone is skipped)."""
+        if self.conn is None:
+            return
+        settle = self.broker.settle_relayed
+        consumer: Consumer | None = None
+        tags: list[int] = []
+        for delivery in deliveries:
+            if delivery.consumer is not consumer:
+                if consumer is not None and not consumer.closed:
+                    settle(consumer, tags, acked=True)
+                consumer, tags = delivery.consumer, []
+            tags.append(delivery.tag)
+        if consumer is not None and not consumer.closed:
+            settle(consumer, tags, acked=True)
 
     def check_timeouts(self, now: float) -> None:
         return

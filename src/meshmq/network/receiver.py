@@ -29,11 +29,16 @@ from meshmq.protocol.wire import AckStatus, FrameType, encode_acks, encode_json
 
 if TYPE_CHECKING:
     from meshmq.core.broker import ConsumerEvent
+    from meshmq.core.destinations import Destination
     from meshmq.core.message import Message
     from meshmq.network.link import WireLink
     from meshmq.network.services import ReceiverServices
 
 log = logging.getLogger("meshmq.network")
+
+_STORED = AckStatus.STORED
+_DUPLICATE = AckStatus.DUPLICATE
+_DROPPED = AckStatus.DROPPED
 
 
 class Receiver:
@@ -123,11 +128,41 @@ class Receiver:
     def on_messages(self, batch: list[tuple[int, Message]], *, again: bool = False) -> None:
         """``again``: the sender may have delivered these before (MESSAGES_AGAIN); those
         not found in the duplicate window are stored flagged redelivered."""
+        # ``_accept`` inlined for the usual message (new, routed without a refusal):
+        # per message, only the loop check, the duplicate window, the arrival time and
+        # the core's send.
+        broker = self.broker
+        local = broker.name
+        check_and_add = broker.dedup.check_and_add
+        arrived = self.services.arrived
+        send = broker.send
+        conn = self.conn
+        dests: dict[Destination, tuple[Destination, ...]] = {}
         now_acks: list[tuple[int, AckStatus]] = []
         after_sync: list[tuple[int, AckStatus]] = []
         for seq, msg in batch:
-            status, needs_sync = self._accept(msg, again)
-            (after_sync if needs_sync else now_acks).append((seq, status))
+            dest = msg.destination
+            if dest.is_topic and local in msg.broker_path:
+                now_acks.append((seq, _DROPPED))  # a topic message looping back
+                continue
+            key = network_key(msg)
+            if check_and_add(key):
+                self.counters.received_duplicates += 1
+                (after_sync if msg.persistent else now_acks).append((seq, _DUPLICATE))
+                continue
+            arrived(msg)
+            targets = dests.get(dest)
+            if targets is None:
+                targets = dests[dest] = (dest,)
+            try:
+                needs_sync = send(conn, targets, msg, redelivered=again)
+            except MeshmqError as exc:
+                now_acks.append((seq, self._not_taken(msg, key, exc)))
+                continue
+            if broker.tracer is not None:  # the message trace (core/trace.py), if on
+                broker.trace_received_from_bridge(msg, from_broker=self.remote,
+                                                  connector=self.link.peer)
+            (after_sync if needs_sync else now_acks).append((seq, _STORED))
         self._answer(len(batch), now_acks, after_sync)
 
     def _answer(self, received: int, now_acks: list[tuple[int, AckStatus]],
@@ -149,6 +184,7 @@ class Receiver:
         self.host.request_pump()
 
     def _accept(self, msg: Message, again: bool = False) -> tuple[AckStatus, bool]:
+        """One message (``on_messages`` does the same for each of a batch)."""
         local = self.broker.name
         dest = msg.destination
         if dest.is_topic and local in msg.broker_path:
@@ -161,27 +197,33 @@ class Receiver:
         self.services.arrived(msg)
         try:
             needs_sync = self.broker.send(self.conn, (dest,), msg, redelivered=again)
-        except ResourceLimitError:
-            dedup.forget(key)
-            return AckStatus.RETRY, False
-        except AuthorizationError:
-            dedup.forget(key)
-            if dest.is_broker_owned:
-                # The remote's statistics or advisories: each broker writes its own.
-                return AckStatus.DROPPED, False
-            # The link's user may not send it here (logged and counted by the core):
-            # it stays on the remote, for its own consumers.
-            return (AckStatus.REFUSED if self.refusals else AckStatus.RETRY), False
-        except DestinationError as exc:
-            log.info("network message %s for %s dropped: %s", msg.message_id, dest, exc)
-            return AckStatus.DROPPED, False
         except MeshmqError as exc:
-            log.warning("network message %s for %s refused: %s", msg.message_id, dest, exc)
-            return AckStatus.DROPPED, False
+            return self._not_taken(msg, key, exc), False
         if self.broker.tracer is not None:  # the message trace (core/trace.py), if on
             self.broker.trace_received_from_bridge(msg, from_broker=self.remote,
                                                    connector=self.link.peer)
         return AckStatus.STORED, needs_sync
+
+    def _not_taken(self, msg: Message, key: str, exc: MeshmqError) -> AckStatus:
+        """The answer for a message the core refused with ``exc`` (it is not stored, so
+        it leaves the duplicate window again where it may come back)."""
+        dest = msg.destination
+        if isinstance(exc, ResourceLimitError):
+            self.broker.dedup.forget(key)
+            return AckStatus.RETRY
+        if isinstance(exc, AuthorizationError):
+            self.broker.dedup.forget(key)
+            if dest.is_broker_owned:
+                # The remote's statistics or advisories: each broker writes its own.
+                return AckStatus.DROPPED
+            # The link's user may not send it here (logged and counted by the core):
+            # it stays on the remote, for its own consumers.
+            return AckStatus.REFUSED if self.refusals else AckStatus.RETRY
+        if isinstance(exc, DestinationError):
+            log.info("network message %s for %s dropped: %s", msg.message_id, dest, exc)
+            return AckStatus.DROPPED
+        log.warning("network message %s for %s refused: %s", msg.message_id, dest, exc)
+        return AckStatus.DROPPED
 
     def close(self) -> None:
         if self.closed:

@@ -11,7 +11,6 @@ one and hands it to every link it starts.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -34,16 +33,26 @@ class NetworkRoutes:
                  forwarders: Callable[[], Iterable[Forwarder]] = tuple) -> None:
         self.host = host
         self._forwarders = forwarders
-        # message id -> when it arrived over a bridge (ms)
-        self._arrivals: OrderedDict[str, int] = OrderedDict()
+        # message id -> when it arrived over a bridge (ms), in two generations: new
+        # arrivals go in the first, and when it is full it becomes the second (the
+        # previous second is dropped), so between ARRIVALS_KEPT / 2 and ARRIVALS_KEPT of
+        # the latest are kept at a dict store per arrival (an OrderedDict's eviction
+        # per arrival cost more than the rest of this bookkeeping).
+        self._arrivals: dict[str, int] = {}
+        self._arrivals_old: dict[str, int] = {}
         self._replanning = False
 
     # ------------------------------------------------------------ redistribution
     def arrived(self, msg: Message) -> None:
         arrivals = self._arrivals
         arrivals[msg.message_id] = self.host.broker.now_ms()
-        if len(arrivals) > ARRIVALS_KEPT:
-            arrivals.popitem(last=False)
+        if len(arrivals) >= ARRIVALS_KEPT // 2:
+            self._arrivals_old, self._arrivals = arrivals, {}
+
+    def arrival(self, message_id: str) -> int | None:
+        """When ``message_id`` arrived over a bridge (ms), if it is still remembered."""
+        arrived = self._arrivals.get(message_id)
+        return self._arrivals_old.get(message_id) if arrived is None else arrived
 
     def may_return(self, msg: Message, config: NetworkConnectorConfig,
                    forwarder: Forwarder) -> bool:
@@ -58,7 +67,7 @@ class NetworkRoutes:
             return False
         delay = config.replay_delay_ms if config.replay_when_no_consumers \
             else config.redistribution_delay_ms
-        arrived = self._arrivals.get(msg.message_id)
+        arrived = self.arrival(msg.message_id)
         if arrived is not None and delay > 0:
             waited = broker.now_ms() - arrived
             if waited < delay:

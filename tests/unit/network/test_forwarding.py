@@ -39,6 +39,31 @@ def test_queue_messages_follow_a_remote_consumer() -> None:
         assert a.queue_depth("fw") == 0
 
 
+def test_one_batch_for_two_demands_is_settled_for_each() -> None:
+    """Sends to two queues in one turn cross in one MESSAGES frame and come back in one
+    ACKS frame; A settles each demand's share (persistent or not) and keeps nothing."""
+    with memory_network() as net:
+        a, b = net.linked()
+        consumers = {name: client(b) for name in ("left", "right")}
+        for name, consumer in consumers.items():
+            subscribe(consumer, f"/queue/{name}")
+        a.wait_for(lambda: a.consumers_on("left") == 1 and a.consumers_on("right") == 1,
+                   what="demand for both queues on A")
+        producer = client(a)
+        frames = b"".join(
+            f"SEND\ndestination:/queue/{('left', 'right')[i % 2]}\npersistent:"
+            f"{'true' if i % 3 else 'false'}\n\n{i}\x00".encode() for i in range(40))
+        producer.send_raw(frames)  # one read: one pump, one flush on A
+        a.wait_for(lambda: all(len(bodies(c)) == 20 for c in consumers.values()),
+                   what="every message on B")
+        assert bodies(consumers["left"]) == [str(i) for i in range(0, 40, 2)]
+        assert bodies(consumers["right"]) == [str(i) for i in range(1, 40, 2)]
+        a.wait_for(lambda: a.outbound()[0]["acknowledged"] == 40, what="acks")
+        status = a.outbound()[0]
+        assert status["forwarded"] == 40 and status["inflight"] == 0
+        assert a.queue_depth("left") == a.queue_depth("right") == 0
+
+
 def test_consumer_leaving_mid_stream_neither_loses_nor_doubles() -> None:
     """The remote consumer goes while messages are on their way: the demand drains
     (the remote stores them, they are settled here) instead of bouncing them back."""

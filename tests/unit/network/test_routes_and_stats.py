@@ -12,6 +12,7 @@ import pytest
 
 from meshmq.config.model import NetworkConnectorConfig
 from meshmq.core.destinations import Destination
+from meshmq.network import routes as routes_module
 from meshmq.network.interest import Demand
 from meshmq.network.routes import NetworkRoutes
 from meshmq.network.stats import RATE_WINDOW_S, LinkCounters, RateMeter
@@ -41,6 +42,23 @@ def routes(*forwarders: FakeForwarder) -> NetworkRoutes:
 
 def kept(me: FakeForwarder, *others: FakeForwarder, plan: Demand) -> bool:
     return plan.key in routes(me, *others).suppress_duplicates(me, {plan.key: plan})  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- arrival times
+def test_arrival_times_keep_at_least_the_latest_half_of_the_limit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(routes_module, "ARRIVALS_KEPT", 10)
+    clock = iter(range(1000))
+    host = SimpleNamespace(broker=SimpleNamespace(now_ms=lambda: next(clock)))
+    r = NetworkRoutes(host, tuple)  # type: ignore[arg-type]
+    for i in range(12):
+        r.arrived(SimpleNamespace(message_id=f"m{i}"))  # type: ignore[arg-type]
+    # At most ARRIVALS_KEPT are remembered, never fewer than the latest half of it.
+    known = [i for i in range(12) if r.arrival(f"m{i}") is not None]
+    assert known[-5:] == [7, 8, 9, 10, 11] and len(known) <= 10
+    assert r.arrival("m11") == 11 and r.arrival("m0") is None
+    r.arrived(SimpleNamespace(message_id="m3"))  # type: ignore[arg-type]
+    assert r.arrival("m3") == 12  # arrived again: its latest time
 
 
 # ---------------------------------------------------------------- duplicate routes

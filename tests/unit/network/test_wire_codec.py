@@ -3,6 +3,8 @@ errors for garbage."""
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -17,6 +19,7 @@ from meshmq.protocol.wire import (
     MAGIC,
     AckStatus,
     FrameType,
+    RecordsBuilder,
     SettleKind,
     WireDecoder,
     decode_acks,
@@ -71,6 +74,30 @@ def test_messages_sent_again_travel_in_their_own_frame_type(batch) -> None:
     assert [f.type for f in frames] == [FrameType.MESSAGES_AGAIN, FrameType.MESSAGES]
     assert [[(s, m.message_id) for s, m in decode_messages(f)] for f in frames] == \
         [[(s, m.message_id) for s, m in batch]] * 2
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**63), messages), max_size=20),
+       st.lists(st.tuples(st.integers(0, 2**63), messages), min_size=1, max_size=5),
+       st.sampled_from([FrameType.MESSAGES, FrameType.MESSAGES_AGAIN]))
+def test_frames_built_record_by_record_are_encode_records_frames(first, second, ftype) -> None:
+    builder = RecordsBuilder()
+    for records, kind in ((first, ftype), (second, FrameType.MESSAGES)):
+        encoded = [(s, encode_message(m)) for s, m in records]
+        for seq, data in encoded:
+            builder.add(seq, data)
+        assert (builder.count, builder.size) == (len(encoded), sum(len(d) for _, d in encoded))
+        # Each frame holds only what was added since the previous one.
+        assert builder.frame(kind) == encode_records(encoded, kind)
+        assert (builder.count, builder.size) == (0, 0)
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**64 - 1), st.sampled_from(list(AckStatus))),
+                max_size=30))
+def test_acks_frame_layout(acks: list[tuple[int, AckStatus]]) -> None:
+    """docs/wire-protocol.md: u32 length, u8 type, u32 count, then u64 seq + u8 status."""
+    payload = struct.pack(">I", len(acks)) + b"".join(struct.pack(">QB", s, st)
+                                                      for s, st in acks)
+    assert encode_acks(acks) == struct.pack(">IB", len(payload) + 1, FrameType.ACKS) + payload
 
 
 def test_json_frames() -> None:

@@ -140,9 +140,39 @@ def encode_records(batch: list[tuple[int, bytes]],
     return _HEAD.pack(len(payload) + 1, ftype) + payload
 
 
+class RecordsBuilder:
+    """MESSAGES (or MESSAGES_AGAIN) frames built record by record: a forwarder adds each
+    message as it encodes it, and ``frame`` joins them with the frame's head in one
+    copy, without a (sequence, bytes) pair per message or a second join for the head."""
+
+    __slots__ = ("_parts", "count", "size")
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = [b""]  # [0]: the frame head, filled in by ``frame``
+        self.count = 0  # records added since the last frame
+        self.size = 0  # their messages' bytes
+
+    def add(self, seq: int, data: bytes) -> None:
+        """Add one record: ``data`` is a message in the message codec's format."""
+        parts = self._parts
+        parts.append(_MSG_HEAD.pack(seq, len(data)))
+        parts.append(data)
+        self.count += 1
+        self.size += len(data)
+
+    def frame(self, ftype: FrameType = FrameType.MESSAGES) -> bytes:
+        """The frame of the records added so far (as ``encode_records``); starts over."""
+        parts, count = self._parts, self.count
+        payload = _COUNT.size + count * _MSG_HEAD.size + self.size
+        parts[0] = _HEAD.pack(payload + 1, ftype) + _COUNT.pack(count)
+        self._parts, self.count, self.size = [b""], 0, 0
+        return b"".join(parts)
+
+
 def encode_acks(acks: list[tuple[int, AckStatus]]) -> bytes:
-    payload = _COUNT.pack(len(acks)) + b"".join(_ACK.pack(s, st) for s, st in acks)
-    return _frame(FrameType.ACKS, payload)
+    pack = _ACK.pack
+    return b"".join([_HEAD.pack(_COUNT.size + len(acks) * _ACK.size + 1, FrameType.ACKS),
+                     _COUNT.pack(len(acks)), *[pack(seq, status) for seq, status in acks]])
 
 
 def encode_deliver(batch: list[tuple[int, int, int, bytes]]) -> bytes:
@@ -202,13 +232,17 @@ def decode_messages(frame: WireFrame) -> list[tuple[int, Message]]:
         raise RemoteProtocolError("MESSAGES frame too short")
     (count,) = _COUNT.unpack_from(data, 0)
     pos = 4
+    end = len(data)
+    head = _MSG_HEAD.unpack_from
+    head_size = _MSG_HEAD.size
+    known = _DESTINATIONS
     out: list[tuple[int, Message]] = []
     for _ in range(count):
-        if pos + _MSG_HEAD.size > len(data):
+        if pos + head_size > end:
             raise RemoteProtocolError("MESSAGES frame truncated")
-        seq, size = _MSG_HEAD.unpack_from(data, pos)
-        pos += _MSG_HEAD.size
-        if pos + size > len(data):
+        seq, size = head(data, pos)
+        pos += head_size
+        if pos + size > end:
             raise RemoteProtocolError("MESSAGES frame truncated")
         raw = data[pos:pos + size]
         try:
@@ -217,10 +251,15 @@ def decode_messages(frame: WireFrame) -> list[tuple[int, Message]]:
             raise RemoteProtocolError(f"undecodable message in MESSAGES frame: {exc}") from None
         # The receiver stores exactly these bytes: no re-encoding.
         msg.wire_cache = {STORE_CACHE: raw}
-        _intern(msg)
+        dest = msg.destination  # _intern, inlined for the usual case (a known name)
+        same = known.get(dest.name)
+        if same is not None and same.kind is dest.kind:
+            msg.destination = same
+        elif same is None:
+            _intern(msg)
         out.append((seq, msg))
         pos += size
-    if pos != len(data):
+    if pos != end:
         raise RemoteProtocolError("MESSAGES frame has trailing bytes")
     return out
 
@@ -341,7 +380,9 @@ class WireDecoder:
                 kind = FrameType(ftype)
             except ValueError:
                 raise RemoteProtocolError(f"unknown frame type {ftype}") from None
-            frames.append(WireFrame(kind, bytes(buf[pos + 5:pos + 4 + length])))
+            # One copy of the payload (a bytearray slice would be a second).
+            with memoryview(buf) as view:
+                frames.append(WireFrame(kind, view[pos + 5:pos + 4 + length].tobytes()))
             pos += 4 + length
         if pos:
             del buf[:pos]
