@@ -74,10 +74,12 @@ def test_window_forgets_the_oldest_ids_beyond_its_size(broker_factory, client) -
     b = broker_factory(duplicate_window=2)
     producer = client(on=b)
     q = uid("idemw")
-    for key in ("a", "b", "c", "a"):  # "a" fell out of the 2-id window when "c" came
+    # Remembered while fewer than 2 newer ids came, gone once 3 (2 * 2 - 1) have.
+    for key in ("a", "b", "c", "d", "a"):
         producer.send(f"/queue/{q}", key, {"dedup-id": key})
-    producer.send(f"/queue/{q}", "c-again", {"dedup-id": "c"})  # still remembered
-    assert _depth(b, q) == 4
+    producer.send(f"/queue/{q}", "c-again", {"dedup-id": "c"})  # two newer: remembered
+    producer.send(f"/queue/{q}", "a-again", {"dedup-id": "a"})  # just sent again
+    assert _depth(b, q) == 5
 
 
 def test_window_zero_turns_deduplication_off(broker_factory, client) -> None:
