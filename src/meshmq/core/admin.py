@@ -233,9 +233,10 @@ def matcher(selector: str | None) -> Callable[[Queued], bool] | None:
 
 
 def _pending(queue: Queue) -> list[Entry]:
-    """In-memory entries waiting for a consumer, in dispatch order (once each: the heap
+    """In-memory entries waiting for a consumer, in dispatch order (once each: the queue
     deletes lazily, so a returned entry may sit in it twice)."""
-    live = sorted((item for item in queue._heap if item[2].state == PENDING),
+    live = sorted((item for item in queue._pending.items()
+                   if item[2].state == PENDING),
                   key=lambda item: (item[0], item[1]))
     seen: set[int] = set()
     out: list[Entry] = []

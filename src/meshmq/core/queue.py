@@ -4,15 +4,17 @@ redelivery, expiry and paging to the store.
 The same class backs named queues, a topic subscriber's private queue and a
 durable subscription, so there is one dispatch engine to get right.
 
-Pending entries sit in a heap ordered by (message priority desc, sequence):
+Pending entries are dispatched in (message priority desc, sequence) order:
 higher priorities first, FIFO per priority, and a redelivered entry goes back
-to its original place. Entries are never removed from the heap eagerly; their
-``state`` says whether a heap item is still live (lazy deletion).
+to its original place (``PendingOrder``: a deque for the usual run of one
+priority in arrival order, a heap for the rest). Entries are never removed
+eagerly; their ``state`` says whether a stored item is still live (lazy deletion).
 """
 
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -62,6 +64,97 @@ class Entry:
 
     def __lt__(self, other: Entry) -> bool:  # heap tie-breaker; never reached in practice
         return self.seq < other.seq
+
+
+class PendingOrder:
+    """Pending entries in dispatch order: ascending (key, seq), where the key is the
+    negated priority of a prioritized queue and 0 otherwise (plain FIFO).
+
+    A heap of every entry costs a sift through log2(backlog) tuple comparisons per
+    message whenever consumers fall behind. But entries nearly always arrive with one
+    key and rising seqs, so those go into a deque (O(1) at both ends, which also takes
+    back an entry older than its front); only an entry that would break the deque's
+    order (a redelivery returning to a place inside it, a page read after newer
+    messages, another priority) goes into the heap, and the next entry is the smaller
+    of the two heads. The order is
+    exactly the heap's; a queue that never has such entries never touches the heap.
+
+    Dead items (``state`` no longer PENDING) are skipped when they reach a head.
+    """
+
+    __slots__ = ("_fifo", "_fifo_key", "_from_heap", "_heap", "prioritized")
+
+    def __init__(self, prioritized: bool) -> None:
+        self.prioritized = prioritized
+        self._fifo: deque[Entry] = deque()  # one key (_fifo_key), seqs ascending
+        self._fifo_key = 0
+        self._heap: list[tuple[int, int, Entry]] = []
+        self._from_heap = False  # where first() found the entry it returned
+
+    def __len__(self) -> int:
+        """Items stored, dead ones included."""
+        return len(self._fifo) + len(self._heap)
+
+    def push(self, entry: Entry) -> None:
+        key = -entry.message.priority if self.prioritized else 0
+        fifo = self._fifo
+        if not fifo:
+            self._fifo_key = key
+            fifo.append(entry)
+        elif key == self._fifo_key:
+            seq = entry.seq
+            if seq > fifo[-1].seq:
+                fifo.append(entry)
+            elif seq < fifo[0].seq:
+                fifo.appendleft(entry)  # e.g. the oldest returned, or a skipped one put back
+            else:
+                heapq.heappush(self._heap, (key, seq, entry))
+        else:
+            heapq.heappush(self._heap, (key, entry.seq, entry))
+
+    def first(self) -> Entry | None:
+        """The next live entry (dropping dead items on the way), or None; ``pop_first``
+        removes it, with no ``push`` in between."""
+        fifo = self._fifo
+        head: Entry | None = None
+        while fifo:
+            head = fifo[0]
+            if head.state == PENDING:
+                break
+            fifo.popleft()
+            head = None
+        heap = self._heap
+        while heap:
+            top = heap[0]
+            entry = top[2]
+            if entry.state != PENDING:
+                heapq.heappop(heap)
+                continue
+            if head is not None:
+                key = self._fifo_key
+                if top[0] > key or (top[0] == key and top[1] > head.seq):
+                    break
+            self._from_heap = True
+            return entry
+        self._from_heap = False
+        return head
+
+    def pop_first(self) -> None:
+        if self._from_heap:
+            heapq.heappop(self._heap)
+        else:
+            self._fifo.popleft()
+
+    def items(self) -> list[tuple[int, int, Entry]]:
+        """Every stored item as (key, seq, entry), dead ones included, in no order."""
+        prioritized = self.prioritized
+        out = [(-e.message.priority if prioritized else 0, e.seq, e) for e in self._fifo]
+        out.extend(self._heap)
+        return out
+
+    def clear(self) -> None:
+        self._fifo.clear()
+        self._heap = []
 
 
 @dataclass(slots=True, init=False)  # hand-written __init__: compiled by mypyc (see Message)
@@ -149,10 +242,11 @@ class Queue:
         self._rr: list[int] = []
         self._exclusive: Consumer | None = None
         self.groups: dict[str, Consumer] = {}
-        self._heap: list[tuple[int, int, Entry]] = []
+        # Without prioritizedMessages (ActiveMQ's default) the queue is plain FIFO.
+        self._pending = PendingOrder(policy.prioritized_messages)
         self._next_seq = last_seq + 1
         self._count = stored_count  # live entries: pending + in flight + paged out
-        self._mem_pending = 0  # PENDING entries in the heap
+        self._mem_pending = 0  # PENDING entries in _pending
         self._mem_persisted_pending = 0
         self._mem_bytes = 0
         # Paging: persisted entries with seq > _mem_high live only in the store.
@@ -244,7 +338,7 @@ class Queue:
         if not self._mem_pending and self._tiers and not message.expiration \
                 and self.loading is None:
             # Fast path: nothing is waiting, so order cannot suffer; hand the message
-            # straight to a consumer with room, skipping the heap and a dispatch pass.
+            # straight to a consumer with room, skipping _pending and a dispatch pass.
             consumer = self._choose(entry)
             if consumer is not None:
                 self._mem_pending += 1  # _deliver leaves the pending state
@@ -280,9 +374,7 @@ class Queue:
         self._mem_pending += 1
         if entry.persisted:
             self._mem_persisted_pending += 1
-        # Without prioritizedMessages (ActiveMQ's default) the queue is plain FIFO.
-        prio = -entry.message.priority if self.policy.prioritized_messages else 0
-        heapq.heappush(self._heap, (prio, entry.seq, entry))
+        self._pending.push(entry)
 
     def _leave_pending(self, entry: Entry, state: int) -> None:
         entry.state = state
@@ -298,24 +390,22 @@ class Queue:
         self._page_in()
         if not self._tiers or not self._mem_pending:
             return
-        heap = self._heap
+        pending = self._pending
         now = self.ctx.now_ms()
-        skipped: list[tuple[int, int, Entry]] = []
+        skipped: list[Entry] = []
         budget = SCAN_LIMIT
         # While a page is being read, nothing beyond it may overtake it.
         loading = self.loading
         boundary = loading.after_seq if loading is not None else -1
-        while heap:
-            item = heap[0]
-            entry = item[2]
-            if entry.state != PENDING:
-                heapq.heappop(heap)
-                continue
+        while True:
+            entry = pending.first()
+            if entry is None:
+                break
             if boundary >= 0 and entry.seq > boundary:
                 break
             msg = entry.message
             if msg.expiration and now >= msg.expiration:
-                heapq.heappop(heap)
+                pending.pop_first()
                 self._expire(entry)
                 continue
             consumer = self._choose(entry)
@@ -324,17 +414,18 @@ class Queue:
                     if any(c.burst for tier in self._tiers for c in tier):
                         self.ctx.defer(self)  # burst-limited: continue next pump
                     break
-                skipped.append(heapq.heappop(heap))
+                pending.pop_first()
+                skipped.append(entry)
                 budget -= 1
                 if budget <= 0:
                     break
                 continue
-            heapq.heappop(heap)
+            pending.pop_first()
             self._deliver(entry, consumer)
             if not self._mem_pending:
                 break
-        for item in skipped:
-            heapq.heappush(heap, item)
+        for entry in reversed(skipped):  # newest first: back to the deque's front
+            pending.push(entry)
         if self._paging and self.loading is None and \
                 self._mem_persisted_pending < self.policy.page_size // 2:
             self.ctx.mark_dirty(self)  # more to page in on the next pass
@@ -505,7 +596,7 @@ class Queue:
         if not self._expiring:
             return
         now = self.ctx.now_ms()
-        for _, _, entry in list(self._heap):
+        for _, _, entry in self._pending.items():
             if entry.state == PENDING and entry.message.is_expired(now):
                 self._expire(entry)
 
@@ -563,7 +654,7 @@ class Queue:
     # ------------------------------------------------------------ browsing
     def browse(self, limit: int = 10_000) -> list[tuple[Message, int]]:
         """A snapshot of the queue in dispatch order, paged-out messages included."""
-        live = sorted((item for item in self._heap if item[2].state != DONE),
+        live = sorted((item for item in self._pending.items() if item[2].state != DONE),
                       key=lambda item: (item[0], item[1]))
         seen = {item[2].seq for item in live}
         for c in self.consumers:
@@ -591,14 +682,13 @@ class Queue:
         """Remove every pending message (admin operation); returns how many."""
         removed = 0
         tracer = self.ctx.tracer
-        for _, _, entry in list(self._heap):
+        for _, _, entry in self._pending.items():
             if entry.state == PENDING:
                 if tracer is not None:
                     tracer.message(DROPPED, entry.message, self.destination, reason="purged")
                 self.remove_entry(entry)
                 removed += 1
-        self._heap = [item for item in self._heap if item[2].state != DONE]
-        heapq.heapify(self._heap)
+        self._pending.clear()  # nothing in it is pending any more
         if self._paging and self.store is not None and self.key is not None:
             self.cancel_load()
             while True:
