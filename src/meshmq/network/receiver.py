@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from meshmq.core.auth import Principal
@@ -26,6 +27,12 @@ from meshmq.network.interest import DestinationFilter, InterestItem, local_inter
 from meshmq.network.node_interest import interest_of
 from meshmq.network.stats import LinkCounters
 from meshmq.protocol.wire import AckStatus, FrameType, encode_acks, encode_json
+
+try:  # mypyc reads the decorator when compiling; running needs no mypy_extensions
+    from mypy_extensions import mypyc_attr
+except ImportError:  # pragma: no cover - installed wherever mypy is
+    def mypyc_attr(*_names: str, **_attrs: object) -> Callable[[type], type]:  # type: ignore[misc]
+        return lambda cls: cls
 
 if TYPE_CHECKING:
     from meshmq.core.broker import ConsumerEvent
@@ -41,6 +48,10 @@ _DUPLICATE = AckStatus.DUPLICATE
 _DROPPED = AckStatus.DROPPED
 
 
+# Compiled with mypyc (pyproject's compile list); network/shards.py's ShardReceiver, an
+# interpreted subclass, overrides methods and sets ``protocol`` and ``waits_for_owners``
+# on the instance in its __init__.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Receiver:
     # Whether a STORED also waits for what this broker sent on to other shards of its
     # node (transport/durability.py); a shard link's receiver waits for its own store.

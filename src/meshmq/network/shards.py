@@ -113,6 +113,7 @@ if TYPE_CHECKING:
     from meshmq.core.shards import ShardIdentity
     from meshmq.core.state import Connection
     from meshmq.network.host import BrokerHost
+    from meshmq.network.services import ReceiverServices
 
 log = logging.getLogger("meshmq.shards")
 
@@ -255,9 +256,18 @@ class ShardReceiver(Receiver):
         self._parked = None
         super().close()
 
-    waits_for_owners = False
-    protocol = "shard"
     inbound: Inbound  # set right after construction: what this sender sent before
+
+    def __init__(self, services: ReceiverServices, link: WireLink, remote: str,
+                 flt: DestinationFilter, counters: LinkCounters, *, resync_s: float,
+                 principal: Principal | None = None) -> None:
+        # Set on the instance, before Receiver's __init__ reads them: the compiled
+        # Receiver keeps its attributes in slots that class attributes here would not
+        # reach.
+        self.waits_for_owners = False
+        self.protocol = "shard"
+        super().__init__(services, link, remote, flt, counters, resync_s=resync_s,
+                         principal=principal)
 
     def start(self) -> None:
         return
