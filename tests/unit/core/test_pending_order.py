@@ -19,16 +19,29 @@ from meshmq.core import destinations as dst
 from meshmq.core.broker import Broker
 from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
 from meshmq.core.message import Message
-from meshmq.core.queue import DONE, INFLIGHT, PENDING, Delivery, Entry, PendingOrder, Queue
+from meshmq.core.queue import (
+    DONE,
+    INFLIGHT,
+    PENDING,
+    Delivery,
+    Entry,
+    PendingOrder,
+    Queue,
+    QueueContext,
+)
 from meshmq.store.memory import MemoryStore
 
 Q = dst.queue("order")
 PRIORITIES = st.integers(0, 9)
 
 
+# The queue the entries belong to: PendingOrder never looks at it.
+_QUEUE = Queue(Q, None, DestinationPolicy(match="queue://>"), cast(QueueContext, object()),
+               None)
+
+
 def _entry(seq: int, priority: int) -> Entry:
-    return Entry(cast(Queue, None), seq, Message(f"id-{seq}", Q, b"", priority=priority),
-                 False)
+    return Entry(_QUEUE, seq, Message(f"id-{seq}", Q, b"", priority=priority), False)
 
 
 class HeapModel:
