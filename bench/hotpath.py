@@ -203,6 +203,33 @@ async def stomp_case(messages: int, *, consumers: int, topic: bool, size: int = 
                        lambda: sum(s.frames for s in sinks) >= expected)
 
 
+async def stomp_backlog_case(messages: int) -> float:
+    """One queue, one auto-ack subscriber that arrives only once every message is
+    queued: the whole load waits as a backlog of pending entries, then drains (the
+    queue's pending order under depth, as when consumers fall behind)."""
+    from meshmq.transport.stomp_server import StompProtocol
+
+    runtime = await start_runtime()
+    prod = StompProtocol(runtime)
+    prod.connection_made(SinkTransport(b""))  # type: ignore[arg-type]
+    prod.data_received(stomp_frame("CONNECT", {"accept-version": "1.2", "host": "/"}))
+    await asyncio.sleep(0)
+    one = stomp_frame("SEND", {"destination": "/queue/deep", "content-type": "text/plain",
+                               "content-length": str(BODY)}, b"x" * BODY)
+    data = chunks(one * messages)
+    sink = SinkTransport(b"MESSAGE\n")
+
+    def subscribe() -> None:
+        proto = StompProtocol(runtime)
+        proto.connection_made(sink)  # type: ignore[arg-type]
+        proto.data_received(stomp_frame("CONNECT", {"accept-version": "1.2", "host": "/"}))
+        proto.data_received(stomp_frame("SUBSCRIBE", {"id": "0", "destination": "/queue/deep",
+                                                      "ack": "auto"}))
+
+    return await timed(runtime, prod.data_received, [*data, b""],
+                       lambda: sink.frames >= messages, before_last=subscribe)
+
+
 async def mqtt_case(messages: int, *, consumers: int, qos: int, producers: int = 1,
                     slow: bool = False) -> float:
     """``producers`` publish ``messages`` in all to one topic, fed round robin one chunk
@@ -299,10 +326,13 @@ async def start_runtime() -> BrokerRuntime:
 
 
 async def timed(runtime: BrokerRuntime, feed: Callable[[bytes], None], data: list[bytes],
-                done: Callable[[], bool]) -> float:
+                done: Callable[[], bool],
+                before_last: Callable[[], None] | None = None) -> float:
     gc.collect()
     t0 = time.process_time()
-    for chunk in data:
+    for i, chunk in enumerate(data):
+        if before_last is not None and i == len(data) - 1:
+            before_last()
         feed(chunk)
         await asyncio.sleep(0)  # the runtime's pump runs once per loop turn, as in service
     await settle(done)
@@ -346,6 +376,7 @@ async def timed_feeds(runtime: BrokerRuntime,
 CASES: dict[str, Callable[[int], Any]] = {
     "stomp-q1x1": lambda n: stomp_case(n, consumers=1, topic=False),
     "stomp-q1x4": lambda n: stomp_case(n, consumers=4, topic=False),
+    "stomp-q1x1-backlog": stomp_backlog_case,
     "stomp-t1x10": lambda n: stomp_case(n // 10, consumers=10, topic=True),
     # 1 MB bodies, one message per 1,000 of --messages: the per-byte work (copies).
     "stomp-q1x1-1m": lambda n: stomp_case(max(1, n // 1000), consumers=1, topic=False,
