@@ -65,7 +65,8 @@ class ManagedMeshmq(bk.Meshmq):
 
 
 def _get(port: int, path: str) -> Any:
-    with urllib.request.urlopen(f"http://{bk.HOST}:{port}{path}", timeout=2) as resp:
+    # A broker busy with the load answers late: wait, or a peak goes unseen.
+    with urllib.request.urlopen(f"http://{bk.HOST}:{port}{path}", timeout=30) as resp:
         return json.loads(resp.read())
 
 

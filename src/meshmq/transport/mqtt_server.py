@@ -1407,7 +1407,7 @@ class MqttSession(BufferedOutput):
         if self.conn is not None:
             self.broker.set_paused(self.conn, False)
             self.host.request_pump()
-            self.host.push_back.wake()
+            self.host.push_back.wake_after_pump()
 
 
 def _record_name(client_id: str) -> str:

@@ -26,7 +26,8 @@ one message at a time does not let a whole read in per ack). So:
   full and the backlog passes the bound, as ActiveMQ's producer flow control does.
 
 What wakes a held producer: a consumer's transport draining (``resume_writing``, STOMP
-or MQTT) and a STOMP ACK or NACK call :meth:`PushBack.wake`; a timer (1 ms doubling to
+or MQTT) and a STOMP ACK or NACK, after the pump that follows them
+(:meth:`PushBack.wake_after_pump`); a timer (1 ms doubling to
 50 ms) covers the other ways a destination stops being slow (a consumer leaving or
 joining, a queue drained by the management API).
 """
@@ -103,6 +104,12 @@ class PushBack:
         """A consumer can take more: held producers look again."""
         for hold in list(self.held):
             hold.recheck()
+
+    def wake_after_pump(self) -> None:
+        """As :meth:`wake`, once the pump already requested in this turn has handed the
+        waiting messages to the consumers that can take more now."""
+        if self.held:
+            asyncio.get_running_loop().call_soon(self.wake)
 
 
 class ProducerHold:

@@ -217,11 +217,9 @@ class StompSession(BufferedOutput):
         if self._published:
             self._check_push_back()
         self.host.request_pump()
-        if self._settled:
+        if self._settled:  # a window opened: look again once the pump refilled it
             self._settled = False
-            push_back = self.host.push_back
-            if push_back.held:  # a window opened: look again once the pump refilled it
-                asyncio.get_running_loop().call_soon(push_back.wake)
+            self.host.push_back.wake_after_pump()
         self.flush()
 
     def _violation(self, event: ProtocolViolation) -> None:
@@ -1026,7 +1024,7 @@ class StompSession(BufferedOutput):
         if self.conn is not None:
             self.broker.set_paused(self.conn, False)
             self.host.request_pump()
-            self.host.push_back.wake()
+            self.host.push_back.wake_after_pump()
 
 
 def _socket_open(transport: asyncio.BaseTransport) -> bool:
