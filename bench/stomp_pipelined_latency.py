@@ -16,7 +16,7 @@ a ``src`` directory for the pure-Python build); without it the build
 
     PYTHONPATH=bench .venv/bin/python bench/stomp_pipelined_latency.py \\
         [--mode queue topic] [--rounds 3] [--count 200000] [--duration 8] \\
-        [--build before=/tmp/before-lib --build after=build/compiled-lib]
+        [--build before=/tmp/before-lib --build after=build/compiled-lib] [--consumers 1]
 """
 
 from __future__ import annotations
@@ -100,11 +100,13 @@ class Watch:
         self.thread.join(5)
 
 
-def one_run(pythonpath: str | None, mode: str, count: int, duration: float) -> dict[str, Any]:
+def one_run(pythonpath: str | None, mode: str, count: int, duration: float,
+            consumers: int = 1) -> dict[str, Any]:
     broker = ManagedMeshmq(pythonpath)
     try:
         broker.start()
-        spec = LoadSpec(host=bk.HOST, port=broker.ports["stomp"], producers=1, consumers=1,
+        spec = LoadSpec(host=bk.HOST, port=broker.ports["stomp"], producers=1,
+                        consumers=consumers,
                         size=256, count=count, duration=duration, mode=mode)
         spec.name = f"lat{os.getpid()}x{int(time.time() * 1000) % 10**8}"
         queue = f"bench.{spec.name}.0" if mode == "queue" else None
@@ -142,6 +144,8 @@ def main() -> None:
     ap.add_argument("--count", type=int, default=200_000)
     ap.add_argument("--duration", type=float, default=8.0)
     ap.add_argument("--build", action="append", default=[], metavar="NAME=PATH")
+    ap.add_argument("--consumers", type=int, default=1,
+                    help="consumers (a topic's subscribers each get every message)")
     args = ap.parse_args()
     builds: list[tuple[str, str | None]] = [
         (b.split("=", 1)[0], str(Path(b.split("=", 1)[1]).resolve())) for b in args.build
@@ -151,7 +155,7 @@ def main() -> None:
     for rnd in range(args.rounds):
         for mode in args.mode:
             for name, path in builds:
-                r = one_run(path, mode, args.count, args.duration)
+                r = one_run(path, mode, args.count, args.duration, args.consumers)
                 rows.setdefault((mode, name), []).append(r)
                 print(f"round {rnd + 1} {mode:5} {name:8} {r['received']:>7} msgs "
                       f"{_fmt(r['msg_s'], ',.0f'):>7}/s p50 {_fmt(r['p50_ms'], '.0f'):>5} ms "
