@@ -21,6 +21,9 @@ one message at a time does not let a whole read in per ack). So:
   (``usage.memory_limit``, producer flow control) and paging to the store bound;
 * a connection is never held by its own consumers (it could not ack, or read, while
   we do not read it);
+* a queue served by a stand-in (the owning shard's consumer for another shard's
+  client, a bridge's demand consumer) holds nobody, as before: the relay's window and
+  the link's flow control bound what those hold, and the rest waits in the queue;
 * a SEND inside a transaction is not delivered before its COMMIT, so it holds nothing;
 * a consumer with client acks that stops acking holds its producers once its window is
   full and the backlog passes the bound, as ActiveMQ's producer flow control does.
@@ -71,6 +74,9 @@ def _holds(queue: Queue, connection_id: str, held: bool) -> bool:
             continue
         if c.connection_id == connection_id:
             return False
+        spec = c.spec
+        if spec.origin is not None or spec.network_path is not None:
+            return False  # a stand-in: its relay window and its link bound what it holds
         any_consumer = True
         if not c.paused:
             all_paused = False
