@@ -387,6 +387,14 @@ class Broker:
     def temp_exists(self, dest: Destination) -> bool:
         return self.state.temp_exists(dest)
 
+    def waiting_queues(self, dest: Destination) -> list[Queue]:
+        """The queues here in which a message sent to ``dest`` waits for its consumers:
+        the queue itself if it exists, or each matching topic subscription's."""
+        if dest.is_queue:
+            queue = self.state.queues.get(dest)
+            return [] if queue is None else [queue]
+        return [sub.queue for sub in self.state.topic_index.match(dest)]
+
     def consumer_count(self, dest: Destination) -> int:
         """Open consumers that named ``dest`` in their subscription."""
         return self._advisories.consumer_count(dest)

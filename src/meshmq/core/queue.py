@@ -275,6 +275,11 @@ class Queue:
     def in_memory_bytes(self) -> int:
         return self._mem_bytes
 
+    def backlog_over(self, limit: int) -> bool:
+        """Whether more than ``limit`` messages wait for a consumer here: in memory, or
+        left in the store to be paged in (then the backlog passed the page size)."""
+        return self._mem_pending > limit or self._paging
+
     @property
     def inflight(self) -> int:
         return sum(1 for c in self.consumers for e in c.dispatched.values() if e.queue is self)

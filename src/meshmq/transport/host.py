@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from meshmq.core.broker import Broker
     from meshmq.transport.durability import Durability
     from meshmq.transport.mqtt_service import MqttService
+    from meshmq.transport.push_back import PushBack
     from meshmq.transport.topology import Topology
 
 
@@ -38,6 +39,9 @@ class SessionHost(Protocol):
     @property
     def mqtt(self) -> MqttService:
         """MQTT wills and persistent sessions, shared by every MQTT connection."""
+    @property
+    def push_back(self) -> PushBack:
+        """Producers held back by slow consumers (STOMP and MQTT), woken as they drain."""
     @property
     def topology(self) -> Topology:
         """Peer brokers' client URIs, pushed to failover clients on connect."""

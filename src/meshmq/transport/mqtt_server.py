@@ -84,6 +84,7 @@ from meshmq.transport.adapter import BufferedOutput, SessionProtocol
 from meshmq.transport.handoff import AdoptedClaim, HandoffOffer
 from meshmq.transport.login import authenticate
 from meshmq.transport.mqtt_service import RETAIN_PROPERTY
+from meshmq.transport.push_back import ProducerHold
 from meshmq.transport.topology import PEERS_HEADER
 
 if TYPE_CHECKING:
@@ -106,10 +107,6 @@ SERVER_SESSION_FOREVER = 0xFFFFFFFF
 # Consumers of a closed connection unsubscribed (or durable subscriptions of an ended
 # session deleted) per event-loop turn.
 CONSUMERS_CLOSED_PER_TURN = 1000
-# A producer held back by a slow subscriber is looked at again after this long (doubling
-# up to the second value) unless an MQTT subscriber's resume wakes it sooner.
-PUSH_BACK_RECHECK_S = 0.001
-PUSH_BACK_RECHECK_MAX_S = 0.05
 
 
 @dataclass(slots=True)
@@ -253,13 +250,11 @@ class MqttSession(BufferedOutput):
         self._by_consumer: dict[Consumer, MqttSubscription] = {}
         self._denied_topics: set[str] = set()  # refusals already logged (bounded)
         self.last_write = now
-        # Slow-subscriber push-back: the topics this read published to (each once in a
-        # row), and those whose subscriber's transport is full while reading is paused.
+        # Slow-subscriber push-back (transport/push_back.py): the topics this read
+        # published to (each once in a row), and the hold while reading is paused.
         self._published: list[Destination] = []
         self._last_published: Destination | None = None
-        self._pushed_back: list[Destination] = []
-        self._recheck: asyncio.TimerHandle | None = None
-        self._recheck_s = PUSH_BACK_RECHECK_S
+        self._hold = ProducerHold(host.push_back, self._push_back_released)
         # On a node of shards: offer this connection to the owner of the topic of its
         # first PUBLISH or SUBSCRIBE (transport/handoff.py); None once tried.
         self._handoff: Handoffs | None = None
@@ -342,58 +337,24 @@ class MqttSession(BufferedOutput):
             self._check_push_back()
         self.host.request_pump()
         self.flush()
-        if not self._held and not self.closing and not self._pushed_back and \
+        if not self._held and not self.closing and not self._hold.held and \
                 not self._handing_off:
             self.transport.resume_reading()
 
     # ------------------------------------------------------------ slow subscribers
-    # A subscriber whose transport holds more than its high-water mark is paused in the
-    # core; what is published for it meanwhile waits in its queue. Reading on from its
-    # producers would grow that queue without bound (seconds of latency, memory, and
-    # CPU per message as the backlog grows): instead the producers of its topics are
-    # not read until it drains, as TCP pushes back on a client that does not read.
-    # Producers of other topics, and other connections, are unaffected.
+    # What is published for a subscriber that cannot take more waits in the broker:
+    # instead of reading on, the producers of its topics are not read until it drains
+    # (transport/push_back.py). Producers of other topics are unaffected.
     def _check_push_back(self) -> None:
         published, self._published = self._published, []
         self._last_published = None
-        slow = [dest for dest in published if self._slow_subscriber(dest)]
-        if slow and not self.closing:
-            if not self._pushed_back:
-                self.service.pushed_back.add(self)
-                self._recheck_s = PUSH_BACK_RECHECK_S
-                self._schedule_recheck()
-            self._pushed_back = slow
+        if self.conn is not None and not self.closing and \
+                self._hold.check(published, self.conn.id):
             self.transport.pause_reading()
 
-    def _slow_subscriber(self, dest: Destination) -> bool:
-        """Whether a subscription ``dest`` reaches has consumers, all of them paused by
-        their transport (one running consumer of a shared subscription takes its
-        messages)."""
-        for sub in self.broker.subs_for(dest):
-            consumers = sub.queue.consumers
-            if consumers and all(c.paused for c in consumers):
-                return True
-        return False
-
-    def _schedule_recheck(self) -> None:
-        self._recheck = asyncio.get_running_loop().call_later(self._recheck_s,
-                                                              self.recheck_push_back)
-        self._recheck_s = min(self._recheck_s * 2, PUSH_BACK_RECHECK_MAX_S)
-
-    def recheck_push_back(self) -> None:
-        """Read this producer again once none of its topics' subscribers is slow."""
-        if self._recheck is not None:
-            self._recheck.cancel()
-            self._recheck = None
-        if not self._pushed_back or self.closing:
+    def _push_back_released(self) -> None:
+        if self.closing:
             return
-        slow = [dest for dest in self._pushed_back if self._slow_subscriber(dest)]
-        if slow:
-            self._pushed_back = slow
-            self._schedule_recheck()
-            return
-        self._pushed_back = []
-        self.service.pushed_back.discard(self)
         # The client's keep-alive clock restarts: it could not be read while held.
         self.machine.last_read = time.monotonic()
         if not self._held and not self._authenticating:
@@ -760,7 +721,7 @@ class MqttSession(BufferedOutput):
                 conn.consumers or conn.principal.internal or not conn.client_id or \
                 len(self.confirms) or machine.inbound_pending or machine.inflight_count \
                 or state.inflight.inbound_qos2 or state.inflight.released or \
-                state.inflight.outbound_pubrel or self._pushed_back or \
+                state.inflight.outbound_pubrel or self._hold.held or \
                 self._authenticating or self.listener is None:
             return False
         if isinstance(packet, Publish):
@@ -1352,13 +1313,6 @@ class MqttSession(BufferedOutput):
         self.flush()
         self.transport.close()
 
-    def _end_push_back(self) -> None:
-        if self._recheck is not None:
-            self._recheck.cancel()
-            self._recheck = None
-        self._pushed_back = []
-        self.service.pushed_back.discard(self)
-
     def connection_lost(self) -> None:
         release, self._release_claim = self._release_claim, None
         try:
@@ -1379,10 +1333,10 @@ class MqttSession(BufferedOutput):
     def _lost(self) -> None:
         if self.conn is None or self.conn.closed:
             self.closing = True
-            self._end_push_back()
+            self._hold.end()
             return
         self.closing = True
-        self._end_push_back()
+        self._hold.end()
         client_id = self.conn.client_id or ""
         if self.service.sessions.get(client_id) is self:
             del self.service.sessions[client_id]
@@ -1433,7 +1387,7 @@ class MqttSession(BufferedOutput):
 
     # ------------------------------------------------------------ output and timers
     def check_timeouts(self, now: float) -> None:
-        if self.closing or self._pushed_back or self._handing_off:
+        if self.closing or self._hold.held or self._handing_off:
             return  # held back by a slow subscriber: its silence is ours
         overdue = self.machine.timeouts(now)
         if overdue is None:
@@ -1453,7 +1407,7 @@ class MqttSession(BufferedOutput):
         if self.conn is not None:
             self.broker.set_paused(self.conn, False)
             self.host.request_pump()
-            self.service.wake_pushed_back()
+            self.host.push_back.wake_after_pump()
 
 
 def _record_name(client_id: str) -> str:

@@ -30,17 +30,9 @@ class MqttService:
         # Client id -> the connection (or expired session) still being taken apart.
         self.teardowns: dict[str, SessionTeardown] = {}
         self._wills: dict[str, asyncio.TimerHandle] = {}
-        # Producers not read while a subscriber of their topics is slow (see
-        # MqttSession._check_push_back): an MQTT subscriber that drains wakes them.
-        self.pushed_back: set[MqttSession] = set()
         clients = host.durability.clients
         if clients is not None:  # a node of shards: the owner ends expired sessions
             clients.session_expired = self.expire_session
-
-    def wake_pushed_back(self) -> None:
-        """A subscriber's transport drained: held-back producers look again."""
-        for session in list(self.pushed_back):
-            session.recheck_push_back()
 
     def schedule_will(self, client_id: str, message: Message, delay_s: int) -> None:
         """Publish an MQTT will now, or after its delay unless the client comes back."""

@@ -39,6 +39,7 @@ from meshmq.transport.listeners import LISTENER_LABELS, Listeners
 from meshmq.transport.mqtt_service import MqttService
 from meshmq.transport.paging import PageReader
 from meshmq.transport.pump import TIMER_INTERVAL, Pump
+from meshmq.transport.push_back import PushBack
 from meshmq.transport.topology import Topology, push_families
 from meshmq.transport.trace_recorder import TraceRecorder
 
@@ -153,6 +154,8 @@ class BrokerRuntime:
         self._push_listeners = frozenset(lst.name for lst in config.listeners
                                          if lst.update_cluster_clients)
         self.mqtt = MqttService(self)  # MQTT sessions, wills and teardowns
+        # Producers held back by slow consumers (transport/push_back.py).
+        self.push_back = PushBack(self.broker)
         if self.shard_peers is not None:  # a client's session resumed on another shard
             self.shard_peers.clients.session_moved = self.mqtt.forget_session
         from meshmq.network.manager import NetworkManager

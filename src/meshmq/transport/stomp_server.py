@@ -55,6 +55,7 @@ from meshmq.transport.adapter import BufferedOutput, SessionProtocol
 from meshmq.transport.durability import NOT_STORED
 from meshmq.transport.handoff import AdoptedClaim, HandoffOffer
 from meshmq.transport.login import authenticate
+from meshmq.transport.push_back import ProducerHold
 from meshmq.transport.topology import PEERS_HEADER
 
 if TYPE_CHECKING:
@@ -154,6 +155,13 @@ class StompSession(BufferedOutput):
         self._handoff: Handoffs | None = None
         self.listener: str | None = None
         self._handing_off = False  # offered: reading paused until the owner answers
+        # Slow-consumer push-back (transport/push_back.py): the destinations this read
+        # sent to outside transactions (each once in a row), and the hold while reading
+        # is paused for them.
+        self._published: list[Destination] = []
+        self._last_published: Destination | None = None
+        self._hold = ProducerHold(host.push_back, self._push_back_released)
+        self._settled = False  # this read ACKed or NACKed: held producers look again
 
     # ------------------------------------------------------------ input
     def data_received(self, data: bytes) -> None:
@@ -206,7 +214,12 @@ class StompSession(BufferedOutput):
                 self._held = list(events[i + 1:])
                 self._wait_for_confirms()
                 break
+        if self._published:
+            self._check_push_back()
         self.host.request_pump()
+        if self._settled:  # a window opened: look again once the pump refilled it
+            self._settled = False
+            self.host.push_back.wake_after_pump()
         self.flush()
 
     def _violation(self, event: ProtocolViolation) -> None:
@@ -501,7 +514,13 @@ class StompSession(BufferedOutput):
             raise ProtocolError("SEND frame is missing the required header 'destination'")
         dests = self.destinations(dest_text)
         message = self._message(headers, frame.body, dests[0])
-        needs_sync = self.broker.send(self.conn, dests, message, headers.get("transaction"))
+        txn = headers.get("transaction")
+        needs_sync = self.broker.send(self.conn, dests, message, txn)
+        if txn is None:  # a transaction's sends wait for COMMIT: they hold nobody
+            for dest in dests:
+                if dest is not self._last_published:
+                    self._last_published = dest
+                    self._published.append(dest)
         self._confirm(frame, needs_sync)
         if needs_sync and "receipt" not in headers:
             self._unsynced += len(frame.body) + 256
@@ -671,6 +690,7 @@ class StompSession(BufferedOutput):
         needs_sync = self.broker.ack(self.conn, consumer, tag,
                                      cumulative=consumer.ack_mode is AckMode.CLIENT,
                                      txn=frame.get("transaction"))
+        self._settled = True
         self._confirm_settle(frame, consumer, needs_sync)
 
     def on_nack(self, frame: Frame) -> None:
@@ -679,6 +699,7 @@ class StompSession(BufferedOutput):
         needs_sync = self.broker.nack(self.conn, consumer, tag,
                                       cumulative=consumer.ack_mode is AckMode.CLIENT,
                                       txn=frame.get("transaction"))
+        self._settled = True
         self._confirm_settle(frame, consumer, needs_sync)
 
     def _confirm_settle(self, frame: Frame, consumer: Consumer, needs_sync: bool) -> None:
@@ -883,6 +904,7 @@ class StompSession(BufferedOutput):
             self._hb_handle.cancel()
         if self.flow_blocked:
             self.broker.usage.cancel_wait(self._unblock_producer)
+        self._hold.end()
         if self.conn is not None:
             self.host.unregister(self)
             self._close_step(self.conn)
@@ -962,7 +984,19 @@ class StompSession(BufferedOutput):
     def reading_held(self) -> bool:
         """Whether the broker, not the client, stopped reading this connection."""
         return self.flow_blocked or self._turn_yielded or self._store_waits > 0 or \
-            self._confirm_wait
+            self._confirm_wait or bool(self._hold.held)
+
+    def _check_push_back(self) -> None:
+        """After a read: stop reading while a destination it sent to is slow."""
+        published, self._published = self._published, []
+        self._last_published = None
+        if self.conn is not None and not self.closing and \
+                self._hold.check(published, self.conn.id):
+            self.transport.pause_reading()
+
+    def _push_back_released(self) -> None:
+        if not self.closing and not self.reading_held():
+            self._resume_reading()
 
     def _unblock_producer(self) -> None:
         # Called from inside the core (a refund during someone else's ack): never
@@ -996,6 +1030,7 @@ class StompSession(BufferedOutput):
         if self.conn is not None:
             self.broker.set_paused(self.conn, False)
             self.host.request_pump()
+            self.host.push_back.wake_after_pump()
 
 
 def _socket_open(transport: asyncio.BaseTransport) -> bool:

@@ -1,0 +1,176 @@
+"""Slow consumers push back on the producers that feed them, for STOMP and MQTT alike.
+
+A consumer whose transport passes its high-water mark is paused in the core, and one
+with client acks stops taking messages once its prefetch window is full; what is sent
+to its destination meanwhile waits in the broker. Reading on from the producers would
+let that backlog grow without bound: seconds of end-to-end latency, memory up to the
+broker's limit, and more CPU per message (a queued message costs more than one handed
+straight to a consumer). Instead, after each read a session asks whether the
+destinations that read sent to (each once in a row) are *slow*, and if one is, stops
+reading that connection until none is, as TCP pushes back on a client that does not
+read. A destination is slow when some queue a message sent to it waits in (the queue
+itself, or each topic subscription's) has consumers and none of them can take more,
+and either all of them are paused by their transport or more than ``BACKLOG_LIMIT``
+messages wait there already; a held producer is read again once its destinations'
+consumers are not all paused and at most half the bound waits (so a consumer acking
+one message at a time does not let a whole read in per ack). So:
+
+* producers of other destinations, and other connections, are read on;
+* a queue (or shared subscription) with a consumer that can take more holds nobody;
+* a queue without consumers holds nobody: its backlog is what the memory limit
+  (``usage.memory_limit``, producer flow control) and paging to the store bound;
+* a connection is never held by its own consumers (it could not ack, or read, while
+  we do not read it);
+* a queue served by a stand-in (the owning shard's consumer for another shard's
+  client, a bridge's demand consumer) holds nobody, as before: the relay's window and
+  the link's flow control bound what those hold, and the rest waits in the queue;
+* a SEND inside a transaction is not delivered before its COMMIT, so it holds nothing;
+* a consumer with client acks that stops acking holds its producers once its window is
+  full and the backlog passes the bound, as ActiveMQ's producer flow control does.
+
+What wakes a held producer: a consumer's transport draining (``resume_writing``, STOMP
+or MQTT) and a STOMP ACK or NACK, after the pump that follows them
+(:meth:`PushBack.wake_after_pump`); a timer (1 ms doubling to
+50 ms) covers the other ways a destination stops being slow (a consumer leaving or
+joining, a queue drained by the management API).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from meshmq.core.consumer import AckMode
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from meshmq.core.broker import Broker
+    from meshmq.core.destinations import Destination
+    from meshmq.core.queue import Queue
+
+# A held producer is looked at again after this long (doubling up to the second value)
+# unless something wakes it sooner.
+RECHECK_S = 0.001
+RECHECK_MAX_S = 0.05
+# Messages that may wait in a queue whose consumers all have a full window before its
+# producers are held: the default queue prefetch, tens of milliseconds of a fast
+# producer, and enough that a consumer acking one message at a time does not stop and
+# start its producer on every ack.
+BACKLOG_LIMIT = 1000
+
+
+def _holds(queue: Queue, connection_id: str, held: bool) -> bool:
+    """Whether a message sent by ``connection_id`` would wait in ``queue`` behind
+    consumers that cannot take more (see the module docstring). A producer ``held``
+    already stays held until the backlog is down to half the bound: a consumer acking
+    one message opens its window for a moment, not for a whole read."""
+    if queue.retains_all:
+        return False  # a stream: its consumers read at their own offsets
+    all_paused = True
+    any_consumer = room = False
+    for c in queue.consumers:
+        if c.closed or c.spec.browser:
+            continue
+        if c.connection_id == connection_id:
+            return False
+        spec = c.spec
+        if spec.origin is not None or spec.network_path is not None:
+            return False  # a stand-in: its relay window and its link bound what it holds
+        any_consumer = True
+        if not c.paused:
+            all_paused = False
+            if c.spec.ack_mode is AckMode.AUTO or len(c.dispatched) < c.prefetch:
+                room = True
+    if not any_consumer:
+        return False
+    if all_paused:
+        return True
+    if held:
+        return queue.backlog_over(BACKLOG_LIMIT // 2)
+    return not room and queue.backlog_over(BACKLOG_LIMIT)
+
+
+def slow(broker: Broker, dest: Destination, connection_id: str, *,
+         held: bool = False) -> bool:
+    """Whether a producer (``connection_id``) of ``dest`` should not be read for now;
+    ``held``: it is not read now (see :func:`_holds`)."""
+    return any(_holds(queue, connection_id, held) for queue in broker.waiting_queues(dest))
+
+
+class PushBack:
+    """The producers held now, so that a consumer that drains wakes them. One per
+    broker runtime, shared by its STOMP and MQTT sessions."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.held: set[ProducerHold] = set()
+
+    def wake(self) -> None:
+        """A consumer can take more: held producers look again."""
+        for hold in list(self.held):
+            hold.recheck()
+
+    def wake_after_pump(self) -> None:
+        """As :meth:`wake`, once the pump already requested in this turn has handed the
+        waiting messages to the consumers that can take more now."""
+        if self.held:
+            asyncio.get_running_loop().call_soon(self.wake)
+
+
+class ProducerHold:
+    """One producer connection's push-back: which destinations hold it, and the timer.
+    ``released`` is called once none does; the session resumes reading then unless
+    something else still holds it."""
+
+    def __init__(self, registry: PushBack, released: Callable[[], None]) -> None:
+        self._registry = registry
+        self._released = released
+        self._connection_id = ""
+        self.held: list[Destination] = []  # non-empty while the producer is held
+        self._timer: asyncio.TimerHandle | None = None
+        self._delay = RECHECK_S
+
+    def check(self, published: list[Destination], connection_id: str) -> bool:
+        """After a read that sent to ``published``: True when the producer is held now
+        (the caller pauses reading)."""
+        broker = self._registry.broker
+        slow_now = [dest for dest in published if slow(broker, dest, connection_id)]
+        if not slow_now:
+            return bool(self.held)
+        self._connection_id = connection_id
+        if not self.held:
+            self._registry.held.add(self)
+            self._delay = RECHECK_S
+            self._schedule()
+        self.held = slow_now
+        return True
+
+    def _schedule(self) -> None:
+        self._timer = asyncio.get_running_loop().call_later(self._delay, self.recheck)
+        self._delay = min(self._delay * 2, RECHECK_MAX_S)
+
+    def recheck(self) -> None:
+        """Release the producer once none of its destinations is slow."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self.held:
+            return
+        broker = self._registry.broker
+        slow_now = [dest for dest in self.held
+                    if slow(broker, dest, self._connection_id, held=True)]
+        if slow_now:
+            self.held = slow_now
+            self._schedule()
+            return
+        self.end()
+        self._released()
+
+    def end(self) -> None:
+        """Not held any more (released, or the connection ended)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.held = []
+        self._registry.held.discard(self)
