@@ -32,6 +32,7 @@ from meshmq.transport.host import Session
 if TYPE_CHECKING:
     from meshmq.core.broker import Broker
     from meshmq.transport.paging import PageReader
+    from meshmq.transport.push_back import PushBack
     from meshmq.transport.trace_recorder import TraceRecorder
 
 log = logging.getLogger("meshmq.runtime")
@@ -72,6 +73,9 @@ class Pump:
         self.on_write_refused = on_write_refused
         self.pages: PageReader | None = None  # set by the root; needs request_pump
         self.shards: ShardLinks | None = None  # a shard of several: set by the root
+        # Producers held back by slow consumers (transport/push_back.py): set by the
+        # root. A pump that handed messages out may have drained what held them.
+        self.push_back: PushBack | None = None
         self.sessions: dict[str, Session] = {}  # by broker connection id
         self.all_sessions: set[Session] = set()
         self._to_flush: dict[Session, None] = {}
@@ -224,6 +228,12 @@ class Pump:
         else:
             self._deliver(outcomes)
         self._flush_sessions()
+        push_back = self.push_back
+        if push_back is not None and push_back.held:
+            # A backlog drained below the bound by this pump's deliveries wakes its
+            # producers now, not at their timer (up to 50 ms later: consumers that
+            # never pause, such as auto-ack topic subscribers, would idle meanwhile).
+            push_back.wake()
         if self.shards is not None:
             self.shards.flush()
         if broker.tracer is not None:

@@ -156,6 +156,7 @@ class BrokerRuntime:
         self.mqtt = MqttService(self)  # MQTT sessions, wills and teardowns
         # Producers held back by slow consumers (transport/push_back.py).
         self.push_back = PushBack(self.broker)
+        self.engine.push_back = self.push_back
         if self.shard_peers is not None:  # a client's session resumed on another shard
             self.shard_peers.clients.session_moved = self.mqtt.forget_session
         from meshmq.network.manager import NetworkManager
