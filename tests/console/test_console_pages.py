@@ -77,9 +77,13 @@ def test_the_overview_names_the_broker(browser: Any, broker: ThreadBroker) -> No
 
 
 def edge_state(driver: Any, src: str, dst: str) -> str | None:
-    edges = driver.find_elements(By.CSS_SELECTOR,
-                                 f'#network-map g.edge[data-from="{src}"][data-to="{dst}"]')
-    return edges[0].get_attribute("data-state") if edges else None
+    # Found and read in one script: the map is redrawn on every refresh, and an element
+    # found by one call may be gone by the next.
+    state: str | None = driver.execute_script(
+        "const e = document.querySelector(arguments[0]);"
+        "return e ? e.getAttribute('data-state') : null;",
+        f'#network-map g.edge[data-from="{src}"][data-to="{dst}"]')
+    return state
 
 
 def test_the_network_map_follows_a_broker_going_down_and_back(

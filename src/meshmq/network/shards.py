@@ -274,10 +274,11 @@ class ShardReceiver(Receiver):
 
     def _on_messages(self, batch: list[tuple[int, Message]], *, again: bool) -> None:
         """As a bridge's receiver, but a first send (above the sender's ``sent`` at the
-        handshake) skips the duplicate window: only a send made before this link can
-        have been stored already. Those are found by sequence number when they came
-        over an earlier link of the same sender's run (``Inbound``), else (this shard
-        restarted) in the window, which recovery refilled from the store."""
+        handshake) skips the duplicate window unless it came over a bridge: only a send
+        made before this link can have been stored already. Those are found by
+        sequence number when they came over an earlier link of the same sender's run
+        (``Inbound``), else (this shard restarted) in the window, which recovery
+        refilled from the store."""
         inbound = self.inbound
         gaps = inbound.gaps
         now_acks: list[tuple[int, AckStatus]] = []
@@ -289,6 +290,13 @@ class ShardReceiver(Receiver):
                     (after_sync if msg.persistent else now_acks).append(
                         (seq, AckStatus.DUPLICATE))
                     continue
+                status, needs_sync = self._accept(msg, again)
+            elif msg.broker_path:
+                # A bridged message: a remote broker sends it again when the ingress
+                # shard died before confirming it, and the restarted shard forwards it
+                # as a first send of its new run; the window (filled by recovery from
+                # this shard's store, and here as it arrives) finds it stored already.
+                gaps.discard(seq)
                 status, needs_sync = self._accept(msg, again)
             else:
                 gaps.discard(seq)  # answered RETRY before: this is its next try
