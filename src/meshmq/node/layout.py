@@ -296,7 +296,9 @@ class NodeDatabase:
         self._conn: Any = None
 
     def _where(self) -> str:
-        return " ".join(p for p in self.dsn.split() if not p.startswith("password"))
+        from meshmq.store.postgres import dsn_for_messages
+
+        return dsn_for_messages(self.dsn)
 
     def open(self) -> None:
         import psycopg
@@ -334,9 +336,7 @@ class NodeDatabase:
             raise LayoutError(refusal)
 
     def close(self) -> None:
-        if self._conn is not None:
-            with contextlib.suppress(Exception):
-                self._conn.execute("SELECT pg_advisory_unlock_all()")
-            with contextlib.suppress(Exception):
-                self._conn.close()
-            self._conn = None
+        from meshmq.store.postgres import unlock_and_close
+
+        unlock_and_close(self._conn)
+        self._conn = None

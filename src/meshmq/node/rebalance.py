@@ -226,7 +226,9 @@ class _PostgresLocations:
         self._conn: Any = None
 
     def _where(self) -> str:
-        return " ".join(p for p in self.dsn.split() if not p.startswith("password"))
+        from meshmq.store.postgres import dsn_for_messages
+
+        return dsn_for_messages(self.dsn)
 
     def lock(self) -> None:
         import psycopg
@@ -247,12 +249,10 @@ class _PostgresLocations:
         self._conn = conn
 
     def unlock(self) -> None:
-        if self._conn is not None:
-            with contextlib.suppress(Exception):
-                self._conn.execute("SELECT pg_advisory_unlock_all()")
-            with contextlib.suppress(Exception):
-                self._conn.close()
-            self._conn = None
+        from meshmq.store.postgres import unlock_and_close
+
+        unlock_and_close(self._conn)
+        self._conn = None
 
     def table_prefix(self, loc: int) -> str:
         from meshmq.store.postgres import shard_prefix

@@ -189,6 +189,24 @@ def check_node_layout(conn: psycopg.Connection[Any], prefix: str, shards: int,
     return None
 
 
+def dsn_for_messages(dsn: str) -> str:
+    """``dsn`` without its password, to name the database in a message."""
+    return " ".join(p for p in dsn.split() if not p.startswith("password"))
+
+
+def unlock_and_close(conn: psycopg.Connection[Any] | None) -> None:
+    """Release a session's advisory locks explicitly, then close it: the server drops
+    a closed session's locks only once its backend has noticed, and whoever takes the
+    lock next (a broker reopening the store, a node after a rebalance) would find it
+    still held."""
+    if conn is None:
+        return
+    with contextlib.suppress(Exception):
+        conn.execute("SELECT pg_advisory_unlock_all()")
+    with contextlib.suppress(Exception):
+        conn.close()
+
+
 def recorded_layout(conn: psycopg.Connection[Any], prefix: str
                     ) -> tuple[int, str, str] | None:
     """The node layout recorded in ``<prefix>node`` (shards, hash, node name), or None
@@ -353,7 +371,7 @@ class PostgresStore:
 
     def _where(self) -> str:
         # The DSN minus any password, for messages.
-        return " ".join(p for p in self.dsn.split() if not p.startswith("password"))
+        return dsn_for_messages(self.dsn)
 
     def open(self) -> Recovery:
         if self._opened:
@@ -732,15 +750,10 @@ class PostgresStore:
             raise StoreError(f"PostgreSQL store failed: {self._failed.message}")
 
     def _close_connections(self) -> None:
-        if self._lock_conn is not None:
-            # Explicitly: the server drops a closed session's locks only once its backend
-            # has noticed, and a broker reopening the store at once would find it locked.
+        unlock_and_close(self._lock_conn)
+        if self._read is not None:
             with contextlib.suppress(Exception):
-                self._lock_conn.execute("SELECT pg_advisory_unlock_all()")
-        for conn in (self._read, self._lock_conn):
-            if conn is not None:
-                with contextlib.suppress(Exception):
-                    conn.close()
+                self._read.close()
         self._read = self._lock_conn = None
 
     # The database manages its own space; nothing is reclaimed here (store.base.Store).
