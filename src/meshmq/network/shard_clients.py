@@ -185,6 +185,13 @@ class ClientClaims:
             self.release(client_id, claim)
 
         previous = self.held.get(client_id)
+        if previous is not None and "stomp" in (proto, previous.proto) and \
+                previous.future.done() and previous.alive is not None and \
+                not previous.alive():
+            # Its connection has ended (its end not read yet, or its release waiting
+            # for its teardown): as on one broker, it holds the id no longer.
+            self.release(client_id, previous.claim)
+            previous = None
         if previous is not None and "stomp" in (proto, previous.proto):
             # Held on this shard: one broker's rules, at once (a STOMP duplicate).
             future.set_exception(_in_use(client_id, self.peers.identity.node))

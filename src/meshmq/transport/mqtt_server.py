@@ -80,7 +80,7 @@ from meshmq.protocol.mqtt.session import (
     ProtocolViolation,
     ServerConnection,
 )
-from meshmq.transport.adapter import BufferedOutput, SessionProtocol
+from meshmq.transport.adapter import BufferedOutput, SessionProtocol, socket_open
 from meshmq.transport.handoff import AdoptedClaim, HandoffOffer
 from meshmq.transport.login import authenticate
 from meshmq.transport.mqtt_service import RETAIN_PROPERTY
@@ -491,7 +491,7 @@ class MqttSession(BufferedOutput):
             return False
         self._claimed = True
         answer, self._release_claim = clients.claim(packet.client_id, "mqtt",
-                                                    self._taken_over)
+                                                    self._taken_over, self._still_open)
         if answer.done() and not answer.cancelled() and answer.exception() is None:
             self._owner_record = answer.result()
             return False
@@ -514,6 +514,12 @@ class MqttSession(BufferedOutput):
 
         answer.add_done_callback(answered)
         return True
+
+    def _still_open(self) -> bool:
+        """Does the client still hold this connection? Asked when a STOMP connection
+        claims its client id: on one broker an MQTT connection whose client has left
+        holds it no longer, its end read or not."""
+        return not self.closing and socket_open(self.transport)
 
     def _taken_over(self) -> None:
         """Another shard's connection took this client id over (docs/shards.md)."""
