@@ -50,7 +50,8 @@ if TYPE_CHECKING:
 
     from meshmq.core.shards import ShardIdentity
 
-__all__ = ["MAX_PENDING", "AdoptedClaim", "HandoffOffer", "HandoffStats", "Handoffs"]
+__all__ = ["MAX_PENDING", "AdoptedClaim", "HandoffOffer", "HandoffStats", "Handoffs",
+           "datagram"]
 
 log = logging.getLogger("meshmq.shards")
 
@@ -232,8 +233,11 @@ class Handoffs:
         if channel is None:
             return None
         offer_id = next(self._ids)
-        inline = len(offer.pending) <= INLINE_PENDING
-        data = offer.encode(self.identity.token, offer_id, inline=inline)
+        encoded = datagram(offer, self.identity.token, offer_id)
+        if encoded is None:
+            log.debug("a connection not offered to shard %d: its head is too large", owner)
+            return None
+        data, inline = encoded
         fds = [fd]
         try:
             if not inline:
@@ -409,6 +413,18 @@ class Handoffs:
             # The offering shard is gone: what it offered is closed with it, or
             # (taken) served here.
             log.debug("handoff answer not sent: %s", exc)
+
+
+def datagram(offer: HandoffOffer, token: str, offer_id: int) -> tuple[bytes, bool] | None:
+    """The offer's datagram and whether its pending bytes ride in it (else in a memory
+    file); None when its head alone (a large will, a session record) exceeds what the
+    owner reads of one datagram: a longer one would arrive cut short."""
+    if len(offer.pending) <= INLINE_PENDING:
+        data = offer.encode(token, offer_id)
+        if len(data) <= _MAX_DATAGRAM:
+            return data, True
+    data = offer.encode(token, offer_id, inline=False)
+    return (data, False) if len(data) <= _MAX_DATAGRAM else None
 
 
 def _taken(fut: asyncio.Future[bool]) -> bool:
