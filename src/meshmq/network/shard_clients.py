@@ -258,12 +258,13 @@ class ClientClaims:
         return held.claim
 
     def move(self, client_id: str, proto: str, shard: int, claim: str,
-             close: Callable[[], None]
+             close: Callable[[], None], alive: Callable[[], bool] | None = None
              ) -> tuple[asyncio.Future[bytes | None], Callable[[], None]] | None:
         """Take over ``claim``, which shard ``shard`` holds on ``client_id``, for its
-        connection handed here. Returns the owner's answer (failing if it refused or
-        is unreachable) and the release, or None when it cannot be asked now (this
-        shard holds or claims the id itself, or the owner's link is down)."""
+        connection handed here (``close``, ``alive``: as for ``claim``). Returns the
+        owner's answer (failing if it refused or is unreachable) and the release, or
+        None when it cannot be asked now (this shard holds or claims the id itself, or
+        the owner's link is down)."""
         if client_id in self.held:
             return None
         owner = client_owner(client_id, self.count)
@@ -273,7 +274,7 @@ class ClientClaims:
                 return None
         future: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
         new = f"{self.peers.boot}/{next(self._seq)}"
-        self.held[client_id] = _Held(new, proto, close, future, moving=True)
+        self.held[client_id] = _Held(new, proto, close, future, alive, moving=True)
 
         def release() -> None:
             self.release(client_id, new)

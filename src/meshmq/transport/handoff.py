@@ -15,8 +15,9 @@ longer crossing. A connection that later uses destinations of other shards cross
 those, as before.
 
 Only a connection that holds nothing on this shard is handed over: no subscription,
-transaction, temporary destination, confirmation or output waiting (MQTT: a session
-that ends with the connection, no QoS 1/2 exchange in progress), and only plain TCP
+transaction, temporary destination, confirmation or output waiting (MQTT: no QoS 1/2
+exchange in progress; a persistent session's state travels with it, and a resumed one
+subscribed to one shard's topics goes at its CONNECT), and only plain TCP
 (a TLS session's keys live in this process; a WebSocket's framing too). Each connection
 is offered at most once. A client id goes with it: the offer names the claim this shard
 holds on it, and the adopting shard has the id's owner move that claim to itself
@@ -140,7 +141,13 @@ class AdoptedClaim:
     def __init__(self) -> None:
         self.release: Callable[[], None] | None = None  # set once the claim moved here
         self._close: Callable[[], None] | None = None
+        self._alive: Callable[[], bool] | None = None
         self._closed_early = False
+
+    def alive(self) -> bool:
+        """Does the connection still hold the id (asked for a STOMP claim of it)? Its
+        session's answer once it started; until then, yes."""
+        return self._alive() if self._alive is not None else True
 
     def close(self) -> None:
         """The owner gave the client id to another connection."""
@@ -149,9 +156,12 @@ class AdoptedClaim:
         else:
             self._closed_early = True
 
-    def take(self, close: Callable[[], None]) -> Callable[[], None] | None:
-        """The session's: its take-over ``close``; returns the release it calls."""
+    def take(self, close: Callable[[], None], alive: Callable[[], bool]
+             ) -> Callable[[], None] | None:
+        """The session's: its take-over ``close`` and whether its client is still there;
+        returns the release it calls."""
         self._close = close
+        self._alive = alive
         release, self.release = self.release, None
         return release
 

@@ -1117,7 +1117,8 @@ class StompProtocol(SessionProtocol[StompSession]):
         session = self.session
         if offer is not None and session is not None:
             try:
-                session.adopt(offer, self.claim.take(session._taken_over))
+                session.adopt(offer, self.claim.take(session._taken_over,
+                                                          session._still_open))
             except MeshmqError as exc:
                 session.fail(exc.message)
             self.claim.started()
