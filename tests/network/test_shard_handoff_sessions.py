@@ -105,6 +105,7 @@ def test_a_resumed_session_is_handed_to_its_topics_owner_with_what_waited_for_it
         [live] = back.publishes(1)
         back.ack(live)
         back.ping()
+        assert _stats(handing[0])["sessions"] == 2  # both of them persistent sessions
         assert _clients(handing[1], "mqtt") == 0  # served by the topic's owner alone
         assert _holder(handing, client_id) == 0
         assert client_id in _states(handing[0]) and client_id not in _states(handing[1])

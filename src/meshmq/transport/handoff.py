@@ -89,6 +89,12 @@ class HandoffOffer:
     # MQTT: what CONNECT negotiated (transport/mqtt_server.py's ``handoff_state``).
     session: dict[str, Any] | None = None
 
+    @property
+    def persistent_session(self) -> bool:
+        """An MQTT persistent session's (handed at its CONNECT, or with its expiry)."""
+        session = self.session or {}
+        return bool(session.get("connect")) or "expiry" in session
+
     def encode(self, token: str, offer_id: int, *, inline: bool = True) -> bytes:
         """The datagram; ``inline=False``: the pending bytes travel in a memory file."""
         head = asdict(self)
@@ -128,6 +134,7 @@ class HandoffStats:
     lost: int = 0  # ... with no answer in time (closed)
     adopted: int = 0  # connections other shards handed to this one
     refused: int = 0  # offers this shard declined
+    sessions: int = 0  # ... of the adopted: MQTT persistent sessions
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -396,8 +403,9 @@ class Handoffs:
                 taken = False
             if isinstance(taken, asyncio.Future):
                 # Its client id's claim moves first: answered once the owner has.
-                taken.add_done_callback(
-                    lambda fut: self._adopted(channel, offer_id, client, _taken(fut)))
+                session = offer.persistent_session
+                taken.add_done_callback(lambda fut: self._adopted(
+                    channel, offer_id, client, _taken(fut), session))
                 return
             if not taken:
                 client.close()  # ours only: the offering shard still holds its own
@@ -406,14 +414,17 @@ class Handoffs:
         self._answer(channel, offer_id, taken is True)
 
     def _adopted(self, channel: socket.socket, offer_id: int, client: socket.socket,
-                 taken: bool) -> None:
+                 taken: bool, session: bool) -> None:
         if not taken:
             client.close()
-        self._answer(channel, offer_id, taken is True)
+        self._answer(channel, offer_id, taken is True, session)
 
-    def _answer(self, channel: socket.socket, offer_id: int, taken: bool) -> None:
+    def _answer(self, channel: socket.socket, offer_id: int, taken: bool,
+                session: bool = False) -> None:
         if taken:
             self.stats.adopted += 1
+            if session:
+                self.stats.sessions += 1
         else:
             self.stats.refused += 1
         reply = json.dumps({"id": offer_id, "taken": taken}).encode()
