@@ -35,6 +35,7 @@ from meshmq.protocol.mqtt import (
 from tests.interop.mqtt_helpers import RawMqtt
 from tests.interop.stomp_helpers import RawClient
 from tests.network.test_shard_handoff_ids import _client_id, _clients, _holder, _stats, _topic
+from tests.network.test_shard_sessions import _held
 from tests.support.brokers import poll
 from tests.support.shard_pair import ShardBroker, ShardPair, ShardProcess
 
@@ -327,3 +328,32 @@ def test_a_client_id_passes_between_mqtt_and_stomp_at_once_across_shards(
                     f"connection {n} (STOMP on shard {shard}): {frame.get('message')}"
             finally:
                 stomp.close()
+
+
+def test_a_stomp_connect_just_after_the_mqtt_client_left_is_accepted(
+        handing: ShardPair) -> None:
+    """The MQTT client leaves while its shard is busy (its end not read, its claim not
+    released) and a STOMP CONNECT with its id reaches the id's owner on the other
+    shard: the owner asks the MQTT connection's shard, which finds the client gone, so
+    the CONNECT is accepted, as on one broker."""
+    client_id = _client_id(handing, 1, "left")
+    mqtt = RawMqtt(handing[0].mqtt_port, level=5)
+    stomp: RawClient | None = None
+    owner = handing[1]
+    assert owner.runtime is not None and owner.runtime.shard_peers is not None
+    claims = owner.runtime.shard_peers.clients
+    try:
+        mqtt.connect(client_id)
+        with _held(handing[0]):
+            mqtt.abort()
+            stomp = RawClient(handing[1])
+            stomp.send_frame("CONNECT", [("accept-version", "1.2"), ("host", "localhost"),
+                                         ("client-id", client_id)])
+            poll(lambda: owner.run(lambda: bool(claims._checking)),
+                 what="the owner asking the MQTT connection's shard")
+        frame = stomp.read_frame()
+        assert frame.command == "CONNECTED", frame.get("message")
+    finally:
+        mqtt.close()
+        if stomp is not None:
+            stomp.close()
