@@ -119,6 +119,51 @@ def test_a_resumed_session_is_handed_to_its_topics_owner_with_what_waited_for_it
         back.close()
 
 
+def test_qos2_exchanges_in_progress_survive_a_handoff_at_connect(
+        handing: ShardPair) -> None:
+    """A QoS 2 delivery to the session whose PUBCOMP is missing and a QoS 2 PUBLISH of
+    its whose PUBREL is missing, both on shard 0 (to which the session was handed),
+    are finished after a resume through shard 1 handed to shard 0 at its CONNECT: the
+    PUBREL comes again, the client's PUBREL is answered, nothing is routed twice."""
+    topic, other = _topic(handing, 0, "q2-sub"), _topic(handing, 0, "q2-pub")
+    client_id = _client_id(handing, 1, "q2")
+    made = RawMqtt(handing[1].mqtt_port, level=5)
+    back = RawMqtt(handing[1].mqtt_port, level=5)
+    publisher = RawMqtt(handing[0].mqtt_port, level=5)
+    watcher = RawMqtt(handing[0].mqtt_port, level=5)
+    try:
+        watcher.connect(_client_id(handing, 0, "q2-watch"))
+        watcher.subscribe((other, 1))
+        _connect(made, client_id, 5)
+        made.subscribe((topic, 2))
+        poll(lambda: _stats(handing[1])["handed"] == 1, what="handed at its SUBSCRIBE")
+        publisher.connect(_client_id(handing, 0, "q2-pub"))
+        publisher.publish(topic, b"out", qos=2)
+        [out] = made.publishes(1)
+        made.send(Pubrec(out.packet_id or 0))
+        made._expect_ack(Pubrel, out.packet_id)  # and no PUBCOMP
+        pid = made.next_pid()
+        made.send(Publish(other, b"in", qos=2, packet_id=pid))
+        made._expect_ack(Pubrec, pid)  # and no PUBREL
+        made.disconnect()
+        poll(lambda: _holder(handing, client_id) is None, what="the id released")
+        assert _connect(back, client_id, 5)
+        poll(lambda: _stats(handing[1])["handed"] == 2, what="handed at its CONNECT")
+        assert back.expect(Pubrel).packet_id == out.packet_id  # sent again
+        back.send(Pubcomp(out.packet_id or 0))
+        back.send(Pubrel(pid))
+        assert back._expect_ack(Pubcomp, pid).reason_code == ReasonCode.SUCCESS
+        back.publish(other, b"marker", qos=1)
+        got = watcher.publishes(2)
+        assert [p.payload for p in got] == [b"in", b"marker"]  # "in" routed once
+        poll(lambda: (_record(handing[1], client_id) or {}).get("qos2_in") == [] and
+             (_record(handing[1], client_id) or {}).get("pubrel_out") == [],
+             what="both exchanges ended in the owner's record")
+    finally:
+        for c in (made, back, publisher, watcher):
+            c.close()
+
+
 def test_a_resume_subscribed_on_several_shards_topics_stays_and_crosses(
         handing: ShardPair) -> None:
     client_id = _client_id(handing, 1, "split")
