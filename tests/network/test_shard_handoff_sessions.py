@@ -12,6 +12,7 @@ sockets, real Unix-socket links, in-process shards (one a subprocess, for SIGKIL
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -402,3 +403,45 @@ def test_a_stomp_connect_just_after_the_mqtt_client_left_is_accepted(
         mqtt.close()
         if stomp is not None:
             stomp.close()
+
+
+def test_a_resume_the_topics_owner_declines_is_answered_where_it_landed(
+        tmp_path: Path) -> None:
+    pair = ShardPair(tmp_path, mqtt=True, sharding=ShardsConfig(handoff=True))
+    # The owner takes one connection per listener: a handed one would be a second.
+    pair.configs[0] = dataclasses.replace(pair.configs[0], listeners=tuple(
+        dataclasses.replace(lst, max_connections=1) for lst in pair.configs[0].listeners))
+    pair.start()
+    clients: list[RawMqtt] = []
+    try:
+        pair.wait_linked()
+        topic = _topic(pair, 0, "declined")
+        client_id = _client_id(pair, 0, "kept")
+        made = RawMqtt(pair[0].mqtt_port, level=4)
+        clients.append(made)
+        _connect(made, client_id, 4)
+        made.subscribe((topic, 1))
+        made.disconnect()
+        poll(lambda: _holder(pair, client_id) is None, what="the id released")
+        blocker = RawMqtt(pair[0].mqtt_port, level=4)  # the owner's one MQTT connection
+        clients.append(blocker)
+        blocker.connect(_client_id(pair, 0, "blocker"))
+        blocker.publish(topic, b"waiting", qos=1)
+        back = RawMqtt(pair[1].mqtt_port, level=4)
+        clients.append(back)
+        assert _connect(back, client_id, 4)  # answered by shard 1, present
+        stats = _stats(pair[1])
+        assert (stats["offered"], stats["declined"], stats["handed"]) == (1, 1, 0)
+        [got] = back.publishes(1)
+        assert got.payload == b"waiting"
+        back.ack(got)
+        assert _clients(pair[1], "mqtt") == 1 and _holder(pair, client_id) == 1
+        blocker.publish(topic, b"crossing", qos=1)
+        [later] = back.publishes(1)
+        assert later.payload == b"crossing"
+        back.ack(later)
+        back.ping()
+    finally:
+        for c in clients:
+            c.close()
+        pair.stop()
