@@ -185,6 +185,13 @@ class ClientClaims:
             self.release(client_id, claim)
 
         previous = self.held.get(client_id)
+        if previous is not None and "stomp" in (proto, previous.proto) and \
+                previous.future.done() and previous.alive is not None and \
+                not previous.alive():
+            # Its connection has ended (its end not read yet, or its release waiting
+            # for its teardown): as on one broker, it holds the id no longer.
+            self.release(client_id, previous.claim)
+            previous = None
         if previous is not None and "stomp" in (proto, previous.proto):
             # Held on this shard: one broker's rules, at once (a STOMP duplicate).
             future.set_exception(_in_use(client_id, self.peers.identity.node))
@@ -251,12 +258,13 @@ class ClientClaims:
         return held.claim
 
     def move(self, client_id: str, proto: str, shard: int, claim: str,
-             close: Callable[[], None]
+             close: Callable[[], None], alive: Callable[[], bool] | None = None
              ) -> tuple[asyncio.Future[bytes | None], Callable[[], None]] | None:
         """Take over ``claim``, which shard ``shard`` holds on ``client_id``, for its
-        connection handed here. Returns the owner's answer (failing if it refused or
-        is unreachable) and the release, or None when it cannot be asked now (this
-        shard holds or claims the id itself, or the owner's link is down)."""
+        connection handed here (``close``, ``alive``: as for ``claim``). Returns the
+        owner's answer (failing if it refused or is unreachable) and the release, or
+        None when it cannot be asked now (this shard holds or claims the id itself, or
+        the owner's link is down)."""
         if client_id in self.held:
             return None
         owner = client_owner(client_id, self.count)
@@ -266,7 +274,7 @@ class ClientClaims:
                 return None
         future: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
         new = f"{self.peers.boot}/{next(self._seq)}"
-        self.held[client_id] = _Held(new, proto, close, future, moving=True)
+        self.held[client_id] = _Held(new, proto, close, future, alive, moving=True)
 
         def release() -> None:
             self.release(client_id, new)

@@ -7,6 +7,7 @@ protocol session, and forwards bytes, back-pressure and the close to it.
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, cast
 
@@ -126,3 +127,19 @@ class SessionProtocol(asyncio.Protocol, Generic[S]):
     def resume_writing(self) -> None:
         if self.session is not None:
             self.session.resume_writing()
+
+
+def socket_open(transport: asyncio.BaseTransport) -> bool:
+    """Is the client's side of ``transport``'s socket still open? A peek at a copy of
+    its descriptor (the loop's transports lend no ``recv``): an end of stream, or a
+    reset, that the loop has not read yet says it is not. Other transports: open."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return True
+    try:
+        with socket.socket(sock.family, sock.type, fileno=socket.dup(sock.fileno())) as copy:
+            return copy.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+    except (BlockingIOError, InterruptedError):
+        return True  # nothing to read: open
+    except OSError:
+        return False  # reset, or already closed

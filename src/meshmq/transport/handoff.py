@@ -15,8 +15,9 @@ longer crossing. A connection that later uses destinations of other shards cross
 those, as before.
 
 Only a connection that holds nothing on this shard is handed over: no subscription,
-transaction, temporary destination, confirmation or output waiting (MQTT: a session
-that ends with the connection, no QoS 1/2 exchange in progress), and only plain TCP
+transaction, temporary destination, confirmation or output waiting (MQTT: no QoS 1/2
+exchange in progress; a persistent session's state travels with it, and a resumed one
+subscribed to one shard's topics goes at its CONNECT), and only plain TCP
 (a TLS session's keys live in this process; a WebSocket's framing too). Each connection
 is offered at most once. A client id goes with it: the offer names the claim this shard
 holds on it, and the adopting shard has the id's owner move that claim to itself
@@ -50,7 +51,8 @@ if TYPE_CHECKING:
 
     from meshmq.core.shards import ShardIdentity
 
-__all__ = ["MAX_PENDING", "AdoptedClaim", "HandoffOffer", "HandoffStats", "Handoffs"]
+__all__ = ["MAX_PENDING", "AdoptedClaim", "HandoffOffer", "HandoffStats", "Handoffs",
+           "datagram"]
 
 log = logging.getLogger("meshmq.shards")
 
@@ -86,6 +88,12 @@ class HandoffOffer:
     shard: int = -1
     # MQTT: what CONNECT negotiated (transport/mqtt_server.py's ``handoff_state``).
     session: dict[str, Any] | None = None
+
+    @property
+    def persistent_session(self) -> bool:
+        """An MQTT persistent session's (handed at its CONNECT, or with its expiry)."""
+        session = self.session or {}
+        return bool(session.get("connect")) or "expiry" in session
 
     def encode(self, token: str, offer_id: int, *, inline: bool = True) -> bytes:
         """The datagram; ``inline=False``: the pending bytes travel in a memory file."""
@@ -126,6 +134,7 @@ class HandoffStats:
     lost: int = 0  # ... with no answer in time (closed)
     adopted: int = 0  # connections other shards handed to this one
     refused: int = 0  # offers this shard declined
+    sessions: int = 0  # ... of the adopted: MQTT persistent sessions
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -139,7 +148,13 @@ class AdoptedClaim:
     def __init__(self) -> None:
         self.release: Callable[[], None] | None = None  # set once the claim moved here
         self._close: Callable[[], None] | None = None
+        self._alive: Callable[[], bool] | None = None
         self._closed_early = False
+
+    def alive(self) -> bool:
+        """Does the connection still hold the id (asked for a STOMP claim of it)? Its
+        session's answer once it started; until then, yes."""
+        return self._alive() if self._alive is not None else True
 
     def close(self) -> None:
         """The owner gave the client id to another connection."""
@@ -148,9 +163,12 @@ class AdoptedClaim:
         else:
             self._closed_early = True
 
-    def take(self, close: Callable[[], None]) -> Callable[[], None] | None:
-        """The session's: its take-over ``close``; returns the release it calls."""
+    def take(self, close: Callable[[], None], alive: Callable[[], bool]
+             ) -> Callable[[], None] | None:
+        """The session's: its take-over ``close`` and whether its client is still there;
+        returns the release it calls."""
         self._close = close
+        self._alive = alive
         release, self.release = self.release, None
         return release
 
@@ -232,8 +250,11 @@ class Handoffs:
         if channel is None:
             return None
         offer_id = next(self._ids)
-        inline = len(offer.pending) <= INLINE_PENDING
-        data = offer.encode(self.identity.token, offer_id, inline=inline)
+        encoded = datagram(offer, self.identity.token, offer_id)
+        if encoded is None:
+            log.debug("a connection not offered to shard %d: its head is too large", owner)
+            return None
+        data, inline = encoded
         fds = [fd]
         try:
             if not inline:
@@ -382,8 +403,9 @@ class Handoffs:
                 taken = False
             if isinstance(taken, asyncio.Future):
                 # Its client id's claim moves first: answered once the owner has.
-                taken.add_done_callback(
-                    lambda fut: self._adopted(channel, offer_id, client, _taken(fut)))
+                session = offer.persistent_session
+                taken.add_done_callback(lambda fut: self._adopted(
+                    channel, offer_id, client, _taken(fut), session))
                 return
             if not taken:
                 client.close()  # ours only: the offering shard still holds its own
@@ -392,14 +414,17 @@ class Handoffs:
         self._answer(channel, offer_id, taken is True)
 
     def _adopted(self, channel: socket.socket, offer_id: int, client: socket.socket,
-                 taken: bool) -> None:
+                 taken: bool, session: bool) -> None:
         if not taken:
             client.close()
-        self._answer(channel, offer_id, taken is True)
+        self._answer(channel, offer_id, taken is True, session)
 
-    def _answer(self, channel: socket.socket, offer_id: int, taken: bool) -> None:
+    def _answer(self, channel: socket.socket, offer_id: int, taken: bool,
+                session: bool = False) -> None:
         if taken:
             self.stats.adopted += 1
+            if session:
+                self.stats.sessions += 1
         else:
             self.stats.refused += 1
         reply = json.dumps({"id": offer_id, "taken": taken}).encode()
@@ -409,6 +434,18 @@ class Handoffs:
             # The offering shard is gone: what it offered is closed with it, or
             # (taken) served here.
             log.debug("handoff answer not sent: %s", exc)
+
+
+def datagram(offer: HandoffOffer, token: str, offer_id: int) -> tuple[bytes, bool] | None:
+    """The offer's datagram and whether its pending bytes ride in it (else in a memory
+    file); None when its head alone (a large will, a session record) exceeds what the
+    owner reads of one datagram: a longer one would arrive cut short."""
+    if len(offer.pending) <= INLINE_PENDING:
+        data = offer.encode(token, offer_id)
+        if len(data) <= _MAX_DATAGRAM:
+            return data, True
+    data = offer.encode(token, offer_id, inline=False)
+    return (data, False) if len(data) <= _MAX_DATAGRAM else None
 
 
 def _taken(fut: asyncio.Future[bool]) -> bool:

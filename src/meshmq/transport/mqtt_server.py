@@ -19,7 +19,7 @@ import json
 import logging
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, NamedTuple
 
 from meshmq.core import destinations as dst
@@ -80,7 +80,7 @@ from meshmq.protocol.mqtt.session import (
     ProtocolViolation,
     ServerConnection,
 )
-from meshmq.transport.adapter import BufferedOutput, SessionProtocol
+from meshmq.transport.adapter import BufferedOutput, SessionProtocol, socket_open
 from meshmq.transport.handoff import AdoptedClaim, HandoffOffer
 from meshmq.transport.login import authenticate
 from meshmq.transport.mqtt_service import RETAIN_PROPERTY
@@ -261,6 +261,10 @@ class MqttSession(BufferedOutput):
         self.listener: str | None = None
         self._handing_off = False  # offered: reading paused until the owner answers
         self._handed = False  # taken by another shard: its end here ends nothing
+        # The owner's confirmation of the last session record change sent to it.
+        self._unstored: asyncio.Future[None] | None = None
+        # A CONNECT another shard handed here: its login, already checked there.
+        self._adopted_login: Principal | None = None
 
     def _write(self, data: bytes) -> None:
         # BufferedOutput's, repeated here so that the compiled build runs it natively:
@@ -435,6 +439,12 @@ class MqttSession(BufferedOutput):
     def on_connect(self, packet: Connect) -> None:
         v5 = self.level == PROTOCOL_LEVEL_5
         props = packet.properties
+        if self._adopted_login is not None:
+            # Handed over at its CONNECT by the shard that checked its login.
+            principal, self._adopted_login = self._adopted_login, None
+            self._auth_method = props.authentication_method if v5 else None
+            self._authenticated(packet, packet.username, principal, None)
+            return
         login = packet.username
         password = packet.password.decode("utf-8", "replace") if packet.password else None
         if v5 and props.authentication_method is not None:
@@ -472,6 +482,8 @@ class MqttSession(BufferedOutput):
             return
         if self._claim(packet, login, principal, deferred):
             return
+        if self._offer_resume(packet, principal):
+            return
         if deferred:
             try:
                 self._connected(packet, principal)
@@ -491,7 +503,7 @@ class MqttSession(BufferedOutput):
             return False
         self._claimed = True
         answer, self._release_claim = clients.claim(packet.client_id, "mqtt",
-                                                    self._taken_over)
+                                                    self._taken_over, self._still_open)
         if answer.done() and not answer.cancelled() and answer.exception() is None:
             self._owner_record = answer.result()
             return False
@@ -514,6 +526,12 @@ class MqttSession(BufferedOutput):
 
         answer.add_done_callback(answered)
         return True
+
+    def _still_open(self) -> bool:
+        """Does the client still hold this connection? Asked when a STOMP connection
+        claims its client id: on one broker an MQTT connection whose client has left
+        holds it no longer, its end read or not."""
+        return not self.closing and socket_open(self.transport)
 
     def _taken_over(self) -> None:
         """Another shard's connection took this client id over (docs/shards.md)."""
@@ -688,7 +706,9 @@ class MqttSession(BufferedOutput):
                           for s in state.subscriptions.values()]
         if ended:
             record["ended"] = self.broker.now_ms()
-        return clients.put_session(state.client_id, json.dumps(record).encode())
+        kept = self._unstored = clients.put_session(state.client_id,
+                                                    json.dumps(record).encode())
+        return kept
 
     def _resume_consumers(self) -> None:
         assert self.state is not None
@@ -705,25 +725,137 @@ class MqttSession(BufferedOutput):
             self._write(self.machine.send(Pubrel(pid)))
 
     # ------------------------------------------------------------ handoff
+    def _offer_resume(self, packet: Connect, principal: Principal) -> bool:
+        """On a node of shards: a CONNECT resuming a persistent session whose
+        subscriptions are all on topics one other shard owns is handed to that shard
+        before it is answered, so that the session runs where its messages are. True:
+        it will be offered (the packets behind CONNECT wait)."""
+        handoffs = self._handoff
+        clients = self.host.durability.clients
+        client_id = packet.client_id
+        record = self._owner_record
+        if handoffs is None or clients is None or record is None or self.closing or \
+                packet.clean_start or not client_id or principal.internal or \
+                self.listener is None or self.level not in (PROTOCOL_LEVEL_311,
+                                                            PROTOCOL_LEVEL_5) or \
+                client_id in self.service.sessions or client_id in self.service.teardowns \
+                or any(cid == client_id for cid, _ in self.broker.durables):
+            return False
+        owners: set[int] = set()
+        for name in _record_subscriptions(record):
+            parsed = parse_durable_name(name)
+            assert parsed is not None
+            flt = parsed[0]
+            if "+" in flt or "#" in flt or is_shared(flt):
+                return False
+            try:
+                dest = _topic_dest(flt)
+            except MeshmqError:
+                return False
+            if dest.is_temporary or dest.is_advisory:
+                return False
+            owners.add(handoffs.identity.owner(dest))
+        if len(owners) != 1:
+            return False
+        owner = owners.pop()
+        if owner == handoffs.identity.index or not handoffs.owner_up(owner) or \
+                not clients.movable(client_id) or \
+                self.transport.get_extra_info("socket") is None:
+            return False
+        # Offered once the packets behind CONNECT are in ``_held`` (this turn's end).
+        self._handoff = None  # (once)
+        self._authenticating = True
+        self._handing_off = True
+        self.transport.pause_reading()
+        asyncio.get_running_loop().call_soon(self._send_resume_offer, handoffs, owner,
+                                             packet, principal)
+        return True
+
+    def _send_resume_offer(self, handoffs: Handoffs, owner: int, packet: Connect,
+                           principal: Principal) -> None:
+        clients = self.host.durability.clients
+        client_id = packet.client_id
+        claim = clients.movable(client_id) if clients is not None else None
+        sock = self.transport.get_extra_info("socket")
+        record = self._owner_record
+        answer = None
+        if not self.closing and claim and sock is not None and record is not None and \
+                not any(isinstance(p, ProtocolViolation) for p in self._held):
+            # The password stays here: the adopting shard takes this login as checked.
+            props = Properties(**{k: v for k, v in vars(packet.properties).items()
+                                  if k != "authentication_data"})
+            parts = [encode(replace(packet, password=None, properties=props), self.level)]
+            parts += [encode(p, self.level) for p in self._held
+                      if not isinstance(p, ProtocolViolation)]
+            parts.append(self.machine.decoder.unparsed())
+            offer = HandoffOffer(
+                "mqtt", self.listener or "", str(self.level), 0.0, 0.0, principal.user,
+                tuple(sorted(principal.groups)), principal.anonymous, b"".join(parts),
+                client_id, claim, handoffs.identity.index,
+                {"connect": True, "record": record.decode()})
+            answer = handoffs.offer(owner, offer, sock.fileno())
+        if answer is None:
+            self._resume_answered(None, packet, principal, claim or "")
+            return
+        answer.add_done_callback(
+            lambda fut: self._resume_answered(fut, packet, principal, claim or ""))
+
+    def _resume_answered(self, answer: asyncio.Future[bool] | None, packet: Connect,
+                         principal: Principal, claim: str) -> None:
+        """The owner's answer to a CONNECT offered (None: not offered after all)."""
+        self._handing_off = False
+        clients = self.host.durability.clients
+        client_id = packet.client_id
+        if answer is not None and (answer.cancelled() or answer.exception() is not None):
+            if not self.closing:
+                log.warning("MQTT connection %s: the shard it was handed to did not "
+                            "answer; closing it (the client reconnects)", self.remote)
+            self.closing = True
+            self.transport.abort()
+            return
+        if answer is not None and answer.result():
+            if clients is not None:
+                clients.handed(client_id, claim)
+            self._release_claim = None
+            self._handed = True
+            self.service.forget_session(client_id)  # the other shard runs it now
+            self.service.cancel_will(client_id)  # (as its CONNECT here would have)
+            self.closing = True
+            self.transport.abort()
+            return
+        if answer is not None and clients is not None:
+            clients.kept(client_id, claim)
+        self._authenticating = False
+        if self.closing:
+            return
+        try:
+            self._connected(packet, principal)
+        except Exception as exc:
+            self._handling_failed(packet, exc)
+        self._resume_turn()  # the packets behind CONNECT, then reading again
+
     def _offer(self, packets: list[Packet | ProtocolViolation], index: int) -> bool:
         """Offer this connection to the shard that owns the topic of the PUBLISH or
-        SUBSCRIBE at ``index``, if it holds nothing that lives on this shard: a session
-        that ends with the connection, no subscription, no QoS 1/2 exchange or
-        confirmation in progress (transport/handoff.py). True: it was offered, and the
-        packets from ``index`` on wait for the owner's answer."""
+        SUBSCRIBE at ``index``, if it holds nothing that lives on this shard: no
+        subscription, no QoS 1/2 exchange or confirmation in progress on it (a
+        persistent session's expiry and QoS 2 state go with it: the client id's owner
+        keeps its record) (transport/handoff.py). True: it was offered (or waits for the
+        owner to store the session's record first), and the packets from ``index`` on
+        wait for the answer."""
         handoffs, self._handoff = self._handoff, None
         conn = self.conn
         state = self.state
         machine = self.machine
         packet = packets[index]
         if handoffs is None or conn is None or state is None or self.closing or \
-                self.persistent or state.expiry_s or state.subscriptions or \
-                conn.consumers or conn.principal.internal or not conn.client_id or \
-                len(self.confirms) or machine.inbound_pending or machine.inflight_count \
-                or state.inflight.inbound_qos2 or state.inflight.released or \
-                state.inflight.outbound_pubrel or self._hold.held or \
-                self._authenticating or self.listener is None:
+                state.subscriptions or conn.consumers or conn.principal.internal or \
+                not conn.client_id or len(self.confirms) or machine.inbound_pending or \
+                machine.inflight_count or self._hold.held or self._authenticating or \
+                self.listener is None:
             return False
+        if not self.persistent and (state.inflight.inbound_qos2 or state.inflight.released
+                                    or state.inflight.outbound_pubrel):
+            return False  # (a persistent session's record carries them)
         if isinstance(packet, Publish):
             topic = packet.topic
             alias = packet.properties.topic_alias if self.level == PROTOCOL_LEVEL_5 \
@@ -749,6 +881,13 @@ class MqttSession(BufferedOutput):
         clients = self.host.durability.clients
         claim = clients.movable(conn.client_id) if clients is not None else None
         sock = self.transport.get_extra_info("socket")
+        if not claim and clients is not None and self._unstored is not None and \
+                not self._unstored.done() and sock is not None:
+            # The session's record is on its way to the client id's owner (its
+            # CONNECT's, say): offered once the owner has stored it.
+            self._handoff = handoffs
+            self._await_stored(packets[index:], self._unstored)
+            return True
         if not claim or sock is None:
             return False
         self.flush()  # the CONNACK of a client that pipelined its first PUBLISH
@@ -776,8 +915,31 @@ class MqttSession(BufferedOutput):
                                                                   claim))
         return True
 
+    def _await_stored(self, waiting: list[Packet | ProtocolViolation],
+                      stored: asyncio.Future[None]) -> None:
+        """Hold ``waiting`` until the owner has stored the session's record, then take
+        them again (the first one is offered then)."""
+        self._handing_off = True
+        self._held = list(waiting)
+        self.transport.pause_reading()
+
+        def done(_fut: asyncio.Future[None]) -> None:
+            self._handing_off = False
+            if not self.closing:
+                self._resume_turn()
+
+        stored.add_done_callback(done)
+
     def handoff_state(self) -> dict[str, object]:
-        """What CONNECT negotiated, for the shard this connection is handed to."""
+        """What CONNECT negotiated, for the shard this connection is handed to (and a
+        persistent session's state: its expiry and QoS 2 exchanges in progress)."""
+        state = self.state
+        if self.persistent and state is not None:
+            return {**self._negotiated(), "expiry": state.expiry_s,
+                    "inflight": state.inflight.to_record()}
+        return self._negotiated()
+
+    def _negotiated(self) -> dict[str, object]:
         machine = self.machine
         will = self.will
         clients = self.host.durability.clients
@@ -825,9 +987,14 @@ class MqttSession(BufferedOutput):
     def adopt(self, offer: HandoffOffer, release: Callable[[], None] | None) -> None:
         """Serve a connection another shard of the node handed here, as it was there:
         connected with what its CONNECT negotiated, its client id (whose claim moved
-        here: ``release`` ends it) and will, a session that ends with it; then the
-        bytes it had read and not handled."""
+        here: ``release`` ends it), will and session (one that ends with it, or a
+        persistent one without subscriptions, whose record this shard now sends its
+        owner); then the bytes it had read and not handled. A CONNECT handed over
+        (``_offer_resume``) is answered here instead."""
         state = offer.session or {}
+        if state.get("connect"):
+            self._adopt_connect(offer, release)
+            return
         level = int(offer.version)
         if level not in (PROTOCOL_LEVEL_311, PROTOCOL_LEVEL_5):
             raise MeshmqError(f"a handed-over MQTT connection of level {level}")
@@ -863,12 +1030,39 @@ class MqttSession(BufferedOutput):
         self.persistent = False
         session = self.state = SessionState(client_id)
         session.expiry_s = 0
-        machine.inflight = session.inflight
         clients = self.host.durability.clients
-        if state.get("drop") and clients is not None:
+        expiry = state.get("expiry")
+        if isinstance(expiry, int):
+            # A persistent session (without subscriptions): its expiry and QoS 2
+            # exchanges come along, and from now on this shard sends its record.
+            self.persistent = True
+            session.expiry_s = expiry
+            inflight = state.get("inflight")
+            if isinstance(inflight, dict):
+                session.inflight = InflightState.from_record(inflight)
+            self.service.states[client_id] = session  # (replaces an earlier run's copy)
+        machine.inflight = session.inflight
+        if self.persistent:
+            self._save_state()
+        elif state.get("drop") and clients is not None:
             clients.drop_session(client_id)
         if offer.pending:
             self.data_received(offer.pending)
+
+    def _adopt_connect(self, offer: HandoffOffer, release: Callable[[], None] | None
+                       ) -> None:
+        """A resumed session handed here at its CONNECT (``_offer_resume``): its
+        CONNECT is answered here, with the login the other shard checked and the
+        session record the client id's owner gave it."""
+        record = (offer.session or {}).get("record")
+        if not isinstance(record, str):
+            raise MeshmqError("a handed-over MQTT CONNECT without its session record")
+        self._claimed = True
+        self._release_claim = release
+        self._owner_record = record.encode()
+        self._adopted_login = Principal(offer.user, frozenset(offer.groups),
+                                        anonymous=offer.anonymous)
+        self.data_received(offer.pending)
 
     # ------------------------------------------------------------ PUBLISH in
     def on_publish(self, packet: Publish) -> None:
@@ -1347,7 +1541,7 @@ class MqttSession(BufferedOutput):
         # here, its durable subscriptions go over as many turns as they need.
         state = self.state
         ends = state is not None and (not self.persistent or state.expiry_s == 0)
-        if ends:
+        if ends or self._handed:  # (handed: the shard that took it runs the session)
             self.service.states.pop(client_id, None)
         # A connection handed to another shard goes on there: its session ends nothing.
         SessionTeardown(self.host, client_id, self.conn,
@@ -1357,7 +1551,7 @@ class MqttSession(BufferedOutput):
             if self.level == PROTOCOL_LEVEL_5 and self.state is not None:
                 delay = min(delay, self.state.expiry_s)
             self.service.schedule_will(client_id, self._will_message(self.will), delay)
-        if state is not None and not ends:
+        if state is not None and not ends and not self._handed:
             self._save_state(ended=True)
             # (On a node of shards the client id's owner runs the expiry.)
             if self.host.durability.clients is None \
@@ -1555,7 +1749,8 @@ class MqttProtocol(SessionProtocol[MqttSession]):
         session = self.session
         if offer is not None and session is not None:
             try:
-                session.adopt(offer, self.claim.take(session._taken_over))
+                session.adopt(offer, self.claim.take(session._taken_over,
+                                                          session._still_open))
             except (MeshmqError, ValueError, TypeError) as exc:
                 log.warning("a handed-over MQTT connection could not be adopted: %s", exc)
                 session.close()

@@ -463,7 +463,7 @@ class BrokerRuntime:
             return True
         assert clients is not None
         moved = clients.move(offer.client_id, offer.protocol, offer.shard, offer.claim,
-                             protocol.claim.close)
+                             protocol.claim.close, protocol.claim.alive)
         if moved is None:
             self.release(listener.name)
             return False

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import time
 from typing import TYPE_CHECKING
 
@@ -51,7 +50,7 @@ from meshmq.protocol.stomp.connection import (
 )
 from meshmq.protocol.stomp.encoder import FRAME_END, message_head_end
 from meshmq.transport import stomp_names
-from meshmq.transport.adapter import BufferedOutput, SessionProtocol
+from meshmq.transport.adapter import BufferedOutput, SessionProtocol, socket_open
 from meshmq.transport.durability import NOT_STORED
 from meshmq.transport.handoff import AdoptedClaim, HandoffOffer
 from meshmq.transport.login import authenticate
@@ -312,7 +311,7 @@ class StompSession(BufferedOutput):
     def _still_open(self) -> bool:
         """Does the client still hold this connection? Asked when another shard claims
         its client id: the client's end may be in the socket, not yet read."""
-        return not self.closing and _socket_open(self.transport)
+        return not self.closing and socket_open(self.transport)
 
     def _taken_over(self) -> None:
         if not self.closing:
@@ -1033,22 +1032,6 @@ class StompSession(BufferedOutput):
             self.host.push_back.wake_after_pump()
 
 
-def _socket_open(transport: asyncio.BaseTransport) -> bool:
-    """Is the client's side of ``transport``'s socket still open? A peek at a copy of
-    its descriptor (the loop's transports lend no ``recv``): an end of stream, or a
-    reset, that the loop has not read yet says it is not. Other transports: open."""
-    sock = transport.get_extra_info("socket")
-    if sock is None:
-        return True
-    try:
-        with socket.socket(sock.family, sock.type, fileno=socket.dup(sock.fileno())) as copy:
-            return copy.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
-    except (BlockingIOError, InterruptedError):
-        return True  # nothing to read: open
-    except OSError:
-        return False  # reset, or already closed
-
-
 def _int_header(headers: dict[str, str], name: str, low: int, high: int) -> int:
     """The integer value of header ``name``, refused unless ``low <= value <= high``.
 
@@ -1134,7 +1117,8 @@ class StompProtocol(SessionProtocol[StompSession]):
         session = self.session
         if offer is not None and session is not None:
             try:
-                session.adopt(offer, self.claim.take(session._taken_over))
+                session.adopt(offer, self.claim.take(session._taken_over,
+                                                          session._still_open))
             except MeshmqError as exc:
                 session.fail(exc.message)
             self.claim.started()

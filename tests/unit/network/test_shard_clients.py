@@ -621,3 +621,29 @@ def test_a_holder_lost_while_asked_frees_the_id_and_a_claimer_gone_takes_nothing
         mesh.run()
         assert other not in mesh.shards[1].table
     _run(body)
+
+
+@pytest.mark.parametrize("holder", [0, 1, 2])  # another shard, the owner, the claimer's
+def test_an_mqtt_connection_that_ended_no_longer_holds_its_id_for_a_stomp_claim(
+        mesh: Mesh, holder: int) -> None:
+    """As on one broker: once the MQTT client has left (its end not read yet, or its
+    release still waiting for its teardown), a STOMP CONNECT with the id is accepted at
+    once, wherever it lands; while it lives, the STOMP CONNECT is refused at once."""
+    def body() -> None:
+        cid = _owned(1, "mqtt-gone")
+        mqtt = Conn(mesh, holder, cid).claim()
+        mesh.run()
+        live = Conn(mesh, 2, cid, "stomp").claim()
+        mesh.run()
+        assert _refused(live) and not mqtt.closed
+        mqtt.open = False  # the client left; its release has not been made yet
+        stomp = Conn(mesh, 2, cid, "stomp").claim()
+        mesh.run()
+        assert stomp.granted and not mqtt.closed
+        assert mesh.shards[1].table[cid].shard == 2 and mesh.shards[1].table[cid].proto \
+            == "stomp"
+        mqtt.close()  # its teardown done at last: the STOMP connection keeps the id
+        mesh.run()
+        assert mesh.shards[1].table[cid].shard == 2
+        assert mesh.shards[2].held[cid].proto == "stomp"
+    _run(body)

@@ -1,7 +1,8 @@
 """The datagram a shard sends with a handed-over connection (transport/handoff.py):
 what is encoded is what is decoded, whether the pending bytes ride in the datagram or
 in a memory file, with a client id's claim and an MQTT connection's negotiated state
-and will, and a malformed head is refused."""
+and will, and a malformed head is refused; a head too large for one datagram beside the
+pending bytes sends them apart, and one too large alone is not sent."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ from hypothesis import strategies as st
 
 from meshmq.protocol.mqtt import PROTOCOL_LEVEL_5, PROTOCOL_LEVEL_311, Properties, Will
 from meshmq.transport.handoff import (
+    _MAX_DATAGRAM,
     INLINE_PENDING,
     HandoffOffer,
     _memory_file,
     _read_memory_file,
+    datagram,
 )
 from meshmq.transport.mqtt_server import _decode_will, _encode_will
 
@@ -48,6 +51,21 @@ def test_pending_bytes_beyond_a_datagram_travel_in_a_memory_file() -> None:
     assert _read_memory_file(fd) == pending
     with pytest.raises(OSError):
         os.fstat(fd)  # read and closed
+
+
+def test_a_large_head_sends_the_pending_bytes_apart_and_too_large_a_head_is_not_sent(
+        ) -> None:
+    def offer(record: int, pending: int) -> HandoffOffer:
+        return HandoffOffer("mqtt", "mqtt", "4", 0.0, 0.0, "u", (), False, b"p" * pending,
+                            "dev", "claim", 0, {"connect": True, "record": "r" * record})
+
+    small = datagram(offer(100, 100), "t", 1)
+    assert small is not None and small[1] and len(small[0]) < 1024
+    # Head and pending bytes together would exceed what the owner reads of a datagram.
+    apart = datagram(offer(9000, INLINE_PENDING), "t", 2)
+    assert apart is not None and not apart[1] and len(apart[0]) <= _MAX_DATAGRAM
+    assert HandoffOffer.decode(apart[0])[3]  # in a memory file
+    assert datagram(offer(_MAX_DATAGRAM, 10), "t", 3) is None
 
 
 @pytest.mark.parametrize("data", [b"no head end", b'{"id": 1}\0', b"[1, 2]\0x"])

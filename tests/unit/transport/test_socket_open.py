@@ -1,5 +1,5 @@
-"""Whether a STOMP connection's socket is still open, as the holder of a client id
-answers its owning shard (transport/stomp_server.py ``_socket_open``): a peer that
+"""Whether a STOMP or MQTT connection's socket is still open, as the holder of a client id
+answers its owning shard (transport/adapter.py ``socket_open``): a peer that
 closed or reset it is seen before the event loop reads that end; data waiting to be
 read, or nothing at all, is an open connection. Unix socket pairs, on the standard
 loop and on uvloop (the shards' loop)."""
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import uvloop
 
-from meshmq.transport.stomp_server import _socket_open
+from meshmq.transport.adapter import socket_open
 
 
 class _Protocol(asyncio.Protocol):
@@ -47,12 +47,12 @@ def test_the_peers_end_is_seen_before_the_loop_reads_it(loop_kind: str, end: str
             if end != "none":
                 theirs.close()
             # Data before the end: the connection counts as open until it is read.
-            assert _socket_open(transport) is (end in ("data", "none"))
+            assert socket_open(transport) is (end in ("data", "none"))
         finally:
             theirs.close()
             transport.close()
         await asyncio.sleep(0)
-        assert not _socket_open(transport)  # closed here: no descriptor left
+        assert not socket_open(transport)  # closed here: no descriptor left
     _on(loop_kind, body)
 
 
@@ -61,4 +61,4 @@ def test_a_transport_without_a_socket_counts_as_open() -> None:
         def get_extra_info(self, name: str, default: Any = None) -> Any:
             return default
 
-    assert _socket_open(Memory())
+    assert socket_open(Memory())
