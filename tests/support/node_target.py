@@ -61,6 +61,37 @@ def _reset_close(sock: socket.socket) -> None:
     sock.close()
 
 
+def _ws_handshake(sock: socket.socket, port: int, frame: bytes) -> None:
+    """STOMP CONNECT over WebSocket with websockets' sans-I/O client on ``sock`` itself:
+    no reader thread holds the socket, so the reset close that follows frees its port
+    at once (the threaded client's reader kept it open, or closed it gracefully into
+    TIME_WAIT, and the next client could not bind the port)."""
+    from websockets.client import ClientProtocol
+    from websockets.frames import Frame
+    from websockets.http11 import Response
+    from websockets.typing import Subprotocol
+    from websockets.uri import parse_uri
+
+    ws = ClientProtocol(parse_uri(f"ws://127.0.0.1:{port}/"),
+                        subprotocols=[Subprotocol("v12.stomp")])
+    ws.send_request(ws.connect())
+    sock.sendall(b"".join(ws.data_to_send()))
+    upgraded = False
+    while True:
+        data = sock.recv(65536)
+        assert data, "the node closed the WebSocket connection"
+        ws.receive_data(data)
+        for event in ws.events_received():
+            if isinstance(event, Response):
+                assert event.status_code == 101, f"no upgrade: {event.status_code}"
+                upgraded = True
+                ws.send_text(frame)
+                sock.sendall(b"".join(ws.data_to_send()))
+            elif isinstance(event, Frame):
+                assert upgraded and bytes(event.data).startswith(b"CONNECTED"), event
+                return
+
+
 def _handshake(listener: str, sock: socket.socket, port: int) -> None:
     """Open a session on ``sock`` (a shard lists a connection once it has one)."""
     if listener == "mqtt":
@@ -72,14 +103,7 @@ def _handshake(listener: str, sock: socket.socket, port: int) -> None:
         return
     frame = b"CONNECT\naccept-version:1.2\nhost:node\n\n\x00"
     if listener == "ws":
-        from websockets.sync.client import connect as ws_connect
-
-        ws = ws_connect(f"ws://127.0.0.1:{port}/", sock=sock,
-                        subprotocols=["v12.stomp"],  # type: ignore[list-item]
-                        compression=None, proxy=None, ping_interval=None)
-        ws.send(frame)
-        reply = ws.recv(timeout=10)
-        assert (reply.encode() if isinstance(reply, str) else reply).startswith(b"CONNECTED")
+        _ws_handshake(sock, port, frame)
         return
     sock.sendall(frame)
     reply = b""
