@@ -82,6 +82,8 @@ class _LeaseThread:
     def _run(self) -> None:
         while (job := self._jobs.get()) is not None:
             loop, fut, fn, args = job
+            if fut.done():  # given up before it started (a cancelled renewal): skipped
+                continue
             try:
                 outcome: tuple[bool, Any] = (True, fn(*args))
             except BaseException as exc:  # handed to the waiting coroutine
