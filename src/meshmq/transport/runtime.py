@@ -39,7 +39,7 @@ from meshmq.transport.listeners import LISTENER_LABELS, Listeners
 from meshmq.transport.mqtt_service import MqttService
 from meshmq.transport.paging import PageReader
 from meshmq.transport.pump import TIMER_INTERVAL, Pump
-from meshmq.transport.push_back import PushBack
+from meshmq.transport.push_back import PushBack, ShardHolds
 from meshmq.transport.stop_deadline import EXIT_STOP_OVERRAN, STOP_DEADLINE_S, StopDeadline
 from meshmq.transport.topology import Topology, push_families
 from meshmq.transport.trace_recorder import TraceRecorder
@@ -160,8 +160,15 @@ class BrokerRuntime:
         # Producers held back by slow consumers (transport/push_back.py).
         self.push_back = PushBack(self.broker)
         self.engine.push_back = self.push_back
+        self.shard_holds: ShardHolds | None = None
         if self.shard_peers is not None:  # a client's session resumed on another shard
             self.shard_peers.clients.session_moved = self.mqtt.forget_session
+            # Push-back across shards: owners hold other shards' producers by a note.
+            holds = self.shard_holds = ShardHolds(self.push_back,
+                                                  self.shard_peers.note_hold)
+            self.shard_peers.sends_routed = holds.routed
+            self.shard_peers.hold_noted = holds.noted
+            self.shard_peers.holds_lost = holds.link_lost
         from meshmq.network.manager import NetworkManager
 
         self.network = NetworkManager(self)
