@@ -67,14 +67,17 @@ def test_a_producer_on_another_shard_is_held_while_the_owners_backlog_is_slow(
     """The queue is owned by shard 0, the producer is on shard 1; the consumer, which
     reads nothing until the producer is held, is on the owner (a local consumer whose
     transport is paused) or on the producer's shard (relayed: its stand-in on the
-    owner stops at its window)."""
+    owner stops at its window, and the owner's backlog passes the bound)."""
     name = pair.owned_by(0, "pushed")
     count, size = 20_000, 1024  # 20 MB: far more than the sockets on the way hold
     consumer = Consumer(pair[consumer_on], f"/queue/{name}")
     watch = BacklogWatch(pair[0], queue(name))
     producer = Producer(pair[1], f"/queue/{name}", count, size).start()
     poll(lambda: held_producers(pair[1]) == 1, 30, "the producer held on its shard")
-    assert held_for_owners(pair[1]) == 1 and holding(pair[0]) == 1
+    if consumer_on == 0:  # held by the owner's note (shard 1 has no consumer to look at)
+        assert held_for_owners(pair[1]) == 1 and holding(pair[0]) == 1
+    # (A consumer on shard 1 may also hold it there, when its paused transport is seen
+    # first: the relayed consumer counts on its own shard as on the owner.)
     consumer.take(count + 1)  # the consumer catches up: the producer goes on to the end
     producer.wait_done(60)
     peak = watch.stop()
