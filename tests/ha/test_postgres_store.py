@@ -6,8 +6,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import time
+from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -24,7 +27,10 @@ from meshmq.store.base import (
 )
 from meshmq.store.memory import MemoryStore
 from meshmq.store.postgres import PostgresStore
+from tests.ha.support import HaProcess, connect, drain, write_config
 from tests.store.helpers import entry_view, msg, sub
+from tests.support.brokers import poll
+from tests.support.ports import free_port
 from tests.support.postgres import cluster
 
 KEYS = ("queue://a", "queue://b", "durable://c:x", "durable://c:y")
@@ -188,3 +194,72 @@ def test_a_broker_without_ha_cannot_share_an_ha_store(postgres_dsn: str) -> None
 
     asyncio.run(run())
     lease.close()
+
+
+def _lock_waits(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as watch:
+        row = watch.execute("SELECT count(*) FROM pg_stat_activity WHERE "
+                            "datname = current_database() AND wait_event_type = 'Lock'"
+                            ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_a_close_ends_while_another_session_holds_a_row_its_commit_needs(
+        postgres_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer's last commit waits for a row lock another session holds (an operator's
+    open transaction): the close gives up after CLOSE_WAIT_S, cancels the commit, says
+    so, and closes; what the commit carried is not stored, and the store opens again."""
+    from meshmq.store import postgres as module
+
+    monkeypatch.setattr(module, "CLOSE_WAIT_S", 0.5)
+
+    async def run() -> None:
+        store = PostgresStore(postgres_dsn)
+        store.open()
+        store.write([AddMessage(msg(1), (("queue://q", 1),))])
+        await store.sync()
+        with psycopg.connect(postgres_dsn) as other:
+            other.execute("SELECT 1 FROM meshmq_keys WHERE key = 'queue://q' FOR UPDATE")
+            store.write([AddMessage(msg(2), (("queue://q", 2),))])
+            await asyncio.to_thread(poll, lambda: _lock_waits(postgres_dsn) == 1, 10,
+                                    "the writer to wait for the row lock")
+            with pytest.raises(StoreError, match=r"did not finish within 0\.5 s"):
+                await asyncio.wait_for(store.close(), 20)  # hung for ever before
+            other.rollback()
+        again = PostgresStore(postgres_dsn)
+        assert again.open().keys["queue://q"].count == 1
+        assert [e.message.message_id for e in again.load("queue://q", 0, 9)] == ["ID:test-1"]
+        await again.close()
+
+    asyncio.run(run())
+
+
+@pytest.mark.slow
+def test_a_broker_stops_while_another_session_holds_a_row_its_last_commit_needs(
+        postgres_dsn: str, tmp_path: Path) -> None:
+    """SIGTERM while the store's writer waits for a row lock another session holds: the
+    broker stops anyway, within its bounded waits, names the cancelled commit in its
+    log, and the unconfirmed message is not stored."""
+    port = free_port()
+    cfg = write_config(tmp_path / "a.toml", name="a", data_dir=tmp_path / "a",
+                       store=f'kind = "postgres"\ndsn = "{postgres_dsn}"', stomp_port=port)
+    a = HaProcess(cfg, tmp_path / "a.log").start().wait_master()
+    conn, rec = connect(port)
+    conn.send("/queue/q", "before", headers={"persistent": "true"}, receipt="before")
+    poll(lambda: "before" in rec.receipts, 30, "the first receipt")
+    with psycopg.connect(postgres_dsn) as other:
+        other.execute("SELECT 1 FROM meshmq_keys WHERE key = 'queue://q' FOR UPDATE")
+        conn.send("/queue/q", "blocked", headers={"persistent": "true"}, receipt="blocked")
+        poll(lambda: _lock_waits(postgres_dsn) == 1, 30, "the writer to wait for the lock")
+        started = time.monotonic()
+        assert a.terminate(timeout=25) == 0  # before: it waited for the lock for ever
+        took = time.monotonic() - started
+        other.rollback()
+    text = a.text()
+    assert "the last commit to PostgreSQL" in text and "did not finish within 5 s" in text
+    assert "did not stop within" not in text  # the bounded waits sufficed
+    assert "blocked" not in rec.receipts
+    a = HaProcess(cfg, tmp_path / "a.log").start().wait_master()
+    assert drain(port, "/queue/q") == ["before"]
+    assert a.terminate() == 0
+    print(f"stop with the last commit blocked: {took:.1f}s")

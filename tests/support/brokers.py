@@ -6,7 +6,9 @@ Every port comes from the OS (port 0); subprocess brokers report theirs in their
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import faulthandler
 import os
 import re
 import signal
@@ -104,9 +106,16 @@ class ThreadBroker:
                 return d  # type: ignore[no-any-return]
         raise KeyError(name)
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 30.0) -> None:
         if self.runtime is not None and self.runtime.started:
-            self.call(self.runtime.stop())
+            try:
+                self.call(self.runtime.stop(), timeout)
+            except TimeoutError:
+                # Where it waits: every thread's stack (the broker's loop among them).
+                faulthandler.dump_traceback(all_threads=True)
+                raise AssertionError(f"the in-process broker did not stop within "
+                                     f"{timeout}s; its threads' stacks are on stderr"
+                                     ) from None
         # Tear the loop down as asyncio.run does: tasks still pending are cancelled and
         # awaited, and callbacks already scheduled (a closed transport's connection_lost,
         # which releases its socket) get loop turns before the loop closes.
@@ -175,11 +184,21 @@ class ProcessBroker:
         ProcessBroker.running.discard(self)
 
     def terminate(self, timeout: float = 20.0) -> int:
+        """SIGTERM, and the exit status. A broker still running after ``timeout`` is
+        asked for its threads' stacks (SIGUSR1, see ``dump_stacks``), then killed, and
+        the test fails with those stacks."""
         assert self.proc is not None
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
+        stacks = ""
         try:
-            code = self.proc.wait(timeout)
+            try:
+                code = self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                stacks = dump_stacks(self.proc.pid, self.log_path)
+                raise AssertionError(
+                    f"{self.log_path.name}: the broker did not stop within {timeout}s of "
+                    f"SIGTERM; its threads' stacks:\n{stacks}") from None
         finally:
             ProcessBroker.running.discard(self)
             if self.proc.poll() is None:
@@ -187,6 +206,34 @@ class ProcessBroker:
                 self.proc.wait(10)
             self._log.close()
         return code
+
+
+def dump_stacks(pid: int, log_path: Path, settle_s: float = 3.0) -> str:
+    """Ask a broker process and its children (a node's shards) to write every thread's
+    stack to stderr (SIGUSR1: ``faulthandler``, registered by ``meshmq broker``), and
+    return what their log gained, once it stopped growing (at most ``settle_s``)."""
+    import psutil
+
+    start = log_path.stat().st_size if log_path.exists() else 0
+    try:
+        procs = [psutil.Process(pid)]
+        procs += procs[0].children(recursive=True)
+    except psutil.Error:
+        return "(the process is gone)"
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.send_signal(signal.SIGUSR1)
+    deadline = time.monotonic() + settle_s
+    size = -1
+    while time.monotonic() < deadline:
+        now = log_path.stat().st_size if log_path.exists() else 0
+        if now == size and now > start:
+            break
+        size = now
+        time.sleep(0.2)  # the dumps are written by the processes themselves
+    with open(log_path, "rb") as f:
+        f.seek(start)
+        return f.read().decode("utf-8", "replace")
 
 
 def write_broker_toml(path: Path, *, name: str, data: Path, extra: str = "",

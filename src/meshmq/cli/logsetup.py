@@ -8,8 +8,11 @@ handler. ``--log-level`` on the command line wins over ``[logging] level``.
 
 from __future__ import annotations
 
+import contextlib
+import faulthandler
 import logging
 import logging.handlers
+import signal
 import sys
 
 from pythonjsonlogger.json import JsonFormatter
@@ -26,6 +29,14 @@ _JSON_NAMES = {"asctime": "time", "levelname": "level", "name": "logger"}
 def start_logging(level: str) -> None:
     """The log before any configuration is read: text lines on stderr."""
     logging.basicConfig(level=level.upper(), format=TEXT_FORMAT)
+
+
+def enable_stack_dumps() -> None:
+    """SIGUSR1 writes the Python stack of every thread to stderr, and the process goes
+    on: a broker that does not stop, or seems stuck, shows where it waits (the test
+    harness asks so before it kills a broker that outlived its stop timeout)."""
+    with contextlib.suppress(AttributeError, ValueError, RuntimeError, OSError):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
 def formatter(config: LoggingConfig) -> logging.Formatter:

@@ -578,9 +578,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from meshmq.cli.logsetup import start_logging
+    from meshmq.cli.logsetup import enable_stack_dumps, start_logging
 
     start_logging(args.log_level or "INFO")
+    enable_stack_dumps()
     try:
         code: int = args.func(args)
         return code

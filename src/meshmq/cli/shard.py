@@ -8,7 +8,7 @@ import asyncio
 import logging
 import sys
 
-from meshmq.cli.logsetup import apply_logging, start_logging
+from meshmq.cli.logsetup import apply_logging, enable_stack_dumps, start_logging
 from meshmq.errors import MeshmqError
 from meshmq.node.shard import EXIT_START_FAILED, read_spec, serve_shard
 
@@ -26,6 +26,7 @@ class _ShardPrefix(logging.Filter):
 
 def main() -> int:
     start_logging("INFO")
+    enable_stack_dumps()
     spec = read_spec()
     try:
         apply_logging(spec.config.logging, spec.log_level, spec.config.source)

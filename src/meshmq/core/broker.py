@@ -30,7 +30,7 @@ from meshmq.core.authorization import AuthorizationMap, DenialRecord, Right
 from meshmq.core.connections import Connections
 from meshmq.core.consumer import Consumer, ConsumerSpec
 from meshmq.core.dead_letters import DeadLetters
-from meshmq.core.destinations import Destination, DestKind
+from meshmq.core.destinations import Destination, DestKind, matches
 from meshmq.core.message import Message, PropertyValue
 from meshmq.core.paging import PageLoad
 from meshmq.core.queue import Entry, Outcome, Queue
@@ -394,6 +394,15 @@ class Broker:
             queue = self.state.queues.get(dest)
             return [] if queue is None else [queue]
         return [sub.queue for sub in self.state.topic_index.match(dest)]
+
+    def consumes(self, connection_id: str, dest: Destination) -> bool:
+        """Whether connection ``connection_id`` has a consumer of ``dest`` here (a
+        relayed one included): push-back never holds a connection by its own
+        consumers."""
+        conn = self.state.connections.get(connection_id)
+        return conn is not None and any(
+            matches(pattern, dest)
+            for consumer in conn.consumers.values() for pattern in consumer.spec.destinations)
 
     def consumer_count(self, dest: Destination) -> int:
         """Open consumers that named ``dest`` in their subscription."""

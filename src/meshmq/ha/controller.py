@@ -1,18 +1,22 @@
 """Drives the role machine with a lease backend: waits as a slave, keeps the lease alive as
-master, notices a takeover, hands over on shutdown. Backend calls run in worker threads
-(they fsync or talk to a database), so the event loop never blocks on them. The threads
-are the controller's own: a renewal never queues behind other work handed to the
-event loop's default executor.
+master, notices a takeover, hands over on shutdown. Backend calls run on a thread of the
+controller's own (they fsync or talk to a database), so the event loop never blocks on
+them and a renewal never queues behind other work handed to the event loop's default
+executor. That thread is a daemon, and the stop waits for the hand-over and the close
+at most ``HANDOVER_WAIT_S`` each: a database that holds the lease row locked, or stopped
+answering, holds neither the broker's stop nor the process's exit.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import queue
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from meshmq.config.model import HaConfig
 from meshmq.errors import StoreError
@@ -23,6 +27,9 @@ from meshmq.store.fence import WriteFence
 log = logging.getLogger("meshmq.ha")
 
 T = TypeVar("T")
+
+# How long the stop waits for the lease's hand-over, and then for its close.
+HANDOVER_WAIT_S = 5.0
 
 
 class LeaseBackend(WriteFence, Protocol):
@@ -46,6 +53,55 @@ def _now_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
+_Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any],
+             tuple[object, ...]]
+
+
+class _LeaseThread:
+    """Runs the backend's calls one at a time, in order, on one daemon thread (an
+    executor's workers are joined at the interpreter's exit, so one blocked in a call
+    to a database that does not answer would keep the process alive)."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def call(self, fn: Callable[..., T], *args: object) -> asyncio.Future[T]:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = loop.create_future()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="meshmq-lease",
+                                            daemon=True)
+            self._thread.start()
+        self._jobs.put((loop, fut, fn, args))
+        return fut
+
+    def shutdown(self) -> None:
+        self._jobs.put(None)
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            loop, fut, fn, args = job
+            if fut.done():  # given up before it started (a cancelled renewal): skipped
+                continue
+            try:
+                outcome: tuple[bool, Any] = (True, fn(*args))
+            except BaseException as exc:  # handed to the waiting coroutine
+                outcome = (False, exc)
+            with contextlib.suppress(RuntimeError):  # its loop closed: nobody waits
+                loop.call_soon_threadsafe(_settle, fut, outcome)
+
+
+def _settle(fut: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
+    if fut.done():  # its waiter gave up (a deadline, a cancelled renewal)
+        return
+    ok, value = outcome
+    if ok:
+        fut.set_result(value)
+    else:
+        fut.set_exception(value)
+
+
 class HaController:
     def __init__(self, backend: LeaseBackend, config: HaConfig, *, mode: str,
                  on_lost: Callable[[str], None],
@@ -63,10 +119,10 @@ class HaController:
         # The holder this broker took the lease from (None: it was free), for the trace.
         self.took_over_from: str | None = None
         self.renewals = 0
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="meshmq-lease")
+        self._worker = _LeaseThread()
 
     async def _call(self, fn: Callable[..., T], *args: object) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        return await self._worker.call(fn, *args)
 
     @property
     def role(self) -> Role:
@@ -138,22 +194,30 @@ class HaController:
         return False
 
     async def _pause(self, seconds: float) -> None:
-        try:
-            await asyncio.wait_for(self._stop.wait(), seconds)
-        except TimeoutError:
-            pass
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._stop.wait()
+
+    def _keeping(self) -> bool:
+        """Whether the keep-alive goes on. It looks at the stop itself, not only at its
+        cancellation: under Python 3.11 ``asyncio.wait_for`` returned a renewal that had
+        just completed instead of raising the cancellation that landed meanwhile, and
+        the keep-alive renewed for ever while the stop waited for it to end."""
+        return self.machine.role is Role.MASTER and not self._stop.is_set()
 
     async def _keep_alive(self) -> None:
         keeper = LeaseKeeper(self.config.lease_ms, self.config.keepalive_ms, self._clock())
-        while self._is_master():
+        while self._keeping():
             delay = max(0, keeper.next_renewal_ms() - self._clock()) / 1000
             await asyncio.sleep(delay)
-            if not self._is_master():
+            if not self._keeping():
                 return
             try:
-                # A renewal that hangs (a database that stopped answering) counts as failed.
-                ok = await asyncio.wait_for(self._call(self.backend.renew),
-                                            self.config.lease_ms / 1000)
+                # A renewal that hangs (a database that stopped answering) counts as
+                # failed. (asyncio.timeout, unlike 3.11's wait_for, never swallows a
+                # cancellation.)
+                async with asyncio.timeout(self.config.lease_ms / 1000):
+                    ok = await self._call(self.backend.renew)
             except Exception as exc:  # I/O trouble: keep trying until the lease runs out
                 log.warning("master: lease renewal failed: %r", exc)
                 if keeper.must_step_down(self._clock()):
@@ -161,7 +225,7 @@ class HaController:
                     return
                 await asyncio.sleep(self.config.keepalive_ms / 4000)
                 continue
-            if not self._is_master():
+            if not self._keeping():
                 return
             if not ok:
                 self._lose("another broker took the lease over")
@@ -175,9 +239,6 @@ class HaController:
             keeper.renewed(self._clock())
             self.renewals += 1
 
-    def _is_master(self) -> bool:
-        return self.machine.role is Role.MASTER
-
     def _lose(self, why: str) -> None:
         self.machine.fire(RoleEvent.LOST)
         log.error("deposed: %s (this broker's epoch was %d); its store refuses writes and "
@@ -188,17 +249,22 @@ class HaController:
         """Stop waiting (slave) or hand the lease over (master, after the store closed)."""
         self._stop.set()
         role = self.role
-        if self._keepalive is not None:
-            self._keepalive.cancel()
-            try:
-                await self._keepalive
-            except asyncio.CancelledError:
-                pass
-            self._keepalive = None
+        keepalive, self._keepalive = self._keepalive, None
+        if keepalive is not None:
+            keepalive.cancel()
+            # It ends at its next look at the stop even if the cancellation were lost;
+            # a renewal blocked in its thread does not hold this wait.
+            await asyncio.wait([keepalive], timeout=HANDOVER_WAIT_S)
         if role is Role.MASTER:
             self.machine.fire(RoleEvent.STOP)
             try:
-                released = await self._call(self.backend.release)
+                async with asyncio.timeout(HANDOVER_WAIT_S):
+                    released = await self._call(self.backend.release)
+            except TimeoutError:
+                log.warning("could not hand the lease over within %g s (the lease backend "
+                            "does not answer); a slave takes over once it expires",
+                            HANDOVER_WAIT_S)
+                released = False
             except Exception as exc:
                 log.warning("could not hand the lease over (%r); a slave takes over once it "
                             "expires", exc)
@@ -208,5 +274,11 @@ class HaController:
                 log.info("handed the %s lease over (epoch %d)", self.mode, self.backend.epoch)
         elif role is Role.DEPOSED or role in (Role.STARTING, Role.SLAVE):
             self.machine.fire(RoleEvent.STOP)
-        await self._call(self.backend.close)
-        self._executor.shutdown(wait=False)
+        try:
+            async with asyncio.timeout(HANDOVER_WAIT_S):
+                await self._call(self.backend.close)
+        except TimeoutError:
+            log.warning("closing the %s lease took more than %g s; left to end with the "
+                        "process", self.mode, HANDOVER_WAIT_S)
+        finally:
+            self._worker.shutdown()

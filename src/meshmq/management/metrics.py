@@ -78,6 +78,12 @@ _SHARD_LINK_FIGURES = (
      "The peer's sends ever parked here at this shard's memory limit", True),
     ("link_pauses", "meshmq_shard_link_pauses", "Times the link's write buffer filled",
      True),
+    ("holds_out", "meshmq_shard_link_holds_out",
+     "Times this shard, the owner, asked the peer to hold its producers of a slow "
+     "destination", True),
+    ("holds_in", "meshmq_shard_link_holds_in",
+     "Times the owning peer asked this shard to hold its producers of a slow "
+     "destination", True),
     ("writes", "meshmq_shard_link_writes", "Writes on the link", True),
 )
 

@@ -426,8 +426,12 @@ class MulticastDiscoveryAgent:
             if expiry is not None:
                 wake = min(wake, expiry)
             self._wake.clear()
+            # asyncio.timeout, not wait_for: under Python 3.11, wait_for swallows a
+            # cancellation (the stop's) that lands as the wake-up completes, and this
+            # loop would beat on while the stop waited for it.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), max(0.0, wake - loop.time()))
+                async with asyncio.timeout(max(0.0, wake - loop.time())):
+                    await self._wake.wait()
             now = loop.time()
             if now >= next_beat:
                 self._send_beat(alive=True)

@@ -257,6 +257,9 @@ class ShardReceiver(Receiver):
         super().close()
 
     inbound: Inbound  # set right after construction: what this sender sent before
+    peer_index: int  # set right after construction: the sending shard
+    # Set right after construction: told where each batch's new sends were routed.
+    sends_routed: Callable[[int, Iterable[Destination]], None] | None
 
     def __init__(self, services: ReceiverServices, link: WireLink, remote: str,
                  flt: DestinationFilter, counters: LinkCounters, *, resync_s: float,
@@ -283,6 +286,7 @@ class ShardReceiver(Receiver):
         gaps = inbound.gaps
         now_acks: list[tuple[int, AckStatus]] = []
         after_sync: list[tuple[int, AckStatus]] = []
+        routed: dict[Destination, None] = {}  # where this batch's new sends went, once each
         for seq, msg in batch:
             if seq <= inbound.resent_upto and seq not in gaps:
                 if seq <= inbound.upto:  # stored (or settled) over an earlier link
@@ -303,11 +307,16 @@ class ShardReceiver(Receiver):
                 status, needs_sync = self._route(msg, again, None)
             if status is AckStatus.RETRY:
                 gaps.add(seq)
+            elif status is AckStatus.STORED:
+                routed[msg.destination] = None
             (after_sync if needs_sync else now_acks).append((seq, status))
         if batch:  # (a link's sequence numbers rise, but for RETRY's next tries)
             top = max(seq for seq, _ in batch)
             inbound.upto = max(inbound.upto, top)
         self._answer(len(batch), now_acks, after_sync)
+        if routed and self.sends_routed is not None:
+            # Push-back across shards: the sender's producers of a slow one are held.
+            self.sends_routed(self.peer_index, routed)
 
     def _accept(self, msg: Message, again: bool = False) -> tuple[AckStatus, bool]:
         """A send that may have been stored before: checked in the duplicate window."""
@@ -625,8 +634,8 @@ class PeerStats:
     """What went over one shard link, both ways (``/api/stat``'s ``shard_links``): how
     a crossing is paid for and where it waits."""
 
-    __slots__ = ("credits_in", "delivered_in", "delivered_out", "link_pauses", "retried",
-                 "sent", "spaces", "window_full", "writes")
+    __slots__ = ("credits_in", "delivered_in", "delivered_out", "holds_in", "holds_out",
+                 "link_pauses", "retried", "sent", "spaces", "window_full", "writes")
 
     def __init__(self) -> None:
         self.sent = 0  # sends forwarded to the peer as owner (first tries)
@@ -638,6 +647,8 @@ class PeerStats:
         self.window_full = 0  # times an auto-ack relay's window filled here
         self.link_pauses = 0  # times the link's write buffer filled
         self.writes = 0  # link writes (one per flush with output)
+        self.holds_out = 0  # as owner: times it asked the peer to hold its producers
+        self.holds_in = 0  # times the peer, as owner, asked this shard to hold them
 
     def as_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -755,6 +766,8 @@ class _LinkEnd:
                 self.peers.durable_drop(peer, body)
             elif body.get("op") == "producer":
                 self.peers.producer_note(peer, body)
+            elif body.get("op") in ("hold", "release"):
+                self.peers.hold_note(peer, body, body.get("op") == "hold")
             elif body.get("op") == "front-interest":
                 self.peers.node_interest.received(peer.index, body)
             elif str(body.get("op")).startswith(("client-", "session-")):
@@ -868,6 +881,13 @@ class ShardPeers:
                                           front=identity.is_front, send=self._to_front)
         # The node's client ids: claims made here, and the table of those owned here.
         self.clients = ClientClaims(self)
+        # Push-back across shards (transport/push_back.py ``ShardHolds``), set by the
+        # runtime: as an owner, told where each batch of another shard's sends went
+        # (``note_hold`` answers); as an ingress shard, told an owner's hold or release
+        # of its producers of a destination; and told a link dropped.
+        self.sends_routed: Callable[[int, Iterable[Destination]], None] | None = None
+        self.hold_noted: Callable[[int, Destination, bool], None] | None = None
+        self.holds_lost: Callable[[int], None] | None = None
 
     # ------------------------------------------------------------ ReceiverServices
     @property
@@ -993,6 +1013,8 @@ class ShardPeers:
         peer.receiver = ShardReceiver(self, link, peer.label, DestinationFilter(),
                                       LinkCounters(), resync_s=0, principal=principal)
         peer.receiver.inbound = peer.inbound
+        peer.receiver.peer_index = peer.index
+        peer.receiver.sends_routed = self.sends_routed
         peer.relay_out = RelayOut(self, peer)
         log.info("shard %s: linked to shard %s", self.identity.label, peer.label)
         # Everything not yet settled goes again (the owner's duplicate window drops
@@ -1047,6 +1069,8 @@ class ShardPeers:
             peer.relay_out = None
         self.broker.relay_link_lost(peer.index)
         self.node_interest.shard_lost(peer.index)
+        if self.holds_lost is not None:
+            self.holds_lost(peer.index)
         for txn_id in self.broker.shard_transactions.link_lost(peer.index):
             self._txn_failed(txn_id, f"shard {peer.label} was lost before it prepared")
         self.clients.link_down(peer)
@@ -1192,6 +1216,26 @@ class ShardPeers:
         self.broker.producer_relayed(peer.index, Destination.parse_uri(str(body.get("dest"))),
                                      conn, body.get("added") is True)
         self.host.request_pump()
+
+    def note_hold(self, shard: int, dest: Destination, held: bool) -> None:
+        """As ``dest``'s owner: ask ``shard`` to hold (``held``) or to read again its
+        producers of ``dest`` (push-back across shards)."""
+        peer = self.peers.get(shard)
+        if peer is not None:
+            if held:
+                peer.stats.holds_out += 1
+            self.queue(peer, _FRAME, encode_json(FrameType.INTEREST, {
+                "op": "hold" if held else "release", "dest": str(dest)}))
+
+    def hold_note(self, peer: _Peer, body: dict[str, Any], held: bool) -> None:
+        """``peer``, a destination's owner, holds (releases) this shard's producers."""
+        dest = body.get("dest")
+        if not isinstance(dest, str):
+            raise RemoteProtocolError("shard hold and release need a destination")
+        if held:
+            peer.stats.holds_in += 1
+        if self.hold_noted is not None:
+            self.hold_noted(peer.index, Destination.parse_uri(dest), held)
 
     def _to_front(self, body: dict[str, Any]) -> None:
         front = self.peers.get(FRONT_SHARD)

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import logging
+import signal
 from pathlib import Path
 
 from meshmq.config.load import load_config
@@ -38,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # as `meshmq broker` does
     shard = ShardIdentity(index=args.index, count=args.count, node=args.node,
                           run_dir=args.run_dir, token=args.token)
     asyncio.run(_run(BrokerRuntime(load_config(Path(args.config)), shard=shard)))

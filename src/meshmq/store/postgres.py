@@ -72,9 +72,16 @@ from meshmq.store.base import (
     StoreOp,
 )
 from meshmq.store.fence import FencedError, WriteFence
+from meshmq.store.waiters import finished_within
 from meshmq.store.waiters import notify as notify_waiters
 
 log = logging.getLogger("meshmq.store")
+
+# How long a closing store waits for its last commit, then for its writer thread, then
+# for its connections to close, before it goes on without them: a row lock held by
+# another session, or a database that stopped answering, must not hold a broker's stop
+# (docs/design.md, "A stop that ends").
+CLOSE_WAIT_S = 5.0
 
 _OP_TYPES = (AddMessage, RemoveRef, SetDeliveryCount, PutDurableSubscription, DropKey,
              MarkDispatched)
@@ -187,6 +194,15 @@ def check_node_layout(conn: psycopg.Connection[Any], prefix: str, shards: int,
                          f"%s) ON CONFLICT (id) DO UPDATE SET shards = EXCLUDED.shards, "
                          f"node = EXCLUDED.node", (shards, HASH_NAME, node))
     return None
+
+
+def _cancel(conn: psycopg.Connection[Any]) -> None:
+    """Cancel the statement ``conn`` runs (from another thread)."""
+    cancel_safe = getattr(conn, "cancel_safe", None)  # psycopg 3.2 and later
+    if cancel_safe is not None:
+        cancel_safe(timeout=CLOSE_WAIT_S)
+    else:
+        conn.cancel()
 
 
 def dsn_for_messages(dsn: str) -> str:
@@ -359,6 +375,9 @@ class PostgresStore:
         self._commits = 0
         self._statements = 0
         self._thread: threading.Thread | None = None
+        # The writer thread's connection while it is open: a close that cannot wait for
+        # its last commit cancels the statement in progress through it.
+        self._writer_conn: psycopg.Connection[Any] | None = None
 
     # ------------------------------------------------------------------ open
 
@@ -649,7 +668,7 @@ class PostgresStore:
     def _writer_main(self) -> None:
         conn: psycopg.Connection[Any] | None = None
         try:
-            conn = self._connect()
+            conn = self._writer_conn = self._connect()
             while True:
                 with self._cond:
                     while not self._queue and not self._stopping:
@@ -661,6 +680,7 @@ class PostgresStore:
         except BaseException as exc:
             self._fail(exc)
         finally:
+            self._writer_conn = None
             if conn is not None:
                 with contextlib.suppress(Exception):
                     conn.close()
@@ -713,7 +733,10 @@ class PostgresStore:
                 f"another broker is master")
 
     def _fail(self, exc: BaseException) -> None:
-        log.error("postgres store: write failed, store now refuses writes: %r", exc)
+        if self._closed:  # the close cancelled it (and says so)
+            log.debug("postgres store: the write in progress at close failed: %r", exc)
+        else:
+            log.error("postgres store: write failed, store now refuses writes: %r", exc)
         error = exc if isinstance(exc, StoreError) else StoreError(f"write failed: {exc!r}")
         with self._cond:
             self._failed = error
@@ -729,21 +752,43 @@ class PostgresStore:
     # ------------------------------------------------------------------ close / stats
 
     async def close(self) -> None:
+        """Commit what was written, stop the writer, close the connections; each step
+        waits at most ``CLOSE_WAIT_S``. A last commit that does not finish in time (a
+        lock held elsewhere, a database that stopped answering) is cancelled and the
+        close raises: what it carried was never confirmed to anyone."""
         if self._closed:
             return
         error: StoreError | None = None
         if self._opened and self._failed is None:
             try:
-                await self.sync()
+                await asyncio.wait_for(self.sync(), CLOSE_WAIT_S)
             except StoreError as exc:
                 error = exc
+            except TimeoutError:
+                error = StoreError(
+                    f"the last commit to PostgreSQL ({self._where()}) did not finish "
+                    f"within {CLOSE_WAIT_S:g} s (a lock held by another session, or a "
+                    "database that does not answer); it was cancelled, and the messages "
+                    "and acknowledgements it carried were never confirmed",
+                    retriable=True)
         self._closed = True
         if self._thread is not None:
             with self._cond:
                 self._stopping = True
                 self._cond.notify()
-            await asyncio.to_thread(self._thread.join)
-        self._close_connections()
+            writer, thread = self._writer_conn, self._thread
+            if error is not None and writer is not None:
+                # Blocked in a statement: ask the server to cancel it, so the writer
+                # fails and ends instead of waiting for the lock for ever.
+                await finished_within(lambda: _cancel(writer), CLOSE_WAIT_S,
+                                      "meshmq-pg-cancel")
+            if not await finished_within(thread.join, CLOSE_WAIT_S, "meshmq-pg-join"):
+                log.warning("postgres store: the writer thread did not end within %g s "
+                            "of the close; left behind", CLOSE_WAIT_S)
+        if not await finished_within(self._close_connections, CLOSE_WAIT_S,
+                                     "meshmq-pg-close"):
+            log.warning("postgres store: closing the connections took more than %g s; "
+                        "left to the server to end", CLOSE_WAIT_S)
         if error is not None:
             raise error
         if self._failed is not None:
@@ -751,9 +796,12 @@ class PostgresStore:
 
     def _close_connections(self) -> None:
         unlock_and_close(self._lock_conn)
-        if self._read is not None:
-            with contextlib.suppress(Exception):
-                self._read.close()
+        read = self._read
+        if read is not None:
+            # Under its lock: a page read on a worker thread may be using it still, and
+            # closing frees what that read is waiting on.
+            with contextlib.suppress(Exception), read.lock:
+                read.close()
         self._read = self._lock_conn = None
 
     # The database manages its own space; nothing is reclaimed here (store.base.Store).

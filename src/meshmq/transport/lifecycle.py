@@ -24,6 +24,7 @@ class Lifecycle:
         self._stack = contextlib.AsyncExitStack()
         self.running: list[str] = []  # the steps started and not yet stopped, in order
         self.stopped: list[str] = []  # the steps stopped, in the order they stopped
+        self.stopping: str | None = None  # the step whose stop is in progress
 
     def started(self, name: str, stop: Callable[[], Awaitable[None] | None]) -> None:
         """``name`` is up; ``stop()`` takes it down (sync or async)."""
@@ -33,9 +34,13 @@ class Lifecycle:
             self.running.remove(name)
             self.stopped.append(name)
             log.debug("stopping %s", name)
-            result = stop()
-            if inspect.isawaitable(result):
-                await result
+            self.stopping = name
+            try:
+                result = stop()
+                if inspect.isawaitable(result):
+                    await result
+            finally:
+                self.stopping = None
 
         self._stack.push_async_callback(unwind)
 

@@ -21,9 +21,19 @@ one message at a time does not let a whole read in per ack). So:
   (``usage.memory_limit``, producer flow control) and paging to the store bound;
 * a connection is never held by its own consumers (it could not ack, or read, while
   we do not read it);
-* a queue served by a stand-in (the owning shard's consumer for another shard's
-  client, a bridge's demand consumer) holds nobody, as before: the relay's window and
-  the link's flow control bound what those hold, and the rest waits in the queue;
+* a bridge's demand consumer holds nobody: the link's flow control bounds what it
+  holds, and the rest waits in the queue (across a bridge, push-back does not act);
+* on a node of shards, an owner's stand-in for another shard's consumer (a relayed
+  consumer) counts as that consumer, its relay's window (what the consumer's shard has
+  not yet written to its client) as its room; a stand-in paused because that window or
+  its link is full has no room, but is not a stalled transport, so it holds producers
+  only once the backlog passes the bound;
+* a producer on another shard than the destination's owner is held by the owner's
+  note: the owner looks at each destination a batch of sends from another shard went
+  to, as a session does after a read, and while one is slow asks that shard to hold its
+  producers of it (``ShardHolds``); the ingress shard holds them as if the destination
+  were slow there, unless the producer consumes it itself, and reads them again when
+  the owner's release comes (or the link to the owner drops);
 * a SEND inside a transaction is not delivered before its COMMIT, so it holds nothing;
 * a consumer with client acks that stops acking holds its producers once its window is
   full and the backlog passes the bound, as ActiveMQ's producer flow control does.
@@ -38,12 +48,13 @@ joining, a queue drained by the management API).
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import TYPE_CHECKING
 
 from meshmq.core.consumer import AckMode
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     from meshmq.core.broker import Broker
     from meshmq.core.destinations import Destination
@@ -75,13 +86,18 @@ def _holds(queue: Queue, connection_id: str, held: bool) -> bool:
         if c.connection_id == connection_id:
             return False
         spec = c.spec
-        if spec.origin is not None or spec.network_path is not None:
-            return False  # a stand-in: its relay window and its link bound what it holds
+        if spec.network_path is not None:
+            return False  # a bridge's demand consumer: its link bounds what it holds
         any_consumer = True
-        if not c.paused:
-            all_paused = False
-            if c.spec.ack_mode is AckMode.AUTO or len(c.dispatched) < c.prefetch:
-                room = True
+        if c.paused:
+            if spec.origin is not None:
+                # Another shard's consumer whose relay window (or link) is full: no
+                # room, but not a stalled transport of its own.
+                all_paused = False
+            continue
+        all_paused = False
+        if spec.ack_mode is AckMode.AUTO or len(c.dispatched) < c.prefetch:
+            room = True
     if not any_consumer:
         return False
     if all_paused:
@@ -105,6 +121,17 @@ class PushBack:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.held: set[ProducerHold] = set()
+        # A shard of a node: the destinations owned elsewhere whose owner asked this
+        # shard to hold their producers, by owner (``ShardHolds``).
+        self.held_by_owner: dict[Destination, int] = {}
+
+    def slow(self, dest: Destination, connection_id: str, *, held: bool = False) -> bool:
+        """:func:`slow` here, or ``dest``'s owner (another shard) holds its producers
+        and ``connection_id`` does not consume it itself."""
+        if slow(self.broker, dest, connection_id, held=held):
+            return True
+        return bool(self.held_by_owner) and dest in self.held_by_owner and \
+            not self.broker.consumes(connection_id, dest)
 
     def wake(self) -> None:
         """A consumer can take more: held producers look again."""
@@ -134,8 +161,8 @@ class ProducerHold:
     def check(self, published: list[Destination], connection_id: str) -> bool:
         """After a read that sent to ``published``: True when the producer is held now
         (the caller pauses reading)."""
-        broker = self._registry.broker
-        slow_now = [dest for dest in published if slow(broker, dest, connection_id)]
+        slow_here = self._registry.slow
+        slow_now = [dest for dest in published if slow_here(dest, connection_id)]
         if not slow_now:
             return bool(self.held)
         self._connection_id = connection_id
@@ -157,9 +184,9 @@ class ProducerHold:
             self._timer = None
         if not self.held:
             return
-        broker = self._registry.broker
+        slow_here = self._registry.slow
         slow_now = [dest for dest in self.held
-                    if slow(broker, dest, self._connection_id, held=True)]
+                    if slow_here(dest, self._connection_id, held=True)]
         if slow_now:
             self.held = slow_now
             self._schedule()
@@ -174,3 +201,70 @@ class ProducerHold:
             self._timer = None
         self.held = []
         self._registry.held.discard(self)
+
+
+class ShardHolds:
+    """Push-back across the shards of a node (docs/shards.md), both sides of it.
+
+    As the owner: after each batch of sends another shard forwarded here, each
+    destination it went to is looked at as a session looks after a read
+    (:meth:`routed`); a slow one gets a ``ProducerHold`` of its own for that shard, and
+    ``note(shard, dest, True)`` asks the shard to hold its producers of it, until the
+    hold is released (the same hysteresis and wake-ups as a local producer's), which
+    ``note(shard, dest, False)`` says.
+
+    As the ingress shard: :meth:`noted` records what an owner asked, in
+    ``PushBack.held_by_owner``, which the sessions' holds read; a release wakes them.
+    A link that drops ends both sides' holds for that shard (a restarted owner notes
+    again what is still slow when the next sends arrive).
+    """
+
+    def __init__(self, registry: PushBack,
+                 note: Callable[[int, Destination, bool], None]) -> None:
+        self._registry = registry
+        self._note = note
+        self._holding: dict[tuple[int, Destination], ProducerHold] = {}
+
+    @property
+    def holding(self) -> int:
+        """(Shard, destination) pairs this owner holds now (statistics, tests)."""
+        return len(self._holding)
+
+    def routed(self, shard: int, dests: Iterable[Destination]) -> None:
+        """Sends from ``shard`` to ``dests`` (owned here) were routed."""
+        holding = self._holding
+        registry = self._registry
+        for dest in dests:
+            key = (shard, dest)
+            # No consumer here is the other shard's producer (""): its own consumers of
+            # ``dest`` are checked there, as it applies the note.
+            if key in holding or not registry.slow(dest, ""):
+                continue
+            hold = ProducerHold(registry, functools.partial(self._released, key))
+            hold.check([dest], "")
+            holding[key] = hold
+            self._note(shard, dest, True)
+
+    def _released(self, key: tuple[int, Destination]) -> None:
+        if self._holding.pop(key, None) is not None:
+            self._note(key[0], key[1], False)
+
+    def noted(self, owner: int, dest: Destination, held: bool) -> None:
+        """Shard ``owner`` asks to hold (``held``) or release the producers here of
+        ``dest``, which it owns."""
+        by_owner = self._registry.held_by_owner
+        if held:
+            by_owner[dest] = owner
+        elif by_owner.pop(dest, None) is not None:
+            self._registry.wake()
+
+    def link_lost(self, shard: int) -> None:
+        """The link to ``shard`` dropped: nothing is held for it or by it any more."""
+        for key in [k for k in self._holding if k[0] == shard]:
+            self._holding.pop(key).end()
+        by_owner = self._registry.held_by_owner
+        lost = [dest for dest, owner in by_owner.items() if owner == shard]
+        for dest in lost:
+            del by_owner[dest]
+        if lost:
+            self._registry.wake()

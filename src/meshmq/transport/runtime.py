@@ -39,7 +39,8 @@ from meshmq.transport.listeners import LISTENER_LABELS, Listeners
 from meshmq.transport.mqtt_service import MqttService
 from meshmq.transport.paging import PageReader
 from meshmq.transport.pump import TIMER_INTERVAL, Pump
-from meshmq.transport.push_back import PushBack
+from meshmq.transport.push_back import PushBack, ShardHolds
+from meshmq.transport.stop_deadline import EXIT_STOP_OVERRAN, STOP_DEADLINE_S, StopDeadline
 from meshmq.transport.topology import Topology, push_families
 from meshmq.transport.trace_recorder import TraceRecorder
 
@@ -56,8 +57,8 @@ if TYPE_CHECKING:
     from meshmq.transport.mqtt_server import MqttProtocol
     from meshmq.transport.stomp_server import StompProtocol
 
-__all__ = ["EXIT_DEPOSED", "LISTENER_LABELS", "SHUTDOWN_DRAIN_S", "TIMER_INTERVAL",
-           "BrokerRuntime", "run_broker", "tune_gc"]
+__all__ = ["EXIT_DEPOSED", "EXIT_STOP_OVERRAN", "LISTENER_LABELS", "SHUTDOWN_DRAIN_S",
+           "STOP_DEADLINE_S", "TIMER_INTERVAL", "BrokerRuntime", "run_broker", "tune_gc"]
 
 log = logging.getLogger("meshmq.runtime")
 
@@ -84,6 +85,8 @@ class BrokerRuntime:
         self._adoptions: set[asyncio.Task[None]] = set()  # handed-over connections starting
         self._stopped = asyncio.Event()
         self.lifecycle = Lifecycle()
+        # A signal's stop ends the process within STOP_DEADLINE_S, done or not.
+        self.stop_deadline = StopDeadline(self._still_stopping)
         # Every TLS context that presents a certificate, reloaded on SIGHUP.
         self.tls = CertificateReloader()
         # Master/slave (docs/ha.md): the lease backend is also the store's write fence.
@@ -157,8 +160,15 @@ class BrokerRuntime:
         # Producers held back by slow consumers (transport/push_back.py).
         self.push_back = PushBack(self.broker)
         self.engine.push_back = self.push_back
+        self.shard_holds: ShardHolds | None = None
         if self.shard_peers is not None:  # a client's session resumed on another shard
             self.shard_peers.clients.session_moved = self.mqtt.forget_session
+            # Push-back across shards: owners hold other shards' producers by a note.
+            holds = self.shard_holds = ShardHolds(self.push_back,
+                                                  self.shard_peers.note_hold)
+            self.shard_peers.sends_routed = holds.routed
+            self.shard_peers.hold_noted = holds.noted
+            self.shard_peers.holds_lost = holds.link_lost
         from meshmq.network.manager import NetworkManager
 
         self.network = NetworkManager(self)
@@ -394,7 +404,18 @@ class BrokerRuntime:
     def _on_signal(self, sig: int) -> None:
         log.info("received %s, shutting down", signal.Signals(sig).name)
         self.shutdown_requested = True
+        self.stop_deadline.arm()
         asyncio.get_running_loop().create_task(self._stop_on_signal())
+
+    def _still_stopping(self) -> str:
+        """What the stop waits for (read by the stop deadline's thread)."""
+        step = self.lifecycle.stopping
+        if step is not None:
+            return step
+        if self._stopped.is_set():
+            return "the process's exit, which waits for a thread"
+        return "the start (a slave waiting for the lease, or the store opening)" \
+            if not self.started else "nothing yet (the loop did not run the stop)"
 
     async def _stop_on_signal(self) -> None:
         # Whatever state the store is in, a signal stops the broker: a failed stop step is

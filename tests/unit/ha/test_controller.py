@@ -262,3 +262,85 @@ def test_a_broker_alone_on_an_implied_lease_logs_no_master_line(
 
     asyncio.run(run())
     assert ("master: took the shared lease" in caplog.text) is logged
+
+
+def test_a_hand_over_that_hangs_does_not_hold_the_stop(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A lease backend that never answers the release (a database holding the lease row
+    locked): the stop goes on after HANDOVER_WAIT_S, on a thread that does not keep the
+    process alive, and says the lease is left to expire."""
+    from meshmq.ha import controller as module
+
+    monkeypatch.setattr(module, "HANDOVER_WAIT_S", 0.2)
+    stuck = threading.Event()
+
+    async def run() -> None:
+        lease = MemoryLease({}, "a")
+        ctl = controller(lease, [])
+        assert await ctl.acquire()
+
+        def hangs() -> bool:
+            stuck.wait(30)
+            return True
+
+        lease.release = hangs  # type: ignore[method-assign]
+        await asyncio.wait_for(ctl.stop(), 5)
+        assert ctl.role is Role.STOPPED
+        assert "could not hand the lease over within 0.2 s" in caplog.text
+        assert all(t.daemon for t in threading.enumerate() if t.name == "meshmq-lease")
+
+    try:
+        asyncio.run(run())
+    finally:
+        stuck.set()
+
+
+class RenewThenCall(MemoryLease):
+    """Calls ``after_renew`` on the controller's loop as the next renewal completes."""
+
+    def __init__(self, shared: dict[str, LeaseRecord | None], holder: str) -> None:
+        super().__init__(shared, holder)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.after_renew: Callable[[], None] | None = None
+
+    def renew(self) -> bool:
+        ok = super().renew()
+        callback, self.after_renew = self.after_renew, None
+        if callback is not None and self.loop is not None:
+            self.loop.call_soon_threadsafe(callback)
+        return ok
+
+
+def test_a_stop_that_lands_as_a_renewal_completes_still_ends() -> None:
+    """The stop cancels the keep-alive task. A cancellation that landed just after a
+    renewal completed, before the task resumed, was swallowed (Python 3.11's
+    ``wait_for`` returns the finished renewal instead), so the keep-alive went on
+    renewing and the stop, waiting for it, never ended: a master that logged "received
+    SIGTERM" and nothing more. The stop is started 0 to 11 loop turns after a renewal
+    completes, to land in that window whatever the number of turns in between."""
+
+    async def one(turns: int) -> None:
+        shared: dict[str, LeaseRecord | None] = {}
+        lease = RenewThenCall(shared, "a")
+        lease.loop = asyncio.get_running_loop()
+        ctl = controller(lease, [])
+        assert await ctl.acquire()
+        stopping: list[asyncio.Task[None]] = []
+
+        def later(n: int) -> None:
+            if n:
+                asyncio.get_running_loop().call_soon(later, n - 1)
+            else:
+                stopping.append(asyncio.get_running_loop().create_task(ctl.stop()))
+
+        lease.after_renew = lambda: later(turns)
+        await until(lambda: bool(stopping))
+        done, _ = await asyncio.wait(stopping, timeout=5)
+        if not done:  # end the keep-alive another way, so this run can finish
+            shared["lease"] = takeover(shared["lease"], "b")
+            await asyncio.wait(stopping, timeout=5)
+        assert done, f"the stop started {turns} turns after a renewal never ended"
+        assert ctl.role is Role.STOPPED
+
+    for turns in range(12):
+        asyncio.run(one(turns))
