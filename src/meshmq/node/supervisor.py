@@ -77,6 +77,7 @@ RESTART_MIN_S = 0.1
 RESTART_MAX_S = 5.0
 STABLE_AFTER_S = 30.0  # a shard that ran this long starts its backoff from the minimum
 STOP_GRACE_S = 10.0  # SIGTERM to SIGKILL at the node's stop
+STACK_DUMP_S = 0.5  # from the stack-dump signal to SIGKILL, for a shard that overran
 LOCK_FILE = "node.lock"
 EXIT_DEPOSED = 3  # as one broker's (transport/runtime.py): the lease was lost
 
@@ -486,8 +487,15 @@ class Supervisor:
             if pending:
                 for proc in procs:
                     if proc.returncode is None:
-                        log.warning("shard pid %d did not stop in %.0fs; killing it",
-                                    proc.pid, STOP_GRACE_S)
+                        log.warning("shard pid %d did not stop in %.0fs; its stacks go to "
+                                    "its log, then it is killed", proc.pid, STOP_GRACE_S)
+                        # SIGUSR1: the shard's faulthandler writes every thread's stack,
+                        # the one record of what it was stuck on.
+                        with contextlib.suppress(ProcessLookupError):
+                            proc.send_signal(signal.SIGUSR1)
+                await asyncio.wait(pending, timeout=STACK_DUMP_S)
+                for proc in procs:
+                    if proc.returncode is None:
                         with contextlib.suppress(ProcessLookupError):
                             proc.kill()
                 await asyncio.wait(pending)
