@@ -244,7 +244,10 @@ class Bridge(LinkEnd):
             except ConfigError as exc:
                 return ("tls-config", f"{endpoint}: {exc}")
         try:
-            link = await asyncio.wait_for(self._connect(endpoint, ctx, timeout), timeout)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a
+            # cancellation (the bridge's stop) that lands as the connect completes.
+            async with asyncio.timeout(timeout):
+                link = await self._connect(endpoint, ctx, timeout)
         except ssl.SSLCertVerificationError as exc:
             return ("tls-verify-failed",
                     f"{endpoint}: the remote's certificate is not trusted "
