@@ -2,7 +2,8 @@
 nodes, each with its own data directory; the supervisors elect, shard k of the master
 streams its journal to shard k of the others. The master node (supervisor and shards)
 is killed with SIGKILL under failover producers and consumers on queues of both shards;
-a follower node that was down catches up and takes over with every receipted message."""
+a follower node that was down catches up and takes over with every receipted message;
+a master left alone stops its shards."""
 
 from __future__ import annotations
 
@@ -172,15 +173,23 @@ def test_the_master_node_killed_a_follower_node_takes_over_both_shards_streams(
     assert all(t.fatal is None for t in (*producers, *consumers))
     for producer, consumer, queue in zip(producers, consumers, queues, strict=True):
         check(producer, consumer, drain(cluster.ports[second], queue))
-    for n in followers:
-        assert cluster.nodes[n].terminate() == 0
+
+    # Alone, the master loses its majority: it stops all its shards and follows again.
+    last = next(n for n in followers if n != second)
+    shards = new.shard_processes()
+    cluster.kill(last)
+    poll(lambda: all(pid_gone(p.pid) for p in shards), 30, "the lone master's shards to stop")
+    poll(lambda: "restarting the node as a slave" in new.text(), 30, "the node to follow")
+    assert not accepts(cluster.ports[second])
+    assert new.terminate() == 0
     print(f"replicated node takeover after SIGKILL of the master node: {took:.3f}s")
 
 
 def test_a_follower_node_that_was_down_catches_up_and_takes_over(tmp_path: Path) -> None:
     """c is down while the first messages are confirmed; back, it catches up, and is the
-    only follower confirming the next ones (b is killed); with the master killed and b
-    back (behind), the election must pick c, which delivers them all."""
+    only follower confirming the next ones (the other follower is killed); with the
+    master killed and that follower back (behind), the election must pick c, which
+    delivers them all."""
     cluster = Cluster(tmp_path)
     cluster.start("a", "b")
     first = cluster.master()
@@ -192,7 +201,11 @@ def test_a_follower_node_that_was_down_catches_up_and_takes_over(tmp_path: Path)
         send_all(port, queue, bodies)
 
     cluster.start("c")
-    # c catches up on both streams: confirmations now need it (b is gone).
+    c = cluster.nodes["c"]
+    # Both of c's shards follow the master's streams (and report it to c's supervisor).
+    poll(lambda: str(c.stat()["ha"].get("leader")).startswith(f"{first}@"), 30,
+         "c's shards to follow the master")
+    # c catches up on both streams: confirmations now need it (the other is gone).
     cluster.kill(other)
     late = [[f"late-{k}-{i}" for i in range(50)] for k in range(SHARDS)]
     for queue, bodies in zip(queues, late, strict=True):

@@ -269,7 +269,7 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
-        loop.add_signal_handler(signal.SIGHUP, self._forward, signal.SIGHUP)
+        loop.add_signal_handler(signal.SIGHUP, self._on_hangup)
         try:
             await self.start()
             await self._stopping.wait()
@@ -597,6 +597,13 @@ class Supervisor:
         if self.ha is not None and not self._ha_stopped:
             self._ha_stopped = True
             await self.ha.stop()
+
+    def _on_hangup(self) -> None:
+        """SIGHUP: every shard reloads its TLS certificates, and so does the election
+        listener of a replicated node."""
+        if isinstance(self.ha, NodeElection):
+            self.ha.tls.reload()
+        self._forward(signal.SIGHUP)
 
     def _forward(self, sig: int) -> None:
         for shard in self.shards:
