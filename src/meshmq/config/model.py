@@ -491,10 +491,16 @@ def sharding_conflict(config: BrokerConfig) -> tuple[str, str] | None:
     if config.shards == 1:
         return None
     if config.ha.mode == "replicated":
-        return ("replicated master/slave does not run with shards yet (it would need one "
-                "replication stream per shard): set shards = 1, or ha.mode = \"shared\" or "
-                "\"database\"",
-                "ha.mode")
+        if config.ha.role == "witness":
+            return ("a witness (ha.role = \"witness\") stores no messages and runs no "
+                    "shards: set shards = 1", "ha.role")
+        # Shard k streams on the port after each node's ha.listen plus k (docs/ha.md).
+        ports = [addr.rpartition(":")[2] for addr in (config.ha.listen, *config.ha.members)]
+        if any(p.isdigit() and int(p) + config.shards > 65535 for p in ports):
+            return (f"a node of {config.shards} shards listens on the {config.shards} "
+                    "ports after ha.listen (and reaches its members' likewise): choose "
+                    "replication ports at most 65535 - shards", "ha.listen")
+        return None
     postgres = config.persistent and config.store.kind == "postgres"
     if config.ha.mode == "database" and not postgres:
         return ("a node's database master/slave fences each shard's PostgreSQL tables: "
@@ -503,7 +509,7 @@ def sharding_conflict(config: BrokerConfig) -> tuple[str, str] | None:
     if config.ha.mode == "shared" and postgres:
         return ("a node on the postgres store takes its lease in the database: set "
                 "ha.mode = \"database\", or store.kind = \"journal\"", "ha.mode")
-    if config.ha.mode not in ("none", "shared", "database"):
+    if config.ha.mode not in ("none", "shared", "database", "replicated"):
         return (f"master/slave (ha.mode = {config.ha.mode!r}) does not run with shards: "
                 "set shards = 1, or ha.mode = \"shared\" or \"database\"", "ha.mode")
     return None

@@ -112,6 +112,11 @@ class FollowerSide(NodeState):
 
     async def _on_frame(self, frame: WireFrame, writer: asyncio.StreamWriter) -> None:
         if frame.type is FrameType.REPL_VOTE_REQUEST:
+            if self.driven is not None:  # a shard: its node's supervisor votes
+                writer.write(encode_json(FrameType.REPL_VOTE, {
+                    "term": self.term, "granted": False,
+                    "reason": "a shard's stream, not a node's election address"}))
+                return
             writer.write(encode_json(FrameType.REPL_VOTE, self._on_vote(decode_json(frame))))
         elif frame.type is FrameType.REPL_APPEND:
             head, batches = decode_append(frame)

@@ -37,3 +37,13 @@ class Peer:
     answered: asyncio.Event = field(default_factory=asyncio.Event)
     writer: asyncio.StreamWriter | None = None
     task: asyncio.Task[None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DrivenRole:
+    """A shard of a node in replicated mode (ha/replica_node.py): its node's supervisor
+    runs the elections and tells it the term and whether it leads its stream (shard k
+    of the master node) or follows it (shard k of every other node)."""
+
+    term: int
+    lead: bool

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from meshmq.config.model import HaConfig
 from meshmq.ha.replica_files import Generations
-from meshmq.ha.replica_peer import Kind, Peer
+from meshmq.ha.replica_peer import DrivenRole, Kind, Peer
 from meshmq.ha.replication_policy import Position, RetainedLog, SendTimeEstimate
 from meshmq.store.journal import JournalStore
 
@@ -39,6 +39,7 @@ class NodeState:
     snapshots_sent: int
     snapshots_installed: int
     _peers: dict[str, Peer]
+    driven: DrivenRole | None
     _clock: Callable[[], int]
     _timer_base: int
     _elect_now: asyncio.Event

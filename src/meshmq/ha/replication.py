@@ -42,7 +42,7 @@ from meshmq.ha.replica_files import Generations, write_atomic
 from meshmq.ha.replica_follower import FollowerSide
 from meshmq.ha.replica_leader import LeaderStreams
 from meshmq.ha.replica_ops import encode_ops
-from meshmq.ha.replica_peer import REPL_KEY, Kind, Peer, split_address
+from meshmq.ha.replica_peer import REPL_KEY, DrivenRole, Kind, Peer, split_address
 from meshmq.ha.replica_store import ReplicatedStore
 from meshmq.ha.replica_wire import (
     encode_append,
@@ -149,6 +149,10 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
         self.snapshots_sent = 0
         self.snapshots_installed = 0
         self.store = ReplicatedStore(self)
+        # A shard of a node (ha/replica_node.py): its supervisor decides terms and roles.
+        self.driven: DrivenRole | None = None
+        # Called once a driven follower's listener and journal are up (its start report).
+        self.on_following: Callable[[], None] | None = None
 
     # ------------------------------------------------------------ TLS
     def _tls_contexts(self) -> tuple[ssl.SSLContext | None, ssl.SSLContext | None]:
@@ -295,6 +299,8 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
         """Follow until this node is master with a majority behind it (True) or stop()."""
         await self._start()
         self.machine.fire(RoleEvent.WAIT)
+        if self.driven is not None:
+            return await self._acquire_driven(self.driven)
         if self.witness:
             log.info("witness: voting in elections of %s; stores no messages",
                      ", ".join(self.ha.members))
@@ -330,6 +336,53 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
         if self.role in (Role.STARTING, Role.SLAVE):
             self.machine.fire(RoleEvent.STOP)
         return False
+
+    async def _acquire_driven(self, role: DrivenRole) -> bool:
+        """A shard of a node: follow until stopped, or lead the term the node's
+        supervisor won (True once a majority of this shard's nodes stored the term's
+        first batch; a ``FencedError`` otherwise, which fails this start)."""
+        if role.term > self.term:
+            self.term, self.voted_for = role.term, None
+            self._save_state()
+        if not role.lead:
+            log.info("slave: following the stream of this shard's master (term %d, log "
+                     "at %s)", self.term, self.last)
+            if self.on_following is not None:
+                self.on_following()
+            await self._stop.wait()
+            self.machine.fire(RoleEvent.STOP)
+            return False
+        if self.term != role.term:
+            raise FencedError(f"this shard saw term {self.term} since its node was "
+                              f"elected in term {role.term}: not taking over")
+        self.elections += 1
+        if not await self._lead():
+            raise FencedError(f"no majority of this shard's nodes stored the first batch "
+                              f"of term {role.term}: not taking over")
+        self.machine.fire(RoleEvent.ACQUIRED)
+        self.became_master_ms = self._clock()
+        log.info("master: leading this shard's stream in term %d with the log at %s",
+                 self.term, self.last)
+        return True
+
+    def control(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A driven shard's answer to its supervisor (ha/replica_node.py): ``adopt``
+        moves it to a newer term first (it then refuses the batches of any older master,
+        and a leader of an older term steps down); every answer says where its log is
+        and how long ago it heard from a master. One event-loop turn: no batch is
+        written between the adoption and the position reported."""
+        if request.get("op") == "adopt":
+            term = int(request.get("term", 0))
+            if term > self.term:
+                self._adopt_term(term)
+        now = self._clock()
+        seen = now if self.kind is Kind.LEADER else max(
+            self.leader_seen_ms if self.leader_seen_ms is not None else self._started_ms,
+            self._started_ms)
+        return {"id": request.get("id"), "term": self.term, "last": list(self.last),
+                "durable": list(self.durable), "seen_ago_ms": now - seen,
+                "amnesiac": self.amnesiac, "leader": self.leader_id,
+                "resigned": self._resigned_term, "kind": self.kind.value}
 
     async def _pause(self, seconds: float) -> None:
         waits = [asyncio.ensure_future(self._stop.wait()),

@@ -29,19 +29,21 @@ import logging
 import os
 import pickle
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from meshmq.config.model import BrokerConfig
 from meshmq.core.shards import ShardIdentity
 from meshmq.errors import MeshmqError
+from meshmq.ha.replica_peer import DrivenRole
 from meshmq.node.fence import DatabaseShardFence, ShardLease, shard_fence
 
 if TYPE_CHECKING:
     from meshmq.management.sys_topics import SysTopics
 
-__all__ = ["EXIT_START_FAILED", "SYS_REPORT", "ShardSpec", "encode_spec", "read_spec",
-           "serve_shard"]
+__all__ = ["EXIT_START_FAILED", "REPLICA_REPORT", "SYS_REPORT", "ShardSpec", "encode_spec",
+           "read_spec", "serve_shard"]
 
 log = logging.getLogger("meshmq.node")
 
@@ -50,6 +52,9 @@ STATUS_FD = 1  # start report to the supervisor (standard output)
 EXIT_START_FAILED = 2  # the start failed on a setting: restarting would not help
 _LENGTH = struct.Struct(">I")
 SYS_REPORT = "sys"  # a line of $SYS figures, either way on the pipes
+# ``replicated`` mode: a question of the supervisor and the shard's answer, as JSON
+# (ha/replica_node.py; ``ReplicatedHa.control``).
+REPLICA_REPORT = "repl"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +67,8 @@ class ShardSpec:
     log_level: str | None = None
     # The node's lease when it is the master of a pair: the store's write fence.
     lease: ShardLease | None = None
+    # ``replicated`` mode: the term and whether this shard leads its stream.
+    replica: DrivenRole | None = None
 
 
 def encode_spec(spec: ShardSpec) -> bytes:
@@ -94,10 +101,18 @@ def _report(line: str) -> None:
         os.write(STATUS_FD, (line.replace("\n", " ") + "\n").encode("utf-8"))
 
 
-def _node_line(sys_topics: SysTopics, line: bytes) -> None:
+def _node_line(sys_topics: SysTopics, line: bytes,
+               replica: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
     """A line from the supervisor after the spec: ``sys <json>``, the node's ``$SYS``
-    figures for the front shard to publish."""
+    figures for the front shard to publish; ``repl <json>``, a question for the
+    shard's replication (answered on standard output)."""
     word, _, rest = line.decode("utf-8", "replace").partition(" ")
+    if word == REPLICA_REPORT and replica is not None:
+        with contextlib.suppress(ValueError, TypeError):
+            request = json.loads(rest)
+            if isinstance(request, dict):
+                _report(f"{REPLICA_REPORT} {json.dumps(replica(request))}")
+        return
     if word != SYS_REPORT:
         return
     try:
@@ -121,6 +136,15 @@ async def serve_shard(spec: ShardSpec, parent_fd: int = PARENT_FD) -> int:
         return EXIT_START_FAILED
     runtime.install_signal_handlers()
     loop = asyncio.get_running_loop()
+    replica = None
+    if spec.replica is not None:
+        from meshmq.ha.replication import ReplicatedHa
+
+        if isinstance(runtime.ha, ReplicatedHa):
+            # The supervisor runs the elections; a follower is started once it follows.
+            runtime.ha.driven = spec.replica
+            runtime.ha.on_following = lambda: _report("ready")
+            replica = runtime.ha.control
     stop_deposed = runtime.engine.on_write_refused
     if isinstance(fence, DatabaseShardFence) and stop_deposed is not None:
         def refused(why: str) -> None:  # the store's writer thread
@@ -145,7 +169,7 @@ async def serve_shard(spec: ShardSpec, parent_fd: int = PARENT_FD) -> int:
             while b"\n" in pending:
                 line, _, rest = bytes(pending).partition(b"\n")
                 pending[:] = rest
-                _node_line(runtime.sys_topics, line)
+                _node_line(runtime.sys_topics, line, replica)
             return
         loop.remove_reader(parent_fd)
         log.warning("shard %d: the node's supervisor is gone; stopping", spec.identity.index)

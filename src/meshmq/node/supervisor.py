@@ -32,6 +32,12 @@ starts one process per shard and keeps it running:
   tables under ``<prefix>s<k>_`` and its store checks the node's lease row in every
   write transaction (node/fence.py); the shard count is recorded in ``<prefix>node``
   (node/layout.py, ``NodeDatabase``).
+* ``ha.mode = "replicated"``: every node has its own data directory and its shards run
+  from the start, as followers of the master's streams (shard k of the master ships
+  its journal to shard k of every node). The supervisor holds the node's elections
+  (ha/replica_node.py) and, once elected, restarts its shards as the masters of their
+  streams in the new term; a master whose shard exits (deposed, or a crash) stops all
+  of them and starts again as a follower.
 """
 
 from __future__ import annotations
@@ -47,12 +53,14 @@ import signal
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
-from meshmq.config.model import BrokerConfig
+from meshmq.config.model import BrokerConfig, HaConfig
 from meshmq.core.shards import ShardIdentity
 from meshmq.errors import ConfigError, MeshmqError
 from meshmq.ha.controller import HaController
+from meshmq.ha.replica_node import NodeElection, shard_ha
+from meshmq.ha.replica_peer import DrivenRole
 from meshmq.management.sys_topics import node_figures
 from meshmq.node.aggregate import ShardRow
 from meshmq.node.fence import STARTS_PER_EPOCH, ShardLease
@@ -65,7 +73,7 @@ from meshmq.node.layout import (
     shard_directory,
 )
 from meshmq.node.ports import NodePorts, bind_ports
-from meshmq.node.shard import SYS_REPORT, ShardSpec, encode_spec
+from meshmq.node.shard import REPLICA_REPORT, SYS_REPORT, ShardSpec, encode_spec
 
 __all__ = ["EXIT_DEPOSED", "RESTART_MAX_S", "RESTART_MIN_S", "STABLE_AFTER_S", "STOP_GRACE_S",
            "NodeStartError", "RestartBackoff", "Supervisor", "describe_exit", "run_node",
@@ -88,10 +96,11 @@ class NodeStartError(MeshmqError):
     code = "node-start-failed"
 
 
-def shard_config(config: BrokerConfig, index: int, listeners: tuple[object, ...] | None = None
-                 ) -> BrokerConfig:
+def shard_config(config: BrokerConfig, index: int, listeners: tuple[object, ...] | None = None,
+                 ha: HaConfig | None = None) -> BrokerConfig:
     """Shard ``index``'s configuration: its own data directory under the node's (and its
-    own store and trace directories under configured ones), the node's concrete ports."""
+    own store and trace directories under configured ones), the node's concrete ports;
+    ``ha``: its replication (``replicated`` mode), else none of its own."""
     store = config.store
     if store.directory is not None:
         store = dataclasses.replace(store, directory=store.directory / f"shard-{index}")
@@ -107,7 +116,7 @@ def shard_config(config: BrokerConfig, index: int, listeners: tuple[object, ...]
         "data_directory": shard_directory(config.data_directory, index),
         "store": store, "trace": trace,
         # The supervisor holds the node's lease; a shard only passes its fence.
-        "ha": dataclasses.replace(config.ha, mode="none")}
+        "ha": ha if ha is not None else dataclasses.replace(config.ha, mode="none")}
     if listeners is not None:
         changes["listeners"] = listeners
     return dataclasses.replace(config, **changes)  # type: ignore[arg-type]
@@ -152,6 +161,8 @@ class _Shard:
     ready: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     start_error: str | None = None
     spawns: int = 0  # processes started, under this supervisor's lease epoch
+    answers: dict[int, asyncio.Future[dict[str, Any]]] = dataclasses.field(
+        default_factory=dict)  # replicated mode: questions asked, by id
 
     def row(self, now: float) -> ShardRow:
         running = self.process is not None and self.process.returncode is None
@@ -187,7 +198,10 @@ class Supervisor:
         self._sys_figures: dict[int, dict[str, object]] = {}  # each shard's latest $SYS
         self.shutdown_requested = False  # SIGTERM/SIGINT: not to start again as a slave
         self.deposed = False  # lost the lease while master
-        self.ha: HaController | None = None
+        self.ha: HaController | NodeElection | None = None
+        # Replicated mode: what the shards are told (follow, or lead a term).
+        self._replica_role = DrivenRole(0, lead=False)
+        self._questions = 0
         self._ha_stopped = False
         self._ha_stopping: asyncio.Task[None] | None = None
         if config.ha.mode == "shared":
@@ -203,6 +217,8 @@ class Supervisor:
 
             self.ha = HaController(create_backend(config), config.ha, mode="database",
                                    on_lost=self._on_deposed)
+        elif config.ha.mode == "replicated":
+            self.ha = NodeElection(config, self._ask_shards, on_lost=self._on_deposed)
         # The PostgreSQL store: the node's lock on its tables and their shard count.
         self.database: NodeDatabase | None = None
         self._quiet_stop = False  # the start failed: its error says why
@@ -254,7 +270,7 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
-        loop.add_signal_handler(signal.SIGHUP, self._forward, signal.SIGHUP)
+        loop.add_signal_handler(signal.SIGHUP, self._on_hangup)
         try:
             await self.start()
             await self._stopping.wait()
@@ -278,6 +294,9 @@ class Supervisor:
                      self.config.store_directory, persistent=self.config.persistent)
 
     async def start(self) -> None:
+        if isinstance(self.ha, NodeElection):
+            await self._start_replicated(self.ha)
+            return
         data = self.config.data_directory
         self._take_lock(data, shared=self.ha is not None)
         if self.ha is None:
@@ -296,19 +315,116 @@ class Supervisor:
         self.ports = bind_ports(self.config)
         if self.management is not None and self.ha is None:
             await self.management.start()
+        await self._start_shards()
+        self._node_started = True
+        self._log_started()
+
+    def _log_started(self) -> None:
+        assert self.ports is not None
+        log.info("meshmq node %r started: %d shards on %s", self.config.broker_name,
+                 self.count, ", ".join(f"{lst.protocol}://{lst.host}:{lst.port}"
+                                       for lst in self.ports.listeners))
+
+    async def _start_shards(self, *, raise_failure: bool = True) -> bool:
+        """Start every shard and wait for their first start; a failure raises its
+        line (or, ``raise_failure`` False, is logged and gives False)."""
         for shard in self.shards:
             self._tasks.append(asyncio.get_running_loop().create_task(self._keep(shard)))
         await asyncio.gather(*(self._first_start(s) for s in self.shards))
         failed = next((s for s in self.shards if s.start_error), None)
-        if failed is not None:
-            code, _, message = (failed.start_error or "").partition(" ")
-            if code == ConfigError.code:  # as one broker reports it
-                raise ConfigError(message)
-            raise NodeStartError(message)
+        if failed is None:
+            return True
+        code, _, message = (failed.start_error or "").partition(" ")
+        if not raise_failure:
+            log.error("shard %d could not start: %s", failed.index, message)
+            return False
+        if code == ConfigError.code:  # as one broker reports it
+            raise ConfigError(message)
+        raise NodeStartError(message)
+
+    async def _start_replicated(self, election: NodeElection) -> None:
+        """Replicated mode: the shards follow the master's streams while the node is a
+        slave; once elected, the node restarts them as the masters of their streams."""
+        data = self.config.data_directory
+        self._take_lock(data)  # each node of a replicated cluster has its own directory
+        await asyncio.to_thread(self._check_layout)
+        self.run_dir, self._temporary_run_dir = make_run_dir(data)
+        if self.management is not None:
+            await self.management.start()
+        await self._start_shards()
         self._node_started = True
-        log.info("meshmq node %r started: %d shards on %s", self.config.broker_name,
-                 self.count, ", ".join(f"{lst.protocol}://{lst.host}:{lst.port}"
-                                       for lst in self.ports.listeners))
+        log.info("node %r: its %d shards follow the master's streams", self.config.broker_name,
+                 self.count)
+        if not await election.acquire() or self._stopping.is_set():
+            return
+        await self._retire_shards()
+        if self._stopping.is_set():
+            return
+        self._replica_role = DrivenRole(election.term, lead=True)
+        self.ports = bind_ports(self.config)
+        self._node_started = False
+        log.info("master: starting the node's %d shards as the masters of their streams "
+                 "in term %d", self.count, election.term)
+        if not await self._start_shards(raise_failure=False):
+            election.lose("a shard could not take its stream over")
+            return
+        if self._stopping.is_set():
+            return
+        self._node_started = True
+        self._log_started()
+
+    async def _retire_shards(self) -> None:
+        """Stop the follower shards (their journals close) before they start again as
+        masters."""
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self._stop_processes()
+        for shard in self.shards:
+            if shard.process is not None and shard.process.stdin is not None:
+                shard.process.stdin.close()
+            shard.ready = asyncio.Event()
+            shard.start_error = None
+            shard.state = "starting"
+
+    async def _ask_shards(self, adopt: int | None) -> list[dict[str, Any]] | None:
+        """Replicated mode: every shard's replication state, after moving it to term
+        ``adopt`` when given (ha/replica_node.py); None when one is down or silent."""
+        self._questions += 1
+        ident = self._questions
+        question = {"id": ident, "op": "adopt" if adopt else "status", "term": adopt}
+        line = f"{REPLICA_REPORT} {json.dumps(question)}\n".encode()
+        loop = asyncio.get_running_loop()
+        waits: list[asyncio.Future[dict[str, Any]]] = []
+        try:
+            for shard in self.shards:
+                proc = shard.process
+                if proc is None or proc.returncode is not None or proc.stdin is None \
+                        or proc.stdin.is_closing() or shard.state != "running":
+                    return None
+                fut: asyncio.Future[dict[str, Any]] = loop.create_future()
+                shard.answers[ident] = fut
+                waits.append(fut)
+                proc.stdin.write(line)
+            async with asyncio.timeout(self.config.ha.lease_ms / 2000):
+                return list(await asyncio.gather(*waits))
+        except (TimeoutError, ConnectionError):
+            return None
+        finally:
+            for shard in self.shards:
+                shard.answers.pop(ident, None)
+
+    def _replica_answer(self, shard: _Shard, text: str) -> None:
+        try:
+            body = json.loads(text)
+            fut = shard.answers.get(int(body["id"]))
+        except (ValueError, TypeError, KeyError):
+            return
+        if fut is not None and not fut.done():
+            fut.set_result(body)
 
     async def _first_start(self, shard: _Shard) -> None:
         """Wait until the shard is ready, or its start failed (which fails the node's)."""
@@ -342,16 +458,22 @@ class Supervisor:
 
     # ------------------------------------------------------------ one shard
     async def _spawn(self, shard: _Shard) -> asyncio.subprocess.Process:
-        assert self.ports is not None
         lease = None
-        if self.ha is not None:
+        replica = None
+        ha: HaConfig | None = None
+        if isinstance(self.ha, NodeElection):
+            replica = self._replica_role
+            ha = shard_ha(self.config, shard.index)
+        elif self.ha is not None:
             lease = ShardLease(
                 str(self.lease_directory), self.ha.backend.holder, self.ha.backend.epoch,
                 shard.spawns, table_prefix=None if self.ha.mode == "shared"
                 else self.config.store.table_prefix)
         shard.spawns += 1
-        spec = ShardSpec(shard_config(self.config, shard.index, self.ports.listeners),
-                         self.identity(shard.index), self.log_level, lease)
+        # A follower shard serves no client: the node's ports are bound once it leads.
+        listeners = self.ports.listeners if self.ports is not None else None
+        spec = ShardSpec(shard_config(self.config, shard.index, listeners, ha),
+                         self.identity(shard.index), self.log_level, lease, replica)
         proc = await asyncio.create_subprocess_exec(
             *self.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
         assert proc.stdin is not None
@@ -374,6 +496,8 @@ class Supervisor:
             word, _, rest = line.partition(" ")
             if word == SYS_REPORT:
                 self._sys_report(shard, proc, rest)
+            elif word == REPLICA_REPORT:
+                self._replica_answer(shard, rest)
             elif line == "ready":
                 if shard.process is proc and proc.returncode is None \
                         and not self._stopping.is_set():
@@ -423,6 +547,12 @@ class Supervisor:
                 shard.state = "stopped"
                 break
             ran = time.monotonic() - shard.started
+            if isinstance(self.ha, NodeElection) and self._replica_role.lead \
+                    and self._node_started:
+                # A master's stream without its shard: the node stops being master.
+                shard.last_exit = describe_exit(code)
+                self.ha.lose(f"shard {shard.index} {shard.last_exit}")
+                break
             if not self._node_started:
                 # The first start fails the node's: restarting would fail the same way.
                 if shard.start_error is None:
@@ -447,7 +577,8 @@ class Supervisor:
                  self.count)
         self.shutdown_requested = True
         self._stopping.set()
-        if self.ha is not None and not self._node_started:
+        if self.ha is not None and (not self._node_started or (
+                isinstance(self.ha, NodeElection) and not self._replica_role.lead)):
             # A slave (or a node still starting): stop waiting for the lease.
             self._ha_stopping = asyncio.get_running_loop().create_task(self._stop_ha())
 
@@ -468,6 +599,13 @@ class Supervisor:
             self._ha_stopped = True
             await self.ha.stop()
 
+    def _on_hangup(self) -> None:
+        """SIGHUP: every shard reloads its TLS certificates, and so does the election
+        listener of a replicated node."""
+        if isinstance(self.ha, NodeElection):
+            self.ha.tls.reload()
+        self._forward(signal.SIGHUP)
+
     def _forward(self, sig: int) -> None:
         for shard in self.shards:
             proc = shard.process
@@ -479,26 +617,7 @@ class Supervisor:
         """Stop every shard (SIGTERM, then SIGKILL after ``STOP_GRACE_S``), then the
         management endpoint and the ports."""
         self._stopping.set()
-        self._forward(signal.SIGTERM)
-        procs = [s.process for s in self.shards if s.process is not None]
-        if procs:
-            _, pending = await asyncio.wait(
-                [asyncio.ensure_future(p.wait()) for p in procs], timeout=STOP_GRACE_S)
-            if pending:
-                for proc in procs:
-                    if proc.returncode is None:
-                        log.warning("shard pid %d did not stop in %.0fs; its stacks go to "
-                                    "its log, then it is killed", proc.pid, STOP_GRACE_S)
-                        # SIGUSR1: the shard's faulthandler writes every thread's stack,
-                        # the one record of what it was stuck on.
-                        with contextlib.suppress(ProcessLookupError):
-                            proc.send_signal(signal.SIGUSR1)
-                await asyncio.wait(pending, timeout=STACK_DUMP_S)
-                for proc in procs:
-                    if proc.returncode is None:
-                        with contextlib.suppress(ProcessLookupError):
-                            proc.kill()
-                await asyncio.wait(pending)
+        await self._stop_processes()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -521,6 +640,30 @@ class Supervisor:
             self._lock = None
         if not self._quiet_stop:
             log.info("meshmq node %r stopped", self.config.broker_name)
+
+    async def _stop_processes(self) -> None:
+        """SIGTERM to every shard, SIGKILL to those still there after ``STOP_GRACE_S``."""
+        self._forward(signal.SIGTERM)
+        procs = [s.process for s in self.shards
+                 if s.process is not None and s.process.returncode is None]
+        if procs:
+            _, pending = await asyncio.wait(
+                [asyncio.ensure_future(p.wait()) for p in procs], timeout=STOP_GRACE_S)
+            if pending:
+                for proc in procs:
+                    if proc.returncode is None:
+                        log.warning("shard pid %d did not stop in %.0fs; its stacks go to "
+                                    "its log, then it is killed", proc.pid, STOP_GRACE_S)
+                        # SIGUSR1: the shard's faulthandler writes every thread's stack,
+                        # the one record of what it was stuck on.
+                        with contextlib.suppress(ProcessLookupError):
+                            proc.send_signal(signal.SIGUSR1)
+                await asyncio.wait(pending, timeout=STACK_DUMP_S)
+                for proc in procs:
+                    if proc.returncode is None:
+                        with contextlib.suppress(ProcessLookupError):
+                            proc.kill()
+                await asyncio.wait(pending)
 
 
 async def run_node(config: BrokerConfig, command: Sequence[str],

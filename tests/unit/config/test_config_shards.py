@@ -31,11 +31,13 @@ def test_a_bad_count_is_one_line_with_file_line_and_option(value: str) -> None:
 
 
 _POSTGRES = '[store]\nkind = "postgres"\ndsn = "dbname=x"\n'
+_REPLICATED = '[ha]\nmode = "replicated"\nlisten = "127.0.0.1:{port}"\nmembers = ["h:7000"]\n'
 
 
 @pytest.mark.parametrize(("extra", "option", "says"), [
-    ('[ha]\nmode = "replicated"\n', "ha.mode", "one replication stream per shard"),
-    (_POSTGRES + '[ha]\nmode = "replicated"\n', "ha.mode", "replication stream"),
+    (_REPLICATED.format(port=7000) + 'role = "witness"\n', "ha.role", "set shards = 1"),
+    # Shard k's stream listens on the port after ha.listen plus k.
+    (_REPLICATED.format(port=65535), "ha.listen", "at most 65535 - shards"),
     # The database lease fences PostgreSQL tables only; a file lease no tables.
     ('[ha]\nmode = "database"\n', "store.kind", 'store.kind = "postgres"'),
     (_POSTGRES + '[ha]\nmode = "shared"\n', "ha.mode", 'ha.mode = "database"'),
@@ -53,6 +55,11 @@ def test_a_node_may_keep_its_shards_in_postgres_with_or_without_a_database_pair(
     assert (alone.shards, alone.store.kind, alone.ha.mode) == (2, "postgres", "none")
     pair = loads_toml(f'[broker]\nshards = 2\n{_POSTGRES}[ha]\nmode = "database"\n')
     assert (pair.shards, pair.ha.mode) == (2, "database")
+
+
+def test_a_node_may_be_a_member_of_a_replicated_cluster() -> None:
+    config = loads_toml("[broker]\nshards = 2\n" + _REPLICATED.format(port=7100))
+    assert (config.shards, config.ha.mode) == (2, "replicated")
 
 
 def test_a_node_may_be_one_of_a_shared_master_slave_pair() -> None:

@@ -1,0 +1,82 @@
+"""Elections between three supervisors' ``NodeElection``s (ha/replica_node.py) on
+loopback, with stand-in shards that answer as ``ReplicatedHa.control`` does: the node's
+votes over its shards' streams. Real nodes: tests/node/test_node_replicated.py."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from meshmq.config.model import BrokerConfig, HaConfig, StoreConfig
+from meshmq.ha.replica_node import NODE_STATE, NodeElection
+from meshmq.ha.replication_policy import Position
+from meshmq.ha.roles import Role
+from tests.support.ports import free_port
+
+pytestmark = [pytest.mark.timeout(60)]
+
+LEASE = 1000
+
+
+class StandInShard:
+    """Answers its supervisor as ``ReplicatedHa.control`` does; never hears a master."""
+
+    def __init__(self, last: Position) -> None:
+        self.term = 0
+        self.last = last
+
+    def control(self, adopt: int | None) -> dict[str, Any]:
+        if adopt is not None and adopt > self.term:
+            self.term = adopt
+        return {"term": self.term, "last": list(self.last), "durable": list(self.last),
+                "seen_ago_ms": 10 * LEASE, "amnesiac": False, "leader": None,
+                "resigned": None}
+
+
+def test_only_a_node_up_to_date_on_every_shard_is_elected(tmp_path: Path) -> None:
+    """b is ahead on shard 0 and behind on shard 1: a and c refuse it, it refuses them
+    (a master needs every stream's confirmed batches); a or c wins with the other's
+    vote, and every shard that voted or campaigned was moved to the new term first."""
+    logs = {"a": [(1, 5), (1, 9)], "b": [(1, 6), (1, 7)], "c": [(1, 5), (1, 9)]}
+    ports = {n: free_port() for n in logs}
+    shards = {n: [StandInShard(p) for p in pos] for n, pos in logs.items()}
+
+    def election(name: str) -> NodeElection:
+        async def ask(adopt: int | None) -> list[dict[str, Any]]:
+            return [s.control(adopt) for s in shards[name]]
+
+        config = BrokerConfig(
+            broker_name=name, data_directory=tmp_path / name, shards=2,
+            store=StoreConfig(fsync=False),
+            ha=HaConfig(mode="replicated", listen=f"127.0.0.1:{ports[name]}",
+                        members=tuple(f"127.0.0.1:{ports[o]}" for o in logs if o != name),
+                        node_id=name, lease_ms=LEASE, keepalive_ms=100))
+        return NodeElection(config, ask, on_lost=lambda why: None)
+
+    for n in logs:  # nodes with state of their own (a node without votes only once
+        # a master brought it up to date)
+        (tmp_path / n / "replication").mkdir(parents=True)
+        (tmp_path / n / NODE_STATE).write_text('{"term": 1, "voted_for": null}')
+
+    async def main() -> None:
+        nodes = {n: election(n) for n in logs}
+        tasks = {n: asyncio.create_task(e.acquire()) for n, e in nodes.items()}
+        done, _ = await asyncio.wait(tasks.values(), timeout=20,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        assert done, "nobody was elected"
+        winners = [n for n, e in nodes.items() if e.role is Role.MASTER]
+        for e in nodes.values():
+            await e.stop()
+        await asyncio.gather(*tasks.values(), return_exceptions=True)
+        assert len(winners) == 1 and winners[0] in ("a", "c"), winners
+        term = nodes[winners[0]].term
+        assert all(s.term == term for s in shards[winners[0]])
+        # The state survives: a restarted supervisor never votes twice in a term.
+        again = election(winners[0])
+        again._load_state()
+        assert (again.term, again.voted_for) == (term, winners[0])
+
+    asyncio.run(asyncio.wait_for(main(), 40))

@@ -1,0 +1,221 @@
+"""Nodes of shards in a ``replicated`` cluster, with real processes: three ``--shards 2``
+nodes, each with its own data directory; the supervisors elect, shard k of the master
+streams its journal to shard k of the others. The master node (supervisor and shards)
+is killed with SIGKILL under failover producers and consumers on queues of both shards;
+a follower node that was down catches up and takes over with every receipted message;
+a master left alone stops its shards."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.ha.support import FailoverProducer, accepts, connect
+from tests.node.test_node_ha import HaNode, RecordingConsumer, check, drain, queue_owned_by
+from tests.support import ports as port_support
+from tests.support.brokers import poll
+from tests.support.nodes import pid_gone
+
+pytestmark = pytest.mark.slow
+
+SHARDS = 2
+HA = "lease_ms = 2000\nkeepalive_ms = 400"
+
+
+def replication_ports() -> int:
+    """A free port with the ``SHARDS`` ports after it free too: the node's election
+    listener and its shards' stream listeners (docs/ha.md)."""
+    for _ in range(200):
+        first = port_support.free_port()
+        block = range(first + 1, first + 1 + SHARDS)
+        if any(p in port_support._handed_out for p in block):
+            continue
+        try:
+            for p in block:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        port_support._handed_out.update(block)
+        return first
+    raise AssertionError("no block of free ports")
+
+
+def write_node(path: Path, *, name: str, data: Path, port: int, listen: int,
+               members: list[int]) -> Path:
+    others = ", ".join(f'"127.0.0.1:{m}"' for m in members)
+    path.write_text(f"""
+[broker]
+name = "{name}"
+data_directory = "{data}"
+shards = {SHARDS}
+
+[[listeners]]
+name = "stomp"
+url = "stomp://127.0.0.1:{port}"
+
+[store]
+fsync = false
+
+[management]
+host = "127.0.0.1"
+port = 0
+
+[ha]
+mode = "replicated"
+listen = "127.0.0.1:{listen}"
+members = [{others}]
+{HA}
+""")
+    return path
+
+
+class Cluster:
+    def __init__(self, tmp_path: Path) -> None:
+        names = "abc"
+        self.ports = {n: port_support.free_port() for n in names}
+        repl = {n: replication_ports() for n in names}
+        self.nodes = {
+            n: HaNode(write_node(tmp_path / f"{n}.toml", name=n, data=tmp_path / n,
+                                 port=self.ports[n], listen=repl[n],
+                                 members=[repl[o] for o in names if o != n]),
+                      tmp_path / f"{n}.log")
+            for n in names}
+
+    def client_ports(self) -> list[int]:
+        return list(self.ports.values())
+
+    def start(self, *names: str) -> None:
+        for n in names:
+            self.nodes[n].start()
+        for n in names:
+            self.nodes[n].wait_slave()
+
+    def master(self, among: str = "abc", times: int = 1, timeout: float = 60) -> str:
+        """The node that started its shards as master (the ``times``-th time)."""
+        found: list[str] = []
+
+        def elected() -> bool:
+            found[:] = [n for n in among if self.nodes[n].log_path.exists()  # started
+                        and self.nodes[n].text().count(" started: 2 shards on ") >= times]
+            return bool(found)
+
+        poll(elected, timeout, "a node to be elected master")
+        assert len(found) == 1, f"two masters: {found}"
+        return found[0]
+
+    def kill(self, name: str) -> None:
+        """SIGKILL the node's supervisor and every shard of it."""
+        node = self.nodes[name]
+        shards = node.shard_processes()
+        node.kill9()
+        for proc in shards:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()
+        poll(lambda: all(pid_gone(p.pid) for p in shards), 30, "the shards to exit")
+
+
+def send_all(port: int, queue: str, bodies: list[str]) -> None:
+    """Persistent sends, each confirmed by its receipt."""
+    conn, rec = connect(port)
+    for body in bodies:
+        conn.send(queue, body, headers={"persistent": "true"}, receipt=body)
+    poll(lambda: set(bodies) <= rec.receipts, 30, f"the receipts of {len(bodies)} sends")
+    conn.disconnect()
+
+
+def test_the_master_node_killed_a_follower_node_takes_over_both_shards_streams(
+        tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path)
+    cluster.start("a", "b", "c")
+    first = cluster.master()
+    followers = [n for n in "abc" if n != first]
+    master = cluster.nodes[first]
+    assert all(not accepts(cluster.ports[n]) for n in followers)
+    stat = master.stat()["ha"]
+    assert (stat["mode"], stat["role"]) == ("replicated", "master")
+    # Every node runs its shards: the followers' keep copies of the master's streams.
+    assert all(len(node.shard_processes()) == SHARDS for node in cluster.nodes.values())
+
+    queues = [queue_owned_by(0, "rep"), queue_owned_by(1, "rep")]
+    producers = [FailoverProducer(cluster.client_ports, q, prefix=f"p{i}")
+                 for i, q in enumerate(queues)]
+    consumers = [RecordingConsumer(cluster.client_ports, q) for q in queues]
+    for thread in (*producers, *consumers):
+        thread.start()
+
+    def confirmed(at_least: int) -> bool:
+        assert all(p.fatal is None for p in producers), [p.fatal for p in producers]
+        return all(len(p.report.confirmed) >= at_least for p in producers)
+
+    poll(lambda: confirmed(100), 60, "100 receipted sends per queue on the master node")
+    cluster.kill(first)
+    killed = time.monotonic()
+    second = cluster.master(among="".join(followers))
+    took = time.monotonic() - killed
+    new = cluster.nodes[second]
+    assert new.stat()["ha"]["role"] == "master"
+    assert new.stat()["ha"]["term"] > stat["term"]
+
+    before = [len(p.report.confirmed) for p in producers]
+    poll(lambda: all(len(p.report.confirmed) >= n + 100
+                     for p, n in zip(producers, before, strict=True))
+         or any(p.fatal for p in producers), 60, "100 more receipted sends per queue")
+    for thread in (*producers, *consumers):
+        thread.stop.set()
+    for thread in (*producers, *consumers):
+        thread.join(30)
+    assert all(t.fatal is None for t in (*producers, *consumers))
+    for producer, consumer, queue in zip(producers, consumers, queues, strict=True):
+        check(producer, consumer, drain(cluster.ports[second], queue))
+
+    # Alone, the master loses its majority: it stops all its shards and follows again.
+    last = next(n for n in followers if n != second)
+    shards = new.shard_processes()
+    cluster.kill(last)
+    poll(lambda: all(pid_gone(p.pid) for p in shards), 30, "the lone master's shards to stop")
+    poll(lambda: "restarting the node as a slave" in new.text(), 30, "the node to follow")
+    assert not accepts(cluster.ports[second])
+    assert new.terminate() == 0
+    print(f"replicated node takeover after SIGKILL of the master node: {took:.3f}s")
+
+
+def test_a_follower_node_that_was_down_catches_up_and_takes_over(tmp_path: Path) -> None:
+    """c is down while the first messages are confirmed; back, it catches up, and is the
+    only follower confirming the next ones (the other follower is killed); with the
+    master killed and that follower back (behind), the election must pick c, which
+    delivers them all."""
+    cluster = Cluster(tmp_path)
+    cluster.start("a", "b")
+    first = cluster.master()
+    other = "b" if first == "a" else "a"
+    queues = [queue_owned_by(0, "catch"), queue_owned_by(1, "catch")]
+    port = cluster.ports[first]
+    early = [[f"early-{k}-{i}" for i in range(50)] for k in range(SHARDS)]
+    for queue, bodies in zip(queues, early, strict=True):
+        send_all(port, queue, bodies)
+
+    cluster.start("c")
+    c = cluster.nodes["c"]
+    # Both of c's shards follow the master's streams (and report it to c's supervisor).
+    poll(lambda: str(c.stat()["ha"].get("leader")).startswith(f"{first}@"), 30,
+         "c's shards to follow the master")
+    # c catches up on both streams: confirmations now need it (the other is gone).
+    cluster.kill(other)
+    late = [[f"late-{k}-{i}" for i in range(50)] for k in range(SHARDS)]
+    for queue, bodies in zip(queues, late, strict=True):
+        send_all(port, queue, bodies)
+
+    cluster.kill(first)
+    cluster.start(other)  # behind on the late messages: it must not win
+    assert cluster.master(among=f"c{other}", times=1) == "c"
+    for queue, e, lt in zip(queues, early, late, strict=True):
+        got = [body for _, body, _ in drain(cluster.ports["c"], queue)]
+        assert got == e + lt
+    for n in ("c", other):
+        assert cluster.nodes[n].terminate() == 0

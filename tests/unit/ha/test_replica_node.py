@@ -1,0 +1,103 @@
+"""A node of shards in replicated mode (ha/replica_node.py): the node's vote over its
+shards' streams, the shards' addresses, and a vote refused when a shard is silent.
+Elections between supervisors: tests/ha/test_replica_node_election.py; real nodes:
+tests/node/test_node_replicated.py."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from meshmq.config.model import BrokerConfig, HaConfig
+from meshmq.ha.replica_node import NodeElection, decide_node_vote, shard_address, shard_ha
+from meshmq.ha.replication_policy import Position
+
+LEASE = 1000
+
+
+def node_vote(own: list[Position], theirs: list[Position], **kw: Any) -> tuple[bool, str]:
+    args: dict[str, Any] = {"term": 4, "voted_for": None, "leader_seen_ms": None,
+                            "amnesiac": False, "now_ms": 10_000}
+    args.update(kw)
+    d = decide_node_vote(args["term"], args["voted_for"], own, args["leader_seen_ms"],
+                         args["amnesiac"], "c", 5, theirs, args["now_ms"], LEASE)
+    return d.granted, d.reason
+
+
+def test_a_node_votes_for_a_candidate_at_least_as_up_to_date_on_every_shard() -> None:
+    assert node_vote([(4, 10), (4, 3)], [(4, 10), (4, 5)]) == (True, "granted")
+    # Ahead on one stream does not make up for behind on another.
+    assert node_vote([(4, 10), (4, 3)], [(4, 11), (4, 2)]) == \
+        (False, "candidate log is behind")
+    assert node_vote([(4, 10), (4, 3)], [(4, 10)])[1] == \
+        "the candidate has 1 shards, this node 2"
+    assert node_vote([(4, 10), (4, 3)], [(4, 10), (4, 3)],
+                     leader_seen_ms=9_500) == (False, "a master is alive")
+    assert node_vote([(4, 10), (4, 3)], [(4, 10), (4, 3)], voted_for="d", term=5) == \
+        (False, "already voted for d")
+
+
+def test_shard_k_streams_on_the_port_after_the_node_s_plus_k() -> None:
+    config = BrokerConfig(broker_name="n", ha=HaConfig(
+        mode="replicated", listen="10.0.0.1:7000", members=("10.0.0.2:7000", "h:9000")))
+    assert shard_address("h:9000", 0) == "h:9001"
+    ha = shard_ha(config, 1)
+    assert (ha.listen, ha.members) == ("10.0.0.1:7002", ("10.0.0.2:7002", "h:9002"))
+    assert ha.node_id == "n@10.0.0.1:7000/s1" and not ha.restart_when_deposed
+
+
+def test_a_node_whose_shard_does_not_answer_refuses_its_vote(tmp_path: Path) -> None:
+    async def ask(adopt: int | None) -> None:
+        return None
+
+    config = BrokerConfig(broker_name="x", data_directory=tmp_path, shards=2,
+                          ha=HaConfig(mode="replicated", listen="127.0.0.1:1",
+                                      members=("127.0.0.1:2",), node_id="x"))
+    node = NodeElection(config, ask, on_lost=lambda why: None)
+    node._load_state()
+
+    async def main() -> dict[str, Any]:
+        return await node._on_node_vote({"term": 1, "candidate": "y", "pre": False,
+                                         "shards": [[0, 0], [0, 0]]})
+
+    answer = asyncio.run(main())
+    assert answer == {"term": 0, "granted": False,
+                      "reason": "a shard of this node is not answering"}
+
+
+def test_a_stop_while_the_election_listener_opens_ends_acquire_quietly(tmp_path: Path) -> None:
+    """SIGTERM can reach a node as it restarts as a slave after losing the master role:
+    the stop lands while ``acquire`` opens its listener, and acquire must then end
+    (False) with the role stopped, not fire its slave event on a stopped role."""
+    async def ask(adopt: int | None) -> None:
+        return None
+
+    config = BrokerConfig(broker_name="x", data_directory=tmp_path, shards=2,
+                          ha=HaConfig(mode="replicated", listen="127.0.0.1:0",
+                                      members=("127.0.0.1:2",), node_id="x"))
+    node = NodeElection(config, ask, on_lost=lambda why: None)
+    class Listener:  # unit tests open no sockets: a stand-in for the listening server
+        closed = False
+
+        def close(self) -> None:
+            self.closed = True
+
+        async def wait_closed(self) -> None:
+            return None
+
+    opened: list[Listener] = []
+
+    async def listen_then_stop(host: str, port: int) -> Listener:
+        await node.stop()  # the stop lands before the listener exists
+        opened.append(Listener())
+        return opened[0]
+
+    node._listen = listen_then_stop  # type: ignore[method-assign]
+
+    async def main() -> bool:
+        return await node.acquire()
+
+    assert asyncio.run(main()) is False
+    assert node.role.value == "stopped"
+    assert opened[0].closed
