@@ -101,8 +101,8 @@ class Cluster:
         found: list[str] = []
 
         def elected() -> bool:
-            found[:] = [n for n in among
-                        if self.nodes[n].text().count(" started: 2 shards on ") >= times]
+            found[:] = [n for n in among if self.nodes[n].proc is not None
+                        and self.nodes[n].text().count(" started: 2 shards on ") >= times]
             return bool(found)
 
         poll(elected, timeout, "a node to be elected master")
