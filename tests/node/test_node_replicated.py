@@ -101,7 +101,7 @@ class Cluster:
         found: list[str] = []
 
         def elected() -> bool:
-            found[:] = [n for n in among if self.nodes[n].log_path.exists()  # started
+            found[:] = [n for n in among if self.nodes[n].proc is not None
                         and self.nodes[n].text().count(" started: 2 shards on ") >= times]
             return bool(found)
 

@@ -264,6 +264,8 @@ class NodeElection(ReplicatedHa):
         """Follow (the shards follow the master's streams) until this node was elected
         (True) or stop(). A node campaigns once no shard heard from a master for
         ``lease_ms``, or at once when the master's shards said they handed over."""
+        if self._stop.is_set():  # stopped while its shards were starting
+            return False
         await self._start()
         if self._stop.is_set():  # stopped while the listener opened: stop() ended the role
             if self._server is not None:  # opened after stop() looked for it

@@ -353,6 +353,8 @@ class Supervisor:
             await self.management.start()
         await self._start_shards()
         self._node_started = True
+        if self._stopping.is_set():
+            return
         log.info("node %r: its %d shards follow the master's streams", self.config.broker_name,
                  self.count)
         if not await election.acquire() or self._stopping.is_set():
