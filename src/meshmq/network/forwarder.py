@@ -233,7 +233,6 @@ class Forwarder:
         # The delivery itself is kept (it names the consumer and tag to settle): no
         # record of our own per message.
         out.append(outcome)
-        self.counters.forwarded += 1
         if self.broker.tracer is not None:  # the message trace (core/trace.py), if on
             self.broker.trace_forwarded(outcome.message, to_broker=self.remote,
                                         connector=self.config.name)
@@ -242,6 +241,7 @@ class Forwarder:
         out = self._out
         if out:
             self._out = []
+            self.counters.forwarded += len(out)  # (per batch: deliver() runs per message)
             self.counters.forward_rate.add(len(out))
             local = self.local
             own_path = self._own_path
