@@ -62,6 +62,7 @@ T = TypeVar("T")
 BROKER_ENV: dict[str, str] = {}
 # Extra [[network_connectors]] settings from --connector (TOML values), for experiments.
 CONNECTOR_EXTRA: dict[str, str] = {}
+PROFILE_NATIVE = False  # --profile-native: py-spy also samples compiled (mypyc) frames
 
 
 def log(msg: str) -> None:
@@ -401,8 +402,11 @@ def run_case(case: Case, root: Path, duration: float, profile: Path | None,
                     out = profile / f"{case.key}-r{rep}-{n.name}.txt"
                     spies.append(subprocess.Popen(
                         [str(Path(sys.executable).parent / "py-spy"), "record", "--format",
-                         "raw", "--rate", "200", "--nonblocking", "-p", str(n.pid), "-o",
-                         str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                         "raw", "--rate", "200",
+                         # mypyc's functions are native: seen only by pausing the broker.
+                         *(["--native"] if PROFILE_NATIVE else ["--nonblocking"]),
+                         "-p", str(n.pid), "-o", str(out)],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             cpu0 = [n.cpu_s() for n in nodes]
             sys0 = _system_busy()
 
@@ -662,6 +666,9 @@ def main() -> None:
     ap.add_argument("--profile", type=Path, default=None,
                     help="run py-spy (raw collapsed stacks) on every broker into this dir; "
                          "distorts the numbers, so results are not written")
+    ap.add_argument("--profile-native", action="store_true",
+                    help="with --profile: sample native frames too (a compiled build's "
+                         "functions; pauses the brokers at each sample)")
     ap.add_argument("--out", default=None, help="results file stem (default <date>-network)")
     ap.add_argument("--connector", action="append", default=[], metavar="KEY=TOML",
                     help="extra connector setting, e.g. always_sync_send=false (repeatable)")
@@ -681,6 +688,8 @@ def main() -> None:
     if unknown:
         ap.error(f"--only: unknown case(s) {', '.join(unknown)}; cases: {', '.join(known)}")
     todo = [c for c in cases(a.quick) if not a.only or c.key in a.only]
+    global PROFILE_NATIVE
+    PROFILE_NATIVE = a.profile_native
     for item in a.connector:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():

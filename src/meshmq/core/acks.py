@@ -68,11 +68,13 @@ class Acks:
         """Take entries out of the consumer's window: consumed (ack) or returned (nack).
         True when a stored message was settled (the confirmation waits for a sync)."""
         persisted = False
+        dispatched, by_id = consumer.dispatched, consumer.by_message_id
         for t in tags:
-            entry = consumer.dispatched.pop(t, None)
+            entry = dispatched.pop(t, None)
             if entry is None:
                 continue
-            consumer.by_message_id.pop(entry.message.message_id, None)
+            if by_id:  # (a bridge's demand keeps none)
+                by_id.pop(entry.message.message_id, None)
             persisted |= entry.persisted
             if acked:
                 consumer.acked_count += 1

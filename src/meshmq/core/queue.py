@@ -507,7 +507,9 @@ class Queue:
                 tracer.hot(DISPATCHED, msg, self.destination, entry.delivery_count,
                            consumer.id)
             consumer.dispatched[tag] = entry
-            consumer.by_message_id[msg.message_id] = tag
+            if consumer.spec.network_path is None:
+                # For STOMP 1.0/1.1 acks by message id; a bridge settles by tag.
+                consumer.by_message_id[msg.message_id] = tag
             if entry.persisted:
                 # The exact count, for the DLQ limit after a restart (written, not synced;
                 # the dispatch mark is what guarantees the redelivered flag).

@@ -174,7 +174,7 @@ class Bridge(LinkEnd):
             self.remote_client_uris = action.client_uris
             self.remote_management_url = action.management_url
             self._start_halves(self.link, action.remote, again=action.again,
-                               refusals=action.refusals)
+                               refusals=action.refusals, ranges=action.ranges)
         elif isinstance(action, Teardown):
             self.teardown()
             self.link = None
@@ -278,7 +278,7 @@ class Bridge(LinkEnd):
         return link
 
     def _start_halves(self, link: WireLink, remote: str, *, again: bool,
-                      refusals: bool) -> None:
+                      refusals: bool, ranges: bool) -> None:
         cfg = self.config
         self.forwarder = Forwarder(self.services.routes, link, cfg, remote,
                                    f"NC_{cfg.name}_{self.services.host.broker.name}_outbound_"
@@ -288,7 +288,7 @@ class Bridge(LinkEnd):
             self.receiver = Receiver(self.services.routes, link, remote,
                                      DestinationFilter.of(cfg), self.counters,
                                      resync_s=cfg.interest_resync_ms / 1000,
-                                     refusals=refusals)
+                                     refusals=refusals, ack_ranges=ranges)
             self.receiver.start()
         if cfg.static_bridge or self.static:
             # No interest is needed for static demand; forward at once.

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from meshmq.backoff import ReconnectPolicy, ReconnectSchedule
 from meshmq.network.endpoint import BYE_CAUSE, client_uris_of, management_url_of
 from meshmq.protocol.wire import (
+    FEATURE_ACK_RANGES,
     FEATURE_MESSAGES_AGAIN,
     FEATURE_REFUSALS,
     WIRE_VERSION,
@@ -140,6 +141,7 @@ class StartHalves:
     management_url: str | None
     again: bool  # the remote takes MESSAGES_AGAIN
     refusals: bool  # the remote understands REFUSED
+    ranges: bool  # the remote takes ACK_RANGES
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +249,8 @@ class BridgeMachine:
             features = body.get("features")
             offered = features if isinstance(features, list) else []
             halves = StartHalves(remote, client_uris_of(body), management_url_of(body),
-                                 FEATURE_MESSAGES_AGAIN in offered, FEATURE_REFUSALS in offered)
+                                 FEATURE_MESSAGES_AGAIN in offered, FEATURE_REFUSALS in offered,
+                                 FEATURE_ACK_RANGES in offered)
             self.remote = remote
             out: list[Action] = [CancelTimer(HANDSHAKE_TIMER), halves]
             assert self.connected_to is not None

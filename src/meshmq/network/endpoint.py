@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 from meshmq.config.model import NetworkConnectorConfig
 from meshmq.errors import RemoteProtocolError
-from meshmq.protocol.wire import FrameType, WireFrame, decode_acks, decode_json, decode_messages
+from meshmq.protocol.wire import (
+    FrameType,
+    WireFrame,
+    decode_ack_ranges,
+    decode_acks,
+    decode_json,
+    decode_messages,
+)
 
 #: The cause of a link the remote closed with BYE (an orderly shutdown, not a crash).
 BYE_CAUSE = "the remote broker said goodbye"
@@ -101,6 +108,10 @@ class LinkEnd:
             if self.forwarder is None:
                 raise RemoteProtocolError("ACKS on a link that does not forward")
             self.forwarder.on_acks(decode_acks(frame))
+        elif ftype is FrameType.ACK_RANGES:
+            if self.forwarder is None:
+                raise RemoteProtocolError("ACK_RANGES on a link that does not forward")
+            self.forwarder.on_ack_ranges(decode_ack_ranges(frame))
         elif ftype is FrameType.INTEREST:
             if self.forwarder is None:
                 raise RemoteProtocolError("INTEREST on a link that does not forward")

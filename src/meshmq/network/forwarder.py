@@ -233,7 +233,6 @@ class Forwarder:
         # The delivery itself is kept (it names the consumer and tag to settle): no
         # record of our own per message.
         out.append(outcome)
-        self.counters.forwarded += 1
         if self.broker.tracer is not None:  # the message trace (core/trace.py), if on
             self.broker.trace_forwarded(outcome.message, to_broker=self.remote,
                                         connector=self.config.name)
@@ -242,6 +241,7 @@ class Forwarder:
         out = self._out
         if out:
             self._out = []
+            self.counters.forwarded += len(out)  # (per batch: deliver() runs per message)
             self.counters.forward_rate.add(len(out))
             local = self.local
             own_path = self._own_path
@@ -302,52 +302,79 @@ class Forwarder:
             self.host.request_pump()
 
     def on_acks(self, acks: list[tuple[int, AckStatus]]) -> None:
-        conn = self.conn
-        if conn is None:
+        if self.conn is None:
             return
         pop = self._inflight.pop
-        counters = self.counters
         settled: list[Delivery] = []
         for seq, status in acks:
             held = pop(seq, None)
             if held is None:
                 continue
-            if status is _STORED:  # the usual answer, one per forwarded message
-                settled.append(held)
-                continue
-            consumer, tag = held.consumer, held.tag
-            if status is AckStatus.RETRY:
-                # The remote cannot take it now (memory): put it back without counting
-                # a delivery, and give the remote a moment.
-                entry = consumer.dispatched.pop(tag, None)
-                if entry is not None:
-                    entry.queue.release(entry, count_delivery=False,
-                                        cause="the remote broker asked to retry later")
-                self._pause_for_retry()
-                continue
-            if status is AckStatus.REFUSED:
-                # The remote's rights do not let this link's user send it there: keep it
-                # for local consumers, and stop offering that destination for a while.
-                entry = consumer.dispatched.pop(tag, None)
-                if entry is not None:
-                    dest = entry.message.destination
-                    if dest not in self.refused:
-                        log.warning("bridge %s -> %s: broker %s refuses %s from this "
-                                    "link's user; its messages stay here (see the remote's "
-                                    "log and authorization map)", self.config.name,
-                                    self.remote, self.remote, dest)
-                        self.refused.add(dest)
-                    self.counters.refused += 1
-                    entry.queue.release(entry, count_delivery=False,
-                                        cause="the remote broker refused it (not authorized)")
-                continue
-            if status is AckStatus.DUPLICATE:
-                counters.duplicates += 1
-            elif status is AckStatus.DROPPED:
-                counters.dropped += 1
-            settled.append(held)
+            if status is _STORED or self._answered(held, status):
+                settled.append(held)  # STORED: the usual answer
+        self._acked(settled)
+
+    def on_ack_ranges(self, runs: list[tuple[int, int, AckStatus]]) -> None:
+        """ACK_RANGES: each (first, last, status) settles every sequence of the run."""
+        if self.conn is None:
+            return
+        inflight = self._inflight
+        pop = inflight.pop
+        settled: list[Delivery] = []
+        for first, last, status in runs:
+            if last - first < len(inflight):
+                for seq in range(first, last + 1):
+                    held = pop(seq, None)
+                    if held is not None and (status is _STORED or
+                                             self._answered(held, status)):
+                        settled.append(held)
+            else:  # wider than what is in flight (the peer's choice): only those in it
+                for seq in sorted(s for s in inflight if first <= s <= last):
+                    held = inflight.pop(seq)
+                    if status is _STORED or self._answered(held, status):
+                        settled.append(held)
+        self._acked(settled)
+
+    def _answered(self, held: Delivery, status: AckStatus) -> bool:
+        """A status other than STORED for ``held`` (out of flight now); True when it is
+        settled here too (DUPLICATE, DROPPED), False when it went back to its queue."""
+        consumer, tag = held.consumer, held.tag
+        if status is AckStatus.RETRY:
+            # The remote cannot take it now (memory): put it back without counting
+            # a delivery, and give the remote a moment.
+            entry = consumer.dispatched.pop(tag, None)
+            if entry is not None:
+                entry.queue.release(entry, count_delivery=False,
+                                    cause="the remote broker asked to retry later")
+            self._pause_for_retry()
+            return False
+        if status is AckStatus.REFUSED:
+            # The remote's rights do not let this link's user send it there: keep it
+            # for local consumers, and stop offering that destination for a while.
+            entry = consumer.dispatched.pop(tag, None)
+            if entry is not None:
+                dest = entry.message.destination
+                if dest not in self.refused:
+                    log.warning("bridge %s -> %s: broker %s refuses %s from this "
+                                "link's user; its messages stay here (see the remote's "
+                                "log and authorization map)", self.config.name,
+                                self.remote, self.remote, dest)
+                    self.refused.add(dest)
+                self.counters.refused += 1
+                entry.queue.release(entry, count_delivery=False,
+                                    cause="the remote broker refused it (not authorized)")
+            return False
+        if status is AckStatus.DUPLICATE:
+            self.counters.duplicates += 1
+        elif status is AckStatus.DROPPED:
+            self.counters.dropped += 1
+        return True
+
+    def _acked(self, settled: list[Delivery]) -> None:
+        """Settle what the remote took (STORED, DUPLICATE, DROPPED), and close demand
+        that was waiting for its last acknowledgement."""
         if settled:
-            counters.acknowledged += len(settled)
+            self.counters.acknowledged += len(settled)
             self._settle(settled)
         if self._draining:
             for consumer, drop in list(self._draining.items()):

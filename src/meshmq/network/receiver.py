@@ -61,7 +61,8 @@ class Receiver:
 
     def __init__(self, services: ReceiverServices, link: WireLink, remote: str,
                  flt: DestinationFilter, counters: LinkCounters, *, resync_s: float,
-                 refusals: bool = False, principal: Principal | None = None) -> None:
+                 refusals: bool = False, ack_ranges: bool = False,
+                 principal: Principal | None = None) -> None:
         self.services = services
         self.host = services.host
         self.broker = services.host.broker
@@ -72,6 +73,9 @@ class Receiver:
         self.resync_s = resync_s
         # The sender understands REFUSED (FEATURE_REFUSALS); else it gets RETRY.
         self.refusals = refusals
+        # The sender takes ACK_RANGES (FEATURE_ACK_RANGES): a batch is settled in a
+        # record per run of sequence numbers, not one per message.
+        self.ack_ranges = ack_ranges
         # The accepting side passes who authenticated the link; the dialing side acts
         # for its own connector.
         if principal is None:
@@ -182,15 +186,16 @@ class Receiver:
         self.counters.received += received  # (rates per batch: one clock read)
         self.counters.receive_rate.add(received)
         self.host.trace_barrier()  # trace.exact: arrivals traced before they are acked
+        ranges = self.ack_ranges
         if now_acks:
-            self.link.write(encode_acks(now_acks))
+            self.link.write(encode_acks(now_acks, as_ranges=ranges))
         if after_sync:
             # ACKs name their sequence numbers, so they need no order. Not durable: no
             # ACK, the link is aborted; the sender redelivers after the link drops, and
             # the duplicate window absorbs repeats.
             link = self.link
             self.host.durability.when_durable(
-                lambda: link.write(encode_acks(after_sync)), link.abort,
+                lambda: link.write(encode_acks(after_sync, as_ranges=ranges)), link.abort,
                 who=f"bridge link {link.peer}", owners=self.waits_for_owners)
         self.host.request_pump()
 

@@ -19,6 +19,7 @@ from meshmq.network.link import WireLink
 from meshmq.network.receiver import Receiver
 from meshmq.network.stats import LinkCounters
 from meshmq.protocol.wire import (
+    FEATURE_ACK_RANGES,
     FEATURE_MESSAGES_AGAIN,
     FEATURE_REFUSALS,
     FEATURES,
@@ -149,6 +150,7 @@ class Responder(LinkEnd):
         self.receiver = Receiver(self.services.routes, link, remote, flt, self.counters,
                                  resync_s=config.interest_resync_ms / 1000,
                                  refusals=FEATURE_REFUSALS in features,
+                                 ack_ranges=FEATURE_ACK_RANGES in features,
                                  principal=principal)
         self.receiver.start()
         if self.duplex:

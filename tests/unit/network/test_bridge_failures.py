@@ -38,6 +38,7 @@ from meshmq.network.bridge_state import (
 )
 from meshmq.network.endpoint import BYE_CAUSE
 from meshmq.protocol.wire import (
+    FEATURE_ACK_RANGES,
     FEATURE_MESSAGES_AGAIN,
     FEATURE_REFUSALS,
     WIRE_VERSION,
@@ -154,18 +155,20 @@ def test_a_welcome_without_a_version_is_a_version_mismatch() -> None:
 
 
 # ---------------------------------------------------------------- the handshake's answer
-@pytest.mark.parametrize(("features", "again", "refusals"), [
-    (None, False, False), ([], False, False),
-    ([FEATURE_MESSAGES_AGAIN], True, False), ([FEATURE_REFUSALS], False, True),
-    ([FEATURE_MESSAGES_AGAIN, FEATURE_REFUSALS, "from-the-future"], True, True)])
+@pytest.mark.parametrize(("features", "again", "refusals", "ranges"), [
+    (None, False, False, False), ([], False, False, False),
+    ([FEATURE_MESSAGES_AGAIN], True, False, False), ([FEATURE_REFUSALS], False, True, False),
+    ([FEATURE_ACK_RANGES], False, False, True),
+    ([FEATURE_MESSAGES_AGAIN, FEATURE_REFUSALS, FEATURE_ACK_RANGES, "from-the-future"],
+     True, True, True)])
 def test_the_halves_use_only_the_features_the_remote_offered(
-        features: list[str] | None, again: bool, refusals: bool) -> None:
+        features: list[str] | None, again: bool, refusals: bool, ranges: bool) -> None:
     m = machine()
     handshaking(m)
     extra = {} if features is None else {"features": features}
     (halves,) = of(m.handshake_frame(welcome(**extra), 0.0), StartHalves)
     assert isinstance(halves, StartHalves)
-    assert (halves.again, halves.refusals) == (again, refusals)
+    assert (halves.again, halves.refusals, halves.ranges) == (again, refusals, ranges)
 
 
 def test_the_remotes_client_uris_and_management_url_reach_the_halves() -> None:

@@ -134,6 +134,7 @@ class FakeForwarder:
         self.synced = False
         self.interest: list[tuple[str, dict[str, Any]]] = []
         self.acks: list[list[tuple[int, AckStatus]]] = []
+        self.ranges: list[list[tuple[int, int, AckStatus]]] = []
 
     def apply_interest(self, op: str, body: dict[str, Any]) -> None:
         self.interest.append((op, body))
@@ -142,6 +143,9 @@ class FakeForwarder:
 
     def on_acks(self, acks: list[tuple[int, AckStatus]]) -> None:
         self.acks.append(acks)
+
+    def on_ack_ranges(self, runs: list[tuple[int, int, AckStatus]]) -> None:
+        self.ranges.append(runs)
 
 
 class End(LinkEnd):
@@ -182,6 +186,14 @@ def test_acks_reach_the_forwarding_half() -> None:
     assert end.forwarder.acks == [[(1, AckStatus.STORED), (2, AckStatus.DUPLICATE)]]
 
 
+def test_ack_ranges_reach_the_forwarding_half_as_runs() -> None:
+    end = End(forwarding=True)
+    acks = [(1, AckStatus.STORED), (2, AckStatus.STORED), (3, AckStatus.DUPLICATE)]
+    route(end, WireFrame(FrameType.ACK_RANGES, encode_acks(acks, as_ranges=True)[5:]))
+    assert isinstance(end.forwarder, FakeForwarder)
+    assert end.forwarder.ranges == [[(1, 2, AckStatus.STORED), (3, 3, AckStatus.DUPLICATE)]]
+
+
 def test_a_goodbye_closes_the_link_as_a_clean_shutdown_with_its_reason() -> None:
     link = route(End(forwarding=False), frame(FrameType.BYE, {"reason": "maintenance"}))
     assert link.closed_with == f"{BYE_CAUSE} (maintenance)"
@@ -201,6 +213,7 @@ def test_a_refusal_on_a_live_link_is_recorded_then_closes_it() -> None:
     (False, WireFrame(FrameType.MESSAGES_AGAIN, b""),
      "MESSAGES_AGAIN on a link that does not receive"),
     (False, WireFrame(FrameType.ACKS, b""), "ACKS on a link that does not forward"),
+    (False, WireFrame(FrameType.ACK_RANGES, b""), "ACK_RANGES on a link that does not forward"),
     (False, frame(FrameType.INTEREST, {"op": "sync"}),
      "INTEREST on a link that does not forward"),
     (True, frame(FrameType.INTEREST, {"op": "replace"}),

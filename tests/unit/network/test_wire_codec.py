@@ -3,6 +3,7 @@ errors for garbage."""
 
 from __future__ import annotations
 
+import itertools
 import struct
 
 import pytest
@@ -14,6 +15,7 @@ from meshmq.core.message import Message
 from meshmq.core.message_codec import encode_message
 from meshmq.errors import RemoteProtocolError
 from meshmq.protocol.wire import (
+    FEATURE_ACK_RANGES,
     FEATURE_SHARD,
     FEATURES,
     MAGIC,
@@ -22,11 +24,15 @@ from meshmq.protocol.wire import (
     RecordsBuilder,
     SettleKind,
     WireDecoder,
+    WireFrame,
+    ack_runs,
+    decode_ack_ranges,
     decode_acks,
     decode_deliver,
     decode_json,
     decode_messages,
     decode_settle,
+    encode_ack_ranges,
     encode_acks,
     encode_deliver,
     encode_json,
@@ -194,3 +200,59 @@ def test_unknown_ack_status_among_good_ones_is_named() -> None:
     bad[:4] = (len(bad) - 4).to_bytes(4, "big")
     with pytest.raises(RemoteProtocolError, match=f"unknown ack status {len(AckStatus)}"):
         decode_acks(WireDecoder(expect_magic=False).feed(bytes(bad))[0])
+
+
+# ------------------------------------------------------------ ACK_RANGES
+def _expand(runs: list[tuple[int, int, AckStatus]]) -> list[tuple[int, AckStatus]]:
+    return [(seq, status) for first, last, status in runs for seq in range(first, last + 1)]
+
+
+@given(st.lists(st.tuples(st.integers(1, 60), st.sampled_from(list(AckStatus))),
+                max_size=60))
+def test_ack_runs_settle_exactly_what_the_acks_settle(acks) -> None:
+    """Each run is consecutive sequences of one status, in the order given; expanded
+    they are the acknowledgements themselves (duplicates and gaps included)."""
+    runs = ack_runs(acks)
+    assert _expand(runs) == acks
+    for (_, last, status), (first, _, next_status) in itertools.pairwise(runs):
+        assert first != last + 1 or next_status is not status  # runs are maximal
+
+
+def test_a_batch_of_one_status_is_one_run() -> None:
+    stored = [(seq, AckStatus.STORED) for seq in range(501, 1001)]
+    assert ack_runs(stored) == [(501, 1000, AckStatus.STORED)]
+    mixed = [*stored[:3], (504, AckStatus.DUPLICATE), *stored[4:6]]
+    assert ack_runs(mixed) == [(501, 503, AckStatus.STORED), (504, 504, AckStatus.DUPLICATE),
+                               (505, 506, AckStatus.STORED)]
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**64 - 1), st.sampled_from(list(AckStatus))),
+                max_size=40))
+def test_acks_as_ranges_round_trip_in_their_own_frame_type(acks) -> None:
+    frame = WireDecoder(expect_magic=False).feed(encode_acks(acks, as_ranges=True))[0]
+    assert frame.type is FrameType.ACK_RANGES
+    runs = decode_ack_ranges(frame)
+    assert _expand(runs) == acks
+    assert all(type(status) is AckStatus for _, _, status in runs)
+
+
+def test_ack_ranges_frame_layout() -> None:
+    """docs/wire-protocol.md: u32 count, then u64 first + u64 last + u8 status."""
+    runs = [(1, 500, AckStatus.STORED), (7, 7, AckStatus.REFUSED)]
+    payload = struct.pack(">I", 2) + struct.pack(">QQB", 1, 500, 0) + \
+        struct.pack(">QQB", 7, 7, 4)
+    assert encode_ack_ranges(runs) == \
+        struct.pack(">IB", len(payload) + 1, FrameType.ACK_RANGES) + payload
+    assert FrameType.ACK_RANGES == 13 and FEATURE_ACK_RANGES in FEATURES
+
+
+@pytest.mark.parametrize(("payload", "fragment"), [
+    (b"\x00\x00", "ACK_RANGES frame too short"),
+    (struct.pack(">I", 2) + struct.pack(">QQB", 1, 2, 0), "wrong length"),
+    (struct.pack(">I", 1) + struct.pack(">QQB", 1, 2, len(AckStatus)),
+     f"unknown ack status {len(AckStatus)}"),
+    (struct.pack(">I", 1) + struct.pack(">QQB", 9, 8, 0), "run 9-8 ends before it starts"),
+])
+def test_bad_ack_ranges_are_named(payload: bytes, fragment: str) -> None:
+    with pytest.raises(RemoteProtocolError, match=fragment):
+        decode_ack_ranges(WireFrame(FrameType.ACK_RANGES, payload))

@@ -1,6 +1,7 @@
 """meshmq's broker-to-broker wire protocol (see docs/wire-protocol.md): a sans-I/O codec."""
 
 from meshmq.protocol.wire.codec import (
+    FEATURE_ACK_RANGES,
     FEATURE_MESSAGES_AGAIN,
     FEATURE_REFUSALS,
     FEATURE_SHARD,
@@ -14,12 +15,15 @@ from meshmq.protocol.wire.codec import (
     SettleKind,
     WireDecoder,
     WireFrame,
+    ack_runs,
+    decode_ack_ranges,
     decode_acks,
     decode_deliver,
     decode_json,
     decode_messages,
     decode_settle,
     decode_txn,
+    encode_ack_ranges,
     encode_acks,
     encode_deliver,
     encode_json,
@@ -32,6 +36,7 @@ from meshmq.protocol.wire.codec import (
 
 __all__ = [
     "FEATURES",
+    "FEATURE_ACK_RANGES",
     "FEATURE_MESSAGES_AGAIN",
     "FEATURE_REFUSALS",
     "FEATURE_SHARD",
@@ -44,12 +49,15 @@ __all__ = [
     "SettleKind",
     "WireDecoder",
     "WireFrame",
+    "ack_runs",
+    "decode_ack_ranges",
     "decode_acks",
     "decode_deliver",
     "decode_json",
     "decode_messages",
     "decode_settle",
     "decode_txn",
+    "encode_ack_ranges",
     "encode_acks",
     "encode_deliver",
     "encode_json",

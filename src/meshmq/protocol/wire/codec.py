@@ -37,7 +37,9 @@ MAX_FRAME = 128 * 1024 * 1024
 FEATURE_MESSAGES_AGAIN = "messages-again"
 # The receiver may answer REFUSED (its rights for the link's user do not allow it).
 FEATURE_REFUSALS = "refusals"
-FEATURES = (FEATURE_MESSAGES_AGAIN, FEATURE_REFUSALS)
+# The receiver may settle in ACK_RANGES frames (runs of sequence numbers) instead of ACKS.
+FEATURE_ACK_RANGES = "ack-ranges"
+FEATURES = (FEATURE_MESSAGES_AGAIN, FEATURE_REFUSALS, FEATURE_ACK_RANGES)
 # Two shards of one node (docs/design.md, "Shards"): the link carries DELIVER and SETTLE
 # and the HELLO a per-boot token instead of a user. Never listed by a network peer, and
 # not in FEATURES: a bridge never offers it.
@@ -47,6 +49,7 @@ _HEAD = struct.Struct(">IB")
 _COUNT = struct.Struct(">I")
 _MSG_HEAD = struct.Struct(">QI")
 _ACK = struct.Struct(">QB")
+_ACK_RANGE = struct.Struct(">QQB")  # first sequence, last sequence, status
 _DELIVER_HEAD = struct.Struct(">QQII")  # relay id, owner's tag, delivery count, n
 _SETTLE = struct.Struct(">QQB")  # relay id, owner's tag, kind
 
@@ -69,6 +72,10 @@ class FrameType(enum.IntEnum):
     # delivery tag and count (binary), and their settlements (binary).
     DELIVER = 11
     SETTLE = 12
+    # As ACKS, one record per run of sequence numbers settled with one status: a batch
+    # of forwarded messages is usually one record. Sent only to a peer that listed
+    # FEATURE_ACK_RANGES in its HELLO or WELCOME.
+    ACK_RANGES = 13
     # Shard links only: a transaction across shards (two-phase commit): a JSON head
     # (u32 length, then the object) and, for ``prepare``, the transaction's messages
     # as in MESSAGES.
@@ -169,10 +176,43 @@ class RecordsBuilder:
         return b"".join(parts)
 
 
-def encode_acks(acks: list[tuple[int, AckStatus]]) -> bytes:
+def encode_acks(acks: list[tuple[int, AckStatus]], *, as_ranges: bool = False) -> bytes:
+    """One ACKS frame for ``acks`` of (sequence, status); ``as_ranges``: one ACK_RANGES
+    frame instead, the same settlements as runs (for a peer with FEATURE_ACK_RANGES)."""
+    if as_ranges:
+        return encode_ack_ranges(ack_runs(acks))
     pack = _ACK.pack
     return b"".join([_HEAD.pack(_COUNT.size + len(acks) * _ACK.size + 1, FrameType.ACKS),
                      _COUNT.pack(len(acks)), *[pack(seq, status) for seq, status in acks]])
+
+
+def ack_runs(acks: list[tuple[int, AckStatus]]) -> list[tuple[int, int, AckStatus]]:
+    """``acks`` as (first, last, status) runs: each run the consecutive sequence numbers,
+    in the order given, that share a status."""
+    runs: list[tuple[int, int, AckStatus]] = []
+    if not acks:
+        return runs
+    first, status = acks[0]
+    last = first
+    for i in range(1, len(acks)):
+        seq, st = acks[i]
+        if seq == last + 1 and st is status:
+            last = seq
+        else:
+            runs.append((first, last, status))
+            first = last = seq
+            status = st
+    runs.append((first, last, status))
+    return runs
+
+
+def encode_ack_ranges(runs: list[tuple[int, int, AckStatus]]) -> bytes:
+    """One ACK_RANGES frame for ``runs`` of (first, last, status), first <= last."""
+    pack = _ACK_RANGE.pack
+    return b"".join([_HEAD.pack(_COUNT.size + len(runs) * _ACK_RANGE.size + 1,
+                                FrameType.ACK_RANGES),
+                     _COUNT.pack(len(runs)),
+                     *[pack(first, last, status) for first, last, status in runs]])
 
 
 def encode_deliver(batch: list[tuple[int, int, int, bytes]]) -> bytes:
@@ -297,6 +337,24 @@ def decode_acks(frame: WireFrame) -> list[tuple[int, AckStatus]]:
         bad = next(st for _, st in _ACK.iter_unpack(memoryview(data)[4:])
                    if st >= len(statuses))
         raise RemoteProtocolError(f"unknown ack status {bad}") from None
+
+
+def decode_ack_ranges(frame: WireFrame) -> list[tuple[int, int, AckStatus]]:
+    data = frame.payload
+    if len(data) < 4:
+        raise RemoteProtocolError("ACK_RANGES frame too short")
+    (count,) = _COUNT.unpack_from(data, 0)
+    if len(data) != 4 + count * _ACK_RANGE.size:
+        raise RemoteProtocolError("ACK_RANGES frame has the wrong length")
+    statuses = _ACK_STATUSES
+    runs: list[tuple[int, int, AckStatus]] = []
+    for first, last, status in _ACK_RANGE.iter_unpack(memoryview(data)[4:]):
+        if status >= len(statuses):
+            raise RemoteProtocolError(f"unknown ack status {status}")
+        if first > last:
+            raise RemoteProtocolError(f"ACK_RANGES run {first}-{last} ends before it starts")
+        runs.append((first, last, statuses[status]))
+    return runs
 
 
 def decode_deliver(frame: WireFrame) -> list[tuple[int, int, int, Message]]:
