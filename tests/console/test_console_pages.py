@@ -53,9 +53,13 @@ def console_errors(driver: Any, port: int) -> list[str]:
 
 
 def open_page(driver: Any, port: int, page: str) -> None:
+    # Only the hash changes between pages, so nothing reloads: wait for this page's
+    # render, not any page's (the previous one is still marked ready for a moment).
+    # A queue's page is marked as the Destinations page it belongs to.
+    shown = "destinations" if page.startswith("queue/") else page
     driver.get(f"http://127.0.0.1:{port}/console/#/{page}")
     WebDriverWait(driver, 15).until(
-        lambda d: d.find_element(By.ID, "main").get_attribute("data-page") is not None
+        lambda d: d.find_element(By.ID, "main").get_attribute("data-page") == shown
         and d.find_element(By.ID, "main").get_attribute("data-ready"))
 
 
