@@ -219,3 +219,20 @@ def test_a_follower_node_that_was_down_catches_up_and_takes_over(tmp_path: Path)
         assert got == e + lt
     for n in ("c", other):
         assert cluster.nodes[n].terminate() == 0
+
+
+def test_a_follower_node_whose_supervisor_is_killed_leaves_no_shard_running(
+        tmp_path: Path) -> None:
+    """A follower's shards are still starting (following) when their supervisor dies:
+    they stop as a started shard does, instead of following on with nobody to stop
+    them, holding the node's replication ports."""
+    cluster = Cluster(tmp_path)
+    cluster.start("a", "b")
+    first = cluster.master()
+    other = cluster.nodes["b" if first == "a" else "a"]
+    poll(lambda: len(other.shard_processes()) == SHARDS, 30, "the follower's shards")
+    shards = other.shard_processes()
+    other.kill9()  # the supervisor only
+    poll(lambda: all(pid_gone(p.pid) for p in shards), 30,
+         "the follower's shards to stop without their supervisor")
+    assert cluster.nodes[first].terminate() == 0

@@ -174,8 +174,11 @@ async def serve_shard(spec: ShardSpec, parent_fd: int = PARENT_FD) -> int:
         loop.remove_reader(parent_fd)
         log.warning("shard %d: the node's supervisor is gone; stopping", spec.identity.index)
         runtime.shutdown_requested = True
-        if runtime.started:
-            stopping.add(loop.create_task(runtime.stop()))
+        # Stopped whether started or not, as a signal stops it: a replicated follower's
+        # start lasts until its node is elected, so waiting for the start to end would
+        # leave it following (and its ports held) with no supervisor.
+        runtime.stop_deadline.arm()
+        stopping.add(loop.create_task(runtime.stop()))
 
     loop.add_reader(parent_fd, parent_readable)
     try:
