@@ -31,7 +31,6 @@ crash) stops all its shards and starts again as a follower (node/supervisor.py).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import random
@@ -391,15 +390,5 @@ class NodeElection(ReplicatedHa):
         elif self.role is not Role.STOPPED:
             self.machine.fire(RoleEvent.STOP)
         self.kind = Kind.FOLLOWER
-        if self._server is not None:
-            self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(BaseException):
-                await task
-        if self._server is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 1)
-            self._server = None
+        await self._close_listener_and_tasks()
 

@@ -403,6 +403,18 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
         elif self.role is not Role.STOPPED:
             self.machine.fire(RoleEvent.STOP)
         self._step_down_internal(FencedError("this broker is stopping"))
+        await self._close_listener_and_tasks()
+        if self._snapshot is not None:
+            with contextlib.suppress(StoreError):
+                await self._snapshot[0].close()
+            self._snapshot = None
+        if self.journal is not None:
+            with contextlib.suppress(StoreError):
+                await self.journal.close()
+
+    async def _close_listener_and_tasks(self) -> None:
+        """Close the listener, cancel and await every task, wait (1 s at most) for the
+        listener's connections to close."""
         if self._server is not None:
             self._server.close()
         for task in list(self._tasks):
@@ -414,13 +426,6 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 1)
             self._server = None
-        if self._snapshot is not None:
-            with contextlib.suppress(StoreError):
-                await self._snapshot[0].close()
-            self._snapshot = None
-        if self.journal is not None:
-            with contextlib.suppress(StoreError):
-                await self.journal.close()
 
     async def _hand_over(self) -> None:
         """Graceful stop: let the followers catch up (bounded), then tell them to elect
