@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -210,6 +212,16 @@ def test_a_follower_node_that_was_down_catches_up_and_takes_over(tmp_path: Path)
     late = [[f"late-{k}-{i}" for i in range(50)] for k in range(SHARDS)]
     for queue, bodies in zip(queues, late, strict=True):
         send_all(port, queue, bodies)
+    # `meshmq stat` shows each shard's log position (they replicate one by one).
+    stat = subprocess.run([sys.executable, "-m", "meshmq.cli.main", "stat", "--url",
+                           f"127.0.0.1:{cluster.nodes[first].management_port}"],
+                          capture_output=True, text=True, timeout=30, check=True).stdout
+    positions = [s["last"] for s in cluster.nodes[first].stat()["ha"]["shards"]]
+    assert all(term >= 1 and index > 0 for term, index in positions), positions
+    assert f"ha replicated  term {cluster.nodes[first].stat()['ha']['term']}  master " \
+        in stat, stat
+    assert f"  shards {SHARDS}  logs s0 [" in stat and ", s1 [" in stat, stat
+    assert stat.count(" commit ") == SHARDS, stat
 
     cluster.kill(first)
     cluster.start(other)  # behind on the late messages: it must not win

@@ -375,14 +375,30 @@ def shard_tables(rows: list[dict[str, Any]], totals: dict[str, Any] | None = Non
         ("delivered_out", "DELIVERED OUT"), ("parked", "PARKED")))
 
 
+def ha_line(ha: dict[str, Any]) -> str | None:
+    """``meshmq stat``'s line about high availability (None without it). A replicated
+    node of shards replicates each shard's log on its own: one position per shard."""
+    mode = ha.get("mode", "none")
+    if mode == "none":
+        return None
+    if mode != "replicated":
+        return (f"role {ha['role']}  ha {mode}  epoch {ha['epoch']}  lease held by "
+                f"{ha.get('lease_holder')} (epoch {ha.get('lease_epoch')})")
+    head = f"role {ha['role']}  ha replicated  term {ha['term']}  master {ha.get('leader')}"
+    shards = ha.get("shards")
+    if shards is None:
+        return f"{head}  log {ha.get('last')}  commit {ha.get('commit')}"
+    logs = ", ".join(f"s{i} {s.get('last')}" + (f" commit {s['commit']}"
+                                                if s.get("commit") is not None else "")
+                     + ("" if s.get("up", True) else " (not answering)")
+                     for i, s in enumerate(shards))
+    return f"{head}  shards {len(shards)}  logs {logs or 'not known yet'}"
+
+
 def _print_stat(stat: dict[str, Any]) -> None:
-    ha = stat.get("ha") or {}
-    if ha.get("mode") == "replicated":
-        print(f"role {ha['role']}  ha replicated  term {ha['term']}  master "
-              f"{ha.get('leader')}  log {ha.get('last')}  commit {ha.get('commit')}")
-    elif ha.get("mode", "none") != "none":
-        print(f"role {ha['role']}  ha {ha['mode']}  epoch {ha['epoch']}  lease held by "
-              f"{ha.get('lease_holder')} (epoch {ha.get('lease_epoch')})")
+    line = ha_line(stat.get("ha") or {})
+    if line is not None:
+        print(line)
     if stat.get("failed_logins"):
         print(f"logins failed {stat['failed_logins']}  addresses slowed "
               f"{stat.get('login_slowed_addresses', 0)}")

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["TOTALLED", "CpuMeter", "ShardAnswer", "ShardRow", "node_broker", "node_stat",
-           "shard_rows", "shard_totals"]
+__all__ = ["TOTALLED", "CpuMeter", "ShardAnswer", "ShardRow", "node_broker", "node_ha",
+           "node_stat", "shard_rows", "shard_totals"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +137,28 @@ def node_stat(name: str, answers: Sequence[ShardAnswer]) -> dict[str, Any]:
                 stat[key] = front.body[key]
     stat.setdefault("ha", {"mode": "none", "role": "standalone"})
     return stat
+
+
+def node_ha(ha: Mapping[str, Any], answers: Sequence[ShardAnswer]) -> dict[str, Any]:
+    """The supervisor's high-availability status with each shard's replication as the
+    shard reports it now. A replicated node's supervisor learns its shards' log
+    positions only when it holds an election; each shard streams its own log and knows
+    where it stands, so ``shards`` is taken from their answers (the supervisor's last
+    view for a shard that did not answer, marked ``"up": false``)."""
+    known = ha.get("shards")
+    if not isinstance(known, list):
+        return dict(ha)
+    shards: list[dict[str, Any]] = []
+    for answer in answers:
+        own = answer.body.get("ha") if answer.body is not None else None
+        if isinstance(own, Mapping) and own.get("mode") == "replicated":
+            shards.append({"up": True, "role": own.get("role"), "term": own.get("term"),
+                           "leader": own.get("leader"), "last": own.get("last"),
+                           "durable": own.get("durable"), "commit": own.get("commit")})
+        else:
+            earlier = known[answer.shard] if answer.shard < len(known) else {}
+            shards.append({**earlier, "up": False})
+    return {**ha, "shards": shards}
 
 
 def node_broker(name: str, answers: Sequence[ShardAnswer], uptime_ms: int,

@@ -47,7 +47,7 @@ from meshmq.management.app import login_decision
 from meshmq.management.server import SHUTDOWN_TIMEOUT_S, bind_socket, tls_context
 from meshmq.node import admin_routes
 from meshmq.node import console as node_console
-from meshmq.node.aggregate import ShardAnswer, ShardRow, node_broker, node_stat
+from meshmq.node.aggregate import ShardAnswer, ShardRow, node_broker, node_ha, node_stat
 from meshmq.node.http_relay import relay_response
 from meshmq.node.metrics import (
     ACCEPT,
@@ -177,9 +177,10 @@ class NodeManagement:
         return reply(body)
 
     async def _stat(self, request: web.Request) -> web.Response:
-        stat = node_stat(self.config.broker_name, await self.ask("/api/stat", request))
+        answers = await self.ask("/api/stat", request)
+        stat = node_stat(self.config.broker_name, answers)
         if self.ha_status is not None:
-            stat["ha"] = self.ha_status()
+            stat["ha"] = node_ha(self.ha_status(), answers)
         return reply(stat)
 
     async def _broker(self, request: web.Request) -> web.Response:

@@ -9,6 +9,7 @@ from meshmq.node.aggregate import (
     ShardAnswer,
     ShardRow,
     node_broker,
+    node_ha,
     node_stat,
     shard_rows,
     shard_totals,
@@ -161,3 +162,24 @@ def test_producers_sending_from_other_shards_are_added_to_the_owners_row() -> No
     stat = node_stat("node", answers)
     assert {d["name"]: d["producers"] for d in stat["destinations"]} == {"a": 2, "b": 3}
     assert "producers_elsewhere" not in stat
+
+
+def test_a_replicated_nodes_shards_report_their_own_log_positions() -> None:
+    """The supervisor's view of its shards dates from its last election; the node's
+    stat takes each answering shard's own replication status instead."""
+    supervisor = {"mode": "replicated", "role": "master", "term": 3, "leader": "a@x",
+                  "shards": [{"term": 3, "last": [0, 0], "durable": [0, 0]},
+                             {"term": 3, "last": [2, 5], "durable": [2, 5]}]}
+    shard0 = {"mode": "replicated", "role": "master", "term": 3, "leader": "a/s0@x",
+              "last": [3, 120], "durable": [3, 120], "commit": 118, "members": {}}
+    answers = [ShardAnswer(0, {"ha": shard0}), ShardAnswer(1, error="refused")]
+    ha = node_ha(supervisor, answers)
+    assert ha["term"] == 3 and ha["leader"] == "a@x"
+    assert ha["shards"] == [
+        {"up": True, "role": "master", "term": 3, "leader": "a/s0@x", "last": [3, 120],
+         "durable": [3, 120], "commit": 118},
+        {"term": 3, "last": [2, 5], "durable": [2, 5], "up": False}]
+    assert supervisor["shards"][0]["last"] == [0, 0]  # not changed in place
+    # Without replication (or a single broker) there is nothing to merge.
+    plain = {"mode": "shared", "role": "master", "epoch": 1}
+    assert node_ha(plain, answers) == plain
