@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
 from meshmq.core import destinations as dst
 from meshmq.core.consumer import Consumer, ConsumerOrigin, ConsumerSpec
@@ -30,8 +31,8 @@ from meshmq.core.destinations import Destination, DestKind
 from meshmq.core.message import Message, PropertyValue
 from meshmq.core.state import Connection, CoreState
 
-ADVISORY_PREFIX = "ActiveMQ.Advisory."
-TYPE_NAMES = {DestKind.QUEUE: "Queue", DestKind.TOPIC: "Topic",
+ADVISORY_PREFIX: Final = "ActiveMQ.Advisory."
+TYPE_NAMES: Final = {DestKind.QUEUE: "Queue", DestKind.TOPIC: "Topic",
               DestKind.TEMP_QUEUE: "TempQueue", DestKind.TEMP_TOPIC: "TempTopic"}
 
 

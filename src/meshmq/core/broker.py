@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from typing import Final
 
 from meshmq.config.model import BrokerConfig, DestinationPolicy, StreamPolicy
 from meshmq.core.access import Access
@@ -63,7 +64,7 @@ from meshmq.store.base import Recovery, Store, StoredEntry, StoreOp
 __all__ = ["ADVISORY_PREFIX", "RECORD_PREFIX", "RETAINED_PREFIX", "SYS_PREFIX", "Broker",
            "Connection", "ConsumerEvent", "TopicStats", "TopicSubscription", "Transaction"]
 
-SYS_PREFIX = "$SYS."  # the broker's statistics topics (MQTT $SYS/...), memory only
+SYS_PREFIX: Final = "$SYS."  # the broker's statistics topics (MQTT $SYS/...), memory only
 
 
 class Broker:

@@ -14,6 +14,7 @@ Unsubscribing is core/subscriptions.py's; this module only asks it to.
 from __future__ import annotations
 
 import itertools
+from typing import Final
 
 from meshmq.core import destinations as dst
 from meshmq.core.access import Access
@@ -26,7 +27,7 @@ from meshmq.core.state import LINK_PROTOCOLS, Connection, CoreState, TopicStats
 from meshmq.core.subscriptions import Subscriptions
 from meshmq.errors import MeshmqError
 
-CONNECTION_TOPIC = "ActiveMQ.Advisory.Connection"
+CONNECTION_TOPIC: Final = "ActiveMQ.Advisory.Connection"
 
 
 class Connections:

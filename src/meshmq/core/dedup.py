@@ -17,12 +17,12 @@ dict's eviction per arrival, a noticeable part of a bridge's receiving cost.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from meshmq.core.message import Message
 
-DEDUP_PROPERTY = "dedup-id"
+DEDUP_PROPERTY: Final = "dedup-id"
 
 
 def network_key(message: Message) -> str:

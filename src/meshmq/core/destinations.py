@@ -12,13 +12,14 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Final
 
 from meshmq.errors import DestinationError
 
-ANY_CHILD = "*"
-ANY_DESCENDANT = ">"
-SEPARATOR = "."
-MAX_NAME_LENGTH = 1024
+ANY_CHILD: Final = "*"
+ANY_DESCENDANT: Final = ">"
+SEPARATOR: Final = "."
+MAX_NAME_LENGTH: Final = 1024
 
 
 class DestKind(enum.StrEnum):  # StrEnum: C-level hashing on the hot path

@@ -8,14 +8,15 @@ queue entry that references the message, never in the message itself, so one
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final
 
 from meshmq.core.destinations import Destination
 
 PropertyValue = str | int | float | bool | None
 
-DEFAULT_PRIORITY = 4
-MIN_PRIORITY = 0
-MAX_PRIORITY = 9
+DEFAULT_PRIORITY: Final = 4
+MIN_PRIORITY: Final = 0
+MAX_PRIORITY: Final = 9
 
 
 # init=False: the hand-written __init__ below is compiled by mypyc in the compiled build,
@@ -96,4 +97,4 @@ class Message:
         return Message(**fields)
 
 
-_FIELDS = tuple(Message.__dataclass_fields__)
+_FIELDS: Final = tuple(Message.__dataclass_fields__)

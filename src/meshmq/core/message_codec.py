@@ -31,49 +31,58 @@ Plain ``struct`` and byte slicing, no json/pickle: this is on the persistent-sen
 from __future__ import annotations
 
 import struct
+from typing import Final
 
 from meshmq.core.destinations import Destination, DestKind
 from meshmq.core.message import Message, PropertyValue
 from meshmq.errors import CorruptStoreError, StoreError
 
-CODEC_VERSION = 1
+CODEC_VERSION: Final = 1
 
 # Kinds are stored as small integers; the order is part of the format, append only.
-KIND_CODES: tuple[DestKind, ...] = (
+KIND_CODES: Final[tuple[DestKind, ...]] = (
     DestKind.QUEUE, DestKind.TOPIC, DestKind.TEMP_QUEUE, DestKind.TEMP_TOPIC,
 )
-_KIND_INDEX = {kind: i for i, kind in enumerate(KIND_CODES)}
+_KIND_INDEX: Final = {kind: i for i, kind in enumerate(KIND_CODES)}
 
 # decode builds Message positionally (faster); fail at import if the field order changes.
-_POSITIONAL = ("message_id", "destination", "body", "properties", "persistent", "priority",
+_POSITIONAL: Final = ("message_id", "destination", "body", "properties", "persistent", "priority",
                "timestamp", "expiration", "correlation_id", "reply_to", "type", "group_id",
                "group_seq", "producer_id", "broker_path", "original_destination", "user_id",
                "content_type")
 if tuple(Message.__dataclass_fields__)[:len(_POSITIONAL)] != _POSITIONAL:  # pragma: no cover
     raise ImportError("meshmq.core.message_codec: Message fields changed; update the codec")
 
-_HEADER = struct.Struct("<BBBBIqqqHH")
-HEADER_SIZE = _HEADER.size
-_U32 = struct.Struct("<I")
-_I64 = struct.Struct("<q")
-_F64 = struct.Struct("<d")
+_HEADER: Final = struct.Struct("<BBBBIqqqHH")
+HEADER_SIZE: Final = _HEADER.size
+_U32: Final = struct.Struct("<I")
+_I64: Final = struct.Struct("<q")
+_F64: Final = struct.Struct("<d")
 
-_F_PERSISTENT = 0x01
-_F_CORRELATION = 0x02
-_F_REPLY_TO = 0x04
-_F_TYPE = 0x08
-_F_GROUP = 0x10
-_F_ORIGINAL = 0x20
-_F_USER = 0x40
-_F_CONTENT_TYPE = 0x80
+_F_PERSISTENT: Final = 0x01
+_F_CORRELATION: Final = 0x02
+_F_REPLY_TO: Final = 0x04
+_F_TYPE: Final = 0x08
+_F_GROUP: Final = 0x10
+_F_ORIGINAL: Final = 0x20
+_F_USER: Final = 0x40
+_F_CONTENT_TYPE: Final = 0x80
 
-_T_NONE, _T_FALSE, _T_TRUE, _T_INT, _T_FLOAT, _T_STR, _T_BIGINT = range(7)
-_I64_MIN = -(1 << 63)
-_I64_MAX = (1 << 63) - 1
-_MAX_COUNT = 0xFFFF
+# Property value tags (module docstring). Final: mypyc inlines Final constants, where a
+# plain module global costs a dictionary look-up at every use.
+_T_NONE: Final = 0
+_T_FALSE: Final = 1
+_T_TRUE: Final = 2
+_T_INT: Final = 3
+_T_FLOAT: Final = 4
+_T_STR: Final = 5
+_T_BIGINT: Final = 6
+_I64_MIN: Final = -(1 << 63)
+_I64_MAX: Final = (1 << 63) - 1
+_MAX_COUNT: Final = 0xFFFF
 
 
-_LEN1 = tuple(bytes((i,)) for i in range(255))
+_LEN1: Final = tuple(bytes((i,)) for i in range(255))
 
 
 def _put_str(out: list[bytes], text: str) -> None:
@@ -83,7 +92,7 @@ def _put_str(out: list[bytes], text: str) -> None:
     out.append(raw)
 
 
-STORE_CACHE = "store"  # wire_cache key of a message's encoding in this format
+STORE_CACHE: Final = "store"  # wire_cache key of a message's encoding in this format
 
 
 def encoded(msg: Message) -> bytes:
@@ -103,18 +112,64 @@ def encode_message(msg: Message, *, broker_path: tuple[str, ...] | None = None,
     ``producer_id`` replace the message's own (a bridge forwarding it adds a hop
     without copying the message). Raises StoreError for values the format cannot hold
     (unsupported property types, out-of-range numbers)."""
-    flags = _F_PERSISTENT if msg.persistent else 0
-    out: list[bytes] = []
-    props = msg.properties
     path = msg.broker_path if broker_path is None else broker_path
-    if len(props) > _MAX_COUNT or len(path) > _MAX_COUNT:
+    try:
+        producer = str_bytes(msg.producer_id if producer_id is None else producer_id)
+        path_bytes = b"".join([str_bytes(name) for name in path]) if path else b""
+    except (AttributeError, TypeError, UnicodeEncodeError) as exc:
+        raise StoreError(f"cannot encode message {msg.message_id!r}: {exc}") from exc
+    return encode_forwarded(msg, path_bytes, len(path), producer)
+
+
+def str_bytes(text: str) -> bytes:
+    """``text`` as the format writes a ``str``: its length prefix, then its UTF-8."""
+    raw = text.encode("utf-8")
+    n = len(raw)
+    return (_LEN1[n] if n < 255 else b"\xff" + _U32.pack(n)) + raw
+
+
+# Destination name -> ``str_bytes(name)``: a forwarder or a store encodes the same few
+# names over and over. Bounded: cleared when it grows past _NAMES_KEPT.
+_NAMES: Final[dict[str, bytes]] = {}
+_NAMES_KEPT: Final = 4096
+
+
+def encode_forwarded(msg: Message, path: bytes, path_len: int, producer: bytes) -> bytes:
+    """``encode_message(msg, broker_path=P, producer_id=Q)`` from the parts a forwarder
+    keeps encoded: ``path`` is ``P``'s names each as ``str_bytes`` (joined), ``path_len``
+    is ``len(P)``, ``producer`` is ``str_bytes(Q)``. The same bytes, less work per message."""
+    out: list[bytes] = []
+    encode_into(out, msg, path, path_len, producer)
+    return b"".join(out)
+
+
+def encode_into(out: list[bytes], msg: Message, path: bytes, path_len: int,
+                producer: bytes) -> int:
+    """``encode_forwarded``'s bytes appended to ``out`` in parts, not joined (a frame
+    being built takes them as they are: one copy of the body, not two); returns their
+    total length. On StoreError ``out`` is left as it was."""
+    props = msg.properties
+    if len(props) > _MAX_COUNT or path_len > _MAX_COUNT:
         raise StoreError("message has too many properties or broker_path entries to store")
+    start = len(out)
     try:
         dest = msg.destination
-        out.append(b"")  # placeholder for the header
-        _put_str(out, msg.message_id)
-        _put_str(out, dest.name)
-        _put_str(out, msg.producer_id if producer_id is None else producer_id)
+        name = _NAMES.get(dest.name)
+        if name is None:
+            if len(_NAMES) >= _NAMES_KEPT:
+                _NAMES.clear()
+            name = _NAMES[dest.name] = str_bytes(dest.name)
+        raw_id = msg.message_id.encode("utf-8")
+        n = len(raw_id)
+        prefix = _LEN1[n] if n < 255 else b"\xff" + _U32.pack(n)
+        body = msg.body
+        size = HEADER_SIZE + len(prefix) + n + len(name) + len(producer) + len(path) + len(body)
+        out.append(b"")  # the header, once the flags are known
+        out.append(prefix)
+        out.append(raw_id)
+        out.append(name)
+        out.append(producer)
+        flags = _F_PERSISTENT if msg.persistent else 0
         if msg.correlation_id is not None:
             flags |= _F_CORRELATION
             _put_str(out, msg.correlation_id)
@@ -138,19 +193,34 @@ def encode_message(msg: Message, *, broker_path: tuple[str, ...] | None = None,
         if msg.content_type is not None:
             flags |= _F_CONTENT_TYPE
             _put_str(out, msg.content_type)
-        for name in path:
-            _put_str(out, name)
-        for name, value in props.items():
-            _put_str(out, name)
-            _put_value(out, value)
-        body = msg.body
-        out[0] = _HEADER.pack(CODEC_VERSION, flags, msg.priority, _KIND_INDEX[dest.kind],
-                              len(body), msg.timestamp, msg.expiration, msg.group_seq,
-                              len(props), len(path))
+        if flags > _F_PERSISTENT:
+            size += _sizes(out, start + 5)
+        if path:
+            out.append(path)
+        if props:
+            mark = len(out)
+            for key, value in props.items():
+                _put_str(out, key)
+                _put_value(out, value)
+            size += _sizes(out, mark)
+        out[start] = _HEADER.pack(CODEC_VERSION, flags, msg.priority, _KIND_INDEX[dest.kind],
+                                  len(body), msg.timestamp, msg.expiration, msg.group_seq,
+                                  len(props), path_len)
         out.append(body)
-        return b"".join(out)
+        return size
     except (struct.error, KeyError, AttributeError, TypeError, UnicodeEncodeError) as exc:
+        del out[start:]
         raise StoreError(f"cannot encode message {msg.message_id!r}: {exc}") from exc
+    except StoreError:
+        del out[start:]
+        raise
+
+
+def _sizes(parts: list[bytes], start: int) -> int:
+    total = 0
+    for i in range(start, len(parts)):
+        total += len(parts[i])
+    return total
 
 
 def _put_value(out: list[bytes], value: PropertyValue) -> None:
@@ -217,7 +287,7 @@ def _dest(buf: bytes, pos: int) -> tuple[Destination, int]:
 # One Destination per name among decoded messages (a bridge's receiver or a store's
 # recovery decodes the same few names over and over): a dict look-up instead of a new
 # frozen dataclass per message, and the broker's tables then find it by identity.
-_DECODED: dict[str, Destination] = {}
+_DECODED: Final[dict[str, Destination]] = {}
 
 
 def _destination(kind: DestKind, name: str) -> Destination:

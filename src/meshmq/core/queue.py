@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 from meshmq.config.model import DestinationPolicy
 from meshmq.core.consumer import AckMode, Consumer
@@ -31,9 +31,9 @@ from meshmq.store.base import MarkDispatched, RemoveRef, SetDeliveryCount, Store
 if TYPE_CHECKING:
     from meshmq.store.base import Store
 
-PENDING = 0
-INFLIGHT = 1
-DONE = 2
+PENDING: Final = 0
+INFLIGHT: Final = 1
+DONE: Final = 2
 
 # How many undeliverable entries (selector or group mismatch) one dispatch pass
 # may step over before giving up until the next change.
@@ -45,8 +45,8 @@ SCAN_LIMIT = 2000
 # dispatching reaches it. The window is twice the prefetch of the queue's consumers
 # (what one pump may hand out at once), within these bounds; after a crash at most that
 # many never-dispatched messages per queue come back flagged redelivered.
-DISPATCH_MARK_WINDOW = 512
-DISPATCH_MARK_MIN_WINDOW = 32
+DISPATCH_MARK_WINDOW: Final = 512
+DISPATCH_MARK_MIN_WINDOW: Final = 32
 
 
 class Entry:

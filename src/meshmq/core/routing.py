@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import Final
 
 from meshmq.core import destinations as dst
 from meshmq.core.access import Access
@@ -48,8 +49,8 @@ from meshmq.store.base import AddMessage, RemoveRef, SetDeliveryCount
 
 log = logging.getLogger("meshmq.broker")
 
-RETAINED_PREFIX = "retained://"
-RECORD_PREFIX = "record://"
+RETAINED_PREFIX: Final = "retained://"
+RECORD_PREFIX: Final = "record://"
 
 
 class Router:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from meshmq.core.consumer import AckMode, Consumer, ConsumerOrigin
 from meshmq.core.destinations import Destination
@@ -40,9 +40,9 @@ if TYPE_CHECKING:
     from meshmq.core.queue import QueueContext
 
 # ShardSettle kinds; the wire's SettleKind has the same values.
-SETTLE_ACK = 0
-SETTLE_NACK = 1
-SETTLE_RETURNED = 2
+SETTLE_ACK: Final = 0
+SETTLE_NACK: Final = 1
+SETTLE_RETURNED: Final = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +155,7 @@ RelayDecision = RelayOpen | RelayClose | ShardSettle | RelayCredit | DurableDrop
 
 # Marks a forwarded send whose owner keeps it as the topic's retained message too
 # (stripped by the owner before it routes it).
-SHARD_RETAIN = "meshmq.shard-retain"
+SHARD_RETAIN: Final = "meshmq.shard-retain"
 
 
 def retain_with_send(sends: list[ShardSend], message: Message) -> bool:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Final, Protocol
 
 from meshmq.config.model import BrokerConfig, DestinationPolicy, StreamPolicy
 from meshmq.core import destinations as dst
@@ -60,7 +60,7 @@ class Transaction:
 # Broker links: a network bridge's connection and a shard link of the node. Neither is a
 # client: not counted, listed or closed as one, and their sends are traced where they
 # entered the node.
-LINK_PROTOCOLS = frozenset({"network", "shard"})
+LINK_PROTOCOLS: Final = frozenset({"network", "shard"})
 
 
 @dataclass(slots=True)

@@ -24,7 +24,7 @@ import bisect
 from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from meshmq.config.model import DestinationPolicy, StreamPolicy
 from meshmq.core.consumer import AckMode, Consumer
@@ -39,13 +39,13 @@ from meshmq.store.base import RemoveRef
 if TYPE_CHECKING:
     from meshmq.store.base import Store, StoredEntry
 
-STREAM_PREFIX = "stream://"
-OFFSET_HEADER = "x-stream-offset"
+STREAM_PREFIX: Final = "stream://"
+OFFSET_HEADER: Final = "x-stream-offset"
 # meshmq extension: the RECEIPT of a SUBSCRIBE to a stream says what it holds.
-FIRST_HEADER = "x-stream-first"  # oldest offset still retained
-NEXT_HEADER = "x-stream-next"  # offset the next message will get
-TAIL_MESSAGES = 2000  # recent messages kept in memory for live consumers
-PAGE = 500  # messages read from the store at once for a consumer that is behind
+FIRST_HEADER: Final = "x-stream-first"  # oldest offset still retained
+NEXT_HEADER: Final = "x-stream-next"  # offset the next message will get
+TAIL_MESSAGES: Final = 2000  # recent messages kept in memory for live consumers
+PAGE: Final = 500  # messages read from the store at once for a consumer that is behind
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +57,7 @@ class StreamOffset:
     value: int = 0
 
 
-NEXT = StreamOffset("next")
+NEXT: Final = StreamOffset("next")
 
 
 def parse_offset(text: str) -> StreamOffset:

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from meshmq.core.auth import Principal
 from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
-from meshmq.core.message_codec import encode_message
+from meshmq.core.message_codec import str_bytes
 from meshmq.core.network_view import has_durable
 from meshmq.core.queue import BrowseEnd, Delivery
 from meshmq.errors import AuthorizationError, MeshmqError, RemoteProtocolError
@@ -34,12 +34,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("meshmq.network")
 
-_FRAME = {False: FrameType.MESSAGES, True: FrameType.MESSAGES_AGAIN}
-_STORED = AckStatus.STORED
-BATCH_MESSAGES = 500  # messages per MESSAGES frame ...
-BATCH_BYTES = 1024 * 1024  # ... and bodies per frame (one big message may exceed it)
-RETRY_PAUSE_S = 0.5
-PRODUCERS_KEPT = 1024  # forwarded producer ids remembered (cleared when full)
+_FRAME: Final = {False: FrameType.MESSAGES, True: FrameType.MESSAGES_AGAIN}
+_STORED: Final = AckStatus.STORED
+BATCH_MESSAGES: Final = 500  # messages per MESSAGES frame ...
+BATCH_BYTES: Final = 1024 * 1024  # ... and bodies per frame (one big message may exceed it)
+RETRY_PAUSE_S: Final = 0.5
+PRODUCERS_KEPT: Final = 1024  # forwarded producer ids remembered (cleared when full)
 
 
 class Forwarder:
@@ -76,9 +76,11 @@ class Forwarder:
         self._out: list[Delivery] = []  # to write at the next flush
         self._local_acks: list[Delivery] = []  # not waiting for the remote
         self._records = RecordsBuilder()
-        self._own_path = (self.local,)  # the path of a message produced here
-        # producer id -> the id it is forwarded under (this broker's name in front)
-        self._producers: dict[str, str] = {}
+        # The path of a message produced here, as encoded (message_codec.str_bytes).
+        self._own_path = str_bytes(self.local)
+        # producer id -> the id it is forwarded under (this broker's name in front),
+        # encoded: the same few producers send most messages
+        self._producers: dict[str, bytes] = {}
         self._window_start = 0.0
         self._window_count = 0
         self._rate_timer: asyncio.TimerHandle | None = None
@@ -270,18 +272,22 @@ class Forwarder:
                 producer = msg.producer_id
                 forwarded_as = producers.get(producer)
                 if forwarded_as is None:
-                    forwarded_as = producer if "/" in producer else f"{local}/{producer}"
+                    forwarded_as = str_bytes(
+                        producer if "/" in producer else f"{local}/{producer}")
                     if len(producers) >= PRODUCERS_KEPT:
                         producers.clear()
                     producers[producer] = forwarded_as
-                data = encode_message(msg, broker_path=(*path, local) if path else own_path,
-                                      producer_id=forwarded_as)
                 seq += 1
+                if path:
+                    records.add_message(
+                        seq, msg, b"".join([str_bytes(name) for name in path]) + own_path,
+                        len(path) + 1, forwarded_as)
+                else:
+                    records.add_message(seq, msg, own_path, 1, forwarded_as)
                 if sync_all or msg.persistent:
                     inflight[seq] = outcome
                 else:
                     local_acks.append(outcome)
-                records.add(seq, data)
                 if records.count >= BATCH_MESSAGES or records.size >= BATCH_BYTES:
                     write(records.frame(_FRAME[again]))
             if records.count:

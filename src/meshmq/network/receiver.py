@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from meshmq.core.auth import Principal
 from meshmq.core.authorization import Right
@@ -43,9 +43,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("meshmq.network")
 
-_STORED = AckStatus.STORED
-_DUPLICATE = AckStatus.DUPLICATE
-_DROPPED = AckStatus.DROPPED
+_STORED: Final = AckStatus.STORED
+_DUPLICATE: Final = AckStatus.DUPLICATE
+_DROPPED: Final = AckStatus.DROPPED
 
 
 # Compiled with mypyc (pyproject's compile list); network/shards.py's ShardReceiver, an

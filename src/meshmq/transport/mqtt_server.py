@@ -20,7 +20,7 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from meshmq.core import destinations as dst
 from meshmq.core.auth import Principal
@@ -97,13 +97,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("meshmq.mqtt")
 
-QOS_PROPERTY = "ActiveMQ.MQTT.QoS"
-_INTERNAL = frozenset({QOS_PROPERTY, RETAIN_PROPERTY, "dlqDeliveryFailureCause"})
+QOS_PROPERTY: Final = "ActiveMQ.MQTT.QoS"
+_INTERNAL: Final = frozenset({QOS_PROPERTY, RETAIN_PROPERTY, "dlqDeliveryFailureCause"})
 __all__ = ["RETAIN_PROPERTY", "TOPIC_ALIAS_MAXIMUM", "MqttProtocol", "MqttSession"]
 # Packets of one connection handled per event-loop turn before the rest waits for the next
 # (a SUBSCRIBE counts once per topic filter).
-PACKETS_PER_TURN = 256
-SERVER_SESSION_FOREVER = 0xFFFFFFFF
+PACKETS_PER_TURN: Final = 256
+SERVER_SESSION_FOREVER: Final = 0xFFFFFFFF
 # Consumers of a closed connection unsubscribed (or durable subscriptions of an ended
 # session deleted) per event-loop turn.
 CONSUMERS_CLOSED_PER_TURN = 1000
@@ -164,7 +164,7 @@ def _dest_entry(topic: str) -> tuple[Destination, tuple[Destination]]:
     return entry
 
 
-_DEST_CACHE: dict[str, tuple[Destination, tuple[Destination]]] = {}
+_DEST_CACHE: Final[dict[str, tuple[Destination, tuple[Destination]]]] = {}
 
 
 class _OutTopic(NamedTuple):
@@ -198,10 +198,10 @@ def _out_topic(name: str) -> _OutTopic:
     return entry
 
 
-_OUT_TOPICS: dict[str, _OutTopic] = {}
-_TOPIC = DestKind.TOPIC
+_OUT_TOPICS: Final[dict[str, _OutTopic]] = {}
+_TOPIC: Final = DestKind.TOPIC
 # Message.wire_cache key of the PUBLISH a plain subscription (see MqttSubscription) gets.
-_WIRE_Q0 = "mqtt4-q0"
+_WIRE_Q0: Final = "mqtt4-q0"
 
 
 class MqttSession(BufferedOutput):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from meshmq import __version__
 from meshmq.core.auth import Principal
@@ -67,33 +67,33 @@ if TYPE_CHECKING:
 log = logging.getLogger("meshmq.stomp")
 
 # Headers of SEND that are not user properties.
-_SEND_RESERVED = frozenset({
+_SEND_RESERVED: Final = frozenset({
     "destination", "receipt", "transaction", "content-length", "content-type", "persistent",
     "priority", "expires", "JMSXGroupID", "JMSXGroupSeq", "reply-to", "correlation-id", "type",
     "message-id", "timestamp", "redelivered", "subscription", "ack", "JMSXUserID",
     "original-destination", "amq-msg-type", "x-stream-offset",
 })
-_ACK_MODES = {"auto": AckMode.AUTO, "client": AckMode.CLIENT,
+_ACK_MODES: Final = {"auto": AckMode.AUTO, "client": AckMode.CLIENT,
               "client-individual": AckMode.CLIENT_INDIVIDUAL}
-_TRUE = ("true", "1", "yes")
+_TRUE: Final = ("true", "1", "yes")
 # Java's bounds for the fields ActiveMQ parses these headers into.
-_INT_MAX = 2**31 - 1
-_LONG_MAX = 2**63 - 1
-_SCHEDULING_HEADERS = ("AMQ_SCHEDULED_DELAY", "AMQ_SCHEDULED_PERIOD", "AMQ_SCHEDULED_REPEAT")
-UNSYNCED_LIMIT = 8 * 1024 * 1024
+_INT_MAX: Final = 2**31 - 1
+_LONG_MAX: Final = 2**63 - 1
+_SCHEDULING_HEADERS: Final = ("AMQ_SCHEDULED_DELAY", "AMQ_SCHEDULED_PERIOD", "AMQ_SCHEDULED_REPEAT")
+UNSYNCED_LIMIT: Final = 8 * 1024 * 1024
 # Receipts before reading more: a connection with this many confirmations waiting for the
 # store is not read (its frames already parsed wait too) until at most half of them wait.
 # So a client pipelining receipted persistent SENDs gets receipt k before the broker reads
 # SEND k + UNCONFIRMED_LIMIT, and the receipts it waits on to free its memory keep pace.
-UNCONFIRMED_LIMIT = 1024
+UNCONFIRMED_LIMIT: Final = 1024
 # Frames of one connection handled per event-loop turn before the rest waits for the next.
-FRAMES_PER_TURN = 256
+FRAMES_PER_TURN: Final = 256
 # The frames at which a shard offers a connection to its destination's owner.
-_OFFER_COMMANDS = frozenset({"SEND", "SUBSCRIBE"})
+_OFFER_COMMANDS: Final = frozenset({"SEND", "SUBSCRIBE"})
 # Consumers of a closed connection unsubscribed per event-loop turn.
 CONSUMERS_CLOSED_PER_TURN = 1000
 # A MESSAGE body at least this large is written by reference, not copied into a frame.
-LARGE_BODY = 64 * 1024
+LARGE_BODY: Final = 64 * 1024
 
 
 class StompSession(BufferedOutput):
@@ -1075,7 +1075,7 @@ def _prop_text(value: PropertyValue) -> str:
     return str(value)
 
 
-_HANDLERS = {
+_HANDLERS: Final = {
     "SEND": StompSession.on_send,
     "SUBSCRIBE": StompSession.on_subscribe,
     "UNSUBSCRIBE": StompSession.on_unsubscribe,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,13 @@ from tests.store.golden.make_golden import codec_message
 from tests.store.helpers import fields, full_msg, messages, msg
 
 from meshmq.core.message import Message
-from meshmq.core.message_codec import body_length, decode_message, encode_message
+from meshmq.core.message_codec import (
+    body_length,
+    decode_message,
+    encode_forwarded,
+    encode_message,
+    str_bytes,
+)
 from meshmq.errors import CorruptStoreError, StoreError
 
 GOLDEN = Path(__file__).parents[2] / "store" / "golden" / "codec_v1.bin"
@@ -28,6 +35,24 @@ def test_round_trip(m: Message) -> None:
     assert fields(back) == fields(m)
     assert body_length(data) == len(m.body)
     assert fields(decode_message(memoryview(data))) == fields(m)
+
+
+_names = st.text(max_size=300)  # past 254 UTF-8 bytes too: the long length prefix
+
+
+@FUZZ
+@given(messages, st.lists(_names, max_size=4), _names)
+def test_forwarded_encoding_replaces_path_and_producer(m: Message, path: list[str],
+                                                       producer: str) -> None:
+    """What a forwarder sends (its parts encoded once, ``encode_forwarded``) is the
+    message with the hop's path and producer, byte for byte ``encode_message``'s."""
+    data = encode_forwarded(m, b"".join(str_bytes(name) for name in path), len(path),
+                            str_bytes(producer))
+    assert data == encode_message(m, broker_path=tuple(path), producer_id=producer)
+    back = decode_message(data)
+    assert back.broker_path == tuple(path)
+    assert back.producer_id == producer
+    assert fields(back) == fields(replace(m, broker_path=tuple(path), producer_id=producer))
 
 
 def test_round_trip_every_field_and_special_values() -> None:

@@ -9,11 +9,13 @@ import struct
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.store.helpers import messages as every_field_messages
+from tests.store.helpers import msg
 
 from meshmq.core import destinations as dst
 from meshmq.core.message import Message
-from meshmq.core.message_codec import encode_message
-from meshmq.errors import RemoteProtocolError
+from meshmq.core.message_codec import encode_forwarded, encode_message, str_bytes
+from meshmq.errors import RemoteProtocolError, StoreError
 from meshmq.protocol.wire import (
     FEATURE_ACK_RANGES,
     FEATURE_SHARD,
@@ -95,6 +97,40 @@ def test_frames_built_record_by_record_are_encode_records_frames(first, second, 
         # Each frame holds only what was added since the previous one.
         assert builder.frame(kind) == encode_records(encoded, kind)
         assert (builder.count, builder.size) == (0, 0)
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**63), every_field_messages, st.booleans()),
+                min_size=1, max_size=6),
+       st.lists(st.text(max_size=300), max_size=3), st.text(max_size=300))
+def test_messages_added_in_parts_are_their_forwarded_encodings(records, path, producer) -> None:
+    """``add_message`` (the message's parts straight into the frame) builds the frame
+    ``add`` builds from ``encode_forwarded``'s bytes, mixed with ``add`` in one frame."""
+    path_bytes = b"".join(str_bytes(name) for name in path)
+    producer_bytes = str_bytes(producer)
+    builder = RecordsBuilder()
+    expected = []
+    for seq, m, in_parts in records:
+        data = encode_forwarded(m, path_bytes, len(path), producer_bytes)
+        if in_parts:
+            builder.add_message(seq, m, path_bytes, len(path), producer_bytes)
+        else:
+            builder.add(seq, data)
+        expected.append((seq, data))
+    assert (builder.count, builder.size) == (len(expected), sum(len(d) for _, d in expected))
+    assert builder.frame() == encode_records(expected)
+
+
+def test_a_message_the_codec_cannot_hold_adds_nothing_to_the_frame() -> None:
+    good = msg(1)
+    bad = msg(2)
+    bad.properties["list"] = [1, 2]  # type: ignore[assignment]
+    builder = RecordsBuilder()
+    builder.add_message(1, good, b"", 0, str_bytes("p"))
+    with pytest.raises(StoreError):
+        builder.add_message(2, bad, b"", 0, str_bytes("p"))
+    builder.add_message(3, good, b"", 0, str_bytes("p"))
+    data = encode_forwarded(good, b"", 0, str_bytes("p"))
+    assert builder.frame() == encode_records([(1, data), (3, data)])
 
 
 @given(st.lists(st.tuples(st.integers(0, 2**64 - 1), st.sampled_from(list(AckStatus))),

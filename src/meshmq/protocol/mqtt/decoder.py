@@ -21,6 +21,7 @@ property decoder; strings are decoded in one C call each.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Final
 
 from .errors import (
     MalformedPacketError,
@@ -69,15 +70,15 @@ from .topics import validate_topic_filter
 
 __all__ = ["DEFAULT_MAX_PACKET_SIZE", "MqttDecoder"]
 
-DEFAULT_MAX_PACKET_SIZE = 256 * 1024 * 1024
+DEFAULT_MAX_PACKET_SIZE: Final = 256 * 1024 * 1024
 
 # The flags nibble each packet type must carry (PUBLISH: checked separately).
-_REQUIRED_FLAGS = (-1, 0, 0, -1, 0, 0, 2, 0, 2, 0, 2, 0, 0, 0, 0, 0)
-_FROM_CLIENT = frozenset({1, 3, 4, 5, 6, 7, 8, 10, 12, 14, 15})
-_FROM_SERVER = frozenset({2, 3, 4, 5, 6, 7, 9, 11, 13, 14, 15})
-_CODES: dict[int, ReasonCode] = {int(c): c for c in ReasonCode}
-_SUBACK_311 = frozenset({0x00, 0x01, 0x02, 0x80})
-_NAMES = {t.value: t.name for t in PacketType}
+_REQUIRED_FLAGS: Final = (-1, 0, 0, -1, 0, 0, 2, 0, 2, 0, 2, 0, 0, 0, 0, 0)
+_FROM_CLIENT: Final = frozenset({1, 3, 4, 5, 6, 7, 8, 10, 12, 14, 15})
+_FROM_SERVER: Final = frozenset({2, 3, 4, 5, 6, 7, 9, 11, 13, 14, 15})
+_CODES: Final[dict[int, ReasonCode]] = {int(c): c for c in ReasonCode}
+_SUBACK_311: Final = frozenset({0x00, 0x01, 0x02, 0x80})
+_NAMES: Final = {t.value: t.name for t in PacketType}
 
 
 def _build_options() -> tuple[tuple[SubscriptionOptions | None, ...], ...]:
@@ -166,11 +167,11 @@ def _topic_name(raw: bytes) -> str:
 # Valid PUBLISH topic names by their UTF-8 bytes, shared by all decoders (the mapping
 # is pure); bounded by clearing, and long names are not kept (at most ~3 MB).
 # (server side, connected, protocol level) -> MqttDecoder._valid_first for that state.
-_VALID_FIRST: dict[tuple[bool, bool, int | None], bytes] = {}
-_TOPIC_NAMES: dict[bytes, str] = {}
-_TOPIC_NAMES_MAX = 10_000
-_TOPIC_NAME_CACHED_BYTES = 256
-_new_object = object.__new__
+_VALID_FIRST: Final[dict[tuple[bool, bool, int | None], bytes]] = {}
+_TOPIC_NAMES: Final[dict[bytes, str]] = {}
+_TOPIC_NAMES_MAX: Final = 10_000
+_TOPIC_NAME_CACHED_BYTES: Final = 256
+_new_object: Final = object.__new__
 
 _Decode = Callable[[bytes, int, int, int], Packet]
 

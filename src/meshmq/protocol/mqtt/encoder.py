@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from meshmq.errors import LocalProtocolError
 
@@ -63,16 +63,16 @@ __all__ = [
     "publish_topic_field",
 ]
 
-_U16 = struct.Struct(">H")
-_PACK_U16 = _U16.pack
-_PACK_B2 = struct.Struct(">BB").pack
-_PACK_B3 = struct.Struct(">BBB").pack
-_MAX_REMAINING = 268_435_455
-_PINGREQ = b"\xc0\x00"
-_PINGRESP = b"\xd0\x00"
-_DISCONNECT_NORMAL = b"\xe0\x00"
-_AUTH_SUCCESS = b"\xf0\x00"
-_HEADER_BYTES = tuple(bytes((i,)) for i in range(256))
+_U16: Final = struct.Struct(">H")
+_PACK_U16: Final = _U16.pack
+_PACK_B2: Final = struct.Struct(">BB").pack
+_PACK_B3: Final = struct.Struct(">BBB").pack
+_MAX_REMAINING: Final = 268_435_455
+_PINGREQ: Final = b"\xc0\x00"
+_PINGRESP: Final = b"\xd0\x00"
+_DISCONNECT_NORMAL: Final = b"\xe0\x00"
+_AUTH_SUCCESS: Final = b"\xf0\x00"
+_HEADER_BYTES: Final = tuple(bytes((i,)) for i in range(256))
 
 
 def _check_level(protocol_level: int) -> bool:
@@ -354,7 +354,7 @@ def _auth(p: Auth, v5: bool) -> bytes:
     return _packet(0xF0, bytes((code,)) + props)
 
 
-_ENCODERS: dict[type, Callable[[Any, bool], bytes]] = {
+_ENCODERS: Final[dict[type, Callable[[Any, bool], bytes]]] = {
     Connect: _connect,
     Connack: _connack,
     Publish: _publish,

@@ -21,7 +21,7 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar, cast
+from typing import Final, Generic, TypeVar, cast
 
 from .decoder import MqttDecoder
 from .encoder import encode, encode_publish, encode_publish_prepared
@@ -47,10 +47,10 @@ from .reason_codes import (
 
 T = TypeVar("T")
 
-TOPIC_ALIAS_MAXIMUM = 64  # aliases a client may set towards us (CONNACK says so)
+TOPIC_ALIAS_MAXIMUM: Final = 64  # aliases a client may set towards us (CONNACK says so)
 # The answer to an unsupported protocol version: a 3.1.1 CONNACK (return code 1) that
 # every version can read.
-UNSUPPORTED_VERSION_CONNACK = b"\x20\x02\x00\x01"
+UNSUPPORTED_VERSION_CONNACK: Final = b"\x20\x02\x00\x01"
 
 
 class ConnState(enum.StrEnum):
@@ -70,7 +70,7 @@ class ConnInput(enum.StrEnum):
 
 
 _S, _I = ConnState, ConnInput
-TRANSITIONS: dict[tuple[ConnState, ConnInput], ConnState] = {
+TRANSITIONS: Final[dict[tuple[ConnState, ConnInput], ConnState]] = {
     (_S.AWAIT_CONNECT, _I.CONNECT): _S.CONNECTING,
     (_S.CONNECTING, _I.ACCEPT): _S.CONNECTED,
     (_S.CONNECTING, _I.REFUSE): _S.CLOSED,

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from meshmq.errors import DestinationError
 
@@ -75,8 +75,8 @@ __all__ = [
     "validate_topic_name",
 ]
 
-SHARE_PREFIX = "$share/"
-_MAX_BYTES = 65535
+SHARE_PREFIX: Final = "$share/"
+_MAX_BYTES: Final = 65535
 
 
 def _too_long(text: str) -> bool:
@@ -161,17 +161,17 @@ def topic_matches(topic_filter: str, topic: str) -> bool:
 # "raw" text: a level's meaning, spelt with '/' where MQTT shows '.', and with
 # every character literal. Segment text = _enc_seg(raw); level text = swap of _enc_lvl(raw).
 
-_SEG_CODES = {"*": "%2A", ">": "%3E", ",": "%2C"}
-_SEG_DECODE = {"2A": "*", "3E": ">", "2C": ",", "25": "%"}
-_LVL_CODES = {"+": "%2B", "#": "%23"}
-_LVL_DECODE = {"2B": "+", "23": "#", "25": "%"}
-_EMPTY_SEGMENT = "%00"
+_SEG_CODES: Final = {"*": "%2A", ">": "%3E", ",": "%2C"}
+_SEG_DECODE: Final = {"2A": "*", "3E": ">", "2C": ",", "25": "%"}
+_LVL_CODES: Final = {"+": "%2B", "#": "%23"}
+_LVL_DECODE: Final = {"2B": "+", "23": "#", "25": "%"}
+_EMPTY_SEGMENT: Final = "%00"
 
-_SEG_ENC = re.compile(r"[*>,]|%(?=(?:25)*(?:2A|3E|2C))|\A%(?=(?:25)*00\Z)")
-_SEG_DEC = re.compile(r"%(?=(?:25)*(?:2A|3E|2C))(2A|3E|2C|25)")
-_SEG_EMPTY_LIKE = re.compile(r"%(?:25)*00")
-_LVL_ENC = re.compile(r"[+#]|%(?=(?:25)*(?:2B|23))")
-_LVL_DEC = re.compile(r"%(?=(?:25)*(?:2B|23))(2B|23|25)")
+_SEG_ENC: Final = re.compile(r"[*>,]|%(?=(?:25)*(?:2A|3E|2C))|\A%(?=(?:25)*00\Z)")
+_SEG_DEC: Final = re.compile(r"%(?=(?:25)*(?:2A|3E|2C))(2A|3E|2C|25)")
+_SEG_EMPTY_LIKE: Final = re.compile(r"%(?:25)*00")
+_LVL_ENC: Final = re.compile(r"[+#]|%(?=(?:25)*(?:2B|23))")
+_LVL_DEC: Final = re.compile(r"%(?=(?:25)*(?:2B|23))(2B|23|25)")
 
 
 def _enc_seg_char(m: re.Match[str]) -> str:
@@ -209,7 +209,7 @@ def _segment_to_level_raw(raw: str) -> str:
     return raw.replace("/", ".")
 
 
-_TOPIC_SPECIAL = re.compile(r"[.*>,%]|//|\A/|/\Z")
+_TOPIC_SPECIAL: Final = re.compile(r"[.*>,%]|//|\A/|/\Z")
 
 
 @lru_cache(maxsize=8192)
@@ -240,7 +240,7 @@ def destination_name_to_mqtt_topic(name: str) -> str:
     return "/".join([_segment_to_level(segment) for segment in name.split(".")])
 
 
-_NAME_SPECIAL = re.compile(r"[/+#%*>,\x00]|\.\.|\A\.|\.\Z")
+_NAME_SPECIAL: Final = re.compile(r"[/+#%*>,\x00]|\.\.|\A\.|\.\Z")
 
 
 def _check_segments(name: str) -> None:

@@ -164,7 +164,7 @@ class PeerTimedOut:
         self.reason = reason
 
 
-_VERSIONS_TEXT = ",".join(SUPPORTED_VERSIONS)
+_VERSIONS_TEXT: Final = ",".join(SUPPORTED_VERSIONS)
 
 
 class StompConnection:

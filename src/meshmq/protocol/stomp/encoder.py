@@ -24,6 +24,7 @@ our bug, never the peer's.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Final
 
 from meshmq.errors import LocalProtocolError
 
@@ -42,11 +43,11 @@ __all__ = [
     "message_head_end",
 ]
 
-HEARTBEAT: bytes = b"\n"
-FRAME_END: bytes = b"\0"
+HEARTBEAT: Final[bytes] = b"\n"
+FRAME_END: Final[bytes] = b"\0"
 
-_VERSIONS = ("1.0", "1.1", "1.2")
-_UNESCAPED_COMMANDS = frozenset({"CONNECT", "CONNECTED"})
+_VERSIONS: Final = ("1.0", "1.1", "1.2")
+_UNESCAPED_COMMANDS: Final = frozenset({"CONNECT", "CONNECTED"})
 
 
 def escape_10(text: str) -> str:
@@ -153,7 +154,7 @@ def encode_header_block(headers: Iterable[tuple[str, str]], version: str) -> byt
         [(n, v) for n, v in headers if n != "content-length"], escape))
 
 
-_SPECIAL = ("\\", ":", "\n", "\r")
+_SPECIAL: Final = ("\\", ":", "\n", "\r")
 
 
 def _header_lines(headers: list[tuple[str, str]], escape: Callable[[str], str]) -> str:

@@ -4,6 +4,7 @@ sets of STOMP 1.0, 1.1 and 1.2."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 __all__ = [
     "CLIENT_COMMANDS", "CLIENT_FRAME_TYPES", "OUTCOME_HEADER", "SERVER_COMMANDS", "Abort",
@@ -11,15 +12,15 @@ __all__ = [
     "Subscribe", "Unsubscribe",
 ]
 
-CLIENT_COMMANDS: frozenset[str] = frozenset({
+CLIENT_COMMANDS: Final[frozenset[str]] = frozenset({
     "CONNECT", "STOMP", "SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK",
     "BEGIN", "COMMIT", "ABORT", "DISCONNECT",
 })
-SERVER_COMMANDS: frozenset[str] = frozenset({"CONNECTED", "MESSAGE", "RECEIPT", "ERROR"})
+SERVER_COMMANDS: Final[frozenset[str]] = frozenset({"CONNECTED", "MESSAGE", "RECEIPT", "ERROR"})
 # meshmq's header on the ERROR that answers a COMMIT the broker could not confirm:
 # ``rolled-back`` (nothing of the transaction happened) or ``unknown`` (it may have
 # committed). Clients read it, never the message text.
-OUTCOME_HEADER = "meshmq-outcome"
+OUTCOME_HEADER: Final = "meshmq-outcome"
 
 
 @dataclass(slots=True, init=False, eq=False)  # hand-written __init__ and __eq__: compiled by mypyc
@@ -108,7 +109,7 @@ class Disconnect(Frame):
     """DISCONNECT."""
 
 
-CLIENT_FRAME_TYPES: dict[str, type[Frame]] = {
+CLIENT_FRAME_TYPES: Final[dict[str, type[Frame]]] = {
     "CONNECT": Connect, "STOMP": Connect, "SEND": Send, "SUBSCRIBE": Subscribe,
     "UNSUBSCRIBE": Unsubscribe, "ACK": Ack, "NACK": Nack, "BEGIN": Begin,
     "COMMIT": Commit, "ABORT": Abort, "DISCONNECT": Disconnect,

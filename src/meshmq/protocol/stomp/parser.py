@@ -17,6 +17,7 @@ has arrived, so the body is copied once instead of into the buffer and out again
 from __future__ import annotations
 
 import re
+from typing import Final
 
 from meshmq.errors import FrameTooLargeError, RemoteProtocolError
 
@@ -24,19 +25,19 @@ from .frames import CLIENT_FRAME_TYPES, Frame, Send
 
 __all__ = ["StompParser"]
 
-_VERSIONS = ("1.0", "1.1", "1.2")
+_VERSIONS: Final = ("1.0", "1.1", "1.2")
 # The spec exempts these from escaping so 1.0-only peers can still negotiate.
-_UNESCAPED_COMMANDS = frozenset({"CONNECT", "CONNECTED"})
-_CONNECT_COMMANDS = frozenset({"CONNECT", "STOMP"})
-_ESCAPES_11 = {"n": "\n", "c": ":", "\\": "\\"}
-_ESCAPES_12 = {**_ESCAPES_11, "r": "\r"}
+_UNESCAPED_COMMANDS: Final = frozenset({"CONNECT", "CONNECTED"})
+_CONNECT_COMMANDS: Final = frozenset({"CONNECT", "STOMP"})
+_ESCAPES_11: Final = {"n": "\n", "c": ":", "\\": "\\"}
+_ESCAPES_12: Final = {**_ESCAPES_11, "r": "\r"}
 # ".?" so a trailing lone backslash is matched too (and rejected).
-_ESCAPE_RE = re.compile(r"\\(.?)", re.DOTALL)
+_ESCAPE_RE: Final = re.compile(r"\\(.?)", re.DOTALL)
 # content-length beyond this many digits exceeds any sane frame limit; checking the
 # length first also keeps int() away from its huge-number ValueError.
-_MAX_CONTENT_LENGTH_DIGITS = 18
+_MAX_CONTENT_LENGTH_DIGITS: Final = 18
 # A body with a content-length at least this large is collected in its reads.
-LARGE_BODY = 64 * 1024
+LARGE_BODY: Final = 64 * 1024
 
 
 def _show(text: str, limit: int = 64) -> str:

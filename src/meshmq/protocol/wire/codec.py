@@ -20,38 +20,43 @@ import json
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from meshmq.core.destinations import Destination
 from meshmq.core.message import Message
-from meshmq.core.message_codec import STORE_CACHE, decode_message, encode_message
-from meshmq.errors import RemoteProtocolError
+from meshmq.core.message_codec import (
+    STORE_CACHE,
+    decode_message,
+    encode_into,
+    encode_message,
+)
+from meshmq.errors import RemoteProtocolError, StoreError
 
-MAGIC = b"MMQ1"
-WIRE_VERSION = 1
+MAGIC: Final = b"MMQ1"
+WIRE_VERSION: Final = 1
 # A frame larger than this is a protocol error. Above the largest STOMP frame a broker
 # accepts by default (100 MiB), since one message is never split across frames.
-MAX_FRAME = 128 * 1024 * 1024
+MAX_FRAME: Final = 128 * 1024 * 1024
 # Optional abilities a peer lists in HELLO / WELCOME ("features"); each side uses one only
 # when the other listed it, so brokers of older versions keep linking.
-FEATURE_MESSAGES_AGAIN = "messages-again"
+FEATURE_MESSAGES_AGAIN: Final = "messages-again"
 # The receiver may answer REFUSED (its rights for the link's user do not allow it).
-FEATURE_REFUSALS = "refusals"
+FEATURE_REFUSALS: Final = "refusals"
 # The receiver may settle in ACK_RANGES frames (runs of sequence numbers) instead of ACKS.
-FEATURE_ACK_RANGES = "ack-ranges"
-FEATURES = (FEATURE_MESSAGES_AGAIN, FEATURE_REFUSALS, FEATURE_ACK_RANGES)
+FEATURE_ACK_RANGES: Final = "ack-ranges"
+FEATURES: Final = (FEATURE_MESSAGES_AGAIN, FEATURE_REFUSALS, FEATURE_ACK_RANGES)
 # Two shards of one node (docs/design.md, "Shards"): the link carries DELIVER and SETTLE
 # and the HELLO a per-boot token instead of a user. Never listed by a network peer, and
 # not in FEATURES: a bridge never offers it.
-FEATURE_SHARD = "shard"
+FEATURE_SHARD: Final = "shard"
 
-_HEAD = struct.Struct(">IB")
-_COUNT = struct.Struct(">I")
-_MSG_HEAD = struct.Struct(">QI")
-_ACK = struct.Struct(">QB")
-_ACK_RANGE = struct.Struct(">QQB")  # first sequence, last sequence, status
-_DELIVER_HEAD = struct.Struct(">QQII")  # relay id, owner's tag, delivery count, n
-_SETTLE = struct.Struct(">QQB")  # relay id, owner's tag, kind
+_HEAD: Final = struct.Struct(">IB")
+_COUNT: Final = struct.Struct(">I")
+_MSG_HEAD: Final = struct.Struct(">QI")
+_ACK: Final = struct.Struct(">QB")
+_ACK_RANGE: Final = struct.Struct(">QQB")  # first sequence, last sequence, status
+_DELIVER_HEAD: Final = struct.Struct(">QQII")  # relay id, owner's tag, delivery count, n
+_SETTLE: Final = struct.Struct(">QQB")  # relay id, owner's tag, kind
 
 
 class FrameType(enum.IntEnum):
@@ -108,8 +113,8 @@ class SettleKind(enum.IntEnum):
 
 
 # By wire value (both enums are dense from 0).
-_ACK_STATUSES = tuple(AckStatus)
-_SETTLE_KINDS = tuple(SettleKind)
+_ACK_STATUSES: Final = tuple(AckStatus)
+_SETTLE_KINDS: Final = tuple(SettleKind)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +171,23 @@ class RecordsBuilder:
         parts.append(data)
         self.count += 1
         self.size += len(data)
+
+    def add_message(self, seq: int, msg: Message, path: bytes, path_len: int,
+                    producer: bytes) -> None:
+        """Add one record of ``msg`` as ``message_codec.encode_forwarded(msg, path,
+        path_len, producer)`` would encode it, its parts going straight into the frame.
+        Raises StoreError (and adds nothing) for a message the codec cannot hold."""
+        parts = self._parts
+        head = len(parts)
+        parts.append(b"")
+        try:
+            size = encode_into(parts, msg, path, path_len, producer)
+        except StoreError:
+            parts.pop()
+            raise
+        parts[head] = _MSG_HEAD.pack(seq, size)
+        self.count += 1
+        self.size += size
 
     def frame(self, ftype: FrameType = FrameType.MESSAGES) -> bytes:
         """The frame of the records added so far (as ``encode_records``); starts over."""
@@ -307,7 +329,7 @@ def decode_messages(frame: WireFrame) -> list[tuple[int, Message]]:
 # One Destination object per name among received messages: the broker's tables (queues,
 # owners, a connection's producer destinations) then find them by identity, without a
 # call to Destination.__eq__ for each lookup.
-_DESTINATIONS: dict[str, Destination] = {}
+_DESTINATIONS: Final[dict[str, Destination]] = {}
 
 
 def _intern(msg: Message) -> None:
