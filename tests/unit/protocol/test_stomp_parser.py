@@ -29,6 +29,13 @@ VALID = [
     ("crlf-command-only", "1.2", b"CONNECT\r\n\r\n\x00", [F("CONNECT")]),
     ("crlf-then-lf-blank", "1.2", b"SEND\r\na:b\r\n\nx\x00", [F("SEND", ("a", "b"), body=b"x")]),
     ("lf-then-crlf-blank", "1.2", b"SEND\na:b\n\r\nx\x00", [F("SEND", ("a", "b"), body=b"x")]),
+    # A blank line in the body after a CRLF blank line: the block ends at the first.
+    ("lf-then-crlf-blank-body-blank-line", "1.2", b"SEND\na:b\n\r\nx\n\ny\x00",
+     [F("SEND", ("a", "b"), body=b"x\n\ny")]),
+    ("lf-then-crlf-blank-binary-body", "1.2", b"SEND\ncontent-length:4\n\r\n\xff\n\n\xfe\x00",
+     [F("SEND", ("content-length", "4"), body=b"\xff\n\n\xfe")]),
+    ("lf-cr-in-value-then-lf-blank", "1.0", b"SEND\na:b\rc\n\nx\n\r\ny\x00",
+     [F("SEND", ("a", "b\rc"), body=b"x\n\r\ny")]),
     ("value-with-colons", "1.0", b"SEND\nurl:tcp://h:61613\n\n\x00",
      [F("SEND", ("url", "tcp://h:61613"))]),
     ("empty-value", "1.2", b"SEND\na:\n\n\x00", [F("SEND", ("a", ""))]),
@@ -181,6 +188,13 @@ def test_limits_are_inclusive() -> None:
     assert len(parse(lines, max_headers=3)[0].headers) == 3
 
 
+def test_a_crlf_blank_line_within_the_header_limit_ends_the_block() -> None:
+    """The first "\\n\\n" lies beyond the header limit, but the block ended before, at a
+    CRLF blank line: the frame is parsed, not refused as too large."""
+    frame = b"SEND\na:b\n\r\n" + b"x" * 100 + b"\n\n\x00"
+    assert parse(frame, max_header_size=20) == [F("SEND", ("a", "b"), body=b"x" * 100 + b"\n\n")]
+
+
 def test_frames_before_error_are_kept() -> None:
     parser = StompParser()
     with pytest.raises(RemoteProtocolError):
@@ -190,9 +204,10 @@ def test_frames_before_error_are_kept() -> None:
 
 def test_split_at_every_offset() -> None:
     stream = (b"\r\nSEND\r\ndestination:/q\r\ncontent-length:3\r\n\r\na\x00b\x00\n"
-              b"MESSAGE\nh:a\\cb\n\nbody\x00\n\nCONNECT\n\n\x00")
+              b"MESSAGE\nh:a\\cb\n\nbody\x00\n\nCONNECT\n\n\x00"
+              b"SEND\na:b\n\r\n\xff\n\n\x00")
     expected = parse(stream)
-    assert len(expected) == 3
+    assert len(expected) == 4 and expected[3].body == b"\xff\n\n"
     for cut in range(len(stream) + 1):
         parser = StompParser(version="1.2")
         frames = parser.feed(stream[:cut]) + parser.feed(stream[cut:])

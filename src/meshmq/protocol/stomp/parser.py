@@ -21,7 +21,7 @@ from typing import Final
 
 from meshmq.errors import FrameTooLargeError, RemoteProtocolError
 
-from .frames import CLIENT_FRAME_TYPES, Frame, Send
+from .frames import CLIENT_COMMANDS, CLIENT_FRAME_TYPES, SERVER_COMMANDS, Frame, Send
 
 __all__ = ["StompParser"]
 
@@ -29,6 +29,9 @@ _VERSIONS: Final = ("1.0", "1.1", "1.2")
 # The spec exempts these from escaping so 1.0-only peers can still negotiate.
 _UNESCAPED_COMMANDS: Final = frozenset({"CONNECT", "CONNECTED"})
 _CONNECT_COMMANDS: Final = frozenset({"CONNECT", "STOMP"})
+# Every command the spec names: a look-up instead of three string tests per frame (any
+# other uppercase ASCII word is still parsed, and refused later as unknown).
+_COMMANDS: Final = frozenset(CLIENT_COMMANDS) | frozenset(SERVER_COMMANDS)
 _ESCAPES_11: Final = {"n": "\n", "c": ":", "\\": "\\"}
 _ESCAPES_12: Final = {**_ESCAPES_11, "r": "\r"}
 # ".?" so a trailing lone backslash is matched too (and rejected).
@@ -308,15 +311,23 @@ class StompParser:
         limit = min(avail, pos + max_header + 3)
         scan = max(pos, self._scan - 2)  # a terminator may straddle the previous end
         first_nl = buf.find(b"\n", pos, limit)
+        # A LF-style block can still end with a CRLF blank line ("\n\r\n"): looked for
+        # only when the block found holds a CR, known once it is decoded (a "\n\r\n"
+        # before the "\n\n" puts its CR inside the block), so the usual frame costs
+        # two searches, not three.
+        recheck = False
         if first_nl >= 0 and first_nl > pos and buf[first_nl - 1] == 13:
             # CRLF style: look for "\n\r\n" first so neither search runs past the block.
             end = buf.find(b"\n\r\n", scan, limit)
             alt = buf.find(b"\n\n", scan, end + 2 if end >= 0 else limit)
+            if alt >= 0 and (end < 0 or alt < end):
+                end = alt
         else:
             end = buf.find(b"\n\n", scan, limit)
-            alt = buf.find(b"\n\r\n", scan, end + 2 if end >= 0 else limit)
-        if alt >= 0 and (end < 0 or alt < end):
-            end = alt
+            if end < 0:
+                end = buf.find(b"\n\r\n", scan, limit)
+            else:
+                recheck = True
         if end < 0:
             if avail - pos >= max_header + 3:
                 raise FrameTooLargeError(f"header block larger than {max_header} bytes")
@@ -324,23 +335,30 @@ class StompParser:
                 raise FrameTooLargeError(f"frame larger than {self.max_frame_size} bytes")
             self._scan = avail
             return None
+        text: str | None = None
+        if recheck:
+            try:
+                text = str(memoryview(buf)[pos:end], "utf-8")
+            except UnicodeDecodeError:  # perhaps a body after a CRLF blank line
+                text = None
+            if text is None or "\r" in text:
+                alt = buf.find(b"\n\r\n", scan, end + 2)
+                if 0 <= alt < end:
+                    end = alt
+                    text = None
         # The block spans buf[pos:end + 1] (last line's LF included); the blank line
         # after it is "\n" or "\r\n".
         if end + 1 - pos > max_header:
             raise FrameTooLargeError(f"header block larger than {max_header} bytes")
         body_start = end + 2 if buf[end + 1] == 10 else end + 3
-        try:
-            text = str(memoryview(buf)[pos:end], "utf-8")
-        except UnicodeDecodeError as exc:
-            line = buf.count(b"\n", pos, pos + exc.start)
-            if line == 0:
-                raise RemoteProtocolError("malformed command line") from None
-            raise RemoteProtocolError(f"invalid UTF-8 in header line {line}") from None
+        if text is None:
+            text = self._head_text(buf, pos, end)
         lines = text.split("\n")
         if "\r" in text:
             lines = [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
         command = lines[0]
-        if not (command.isascii() and command.isalpha() and command.isupper()):
+        if command not in _COMMANDS and not (
+                command.isascii() and command.isalpha() and command.isupper()):
             raise RemoteProtocolError("malformed command line")
         if len(lines) - 1 > self.max_headers:
             raise FrameTooLargeError(f"too many headers (limit {self.max_headers})")
@@ -374,6 +392,16 @@ class StompParser:
         self._clen = clen
         self._scan = body_start
         return command
+
+    @staticmethod
+    def _head_text(buf: bytearray, pos: int, end: int) -> str:
+        try:
+            return str(memoryview(buf)[pos:end], "utf-8")
+        except UnicodeDecodeError as exc:
+            line = buf.count(b"\n", pos, pos + exc.start)
+            if line == 0:
+                raise RemoteProtocolError("malformed command line") from None
+            raise RemoteProtocolError(f"invalid UTF-8 in header line {line}") from None
 
     def _content_length(self, value: str, head_size: int) -> int:
         digits = value.strip()
