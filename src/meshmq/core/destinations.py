@@ -41,6 +41,14 @@ class DestKind(enum.StrEnum):  # StrEnum: C-level hashing on the hot path
         return self in (DestKind.TEMP_QUEUE, DestKind.TEMP_TOPIC)
 
 
+# The kinds as Final constants: in the compiled build a Destination's kind tests are then
+# pointer comparisons, where ``self.kind.is_topic`` is a property call on a Python enum.
+_QUEUE: Final = DestKind.QUEUE
+_TOPIC: Final = DestKind.TOPIC
+_TEMP_QUEUE: Final = DestKind.TEMP_QUEUE
+_TEMP_TOPIC: Final = DestKind.TEMP_TOPIC
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Destination:
     kind: DestKind
@@ -63,15 +71,18 @@ class Destination:
 
     @property
     def is_queue(self) -> bool:
-        return self.kind.is_queue
+        kind = self.kind
+        return kind is _QUEUE or kind is _TEMP_QUEUE
 
     @property
     def is_topic(self) -> bool:
-        return self.kind.is_topic
+        kind = self.kind
+        return kind is _TOPIC or kind is _TEMP_TOPIC
 
     @property
     def is_temporary(self) -> bool:
-        return self.kind.is_temporary
+        kind = self.kind
+        return kind is _TEMP_QUEUE or kind is _TEMP_TOPIC
 
     @property
     def is_wildcard(self) -> bool:
@@ -79,13 +90,13 @@ class Destination:
 
     @property
     def is_advisory(self) -> bool:
-        return self.kind.is_topic and self.name.startswith("ActiveMQ.Advisory.")
+        return self.is_topic and self.name.startswith("ActiveMQ.Advisory.")
 
     @property
     def is_broker_owned(self) -> bool:
         """Topics only the broker writes: advisories and the ``$SYS`` statistics (MQTT
         ``$SYS/...``). Clients may read them, never send to them."""
-        return self.kind.is_topic and (self.name.startswith("ActiveMQ.Advisory.")
+        return self.is_topic and (self.name.startswith("ActiveMQ.Advisory.")
                                        or self.name.startswith("$SYS."))
 
     def __str__(self) -> str:

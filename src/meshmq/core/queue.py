@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Protocol
 
@@ -234,6 +235,10 @@ class Queue:
         self.key = key  # store key; None: memory only
         self.policy = policy
         self.ctx = ctx
+        # Kept from ctx (a Protocol, so attribute look-ups by name in the compiled build):
+        # used per message.
+        self._usage: MemoryUsage = ctx.usage
+        self._mark_dirty: Callable[[Queue], None] = ctx.mark_dirty
         self.store = store if key is not None else None
         self.prefiltered = prefiltered  # selector already applied when routing (topic subs)
         self.stats = QueueStats()
@@ -293,7 +298,7 @@ class Queue:
     def add_consumer(self, consumer: Consumer) -> None:
         self.consumers.append(consumer)
         self._rebuild_tiers()
-        self.ctx.mark_dirty(self)
+        self._mark_dirty(self)
 
     def remove_consumer(self, consumer: Consumer) -> None:
         if consumer in self.consumers:
@@ -301,7 +306,7 @@ class Queue:
         for gid in [g for g, c in self.groups.items() if c is consumer]:
             del self.groups[gid]  # the group moves to another consumer
         self._rebuild_tiers()
-        self.ctx.mark_dirty(self)
+        self._mark_dirty(self)
 
     def _rebuild_tiers(self) -> None:
         by_prio: dict[int, list[Consumer]] = {}
@@ -329,12 +334,12 @@ class Queue:
         self._count += 1
         self.stats.enqueued += 1
         if persisted and (self._paging or self._mem_persisted_pending >= self.policy.page_size
-                          or self.ctx.usage.full):
+                          or self._usage.full):
             # Leave it in the store only; it is paged in when the queue drains.
             self._paging = True
             if self.loading is not None:
                 self.loading.more = True  # the page in flight may not reach it
-            self.ctx.mark_dirty(self)
+            self._mark_dirty(self)
             return
         if persisted:
             self._mem_high = seq
@@ -352,24 +357,24 @@ class Queue:
                 self._deliver(entry, consumer)
                 return
         self._make_pending(entry)
-        self.ctx.mark_dirty(self)
+        self._mark_dirty(self)
 
     def _push(self, entry: Entry) -> None:
         self._charge(entry)
         self._make_pending(entry)
-        self.ctx.mark_dirty(self)
+        self._mark_dirty(self)
 
     def _charge(self, entry: Entry) -> None:
         size = entry.message.size
         self._mem_bytes += size
-        self.ctx.usage.charge(size)
+        self._usage.charge(size)
         if entry.message.expiration:
             self._expiring += 1
 
     def _refund(self, entry: Entry) -> None:
         size = entry.message.size
         self._mem_bytes -= size
-        self.ctx.usage.refund(size)
+        self._usage.refund(size)
         if entry.message.expiration:
             self._expiring -= 1
 
@@ -433,7 +438,7 @@ class Queue:
             pending.push(entry)
         if self._paging and self.loading is None and \
                 self._mem_persisted_pending < self.policy.page_size // 2:
-            self.ctx.mark_dirty(self)  # more to page in on the next pass
+            self._mark_dirty(self)  # more to page in on the next pass
 
     def _any_capacity(self) -> bool:
         return any(c.has_capacity for tier in self._tiers for c in tier)
@@ -592,7 +597,7 @@ class Queue:
                            consumer=consumer.id if consumer is not None else None,
                            delivery_count=entry.delivery_count, reason=reason)
         self._make_pending(entry)
-        self.ctx.mark_dirty(self)
+        self._mark_dirty(self)
 
     def _expire(self, entry: Entry) -> None:
         self.stats.expired += 1
@@ -617,7 +622,7 @@ class Queue:
         if self.loading is not None:
             return
         want = self.policy.page_size - self._mem_persisted_pending
-        if want < self.policy.page_size // 2 or self.ctx.usage.full:
+        if want < self.policy.page_size // 2 or self._usage.full:
             return
         load = self.loading = PageLoad(self, self.key, self._mem_high, want)
         self.ctx.request_page(load)
@@ -643,7 +648,7 @@ class Queue:
                              self._recovered_count(stored)))
         if len(loaded) < load.count and not load.more:
             self._paging = False
-        self.ctx.mark_dirty(self)
+        self._mark_dirty(self)
 
     def page_failed(self, load: PageLoad) -> None:
         """The store could not read the page: the queue stays paging and asks again

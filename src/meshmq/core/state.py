@@ -16,7 +16,6 @@ late-bound collaborator rather than an import cycle.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final, Protocol
@@ -171,8 +170,12 @@ class CoreState:
         self.policies = [(Destination.parse_uri(p.match), p) for p in config.policies]
         self.stream_policies = [(Destination.parse_uri(p.match), p) for p in config.streams]
         self.default_policy = DestinationPolicy()
+        # Message ids: "ID:<broker>-<boot>-<connection>-<n>", the constant part built once
+        # (again when a shard puts its index in front of ``boot``).
+        self._boot = ""
+        self._id_prefix = ""
         self.boot = format(clock(), "x")
-        self.msg_seq = itertools.count(1)
+        self._msg_seq = 0
         # One shard of a node with several (core/shard_relay.py); None: a whole broker.
         # Then the sends and subscriptions owned by other shards are decisions here.
         self.shard: ShardIdentity | None = None
@@ -269,8 +272,19 @@ class CoreState:
                     return policy
         return None
 
+    @property
+    def boot(self) -> str:
+        """This run's mark in the ids the broker makes (the clock at start, in hex)."""
+        return self._boot
+
+    @boot.setter
+    def boot(self, value: str) -> None:
+        self._boot = value
+        self._id_prefix = f"ID:{self.name}-{value}-"
+
     def new_message_id(self, connection_id: str) -> str:
-        return f"ID:{self.name}-{self.boot}-{connection_id}-{next(self.msg_seq)}"
+        self._msg_seq += 1
+        return f"{self._id_prefix}{connection_id}-{self._msg_seq}"
 
     def subs_for(self, dest: Destination) -> list[TopicSubscription]:
         return self.topic_index.match(dest)

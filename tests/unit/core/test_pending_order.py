@@ -7,6 +7,7 @@ is always the heap's, and a FIFO queue's usual traffic never reaches the heap.""
 from __future__ import annotations
 
 import heapq
+from types import SimpleNamespace
 from typing import cast
 
 from hypothesis import settings
@@ -29,14 +30,17 @@ from meshmq.core.queue import (
     Queue,
     QueueContext,
 )
+from meshmq.core.usage import MemoryUsage
 from meshmq.store.memory import MemoryStore
 
 Q = dst.queue("order")
 PRIORITIES = st.integers(0, 9)
 
 
-# The queue the entries belong to: PendingOrder never looks at it.
-_QUEUE = Queue(Q, None, DestinationPolicy(match="queue://>"), cast(QueueContext, object()),
+# The queue the entries belong to: PendingOrder never looks at it (the queue keeps its
+# context's usage and mark_dirty when made, nothing else).
+_CONTEXT = SimpleNamespace(usage=MemoryUsage(0), mark_dirty=lambda queue: None)
+_QUEUE = Queue(Q, None, DestinationPolicy(match="queue://>"), cast(QueueContext, _CONTEXT),
                None)
 
 
