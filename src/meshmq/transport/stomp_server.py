@@ -162,7 +162,16 @@ class StompSession(BufferedOutput):
         self._hold = ProducerHold(host.push_back, self._push_back_released)
         self._settled = False  # this read ACKed or NACKed: held producers look again
 
+    def _write(self, data: bytes) -> None:
+        # BufferedOutput's, repeated here so that the compiled build runs it natively:
+        # every delivered message and receipt goes through it.
+        out = self._out
+        if not out:
+            self.host.mark_flush(self)
+        out.append(data)
+
     # ------------------------------------------------------------ input
+
     def data_received(self, data: bytes) -> None:
         if self.closing:
             self.machine.last_read = time.monotonic()
