@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from meshmq.config.model import BrokerConfig, HaConfig, StoreConfig
-from meshmq.ha.replica_node import NODE_STATE, NodeElection
+from meshmq.ha.replica_node import NODE_STATE, NodeElection, ShardState
 from meshmq.ha.replication_policy import Position
 from meshmq.ha.roles import Role
 from tests.support.ports import free_port
@@ -78,5 +78,58 @@ def test_only_a_node_up_to_date_on_every_shard_is_elected(tmp_path: Path) -> Non
         again = election(winners[0])
         again._load_state()
         assert (again.term, again.voted_for) == (term, winners[0])
+
+    asyncio.run(asyncio.wait_for(main(), 40))
+
+
+def test_a_new_node_once_elected_votes_for_candidates_with_data(tmp_path: Path) -> None:
+    """New nodes (no state file) vote only in a cluster that never wrote; the one
+    elected is up to date by definition. If it then loses the role before its shards
+    followed another master, it must still vote for a candidate with data, or two nodes
+    left of three could never elect again."""
+    names = ("a", "b", "c")
+    ports = {n: free_port() for n in names}
+    shards = {n: [StandInShard((0, 0)), StandInShard((0, 0))] for n in names}
+
+    def election(name: str) -> NodeElection:
+        async def ask(adopt: int | None) -> list[dict[str, Any]]:
+            return [s.control(adopt) for s in shards[name]]
+
+        config = BrokerConfig(
+            broker_name=name, data_directory=tmp_path / name, shards=2,
+            store=StoreConfig(fsync=False),
+            ha=HaConfig(mode="replicated", listen=f"127.0.0.1:{ports[name]}",
+                        members=tuple(f"127.0.0.1:{ports[o]}" for o in names if o != name),
+                        node_id=name, lease_ms=LEASE, keepalive_ms=100))
+        return NodeElection(config, ask, on_lost=lambda why: None)
+
+    async def main() -> None:
+        nodes = {n: election(n) for n in names}
+        tasks = {n: asyncio.create_task(e.acquire()) for n, e in nodes.items()}
+        done, _ = await asyncio.wait(tasks.values(), timeout=20,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        assert done, "nobody was elected"
+        winners = [n for n, e in nodes.items() if e.role is Role.MASTER]
+        losers = [n for n in names if n not in winners]
+        for e in nodes.values():
+            await e.stop()
+        await asyncio.gather(*tasks.values(), return_exceptions=True)
+        assert len(winners) == 1, winners
+        winner, loser = nodes[winners[0]], nodes[losers[0]]
+        assert not winner.amnesiac and loser.amnesiac
+        # Restarted (as after a lost master role): still up to date, so a candidate
+        # whose shards hold data gets its vote; a node never brought up to date refuses.
+        again = election(winners[0])
+        again._load_state()
+        assert not again.amnesiac
+        states = [s.control(None) for s in shards[winners[0]]]
+        parsed = [ShardState.parse(s) for s in states]
+        with_data = [(again.term, 3), (again.term, 4)]
+        vote = again._decide(parsed, 10 * LEASE, "x@127.0.0.1:1", again.term + 1,
+                             with_data, None)
+        assert vote.granted, vote.reason
+        refused = nodes[losers[0]]._decide(parsed, 10 * LEASE, "x@127.0.0.1:1",
+                                           again.term + 1, with_data, None)
+        assert not refused.granted and "no state of its own" in refused.reason
 
     asyncio.run(asyncio.wait_for(main(), 40))

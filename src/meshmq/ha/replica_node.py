@@ -296,6 +296,13 @@ class NodeElection(ReplicatedHa):
                         self.kind = Kind.LEADER
                         self.took_over_from = self.followed
                         self.leader_id = self.node_id
+                        if self.amnesiac:
+                            # Elected by a majority: its shards' logs are the cluster's.
+                            # Kept, the flag would outlive a lost master role, and such
+                            # a node refuses every candidate with data: with one other
+                            # node left the cluster could never elect again.
+                            self.amnesiac = False
+                            self._save_state()
                         self.machine.fire(RoleEvent.ACQUIRED)
                         self.became_master_ms = self._clock()
                         log.info("master: node elected for term %d (shards' logs at %s)",
