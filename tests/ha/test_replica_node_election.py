@@ -36,6 +36,21 @@ class StandInShard:
                 "resigned": None}
 
 
+def _election(tmp_path: Path, name: str, ports: dict[str, int],
+              shards: dict[str, list[StandInShard]]) -> NodeElection:
+    """Node ``name``'s supervisor election, its shards the stand-ins in ``shards``."""
+    async def ask(adopt: int | None) -> list[dict[str, Any]]:
+        return [s.control(adopt) for s in shards[name]]
+
+    config = BrokerConfig(
+        broker_name=name, data_directory=tmp_path / name, shards=2,
+        store=StoreConfig(fsync=False),
+        ha=HaConfig(mode="replicated", listen=f"127.0.0.1:{ports[name]}",
+                    members=tuple(f"127.0.0.1:{ports[o]}" for o in ports if o != name),
+                    node_id=name, lease_ms=LEASE, keepalive_ms=100))
+    return NodeElection(config, ask, on_lost=lambda why: None)
+
+
 def test_only_a_node_up_to_date_on_every_shard_is_elected(tmp_path: Path) -> None:
     """b is ahead on shard 0 and behind on shard 1: a and c refuse it, it refuses them
     (a master needs every stream's confirmed batches); a or c wins with the other's
@@ -45,16 +60,7 @@ def test_only_a_node_up_to_date_on_every_shard_is_elected(tmp_path: Path) -> Non
     shards = {n: [StandInShard(p) for p in pos] for n, pos in logs.items()}
 
     def election(name: str) -> NodeElection:
-        async def ask(adopt: int | None) -> list[dict[str, Any]]:
-            return [s.control(adopt) for s in shards[name]]
-
-        config = BrokerConfig(
-            broker_name=name, data_directory=tmp_path / name, shards=2,
-            store=StoreConfig(fsync=False),
-            ha=HaConfig(mode="replicated", listen=f"127.0.0.1:{ports[name]}",
-                        members=tuple(f"127.0.0.1:{ports[o]}" for o in logs if o != name),
-                        node_id=name, lease_ms=LEASE, keepalive_ms=100))
-        return NodeElection(config, ask, on_lost=lambda why: None)
+        return _election(tmp_path, name, ports, shards)
 
     for n in logs:  # nodes with state of their own (a node without votes only once
         # a master brought it up to date)
@@ -92,16 +98,7 @@ def test_a_new_node_once_elected_votes_for_candidates_with_data(tmp_path: Path) 
     shards = {n: [StandInShard((0, 0)), StandInShard((0, 0))] for n in names}
 
     def election(name: str) -> NodeElection:
-        async def ask(adopt: int | None) -> list[dict[str, Any]]:
-            return [s.control(adopt) for s in shards[name]]
-
-        config = BrokerConfig(
-            broker_name=name, data_directory=tmp_path / name, shards=2,
-            store=StoreConfig(fsync=False),
-            ha=HaConfig(mode="replicated", listen=f"127.0.0.1:{ports[name]}",
-                        members=tuple(f"127.0.0.1:{ports[o]}" for o in names if o != name),
-                        node_id=name, lease_ms=LEASE, keepalive_ms=100))
-        return NodeElection(config, ask, on_lost=lambda why: None)
+        return _election(tmp_path, name, ports, shards)
 
     async def main() -> None:
         nodes = {n: election(n) for n in names}
