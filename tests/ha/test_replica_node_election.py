@@ -51,6 +51,18 @@ def _election(tmp_path: Path, name: str, ports: dict[str, int],
     return NodeElection(config, ask, on_lost=lambda why: None)
 
 
+async def _elect(nodes: dict[str, NodeElection]) -> list[str]:
+    """Run every node's campaign until one is elected; stop them all; the masters."""
+    tasks = [asyncio.create_task(e.acquire()) for e in nodes.values()]
+    done, _ = await asyncio.wait(tasks, timeout=20, return_when=asyncio.FIRST_COMPLETED)
+    assert done, "nobody was elected"
+    winners = [n for n, e in nodes.items() if e.role is Role.MASTER]
+    for e in nodes.values():
+        await e.stop()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return winners
+
+
 def test_only_a_node_up_to_date_on_every_shard_is_elected(tmp_path: Path) -> None:
     """b is ahead on shard 0 and behind on shard 1: a and c refuse it, it refuses them
     (a master needs every stream's confirmed batches); a or c wins with the other's
@@ -69,14 +81,7 @@ def test_only_a_node_up_to_date_on_every_shard_is_elected(tmp_path: Path) -> Non
 
     async def main() -> None:
         nodes = {n: election(n) for n in logs}
-        tasks = {n: asyncio.create_task(e.acquire()) for n, e in nodes.items()}
-        done, _ = await asyncio.wait(tasks.values(), timeout=20,
-                                     return_when=asyncio.FIRST_COMPLETED)
-        assert done, "nobody was elected"
-        winners = [n for n, e in nodes.items() if e.role is Role.MASTER]
-        for e in nodes.values():
-            await e.stop()
-        await asyncio.gather(*tasks.values(), return_exceptions=True)
+        winners = await _elect(nodes)
         assert len(winners) == 1 and winners[0] in ("a", "c"), winners
         term = nodes[winners[0]].term
         assert all(s.term == term for s in shards[winners[0]])
@@ -102,15 +107,8 @@ def test_a_new_node_once_elected_votes_for_candidates_with_data(tmp_path: Path) 
 
     async def main() -> None:
         nodes = {n: election(n) for n in names}
-        tasks = {n: asyncio.create_task(e.acquire()) for n, e in nodes.items()}
-        done, _ = await asyncio.wait(tasks.values(), timeout=20,
-                                     return_when=asyncio.FIRST_COMPLETED)
-        assert done, "nobody was elected"
-        winners = [n for n, e in nodes.items() if e.role is Role.MASTER]
+        winners = await _elect(nodes)
         losers = [n for n in names if n not in winners]
-        for e in nodes.values():
-            await e.stop()
-        await asyncio.gather(*tasks.values(), return_exceptions=True)
         assert len(winners) == 1, winners
         winner, loser = nodes[winners[0]], nodes[losers[0]]
         assert not winner.amnesiac and loser.amnesiac
