@@ -182,6 +182,7 @@ def mqtt_on(node: NodeProcess, shard: int, client_id: str, tries: int = 64) -> R
     """A connected raw MQTT client (clean session) on ``shard``, as ``stomp_on``."""
     for _ in range(tries):
         client = RawMqtt(node.ports["mqtt"])
+        client.suback_first = False  # see MqttClientOps.suback_first
         client.connect(client_id)
         if shard_of(node, client.sock) == shard:
             return client
