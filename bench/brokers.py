@@ -255,8 +255,10 @@ class Broker:
 
 # Which meshmq build the harness runs: "compiled" (the mypyc wheel that `pip install .` gives
 # operators, unpacked by dev/build-compiled into build/compiled-lib) or "python" (the
-# editable pure-Python install). run_matrix.py --meshmq-build sets it.
-COMPILED_LIB = Path(__file__).resolve().parent.parent / "build" / "compiled-lib"
+# editable pure-Python install). run_matrix.py --meshmq-build sets it. MESHMQ_COMPILED_LIB
+# names another folder (bench/device-run.sh: a build for another machine's Python).
+COMPILED_LIB = Path(os.environ.get("MESHMQ_COMPILED_LIB") or
+                    Path(__file__).resolve().parent.parent / "build" / "compiled-lib")
 
 
 def meshmq_build() -> str:

@@ -639,7 +639,10 @@ def make_charts(data: dict[str, Any], stem: str) -> list[str]:
 
 def _git_rev() -> str:
     """The last commit that touched src/, flagged when src/ has uncommitted edits (the
-    editable install runs the work tree, which may be ahead of any commit)."""
+    editable install runs the work tree, which may be ahead of any commit).
+    ``MESHMQ_GIT_REV`` says it where the tree has no history (bench/device-run.sh)."""
+    if os.environ.get("MESHMQ_GIT_REV"):
+        return os.environ["MESHMQ_GIT_REV"]
     def git(*a: str) -> str:
         try:
             return subprocess.run(["git", *a], capture_output=True, text=True, check=False,

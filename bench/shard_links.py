@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import brokers as bk
 from loadgen import LoadSpec, run_load
-from scaling import ShardedMeshmq
+from scaling import ShardedMeshmq, generator_procs
 from tests.support.ports import free_port
 
 LINK_TOTALS = ("sent", "delivered_out", "window_full", "writes", "link_pauses",
@@ -53,7 +53,7 @@ def run_one(shards: int, count: int, handoff: bool = True,
     try:
         spec = LoadSpec(protocol=protocol, host=bk.HOST, port=broker.ports[protocol],
                         producers=64, consumers=64, destinations=64, size=256, count=count,
-                        duration=20.0)
+                        duration=20.0, procs_per_role=generator_procs())
         cpu: dict[str, Any] = {}
 
         def on_start() -> None:
@@ -119,7 +119,9 @@ def main() -> None:
              f"Command: `python bench/shard_links.py --shards {' '.join(map(str, args.shards))}"
              f" --count {args.count} --handoff {args.handoff} --rounds {args.rounds}"
              f" --protocol {args.protocol}`, "
-             f"{bk.meshmq_build()} build. Link and handoff counters are summed over every "
+             f"{bk.meshmq_build()} build, {generator_procs()} load generator processes "
+             "for the producers and as many for the consumers. Link and handoff counters "
+             "are summed over every "
              "shard link (both directions) and every shard.", "",
              "| shards | handoff | e2e msg/s | CPU µs/delivery | process CPU % | "
              + " | ".join(LINK_TOTALS + HANDOFF_TOTALS) + " |",
