@@ -6,7 +6,7 @@
 # the run carries it. Results go to bench/results/ as on any machine (their names say
 # the core count) and, packed, to $OUT when the device tool sets it.
 #
-#   bash bench/device-run.sh check      # the build imports, compiled; a few seconds
+#   bash bench/device-run.sh check      # the build imports, brokers run; under a minute
 #   bash bench/device-run.sh scaling    # bench/scaling.py 1..16 shards + bridge one hop
 #   bash bench/device-run.sh links      # bench/shard_links.py, STOMP and MQTT
 #
@@ -33,7 +33,8 @@ run() {  # one benchmark, bounded: a hung one must leave time for the rest
     echo "-- exit ${PIPESTATUS[0]}" | tee -a "$log"
 }
 case $part in
-    check) ;;
+    check)  # also starts brokers of 1 and 2 shards from the carried build, briefly
+        run 90 bench/scaling.py --quick --shards 1 2 ;;
     scaling)
         run 200 bench/scaling.py --shards 1 2 4 8 16 --count 2000000
         run 150 bench/network_bench.py --only single-np 1hop-np --repeat 3 --rev worktree \
