@@ -13,7 +13,7 @@ which is cheap now that a lookup is).
 
 from __future__ import annotations
 
-from typing import Generic, Protocol, TypeVar
+from typing import Final, Generic, Protocol, TypeVar
 
 from meshmq.core.destinations import (
     ANY_CHILD,
@@ -32,7 +32,7 @@ class _HasPatterns(Protocol):
 S = TypeVar("S", bound=_HasPatterns)
 
 # Bounds memory when producers send to very many distinct topic names.
-CACHE_LIMIT = 10_000
+CACHE_LIMIT: Final = 10_000
 
 
 class _Node(Generic[S]):

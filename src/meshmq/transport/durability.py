@@ -39,7 +39,7 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from meshmq.core.consumer import Consumer
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("meshmq.durability")
 
-NOT_STORED = "message could not be stored"
+NOT_STORED: Final = "message could not be stored"
 
 
 class Durability:
