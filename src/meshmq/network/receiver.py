@@ -144,12 +144,14 @@ class Receiver:
         """``again``: the sender may have delivered these before (MESSAGES_AGAIN); those
         not found in the duplicate window are stored flagged redelivered."""
         # ``_accept`` inlined for the usual message (new, routed without a refusal):
-        # per message, only the loop check, the duplicate window, the arrival time and
-        # the core's send.
+        # per message, only the loop check, the duplicate window and the core's send.
         broker = self.broker
         local = broker.name
         check_and_add = broker.dedup.check_and_add
-        arrived = self.services.arrived
+        # Arrival times first, one call for the batch: routing may hand a message to a
+        # bridge's consumer at once, and ``may_return`` reads its arrival time (a
+        # duplicate's counts too, which only delays its return).
+        self.services.arrived([msg.message_id for _, msg in batch])
         send = broker.send
         conn = self.conn
         dests: dict[Destination, tuple[Destination, ...]] = {}
@@ -165,7 +167,6 @@ class Receiver:
                 self.counters.received_duplicates += 1
                 (after_sync if msg.persistent else now_acks).append((seq, _DUPLICATE))
                 continue
-            arrived(msg)
             targets = dests.get(dest)
             if targets is None:
                 targets = dests[dest] = (dest,)
@@ -210,7 +211,7 @@ class Receiver:
         if dedup.check_and_add(key):
             self.counters.received_duplicates += 1
             return AckStatus.DUPLICATE, msg.persistent
-        self.services.arrived(msg)
+        self.services.arrived([msg.message_id])
         try:
             needs_sync = self.broker.send(self.conn, (dest,), msg, redelivered=again)
         except MeshmqError as exc:

@@ -43,9 +43,11 @@ class NetworkRoutes:
         self._replanning = False
 
     # ------------------------------------------------------------ redistribution
-    def arrived(self, msg: Message) -> None:
+    def arrived(self, message_ids: list[str]) -> None:
+        """A batch from one link, all at one time: one call and one clock read per
+        batch, not per message (the receiver is compiled, this module is not)."""
         arrivals = self._arrivals
-        arrivals[msg.message_id] = self.host.broker.now_ms()
+        arrivals.update(dict.fromkeys(message_ids, self.host.broker.now_ms()))
         if len(arrivals) >= ARRIVALS_KEPT // 2:
             self._arrivals_old, self._arrivals = arrivals, {}
 

@@ -48,7 +48,8 @@ class ReceiverServices(Protocol):
 
     @property
     def host(self) -> BrokerHost: ...
-    def arrived(self, msg: Message) -> None: ...
+    def arrived(self, message_ids: list[str]) -> None:
+        """These messages arrived over a bridge now (one call per batch)."""
 
 
 class LinkServices(ForwarderServices, ReceiverServices, Protocol):

@@ -894,7 +894,7 @@ class ShardPeers:
     def host(self) -> BrokerHost:
         return self._host
 
-    def arrived(self, msg: Message) -> None:
+    def arrived(self, message_ids: list[str]) -> None:
         return  # no redistribution between shards: each destination has one place
 
     # ------------------------------------------------------------ lifecycle

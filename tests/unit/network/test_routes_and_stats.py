@@ -52,13 +52,15 @@ def test_arrival_times_keep_at_least_the_latest_half_of_the_limit(
     host = SimpleNamespace(broker=SimpleNamespace(now_ms=lambda: next(clock)))
     r = NetworkRoutes(host, tuple)  # type: ignore[arg-type]
     for i in range(12):
-        r.arrived(SimpleNamespace(message_id=f"m{i}"))  # type: ignore[arg-type]
+        r.arrived([f"m{i}"])
     # At most ARRIVALS_KEPT are remembered, never fewer than the latest half of it.
     known = [i for i in range(12) if r.arrival(f"m{i}") is not None]
     assert known[-5:] == [7, 8, 9, 10, 11] and len(known) <= 10
     assert r.arrival("m11") == 11 and r.arrival("m0") is None
-    r.arrived(SimpleNamespace(message_id="m3"))  # type: ignore[arg-type]
+    r.arrived(["m3"])
     assert r.arrival("m3") == 12  # arrived again: its latest time
+    r.arrived(["m20", "m21"])  # a batch: one time for all of it
+    assert r.arrival("m20") == r.arrival("m21") == 13
 
 
 # ---------------------------------------------------------------- duplicate routes
