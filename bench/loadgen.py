@@ -235,9 +235,11 @@ class StompScanner:
     @staticmethod
     def _frame_end(buf: bytearray, pos: int) -> int:
         """Where the NUL that ends the frame at ``pos`` is (-1: not here yet), for a head
-        with LF or CRLF line ends."""
-        lf, crlf = buf.find(b"\n\n", pos), buf.find(b"\n\r\n", pos)
-        if crlf >= 0 and (lf < 0 or crlf < lf):
+        with LF or CRLF line ends. The CRLF blank line is looked for only inside the
+        head, so a stream of LF frames is not scanned to its end for each frame."""
+        lf = buf.find(b"\n\n", pos)
+        crlf = buf.find(b"\n\r\n", pos, lf + 2 if lf >= 0 else len(buf))
+        if crlf >= 0:
             head_end, body = crlf, crlf + 3
         elif lf >= 0:
             head_end, body = lf, lf + 2
