@@ -31,6 +31,9 @@ import brokers as bk
 from loadgen import LoadSpec, run_load
 from run_matrix import RESULTS, _fmt, _git_rev, cpu_per_message, log
 
+from meshmq.core.destinations import queue
+from meshmq.core.shards import owner
+
 
 class ShardedMeshmq(bk.Meshmq):
     """meshmq with ``--shards N`` on its command line (left off for one shard, so this
@@ -52,6 +55,20 @@ def generator_procs() -> int:
     processes were what a run of 16 shards measured (each near a whole core), so they
     grow with the host, leaving most cores to the shards."""
     return max(2, (os.cpu_count() or 2) // 4)
+
+
+def placement(stem: str, destinations: int, shards: int) -> dict[str, Any]:
+    """How a run's queues fall on the shards. A queue's owner is a hash of its name
+    (docs/shards.md), so a few dozen queues spread unevenly: 64 over 16 shards give the
+    busiest shard about twice the mean (1.25x to 3x, by the names). Each producer sends
+    the same count, so the busiest owner finishes last and bounds the run's msg/s at
+    about ``shards / busiest_x_mean`` one-shard rates: read msg/s beside this figure."""
+    per = [0] * shards
+    for d in range(destinations):
+        per[owner(queue(f"bench.{stem}.{d}"), shards)] += 1
+    busiest = max(per)
+    return {"queues_per_shard": per, "busiest_owns": busiest,
+            "busiest_x_mean": round(busiest * shards / destinations, 2)}
 
 
 def shards_supported() -> bool:
@@ -81,6 +98,7 @@ def run_one(shards: int, args: argparse.Namespace) -> dict[str, Any]:
         res = run_load(spec, hard_timeout=max(120.0, args.duration * 20),
                        on_start=on_start, on_end=on_end)
         row.update(res.row())
+        row.update(placement(spec.name, args.destinations, shards))
         if "after" in cpu:
             row.update(cpu_per_message(bk.cpu_spent(cpu["before"], cpu["after"]),
                                        cpu["t1"] - cpu["t0"], res))
@@ -90,7 +108,9 @@ def run_one(shards: int, args: argparse.Namespace) -> dict[str, Any]:
     finally:
         broker.close()
     log(f"shards {shards}: {row.get('status')} e2e {row.get('e2e_rate')} msg/s, broker "
-        f"{row.get('broker_cpu_us_per_delivery')} µs/delivery {row.get('error') or ''}")
+        f"{row.get('broker_cpu_us_per_delivery')} µs/delivery, busiest shard owns "
+        f"{row.get('busiest_owns')} queues ({row.get('busiest_x_mean')}x the mean) "
+        f"{row.get('error') or ''}")
     return row
 
 
@@ -105,13 +125,15 @@ def write_markdown(path: Path, data: dict[str, Any]) -> None:
              "bench/scaling.py; see docs/benchmarks.md, *CPU per message*.", ""]
     lines += [f"- {n}" for n in env["notes"]]
     lines += ["", "| shards | e2e msg/s | send msg/s | broker CPU µs/delivery "
-              "| generator CPU µs/delivery | broker CPU % | p99 ms | received/expected "
-              "| status |", "|---|---|---|---|---|---|---|---|---|"]
+              "| generator CPU µs/delivery | broker CPU % | busiest shard's queues (x mean) "
+              "| p99 ms | received/expected | status |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in data["runs"]:
         lines.append(
             f"| {r['shards']} | {_fmt(r.get('e2e_rate'))} | {_fmt(r.get('send_rate'))} "
             f"| {_fmt(r.get('broker_cpu_us_per_delivery'), 1)} "
             f"| {_fmt(r.get('gen_cpu_us_per_delivery'), 1)} | {_fmt(r.get('broker_cpu_pct'))} "
+            f"| {r.get('busiest_owns', '—')} ({_fmt(r.get('busiest_x_mean'), 2)}) "
             f"| {_fmt(r.get('p99_ms'), 2)} | {_fmt(r.get('received'))}/"
             f"{_fmt(r.get('expected'))} | {r.get('status')} {r.get('error') or ''} |")
     path.write_text("\n".join(lines) + "\n")
