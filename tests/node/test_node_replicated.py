@@ -3,11 +3,13 @@ nodes, each with its own data directory; the supervisors elect, shard k of the m
 streams its journal to shard k of the others. The master node (supervisor and shards)
 is killed with SIGKILL under failover producers and consumers on queues of both shards;
 a follower node that was down catches up and takes over with every receipted message;
-a master left alone stops its shards."""
+a master left alone stops its shards; a master node paused (SIGSTOP) past its lease is
+replaced, and resumed, never confirms the write it took while deposed."""
 
 from __future__ import annotations
 
 import contextlib
+import signal
 import socket
 import subprocess
 import sys
@@ -185,6 +187,49 @@ def test_the_master_node_killed_a_follower_node_takes_over_both_shards_streams(
     assert not accepts(cluster.ports[second])
     assert new.terminate() == 0
     print(f"replicated node takeover after SIGKILL of the master node: {took:.3f}s")
+
+
+def test_a_paused_master_node_is_replaced_and_never_confirms_its_late_write(
+        tmp_path: Path) -> None:
+    """The master node's supervisor and shards stop (SIGSTOP) past the lease: the others
+    elect a new master. A send to the paused node waits in its socket; resumed, its shard
+    cannot confirm it (the followers follow a higher term), the node restarts as a
+    follower, and the new master holds exactly the confirmed messages."""
+    cluster = Cluster(tmp_path)
+    cluster.start("a", "b", "c")
+    first = cluster.master()
+    followers = "".join(n for n in "abc" if n != first)
+    old_node = cluster.nodes[first]
+    queue = queue_owned_by(1, "pause")
+    old, old_rec = connect(cluster.ports[first])
+    old.send(queue, "before", headers={"persistent": "true"}, receipt="before")
+    poll(lambda: "before" in old_rec.receipts, 30, "the receipt before the pause")
+
+    assert old_node.proc is not None
+    paused = [old_node.proc.pid] + [p.pid for p in old_node.shard_processes()]
+    for pid in paused:
+        psutil.Process(pid).send_signal(signal.SIGSTOP)
+    try:
+        second = cluster.master(among=followers)
+        old.send(queue, "from-the-deposed", headers={"persistent": "true"},
+                 receipt="deposed")
+        new, new_rec = connect(cluster.ports[second])
+        new.send(queue, "on-new-master", headers={"persistent": "true"}, receipt="new")
+        poll(lambda: "new" in new_rec.receipts, 30, "the new master's receipt")
+    finally:
+        for pid in paused:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                psutil.Process(pid).send_signal(signal.SIGCONT)
+    poll(lambda: old_rec.disconnected or bool(old_rec.errors), 30,
+         "the deposed node to drop its client")
+    poll(lambda: "restarting the node as a slave" in old_node.text(), 30,
+         "the deposed node to follow")
+    assert "deposed" not in old_rec.receipts
+    new.disconnect()
+    assert [body for _, body, _ in drain(cluster.ports[second], queue)] == \
+        ["before", "on-new-master"]
+    for node in cluster.nodes.values():
+        assert node.terminate() == 0
 
 
 def test_a_follower_node_that_was_down_catches_up_and_takes_over(tmp_path: Path) -> None:
