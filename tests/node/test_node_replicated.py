@@ -3,7 +3,8 @@ nodes, each with its own data directory; the supervisors elect, shard k of the m
 streams its journal to shard k of the others. The master node (supervisor and shards)
 is killed with SIGKILL under failover producers and consumers on queues of both shards;
 a follower node that was down catches up and takes over with every receipted message;
-a master left alone stops its shards; a master node paused (SIGSTOP) past its lease is
+a master left alone stops its shards; a master node stopped gracefully hands the role
+over without its lease running out; a master node paused (SIGSTOP) past its lease is
 replaced, and resumed, never confirms the write it took while deposed."""
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def replication_ports() -> int:
 
 
 def write_node(path: Path, *, name: str, data: Path, port: int, listen: int,
-               members: list[int]) -> Path:
+               members: list[int], ha: str = HA) -> Path:
     others = ", ".join(f'"127.0.0.1:{m}"' for m in members)
     path.write_text(f"""
 [broker]
@@ -74,20 +75,20 @@ port = 0
 mode = "replicated"
 listen = "127.0.0.1:{listen}"
 members = [{others}]
-{HA}
+{ha}
 """)
     return path
 
 
 class Cluster:
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, ha: str = HA) -> None:
         names = "abc"
         self.ports = {n: port_support.free_port() for n in names}
         repl = {n: replication_ports() for n in names}
         self.nodes = {
             n: HaNode(write_node(tmp_path / f"{n}.toml", name=n, data=tmp_path / n,
                                  port=self.ports[n], listen=repl[n],
-                                 members=[repl[o] for o in names if o != n]),
+                                 members=[repl[o] for o in names if o != n], ha=ha),
                       tmp_path / f"{n}.log")
             for n in names}
 
@@ -187,6 +188,34 @@ def test_the_master_node_killed_a_follower_node_takes_over_both_shards_streams(
     assert not accepts(cluster.ports[second])
     assert new.terminate() == 0
     print(f"replicated node takeover after SIGKILL of the master node: {took:.3f}s")
+
+
+def test_a_master_node_stopped_gracefully_hands_over_before_its_lease_runs_out(
+        tmp_path: Path) -> None:
+    """SIGTERM of the master node: each master shard lets its followers catch up and
+    tells them it resigns, so the others elect a successor at once, long before a lease
+    of 8 s would have run out, with every receipted message of both shards."""
+    lease_s = 8
+    cluster = Cluster(tmp_path, ha=f"lease_ms = {lease_s * 1000}\nkeepalive_ms = 400")
+    cluster.start("a", "b", "c")
+    first = cluster.master()
+    queues = [queue_owned_by(0, "hand"), queue_owned_by(1, "hand")]
+    sent = [[f"m-{k}-{i}" for i in range(30)] for k in range(SHARDS)]
+    for queue, bodies in zip(queues, sent, strict=True):
+        send_all(cluster.ports[first], queue, bodies)
+    old = cluster.nodes[first]
+    stopping = time.monotonic()
+    assert old.terminate() == 0
+    second = cluster.master(among="".join(n for n in "abc" if n != first))
+    took = time.monotonic() - stopping
+    assert took < lease_s, f"took {took:.1f}s: the successor waited for the lease"
+    assert old.text().count("handed the replicated master role over") == SHARDS
+    for queue, bodies in zip(queues, sent, strict=True):
+        assert [body for _, body, _ in drain(cluster.ports[second], queue)] == bodies
+    for n in "abc":
+        if n != first:
+            assert cluster.nodes[n].terminate() == 0
+    print(f"replicated node handover after SIGTERM of the master node: {took:.3f}s")
 
 
 def test_a_paused_master_node_is_replaced_and_never_confirms_its_late_write(

@@ -235,12 +235,19 @@ class NodeElection(ReplicatedHa):
             d = self._decide(states, seen, candidate, term, theirs, resigned_term)
             if not pre and (d.granted or d.term > self.term):
                 # Every shard moves to the term first (older masters refused from now
-                # on), and the positions it reports then are the ones that count.
+                # on), and the positions it reports then are the ones that count. The
+                # node's term moves with its shards; the vote is still judged from the
+                # term it was in (a master of that term that resigned hands over at
+                # once), unless a shard was already beyond the candidate's term.
+                voter = (self.term, self.voted_for)
                 states = await self._shards(d.term)
                 if states is None:
                     return {"term": self.term, "granted": False,
                             "reason": "a shard of this node is not answering"}
-                d = self._decide(states, seen, candidate, term, theirs, resigned_term)
+                if self.term > d.term:
+                    voter = (self.term, self.voted_for)
+                d = self._decide(states, seen, candidate, term, theirs, resigned_term,
+                                 voter=voter)
             if not pre and d.term >= self.term and \
                     (d.term, d.voted_for) != (self.term, self.voted_for):
                 self.term, self.voted_for = d.term, d.voted_for
@@ -252,9 +259,12 @@ class NodeElection(ReplicatedHa):
         return {"term": self.term, "granted": d.granted, "reason": d.reason}
 
     def _decide(self, states: Sequence[ShardState], seen: int, candidate: str, term: int,
-                theirs: Sequence[Position], resigned: int | None) -> VoteDecision:
+                theirs: Sequence[Position], resigned: int | None,
+                voter: tuple[int, str | None] | None = None) -> VoteDecision:
+        """``voter``: the node's (term, vote) to judge from; its current ones by default."""
+        own_term, voted_for = voter if voter is not None else (self.term, self.voted_for)
         return decide_node_vote(
-            self.term, self.voted_for, [s.last for s in states], seen,
+            own_term, voted_for, [s.last for s in states], seen,
             self.amnesiac or any(s.amnesiac for s in states), candidate, term, theirs,
             self._clock(), self.ha.lease_ms, resigned_term=resigned)
 

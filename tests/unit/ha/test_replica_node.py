@@ -10,7 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from meshmq.config.model import BrokerConfig, HaConfig
-from meshmq.ha.replica_node import NodeElection, decide_node_vote, shard_address, shard_ha
+from meshmq.ha.replica_node import (
+    NODE_STATE,
+    NodeElection,
+    decide_node_vote,
+    shard_address,
+    shard_ha,
+)
 from meshmq.ha.replication_policy import Position
 
 LEASE = 1000
@@ -101,3 +107,41 @@ def test_a_stop_while_the_election_listener_opens_ends_acquire_quietly(tmp_path:
     assert asyncio.run(main()) is False
     assert node.role.value == "stopped"
     assert opened[0].closed
+
+
+def test_a_node_votes_at_once_for_a_successor_of_a_master_that_resigned(
+        tmp_path: Path) -> None:
+    """The node follows the master of term 1 on both shards and heard from it just now;
+    that master resigned (a graceful stop). A candidate told of it gets the vote at once,
+    although voting moves the node's shards, and so the node, to term 2 before the
+    positions are checked again; without the resignation the lease is waited out."""
+    class Shards:
+        term = 1
+
+        async def ask(self, adopt: int | None) -> list[dict[str, Any]]:
+            if adopt is not None and adopt > self.term:
+                self.term = adopt
+            return [{"term": self.term, "last": [1, 5], "durable": [1, 5],
+                     "seen_ago_ms": 5, "amnesiac": False, "leader": "m@h:1/s0",
+                     "resigned": 1}] * 2
+
+    def node(name: str) -> NodeElection:
+        config = BrokerConfig(broker_name=name, data_directory=tmp_path / name, shards=2,
+                              ha=HaConfig(mode="replicated", listen="127.0.0.1:1",
+                                          members=("127.0.0.1:2",), node_id=name,
+                                          lease_ms=60_000))
+        (tmp_path / name / "replication").mkdir(parents=True)
+        (tmp_path / name / NODE_STATE).write_text('{"term": 1, "voted_for": "m@h:1"}')
+        election = NodeElection(config, Shards().ask, on_lost=lambda why: None)
+        election._load_state()
+        return election
+
+    def vote(election: NodeElection, resigned: int | None) -> dict[str, Any]:
+        return asyncio.run(election._on_node_vote(
+            {"term": 2, "candidate": "c@h:3", "pre": False, "resigned": resigned,
+             "shards": [[1, 5], [1, 5]]}))
+
+    handed = node("handed")
+    assert vote(handed, 1) == {"term": 2, "granted": True, "reason": "granted"}
+    assert (handed.term, handed.voted_for) == (2, "c@h:3")
+    assert vote(node("alive"), None)["reason"] == "a master is alive"
