@@ -3,7 +3,8 @@ nodes, each with its own data directory; the supervisors elect, shard k of the m
 streams its journal to shard k of the others. The master node (supervisor and shards)
 is killed with SIGKILL under failover producers and consumers on queues of both shards;
 a follower node that was down catches up and takes over with every receipted message;
-a master left alone stops its shards; a master node stopped gracefully hands the role
+a master left alone stops its shards; nodes elect and stream over mutual TLS and refuse
+plaintext; a master node stopped gracefully hands the role
 over without its lease running out; a master node paused (SIGSTOP) past its lease is
 replaced, and resumed, never confirms the write it took while deposed."""
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -21,10 +23,12 @@ import psutil
 import pytest
 
 from tests.ha.support import FailoverProducer, accepts, connect
+from tests.ha.test_replicated_tls import _intrude
 from tests.node.test_node_ha import HaNode, RecordingConsumer, check, drain, queue_owned_by
 from tests.support import ports as port_support
 from tests.support.brokers import poll
 from tests.support.nodes import pid_gone
+from tests.support.pki import Pki
 
 pytestmark = pytest.mark.slow
 
@@ -84,7 +88,7 @@ class Cluster:
     def __init__(self, tmp_path: Path, ha: str = HA) -> None:
         names = "abc"
         self.ports = {n: port_support.free_port() for n in names}
-        repl = {n: replication_ports() for n in names}
+        repl = self.repl = {n: replication_ports() for n in names}
         self.nodes = {
             n: HaNode(write_node(tmp_path / f"{n}.toml", name=n, data=tmp_path / n,
                                  port=self.ports[n], listen=repl[n],
@@ -188,6 +192,41 @@ def test_the_master_node_killed_a_follower_node_takes_over_both_shards_streams(
     assert not accepts(cluster.ports[second])
     assert new.terminate() == 0
     print(f"replicated node takeover after SIGKILL of the master node: {took:.3f}s")
+
+
+def test_nodes_elect_and_stream_over_mutual_tls_and_refuse_plaintext(
+        tmp_path: Path, pki: Pki) -> None:
+    """``ha.ssl_*`` on a node: its election link and every shard's stream are mutual
+    TLS. A plaintext or untrusted dialer gets nothing; a takeover after SIGKILL of the
+    master node delivers every receipted message of both shards."""
+    cert, key = pki.broker("a")
+    tls = f'ssl_certfile = "{cert}"\nssl_keyfile = "{key}"\nssl_cafile = "{pki.ca}"'
+    cluster = Cluster(tmp_path, ha=f"{HA}\n{tls}")
+    cluster.start("a", "b", "c")
+    first = cluster.master()
+    queues = [queue_owned_by(0, "tls"), queue_owned_by(1, "tls")]
+    sent = [[f"t-{k}-{i}" for i in range(20)] for k in range(SHARDS)]
+    for queue, bodies in zip(queues, sent, strict=True):
+        send_all(cluster.ports[first], queue, bodies)
+
+    stranger = ssl.create_default_context(cafile=str(pki.ca))
+    stranger.load_cert_chain(*pki.stranger("broker"))
+    election = cluster.repl[first]
+    for port in (election, election + 1, election + SHARDS):  # the node, shards 0 and 1
+        assert _intrude(port, None) == b""
+        assert _intrude(port, stranger) == b""
+    # Each listener (the supervisor's, each shard's) logs both causes.
+    poll(lambda: cluster.nodes[first].text().count("refused a link from") >= 6, 10,
+         "the refusals logged")
+
+    cluster.kill(first)
+    second = cluster.master(among="".join(n for n in "abc" if n != first))
+    for queue, bodies in zip(queues, sent, strict=True):
+        assert [body for _, body, _ in drain(cluster.ports[second], queue)] == bodies
+    for n in "abc":
+        if n != first:
+            assert "does not trust" not in cluster.nodes[n].text()
+            assert cluster.nodes[n].terminate() == 0
 
 
 def test_a_master_node_stopped_gracefully_hands_over_before_its_lease_runs_out(
