@@ -4,7 +4,8 @@ streams its journal to shard k of the others. The master node (supervisor and sh
 is killed with SIGKILL under failover producers and consumers on queues of both shards;
 a follower node that was down catches up and takes over with every receipted message;
 a master left alone stops its shards; nodes elect and stream over mutual TLS and refuse
-plaintext; a master node stopped gracefully hands the role
+plaintext; an elected node whose shards start slower than a lease keeps the role; a
+master node stopped gracefully hands the role
 over without its lease running out; a master node paused (SIGSTOP) past its lease is
 replaced, and resumed, never confirms the write it took while deposed."""
 
@@ -192,6 +193,50 @@ def test_the_master_node_killed_a_follower_node_takes_over_both_shards_streams(
     assert not accepts(cluster.ports[second])
     assert new.terminate() == 0
     print(f"replicated node takeover after SIGKILL of the master node: {took:.3f}s")
+
+
+def test_an_elected_node_whose_shards_start_slower_than_a_lease_keeps_the_role(
+        tmp_path: Path) -> None:
+    """The elected node's new master shards are stopped (SIGSTOP) as they start, for 2.5
+    leases: the others keep waiting for them (the node repeats its vote request while
+    they start) instead of electing again, and the node serves once they run."""
+    cluster = Cluster(tmp_path)
+    cluster.start("a", "b", "c")
+    followers = {n: {p.pid for p in node.shard_processes()}
+                 for n, node in cluster.nodes.items()}
+
+    def new_shards() -> tuple[str, list[psutil.Process]] | None:
+        for n, node in cluster.nodes.items():
+            fresh = [p for p in node.shard_processes() if p.pid not in followers[n]]
+            if fresh:
+                return n, fresh
+        return None
+
+    winner, _fresh = poll(new_shards, 60, "an elected node to start its master shards")
+    stopped: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 10
+        while len(stopped) < SHARDS and time.monotonic() < deadline:  # both, as they appear
+            for proc in cluster.nodes[winner].shard_processes():
+                if proc.pid not in followers[winner] and proc not in stopped:
+                    proc.send_signal(signal.SIGSTOP)
+                    stopped.append(proc)
+        assert len(stopped) == SHARDS, stopped
+        term = int(cluster.nodes[winner].text().split("master: node elected for term ")[1]
+                   .split()[0])
+        time.sleep(2.5 * 2.0)  # the scenario itself: shards slower than the 2 s lease
+    finally:
+        for proc in stopped:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.send_signal(signal.SIGCONT)
+    assert cluster.master() == winner
+    for node in cluster.nodes.values():
+        assert f"asking for votes in term {term + 1}" not in node.text()
+    send_all(cluster.ports[winner], "/queue/slow-start", ["after"])
+    assert [body for _, body, _ in drain(cluster.ports[winner], "/queue/slow-start")] == \
+        ["after"]
+    for node in cluster.nodes.values():
+        assert node.terminate() == 0
 
 
 def test_nodes_elect_and_stream_over_mutual_tls_and_refuse_plaintext(

@@ -60,6 +60,10 @@ __all__ = ["NODE_STATE", "NodeElection", "ShardState", "decide_node_vote",
 log = logging.getLogger("meshmq.ha")
 
 NODE_STATE = "replication/node-state.json"  # under the node's data directory
+# How long, in leases, an elected node keeps the others waiting while its shards start
+# as masters (``NodeElection.hold``): longer than any healthy start, short enough that a
+# node whose shards hang does not keep the group from electing another.
+HOLD_LEASES = 10
 
 
 def shard_address(addr: str, index: int) -> str:
@@ -145,6 +149,7 @@ class NodeElection(ReplicatedHa):
         # (new processes) before their streams reach this node's, and no other candidate
         # should depose it meanwhile, so a vote counts as hearing from a master.
         self._granted_ms = -(1 << 62)
+        self._positions: list[Position] = []  # the shards' logs it was elected with
 
     async def _start(self) -> None:
         self._load_state()
@@ -189,10 +194,13 @@ class NodeElection(ReplicatedHa):
         if newest > self.term:
             self.term, self.voted_for = newest, None
             self._save_state()
-        if self.amnesiac and all(s.leader is not None and not s.amnesiac for s in states):
+        if self.amnesiac and all((s.leader is not None or s.resigned is not None)
+                                 and not s.amnesiac for s in states):
             # Every shard (all started by this supervisor) followed a master since: the
             # node is up to date again. Until then a lost state file must not let it vote
-            # twice in a term its shards already adopted.
+            # twice in a term its shards already adopted. A shard whose master resigned
+            # follows nobody now but did follow it: a master that ran for less than one
+            # look of this supervisor must not leave the node unable to vote for ever.
             self.amnesiac = False
             self._save_state()
         return states
@@ -227,6 +235,12 @@ class NodeElection(ReplicatedHa):
                     "reason": "not a node of shards (no shard positions)"}
         theirs = [position(p, "vote request shard position") for p in raw]
         async with self._votes:
+            if not pre and term == self.term and candidate == self.voted_for \
+                    and candidate != self.node_id:
+                # The node this one elected, asking again while its shards start as
+                # masters (``hold``): the same vote, and another lease of waiting.
+                self._timer_base = self._granted_ms = self._clock()
+                return {"term": self.term, "granted": True, "reason": "granted"}
             states = await self._shards(None)
             if states is None:
                 return {"term": self.term, "granted": False,
@@ -341,7 +355,7 @@ class NodeElection(ReplicatedHa):
             self.kind = Kind.CANDIDATE
             self._save_state()
         self.elections += 1
-        positions = [s.durable for s in adopted]
+        positions = self._positions = [s.durable for s in adopted]
         log.info("candidate: asking for votes in term %d (shards' logs at %s)", term,
                  ", ".join(str(p) for p in positions))
         got = await self._node_votes(term, False, positions, resigned)
@@ -388,6 +402,24 @@ class NodeElection(ReplicatedHa):
                 self.kind = Kind.FOLLOWER
             return None
         return granted
+
+    # ------------------------------------------------------------ the master's shards start
+    async def hold(self) -> None:
+        """Run (until cancelled) while this elected node restarts its shards as the
+        masters of their streams. Those are new processes: until they lead, the other
+        nodes hear from no master, and once ``lease_ms`` passed after their vote they
+        would elect again, so a node whose shards start slower than a lease would lose
+        every election it wins. Every ``keepalive_ms`` it repeats its vote request in its
+        term; a node that granted it grants it again and waits another lease. After
+        ``HOLD_LEASES`` leases it stops asking: shards that never start must not keep
+        the group from electing another master."""
+        frame = encode_json(FrameType.REPL_VOTE_REQUEST, {
+            "term": self.term, "candidate": self.node_id, "pre": False, "resigned": None,
+            "shards": [list(p) for p in self._positions]})
+        deadline = self._clock() + HOLD_LEASES * self.ha.lease_ms
+        while self.kind is Kind.LEADER and self._clock() < deadline:
+            await asyncio.gather(*(self._ask(m, frame) for m in self.ha.members))
+            await asyncio.sleep(self.ha.keepalive_ms / 1000)
 
     # ------------------------------------------------------------ stop
     def lose(self, why: str) -> None:

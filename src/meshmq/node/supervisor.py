@@ -359,15 +359,23 @@ class Supervisor:
                  self.count)
         if not await election.acquire() or self._stopping.is_set():
             return
-        await self._retire_shards()
-        if self._stopping.is_set():
-            return
-        self._replica_role = DrivenRole(election.term, lead=True)
-        self.ports = bind_ports(self.config)
-        self._node_started = False
-        log.info("master: starting the node's %d shards as the masters of their streams "
-                 "in term %d", self.count, election.term)
-        if not await self._start_shards(raise_failure=False):
+        # The others wait for this node's shards while they start (NodeElection.hold).
+        hold = asyncio.get_running_loop().create_task(election.hold())
+        try:
+            await self._retire_shards()
+            if self._stopping.is_set():
+                return
+            self._replica_role = DrivenRole(election.term, lead=True)
+            self.ports = bind_ports(self.config)
+            self._node_started = False
+            log.info("master: starting the node's %d shards as the masters of their "
+                     "streams in term %d", self.count, election.term)
+            started = await self._start_shards(raise_failure=False)
+        finally:
+            hold.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await hold
+        if not started:
             election.lose("a shard could not take its stream over")
             return
         if self._stopping.is_set():

@@ -145,3 +145,55 @@ def test_a_node_votes_at_once_for_a_successor_of_a_master_that_resigned(
     assert vote(handed, 1) == {"term": 2, "granted": True, "reason": "granted"}
     assert (handed.term, handed.voted_for) == (2, "c@h:3")
     assert vote(node("alive"), None)["reason"] == "a master is alive"
+
+
+def test_the_node_it_elected_gets_the_vote_again_and_holds_other_campaigns_off(
+        tmp_path: Path) -> None:
+    """While the elected node's shards start (``NodeElection.hold``) it repeats its
+    request: granted again, and the voter's lease of waiting starts over, so another
+    candidate is refused; the repeat moves nothing (no shard is asked)."""
+    asked: list[int | None] = []
+
+    async def ask(adopt: int | None) -> list[dict[str, Any]]:
+        asked.append(adopt)
+        return [{"term": 2, "last": [1, 5], "durable": [1, 5], "seen_ago_ms": 10**6,
+                 "amnesiac": False, "leader": None, "resigned": None}] * 2
+
+    config = BrokerConfig(broker_name="v", data_directory=tmp_path, shards=2,
+                          ha=HaConfig(mode="replicated", listen="127.0.0.1:1",
+                                      members=("127.0.0.1:2",), node_id="v",
+                                      lease_ms=60_000))
+    (tmp_path / "replication").mkdir()
+    (tmp_path / NODE_STATE).write_text('{"term": 2, "voted_for": "w@h:1"}')
+    voter = NodeElection(config, ask, on_lost=lambda why: None)
+    voter._load_state()
+
+    def request(candidate: str, term: int) -> dict[str, Any]:
+        return asyncio.run(voter._on_node_vote(
+            {"term": term, "candidate": candidate, "pre": False, "resigned": None,
+             "shards": [[1, 5], [1, 5]]}))
+
+    assert voter._granted_ms < 0  # its vote was cast before a restart: not recent
+    assert request("w@h:1", 2) == {"term": 2, "granted": True, "reason": "granted"}
+    assert asked == [] and voter._granted_ms >= 0
+    assert request("x@h:2", 3) == {"term": 2, "granted": False,
+                                   "reason": "a master is alive"}
+
+
+def test_a_new_node_whose_shards_followed_a_master_that_resigned_is_up_to_date(
+        tmp_path: Path) -> None:
+    """A new node's shards followed a master that then resigned, all between two looks
+    of the supervisor: they follow nobody now, but each has state again, so the node
+    votes for candidates with data (else two new nodes could never elect again)."""
+    async def ask(adopt: int | None) -> list[dict[str, Any]]:
+        return [{"term": 1, "last": [1, 5], "durable": [1, 5], "seen_ago_ms": 10**6,
+                 "amnesiac": False, "leader": None, "resigned": 1}] * 2
+
+    config = BrokerConfig(broker_name="n", data_directory=tmp_path, shards=2,
+                          ha=HaConfig(mode="replicated", listen="127.0.0.1:1",
+                                      members=("127.0.0.1:2",), node_id="n"))
+    node = NodeElection(config, ask, on_lost=lambda why: None)
+    node._load_state()
+    assert node.amnesiac  # no state file: a new node
+    assert asyncio.run(node._shards(None)) is not None
+    assert not node.amnesiac and node.term == 1
