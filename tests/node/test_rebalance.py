@@ -208,3 +208,22 @@ def test_a_running_node_is_refused_in_one_line(data: Path, tmp_path: Path) -> No
     finally:
         assert node.terminate() == 0
     assert json.loads((data / "shards.json").read_text())["shards"] == 2
+
+
+def test_a_replicated_node_is_refused_in_one_line(data: Path) -> None:
+    """A replicated node's shards each have a stream copied on the other nodes: moving
+    messages under them would make the copies differ, so nothing is touched."""
+    (data / "replication").mkdir()
+    (data / "replication" / "node-state.json").write_text('{"term": 3, "voted_for": null}')
+    def files() -> dict[Path, bytes]:  # the lock file aside: every run takes the lock
+        return {p: p.read_bytes() for p in data.rglob("*")
+                if p.is_file() and p.name != "node.lock"}
+
+    before = files()
+    refused = _rebalance(data, 3)
+    assert refused.returncode == 1 and refused.stdout == ""
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"meshmq: {data} is a node of a replicated cluster"), lines
+    assert "network connector" in lines[0]
+    assert files() == before

@@ -36,6 +36,7 @@ from typing import Any, BinaryIO, Protocol
 from meshmq.core.message import Message
 from meshmq.core.shards import HASH_NAME, MAX_SHARDS
 from meshmq.errors import StoreError
+from meshmq.ha.replica_node import NODE_STATE
 from meshmq.node.layout import (
     REBALANCE_FILE,
     NodeLayout,
@@ -147,6 +148,17 @@ class _JournalLocations:
             raise RebalanceError(f"a node runs on {self.data}: stop it first, then run "
                                  "the rebalance again") from None
         self._lock = lock
+        replicated = self.data / NODE_STATE
+        if replicated.exists() or any(self.data.glob("shard-*/journal/repl-state.json")) \
+                or (self._store_dir is not None
+                    and any(self._store_dir.glob("shard-*/repl-state.json"))):
+            self.unlock()
+            raise RebalanceError(
+                f"{self.data} is a node of a replicated cluster ([ha] mode = "
+                "\"replicated\"): each shard's stream has a copy on the other nodes, "
+                "and moving messages here would make them differ. Start a cluster with "
+                "the new shard count and let a network connector from this one drain "
+                "its queues into it (docs/operations.md, \"Changing a node's shard count\")")
 
     def unlock(self) -> None:
         if self._lock is not None:
