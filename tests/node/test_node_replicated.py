@@ -3,7 +3,8 @@ nodes, each with its own data directory; the supervisors elect, shard k of the m
 streams its journal to shard k of the others. The master node (supervisor and shards)
 is killed with SIGKILL under failover producers and consumers on queues of both shards;
 a follower node that was down catches up and takes over with every receipted message;
-a master left alone stops its shards; nodes elect and stream over mutual TLS and refuse
+a master left alone stops its shards; two nodes and a witness take over and go on
+writing with one node lost; nodes elect and stream over mutual TLS and refuse
 plaintext; an elected node whose shards start slower than a lease keeps the role; a
 master node stopped gracefully hands the role
 over without its lease running out; a master node paused (SIGSTOP) past its lease is
@@ -23,7 +24,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.ha.support import FailoverProducer, accepts, connect
+from tests.ha.support import FailoverProducer, HaProcess, accepts, connect
 from tests.ha.test_replicated_tls import _intrude
 from tests.node.test_node_ha import HaNode, RecordingConsumer, check, drain, queue_owned_by
 from tests.support import ports as port_support
@@ -193,6 +194,95 @@ def test_the_master_node_killed_a_follower_node_takes_over_both_shards_streams(
     assert not accepts(cluster.ports[second])
     assert new.terminate() == 0
     print(f"replicated node takeover after SIGKILL of the master node: {took:.3f}s")
+
+
+class WitnessPair:
+    """Nodes ``a`` and ``b`` and ``meshmq witness`` ``w`` (``shards = 2``): a stream
+    witness per shard and the node's election in one process."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.ports = {n: port_support.free_port() for n in "abw"}
+        repl = {n: replication_ports() for n in "abw"}
+
+        def config(n: str) -> Path:
+            return write_node(tmp_path / f"{n}.toml", name=n, data=tmp_path / n,
+                              port=self.ports[n], listen=repl[n],
+                              members=[repl[o] for o in "abw" if o != n])
+
+        self.witness = HaProcess(config("w"), tmp_path / "w.log", command="witness").start()
+        self.nodes = {n: HaNode(config(n), tmp_path / f"{n}.log") for n in "ab"}
+        for node in self.nodes.values():
+            node.start()
+        for node in self.nodes.values():
+            node.wait_slave()
+
+    def master(self, among: str = "ab", times: int = 1) -> str:
+        def elected() -> list[str]:
+            return [n for n in among if self.nodes[n].proc is not None
+                    and self.nodes[n].text().count(" started: 2 shards on ") >= times]
+        found = poll(elected, 60, "a node to be elected master")
+        assert len(found) == 1, found
+        return found[0]
+
+    def crash(self, name: str) -> None:
+        """SIGKILL the shards first (a supervisor's death alone lets them hand over)."""
+        node = self.nodes[name]
+        shards = node.shard_processes()
+        for proc in shards:
+            proc.kill()
+        node.kill9()
+        poll(lambda: all(pid_gone(p.pid) for p in shards), 30, "the shards to exit")
+
+
+def test_two_nodes_and_a_witness_take_over_and_write_on_with_one_node_lost(
+        tmp_path: Path) -> None:
+    """The master node crashes: the other node is elected with the witness's vote and
+    has every receipted message; alone with the witness it goes on confirming sends (a
+    majority of each stream: its copy and the witness's record)."""
+    pair = WitnessPair(tmp_path)
+    first = pair.master()
+    other = "b" if first == "a" else "a"
+    queues = [queue_owned_by(0, "wit"), queue_owned_by(1, "wit")]
+    early = [[f"early-{k}-{i}" for i in range(30)] for k in range(SHARDS)]
+    for queue, bodies in zip(queues, early, strict=True):
+        send_all(pair.ports[first], queue, bodies)
+    pair.crash(first)
+    assert pair.master(other) == other
+    assert "handed over" not in pair.witness.text()
+    late = [[f"late-{k}-{i}" for i in range(30)] for k in range(SHARDS)]
+    for queue, bodies in zip(queues, late, strict=True):
+        send_all(pair.ports[other], queue, bodies)  # its copy and the witness's record
+    for queue, e, lt in zip(queues, early, late, strict=True):
+        assert [body for _, body, _ in drain(pair.ports[other], queue)] == e + lt
+    assert "witness: node of 2 shards voting in elections of" in pair.witness.text()
+    assert pair.nodes[other].terminate() == 0
+    assert pair.witness.terminate() == 0
+    assert not list((tmp_path / "w").rglob("gen-*")), "a witness stores no journal"
+
+
+def test_the_witness_refuses_a_node_behind_on_a_shard_it_helped_confirm(
+        tmp_path: Path) -> None:
+    """The follower node crashes, the master goes on with the witness, then crashes too.
+    The follower comes back behind: the witness refuses it (it recorded batches that node
+    lacks), so it is not elected; the old master comes back and is, with every message."""
+    pair = WitnessPair(tmp_path)
+    first = pair.master()
+    other = "b" if first == "a" else "a"
+    queue = queue_owned_by(1, "behind")
+    pair.crash(other)
+    send_all(pair.ports[first], queue, ["only-with-the-witness"])
+    pair.crash(first)
+    pair.nodes[other].start()
+    poll(lambda: f"refused for {other}@" in pair.witness.text()
+         and "(candidate log is behind)" in pair.witness.text(), 60,
+         "the witness to refuse the node that is behind")
+    assert " started: 2 shards on " not in pair.nodes[other].text()
+    pair.nodes[first].start()
+    assert pair.master() == first  # its log since the restart
+    assert [body for _, body, _ in drain(pair.ports[first], queue)] == \
+        ["only-with-the-witness"]
+    for node in (*pair.nodes.values(), pair.witness):
+        assert node.terminate() == 0
 
 
 def test_an_elected_node_whose_shards_start_slower_than_a_lease_keeps_the_role(

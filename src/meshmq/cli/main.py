@@ -143,6 +143,14 @@ def cmd_broker(args: argparse.Namespace) -> int:
     conflict = sharding_conflict(config)
     if conflict is not None:
         raise ConfigError(conflict[0], file=config.source, option="broker.shards")
+    if config.shards > 1 and config.ha.role == "witness":  # stores no messages
+        import asyncio
+
+        from meshmq.cli.logsetup import apply_logging
+        from meshmq.node.witness import run_node_witness
+
+        apply_logging(config.logging, args.log_level, config.source)
+        return asyncio.run(run_node_witness(config))
     # A directory a node's shards stored into is not one broker's store (nor the reverse).
     check_layout(config.data_directory, config.shards, config.broker_name,
                  config.store_directory,
@@ -478,6 +486,10 @@ def cmd_witness(args: argparse.Namespace) -> int:
     from meshmq.cli.logsetup import apply_logging
 
     apply_logging(config.logging, args.log_level, config.source)
+    if config.shards > 1:  # the witness of nodes of shards: one stream per shard
+        from meshmq.node.witness import run_node_witness
+
+        return asyncio.run(run_node_witness(config))
     return asyncio.run(run_broker(config))
 
 

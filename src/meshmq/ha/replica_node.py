@@ -295,6 +295,10 @@ class NodeElection(ReplicatedHa):
                 self._server.close()
             return False
         self.machine.fire(RoleEvent.WAIT)
+        if self.witness:  # node/witness.py: its streams record positions only
+            await self._stop.wait()
+            self.machine.fire(RoleEvent.STOP)
+            return False
         if not self.ha.can_be_master:
             log.info("slave: can_be_master = false: this node's shards keep a copy and it "
                      "votes, and never takes over")

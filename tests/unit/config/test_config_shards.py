@@ -35,7 +35,6 @@ _REPLICATED = '[ha]\nmode = "replicated"\nlisten = "127.0.0.1:{port}"\nmembers =
 
 
 @pytest.mark.parametrize(("extra", "option", "says"), [
-    (_REPLICATED.format(port=7000) + 'role = "witness"\n', "ha.role", "set shards = 1"),
     # Shard k's stream listens on the port after ha.listen plus k.
     (_REPLICATED.format(port=65535), "ha.listen", "at most 65535 - shards"),
     # The database lease fences PostgreSQL tables only; a file lease no tables.
@@ -60,6 +59,13 @@ def test_a_node_may_keep_its_shards_in_postgres_with_or_without_a_database_pair(
 def test_a_node_may_be_a_member_of_a_replicated_cluster() -> None:
     config = loads_toml("[broker]\nshards = 2\n" + _REPLICATED.format(port=7100))
     assert (config.shards, config.ha.mode) == (2, "replicated")
+
+
+def test_a_witness_of_nodes_of_shards_is_configured_with_their_shard_count() -> None:
+    # It witnesses each shard's stream on the ports after ha.listen (node/witness.py).
+    config = loads_toml("[broker]\nshards = 2\n" + _REPLICATED.format(port=7100)
+                        + 'role = "witness"\n')
+    assert (config.shards, config.ha.role) == (2, "witness")
 
 
 def test_a_node_may_be_one_of_a_shared_master_slave_pair() -> None:
