@@ -375,10 +375,10 @@ class Supervisor:
             hold.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await hold
+        if self._stopping.is_set():  # SIGTERM while its shards started: a plain stop
+            return
         if not started:
             election.lose("a shard could not take its stream over")
-            return
-        if self._stopping.is_set():
             return
         self._node_started = True
         self._log_started()
