@@ -35,7 +35,8 @@ from tests.support.pki import Pki
 pytestmark = pytest.mark.slow
 
 SHARDS = 2
-HA = "lease_ms = 2000\nkeepalive_ms = 400"
+LEASE_S = 2
+HA = f"lease_ms = {LEASE_S * 1000}\nkeepalive_ms = 400"
 
 
 def replication_ports() -> int:
@@ -328,7 +329,7 @@ def test_an_elected_node_whose_shards_start_slower_than_a_lease_keeps_the_role(
         assert len(stopped) == SHARDS, stopped
         term = int(cluster.nodes[winner].text().split("master: node elected for term ")[1]
                    .split()[0])
-        time.sleep(2.5 * 2.0)  # the scenario itself: shards slower than the 2 s lease
+        time.sleep(2.5 * LEASE_S)  # the scenario itself: shards slower than the lease
     finally:
         for proc in stopped:
             with contextlib.suppress(psutil.NoSuchProcess):

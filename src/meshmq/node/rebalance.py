@@ -148,10 +148,7 @@ class _JournalLocations:
             raise RebalanceError(f"a node runs on {self.data}: stop it first, then run "
                                  "the rebalance again") from None
         self._lock = lock
-        replicated = self.data / NODE_STATE
-        if replicated.exists() or any(self.data.glob("shard-*/journal/repl-state.json")) \
-                or (self._store_dir is not None
-                    and any(self._store_dir.glob("shard-*/repl-state.json"))):
+        if self._replicated():
             self.unlock()
             raise RebalanceError(
                 f"{self.data} is a node of a replicated cluster ([ha] mode = "
@@ -159,6 +156,14 @@ class _JournalLocations:
                 "and moving messages here would make them differ. Start a cluster with "
                 "the new shard count and let a network connector from this one drain "
                 "its queues into it (docs/operations.md, \"Changing a node's shard count\")")
+
+    def _replicated(self) -> bool:
+        """Whether a replicated node ran on these stores: its supervisor's vote file, or
+        a shard journal's replication state."""
+        journals = self._store_dir.glob("shard-*/repl-state.json") \
+            if self._store_dir is not None else iter(())
+        return (self.data / NODE_STATE).exists() \
+            or any(self.data.glob("shard-*/journal/repl-state.json")) or any(journals)
 
     def unlock(self) -> None:
         if self._lock is not None:
