@@ -108,3 +108,45 @@ def test_the_master_refuses_persistent_messages_at_its_journal_limit(tmp_path: P
             await _shutdown(nodes, tasks)
 
     asyncio.run(main())
+
+
+def test_a_failed_snapshot_read_is_retried_not_the_end_of_the_members_stream(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """An error the link does not expect (here: the store read behind a snapshot) is
+    logged and the member's stream starts again; before, it ended that member's stream
+    until the next election, and a new slave never followed."""
+    failures = []
+    real = ReplicatedHa._snapshot_ops
+
+    def failing_once(self: ReplicatedHa) -> object:
+        if not failures:
+            failures.append(1)
+            raise RuntimeError("segment 3 unreadable")
+        return real(self)
+
+    monkeypatch.setattr(ReplicatedHa, "_snapshot_ops", failing_once)
+
+    async def main() -> None:
+        cfgs = _configs(tmp_path)
+        plain = JournalStore(cfgs["a"].store_directory)
+        plain.open()
+        plain.write([_msg(1), _msg(2)])
+        await plain.close()
+        nodes = {n: ReplicatedHa(c, on_lost=lambda why: None) for n, c in cfgs.items()}
+        leader, tasks = await _elect({n: nodes[n] for n in ("a", "w")})
+        b = nodes["b"]
+        tasks.append(asyncio.create_task(b.acquire()))
+        try:
+            async with asyncio.timeout(20):
+                while b.snapshots_installed < 1 or b.durable != leader.last:
+                    await asyncio.sleep(0.01)
+            assert b.journal is not None and b.journal.key_info("queue://q").count == 2
+        finally:
+            await _shutdown(nodes, tasks)
+
+    with caplog.at_level("WARNING", logger="meshmq.ha"):
+        asyncio.run(main())
+    assert failures == [1]
+    assert any("failed (segment 3 unreadable); retrying" in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records]

@@ -59,6 +59,7 @@ class LeaderStreams(NodeState):
     async def _replicate(self, p: Peer, term: int) -> None:
         host, port = split_address(p.addr)
         backoff = max(0.02, self.ha.keepalive_ms / 2000)
+        failures = 0
         while self.kind is Kind.LEADER and self.term == term:
             try:
                 async with asyncio.timeout(self.ha.lease_ms / 1000):
@@ -70,16 +71,28 @@ class LeaderStreams(NodeState):
             p.closed = p.unreachable = False
             p.writer = writer
             acks = asyncio.get_running_loop().create_task(self._read_acks(p, reader))
+            pause = backoff
             try:
                 writer.write(MAGIC + self._hello())
                 await self._feed(p, writer)
             except (OSError, ConnectionError, TimeoutError):
                 pass
+            except Exception as exc:  # the stream must outlive any one failure
+                # Anything else (a store read for a snapshot, say) would otherwise end
+                # this member's stream for the whole term without a word, and leave it
+                # unable to follow until the next election.
+                failures += 1
+                log.warning("replication to %s failed (%s); retrying", p.addr,
+                            str(exc) or type(exc).__name__,
+                            exc_info=log.isEnabledFor(logging.DEBUG))
+                pause = min(backoff * (1 << min(failures, 6)), self.ha.lease_ms / 1000)
+            else:
+                failures = 0
             finally:
                 acks.cancel()
                 p.writer = None
                 writer.close()
-            await asyncio.sleep(backoff)
+            await asyncio.sleep(pause)
 
     async def _read_acks(self, p: Peer, reader: asyncio.StreamReader) -> None:
         decoder = WireDecoder(expect_magic=False)
