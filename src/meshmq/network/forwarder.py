@@ -20,6 +20,7 @@ from meshmq.core.message_codec import str_bytes
 from meshmq.core.network_view import has_durable
 from meshmq.core.queue import BrowseEnd, Delivery
 from meshmq.errors import AuthorizationError, MeshmqError, RemoteProtocolError
+from meshmq.network.inflight import InFlight
 from meshmq.network.interest import Demand, InterestItem, plan_demand
 from meshmq.network.stats import LinkCounters
 from meshmq.protocol.wire import AckStatus, FrameType, RecordsBuilder
@@ -72,7 +73,7 @@ class Forwarder:
         self.demands: dict[str, tuple[Demand, Consumer]] = {}
         self.synced = False
         self._seq = 0
-        self._inflight: dict[int, Delivery] = {}  # by sequence number, until its ACK
+        self._inflight: InFlight[Delivery] = InFlight()  # by sequence number, until its ACK
         self._out: list[Delivery] = []  # to write at the next flush
         self._local_acks: list[Delivery] = []  # not waiting for the remote
         self._records = RecordsBuilder()
@@ -285,8 +286,9 @@ class Forwarder:
                 else:
                     records.add_message(seq, msg, own_path, 1, forwarded_as)
                 if sync_all or msg.persistent:
-                    inflight[seq] = outcome
+                    inflight.add(seq, outcome)
                 else:
+                    inflight.add(seq, None)  # the remote answers it too: a hole
                     local_acks.append(outcome)
                 if records.count >= BATCH_MESSAGES or records.size >= BATCH_BYTES:
                     write(records.frame(_FRAME[again]))
@@ -313,7 +315,7 @@ class Forwarder:
         pop = self._inflight.pop
         settled: list[Delivery] = []
         for seq, status in acks:
-            held = pop(seq, None)
+            held = pop(seq)
             if held is None:
                 continue
             if status is _STORED or self._answered(held, status):
@@ -324,21 +326,14 @@ class Forwarder:
         """ACK_RANGES: each (first, last, status) settles every sequence of the run."""
         if self.conn is None:
             return
-        inflight = self._inflight
-        pop = inflight.pop
+        pop_range = self._inflight.pop_range
         settled: list[Delivery] = []
         for first, last, status in runs:
-            if last - first < len(inflight):
-                for seq in range(first, last + 1):
-                    held = pop(seq, None)
-                    if held is not None and (status is _STORED or
-                                             self._answered(held, status)):
-                        settled.append(held)
-            else:  # wider than what is in flight (the peer's choice): only those in it
-                for seq in sorted(s for s in inflight if first <= s <= last):
-                    held = inflight.pop(seq)
-                    if status is _STORED or self._answered(held, status):
-                        settled.append(held)
+            held = pop_range(first, last)
+            if status is _STORED:  # the usual answer, for the whole run at once
+                settled.extend(held)
+            else:
+                settled.extend(d for d in held if self._answered(d, status))
         self._acked(settled)
 
     def _answered(self, held: Delivery, status: AckStatus) -> bool:
