@@ -527,7 +527,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--memory-store", action="store_true", help="keep nothing on disk")
     b.add_argument("--shards", metavar="N",
                    help="run N shard processes on the same ports, or auto: one per CPU "
-                        "(not yet for production; docs/shards.md)")
+                        "(docs/shards.md)")
     b.set_defaults(func=cmd_broker)
 
     for name, func, helptext in (("send", cmd_send, "send messages"),
