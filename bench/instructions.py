@@ -37,7 +37,9 @@ TOTAL = re.compile(rb"Collected : (\d+)")
 
 def instructions(lib: str, script: str, args: list[str]) -> int:
     """Instructions the whole run of ``script`` executed (valgrind's total)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([lib, str(REPO)]))
+    # A fixed hash seed: string hashes decide dict and set probe sequences, which
+    # otherwise move the count by a few percent between identical runs.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([lib, str(REPO)]), PYTHONHASHSEED="0")
     with tempfile.TemporaryDirectory() as tmp:
         done = subprocess.run(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/out",
