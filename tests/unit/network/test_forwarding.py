@@ -64,6 +64,33 @@ def test_one_batch_for_two_demands_is_settled_for_each() -> None:
         assert a.queue_depth("left") == a.queue_depth("right") == 0
 
 
+def test_without_sync_send_only_persistent_messages_wait_for_the_remote() -> None:
+    """``always_sync_send = false``: a non-persistent message is settled on A once
+    written to the link, a persistent one when B has stored it. Mixed in one stream,
+    the persistent ones are held between settled ones, and B answers the
+    non-persistent ones of a batch before the persistent ones (after its store's
+    sync): every message arrives once and in order, and A holds nothing after."""
+    with memory_network() as net:
+        a, b = net.linked(always_sync_send=False)
+        consumer = client(b)
+        subscribe(consumer, "/queue/mixed")
+        a.wait_for(lambda: a.consumers_on("mixed") == 1, what="demand on A")
+        producer = client(a)
+        persistent = [i % 3 == 0 or i % 7 == 0 for i in range(300)]
+        frames = b"".join(
+            f"SEND\ndestination:/queue/mixed\npersistent:{str(p).lower()}\n\n{i}\x00"
+            .encode() for i, p in enumerate(persistent))
+        for start in range(0, len(frames), 4096):  # reads of a few dozen messages
+            producer.send_raw(frames[start:start + 4096])
+        a.wait_for(lambda: len(bodies(consumer)) == 300, what="every message on B")
+        assert bodies(consumer) == [str(i) for i in range(300)]
+        a.wait_for(lambda: a.outbound()[0]["acknowledged"] == sum(persistent),
+                   what="the persistent messages' acknowledgements")
+        status = a.outbound()[0]
+        assert status["forwarded"] == 300 and status["inflight"] == 0
+        assert a.queue_depth("mixed") == 0
+
+
 def test_consumer_leaving_mid_stream_neither_loses_nor_doubles() -> None:
     """The remote consumer goes while messages are on their way: the demand drains
     (the remote stores them, they are settled here) instead of bouncing them back."""
