@@ -63,6 +63,11 @@ BROKER_ENV: dict[str, str] = {}
 # Extra [[network_connectors]] settings from --connector (TOML values), for experiments.
 CONNECTOR_EXTRA: dict[str, str] = {}
 PROFILE_NATIVE = False  # --profile-native: py-spy also samples compiled (mypyc) frames
+# --callgrind: every broker runs under valgrind's callgrind, its counters zeroed when the
+# load starts and dumped when it ends, so each broker's instructions per delivered
+# message are counted, not timed (they do not move with the host's load).
+CALLGRIND = False
+CALLGRIND_SLOWDOWN = 10  # timeouts are this much longer under valgrind
 
 
 def log(msg: str) -> None:
@@ -127,9 +132,11 @@ class Node:
         path = self.root / "broker.toml"
         path.write_text(self.config())
         with open(self.root / "broker.log", "ab") as out:
+            wrap = ["valgrind", "--tool=callgrind",
+                    f"--callgrind-out-file={self.root / 'callgrind.%p'}"] if CALLGRIND else []
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "meshmq.cli.main", "--log-level", "WARNING", "broker",
-                 "--config", str(path)], stdout=out, stderr=subprocess.STDOUT,
+                [*wrap, sys.executable, "-m", "meshmq.cli.main", "--log-level", "WARNING",
+                 "broker", "--config", str(path)], stdout=out, stderr=subprocess.STDOUT,
                 env=dict(os.environ, PYTHONUNBUFFERED="1", **BROKER_ENV),
                 start_new_session=True)
 
@@ -146,8 +153,21 @@ class Node:
                 return False
             return True
 
-        poll(up, 60, f"broker {self.name} to start")
+        poll(up, 60 * (CALLGRIND_SLOWDOWN if CALLGRIND else 1), f"broker {self.name} to start")
         return self
+
+    def callgrind(self, command: str) -> None:
+        """``callgrind_control --zero`` or ``--dump`` for this broker (under --callgrind)."""
+        subprocess.run(["callgrind_control", command, str(self.pid)], check=True,
+                       capture_output=True, timeout=120)
+
+    def instructions_dumped(self) -> int:
+        """Instructions counted between the zero and the dump (callgrind's first dump)."""
+        (dump,) = self.root.glob("callgrind.*.1")
+        for line in dump.read_text(errors="replace").splitlines():
+            if line.startswith(("summary:", "totals:")):
+                return int(line.split()[1])
+        raise RuntimeError(f"no totals in {dump}")
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None
@@ -409,12 +429,19 @@ def run_case(case: Case, root: Path, duration: float, profile: Path | None,
                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             cpu0 = [n.cpu_s() for n in nodes]
             sys0 = _system_busy()
+            if CALLGRIND:
+                for n in nodes:
+                    n.callgrind("--zero")
 
         def on_end() -> None:
+            if CALLGRIND and not cpu1:
+                for n in nodes:
+                    n.callgrind("--dump")
             cpu1.extend(n.cpu_s() for n in nodes)
 
         t0 = time.monotonic()
-        res = run_split_load(spec, cons, gate, hard_timeout=max(120.0, duration * 8),
+        res = run_split_load(spec, cons, gate, hard_timeout=max(120.0, duration * 8) * (
+                                 CALLGRIND_SLOWDOWN if CALLGRIND else 1),
                              on_end=on_end)
         wall = time.monotonic() - t0
         if not cpu1:
@@ -449,7 +476,10 @@ def run_case(case: Case, root: Path, duration: float, profile: Path | None,
             "brokers": [{"name": n.name, "peak_rss_mb": s.peak_mb(), "cpu_s": c,
                          "cpu_pct": round(100 * c / res.e2e_s, 1) if res.e2e_s else None,
                          "cpu_us_per_delivery": round(c * 1e6 / res.received, 2)
-                         if res.received else None}
+                         if res.received else None,
+                         **({"instructions_per_delivery": round(
+                             n.instructions_dumped() / res.received)}
+                            if CALLGRIND and res.received else {})}
                         for n, s, c in zip(nodes, samplers, cpu, strict=False)],
             "gen_cpu_us_per_delivery": round(res.gen_cpu_s * 1e6 / res.received, 2)
             if res.received and res.gen_cpu_s is not None else None,
@@ -671,6 +701,9 @@ def main() -> None:
     ap.add_argument("--profile-native", action="store_true",
                     help="with --profile: sample native frames too (a compiled build's "
                          "functions; pauses the brokers at each sample)")
+    ap.add_argument("--callgrind", action="store_true",
+                    help="run every broker under valgrind's callgrind and report each "
+                         "broker's instructions per delivery (~50x slower: use --quick)")
     ap.add_argument("--out", default=None, help="results file stem (default <date>-network)")
     ap.add_argument("--connector", action="append", default=[], metavar="KEY=TOML",
                     help="extra connector setting, e.g. always_sync_send=false (repeatable)")
@@ -690,8 +723,11 @@ def main() -> None:
     if unknown:
         ap.error(f"--only: unknown case(s) {', '.join(unknown)}; cases: {', '.join(known)}")
     todo = [c for c in cases(a.quick) if not a.only or c.key in a.only]
-    global PROFILE_NATIVE
+    global PROFILE_NATIVE, CALLGRIND
     PROFILE_NATIVE = a.profile_native
+    CALLGRIND = a.callgrind
+    if CALLGRIND and shutil.which("callgrind_control") is None:
+        ap.error("--callgrind needs valgrind (apt-get install valgrind)")
     for item in a.connector:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
@@ -717,7 +753,10 @@ def main() -> None:
                     f"{row.get('received')}/{row.get('expected')}, "
                     f"demand wait {row.get('demand_wait_s')} s, settle {row.get('settle_s')} s, "
                     f"cpu {[b['cpu_pct'] for b in row.get('brokers', [])]} "
-                    f"{row.get('problems') or ''} {row.get('error') or ''}")
+                    + (f"instructions/delivery "
+                       f"{[b.get('instructions_per_delivery') for b in row['brokers']]} "
+                       if CALLGRIND and row.get("brokers") else "")
+                    + f"{row.get('problems') or ''} {row.get('error') or ''}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
     summary = summarise(rows)
