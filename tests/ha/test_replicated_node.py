@@ -59,27 +59,39 @@ def _msg(i: int) -> AddMessage:
     return AddMessage(m, (("queue://q", i),))
 
 
+async def _a_with_data_elected(cfgs: dict[str, BrokerConfig]) -> tuple[
+        dict[str, ReplicatedHa], ReplicatedHa, list[asyncio.Task[bool]]]:
+    """Node a with two messages in a plain journal, elected with the witness (as
+    docs/ha.md says: the broker with the data starts first); b not started yet."""
+    plain = JournalStore(cfgs["a"].store_directory)
+    plain.open()
+    plain.write([_msg(1), _msg(2)])
+    await plain.close()
+    nodes = {n: ReplicatedHa(c, on_lost=lambda why: None) for n, c in cfgs.items()}
+    leader, tasks = await _elect({n: nodes[n] for n in ("a", "w")})
+    return nodes, leader, tasks
+
+
+async def _b_follows_by_snapshot(nodes: dict[str, ReplicatedHa], leader: ReplicatedHa,
+                                 tasks: list[asyncio.Task[bool]]) -> None:
+    """Start b; it must install the leader's snapshot and hold both messages."""
+    b = nodes["b"]
+    tasks.append(asyncio.create_task(b.acquire()))
+    async with asyncio.timeout(20):
+        while b.snapshots_installed < 1 or b.durable != leader.last:
+            await asyncio.sleep(0.01)
+    assert b.journal is not None and b.journal.key_info("queue://q").count == 2
+
+
 def test_a_broker_switched_to_replication_keeps_its_journal(tmp_path: Path) -> None:
     """Segments of a plain journal move into the first generation; that data wins the
     election over an empty node and reaches it by snapshot."""
     async def main() -> None:
         cfgs = _configs(tmp_path)
-        plain = JournalStore(cfgs["a"].store_directory)
-        plain.open()
-        plain.write([_msg(1), _msg(2)])
-        await plain.close()
-        nodes = {n: ReplicatedHa(c, on_lost=lambda why: None) for n, c in cfgs.items()}
-        # As docs/ha.md says: the broker with the data starts first (with the witness).
-        first = {n: nodes[n] for n in ("a", "w")}
-        leader, tasks = await _elect(first)
+        nodes, leader, tasks = await _a_with_data_elected(cfgs)
         assert leader is nodes["a"]
         assert leader.store.open().keys["queue://q"].count == 2
-        b = nodes["b"]
-        tasks.append(asyncio.create_task(b.acquire()))
-        async with asyncio.timeout(20):
-            while b.snapshots_installed < 1 or b.durable != leader.last:
-                await asyncio.sleep(0.01)
-        assert b.journal is not None and b.journal.key_info("queue://q").count == 2
+        await _b_follows_by_snapshot(nodes, leader, tasks)
         assert (cfgs["a"].store_directory / "gen-1").is_dir()
         await _shutdown(nodes, tasks)
 
@@ -128,20 +140,9 @@ def test_a_failed_snapshot_read_is_retried_not_the_end_of_the_members_stream(
     monkeypatch.setattr(ReplicatedHa, "_snapshot_ops", failing_once)
 
     async def main() -> None:
-        cfgs = _configs(tmp_path)
-        plain = JournalStore(cfgs["a"].store_directory)
-        plain.open()
-        plain.write([_msg(1), _msg(2)])
-        await plain.close()
-        nodes = {n: ReplicatedHa(c, on_lost=lambda why: None) for n, c in cfgs.items()}
-        leader, tasks = await _elect({n: nodes[n] for n in ("a", "w")})
-        b = nodes["b"]
-        tasks.append(asyncio.create_task(b.acquire()))
+        nodes, leader, tasks = await _a_with_data_elected(_configs(tmp_path))
         try:
-            async with asyncio.timeout(20):
-                while b.snapshots_installed < 1 or b.durable != leader.last:
-                    await asyncio.sleep(0.01)
-            assert b.journal is not None and b.journal.key_info("queue://q").count == 2
+            await _b_follows_by_snapshot(nodes, leader, tasks)
         finally:
             await _shutdown(nodes, tasks)
 
