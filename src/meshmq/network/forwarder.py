@@ -286,9 +286,8 @@ class Forwarder:
                 else:
                     records.add_message(seq, msg, own_path, 1, forwarded_as)
                 if sync_all or msg.persistent:
-                    inflight.add(seq, outcome)
+                    inflight.add(seq, outcome)  # a number skipped here becomes a hole
                 else:
-                    inflight.add(seq, None)  # the remote answers it too: a hole
                     local_acks.append(outcome)
                 if records.count >= BATCH_MESSAGES or records.size >= BATCH_BYTES:
                     write(records.frame(_FRAME[again]))
