@@ -301,3 +301,23 @@ def test_await_version_byte_at_a_time() -> None:
 def test_without_await_version_every_frame_is_returned() -> None:
     data = b"CONNECT\n\n\x00SEND\ndestination:/q\n\n\x00"
     assert [f.command for f in StompParser().feed(data)] == ["CONNECT", "SEND"]
+
+
+@pytest.mark.parametrize("size", [0, 1, 8 * 1024 - 1, 8 * 1024, 8 * 1024 + 1, 70 * 1024])
+@pytest.mark.parametrize("with_length", [True, False])
+def test_bodies_either_side_of_the_copy_threshold_come_out_whole(
+        size: int, with_length: bool) -> None:
+    # Small bodies are copied through a bytearray slice, large ones through a view: the
+    # bytes around each boundary (and a neighbouring frame's) must not leak in or out.
+    body = bytes((i * 7 + 1) % 255 + 1 for i in range(size))  # no NUL: fits either form
+    head = f"SEND\ndestination:/q\ncontent-length:{size}\n\n" if with_length else \
+        "SEND\ndestination:/q\n\n"
+    frame = head.encode() + body + b"\x00"
+    stream = frame + b"\n" + frame
+    expected_headers = [("destination", "/q")] + (
+        [("content-length", str(size))] if with_length else [])
+    for cut in (len(stream), len(head), len(frame) - 1, len(frame) + 5):
+        parser = StompParser(version="1.2")
+        frames = parser.feed(stream[:cut]) + parser.feed(stream[cut:])
+        assert [(f.command, f.headers, f.body) for f in frames] == \
+            [("SEND", expected_headers, body)] * 2, cut

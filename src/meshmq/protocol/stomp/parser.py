@@ -41,6 +41,10 @@ _ESCAPE_RE: Final = re.compile(r"\\(.?)", re.DOTALL)
 _MAX_CONTENT_LENGTH_DIGITS: Final = 18
 # A body with a content-length at least this large is collected in its reads.
 LARGE_BODY: Final = 64 * 1024
+# A body at least this large is copied out of the buffer through a memoryview (one
+# copy); a smaller one through a bytearray slice (two copies, but no view to create and
+# release, which costs more than copying a few KiB: ~8 KiB is where they meet).
+_VIEW_COPY: Final = 8 * 1024
 
 
 def _show(text: str, limit: int = 64) -> str:
@@ -231,8 +235,11 @@ class StompParser:
                                 f"frame larger than {self.max_frame_size} bytes")
                         self._scan = len(buf)
                         break
-                # One copy straight out of the buffer (a bytearray slice would copy twice).
-                body = bytes(memoryview(buf)[body_start:stop]) if stop > body_start else b""
+                size = stop - body_start
+                if size >= _VIEW_COPY:  # one copy straight out of the buffer
+                    body = bytes(memoryview(buf)[body_start:stop])
+                else:  # two copies of a few bytes cost less than a memoryview
+                    body = bytes(buf[body_start:stop]) if size else b""
                 # A client's frame comes back typed (Send, Subscribe, ...); others as Frame.
                 # SEND, the hot path, is built directly: a native constructor call, where
                 # a class looked up in a dict is a generic (slower) call once compiled.
@@ -338,7 +345,7 @@ class StompParser:
         text: str | None = None
         if recheck:
             try:
-                text = str(memoryview(buf)[pos:end], "utf-8")
+                text = buf[pos:end].decode("utf-8")
             except UnicodeDecodeError:  # perhaps a body after a CRLF blank line
                 text = None
             if text is None or "\r" in text:
@@ -396,7 +403,7 @@ class StompParser:
     @staticmethod
     def _head_text(buf: bytearray, pos: int, end: int) -> str:
         try:
-            return str(memoryview(buf)[pos:end], "utf-8")
+            return buf[pos:end].decode("utf-8")  # a head is small: cheaper than a view
         except UnicodeDecodeError as exc:
             line = buf.count(b"\n", pos, pos + exc.start)
             if line == 0:
