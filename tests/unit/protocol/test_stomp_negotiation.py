@@ -121,4 +121,6 @@ def test_frame_lookups_first_occurrence_wins() -> None:
     assert frame.get("missing", "d") == "d"
     assert frame.header_map() == {"a": "1", "b": "2"}
     assert list(frame.header_map()) == ["a", "b"]
+    unique = Frame("SEND", [("b", "1"), ("a", "2")])  # wire order, not sorted
+    assert list(unique.header_map().items()) == [("b", "1"), ("a", "2")]
     assert Frame("X", []).body == b""
