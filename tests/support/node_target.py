@@ -10,13 +10,14 @@ never one broker's internals; those that must are marked ``one_broker`` in tests
 
 from __future__ import annotations
 
+import errno
 import itertools
 import re
 import socket
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import pytest
 
@@ -26,6 +27,8 @@ from tests.support.brokers import ProcessBroker
 from tests.support.mqtt_client_ops import ErrorLog
 from tests.support.nodes import NodeProcess, shard_of, write_node_toml
 from tests.support.raw_stomp import uid
+
+T = TypeVar("T")
 
 SHARDS = 2
 # What the interop suite's MQTT environment has on one broker: STOMP, MQTT, WebSocket.
@@ -130,6 +133,20 @@ class ShardPlacer:
         """A source port for the next client on ``listener`` (stomp, mqtt, ws)."""
         return self.port_on(next(self._turn) % SHARDS, listener)
 
+    def placed(self, listener: str, make: Callable[[int], T], tries: int = 3) -> T:
+        """``make(source_port)`` for the next client on ``listener``. The port is free
+        when placed, but any process's outgoing connection may take it before ``make``
+        binds it (EADDRINUSE): then another port is placed, on the same shard."""
+        shard = next(self._turn) % SHARDS
+        for attempt in range(1, tries + 1):
+            port = self.port_on(shard, listener)
+            try:
+                return make(port)
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE or attempt == tries:
+                    raise
+        raise AssertionError("not reached")
+
     def port_on(self, shard: int, listener: str, tries: int = 64) -> int:
         port = self.node.ports[listener]
         for _ in range(tries):
@@ -204,23 +221,26 @@ class NodeMqttEnv(MqttEnv):
         return self.target.ports["ws"]
 
     def raw(self, level: int = 4) -> RawMqtt:
-        r = RawMqtt(self.mqtt_port, level, source_port=self.target.placer.next_port("mqtt"))
+        r = self.target.placer.placed(
+            "mqtt", lambda port: RawMqtt(self.mqtt_port, level, source_port=port))
         r.suback_first = False  # see MqttClientOps.suback_first
         self._closers.append(r.close)
         return r
 
     def paho(self, level: int = 5, **kw: Any) -> Paho:
         listener = "ws" if kw.get("transport") == "websockets" else "mqtt"
-        kw.setdefault("bind_port", self.target.placer.next_port(listener))
-        return super().paho(level, **kw)
+        if "bind_port" in kw:
+            return super().paho(level, **kw)
+        return self.target.placer.placed(
+            listener, lambda port: super(NodeMqttEnv, self).paho(level, bind_port=port, **kw))
 
     def stomp(self, version: str = "1.2", **kw: Any) -> Client:
         kw.setdefault("source_port", self.target.placer.next_port("stomp"))
         return super().stomp(version, **kw)
 
     def ws_stomp(self, login: str | None = None, passcode: str | None = None) -> WsStomp:
-        w = WsStomp(self.ws_port, login=login, passcode=passcode,
-                    source_port=self.target.placer.next_port("ws"))
+        w = self.target.placer.placed("ws", lambda port: WsStomp(
+            self.ws_port, login=login, passcode=passcode, source_port=port))
         self._closers.append(w.close)
         return w
 
