@@ -310,7 +310,12 @@ def test_an_elected_node_whose_shards_start_slower_than_a_lease_keeps_the_role(
     they start) instead of electing again, and the node serves once they run."""
     cluster = Cluster(tmp_path)
     cluster.start("a", "b", "c")
-    followers = {n: {p.pid for p in node.shard_processes()}
+    # Each node's follower shards, from its log: the election may be over before every
+    # node is up (two nodes are a majority), so the winner's master shards may be
+    # running already; they are the ones started after "master: starting".
+    followers = {n: {int(pid) for pid in re.findall(
+                     r"shard \d+ started \(pid (\d+)\)",
+                     node.text().split("master: starting the node's")[0])}
                  for n, node in cluster.nodes.items()}
 
     def new_shards() -> tuple[str, list[psutil.Process]] | None:
