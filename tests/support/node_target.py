@@ -138,14 +138,13 @@ class ShardPlacer:
         when placed, but any process's outgoing connection may take it before ``make``
         binds it (EADDRINUSE): then another port is placed, on the same shard."""
         shard = next(self._turn) % SHARDS
-        for attempt in range(1, tries + 1):
-            port = self.port_on(shard, listener)
+        for _ in range(tries - 1):
             try:
-                return make(port)
+                return make(self.port_on(shard, listener))
             except OSError as exc:
-                if exc.errno != errno.EADDRINUSE or attempt == tries:
+                if exc.errno != errno.EADDRINUSE:
                     raise
-        raise AssertionError("not reached")
+        return make(self.port_on(shard, listener))
 
     def port_on(self, shard: int, listener: str, tries: int = 64) -> int:
         port = self.node.ports[listener]
