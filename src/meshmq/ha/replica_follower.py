@@ -89,6 +89,11 @@ class FollowerSide(NodeState):
                     await self._on_frame(frame, writer)
         except (OSError, MeshmqError, ValueError, TypeError, KeyError) as exc:
             log.debug("replication: inbound link closed: %r", exc)
+        except asyncio.CancelledError:
+            # The node is stopping with this link open: the end of the link, not an
+            # error. Nothing awaits this task; ending it normally keeps asyncio from
+            # logging the cancellation as an unhandled error with a traceback.
+            return
         finally:
             writer.close()
 
@@ -120,6 +125,8 @@ class FollowerSide(NodeState):
             writer.write(encode_json(FrameType.REPL_VOTE, self._on_vote(decode_json(frame))))
         elif frame.type is FrameType.REPL_APPEND:
             head, batches = decode_append(frame)
+            if head.get("resign") and self._resigned_late(head):
+                return
             if self._accept_leader(head, writer):
                 self._on_append(head, batches, writer)
         elif frame.type is FrameType.REPL_SNAPSHOT:
@@ -193,14 +200,34 @@ class FollowerSide(NodeState):
                      leader)
         return True
 
+    def _resigned_late(self, head: dict[str, Any]) -> bool:
+        """The master this node followed resigned, but its notice came after the node
+        moved on to a newer term: an election under way, which for a node's shard may
+        have begun on another shard's notice. Its appends are refused as stale; its
+        notice still counts: that master takes no more writes, so its lease must not
+        keep this node refusing votes until it would have run out."""
+        term = int(head.get("term", 0))
+        if term >= self.term or self.kind is not Kind.FOLLOWER \
+                or str(head.get("leader")) != self.leader_id:
+            return False
+        log.info("slave: master %s handed over after this node moved to term %d; its "
+                 "lease no longer holds votes back", self.leader_id, self.term)
+        # No election at once, unlike a notice in its own term: the newer term's
+        # election may be under way, and its votes were given by this node's timer.
+        self._resigned(term)
+        return True
+
+    def _resigned(self, term: int) -> None:
+        self._resigned_term = term
+        self.leader_seen_ms = None
+        self.leader_id = None
+
     def _on_append(self, head: dict[str, Any], batches: list[tuple[Position, bytes]],
                    writer: asyncio.StreamWriter) -> None:
         if head.get("resign"):
             # The master is stopping gracefully: elect a successor now.
             log.info("slave: master %s handed over; electing a successor", self.leader_id)
-            self._resigned_term = int(head.get("term", 0))
-            self.leader_seen_ms = None
-            self.leader_id = None
+            self._resigned(int(head.get("term", 0)))
             self._timer_base = 0
             self._elect_now.set()
             return

@@ -138,8 +138,12 @@ class NodeElection(ReplicatedHa):
 
     def __init__(self, config: BrokerConfig, ask_shards: AskShards, *,
                  on_lost: Callable[[str], None],
-                 tls: CertificateReloader | None = None) -> None:
-        super().__init__(config, on_lost=on_lost, tls=tls)
+                 tls: CertificateReloader | None = None,
+                 clock: Callable[[], int] | None = None) -> None:
+        if clock is None:
+            super().__init__(config, on_lost=on_lost, tls=tls)
+        else:
+            super().__init__(config, on_lost=on_lost, tls=tls, clock=clock)
         self._ask_shards = ask_shards
         self.count = config.shards
         self._state_path = config.data_directory / NODE_STATE
@@ -149,6 +153,7 @@ class NodeElection(ReplicatedHa):
         # (new processes) before their streams reach this node's, and no other candidate
         # should depose it meanwhile, so a vote counts as hearing from a master.
         self._granted_ms = -(1 << 62)
+        self._granted_term = 0  # the term of that vote
         self._positions: list[Position] = []  # the shards' logs it was elected with
 
     async def _start(self) -> None:
@@ -209,8 +214,14 @@ class NodeElection(ReplicatedHa):
         now = self._clock()
         if self.kind is Kind.LEADER:
             return now
-        return max([self._started_ms, self._granted_ms,
-                    *(now - s.seen_ago_ms for s in states)])
+        # A vote stands in for the winner's streams until they arrive; once a shard heard
+        # the winner resign, it no longer does (the others' own streams still count
+        # until each is told), or a node whose term moved on since (its own candidacy)
+        # would refuse every successor for a lease after a graceful handover.
+        granted = self._granted_ms if not any(
+            s.resigned is not None and s.resigned >= self._granted_term for s in states) \
+            else -(1 << 62)
+        return max([self._started_ms, granted, *(now - s.seen_ago_ms for s in states)])
 
     # ------------------------------------------------------------ votes (voter)
     async def _on_frame(self, frame: WireFrame, writer: asyncio.StreamWriter) -> None:
@@ -240,6 +251,7 @@ class NodeElection(ReplicatedHa):
                 # The node this one elected, asking again while its shards start as
                 # masters (``hold``): the same vote, and another lease of waiting.
                 self._timer_base = self._granted_ms = self._clock()
+                self._granted_term = self.term
                 return {"term": self.term, "granted": True, "reason": "granted"}
             states = await self._shards(None)
             if states is None:
@@ -268,6 +280,7 @@ class NodeElection(ReplicatedHa):
                 self._save_state()  # before the answer leaves: one vote per term, ever
                 if d.granted:
                     self._timer_base = self._granted_ms = self._clock()
+                    self._granted_term = d.term
         log.info("vote %s: %s for %s in term %d (%s)", "pre-check" if pre else "request",
                  "granted" if d.granted else "refused", candidate, term, d.reason)
         return {"term": self.term, "granted": d.granted, "reason": d.reason}
@@ -336,9 +349,15 @@ class NodeElection(ReplicatedHa):
                         log.info("master: node elected for term %d (shards' logs at %s)",
                                  self.term, ", ".join(str(s.durable) for s in states))
                         return True
+                    # Not elected (votes split, or no quorum): again after a short
+                    # random pause. After a handover no lease holds votes back, so the
+                    # pause is a few keepalives at most: two nodes told at once split
+                    # their votes, and one of them must not wait most of a lease.
+                    spread = lease // 5 if resigned is None \
+                        else min(lease // 5, 2 * self.ha.keepalive_ms)
                     self._timer_base = self._clock() - lease + random.randint(
-                        50, 50 + lease // 5)
-                    jitter = random.randint(0, lease // 5)
+                        50, 50 + spread)
+                    jitter = random.randint(0, spread)
             await self._pause(step)
         if self.role in (Role.STARTING, Role.SLAVE):
             self.machine.fire(RoleEvent.STOP)

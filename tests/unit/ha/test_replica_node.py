@@ -9,6 +9,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
+from tests.support.memory_replication import ManualClock
+
 from meshmq.config.model import BrokerConfig, HaConfig
 from meshmq.ha.replica_node import (
     NODE_STATE,
@@ -178,6 +181,51 @@ def test_the_node_it_elected_gets_the_vote_again_and_holds_other_campaigns_off(
     assert asked == [] and voter._granted_ms >= 0
     assert request("x@h:2", 3) == {"term": 2, "granted": False,
                                    "reason": "a master is alive"}
+
+
+@pytest.mark.parametrize("resigned", [1, None], ids=["resigned", "still-master"])
+def test_a_vote_for_a_master_that_resigned_holds_no_later_election_back(
+        tmp_path: Path, resigned: int | None) -> None:
+    """The node voted for the master of term 1, which then resigned (a graceful stop),
+    and the node's own candidacy moved it to term 2 before another won: a split vote
+    between the two nodes told at once. Its vote for the resigned master must not hold
+    the next candidate off for a lease (it stands in for the winner's streams only
+    until they arrive); while that master has not resigned, it does."""
+    shards: dict[str, Any] = {"term": 1, "last": [1, 5], "durable": [1, 5],
+                              "seen_ago_ms": 10**6, "amnesiac": False, "leader": None,
+                              "resigned": None}
+
+    async def ask(adopt: int | None) -> list[dict[str, Any]]:
+        if adopt is not None and adopt > shards["term"]:
+            shards["term"] = adopt
+        return [dict(shards)] * 2
+
+    config = BrokerConfig(broker_name="v", data_directory=tmp_path, shards=2,
+                          ha=HaConfig(mode="replicated", listen="127.0.0.1:1",
+                                      members=("127.0.0.1:2", "127.0.0.1:3"),
+                                      node_id="v", lease_ms=60_000))
+    (tmp_path / "replication").mkdir()
+    (tmp_path / NODE_STATE).write_text('{"term": 0, "voted_for": null}')
+    clock = ManualClock()
+    voter = NodeElection(config, ask, on_lost=lambda why: None, clock=clock)
+    voter._load_state()
+    clock.advance(120_000)  # started two leases ago
+
+    def request(candidate: str, term: int) -> dict[str, Any]:
+        return asyncio.run(voter._on_node_vote(
+            {"term": term, "candidate": candidate, "pre": False, "resigned": None,
+             "shards": [[1, 5], [1, 5]]}))
+
+    assert request("m@h:1", 1) == {"term": 1, "granted": True, "reason": "granted"}
+    # Its shards followed m and were told it resigned (or still follow it, silent since
+    # the vote); then the node stood in term 2 itself, and lost.
+    shards.update(term=2, resigned=resigned)
+    voter.term, voter.voted_for = 2, "v"
+    answer = request("w@h:2", 3)
+    if resigned is None:
+        assert answer == {"term": 2, "granted": False, "reason": "a master is alive"}
+    else:
+        assert answer == {"term": 3, "granted": True, "reason": "granted"}
 
 
 def test_a_new_node_whose_shards_followed_a_master_that_resigned_is_up_to_date(

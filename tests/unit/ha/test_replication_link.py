@@ -297,6 +297,37 @@ def test_after_a_handover_the_master_s_voters_vote_at_once(tmp_path: Path) -> No
     run(tmp_path, body, can_be_master=False)
 
 
+@pytest.mark.parametrize("sender", ["a", "x"], ids=["its-master", "another-node"])
+def test_a_handover_told_after_a_newer_term_began_still_frees_the_votes(
+        tmp_path: Path, sender: str) -> None:
+    """A node's shard moved to term 2 (its supervisor stood as a candidate when another
+    shard was told) before its own master's notice of term 1 came: the notice's appends
+    are stale, but the master it followed still stopped, so its lease no longer holds
+    votes back. The same notice from a node it never followed changes nothing."""
+    async def body(net: ReplicationNet, nodes: dict[str, MemoryNode]) -> None:
+        b = nodes["b"]
+        net.clock.advance(5000)
+        link = net.link("b")
+        link.send(hello(), append(1, None))
+        await link.json(FrameType.REPL_ACK)
+        b.control({"op": "adopt", "term": 2})
+        link.send(append(1, (0, 0), resign=True, leader=sender))
+        if sender == "a":
+            await until(lambda: b.leader_id is None, "b to drop its master")
+        else:  # refused as any stale master's append is
+            assert (await link.json(FrameType.REPL_ACK))["reason"] == "stale term"
+        candidate = net.link("b")
+        candidate.send(hello(), vote_request(3, candidate="c"))
+        answer = await candidate.json(FrameType.REPL_VOTE)
+        if sender == "a":
+            assert (answer["granted"], b.leader_id, b.control({})["resigned"]) == \
+                (True, None, 1)
+        else:
+            assert (answer["reason"], b.leader_id) == ("a master is alive", "a")
+
+    run(tmp_path, body, can_be_master=False)
+
+
 # ------------------------------------------------------------------ snapshots
 
 
