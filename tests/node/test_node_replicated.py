@@ -310,28 +310,30 @@ def test_an_elected_node_whose_shards_start_slower_than_a_lease_keeps_the_role(
     they start) instead of electing again, and the node serves once they run."""
     cluster = Cluster(tmp_path)
     cluster.start("a", "b", "c")
-    # Each node's follower shards, from its log: the election may be over before every
-    # node is up (two nodes are a majority), so the winner's master shards may be
-    # running already; they are the ones started after "master: starting".
-    followers = {n: {int(pid) for pid in re.findall(
-                     r"shard \d+ started \(pid (\d+)\)",
-                     node.text().split("master: starting the node's")[0])}
-                 for n, node in cluster.nodes.items()}
 
-    def new_shards() -> tuple[str, list[psutil.Process]] | None:
+    def master_shards() -> tuple[str, list[int]] | None:
+        """The elected node and the pids of the master shards it started, from its log:
+        "shard k started (pid N)" is logged once the new process runs the shard's
+        program. A child of the supervisor found any other way may still be its fork
+        before the exec, and stopping that would stop the supervisor too (it waits for
+        the exec), which is not the scenario."""
         for n, node in cluster.nodes.items():
-            fresh = [p for p in node.shard_processes() if p.pid not in followers[n]]
-            if fresh:
-                return n, fresh
+            _, starting, after = node.text().partition("master: starting the node's")
+            if starting:
+                return n, [int(pid) for pid in re.findall(
+                    r"shard \d+ started \(pid (\d+)\)", after)]
         return None
 
-    winner, _fresh = poll(new_shards, 60, "an elected node to start its master shards")
+    winner, _ = poll(master_shards, 60, "an elected node to start its master shards")
     stopped: list[psutil.Process] = []
     try:
         deadline = time.monotonic() + 10
         while len(stopped) < SHARDS and time.monotonic() < deadline:  # both, as they appear
-            for proc in cluster.nodes[winner].shard_processes():
-                if proc.pid not in followers[winner] and proc not in stopped:
+            found = master_shards()
+            assert found is not None and found[0] == winner
+            for pid in found[1]:
+                if all(proc.pid != pid for proc in stopped):
+                    proc = psutil.Process(pid)
                     proc.send_signal(signal.SIGSTOP)
                     stopped.append(proc)
         assert len(stopped) == SHARDS, stopped
