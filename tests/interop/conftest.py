@@ -28,7 +28,7 @@ import pytest
 from tests.interop.mqtt_helpers import MqttEnv
 from tests.interop.stomp_helpers import Client, RawClient
 from tests.support.brokers import ThreadBroker, make_config
-from tests.support.node_target import NodeTarget, make_env, module_node
+from tests.support.node_target import NodeTarget, make_env, module_node, stomp_client
 from tests.support.nodes import NodeProcess
 
 
@@ -116,7 +116,9 @@ def client(request: pytest.FixtureRequest) -> Iterator[Callable[..., Client]]:
              **kw: Any) -> Client:
         target = on or request.getfixturevalue("broker")
         if isinstance(target, NodeTarget):  # clients take turns over the shards
-            kw.setdefault("source_port", target.placer.next_port("stomp"))
+            c = stomp_client(target, version, connect=connect, **kw)
+            made.append(c)
+            return c
         c = Client(target, version, connect=False, **kw)
         made.append(c)
         if connect:
@@ -137,8 +139,8 @@ def raw(request: pytest.FixtureRequest) -> Iterator[Callable[..., RawClient]]:
 
     def make(*, on: ThreadBroker | NodeTarget | None = None) -> RawClient:
         target = on or request.getfixturevalue("broker")
-        source = target.placer.next_port("stomp") if isinstance(target, NodeTarget) else 0
-        r = RawClient(target, source_port=source)
+        r = target.placer.placed("stomp", lambda port: RawClient(target, source_port=port)) \
+            if isinstance(target, NodeTarget) else RawClient(target)
         made.append(r)
         return r
 

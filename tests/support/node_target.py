@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import pytest
+import stomp
 
 from tests.interop.mqtt_helpers import MqttEnv, Paho, RawMqtt, WsStomp
 from tests.interop.stomp_helpers import Client
@@ -197,6 +198,39 @@ class NodeTarget:
         assert all(r["restarts"] == 0 for r in rows), rows
 
 
+def _port_taken(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+    return False
+
+
+def stomp_client(target: NodeTarget, version: str = "1.2", *, connect: bool = True,
+                 **kw: Any) -> Client:
+    """A stomp.py client on the node's next shard. stomp.py binds its source port in
+    ``connect()`` and reports a failed bind as a failed connection: when the port is
+    found taken after such a failure, another is placed (``ShardPlacer.placed``). A
+    client made unconnected binds when the test connects it, later, and keeps that
+    (small) window."""
+    if "source_port" in kw or not connect:
+        kw.setdefault("source_port", target.placer.next_port("stomp"))
+        return Client(target, version, connect=connect, **kw)
+
+    def make(port: int) -> Client:
+        client = Client(target, version, connect=False, source_port=port, **kw)
+        try:
+            client.connect()
+        except stomp.exception.ConnectFailedException:
+            if _port_taken(port):
+                raise OSError(errno.EADDRINUSE, f"source port {port} taken") from None
+            raise
+        return client
+
+    return target.placer.placed("stomp", make)
+
+
 class NodeMqttEnv(MqttEnv):
     """:class:`MqttEnv` on a running node: the same client factories on the node's
     ports; ``close`` fails the test if the node logged an error meanwhile."""
@@ -234,8 +268,9 @@ class NodeMqttEnv(MqttEnv):
             listener, lambda port: super(NodeMqttEnv, self).paho(level, bind_port=port, **kw))
 
     def stomp(self, version: str = "1.2", **kw: Any) -> Client:
-        kw.setdefault("source_port", self.target.placer.next_port("stomp"))
-        return super().stomp(version, **kw)
+        c = stomp_client(self.target, version, **kw)
+        self._closers.append(c.disconnect)
+        return c
 
     def ws_stomp(self, login: str | None = None, passcode: str | None = None) -> WsStomp:
         w = self.target.placer.placed("ws", lambda port: WsStomp(
