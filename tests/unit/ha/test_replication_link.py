@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from tests.support.memory_replication import (
     Body,
+    Link,
     MemoryNode,
     ReplicationNet,
     add,
@@ -278,14 +279,20 @@ def test_a_witness_keeps_positions_only(tmp_path: Path) -> None:
     run(tmp_path, body, start=("w",))
 
 
+async def following_a(net: ReplicationNet) -> Link:
+    """b, up for 5 s, follows master a of term 1: a's link to it."""
+    net.clock.advance(5000)
+    link = net.link("b")
+    link.send(hello(), append(1, None))
+    await link.json(FrameType.REPL_ACK)
+    return link
+
+
 def test_after_a_handover_the_master_s_voters_vote_at_once(tmp_path: Path) -> None:
     """A master that resigned accepts no more writes: its lease need not be waited out."""
     async def body(net: ReplicationNet, nodes: dict[str, MemoryNode]) -> None:
         b = nodes["b"]
-        net.clock.advance(5000)
-        link = net.link("b")
-        link.send(hello(), append(1, None))
-        await link.json(FrameType.REPL_ACK)
+        link = await following_a(net)
         candidate = net.link("b")
         candidate.send(hello(), vote_request(2, candidate="c"))
         assert (await candidate.json(FrameType.REPL_VOTE))["reason"] == "a master is alive"
@@ -306,10 +313,7 @@ def test_a_handover_told_after_a_newer_term_began_still_frees_the_votes(
     votes back. The same notice from a node it never followed changes nothing."""
     async def body(net: ReplicationNet, nodes: dict[str, MemoryNode]) -> None:
         b = nodes["b"]
-        net.clock.advance(5000)
-        link = net.link("b")
-        link.send(hello(), append(1, None))
-        await link.json(FrameType.REPL_ACK)
+        link = await following_a(net)
         b.control({"op": "adopt", "term": 2})
         link.send(append(1, (0, 0), resign=True, leader=sender))
         if sender == "a":
