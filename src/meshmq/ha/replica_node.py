@@ -49,6 +49,7 @@ from meshmq.ha.replication_policy import (
     VoterState,
     decide_vote,
     majority,
+    retry_spread,
 )
 from meshmq.ha.roles import Role, RoleEvent
 from meshmq.protocol.wire.codec import FrameType, WireFrame, decode_json, encode_json
@@ -350,11 +351,9 @@ class NodeElection(ReplicatedHa):
                                  self.term, ", ".join(str(s.durable) for s in states))
                         return True
                     # Not elected (votes split, or no quorum): again after a short
-                    # random pause. After a handover no lease holds votes back, so the
-                    # pause is a few keepalives at most: two nodes told at once split
-                    # their votes, and one of them must not wait most of a lease.
-                    spread = lease // 5 if resigned is None \
-                        else min(lease // 5, 2 * self.ha.keepalive_ms)
+                    # random pause.
+                    spread = retry_spread(lease, self.ha.keepalive_ms,
+                                          after_handover=resigned is not None)
                     self._timer_base = self._clock() - lease + random.randint(
                         50, 50 + spread)
                     jitter = random.randint(0, spread)

@@ -58,6 +58,7 @@ from meshmq.ha.replication_policy import (
     lease_deadline,
     majority,
     pack_position,
+    retry_spread,
     unpack_position,
 )
 from meshmq.ha.roles import Role, RoleEvent, RoleMachine
@@ -330,9 +331,12 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
                 log.info("master: elected for term %d with the log at %s", self.term,
                          self.last)
                 return True
-            # Lost or no quorum: try again after a short random pause.
-            self._timer_base = self._clock() - lease + random.randint(50, 50 + lease // 5)
-            jitter = random.randint(0, lease // 5)
+            # Lost or no quorum: try again after a short random pause (shorter after
+            # a handover, when no master has been heard from since).
+            spread = retry_spread(lease, self.ha.keepalive_ms, after_handover=(
+                self._resigned_term is not None and self.leader_id is None))
+            self._timer_base = self._clock() - lease + random.randint(50, 50 + spread)
+            jitter = random.randint(0, spread)
         if self.role in (Role.STARTING, Role.SLAVE):
             self.machine.fire(RoleEvent.STOP)
         return False

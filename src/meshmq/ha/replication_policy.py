@@ -137,6 +137,16 @@ def commit_index(own: int, matches: Sequence[int], nodes: int) -> int:
     return known[need - 1] if len(known) >= need else 0
 
 
+def retry_spread(lease_ms: int, keepalive_ms: int, *, after_handover: bool) -> int:
+    """How far (ms) a member that stood and was not elected spreads its next try at random
+    (Raft's randomized election timeout, which splits votes rarely twice in a row). After
+    a handover no lease holds the votes back, so the spread is a few keepalives at most:
+    two members told at once split their votes, and neither should then wait most of a
+    lease. Otherwise a fifth of the lease, as the first try's jitter."""
+    spread = lease_ms // 5
+    return min(spread, 2 * keepalive_ms) if after_handover else spread
+
+
 def lease_deadline(now_ms: int, acked_sent_ms: Sequence[int | None], nodes: int,
                    lease_ms: int) -> int | None:
     """When the master must stop accepting writes; None when a majority never answered.

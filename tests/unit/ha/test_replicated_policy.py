@@ -27,6 +27,7 @@ from meshmq.ha.replication_policy import (
     lease_deadline,
     majority,
     pack_position,
+    retry_spread,
     unpack_position,
 )
 from meshmq.store.base import (
@@ -423,3 +424,22 @@ def _run_model(steps: list[tuple[object, ...]], leader_lease: int,
                                           N, leader_lease)) is not None and now < dl]
         assert len(valid) <= 1, (valid, now, leader, acked, seen)
         assert all(len(s) == 1 for s in leaders_of_term.values())
+
+
+@given(lease=st.integers(1, 600_000), keepalive=st.integers(1, 60_000))
+def test_a_retry_after_a_handover_is_spread_over_a_few_keepalives_at_most(
+        lease: int, keepalive: int) -> None:
+    """A member that stood and lost retries within a fifth of the lease, and after a
+    handover (no lease holds votes back) within two keepalives if that is sooner."""
+    normal = retry_spread(lease, keepalive, after_handover=False)
+    handed = retry_spread(lease, keepalive, after_handover=True)
+    assert 0 <= normal <= lease // 5
+    assert handed <= normal and handed <= 2 * keepalive
+    if 2 * keepalive >= lease // 5:  # a short lease: the handover changes nothing
+        assert handed == normal
+
+
+def test_an_eight_second_lease_retries_within_a_second_after_a_handover() -> None:
+    """lease_ms = 8000, keepalive_ms = 400: the spread falls from 1.6 s to 0.8 s."""
+    assert retry_spread(8000, 400, after_handover=False) == 1600
+    assert retry_spread(8000, 400, after_handover=True) == 800
