@@ -42,14 +42,13 @@ from meshmq.config.model import BrokerConfig, HaConfig
 from meshmq.errors import MeshmqError
 from meshmq.ha.replica_peer import Kind, split_address
 from meshmq.ha.replica_wire import position
-from meshmq.ha.replication import ReplicatedHa
+from meshmq.ha.replication import ReplicatedHa, monotonic_ms
 from meshmq.ha.replication_policy import (
     Position,
     VoteDecision,
     VoterState,
     decide_vote,
     majority,
-    retry_spread,
 )
 from meshmq.ha.roles import Role, RoleEvent
 from meshmq.protocol.wire.codec import FrameType, WireFrame, decode_json, encode_json
@@ -140,11 +139,8 @@ class NodeElection(ReplicatedHa):
     def __init__(self, config: BrokerConfig, ask_shards: AskShards, *,
                  on_lost: Callable[[str], None],
                  tls: CertificateReloader | None = None,
-                 clock: Callable[[], int] | None = None) -> None:
-        if clock is None:
-            super().__init__(config, on_lost=on_lost, tls=tls)
-        else:
-            super().__init__(config, on_lost=on_lost, tls=tls, clock=clock)
+                 clock: Callable[[], int] = monotonic_ms) -> None:
+        super().__init__(config, on_lost=on_lost, tls=tls, clock=clock)
         self._ask_shards = ask_shards
         self.count = config.shards
         self._state_path = config.data_directory / NODE_STATE
@@ -352,11 +348,7 @@ class NodeElection(ReplicatedHa):
                         return True
                     # Not elected (votes split, or no quorum): again after a short
                     # random pause.
-                    spread = retry_spread(lease, self.ha.keepalive_ms,
-                                          after_handover=resigned is not None)
-                    self._timer_base = self._clock() - lease + random.randint(
-                        50, 50 + spread)
-                    jitter = random.randint(0, spread)
+                    jitter = self._retry_later(after_handover=resigned is not None)
             await self._pause(step)
         if self.role in (Role.STARTING, Role.SLAVE):
             self.machine.fire(RoleEvent.STOP)

@@ -84,7 +84,8 @@ STATE_FILE = "repl-state.json"
 LEADER_LEASE_SHARE = 0.9  # the master gives up a little before voters would vote again
 
 
-def _now_ms() -> int:
+def monotonic_ms() -> int:
+    """The replicated roles' clock: monotonic milliseconds (a test passes its own)."""
     return int(time.monotonic() * 1000)
 
 
@@ -94,7 +95,7 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
     mode = "replicated"
 
     def __init__(self, config: BrokerConfig, *, on_lost: Callable[[str], None],
-                 clock: Callable[[], int] = _now_ms,
+                 clock: Callable[[], int] = monotonic_ms,
                  tls: CertificateReloader | None = None) -> None:
         ha = config.ha
         self.config = config
@@ -333,13 +334,19 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
                 return True
             # Lost or no quorum: try again after a short random pause (shorter after
             # a handover, when no master has been heard from since).
-            spread = retry_spread(lease, self.ha.keepalive_ms, after_handover=(
-                self._resigned_term is not None and self.leader_id is None))
-            self._timer_base = self._clock() - lease + random.randint(50, 50 + spread)
-            jitter = random.randint(0, spread)
+            jitter = self._retry_later(
+                after_handover=self._resigned_term is not None and self.leader_id is None)
         if self.role in (Role.STARTING, Role.SLAVE):
             self.machine.fire(RoleEvent.STOP)
         return False
+
+    def _retry_later(self, *, after_handover: bool) -> int:
+        """After a campaign that did not elect this member: the next try comes a random
+        pause from now (``retry_spread``). Returns the jitter to add to the due time."""
+        lease = self.ha.lease_ms
+        spread = retry_spread(lease, self.ha.keepalive_ms, after_handover=after_handover)
+        self._timer_base = self._clock() - lease + random.randint(50, 50 + spread)
+        return random.randint(0, spread)
 
     async def _acquire_driven(self, role: DrivenRole) -> bool:
         """A shard of a node: follow until stopped, or lead the term the node's
