@@ -330,7 +330,14 @@ class NodeElection(ReplicatedHa):
                 if handed or self._clock() >= due:
                     resigned = max(s.resigned for s in states if s.resigned is not None) \
                         if handed else None
-                    if await self._node_campaign(states, resigned):
+                    won = await self._node_campaign(states, resigned)
+                    if self._stop.is_set():
+                        # SIGTERM during the campaign: stop() ended the role already; a
+                        # node that is stopping takes no master role, won or not (the
+                        # others elect again once its vote's lease ran out).
+                        self.kind = Kind.FOLLOWER
+                        break
+                    if won:
                         self.kind = Kind.LEADER
                         self.took_over_from = self.followed
                         self.leader_id = self.node_id

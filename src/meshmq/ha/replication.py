@@ -326,7 +326,16 @@ class ReplicatedHa(LeaderStreams, FollowerSide):
                 await self._pause(min(0.05, max(0.0, (due - self._clock()) / 1000)))
                 continue
             self._elect_now.clear()
-            if await self._campaign() and await self._lead():
+            won = await self._campaign() and not self._stop.is_set() and await self._lead()
+            if self._stop.is_set():
+                # SIGTERM during the campaign or the term's first batch: stop() ended
+                # the role already, and a broker that is stopping takes no master role.
+                if self.kind is Kind.LEADER:
+                    self._step_down_internal(FencedError("this broker is stopping"))
+                    await self._close_listener_and_tasks()
+                self.kind = Kind.FOLLOWER
+                break
+            if won:
                 self.machine.fire(RoleEvent.ACQUIRED)
                 self.became_master_ms = self._clock()
                 log.info("master: elected for term %d with the log at %s", self.term,

@@ -112,6 +112,47 @@ def test_a_stop_while_the_election_listener_opens_ends_acquire_quietly(tmp_path:
     assert opened[0].closed
 
 
+def test_a_stop_during_a_winning_campaign_ends_acquire_quietly(tmp_path: Path) -> None:
+    """SIGTERM reaches a slave node while it stands (its master handed over): stop() ends
+    the role, and the campaign, won meanwhile, must not make a stopping node master
+    (before, the node exited with "event 'acquired' is not possible in role
+    'stopped'")."""
+    async def ask(adopt: int | None) -> list[dict[str, Any]]:
+        return [{"term": 1, "last": [1, 5], "durable": [1, 5], "seen_ago_ms": 5,
+                 "amnesiac": False, "leader": None, "resigned": 1}] * 2
+
+    config = BrokerConfig(broker_name="x", data_directory=tmp_path, shards=2,
+                          ha=HaConfig(mode="replicated", listen="127.0.0.1:0",
+                                      members=("127.0.0.1:2",), node_id="x"))
+    (tmp_path / "replication").mkdir()
+    (tmp_path / NODE_STATE).write_text('{"term": 1, "voted_for": "m@h:1"}')
+    node = NodeElection(config, ask, on_lost=lambda why: None)
+
+    class Listener:  # unit tests open no sockets
+        def close(self) -> None:
+            return None
+
+        async def wait_closed(self) -> None:
+            return None
+
+    async def listen(host: str, port: int) -> Listener:
+        return Listener()
+
+    async def campaign_stopped_midway(states: Any, resigned: int | None) -> bool:
+        assert resigned == 1  # stood at once: the master handed over
+        await node.stop()
+        return True
+
+    node._listen = listen  # type: ignore[method-assign]
+    node._node_campaign = campaign_stopped_midway  # type: ignore[method-assign]
+
+    async def main() -> bool:
+        return await node.acquire()
+
+    assert asyncio.run(main()) is False
+    assert node.role.value == "stopped" and node.kind.value != "leader"
+
+
 def test_a_node_votes_at_once_for_a_successor_of_a_master_that_resigned(
         tmp_path: Path) -> None:
     """The node follows the master of term 1 on both shards and heard from it just now;

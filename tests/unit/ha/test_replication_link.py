@@ -332,6 +332,25 @@ def test_a_handover_told_after_a_newer_term_began_still_frees_the_votes(
     run(tmp_path, body, can_be_master=False)
 
 
+def test_a_stop_during_a_winning_campaign_ends_acquire_quietly(tmp_path: Path) -> None:
+    """SIGTERM reaches a slave while it stands: stop() ends the role, and the campaign,
+    won meanwhile, must not make a stopping broker master (before, acquire raised
+    "event 'acquired' is not possible in role 'stopped'")."""
+    async def body(net: ReplicationNet, nodes: dict[str, MemoryNode]) -> None:
+        b = nodes["b"]
+
+        async def campaign_stopped_midway() -> bool:
+            await b.stop()
+            return True
+
+        b._campaign = campaign_stopped_midway  # type: ignore[method-assign]
+        b._elect_now.set()
+        assert await b.acquire() is False
+        assert (b.role.value, b.kind.value) == ("stopped", "follower")
+
+    run(tmp_path, body, start=())
+
+
 # ------------------------------------------------------------------ snapshots
 
 
