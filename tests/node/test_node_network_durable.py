@@ -62,7 +62,10 @@ def subscribe(client: RawClient, topic: str) -> list[str]:
             if f.command == "MESSAGE"]
 
 
-def receive(client: RawClient, count: int, early: list[str]) -> list[str]:
+def receive(client: RawClient, count: int, early: list[str],
+            seen: list[str] | None = None) -> list[str]:
+    """``count`` bodies, each acknowledged; ``seen`` gets each one's body, message id
+    and redelivered flag (what a failure reports)."""
     got = list(early)
     deadline = time.monotonic() + 60
     while len(got) < count:
@@ -70,6 +73,9 @@ def receive(client: RawClient, count: int, early: list[str]) -> list[str]:
         assert left > 0, f"only {got} of {count} messages"
         frame, _ = client.read_until("MESSAGE", timeout=left)
         got.append(frame.body.decode())
+        if seen is not None:
+            seen.append(f"{got[-1]} {frame.get('message-id')} "
+                        f"redelivered={frame.get('redelivered')}")
         client.send_frame("ACK", [("id", frame.get("ack") or "")])
     client.receipt_roundtrip()
     return got
@@ -135,6 +141,12 @@ def test_an_offline_durable_subscriber_on_shard_1_keeps_the_remote_messages(
     publish(remote, topic, ["b4", "b5"])  # once the bridge is back
     assert network_durables(remote, topic) == 1  # the demand was not dropped
     client = durable_on(node, 1)
-    assert receive(client, 6, subscribe(client, topic)) == [f"b{i}" for i in range(6)]
+    seen: list[str] = []
+    got = receive(client, 6, subscribe(client, topic), seen)
+    # What each side counted, to tell a repeat sent again by the remote from one the
+    # node delivered again.
+    assert got == [f"b{i}" for i in range(6)], (
+        f"received {seen}; remote bridges {bridges(remote)}; "
+        f"node network {node.api('/api/network')}")
     client.close()
 
