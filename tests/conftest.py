@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import gc
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -126,6 +128,20 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "compile_neutral: runs no compiled module and no broker; the compiled "
                    "pass of ./dev/test skips it (tests/conftest.py COMPILE_NEUTRAL)")
+
+
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """After a failed test: its traceback, kept in ``sys.last_traceback`` for post-mortem
+    debugging until the next test runs, holds the test's frames and so whatever they had
+    open. Freed there, those objects would be collected during some later test, and a
+    socket the failure left open would fail that one with a ResourceWarning. Collected
+    here (before pytest gathers this teardown's unraisable exceptions), they stay with
+    the test that failed."""
+    if getattr(sys, "last_traceback", None) is not None:
+        for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+            if hasattr(sys, name):
+                delattr(sys, name)
+        gc.collect()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -33,10 +34,21 @@ CLIENT = "durable-app"
 NAME = "sub"
 
 
-def durable_on(node: NodeProcess, shard: int) -> RawClient:
-    """A STOMP connection with the client id, handed by the node's port to ``shard``.
-    The id is the node's: one closed on a shard is free on its owner a hop later, so a
-    CONNECT refused as "already connected" is made again."""
+@pytest.fixture
+def opened() -> Iterator[list[RawClient]]:
+    """The test's connections, closed however it ends (a failure included)."""
+    clients: list[RawClient] = []
+    try:
+        yield clients
+    finally:
+        for client in clients:
+            client.close()
+
+
+def durable_on(node: NodeProcess, shard: int, opened: list[RawClient]) -> RawClient:
+    """A STOMP connection with the client id, handed by the node's port to ``shard``
+    (kept in ``opened``). The id is the node's: one closed on a shard is free on its
+    owner a hop later, so a CONNECT refused as "already connected" is made again."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         client = RawClient(Address(node.port))
@@ -48,6 +60,7 @@ def durable_on(node: NodeProcess, shard: int) -> RawClient:
                 raise
             continue
         if shard_of(node, client.sock) == shard:
+            opened.append(client)
             return client
         client.close()
     raise AssertionError(f"no connection with client id {CLIENT} reached shard {shard}")
@@ -113,10 +126,10 @@ def network_durables(remote: ThreadBroker, topic: str) -> int:
 
 @pytest.mark.parametrize("owner", [0, 1])
 def test_an_offline_durable_subscriber_on_shard_1_keeps_the_remote_messages(
-        remote_to_node: Clients, owner: int) -> None:
+        remote_to_node: Clients, owner: int, opened: list[RawClient]) -> None:
     node, remote = remote_to_node.node, remote_to_node.remote
     topic = owned_by(owner, f"dur{owner}", "topic")
-    client = durable_on(node, 1)
+    client = durable_on(node, 1, opened)
     subscribe(client, topic)
     poll(lambda: network_durables(remote, topic) == 1, 30,
          "the node's durable demand to reach the remote broker")
@@ -124,7 +137,7 @@ def test_an_offline_durable_subscriber_on_shard_1_keeps_the_remote_messages(
 
     # Offline: kept, and delivered through the other shard.
     publish(remote, topic, [f"a{i}" for i in range(5)])
-    client = durable_on(node, 0)
+    client = durable_on(node, 0, opened)
     assert receive(client, 5, subscribe(client, topic)) == [f"a{i}" for i in range(5)]
     go_offline(client)
 
@@ -140,7 +153,7 @@ def test_an_offline_durable_subscriber_on_shard_1_keeps_the_remote_messages(
          "the bridge to the restarted shard 0")
     publish(remote, topic, ["b4", "b5"])  # once the bridge is back
     assert network_durables(remote, topic) == 1  # the demand was not dropped
-    client = durable_on(node, 1)
+    client = durable_on(node, 1, opened)
     seen: list[str] = []
     got = receive(client, 6, subscribe(client, topic), seen)
     # What each side counted, to tell a repeat sent again by the remote from one the
@@ -148,5 +161,4 @@ def test_an_offline_durable_subscriber_on_shard_1_keeps_the_remote_messages(
     assert got == [f"b{i}" for i in range(6)], (
         f"received {seen}; remote bridges {bridges(remote)}; "
         f"node network {node.api('/api/network')}")
-    client.close()
 
