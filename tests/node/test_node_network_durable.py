@@ -157,8 +157,9 @@ def test_an_offline_durable_subscriber_on_shard_1_keeps_the_remote_messages(
     seen: list[str] = []
     got = receive(client, 6, subscribe(client, topic), seen)
     # What each side counted, to tell a repeat sent again by the remote from one the
-    # node delivered again.
+    # node delivered again (a shard restarted, a shard link made again).
     assert got == [f"b{i}" for i in range(6)], (
         f"received {seen}; remote bridges {bridges(remote)}; "
-        f"node network {node.api('/api/network')}")
+        f"node network {node.api('/api/network')}; shards (restarts, links) "
+        f"{node.shards()}")
 
