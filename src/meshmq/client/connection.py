@@ -198,6 +198,11 @@ class BaseConnection:
         except Exception as exc:
             # TLS 1.3: a broker refuses our certificate after the handshake, in a read.
             cert = describe_tls_failure(str(self.endpoint), exc)
+            if cert is None and isinstance(exc, ConnectionResetError) and self._closing_tls():
+                # The same close, reaching us as a reset when our handshake bytes were
+                # still unread on the broker's side: the same hint.
+                exc = ConnectionLostError(f"{self.endpoint}: closed by the broker"
+                                          f"{_TLS_CLOSE_HINT}")
             self._die(cert or (exc if isinstance(exc, ConnectionLostError)
                                else ConnectionLostError(f"{self.endpoint}: {exc}")))
 
