@@ -183,8 +183,7 @@ class BaseConnection:
             while True:
                 data = await self._reader.read(65536)
                 if not data:
-                    raise ConnectionLostError(f"{self.endpoint}: closed by the broker"
-                                              f"{_TLS_CLOSE_HINT if self._closing_tls() else ''}")
+                    raise self._closed_by_broker()
                 self.last_received = self._loop.time()
                 if self._ws is not None:
                     data, reply = self._ws.decode(data)
@@ -201,13 +200,18 @@ class BaseConnection:
             if cert is None and isinstance(exc, ConnectionResetError) and self._closing_tls():
                 # The same close, reaching us as a reset when our handshake bytes were
                 # still unread on the broker's side: the same hint.
-                exc = ConnectionLostError(f"{self.endpoint}: closed by the broker"
-                                          f"{_TLS_CLOSE_HINT}")
+                exc = self._closed_by_broker()
             self._die(cert or (exc if isinstance(exc, ConnectionLostError)
                                else ConnectionLostError(f"{self.endpoint}: {exc}")))
 
     def _closing_tls(self) -> bool:
         return self._opening and self.endpoint.tls
+
+    def _closed_by_broker(self) -> ConnectionLostError:
+        """The broker closed the connection (with the client-certificate hint while a
+        TLS connection is still opening)."""
+        return ConnectionLostError(f"{self.endpoint}: closed by the broker"
+                                   f"{_TLS_CLOSE_HINT if self._closing_tls() else ''}")
 
     def feed(self, data: bytes) -> None:
         raise NotImplementedError
