@@ -77,15 +77,24 @@ def test_each_shards_figures_add_up_to_the_nodes(node: NodeProcess) -> None:
         poll(busy, 30, "rates and CPU shares on both shards")
         node_stat = node.api("/api/stat")
 
-        def settled() -> dict[str, Any] | None:
-            # The queue on shard 1 has drained to the consumer: its counters stand.
+        def settled() -> tuple[dict[str, Any], list[Any]] | None:
+            # The queue on shard 1 has drained to the consumer and its counters stand;
+            # the last acknowledgements reach the journals a moment after the depth
+            # reads 0, so the node's view of each journal must also match the shard's
+            # own, read after it (a node that sums the wrong figure never gets there).
             doc: dict[str, Any] = node.api("/api/shards")
+            own = [shard_api(node, k, "/api/broker") for k in SHARDS]
             stat = node.api("/api/stat")
-            return doc if row_of(stat, queues[1])["depth"] == 0 and stat[
-                "destinations"] == node_stat["destinations"] else None
+            stands = row_of(stat, queues[1])["depth"] == 0 and stat[
+                "destinations"] == node_stat["destinations"]
+            journals = [r["journal_bytes"] for r in doc["shards"]]
+            return (doc, own) if stands and journals == [
+                o["store"]["bytes"] for o in own] else None
 
         node_stat = node.api("/api/stat")
-        doc = poll(settled, 20, "the counters to stand still")
+        standing = poll(settled, 20, "the counters and journals to stand still")
+        assert standing is not None
+        doc, owns = standing
         node_stat = node.api("/api/stat")
         rows, totals = doc["shards"], doc["totals"]
         dests = node_stat["destinations"]
@@ -96,7 +105,7 @@ def test_each_shards_figures_add_up_to_the_nodes(node: NodeProcess) -> None:
             assert row["messages_in"] == sum(d["enqueued"] for d in mine)
             assert row["messages_out"] == sum(d["dequeued"] for d in mine)
             assert row["cpu_seconds"] > 0 and row["cpu_percent"] >= 0
-            own = shard_api(node, k, "/api/broker")
+            own = owns[k]
             assert row["journal_bytes"] == own["store"]["bytes"] > 0
             assert row["connections"] == own["connections"]
         assert rows[1]["messages_out"] >= 2 * 2  # each producer's sends to shard 1's queue
