@@ -78,10 +78,11 @@ def test_each_shards_figures_add_up_to_the_nodes(node: NodeProcess) -> None:
         node_stat = node.api("/api/stat")
 
         def settled() -> tuple[dict[str, Any], list[Any]] | None:
-            # The queue on shard 1 has drained to the consumer and its counters stand;
-            # the last acknowledgements reach the journals a moment after the depth
-            # reads 0, so the node's view of each journal must also match the shard's
-            # own, read after it (a node that sums the wrong figure never gets there).
+            # The queue on shard 1 has drained to the consumer and its counters stand.
+            # A journal's size still changes a moment later (its last record is written
+            # by the next housekeeping tick), so the node's view of each journal must
+            # match the shard's own read right after it (a node that reports the wrong
+            # figure never gets there).
             doc: dict[str, Any] = node.api("/api/shards")
             own = [shard_api(node, k, "/api/broker") for k in SHARDS]
             stat = node.api("/api/stat")
@@ -118,11 +119,23 @@ def test_each_shards_figures_add_up_to_the_nodes(node: NodeProcess) -> None:
         assert totals["messages_out"] == sum(d["dequeued"] for d in dests)
         assert totals["connections"] == node_stat["connections"] == 3
         # meshmq stat: the same columns, one row per shard and the node's sums.
-        lines = stat_lines(node)
+
+        def shown() -> tuple[list[list[str]], dict[str, Any]] | None:
+            # The table, and the node's figures read right after it: the same journal
+            # sizes unless one changed in between (see settled()).
+            lines = stat_lines(node)
+            fresh: dict[str, Any] = node.api("/api/shards")
+            journals = {str(r["pid"]): str(r["journal_bytes"]) for r in fresh["shards"]}
+            return (lines, fresh) if all(journals.get(ln[1]) == ln[13] for ln in lines
+                                         if ln[:1] in (["0"], ["1"]) and len(ln) > 13
+                                         ) else None
+
+        table = poll(shown, 20, "meshmq stat to show the journals the node reports")
+        assert table is not None
+        lines, fresh = table
         head = ["SHARD", "PID", "STATE", "RESTARTS", "UPTIME", "CONNECTIONS", "DESTS",
                 "IN", "OUT", "IN/S", "OUT/S", "CPU-S", "CPU%", "JOURNAL"]
         assert head in lines, lines
-        fresh = node.api("/api/shards")
         for row in fresh["shards"]:
             (line,) = [ln for ln in lines if ln[:2] == [str(row["shard"]), str(row["pid"])]]
             assert line[2:4] == ["running", "0"], line
