@@ -64,6 +64,11 @@ class ShardBroker(ThreadBroker):
         assert self.runtime is not None
         return self.runtime.addresses["mqtt"][1]
 
+    @property
+    def ws_port(self) -> int:
+        assert self.runtime is not None
+        return self.runtime.addresses["ws"][1]
+
     def links_up(self) -> int:
         assert self.runtime is not None and self.runtime.shard_peers is not None
         return self.run(self.runtime.shard_peers.links_up)
@@ -112,7 +117,7 @@ class ShardProcess(ProcessBroker):
 class ShardPair:
     """Shards 0 and 1 of node ``node``; start, stop and restart each one."""
 
-    def __init__(self, base: Path, *, mqtt: bool = False, count: int = 2,
+    def __init__(self, base: Path, *, mqtt: bool = False, ws: bool = False, count: int = 2,
                  **changes: Any) -> None:
         self.base = base
         run_dir = base / "run"
@@ -125,6 +130,9 @@ class ShardPair:
         listeners = [ListenerConfig(name="stomp", protocol="stomp", host="127.0.0.1", port=0)]
         if mqtt:
             listeners.append(ListenerConfig(name="mqtt", protocol="mqtt", host="127.0.0.1",
+                                            port=0))
+        if ws:
+            listeners.append(ListenerConfig(name="ws", protocol="ws", host="127.0.0.1",
                                             port=0))
         self.configs = [dataclasses.replace(
             make_config(base / f"shard-{k}", broker_name=NODE, listeners=tuple(listeners),

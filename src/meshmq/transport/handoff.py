@@ -17,9 +17,12 @@ those, as before.
 Only a connection that holds nothing on this shard is handed over: no subscription,
 transaction, temporary destination, confirmation or output waiting (MQTT: no QoS 1/2
 exchange in progress; a persistent session's state travels with it, and a resumed one
-subscribed to one shard's topics goes at its CONNECT), and only plain TCP
-(a TLS session's keys live in this process; a WebSocket's framing too). Each connection
-is offered at most once. A client id goes with it: the offer names the claim this shard
+subscribed to one shard's topics goes at its CONNECT), and only plain TCP or, for
+STOMP, plain WebSocket (a TLS session's keys live in this process). A WebSocket goes
+with its negotiated subprotocol and path, and its pending bytes are then the client's
+bytes for the adopting shard's WebSocket codec: the unhandled STOMP bytes as one client
+frame, followed by what the codec had not parsed yet (transport/websocket.py). Each
+connection is offered at most once. A client id goes with it: the offer names the claim this shard
 holds on it, and the adopting shard has the id's owner move that claim to itself
 (network/shard_clients.py) before it says yes, so the id is held throughout. The owner
 says yes or no before the offering shard lets go: on no (its listener is full, it is
@@ -88,6 +91,10 @@ class HandoffOffer:
     shard: int = -1
     # MQTT: what CONNECT negotiated (transport/mqtt_server.py's ``handoff_state``).
     session: dict[str, Any] | None = None
+    # Over WebSocket: the negotiated ``subprotocol`` and ``path``; ``pending`` is then
+    # the client's bytes for the WebSocket codec (transport/websocket.py's
+    # ``WebSocketTransport.handoff``), not the inner protocol's.
+    websocket: dict[str, str | None] | None = None
 
     @property
     def persistent_session(self) -> bool:
@@ -121,6 +128,11 @@ class HandoffOffer:
         head["groups"] = tuple(str(g) for g in head["groups"])
         if head.get("session") is not None and not isinstance(head["session"], dict):
             raise ValueError("the session is not an object")
+        websocket = head.get("websocket")
+        if websocket is not None and (not isinstance(websocket, dict) or not isinstance(
+                websocket.get("subprotocol"), str) or not isinstance(
+                websocket.get("path"), str | None)):
+            raise ValueError("the WebSocket state is not an object with a subprotocol")
         return HandoffOffer(pending=pending, **head), token, offer_id, in_file
 
 

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from meshmq.transport.handoff import Handoffs
     from meshmq.transport.host import SessionHost
     from meshmq.transport.pump import Pump
+    from meshmq.transport.websocket import WebSocketOptions
 
 log = logging.getLogger("meshmq.runtime")
 
@@ -151,13 +152,15 @@ class Listeners:
                          listener: ListenerConfig) -> None:
         """STOMP and MQTT over WebSocket, chosen by subprotocol."""
         from meshmq.transport.stomp_server import StompProtocol
-        from meshmq.transport.websocket import WebSocketOptions, start_websocket_listener
+        from meshmq.transport.websocket import STOMP_SUBPROTOCOLS, start_websocket_listener
 
         host = self.host
         self.engine.limit(listener.name, listener.max_connections)
+        # Plain ws:// only: a TLS session cannot leave this process.
+        handoffs = self.handoffs if listener.protocol == "ws" else None
 
         def stomp() -> asyncio.Protocol:
-            return StompProtocol(host, listener.name)
+            return StompProtocol(host, listener.name, handoffs=handoffs)
 
         def mqtt() -> asyncio.Protocol:
             from meshmq.transport.mqtt_server import MqttProtocol
@@ -169,8 +172,8 @@ class Listeners:
         server = await start_websocket_listener(
             loop, listener.host, listener.port, protocols,
             ssl_context=self._ssl_context(listener),
-            options=WebSocketOptions(max_message_size=self.config.stomp.max_frame_size),
-            reuse_port=self.reuse_port)
+            options=websocket_options(self.config), reuse_port=self.reuse_port,
+            handoff=STOMP_SUBPROTOCOLS if handoffs is not None else ())
         self._listening(listener, server)
 
     def _listening(self, listener: ListenerConfig, server: asyncio.Server) -> None:
@@ -179,6 +182,13 @@ class Listeners:
         self.addresses[listener.name] = (sock[0], sock[1])
         log.info("listening for %s on %s://%s:%d", listener.name, listener.protocol,
                  sock[0], sock[1])
+
+
+def websocket_options(config: BrokerConfig) -> WebSocketOptions:
+    """A WebSocket listener's limits (a connection handed to another shard keeps them)."""
+    from meshmq.transport.websocket import WebSocketOptions
+
+    return WebSocketOptions(max_message_size=config.stomp.max_frame_size)
 
 
 def bind_advice(config: BrokerConfig, listener: ListenerConfig) -> tuple[str, str]:

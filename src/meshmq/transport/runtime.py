@@ -22,6 +22,7 @@ import logging
 import signal
 import socket
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from meshmq.config.credential_files import credential_source
@@ -35,7 +36,7 @@ from meshmq.tls import CertificateReloader
 from meshmq.transport.durability import Durability
 from meshmq.transport.host import Session
 from meshmq.transport.lifecycle import Lifecycle
-from meshmq.transport.listeners import LISTENER_LABELS, Listeners
+from meshmq.transport.listeners import LISTENER_LABELS, Listeners, websocket_options
 from meshmq.transport.mqtt_service import MqttService
 from meshmq.transport.paging import PageReader
 from meshmq.transport.pump import TIMER_INTERVAL, Pump
@@ -464,23 +465,36 @@ class BrokerRuntime:
         listener = next((lst for lst in self.config.listeners if lst.name == offer.listener),
                         None)
         clients = self.durability.clients
+        websocket = offer.websocket
+        if websocket is not None:
+            from meshmq.transport.websocket import STOMP_SUBPROTOCOLS, WebSocketProtocol
         if loop is None or offer.protocol not in ("stomp", "mqtt") or listener is None or \
-                listener.protocol != offer.protocol or self.shutdown_requested or \
-                not self.started or (offer.client_id and clients is None) or \
+                listener.protocol != ("ws" if websocket else offer.protocol) or \
+                self.shutdown_requested or not self.started or \
+                (offer.client_id and clients is None) or \
+                (websocket is not None and (offer.protocol != "stomp" or websocket[
+                    "subprotocol"] not in STOMP_SUBPROTOCOLS)) or \
                 not self.admit(listener.name):
             return False
         protocol: StompProtocol | MqttProtocol
         if offer.protocol == "stomp":
             from meshmq.transport import stomp_server
 
-            protocol = stomp_server.StompProtocol(self, listener.name, handoffs=None,
-                                                  adopted=offer)
+            # Over WebSocket the pending bytes are the WebSocket codec's (below).
+            protocol = stomp_server.StompProtocol(
+                self, listener.name, handoffs=None,
+                adopted=offer if websocket is None else replace(offer, pending=b""))
         else:
             from meshmq.transport import mqtt_server
 
             protocol = mqtt_server.MqttProtocol(self, listener.name, adopted=offer)
+        served: asyncio.Protocol = protocol
+        if websocket is not None:
+            served = WebSocketProtocol.adopted(protocol, str(websocket["subprotocol"]),
+                                               websocket.get("path"), offer.pending,
+                                               websocket_options(self.config))
         if not offer.client_id:
-            self._serve(protocol, sock)
+            self._serve(served, sock)
             return True
         assert clients is not None
         moved = clients.move(offer.client_id, offer.protocol, offer.shard, offer.claim,
@@ -499,7 +513,7 @@ class BrokerRuntime:
                 self.release(name)
                 taken.set_result(False)
                 return
-            self._serve(protocol, sock)
+            self._serve(served, sock)
             taken.set_result(True)
 
         answer.add_done_callback(answered)

@@ -56,6 +56,7 @@ from meshmq.transport.handoff import AdoptedClaim, HandoffOffer
 from meshmq.transport.login import authenticate
 from meshmq.transport.push_back import ProducerHold
 from meshmq.transport.topology import PEERS_HEADER
+from meshmq.transport.websocket import WebSocketTransport
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -346,6 +347,14 @@ class StompSession(BufferedOutput):
         """Offer this connection to the shard that owns the destination of the frame at
         ``index``, if the connection holds nothing yet (transport/handoff.py). True: it
         was offered, and the frames from ``index`` on wait for the owner's answer."""
+        try:
+            return self._try_offer(events, index)
+        finally:
+            transport = self.transport
+            if isinstance(transport, WebSocketTransport):
+                transport.handoff_done()  # offered at most once
+
+    def _try_offer(self, events: list[Event], index: int) -> bool:
         handoffs, self._handoff = self._handoff, None
         conn = self.conn
         frame = events[index]
@@ -398,12 +407,21 @@ class StompSession(BufferedOutput):
             elif isinstance(event, ProtocolViolation):
                 return False
         parts.append(rest)
+        pending = b"".join(parts)
+        websocket: dict[str, str | None] | None = None
+        if isinstance(self.transport, WebSocketTransport):
+            # The WebSocket's codec state travels too: the pending bytes as a frame.
+            wrapped = self.transport.handoff(pending)
+            if wrapped is None:
+                return False
+            pending, websocket = wrapped
         principal = conn.principal
         machine = self.machine
         offer = HandoffOffer(
             "stomp", self.listener, self.version, machine.send_interval,
             machine.recv_interval, principal.user, tuple(sorted(principal.groups)),
-            principal.anonymous, b"".join(parts), client_id, claim, identity.index)
+            principal.anonymous, pending, client_id, claim, identity.index,
+            websocket=websocket)
         answer = handoffs.offer(owner, offer, sock.fileno())  # None: too much pending
         if answer is None:
             return False

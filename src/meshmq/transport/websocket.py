@@ -75,6 +75,17 @@ frames; outgoing *data* frames are serialized here (``frame_header``) because
 server frames are unmasked and a two-to-ten-byte header written in front of the
 payload spares wsproto's three copies of every (possibly 100 MiB) payload.
 Extensions (permessage-deflate) are not negotiated.
+
+**Handoff** (a node's shards, transport/handoff.py): on a plain listener started with
+``handoff`` subprotocols, a connection keeps the bytes it received that are not yet
+part of a whole frame handed on (a frame's length is read from its header, which is
+cheap, and nothing is kept once the inner protocol has offered the connection or given
+up). At the end of a message, ``WebSocketTransport.handoff`` gives the inner protocol's
+unhandled bytes as one client frame (masked with the all-zero key, in the opcode of the
+client's last message so replies stay text or binary) followed by those kept bytes: a
+new wsproto ``Connection`` in another process, fed them, goes on exactly where this one
+stops (``WebSocketProtocol.adopted``). Part-way through a message (the client
+fragmented it) nothing is offered: the partial message's decoding state cannot move.
 """
 
 from __future__ import annotations
@@ -86,13 +97,13 @@ import logging
 import re
 import ssl
 import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import urlsplit
 
 from wsproto import ConnectionType, WSConnection
-from wsproto.connection import ConnectionState
+from wsproto.connection import Connection, ConnectionState
 from wsproto.events import (
     AcceptConnection,
     BytesMessage,
@@ -184,6 +195,42 @@ def frame_header(opcode: int, length: int) -> bytes:
     return struct.pack("!BBQ", 0x80 | opcode, 127, length)
 
 
+def client_frame(opcode: int, payload: bytes) -> bytes:
+    """A final client-to-server frame carrying ``payload``, masked with the all-zero key
+    (RFC 6455 requires client frames to be masked, not the key to be random: this one
+    leaves the payload as it is)."""
+    length = len(payload)
+    if length < 126:
+        head = bytes((0x80 | opcode, 0x80 | length))
+    elif length < 0x10000:
+        head = struct.pack("!BBH", 0x80 | opcode, 0x80 | 126, length)
+    else:
+        head = struct.pack("!BBQ", 0x80 | opcode, 0x80 | 127, length)
+    return head + b"\0\0\0\0" + payload
+
+
+def frame_length(data: bytes | bytearray) -> int | None:
+    """The size of the whole frame (header, mask key, payload) that ``data`` starts
+    with, or None while its header is incomplete."""
+    if len(data) < 2:
+        return None
+    length = data[1] & 0x7F
+    head = 2
+    if length == 126:
+        if len(data) < 4:
+            return None
+        length = struct.unpack_from("!H", data, 2)[0]
+        head = 4
+    elif length == 127:
+        if len(data) < 10:
+            return None
+        length = struct.unpack_from("!Q", data, 2)[0]
+        head = 10
+    if data[1] & 0x80:
+        head += 4
+    return int(head + length)
+
+
 def _is_utf8(data: bytes) -> bool:
     try:
         data.decode("utf-8")
@@ -266,6 +313,20 @@ class WebSocketTransport(asyncio.Transport):
     def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
         self._owner._inner = cast(asyncio.Protocol, protocol)
 
+    # -- handing the connection to another shard (transport/handoff.py)
+    def handoff(self, pending: bytes) -> tuple[bytes, dict[str, str | None]] | None:
+        """What another process needs to go on serving this WebSocket: the client's
+        bytes for its codec (``pending``, the inner protocol's bytes not yet handled, as
+        one client frame, then every byte received after the last whole message) and
+        the negotiated subprotocol and path. None when the connection cannot move now:
+        not tracked for handoff (TLS, or not asked for), or part of a message read."""
+        return self._owner._handoff_state(pending)
+
+    def handoff_done(self) -> None:
+        """The inner protocol will not offer this connection (again): stop keeping what
+        an offer would need."""
+        self._owner._track = None
+
     def get_protocol(self) -> asyncio.BaseProtocol:
         assert self._owner._inner is not None
         return self._owner._inner
@@ -275,7 +336,8 @@ class WebSocketProtocol(asyncio.Protocol):
     """One WebSocket connection: handshake, then host the chosen inner protocol."""
 
     def __init__(self, protocols: Mapping[str, ProtocolFactory],
-                 options: WebSocketOptions | None = None) -> None:
+                 options: WebSocketOptions | None = None, *,
+                 handoff: Collection[str] = ()) -> None:
         self.protocols = protocols
         self.options = options or WebSocketOptions()
         self.subprotocol: str | None = None  # the chosen key of ``protocols``
@@ -286,7 +348,7 @@ class WebSocketProtocol(asyncio.Protocol):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._phase = _Phase.HANDSHAKE
         self._head = b""
-        self._ws = WSConnection(ConnectionType.SERVER)
+        self._ws: WSConnection | Connection = WSConnection(ConnectionType.SERVER)
         self._inner: asyncio.Protocol | None = None
         self._shim: WebSocketTransport | None = None
         self._inner_lost = False
@@ -298,6 +360,25 @@ class WebSocketProtocol(asyncio.Protocol):
         self._write_paused = False
         self._timer: asyncio.TimerHandle | None = None
         self._drain_scheduled = False
+        # Connection handoff (plain ws:// on a node of shards; the subprotocols whose
+        # sessions offer their connection): until the inner protocol has offered the
+        # connection or given up, every byte received and not yet part of a whole frame
+        # handed on is kept, so an offer can carry what the codec holds.
+        self._handoff = handoff
+        self._track: bytearray | None = None
+        self._message_end = True  # the last data handed on ended a message
+        self._adopted: bytes | None = None  # handed here: the client's bytes to go on with
+
+    @classmethod
+    def adopted(cls, inner: asyncio.Protocol, subprotocol: str, path: str | None,
+                raw: bytes, options: WebSocketOptions | None = None) -> WebSocketProtocol:
+        """A connection another shard handed here, open already: ``inner`` serves it
+        from ``raw`` on (``WebSocketTransport.handoff``'s bytes)."""
+        protocol = cls({subprotocol: lambda: inner}, options)
+        protocol.path = path
+        protocol._adopted = raw
+        protocol._ws = Connection(ConnectionType.SERVER)
+        return protocol
 
     # ------------------------------------------------------------ asyncio callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -306,6 +387,10 @@ class WebSocketProtocol(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         peer = transport.get_extra_info("peername")
         self.remote = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        if self._adopted is not None:
+            raw, self._adopted = self._adopted, None
+            self._start(next(iter(self.protocols)), raw)
+            return
         self._timer = self._loop.call_later(self.options.handshake_timeout,
                                             self._handshake_timed_out)
 
@@ -314,7 +399,7 @@ class WebSocketProtocol(asyncio.Protocol):
             if self._phase is _Phase.HANDSHAKE:
                 self._handshake_data(data)
             elif self._phase is not _Phase.CLOSED and self._ws.state in _READABLE:
-                self._ws.receive_data(data)
+                self._feed(data)
                 self._drain()
         except Exception:
             log.exception("internal error on WebSocket connection %s", self.remote)
@@ -399,24 +484,30 @@ class WebSocketProtocol(asyncio.Protocol):
 
     def _accept(self, chosen: Negotiated, rest: bytes) -> None:
         self._cancel_timer()
-        self.subprotocol = chosen.name
-        self._text_capable = chosen.name in self.options.text_subprotocols
         self._tcp.write(self._ws.send(AcceptConnection(subprotocol=chosen.echo)))
+        if chosen.name in self._handoff and self._tcp.get_extra_info("ssl_object") is None:
+            self._track = bytearray()  # (a TLS session cannot leave this process)
+        self._start(chosen.name, rest)
+
+    def _start(self, name: str, rest: bytes) -> None:
+        """The WebSocket is open: start the inner protocol, then hand it ``rest``."""
+        self.subprotocol = name
+        self._text_capable = name in self.options.text_subprotocols
         self._phase = _Phase.OPEN
-        log.debug("WebSocket %s from %s on %s", chosen.name, self.remote, self.path)
+        log.debug("WebSocket %s from %s on %s", name, self.remote, self.path)
         try:
-            inner = self.protocols[chosen.name]()
+            inner = self.protocols[name]()
             self._inner = inner
             self._shim = WebSocketTransport(self)
             inner.connection_made(self._shim)
             if self._write_paused:
                 inner.pause_writing()
         except Exception:
-            log.exception("the %s protocol failed to start (%s)", chosen.name, self.remote)
+            log.exception("the %s protocol failed to start (%s)", name, self.remote)
             self._send_close(CloseReason.INTERNAL_ERROR, "internal broker error")
             return
         if rest and self._phase is _Phase.OPEN:
-            self._ws.receive_data(rest)
+            self._feed(rest)
             self._drain()
 
     def _reject(self, status: int, message: str,
@@ -444,10 +535,25 @@ class WebSocketProtocol(asyncio.Protocol):
                               f"{self.options.handshake_timeout:g}s")
 
     # ------------------------------------------------------------ incoming messages
+    def _feed(self, data: bytes) -> None:
+        if self._track is not None:
+            self._track += data
+        self._ws.receive_data(data)
+
     def _drain(self) -> None:
         """Hand received events to the inner protocol until paused or out of events."""
         ws = self._ws
         for event in ws.events():
+            track = self._track
+            if track is not None and (event.frame_finished if isinstance(
+                    event, TextMessage | BytesMessage) else True):
+                # A whole frame was parsed: drop its bytes from what an offer carries
+                # (one event per control frame; a data frame's last part ends it).
+                size = frame_length(track)
+                if size is None or size > len(track):
+                    self._track = None  # not where this count expects: never offer
+                else:
+                    del track[:size]
             if isinstance(event, TextMessage | BytesMessage):
                 if self._phase is _Phase.OPEN:
                     self._on_data(event)
@@ -477,6 +583,7 @@ class WebSocketProtocol(asyncio.Protocol):
             return
         if event.message_finished:
             self._message_size = 0
+        self._message_end = event.frame_finished and event.message_finished
         if payload and self._inner is not None:
             self._inner.data_received(payload)
 
@@ -496,6 +603,18 @@ class WebSocketProtocol(asyncio.Protocol):
             self._close_tcp()
 
     # ------------------------------------------------------------ for the transport shim
+    def _handoff_state(self, pending: bytes) -> tuple[bytes, dict[str, str | None]] | None:
+        track = self._track
+        if track is None or not self._message_end or self._phase is not _Phase.OPEN or \
+                self._ws.state is not ConnectionState.OPEN or self.subprotocol is None:
+            return None
+        # As the client's last message was: a text one mirrors replies as text.
+        opcode = _OP_TEXT if self._client_text else _OP_BINARY
+        if opcode == _OP_TEXT and not _is_utf8(pending):
+            return None
+        raw = (client_frame(opcode, pending) if pending else b"") + bytes(track)
+        return raw, {"subprotocol": self.subprotocol, "path": self.path}
+
     def _send_data(self, data: bytes) -> None:
         if not data or self._phase is not _Phase.OPEN or self._tcp.is_closing():
             return
@@ -585,17 +704,21 @@ async def start_websocket_listener(
         loop: asyncio.AbstractEventLoop, host: str | None, port: int,
         protocols: Mapping[str, ProtocolFactory], *,
         ssl_context: ssl.SSLContext | None = None,
-        options: WebSocketOptions | None = None, reuse_port: bool = False) -> asyncio.Server:
+        options: WebSocketOptions | None = None, reuse_port: bool = False,
+        handoff: Collection[str] = ()) -> asyncio.Server:
     """Listen for WebSocket clients (``wss://`` when ``ssl_context`` is given) and serve
     each with the protocol its negotiated subprotocol names. Port 0 lets the OS choose;
     read the bound address from ``server.sockets[0].getsockname()``. ``reuse_port``:
-    several processes (a node's shards) listen on the same port (SO_REUSEPORT)."""
+    several processes (a node's shards) listen on the same port (SO_REUSEPORT).
+    ``handoff``: plain connections of these subprotocols keep what
+    ``WebSocketTransport.handoff`` needs."""
     if not protocols:
         raise ValueError("a WebSocket listener needs at least one subprotocol")
     opts = options or WebSocketOptions()
 
     return await loop.create_server(
-        lambda: WebSocketProtocol(protocols, opts), host, port, ssl=ssl_context,
+        lambda: WebSocketProtocol(protocols, opts, handoff=handoff), host, port,
+        ssl=ssl_context,
         reuse_address=True, reuse_port=reuse_port, backlog=1024)
 
 
@@ -605,7 +728,9 @@ __all__ = [
     "WebSocketOptions",
     "WebSocketProtocol",
     "WebSocketTransport",
+    "client_frame",
     "frame_header",
+    "frame_length",
     "http_error",
     "negotiate_subprotocol",
     "start_websocket_listener",
