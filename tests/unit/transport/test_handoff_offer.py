@@ -30,7 +30,10 @@ offers = st.builds(
     send_interval=st.floats(0, 3600, allow_nan=False),
     recv_interval=st.floats(0, 3600, allow_nan=False),
     user=st.text(max_size=30), groups=st.lists(st.text(max_size=10), max_size=4).map(tuple),
-    anonymous=st.booleans(), pending=st.binary(max_size=2048))
+    anonymous=st.booleans(), pending=st.binary(max_size=2048),
+    websocket=st.none() | st.fixed_dictionaries({
+        "subprotocol": st.sampled_from(["v12.stomp", "stomp"]),
+        "path": st.none() | st.text(max_size=30).map(lambda p: "/" + p)}))
 
 
 @given(offers, st.text(min_size=1, max_size=40), st.integers(1, 2**40))
@@ -118,3 +121,13 @@ def test_a_3_1_1_will_has_no_properties() -> None:
     will = Will("t", b"x", 1, True)
     assert _decode_will(_encode_will(will), PROTOCOL_LEVEL_311) == will
     assert _decode_will(None, PROTOCOL_LEVEL_311) is None
+
+
+@pytest.mark.parametrize("websocket", [["v12.stomp"], {"path": "/"}, {"subprotocol": 1},
+                                       {"subprotocol": "stomp", "path": 5}])
+def test_a_malformed_websocket_state_is_refused(websocket: object) -> None:
+    head = json.loads(HandoffOffer("stomp", "ws", "1.2", 0.0, 0.0, "u", (), False)
+                      .encode("t", 1).partition(b"\0")[0])
+    head["websocket"] = websocket
+    with pytest.raises(ValueError, match="WebSocket state"):
+        HandoffOffer.decode(json.dumps(head).encode() + b"\0")
