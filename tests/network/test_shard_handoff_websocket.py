@@ -1,8 +1,9 @@
 """Connection handoff over plain WebSocket (transport/handoff.py, transport/websocket.py):
-a STOMP client on a ``ws://`` listener whose first SEND or SUBSCRIBE names a destination
-another shard owns is passed to that owner, socket and WebSocket state together; the
-owner's WebSocket codec goes on from the client's next byte. Real WebSocket clients
-(the websockets library), two in-process shards."""
+a STOMP client on a ``ws://`` listener whose first SEND or SUBSCRIBE (MQTT: PUBLISH or
+SUBSCRIBE) names a destination another shard owns is passed to that owner, socket and
+WebSocket state together; the owner's WebSocket codec goes on from the client's next
+byte. Real WebSocket clients (the websockets library, paho-mqtt over websockets), two
+in-process shards."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from meshmq.config.model import ShardsConfig
+from tests.interop.mqtt_helpers import Paho
 from tests.network.test_shard_handoff import _clients, _link_sent, _stats
+from tests.network.test_shard_handoff_ids import _clients as _mqtt_clients
 from tests.support.brokers import poll
 from tests.support.raw_stomp import frame_bytes
 from tests.support.shard_pair import ShardPair
@@ -117,3 +120,28 @@ def test_a_send_inside_a_fragmented_message_crosses_instead(
     assert _stats(handing[1])["offered"] == 0
     assert _link_sent(handing[1]) == crossed + 2
     assert handing[0].depth(queue) == 2
+
+
+@pytest.mark.parametrize("level", [4, 5])
+def test_mqtt_clients_over_websocket_are_handed_to_the_topics_owner(
+        handing: ShardPair, level: int) -> None:
+    topic = handing.owned_by(0, "ws-sensors", "topic").replace(".", "/")
+    subscriber = Paho(handing[1].ws_port, level=level, client_id=f"ws-sub-{level}",
+                      transport="websockets")
+    publisher = Paho(handing[1].ws_port, level=level, client_id=f"ws-pub-{level}",
+                     transport="websockets")
+    try:
+        crossed = _link_sent(handing[1])
+        assert subscriber.subscribe(topic, qos=1)
+        assert _stats(handing[1])["handed"] == 1
+        for i in range(5):
+            publisher.publish(topic, f"m{i}".encode(), qos=1)
+        assert _stats(handing[1])["handed"] == 2 and _stats(handing[0])["adopted"] == 2
+        assert subscriber.wait_messages(5) and subscriber.payloads() == [
+            f"m{i}".encode() for i in range(5)]
+        assert _mqtt_clients(handing[1], "mqtt") == 0
+        assert _mqtt_clients(handing[0], "mqtt") == 2
+        assert _link_sent(handing[1]) == crossed  # nothing crossed
+    finally:
+        publisher.close()
+        subscriber.close()

@@ -17,11 +17,12 @@ those, as before.
 Only a connection that holds nothing on this shard is handed over: no subscription,
 transaction, temporary destination, confirmation or output waiting (MQTT: no QoS 1/2
 exchange in progress; a persistent session's state travels with it, and a resumed one
-subscribed to one shard's topics goes at its CONNECT), and only plain TCP or, for
-STOMP, plain WebSocket (a TLS session's keys live in this process). A WebSocket goes
-with its negotiated subprotocol and path, and its pending bytes are then the client's
-bytes for the adopting shard's WebSocket codec: the unhandled STOMP bytes as one client
-frame, followed by what the codec had not parsed yet (transport/websocket.py). Each
+subscribed to one shard's topics goes at its CONNECT, except over WebSocket), and only
+plain TCP or plain WebSocket (a TLS session's keys live in this process). A WebSocket
+goes with its negotiated subprotocol and path, and its pending bytes are then the
+client's bytes for the adopting shard's WebSocket codec: the unhandled STOMP (MQTT)
+bytes as one client frame, followed by what the codec had not parsed yet
+(transport/websocket.py). Each
 connection is offered at most once. A client id goes with it: the offer names the claim this shard
 holds on it, and the adopting shard has the id's owner move that claim to itself
 (network/shard_clients.py) before it says yes, so the id is held throughout. The owner

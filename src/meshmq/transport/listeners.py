@@ -152,7 +152,7 @@ class Listeners:
                          listener: ListenerConfig) -> None:
         """STOMP and MQTT over WebSocket, chosen by subprotocol."""
         from meshmq.transport.stomp_server import StompProtocol
-        from meshmq.transport.websocket import STOMP_SUBPROTOCOLS, start_websocket_listener
+        from meshmq.transport.websocket import start_websocket_listener
 
         host = self.host
         self.engine.limit(listener.name, listener.max_connections)
@@ -165,7 +165,7 @@ class Listeners:
         def mqtt() -> asyncio.Protocol:
             from meshmq.transport.mqtt_server import MqttProtocol
 
-            return MqttProtocol(host, listener.name)
+            return MqttProtocol(host, listener.name, handoffs=handoffs)
 
         protocols = {"v12.stomp": stomp, "v11.stomp": stomp, "v10.stomp": stomp,
                      "stomp": stomp, "mqtt": mqtt}
@@ -173,7 +173,7 @@ class Listeners:
             loop, listener.host, listener.port, protocols,
             ssl_context=self._ssl_context(listener),
             options=websocket_options(self.config), reuse_port=self.reuse_port,
-            handoff=STOMP_SUBPROTOCOLS if handoffs is not None else ())
+            handoff=protocols.keys() if handoffs is not None else ())
         self._listening(listener, server)
 
     def _listening(self, listener: ListenerConfig, server: asyncio.Server) -> None:

@@ -86,6 +86,7 @@ from meshmq.transport.login import authenticate
 from meshmq.transport.mqtt_service import RETAIN_PROPERTY
 from meshmq.transport.push_back import ProducerHold
 from meshmq.transport.topology import PEERS_HEADER
+from meshmq.transport.websocket import WebSocketTransport
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -760,7 +761,10 @@ class MqttSession(BufferedOutput):
         owner = owners.pop()
         if owner == handoffs.identity.index or not handoffs.owner_up(owner) or \
                 not clients.movable(client_id) or \
-                self.transport.get_extra_info("socket") is None:
+                self.transport.get_extra_info("socket") is None or \
+                isinstance(self.transport, WebSocketTransport):
+            # (Over WebSocket the adopting shard would read the CONNECT after its
+            # adoption, where it is answered as a new login: not offered.)
             return False
         # Offered once the packets behind CONNECT are in ``_held`` (this turn's end).
         self._handoff = None  # (once)
@@ -842,6 +846,14 @@ class MqttSession(BufferedOutput):
         keeps its record) (transport/handoff.py). True: it was offered (or waits for the
         owner to store the session's record first), and the packets from ``index`` on
         wait for the answer."""
+        try:
+            return self._try_offer(packets, index)
+        finally:
+            transport = self.transport
+            if self._handoff is None and isinstance(transport, WebSocketTransport):
+                transport.handoff_done()  # offered at most once
+
+    def _try_offer(self, packets: list[Packet | ProtocolViolation], index: int) -> bool:
         handoffs, self._handoff = self._handoff, None
         conn = self.conn
         state = self.state
@@ -899,11 +911,20 @@ class MqttSession(BufferedOutput):
                 return False
             parts.append(encode(waiting, self.level))
         parts.append(machine.decoder.unparsed())
+        pending = b"".join(parts)
+        websocket: dict[str, str | None] | None = None
+        if isinstance(self.transport, WebSocketTransport):
+            # The WebSocket's codec state travels too: the pending bytes as a frame.
+            wrapped = self.transport.handoff(pending)
+            if wrapped is None:
+                return False
+            pending, websocket = wrapped
         principal = conn.principal
         offer = HandoffOffer(
             "mqtt", self.listener, str(self.level), 0.0, 0.0, principal.user,
-            tuple(sorted(principal.groups)), principal.anonymous, b"".join(parts),
-            conn.client_id, claim, identity.index, self.handoff_state())
+            tuple(sorted(principal.groups)), principal.anonymous, pending,
+            conn.client_id, claim, identity.index, self.handoff_state(),
+            websocket=websocket)
         answer = handoffs.offer(owner, offer, sock.fileno())  # None: too much pending
         if answer is None:
             return False

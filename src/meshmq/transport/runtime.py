@@ -468,12 +468,14 @@ class BrokerRuntime:
         websocket = offer.websocket
         if websocket is not None:
             from meshmq.transport.websocket import STOMP_SUBPROTOCOLS, WebSocketProtocol
+
+            speaks = STOMP_SUBPROTOCOLS if offer.protocol == "stomp" else {"mqtt"}
         if loop is None or offer.protocol not in ("stomp", "mqtt") or listener is None or \
                 listener.protocol != ("ws" if websocket else offer.protocol) or \
                 self.shutdown_requested or not self.started or \
                 (offer.client_id and clients is None) or \
-                (websocket is not None and (offer.protocol != "stomp" or websocket[
-                    "subprotocol"] not in STOMP_SUBPROTOCOLS)) or \
+                (websocket is not None and (websocket["subprotocol"] not in speaks or (
+                    offer.session or {}).get("connect"))) or \
                 not self.admit(listener.name):
             return False
         protocol: StompProtocol | MqttProtocol
@@ -487,7 +489,9 @@ class BrokerRuntime:
         else:
             from meshmq.transport import mqtt_server
 
-            protocol = mqtt_server.MqttProtocol(self, listener.name, adopted=offer)
+            protocol = mqtt_server.MqttProtocol(
+                self, listener.name,
+                adopted=offer if websocket is None else replace(offer, pending=b""))
         served: asyncio.Protocol = protocol
         if websocket is not None:
             served = WebSocketProtocol.adopted(protocol, str(websocket["subprotocol"]),
