@@ -19,7 +19,7 @@ from tests.network.test_shard_handoff_ids import _clients as _mqtt_clients
 from tests.support.brokers import poll
 from tests.support.raw_stomp import frame_bytes
 from tests.support.shard_pair import ShardPair
-from tests.support.ws_stomp import WsStomp
+from tests.support.ws_stomp import WsStomp, closed_after
 
 
 @pytest.fixture
@@ -33,10 +33,7 @@ def handing(tmp_path: Path) -> Iterator[ShardPair]:
 
 @pytest.fixture
 def clients() -> Iterator[list[WsStomp]]:
-    made: list[WsStomp] = []
-    yield made
-    for client in made:
-        client.close()
+    yield from closed_after()
 
 
 def ws_client(pair: ShardPair, shard: int, made: list[WsStomp], *, text: bool = True

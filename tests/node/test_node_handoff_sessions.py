@@ -8,45 +8,27 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from tests.interop.mqtt_helpers import Paho
 from tests.node.test_node_routing import LISTENERS, owned_by
-from tests.support.brokers import ProcessBroker, poll
-from tests.support.nodes import NodeProcess, shard_of, write_node_toml
+from tests.support.brokers import poll
+from tests.support.nodes import NodeProcess, plain_module_node, shard_of
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
-    tmp = tmp_path_factory.mktemp("node")
-    config = write_node_toml(tmp / "node.toml", data=tmp / "data", listeners=LISTENERS,
-                             handoff=True)
-    n = NodeProcess(config, tmp / "node.log").start()
-    ProcessBroker.running.discard(n)  # stopped by this fixture, after the module
-    try:
-        yield n
-    finally:
-        n.terminate()
-
-
-def _handoffs(node: NodeProcess) -> dict[str, int]:
-    """The node's handoff counters, summed over its shards."""
-    total: dict[str, int] = {}
-    for row in node.shards():
-        counters: dict[str, Any] = row.get("handoffs") or {}
-        for key, value in counters.items():
-            total[key] = total.get(key, 0) + int(value)
-    return total
+    yield from plain_module_node(tmp_path_factory.mktemp("node"), listeners=LISTENERS,
+                                 handoff=True)
 
 
 def _settled(node: NodeProcess) -> dict[str, int]:
     """The counters once every offer has its answer."""
     def answered() -> dict[str, int] | None:
-        c = _handoffs(node)
+        c = node.handoffs()
         return c if c.get("offered", 0) == c.get("handed", 0) + c.get("declined", 0) + \
             c.get("lost", 0) else None
     counters = poll(answered, what="every handoff answered")

@@ -7,14 +7,13 @@ in order, once."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from tests.node.test_node_routing import owned_by
-from tests.support.brokers import ProcessBroker, poll
-from tests.support.nodes import NodeProcess, shard_of, write_node_toml
-from tests.support.ws_stomp import WsStomp
+from tests.support.brokers import poll
+from tests.support.nodes import NodeProcess, plain_module_node, shard_of
+from tests.support.ws_stomp import WsStomp, closed_after
 
 pytestmark = pytest.mark.slow
 
@@ -24,32 +23,13 @@ LISTENERS = ('[[listeners]]\nname = "stomp"\nurl = "stomp://127.0.0.1:0"\n\n'
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
-    tmp = tmp_path_factory.mktemp("node")
-    config = write_node_toml(tmp / "node.toml", data=tmp / "data", listeners=LISTENERS,
-                             handoff=True)
-    n = NodeProcess(config, tmp / "node.log").start()
-    ProcessBroker.running.discard(n)  # stopped by this fixture, after the module
-    try:
-        yield n
-    finally:
-        n.terminate()
+    yield from plain_module_node(tmp_path_factory.mktemp("node"), listeners=LISTENERS,
+                                 handoff=True)
 
 
 @pytest.fixture
 def clients() -> Iterator[list[WsStomp]]:
-    made: list[WsStomp] = []
-    yield made
-    for client in made:
-        client.close()
-
-
-def handoffs(node: NodeProcess) -> dict[str, int]:
-    total: dict[str, int] = {}
-    for row in node.shards():
-        counters: dict[str, Any] = row.get("handoffs") or {}
-        for key, value in counters.items():
-            total[key] = total.get(key, 0) + int(value)
-    return total
+    yield from closed_after()
 
 
 def link_of_shard_0(node: NodeProcess) -> tuple[int, int]:
@@ -73,7 +53,7 @@ def on_shard(node: NodeProcess, shard: int, made: list[WsStomp]) -> WsStomp:
 def test_websocket_clients_on_the_other_shard_are_served_by_the_owner(
         node: NodeProcess, clients: list[WsStomp]) -> None:
     queue = owned_by(1, "ws-node")
-    before = handoffs(node)
+    before = node.handoffs()
     crossed = link_of_shard_0(node)
     consumer = on_shard(node, 0, clients)
     consumer.receipt("SUBSCRIBE", [("destination", f"/queue/{queue}"), ("id", "s"),
@@ -89,7 +69,7 @@ def test_websocket_clients_on_the_other_shard_are_served_by_the_owner(
         consumer.send("ACK", [("id", frame.get("ack") or "")])
     consumer.receipt("UNSUBSCRIBE", [("id", "s")])
 
-    after = handoffs(node)
+    after = node.handoffs()
     assert after["handed"] - before.get("handed", 0) == 2, after
     # Both now on shard 1 (the owner), answered in text as they write text.
     assert shard_of(node, consumer.ws.socket) == 1

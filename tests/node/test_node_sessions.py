@@ -21,7 +21,7 @@ from tests.interop.mqtt_helpers import Paho, RawMqtt
 from tests.node.test_node_routing import LISTENERS, owned_by
 from tests.node.test_rebalance import _rebalance
 from tests.support.brokers import ProcessBroker, poll, write_broker_toml
-from tests.support.nodes import NodeProcess, shard_of, write_node_toml
+from tests.support.nodes import NodeProcess, plain_module_node, shard_of, write_node_toml
 
 pytestmark = pytest.mark.slow
 
@@ -30,14 +30,7 @@ SESSION_TAKEN_OVER = 0x8E
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
-    tmp = tmp_path_factory.mktemp("node")
-    config = write_node_toml(tmp / "node.toml", data=tmp / "data", listeners=LISTENERS)
-    n = NodeProcess(config, tmp / "node.log").start()
-    ProcessBroker.running.discard(n)  # stopped by this fixture, after the module
-    try:
-        yield n
-    finally:
-        n.terminate()
+    yield from plain_module_node(tmp_path_factory.mktemp("node"), listeners=LISTENERS)
 
 
 def _shard(node: NodeProcess, client: Paho) -> int:

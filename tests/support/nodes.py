@@ -41,10 +41,13 @@ def write_node_toml(path: Path, *, data: Path, shards: int = 2, listeners: str =
     return path
 
 
-def plain_module_node(tmp: Path) -> Iterator[NodeProcess]:
-    """Body of a module-scoped fixture: one node of ``write_node_toml``'s defaults for
-    every test of a module (the fixture stops it, not the per-test cleanup)."""
-    config = write_node_toml(tmp / "node.toml", data=tmp / "data")
+def plain_module_node(tmp: Path, *, listeners: str = "", handoff: bool = False
+                      ) -> Iterator[NodeProcess]:
+    """Body of a module-scoped fixture: one node of ``write_node_toml``'s defaults (or
+    these ``listeners`` and ``handoff``) for every test of a module (the fixture stops
+    it, not the per-test cleanup)."""
+    config = write_node_toml(tmp / "node.toml", data=tmp / "data", listeners=listeners,
+                             handoff=handoff)
     node = NodeProcess(config, tmp / "node.log").start()
     ProcessBroker.running.discard(node)
     try:
@@ -96,6 +99,15 @@ class NodeProcess(ProcessBroker):
     def shards(self) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = self.api("/api/shards")["shards"]
         return rows
+
+    def handoffs(self) -> dict[str, int]:
+        """The node's connection handoff counters, summed over its shards."""
+        total: dict[str, int] = {}
+        for row in self.shards():
+            counters: dict[str, Any] = row.get("handoffs") or {}
+            for key, value in counters.items():
+                total[key] = total.get(key, 0) + int(value)
+        return total
 
     def shard_pids(self) -> list[int]:
         return [row["pid"] for row in self.shards() if row["pid"] is not None]

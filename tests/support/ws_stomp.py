@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 from websockets.sync.client import ClientConnection, connect
 
@@ -58,3 +59,11 @@ class WsStomp:
 
     def close(self) -> None:
         self.ws.close()
+
+
+def closed_after() -> Iterator[list[WsStomp]]:
+    """Body of a fixture: the clients a test puts in the list are closed after it."""
+    made: list[WsStomp] = []
+    yield made
+    for client in made:
+        client.close()

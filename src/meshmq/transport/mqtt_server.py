@@ -86,7 +86,7 @@ from meshmq.transport.login import authenticate
 from meshmq.transport.mqtt_service import RETAIN_PROPERTY
 from meshmq.transport.push_back import ProducerHold
 from meshmq.transport.topology import PEERS_HEADER
-from meshmq.transport.websocket import WebSocketTransport
+from meshmq.transport.websocket import WebSocketTransport, handoff_bytes, handoff_tried
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -849,9 +849,8 @@ class MqttSession(BufferedOutput):
         try:
             return self._try_offer(packets, index)
         finally:
-            transport = self.transport
-            if self._handoff is None and isinstance(transport, WebSocketTransport):
-                transport.handoff_done()  # offered at most once
+            if self._handoff is None:  # (kept while the session's record is stored)
+                handoff_tried(self.transport)  # offered at most once
 
     def _try_offer(self, packets: list[Packet | ProtocolViolation], index: int) -> bool:
         handoffs, self._handoff = self._handoff, None
@@ -911,14 +910,10 @@ class MqttSession(BufferedOutput):
                 return False
             parts.append(encode(waiting, self.level))
         parts.append(machine.decoder.unparsed())
-        pending = b"".join(parts)
-        websocket: dict[str, str | None] | None = None
-        if isinstance(self.transport, WebSocketTransport):
-            # The WebSocket's codec state travels too: the pending bytes as a frame.
-            wrapped = self.transport.handoff(pending)
-            if wrapped is None:
-                return False
-            pending, websocket = wrapped
+        carried = handoff_bytes(self.transport, b"".join(parts))
+        if carried is None:
+            return False  # a WebSocket part-way through a message
+        pending, websocket = carried
         principal = conn.principal
         offer = HandoffOffer(
             "mqtt", self.listener, str(self.level), 0.0, 0.0, principal.user,

@@ -56,7 +56,7 @@ from meshmq.transport.handoff import AdoptedClaim, HandoffOffer
 from meshmq.transport.login import authenticate
 from meshmq.transport.push_back import ProducerHold
 from meshmq.transport.topology import PEERS_HEADER
-from meshmq.transport.websocket import WebSocketTransport
+from meshmq.transport.websocket import handoff_bytes, handoff_tried
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -350,9 +350,7 @@ class StompSession(BufferedOutput):
         try:
             return self._try_offer(events, index)
         finally:
-            transport = self.transport
-            if isinstance(transport, WebSocketTransport):
-                transport.handoff_done()  # offered at most once
+            handoff_tried(self.transport)  # offered at most once
 
     def _try_offer(self, events: list[Event], index: int) -> bool:
         handoffs, self._handoff = self._handoff, None
@@ -407,14 +405,10 @@ class StompSession(BufferedOutput):
             elif isinstance(event, ProtocolViolation):
                 return False
         parts.append(rest)
-        pending = b"".join(parts)
-        websocket: dict[str, str | None] | None = None
-        if isinstance(self.transport, WebSocketTransport):
-            # The WebSocket's codec state travels too: the pending bytes as a frame.
-            wrapped = self.transport.handoff(pending)
-            if wrapped is None:
-                return False
-            pending, websocket = wrapped
+        carried = handoff_bytes(self.transport, b"".join(parts))
+        if carried is None:
+            return False  # a WebSocket part-way through a message
+        pending, websocket = carried
         principal = conn.principal
         machine = self.machine
         offer = HandoffOffer(

@@ -700,6 +700,23 @@ class WebSocketProtocol(asyncio.Protocol):
             self._timer = None
 
 
+def handoff_bytes(transport: asyncio.BaseTransport, pending: bytes
+                  ) -> tuple[bytes, dict[str, str | None] | None] | None:
+    """What an offer of the connection on ``transport`` carries (transport/handoff.py):
+    on a plain socket ``pending`` as it is and no WebSocket state; over WebSocket the
+    codec's bytes and state (``WebSocketTransport.handoff``); None when it cannot move
+    now."""
+    if not isinstance(transport, WebSocketTransport):
+        return pending, None
+    return transport.handoff(pending)
+
+
+def handoff_tried(transport: asyncio.BaseTransport) -> None:
+    """The session on ``transport`` will not offer its connection (again)."""
+    if isinstance(transport, WebSocketTransport):
+        transport.handoff_done()
+
+
 async def start_websocket_listener(
         loop: asyncio.AbstractEventLoop, host: str | None, port: int,
         protocols: Mapping[str, ProtocolFactory], *,
@@ -731,6 +748,8 @@ __all__ = [
     "client_frame",
     "frame_header",
     "frame_length",
+    "handoff_bytes",
+    "handoff_tried",
     "http_error",
     "negotiate_subprotocol",
     "start_websocket_listener",
