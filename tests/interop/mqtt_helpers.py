@@ -41,6 +41,7 @@ from tests.support.mqtt_client_ops import (
     MqttClientOps,
     uid,
 )
+from tests.support.ws_stomp import WsStomp as BaseWsStomp
 
 
 def mqtt_config(data_dir: Path, *, mqtt: MqttConfig | None = None,
@@ -295,8 +296,9 @@ class Paho:
 # ---------------------------------------------------------------------------- STOMP over WS
 
 
-class WsStomp:
-    """STOMP 1.2 over a websockets connection (subprotocol ``v12.stomp``)."""
+class WsStomp(BaseWsStomp):
+    """STOMP 1.2 over a websockets connection (subprotocol ``v12.stomp``), connected as
+    it is made (with ``login``/``passcode``, from ``source_port`` if given)."""
 
     def __init__(self, port: int, path: str = "/", *, login: str | None = None,
                  passcode: str | None = None, source_port: int = 0) -> None:
@@ -331,12 +333,6 @@ class WsStomp:
         frame = self.pending.pop(0)
         assert command is None or frame.command == command, (frame.command, frame.headers)
         return frame
-
-    def receipt(self, command: str, headers: list[tuple[str, str]], body: bytes = b"") -> None:
-        rid = uid("r-")
-        self.send(command, [*headers, ("receipt", rid)], body)
-        frame = self.next("RECEIPT")
-        assert frame.get("receipt-id") == rid
 
     def close(self) -> None:
         try:
