@@ -126,6 +126,9 @@ _HEAD_END = re.compile(rb"\r?\n\r?\n")
 _OP_TEXT = 0x1
 _OP_BINARY = 0x2
 _READABLE = (ConnectionState.OPEN, ConnectionState.LOCAL_CLOSING)
+# Bytes kept for a handoff at most: transport/handoff.py's MAX_PENDING, beyond which an
+# offer is not sent (a big first message is not copied for nothing).
+_TRACK_LIMIT = 16 * MIB
 
 
 @dataclass(frozen=True, slots=True)
@@ -536,8 +539,11 @@ class WebSocketProtocol(asyncio.Protocol):
 
     # ------------------------------------------------------------ incoming messages
     def _feed(self, data: bytes) -> None:
-        if self._track is not None:
-            self._track += data
+        track = self._track
+        if track is not None:
+            track += data
+            if len(track) > _TRACK_LIMIT:
+                self._track = None  # more than an offer may carry: not offered
         self._ws.receive_data(data)
 
     def _drain(self) -> None:

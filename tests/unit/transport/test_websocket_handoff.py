@@ -9,9 +9,11 @@ import asyncio
 import os
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from meshmq.transport import websocket
 from meshmq.transport.websocket import (
     WebSocketProtocol,
     WebSocketTransport,
@@ -188,3 +190,11 @@ def test_a_client_frame_measures_as_long_as_it_is(opcode: int, payload: bytes) -
     assert frame_length(frame) == len(frame)
     assert frame_length(frame[:1]) is None
     assert frame[0] == 0x80 | opcode and frame[1] & 0x80  # final and masked
+
+
+def test_more_than_an_offer_may_carry_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(websocket, "_TRACK_LIMIT", 100)
+    inner = Inner(offer_after=1)
+    protocol = WebSocketProtocol({"v12.stomp": lambda: inner}, handoff={"v12.stomp"})
+    run(protocol, FakeTcp(), [UPGRADE, masked_frame(0x2, b"y" * 150, True, b"abcd")], inner)
+    assert inner.messages == 1 and inner.offered is None and protocol._track is None
