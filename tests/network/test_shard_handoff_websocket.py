@@ -15,6 +15,7 @@ import pytest
 from meshmq.config.model import ShardsConfig
 from tests.interop.mqtt_helpers import Paho
 from tests.network.test_shard_handoff import _clients, _link_sent, _stats
+from tests.network.test_shard_handoff_ids import _client_id, _holder
 from tests.network.test_shard_handoff_ids import _clients as _mqtt_clients
 from tests.support.brokers import poll
 from tests.support.raw_stomp import frame_bytes
@@ -142,3 +143,41 @@ def test_mqtt_clients_over_websocket_are_handed_to_the_topics_owner(
     finally:
         publisher.close()
         subscriber.close()
+
+
+@pytest.mark.parametrize("level", [4, 5])
+def test_a_session_resumed_over_websocket_is_handed_over_at_its_connect(
+        tmp_path: Path, level: int) -> None:
+    """A persistent session subscribed to shard 0's topic, resumed over WebSocket
+    through shard 1, is handed to shard 0 at its CONNECT (shard 0 answers it) and gets
+    what was published while it was away, once."""
+    pair = ShardPair(tmp_path, mqtt=True, ws=True, sharding=ShardsConfig(handoff=True))
+    pair.start()
+    try:
+        pair.wait_linked()
+        topic = pair.owned_by(0, "ws-meters", "topic").replace(".", "/")
+        client_id = _client_id(pair, 1, f"ws-meter-{level}")
+        session = {"clean": False} if level == 4 else {"clean": False, "session_expiry": 600}
+        made = Paho(pair[1].ws_port, level=level, client_id=client_id,
+                    transport="websockets", **session)  # type: ignore[arg-type]
+        made.subscribe(topic, qos=1)  # handed at its SUBSCRIBE
+        poll(lambda: _stats(pair[1])["handed"] == 1, what="handed at its SUBSCRIBE")
+        made.close()
+        poll(lambda: _holder(pair, client_id) is None, what="the client id released")
+        publisher = Paho(pair[0].mqtt_port, level=level, client_id=f"ws-pub-{level}")
+        for i in range(3):
+            publisher.publish(topic, f"m{i}".encode(), qos=1)
+        publisher.close()
+
+        back = Paho(pair[1].ws_port, level=level, client_id=client_id,
+                    transport="websockets", **session)  # type: ignore[arg-type]
+        try:
+            assert back.session_present
+            assert _stats(pair[1])["handed"] == 2 and _stats(pair[0])["sessions"] == 2
+            back.wait_messages(3)
+            assert back.payloads() == [b"m0", b"m1", b"m2"]
+            assert _mqtt_clients(pair[1], "mqtt") == 0 and _holder(pair, client_id) == 0
+        finally:
+            back.close()
+    finally:
+        pair.stop()

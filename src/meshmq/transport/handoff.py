@@ -17,11 +17,10 @@ those, as before.
 Only a connection that holds nothing on this shard is handed over: no subscription,
 transaction, temporary destination, confirmation or output waiting (MQTT: no QoS 1/2
 exchange in progress; a persistent session's state travels with it, and a resumed one
-subscribed to one shard's topics goes at its CONNECT, except over WebSocket), and only
-plain TCP or plain WebSocket (a TLS session's keys live in this process). A WebSocket
-goes with its negotiated subprotocol and path, and its pending bytes are then the
-client's bytes for the adopting shard's WebSocket codec: the unhandled STOMP (MQTT)
-bytes as one client frame, followed by what the codec had not parsed yet
+subscribed to one shard's topics goes at its CONNECT), and only plain TCP or plain
+WebSocket (a TLS session's keys live in this process). A WebSocket goes with what it
+negotiated, and its pending bytes are the session's, then the client's bytes the
+WebSocket codec had not parsed yet, which the adopting shard's codec goes on from
 (transport/websocket.py). Each
 connection is offered at most once. A client id goes with it: the offer names the claim this shard
 holds on it, and the adopting shard has the id's owner move that claim to itself
@@ -92,10 +91,10 @@ class HandoffOffer:
     shard: int = -1
     # MQTT: what CONNECT negotiated (transport/mqtt_server.py's ``handoff_state``).
     session: dict[str, Any] | None = None
-    # Over WebSocket: the negotiated ``subprotocol`` and ``path``; ``pending`` is then
-    # the client's bytes for the WebSocket codec (transport/websocket.py's
-    # ``WebSocketTransport.handoff``), not the inner protocol's.
-    websocket: dict[str, str | None] | None = None
+    # Over WebSocket: what it negotiated (``subprotocol``, ``path``, ``text``) and
+    # ``inner``: ``pending`` is the session's bytes up to there, then the WebSocket
+    # codec's (transport/websocket.py's ``handoff_bytes``).
+    websocket: dict[str, Any] | None = None
 
     @property
     def persistent_session(self) -> bool:
@@ -132,7 +131,10 @@ class HandoffOffer:
         websocket = head.get("websocket")
         if websocket is not None and (not isinstance(websocket, dict) or not isinstance(
                 websocket.get("subprotocol"), str) or not isinstance(
-                websocket.get("path"), str | None)):
+                websocket.get("path"), str | None) or not isinstance(
+                websocket.get("text", True), bool) or not isinstance(
+                websocket.get("inner", 0), int) or isinstance(websocket.get("inner"), bool)
+                or websocket.get("inner", 0) < 0):
             raise ValueError("the WebSocket state is not an object with a subprotocol")
         return HandoffOffer(pending=pending, **head), token, offer_id, in_file
 

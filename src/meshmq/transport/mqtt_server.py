@@ -86,7 +86,7 @@ from meshmq.transport.login import authenticate
 from meshmq.transport.mqtt_service import RETAIN_PROPERTY
 from meshmq.transport.push_back import ProducerHold
 from meshmq.transport.topology import PEERS_HEADER
-from meshmq.transport.websocket import WebSocketTransport, handoff_bytes, handoff_tried
+from meshmq.transport.websocket import handoff_bytes, handoff_tried
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -761,10 +761,7 @@ class MqttSession(BufferedOutput):
         owner = owners.pop()
         if owner == handoffs.identity.index or not handoffs.owner_up(owner) or \
                 not clients.movable(client_id) or \
-                self.transport.get_extra_info("socket") is None or \
-                isinstance(self.transport, WebSocketTransport):
-            # (Over WebSocket the adopting shard would read the CONNECT after its
-            # adoption, where it is answered as a new login: not offered.)
+                self.transport.get_extra_info("socket") is None:
             return False
         # Offered once the packets behind CONNECT are in ``_held`` (this turn's end).
         self._handoff = None  # (once)
@@ -792,12 +789,16 @@ class MqttSession(BufferedOutput):
             parts += [encode(p, self.level) for p in self._held
                       if not isinstance(p, ProtocolViolation)]
             parts.append(self.machine.decoder.unparsed())
-            offer = HandoffOffer(
-                "mqtt", self.listener or "", str(self.level), 0.0, 0.0, principal.user,
-                tuple(sorted(principal.groups)), principal.anonymous, b"".join(parts),
-                client_id, claim, handoffs.identity.index,
-                {"connect": True, "record": record.decode()})
-            answer = handoffs.offer(owner, offer, sock.fileno())
+            carried = handoff_bytes(self.transport, b"".join(parts))
+            if carried is not None:
+                pending, websocket = carried
+                offer = HandoffOffer(
+                    "mqtt", self.listener or "", str(self.level), 0.0, 0.0,
+                    principal.user, tuple(sorted(principal.groups)), principal.anonymous,
+                    pending, client_id, claim, handoffs.identity.index,
+                    {"connect": True, "record": record.decode()}, websocket=websocket)
+                answer = handoffs.offer(owner, offer, sock.fileno())
+        handoff_tried(self.transport)  # offered at most once
         if answer is None:
             self._resume_answered(None, packet, principal, claim or "")
             return

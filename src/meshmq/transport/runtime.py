@@ -466,36 +466,38 @@ class BrokerRuntime:
                         None)
         clients = self.durability.clients
         websocket = offer.websocket
+        parts: tuple[bytes, bytes] | None = (offer.pending, b"")
         if websocket is not None:
-            from meshmq.transport.websocket import STOMP_SUBPROTOCOLS, WebSocketProtocol
+            from meshmq.transport.websocket import (
+                STOMP_SUBPROTOCOLS,
+                WebSocketProtocol,
+                split_handoff,
+            )
 
             speaks = STOMP_SUBPROTOCOLS if offer.protocol == "stomp" else {"mqtt"}
+            # The session's pending bytes, then the WebSocket codec's.
+            parts = split_handoff(offer.pending, websocket)
         if loop is None or offer.protocol not in ("stomp", "mqtt") or listener is None or \
                 listener.protocol != ("ws" if websocket else offer.protocol) or \
                 self.shutdown_requested or not self.started or \
-                (offer.client_id and clients is None) or \
-                (websocket is not None and (websocket["subprotocol"] not in speaks or (
-                    offer.session or {}).get("connect"))) or \
+                (offer.client_id and clients is None) or parts is None or \
+                (websocket is not None and websocket["subprotocol"] not in speaks) or \
                 not self.admit(listener.name):
             return False
+        inner_offer = offer if websocket is None else replace(offer, pending=parts[0])
         protocol: StompProtocol | MqttProtocol
         if offer.protocol == "stomp":
             from meshmq.transport import stomp_server
 
-            # Over WebSocket the pending bytes are the WebSocket codec's (below).
-            protocol = stomp_server.StompProtocol(
-                self, listener.name, handoffs=None,
-                adopted=offer if websocket is None else replace(offer, pending=b""))
+            protocol = stomp_server.StompProtocol(self, listener.name, handoffs=None,
+                                                  adopted=inner_offer)
         else:
             from meshmq.transport import mqtt_server
 
-            protocol = mqtt_server.MqttProtocol(
-                self, listener.name,
-                adopted=offer if websocket is None else replace(offer, pending=b""))
+            protocol = mqtt_server.MqttProtocol(self, listener.name, adopted=inner_offer)
         served: asyncio.Protocol = protocol
         if websocket is not None:
-            served = WebSocketProtocol.adopted(protocol, str(websocket["subprotocol"]),
-                                               websocket.get("path"), offer.pending,
+            served = WebSocketProtocol.adopted(protocol, websocket, parts[1],
                                                websocket_options(self.config))
         if not offer.client_id:
             self._serve(served, sock)

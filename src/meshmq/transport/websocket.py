@@ -79,13 +79,14 @@ Extensions (permessage-deflate) are not negotiated.
 **Handoff** (a node's shards, transport/handoff.py): on a plain listener started with
 ``handoff`` subprotocols, a connection keeps the bytes it received that are not yet
 part of a whole frame handed on (a frame's length is read from its header, which is
-cheap, and nothing is kept once the inner protocol has offered the connection or given
-up). At the end of a message, ``WebSocketTransport.handoff`` gives the inner protocol's
-unhandled bytes as one client frame (masked with the all-zero key, in the opcode of the
-client's last message so replies stay text or binary) followed by those kept bytes: a
-new wsproto ``Connection`` in another process, fed them, goes on exactly where this one
-stops (``WebSocketProtocol.adopted``). Part-way through a message (the client
-fragmented it) nothing is offered: the partial message's decoding state cannot move.
+cheap; nothing is kept once the inner protocol has offered the connection or given up,
+nor beyond what an offer may carry). At the end of a message,
+``WebSocketTransport.handoff`` gives those bytes and the negotiated state (subprotocol,
+path, whether the client writes text): a new wsproto ``Connection`` in another process
+(``WebSocketProtocol.adopted``), fed them after its inner protocol has taken the bytes
+that protocol had pending here, goes on exactly where this one stops. Part-way through
+a message (the client fragmented it) nothing is offered: the partial message's decoding
+state cannot move.
 """
 
 from __future__ import annotations
@@ -118,6 +119,9 @@ from wsproto.utilities import RemoteProtocolError as WsRemoteProtocolError
 log = logging.getLogger("meshmq.websocket")
 
 ProtocolFactory = Callable[[], asyncio.Protocol]
+# What a WebSocket's handoff carries besides bytes (JSON): "subprotocol", "path", "text"
+# (the client's last message was text: replies mirror it), "inner" (see handoff_bytes).
+WebSocketState = dict[str, str | int | bool | None]
 
 MIB = 1024 * 1024
 STOMP_SUBPROTOCOLS = frozenset({"v10.stomp", "v11.stomp", "v12.stomp", "stomp"})
@@ -196,20 +200,6 @@ def frame_header(opcode: int, length: int) -> bytes:
     if length < 0x10000:
         return struct.pack("!BBH", 0x80 | opcode, 126, length)
     return struct.pack("!BBQ", 0x80 | opcode, 127, length)
-
-
-def client_frame(opcode: int, payload: bytes) -> bytes:
-    """A final client-to-server frame carrying ``payload``, masked with the all-zero key
-    (RFC 6455 requires client frames to be masked, not the key to be random: this one
-    leaves the payload as it is)."""
-    length = len(payload)
-    if length < 126:
-        head = bytes((0x80 | opcode, 0x80 | length))
-    elif length < 0x10000:
-        head = struct.pack("!BBH", 0x80 | opcode, 0x80 | 126, length)
-    else:
-        head = struct.pack("!BBQ", 0x80 | opcode, 0x80 | 127, length)
-    return head + b"\0\0\0\0" + payload
 
 
 def frame_length(data: bytes | bytearray) -> int | None:
@@ -317,13 +307,12 @@ class WebSocketTransport(asyncio.Transport):
         self._owner._inner = cast(asyncio.Protocol, protocol)
 
     # -- handing the connection to another shard (transport/handoff.py)
-    def handoff(self, pending: bytes) -> tuple[bytes, dict[str, str | None]] | None:
+    def handoff(self) -> tuple[bytes, WebSocketState] | None:
         """What another process needs to go on serving this WebSocket: the client's
-        bytes for its codec (``pending``, the inner protocol's bytes not yet handled, as
-        one client frame, then every byte received after the last whole message) and
-        the negotiated subprotocol and path. None when the connection cannot move now:
-        not tracked for handoff (TLS, or not asked for), or part of a message read."""
-        return self._owner._handoff_state(pending)
+        bytes for its codec (every byte received after the last whole message handed
+        on) and the negotiated state. None when the connection cannot move now: not
+        tracked for handoff (TLS, or not asked for), or part of a message read."""
+        return self._owner._handoff_state()
 
     def handoff_done(self) -> None:
         """The inner protocol will not offer this connection (again): stop keeping what
@@ -373,12 +362,15 @@ class WebSocketProtocol(asyncio.Protocol):
         self._adopted: bytes | None = None  # handed here: the client's bytes to go on with
 
     @classmethod
-    def adopted(cls, inner: asyncio.Protocol, subprotocol: str, path: str | None,
-                raw: bytes, options: WebSocketOptions | None = None) -> WebSocketProtocol:
-        """A connection another shard handed here, open already: ``inner`` serves it
-        from ``raw`` on (``WebSocketTransport.handoff``'s bytes)."""
-        protocol = cls({subprotocol: lambda: inner}, options)
-        protocol.path = path
+    def adopted(cls, inner: asyncio.Protocol, state: WebSocketState, raw: bytes,
+                options: WebSocketOptions | None = None) -> WebSocketProtocol:
+        """A connection another shard handed here, open already, with the state and
+        the client's bytes ``WebSocketTransport.handoff`` gave there: ``inner`` (which
+        takes the bytes its own protocol had pending there) serves it, then ``raw``."""
+        protocol = cls({str(state["subprotocol"]): lambda: inner}, options)
+        path = state.get("path")
+        protocol.path = path if isinstance(path, str) else None
+        protocol._client_text = state.get("text") is not False
         protocol._adopted = raw
         protocol._ws = Connection(ConnectionType.SERVER)
         return protocol
@@ -609,17 +601,13 @@ class WebSocketProtocol(asyncio.Protocol):
             self._close_tcp()
 
     # ------------------------------------------------------------ for the transport shim
-    def _handoff_state(self, pending: bytes) -> tuple[bytes, dict[str, str | None]] | None:
+    def _handoff_state(self) -> tuple[bytes, WebSocketState] | None:
         track = self._track
         if track is None or not self._message_end or self._phase is not _Phase.OPEN or \
                 self._ws.state is not ConnectionState.OPEN or self.subprotocol is None:
             return None
-        # As the client's last message was: a text one mirrors replies as text.
-        opcode = _OP_TEXT if self._client_text else _OP_BINARY
-        if opcode == _OP_TEXT and not _is_utf8(pending):
-            return None
-        raw = (client_frame(opcode, pending) if pending else b"") + bytes(track)
-        return raw, {"subprotocol": self.subprotocol, "path": self.path}
+        return bytes(track), {"subprotocol": self.subprotocol, "path": self.path,
+                              "text": self._client_text}
 
     def _send_data(self, data: bytes) -> None:
         if not data or self._phase is not _Phase.OPEN or self._tcp.is_closing():
@@ -707,14 +695,29 @@ class WebSocketProtocol(asyncio.Protocol):
 
 
 def handoff_bytes(transport: asyncio.BaseTransport, pending: bytes
-                  ) -> tuple[bytes, dict[str, str | None] | None] | None:
+                  ) -> tuple[bytes, WebSocketState | None] | None:
     """What an offer of the connection on ``transport`` carries (transport/handoff.py):
-    on a plain socket ``pending`` as it is and no WebSocket state; over WebSocket the
-    codec's bytes and state (``WebSocketTransport.handoff``); None when it cannot move
-    now."""
+    on a plain socket ``pending`` (the session's unhandled bytes) and no WebSocket state;
+    over WebSocket ``pending`` followed by the codec's bytes, and the WebSocket's state
+    with ``inner``, where the codec's bytes start (``split_handoff`` takes them apart);
+    None when it cannot move now."""
     if not isinstance(transport, WebSocketTransport):
         return pending, None
-    return transport.handoff(pending)
+    carried = transport.handoff()
+    if carried is None:
+        return None
+    raw, state = carried
+    return pending + raw, {**state, "inner": len(pending)}
+
+
+def split_handoff(pending: bytes, state: WebSocketState) -> tuple[bytes, bytes] | None:
+    """``handoff_bytes``'s bytes apart: the session's, then the WebSocket codec's; None
+    when ``inner`` does not fall within them."""
+    inner = state.get("inner", 0)
+    if not isinstance(inner, int) or isinstance(inner, bool) or \
+            not 0 <= inner <= len(pending):
+        return None
+    return pending[:inner], pending[inner:]
 
 
 def handoff_tried(transport: asyncio.BaseTransport) -> None:
@@ -750,14 +753,15 @@ __all__ = [
     "ProtocolFactory",
     "WebSocketOptions",
     "WebSocketProtocol",
+    "WebSocketState",
     "WebSocketTransport",
-    "client_frame",
     "frame_header",
     "frame_length",
     "handoff_bytes",
     "handoff_tried",
     "http_error",
     "negotiate_subprotocol",
+    "split_handoff",
     "start_websocket_listener",
 ]
 

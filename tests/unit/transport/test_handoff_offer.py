@@ -32,8 +32,9 @@ offers = st.builds(
     user=st.text(max_size=30), groups=st.lists(st.text(max_size=10), max_size=4).map(tuple),
     anonymous=st.booleans(), pending=st.binary(max_size=2048),
     websocket=st.none() | st.fixed_dictionaries({
-        "subprotocol": st.sampled_from(["v12.stomp", "stomp"]),
-        "path": st.none() | st.text(max_size=30).map(lambda p: "/" + p)}))
+        "subprotocol": st.sampled_from(["v12.stomp", "stomp", "mqtt"]),
+        "path": st.none() | st.text(max_size=30).map(lambda p: "/" + p),
+        "text": st.booleans(), "inner": st.integers(0, 2048)}))
 
 
 @given(offers, st.text(min_size=1, max_size=40), st.integers(1, 2**40))
@@ -123,8 +124,10 @@ def test_a_3_1_1_will_has_no_properties() -> None:
     assert _decode_will(None, PROTOCOL_LEVEL_311) is None
 
 
-@pytest.mark.parametrize("websocket", [["v12.stomp"], {"path": "/"}, {"subprotocol": 1},
-                                       {"subprotocol": "stomp", "path": 5}])
+@pytest.mark.parametrize("websocket", [
+    ["v12.stomp"], {"path": "/"}, {"subprotocol": 1}, {"subprotocol": "stomp", "path": 5},
+    {"subprotocol": "stomp", "text": "yes"}, {"subprotocol": "stomp", "inner": -1},
+    {"subprotocol": "stomp", "inner": True}, {"subprotocol": "stomp", "inner": "3"}])
 def test_a_malformed_websocket_state_is_refused(websocket: object) -> None:
     head = json.loads(HandoffOffer("stomp", "ws", "1.2", 0.0, 0.0, "u", (), False)
                       .encode("t", 1).partition(b"\0")[0])

@@ -1,7 +1,9 @@
 """What a WebSocket connection's handoff carries (transport/websocket.py's
-``WebSocketTransport.handoff``): a WebSocket adopted from those bytes, fed what the
-client sends next, hands its inner protocol exactly what the original would have after
-the offer, whatever the client's frames, fragments, pings and read sizes were."""
+``handoff_bytes``): a WebSocket adopted from those bytes and state, fed what the client
+sends next, hands its inner protocol (after the bytes that protocol had pending)
+exactly what the original would have after the offer, whatever the client's frames,
+fragments, pings and read sizes were, and answers in text or binary as the original
+did."""
 
 from __future__ import annotations
 
@@ -16,9 +18,12 @@ from hypothesis import strategies as st
 from meshmq.transport import websocket
 from meshmq.transport.websocket import (
     WebSocketProtocol,
+    WebSocketState,
     WebSocketTransport,
-    client_frame,
+    frame_header,
     frame_length,
+    handoff_bytes,
+    split_handoff,
 )
 
 UPGRADE = (b"GET /stomp HTTP/1.1\r\nHost: node\r\nUpgrade: websocket\r\n"
@@ -67,9 +72,10 @@ class Inner(asyncio.Protocol):
         self.pending = pending
         self.messages = 0
         self.transport: WebSocketTransport | None = None
-        self.offered: tuple[bytes, dict[str, str | None]] | None = None
+        self.offered: tuple[bytes, WebSocketState | None] | None = None
         self.offered_at: tuple[int, int] | None = None  # (reads fed, payload bytes seen)
         self.reads = 0
+        self.text_at_offer: bool | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, WebSocketTransport)
@@ -82,8 +88,9 @@ class Inner(asyncio.Protocol):
         if ws._message_end:
             self.messages += 1
             if self.messages == self.offer_after and self.offered is None:
-                self.offered = self.transport.handoff(self.pending)
+                self.offered = handoff_bytes(self.transport, self.pending)
                 self.offered_at = (self.reads, len(self.data))
+                self.text_at_offer = ws._client_text
                 self.transport.handoff_done()
 
 
@@ -157,15 +164,30 @@ def test_an_adopted_websocket_goes_on_where_the_offer_left_off(
         assert original.messages < offer_after  # there were fewer messages
         return
     assert original.offered_at is not None
-    raw, state = original.offered
-    assert state == {"subprotocol": "v12.stomp", "path": "/stomp"}
+    carried, state = original.offered
+    assert state is not None
+    assert {k: state[k] for k in ("subprotocol", "path")} == {
+        "subprotocol": "v12.stomp", "path": "/stomp"}
+    parts = split_handoff(carried, state)
+    assert parts is not None and parts[0] == pending
     fed, seen = original.offered_at
+    # The adopting side: its inner protocol takes its pending bytes as it is adopted,
+    # then the WebSocket goes on with the codec's bytes and what the client sent after
+    # the read the offer was made in (``fed`` counts the upgrade request too).
     adopted_inner = Inner()
-    adopted = WebSocketProtocol.adopted(adopted_inner, "v12.stomp", "/stomp", raw)
-    # The adopted side gets what the offer carried, then what the client sent after the
-    # read the offer was made in (``fed`` counts the upgrade request too).
-    run(adopted, FakeTcp(), reads[fed:], adopted_inner)
+    adopted_inner.data += parts[0]
+    adopted = WebSocketProtocol.adopted(adopted_inner, state, parts[1])
+    tcp = FakeTcp()
+    run(adopted, tcp, reads[fed:], adopted_inner)
     assert bytes(adopted_inner.data) == pending + payload[seen:]
+    # Replies go out as the original's would: text after a text message.
+    assert state["text"] is original.text_at_offer
+    assert original.transport is not None
+    assert adopted._client_text is original.transport._owner._client_text
+    assert adopted_inner.transport is not None
+    adopted_inner.transport.write(b"reply")
+    opcode = 0x1 if adopted._client_text else 0x2
+    assert tcp.written.endswith(frame_header(opcode, 5) + b"reply")
 
 
 def test_a_tls_websocket_is_not_offered() -> None:
@@ -183,13 +205,23 @@ def test_a_listener_without_handoff_keeps_nothing_and_offers_nothing() -> None:
     assert inner.offered is None and protocol._track is None
 
 
-@given(st.sampled_from([0x1, 0x2]), st.binary(max_size=70_000))
+@given(st.sampled_from([0x1, 0x2]), st.binary(max_size=70_000), st.booleans())
 @settings(max_examples=30, deadline=None)
-def test_a_client_frame_measures_as_long_as_it_is(opcode: int, payload: bytes) -> None:
-    frame = client_frame(opcode, payload)
+def test_a_frame_measures_as_long_as_it_is(opcode: int, payload: bytes,
+                                           masked: bool) -> None:
+    frame = masked_frame(opcode, payload, True, b"wxyz") if masked else \
+        frame_header(opcode, len(payload)) + payload
     assert frame_length(frame) == len(frame)
     assert frame_length(frame[:1]) is None
-    assert frame[0] == 0x80 | opcode and frame[1] & 0x80  # final and masked
+
+
+def test_a_plain_connection_carries_its_pending_bytes_as_they_are() -> None:
+    assert handoff_bytes(FakeTcp(), b"SEND") == (b"SEND", None)
+
+
+@pytest.mark.parametrize("inner", [-1, 5, "2", True, None])
+def test_bytes_that_do_not_split_where_the_state_says_are_refused(inner: object) -> None:
+    assert split_handoff(b"abcd", {"subprotocol": "stomp", "inner": inner}) is None
 
 
 def test_more_than_an_offer_may_carry_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -198,3 +230,15 @@ def test_more_than_an_offer_may_carry_is_not_kept(monkeypatch: pytest.MonkeyPatc
     protocol = WebSocketProtocol({"v12.stomp": lambda: inner}, handoff={"v12.stomp"})
     run(protocol, FakeTcp(), [UPGRADE, masked_frame(0x2, b"y" * 150, True, b"abcd")], inner)
     assert inner.messages == 1 and inner.offered is None and protocol._track is None
+
+
+@pytest.mark.parametrize("text", [True, False])
+def test_an_adopted_websocket_answers_as_the_client_last_wrote(text: bool) -> None:
+    inner = Inner()
+    tcp = FakeTcp()
+    adopted = WebSocketProtocol.adopted(inner, {"subprotocol": "v12.stomp", "path": "/",
+                                                "text": text}, b"")
+    run(adopted, tcp, [], inner)
+    assert inner.transport is not None
+    inner.transport.write(b"RECEIPT")
+    assert bytes(tcp.written) == frame_header(0x1 if text else 0x2, 7) + b"RECEIPT"
