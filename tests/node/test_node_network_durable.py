@@ -143,6 +143,7 @@ def test_an_offline_durable_subscriber_on_shard_1_keeps_the_remote_messages(
 
     # Offline again, and shard 0 (the node's bridges) killed and restarted.
     publish(remote, topic, ["b0", "b1"])
+    before_kill = bridges(remote)  # (for a failure's report: what the remote had settled)
     victim = node.shards()[0]["pid"]
     os.kill(victim, signal.SIGKILL)
     poll(lambda: pid_gone(victim), 10, "shard 0 to die")
@@ -159,7 +160,8 @@ def test_an_offline_durable_subscriber_on_shard_1_keeps_the_remote_messages(
     # What each side counted, to tell a repeat sent again by the remote from one the
     # node delivered again (a shard restarted, a shard link made again).
     assert got == [f"b{i}" for i in range(6)], (
-        f"received {seen}; remote bridges {bridges(remote)}; "
+        f"received {seen}; remote bridges before the kill {before_kill}, at the end "
+        f"{bridges(remote)}; "
         f"node network {node.api('/api/network')}; shards (restarts, links) "
         f"{node.shards()}")
 
