@@ -19,7 +19,6 @@ Writes nothing: results are recorded by hand in bench/results/.
 from __future__ import annotations
 
 import argparse
-import itertools
 import secrets
 import statistics
 import sys
@@ -32,12 +31,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import brokers as bk
+from tests.node.test_node_routing import owned_by
 from tests.support.brokers import ProcessBroker, poll
 from tests.support.shard_pair import NODE
 from tests.support.ws_stomp import WsStomp
 
-from meshmq.core.destinations import Destination
-from meshmq.core.shards import ShardIdentity, owner
+from meshmq.core.shards import ShardIdentity
 from meshmq.protocol.stomp import encode_frame
 
 BODY = b"x" * 256
@@ -77,9 +76,7 @@ def run_one(handoff: bool, count: int) -> dict[str, float]:
             for shard in shards:
                 poll(lambda s=shard: "linked to shard" in s.log_path.read_text(), 30,
                      "the shard link")
-            queue = next(name for name in (f"wsbench.{n}" for n in itertools.count())
-                         if owner(Destination.parse_uri(f"queue://{name}"), 2,
-                                  node=NODE) == 0)
+            queue = owned_by(0, "wsbench")
             consumer = WsStomp(shards[0].ports["ws"])
             consumer.connect()
             consumer.receipt("SUBSCRIBE", [("destination", f"/queue/{queue}"), ("id", "s")])
