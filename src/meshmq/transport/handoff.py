@@ -21,10 +21,10 @@ subscribed to one shard's topics goes at its CONNECT), and only plain TCP or pla
 WebSocket (a TLS session's keys live in this process). A WebSocket goes with what it
 negotiated, and its pending bytes are the session's, then the client's bytes the
 WebSocket codec had not parsed yet, which the adopting shard's codec goes on from
-(transport/websocket.py). Each
-connection is offered at most once. A client id goes with it: the offer names the claim this shard
-holds on it, and the adopting shard has the id's owner move that claim to itself
-(network/shard_clients.py) before it says yes, so the id is held throughout. The owner
+(transport/websocket.py). Each connection is offered at most once. A client id goes
+with it: the offer names the claim this shard holds on it, and the adopting shard has
+the id's owner move that claim to itself (network/shard_clients.py) before it says
+yes, so the id is held throughout. The owner
 says yes or no before the offering shard lets go: on no (its listener is full, it is
 stopping, the claim could not move) the offering shard handles the frames itself, as
 without handoff; with no answer in time the connection is closed (the
@@ -129,12 +129,7 @@ class HandoffOffer:
         if head.get("session") is not None and not isinstance(head["session"], dict):
             raise ValueError("the session is not an object")
         websocket = head.get("websocket")
-        if websocket is not None and (not isinstance(websocket, dict) or not isinstance(
-                websocket.get("subprotocol"), str) or not isinstance(
-                websocket.get("path"), str | None) or not isinstance(
-                websocket.get("text", True), bool) or not isinstance(
-                websocket.get("inner", 0), int) or isinstance(websocket.get("inner"), bool)
-                or websocket.get("inner", 0) < 0):
+        if websocket is not None and not _websocket_state(websocket):
             raise ValueError("the WebSocket state is not an object with a subprotocol")
         return HandoffOffer(pending=pending, **head), token, offer_id, in_file
 
@@ -449,6 +444,17 @@ class Handoffs:
             # The offering shard is gone: what it offered is closed with it, or
             # (taken) served here.
             log.debug("handoff answer not sent: %s", exc)
+
+
+def _websocket_state(value: object) -> bool:
+    """Is ``value`` an offer's WebSocket state (``HandoffOffer.websocket``)?"""
+    if not isinstance(value, dict):
+        return False
+    inner = value.get("inner", 0)
+    return (isinstance(value.get("subprotocol"), str)
+            and isinstance(value.get("path"), str | None)
+            and isinstance(value.get("text", True), bool)
+            and isinstance(inner, int) and not isinstance(inner, bool) and inner >= 0)
 
 
 def datagram(offer: HandoffOffer, token: str, offer_id: int) -> tuple[bytes, bool] | None:
