@@ -3,7 +3,8 @@ messages on many queues and for a durable topic subscription, is stopped, and it
 stores are rebalanced by the real command (to 3 shards, then to one broker process);
 the node started with the new count delivers every message exactly once, in order per
 queue. A rebalance killed half-way is finished by the next run; a running node is
-refused in one line."""
+refused in one line; a rebalance to numbered placement moves each queue of a numbered
+family to its place."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from meshmq.core.destinations import queue
+from meshmq.core.shards import NUMBERED_NAME, owner
 from tests.interop.stomp_helpers import Address, RawClient
 from tests.support.brokers import ProcessBroker, write_broker_toml
 from tests.support.nodes import NodeProcess, stomp_on, write_node_toml
@@ -51,9 +54,9 @@ def _durable(port: int) -> RawClient:
     return client
 
 
-def _node(tmp: Path, data: Path, shards: int) -> NodeProcess:
+def _node(tmp: Path, data: Path, shards: int, extra: str = "") -> NodeProcess:
     config = write_node_toml(tmp / f"node{shards}.toml", data=data, shards=shards,
-                             listeners=LISTENER)
+                             listeners=LISTENER, extra=extra)
     return NodeProcess(config, tmp / "node.log").start()
 
 
@@ -88,11 +91,12 @@ def data(populated: Path, tmp_path: Path) -> Iterator[Path]:
     yield copy
 
 
-def _rebalance(data: Path, to: int, **env: str) -> subprocess.CompletedProcess[str]:
+def _rebalance(data: Path, to: int, *args: str, **env: str
+               ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "meshmq.cli.main", "shards", "rebalance", "--data",
-         str(data), "--to", str(to)], check=False, capture_output=True, text=True, timeout=120,
-        env=dict(os.environ, **env))
+         str(data), "--to", str(to), *args], check=False, capture_output=True, text=True,
+        timeout=120, env=dict(os.environ, **env))
 
 
 def _depths(management: int) -> dict[str, int]:
@@ -131,8 +135,8 @@ def _drain(port: int) -> None:
     durable.close()
 
 
-def _check_node(tmp: Path, data: Path, shards: int) -> None:
-    node = _node(tmp, data, shards)
+def _check_node(tmp: Path, data: Path, shards: int, extra: str = "") -> None:
+    node = _node(tmp, data, shards, extra)
     try:
         depths = _depths(node.ports["management"])
         assert {q: depths.get(q) for q in QUEUES} == dict.fromkeys(QUEUES, PER_QUEUE)
@@ -195,6 +199,48 @@ def test_a_rebalance_killed_half_way_is_finished_by_the_next_run(
     assert "resumed and finished" in again.stdout
     assert not (data / "rebalance.json").exists()
     _check_node(tmp_path, data, 3)
+
+
+NUMBERED = '[shards]\nplacement = "numbered"\n'
+
+
+def _destination_shards(management: int) -> dict[str, int]:
+    """Which shard keeps each queue, as the node's /api/destinations says."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{management}/api/destinations",
+                                timeout=10) as resp:
+        rows: list[dict[str, Any]] = json.loads(resp.read())["destinations"]
+    return {r["name"]: int(r["shard"]) for r in rows if r.get("type") == "queue"}
+
+
+def test_numbered_placement_needs_a_rebalance_that_moves_each_queue_to_its_number(
+        data: Path, tmp_path: Path) -> None:
+    """The stores were placed by hash; a node asking for numbered placement is refused
+    until `--placement numbered` has moved them. Then rb.q0 ... rb.q11 alternate
+    between the two shards, and every message is delivered once, in order."""
+    refused = subprocess.run(
+        [sys.executable, "-m", "meshmq.cli.main", "broker", "--config",
+         str(write_node_toml(tmp_path / "n.toml", data=data, shards=2, listeners=LISTENER,
+                             extra=NUMBERED))],
+        check=False, capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "--to 2 --placement numbered" in refused.stderr
+    done = _rebalance(data, 2, "--placement", "numbered")
+    assert done.returncode == 0, done.stderr
+    assert "rebalance 2 -> 2 shard(s), placement hash -> numbered done" in done.stdout
+    assert json.loads((data / "shards.json").read_text())["hash"] == NUMBERED_NAME
+    expected = {q: owner(queue(q), 2, placement=NUMBERED_NAME) for q in QUEUES}
+    assert sorted(expected.values()) == [0] * 6 + [1] * 6
+    node = _node(tmp_path, data, 2, NUMBERED)
+    try:
+        kept = _destination_shards(node.ports["management"])
+        assert {q: kept.get(q) for q in QUEUES} == expected
+    finally:
+        assert node.terminate() == 0
+    _check_node(tmp_path, data, 2, NUMBERED)
+    again = _rebalance(data, 2, "--placement", "numbered")
+    assert again.stdout.strip() == ("the stores are already laid out for 2 shard(s): "
+                                    "nothing to move")
 
 
 def test_a_running_node_is_refused_in_one_line(data: Path, tmp_path: Path) -> None:

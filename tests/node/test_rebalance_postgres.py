@@ -5,7 +5,8 @@ real command moves them (to 3 shards, then to one broker process's tables); the 
 started with the new count delivers every message exactly once, in order per queue. A
 rebalance killed half-way leaves its plan in ``<prefix>rebalance``: no node starts on
 the half-moved tables until the next run has finished it. A running node is refused in
-one line."""
+one line. A node configured for numbered placement is refused on tables placed by hash
+until the rebalance (placement from the configuration) has moved them."""
 
 from __future__ import annotations
 
@@ -18,13 +19,17 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from meshmq.core.destinations import queue
+from meshmq.core.shards import NUMBERED_NAME, owner
 from tests.node.test_node_database_ha import write_node
 from tests.node.test_rebalance import (
     NEWS,
+    NUMBERED,
     PER_QUEUE,
     QUEUES,
     TOPIC,
     _depths,
+    _destination_shards,
     _drain,
     _durable,
     _send,
@@ -172,3 +177,29 @@ def test_a_running_node_is_refused_in_one_line(tmp_path: Path, dsn: str) -> None
         assert node.terminate() == 0
     assert _rows(dsn, "SELECT shards FROM meshmq_node") == [(2,)]
     assert _refs(dsn, "meshmq_s2_") == 0
+
+
+def test_numbered_placement_from_the_configuration_moves_the_tables(
+        tmp_path: Path, dsn: str) -> None:
+    config = _populate(tmp_path, dsn)
+    stored = sum(_refs(dsn, f"meshmq_s{k}_") for k in range(2))
+    config.write_text(config.read_text() + "\n" + NUMBERED)
+    refused = subprocess.run(
+        [sys.executable, "-m", "meshmq.cli.main", "broker", "--config", str(config)],
+        check=False, capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "placed by 'hash'" in refused.stderr and "--placement numbered" in refused.stderr
+    done = _rebalance(config, 2)
+    assert done.returncode == 0, done.stderr
+    assert "placement hash -> numbered" in done.stdout
+    assert _rows(dsn, "SELECT shards, hash FROM meshmq_node") == [(2, NUMBERED_NAME)]
+    assert sum(_refs(dsn, f"meshmq_s{k}_") for k in range(2)) == stored
+    node = NodeProcess(config, tmp_path / "numbered.log").start()
+    try:
+        kept = _destination_shards(node.ports["management"])
+        assert {q: kept.get(q) for q in QUEUES} == {
+            q: owner(queue(q), 2, placement=NUMBERED_NAME) for q in QUEUES}
+        _drain(node.port)
+    finally:
+        assert node.terminate() == 0

@@ -152,9 +152,12 @@ def cmd_broker(args: argparse.Namespace) -> int:
         apply_logging(config.logging, args.log_level, config.source)
         return asyncio.run(run_node_witness(config))
     # A directory a node's shards stored into is not one broker's store (nor the reverse).
+    from meshmq.core.shards import PLACEMENTS
+
     check_layout(config.data_directory, config.shards, config.broker_name,
                  config.store_directory,
-                 persistent=config.persistent and config.store.kind != "postgres")
+                 persistent=config.persistent and config.store.kind != "postgres",
+                 placement=PLACEMENTS[config.sharding.placement])
     from meshmq.cli.logsetup import apply_logging
 
     apply_logging(config.logging, args.log_level, config.source)

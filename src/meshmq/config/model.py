@@ -18,6 +18,8 @@ LISTENER_PROTOCOLS = ("stomp", "stomp+ssl", "mqtt", "mqtt+ssl", "ws", "wss", "tc
                       "nio")
 STORE_KINDS = ("journal", "memory", "postgres")
 HA_MODES = ("none", "shared", "database", "replicated")
+# How a node of shards places destinations (core/shards.py, docs/shards.md "Placement").
+SHARD_PLACEMENTS = ("hash", "numbered")
 HA_ROLES = ("broker", "witness")
 TRACE_FORMATS = ("jsonl", "parquet")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -416,6 +418,10 @@ class ShardsConfig:
     # Hand a plain-TCP STOMP connection to the shard that owns the destination of its
     # first SEND or SUBSCRIBE (transport/handoff.py), so its messages do not cross shards.
     handoff: bool = True
+    # "hash": each destination by a hash of its name; "numbered": names ending in a
+    # number (orders.0, orders.1, ...) side by side on consecutive shards. Part of the
+    # stores' layout: changing it on a node with stored messages needs a rebalance.
+    placement: str = "hash"
 
 
 @dataclass(frozen=True, slots=True)

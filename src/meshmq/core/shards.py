@@ -5,8 +5,17 @@ A node with N shards gives every destination exactly one owning shard (docs/desi
 (big-endian) of BLAKE2b over the destination's canonical URI in UTF-8
 (``queue://orders.eu``). Python's ``hash()`` is salted per process, so it cannot be used;
 jump hash moves only about 1/(N+1) of the destinations, all to the new shard, when N
-grows by one. The function is part of the store format: ``HASH_NAME`` is written to
-``shards.json`` and a golden table in the tests pins it.
+grows by one. The function is part of the store format: its name (``HASH_NAME``) is
+written to ``shards.json`` and a golden table in the tests pins it.
+
+A node may instead place **numbered families** side by side (``[shards] placement =
+"numbered"``, recorded as ``NUMBERED_NAME``): a name that ends in a number of up to nine
+ASCII digits (``orders.7``, ``sensors/12``) belongs to the family of the name without
+them, and its owner is the family's hash plus the number, modulo the shard count. So
+``orders.0`` to ``orders.15`` on sixteen shards get one shard each, where a hash of each
+name leaves some shards two or three and others none. Every other name is hashed as
+above. The price: when the shard count changes, most of a family's members change owner
+(a rebalance moves more), where the hash moves about 1/(N+1).
 
 Exceptions to the hash:
 
@@ -33,6 +42,11 @@ from meshmq.core.destinations import Destination, DestKind
 from meshmq.errors import ConfigError
 
 HASH_NAME = "jump-blake2b-1"
+NUMBERED_NAME = "jump-blake2b-numbered-1"
+# ``[shards] placement`` words and the scheme each records in a store's layout.
+PLACEMENTS: dict[str, str] = {"hash": HASH_NAME, "numbered": NUMBERED_NAME}
+_NUMBER_DIGITS = 9  # a longer trailing number is a name's part, not a member number
+_ASCII_DIGITS = frozenset("0123456789")
 FRONT_SHARD = 0
 MAX_SHARDS = 256
 
@@ -69,8 +83,30 @@ def canonical(dest: Destination) -> str:
     return f"{dest.kind.value}://{dest.name}"
 
 
-def owner(dest: Destination, count: int, *, node: str = "") -> int:
-    """The shard in ``range(count)`` that owns ``dest`` on node ``node``.
+def placement_word(scheme: str) -> str:
+    """The ``[shards] placement`` word of a recorded scheme name (``"hash"`` for
+    ``HASH_NAME``); the name itself when this meshmq does not know it."""
+    for word, name in PLACEMENTS.items():
+        if name == scheme:
+            return word
+    return scheme
+
+
+def numbered_member(name: str) -> tuple[str, int] | None:
+    """``(family, number)`` of a name ending in 1 to 9 ASCII digits, else None."""
+    end = len(name)
+    start = end
+    while start > 0 and name[start - 1] in _ASCII_DIGITS:
+        start -= 1
+    if start == end or end - start > _NUMBER_DIGITS:
+        return None
+    return name[:start], int(name[start:])
+
+
+def owner(dest: Destination, count: int, *, node: str = "",
+          placement: str = HASH_NAME) -> int:
+    """The shard in ``range(count)`` that owns ``dest`` on node ``node`` under the
+    placement scheme ``placement`` (``HASH_NAME`` or ``NUMBERED_NAME``).
 
     Wildcards are subscriptions, not destinations, and have no owner (``ValueError``):
     their interest goes to every shard."""
@@ -81,12 +117,18 @@ def owner(dest: Destination, count: int, *, node: str = "") -> int:
     if dest.is_advisory:
         subject = advisory_subject(dest)
         if subject is not None:
-            return owner(subject, count, node=node)
+            return owner(subject, count, node=node, placement=placement)
     if dest.is_temporary:
         shard = temp_shard(dest.name, node)
         if shard is None or shard >= count:
             return FRONT_SHARD
         return shard
+    if placement == NUMBERED_NAME:
+        member = numbered_member(dest.name)
+        if member is not None:
+            family, number = member
+            base = jump_hash(key_of(f"{dest.kind.value}://{family}"), count)
+            return (base + number) % count
     return jump_hash(key_of(canonical(dest)), count)
 
 
@@ -143,19 +185,22 @@ class ShardIdentity:
 
     ``run_dir`` holds the shards' link and management Unix sockets (mode 0700);
     ``token`` is the per-boot secret the shards' link HELLOs carry instead of a
-    user's password."""
+    user's password; ``placement`` the scheme the node's stores are laid out by."""
 
     index: int
     count: int
     node: str
     run_dir: str
     token: str
+    placement: str = HASH_NAME
 
     def __post_init__(self) -> None:
         if not 1 <= self.count <= MAX_SHARDS:
             raise ConfigError(f"shards must be between 1 and {MAX_SHARDS}, not {self.count}")
         if not 0 <= self.index < self.count:
             raise ConfigError(f"shard index {self.index} is outside 0..{self.count - 1}")
+        if self.placement not in PLACEMENTS.values():
+            raise ConfigError(f"unknown shard placement scheme {self.placement!r}")
 
     @property
     def is_front(self) -> bool:
@@ -167,10 +212,10 @@ class ShardIdentity:
         return f"{self.node}#{self.index}"
 
     def owner(self, dest: Destination) -> int:
-        return owner(dest, self.count, node=self.node)
+        return owner(dest, self.count, node=self.node, placement=self.placement)
 
     def owns(self, dest: Destination) -> bool:
-        return owner(dest, self.count, node=self.node) == self.index
+        return self.owner(dest) == self.index
 
     def link_socket(self, index: int) -> str:
         """The Unix socket on which shard ``index`` accepts its peers' links."""

@@ -18,7 +18,7 @@ import signal
 from pathlib import Path
 
 from meshmq.config.load import load_config
-from meshmq.core.shards import ShardIdentity
+from meshmq.core.shards import HASH_NAME, ShardIdentity
 from meshmq.transport.runtime import BrokerRuntime
 
 
@@ -37,12 +37,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--node", required=True)
     parser.add_argument("--run-dir", required=True)
     parser.add_argument("--token", required=True)
+    parser.add_argument("--placement", default=HASH_NAME)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # as `meshmq broker` does
     shard = ShardIdentity(index=args.index, count=args.count, node=args.node,
-                          run_dir=args.run_dir, token=args.token)
+                          run_dir=args.run_dir, token=args.token, placement=args.placement)
     asyncio.run(_run(BrokerRuntime(load_config(Path(args.config)), shard=shard)))
     return 0
 

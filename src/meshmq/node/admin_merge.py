@@ -23,7 +23,7 @@ from typing import Any
 
 from meshmq.core import admin
 from meshmq.core.destinations import Destination
-from meshmq.core.shards import FRONT_SHARD, owner, temp_shard
+from meshmq.core.shards import FRONT_SHARD, HASH_NAME, owner, temp_shard
 from meshmq.errors import DestinationError
 
 __all__ = [
@@ -59,34 +59,35 @@ def shard_states(answers: Sequence[Answer]) -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------ owners
-def owner_of(dest: Destination, count: int, node: str) -> int:
+def owner_of(dest: Destination, count: int, node: str, placement: str = HASH_NAME) -> int:
     """The shard that keeps ``dest``: its name's shard for a temporary destination the
     node named (the admin API sees it as a plain queue or topic name), else the hash."""
     shard = temp_shard(dest.name, node)
     if shard is not None:
         return shard if shard < count else FRONT_SHARD
-    return owner(dest, count, node=node)
+    return owner(dest, count, node=node, placement=placement)
 
 
-def _owner(kind: str, name: str, count: int, node: str) -> int | None:
+def _owner(kind: str, name: str, count: int, node: str, placement: str) -> int | None:
     try:
-        return owner_of(admin.destination(kind, name), count, node)
+        return owner_of(admin.destination(kind, name), count, node, placement)
     except (DestinationError, ValueError):
         return None  # a bad type or name: any shard refuses it as one broker does
 
 
-def destination_owner(kind: str, name: str, count: int, node: str) -> int | None:
+def destination_owner(kind: str, name: str, count: int, node: str,
+                      placement: str = HASH_NAME) -> int | None:
     """The owner of the destination an admin path names (None: not a valid one)."""
-    return _owner(kind, name, count, node)
+    return _owner(kind, name, count, node, placement)
 
 
-def queue_owner(name: str, count: int, node: str) -> int | None:
-    return _owner("queue", name, count, node)
+def queue_owner(name: str, count: int, node: str, placement: str = HASH_NAME) -> int | None:
+    return _owner("queue", name, count, node, placement)
 
 
 # ------------------------------------------------------------------ destinations
-def merge_destinations(answers: Sequence[Answer], count: int, node: str
-                       ) -> list[dict[str, Any]]:
+def merge_destinations(answers: Sequence[Answer], count: int, node: str,
+                       placement: str = HASH_NAME) -> list[dict[str, Any]]:
     """Every destination once, sorted as one broker sorts them: the owner's row (another
     shard's when the owner did not list it) with ``shard``, the shard whose figures these
     are. The owner counts the consumers of every shard (another shard's client reads
@@ -101,7 +102,7 @@ def merge_destinations(answers: Sequence[Answer], count: int, node: str
                 continue
             kind, name = str(row.get("type", "")), str(row.get("name", ""))
             key = (kind, name)
-            keeper = _owner(kind, name, count, node)
+            keeper = _owner(kind, name, count, node, placement)
             if key not in rows or answer.shard == keeper:
                 rows[key] = {**row, "shard": answer.shard}
     for answer in answers:
@@ -183,12 +184,13 @@ def _is_pattern(props: Mapping[str, str]) -> bool:
     return any("*" in v or "?" in v for v in props.values())
 
 
-def _mbean_owner(props: Mapping[str, str], count: int, node: str) -> int | None:
+def _mbean_owner(props: Mapping[str, str], count: int, node: str,
+                 placement: str) -> int | None:
     kind = props.get("destinationType", "").lower()
     name = props.get("destinationName")
     if name is None or kind not in ("queue", "topic"):
         return None
-    return _owner(kind, name, count, node)
+    return _owner(kind, name, count, node, placement)
 
 
 # Broker operations that name a destination in their first argument.
@@ -206,7 +208,8 @@ class JolokiaPlan:
     merge: str = ""
 
 
-def jolokia_plan(request: Mapping[str, Any], count: int, node: str) -> JolokiaPlan:
+def jolokia_plan(request: Mapping[str, Any], count: int, node: str,
+                 placement: str = HASH_NAME) -> JolokiaPlan:
     kind = request.get("type")
     mbean = request.get("mbean")
     props = parse_mbean(mbean) if isinstance(mbean, str) else None
@@ -217,7 +220,7 @@ def jolokia_plan(request: Mapping[str, Any], count: int, node: str) -> JolokiaPl
     keys = set(props) - {""}
     if kind == "read" and _is_pattern(props):
         return JolokiaPlan(None, "read")
-    dest_owner = _mbean_owner(props, count, node)
+    dest_owner = _mbean_owner(props, count, node, placement)
     if dest_owner is not None:
         return JolokiaPlan(dest_owner)
     if kind == "read" and keys == {"type", "brokerName"} and props["type"] == "Broker":
@@ -227,7 +230,7 @@ def jolokia_plan(request: Mapping[str, Any], count: int, node: str) -> JolokiaPl
         args = request.get("arguments")
         if op in _BROKER_DESTINATION_OPS and isinstance(args, list) and args \
                 and isinstance(args[0], str):
-            target = _owner(_BROKER_DESTINATION_OPS[op], args[0], count, node)
+            target = _owner(_BROKER_DESTINATION_OPS[op], args[0], count, node, placement)
             if target is not None:
                 return JolokiaPlan(target)
     return JolokiaPlan(FRONT_SHARD)
@@ -322,8 +325,8 @@ def _is_broker_name(name: str) -> bool:
 
 
 def jolokia_merge(request: Mapping[str, Any], plan: JolokiaPlan, answers: Sequence[Answer],
-                  *, count: int, node: str, figures: NodeFigures, timestamp: int
-                  ) -> dict[str, Any]:
+                  *, count: int, node: str, figures: NodeFigures, timestamp: int,
+                  placement: str = HASH_NAME) -> dict[str, Any]:
     """One Jolokia answer from every shard's answer to ``request`` (asked of them without
     ``attribute`` for reads, so the node can sum before it selects)."""
     up = [a for a in answers if a.up]
@@ -347,7 +350,7 @@ def jolokia_merge(request: Mapping[str, Any], plan: JolokiaPlan, answers: Sequen
             value = selected[wanted[0]] if wanted is not None and len(wanted) == 1 \
                 and isinstance(request.get("attribute"), str) else selected
         elif plan.merge == "read":
-            value = _pattern_value(request, found, count, node, figures)
+            value = _pattern_value(request, found, count, node, placement, figures)
         elif plan.merge == "search":
             value = sorted({str(n) for a in found for n in a.body.get("value") or ()})
         else:  # list: the first shard's tree, completed by the others'
@@ -362,7 +365,7 @@ def jolokia_merge(request: Mapping[str, Any], plan: JolokiaPlan, answers: Sequen
 
 
 def _pattern_value(request: Mapping[str, Any], found: Sequence[Answer], count: int,
-                   node: str, figures: NodeFigures) -> dict[str, Any]:
+                   node: str, placement: str, figures: NodeFigures) -> dict[str, Any]:
     brokers: dict[str, list[Mapping[str, Any]]] = {}
     others: dict[str, tuple[int, Mapping[str, Any]]] = {}
     for a in found:
@@ -373,7 +376,7 @@ def _pattern_value(request: Mapping[str, Any], found: Sequence[Answer], count: i
                 brokers.setdefault(name, []).append(attrs)
                 continue
             props = parse_mbean(name) or {}
-            keeper = _mbean_owner(props, count, node)
+            keeper = _mbean_owner(props, count, node, placement)
             if name not in others or a.shard == keeper:
                 others[name] = (a.shard, attrs)
     wanted = _wanted(request)

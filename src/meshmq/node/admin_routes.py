@@ -22,6 +22,7 @@ from urllib.parse import quote
 import aiohttp
 from aiohttp import web
 
+from meshmq.core.shards import PLACEMENTS
 from meshmq.management.api import error_reply, reply
 from meshmq.management.routes_jolokia import _uptime_text, split_path
 from meshmq.node.admin_merge import (
@@ -81,6 +82,10 @@ class NodeAdmin:
     def node(self) -> str:
         return self.face.config.broker_name
 
+    @property
+    def placement(self) -> str:
+        return PLACEMENTS[self.face.config.sharding.placement]
+
     # ------------------------------------------------------------ asking shards
     async def call(self, shard: int, method: str, path: str, headers: dict[str, str],
                    body: bytes | None = None) -> Answer:
@@ -134,7 +139,8 @@ class NodeAdmin:
         refused = self._merged_error(answers)
         if refused is not None:
             return refused
-        return reply({"destinations": merge_destinations(answers, self.count, self.node),
+        merged = merge_destinations(answers, self.count, self.node, self.placement)
+        return reply({"destinations": merged,
                       "shards": shard_states(answers)})
 
     async def create_destination(self, request: web.Request) -> web.StreamResponse:
@@ -146,7 +152,8 @@ class NodeAdmin:
         shard: int | None = None
         if isinstance(fields, dict) and isinstance(fields.get("type"), str) \
                 and isinstance(fields.get("name"), str):
-            shard = destination_owner(fields["type"], fields["name"], self.count, self.node)
+            shard = destination_owner(fields["type"], fields["name"], self.count, self.node,
+                                      self.placement)
         if shard is None:  # a body one broker refuses: the front shard words it
             return await self.forward(0, request, FRONT_SHARD_NOTE, body)
         return await self.forward(shard, request,
@@ -154,14 +161,14 @@ class NodeAdmin:
 
     async def destination(self, request: web.Request) -> web.StreamResponse:
         kind, name = request.match_info["type"], request.match_info["name"]
-        shard = destination_owner(kind, name, self.count, self.node)
+        shard = destination_owner(kind, name, self.count, self.node, self.placement)
         if shard is None:
             return await self.forward(0, request, FRONT_SHARD_NOTE)
         return await self.forward(shard, request, f"owns {kind}://{name}")
 
     async def queue(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
-        shard = queue_owner(name, self.count, self.node)
+        shard = queue_owner(name, self.count, self.node, self.placement)
         if shard is None:
             return await self.forward(0, request, FRONT_SHARD_NOTE)
         return await self.forward(shard, request, f"owns queue://{name}")
@@ -224,7 +231,7 @@ class NodeAdmin:
     # ------------------------------------------------------------ Jolokia
     async def jolokia_one(self, request: web.Request, asked: Mapping[str, Any]
                           ) -> dict[str, Any]:
-        plan = jolokia_plan(asked, self.count, self.node)
+        plan = jolokia_plan(asked, self.count, self.node, self.placement)
         headers = _headers(request)
         headers["Content-Type"] = "application/json"
         if plan.shard is not None:
@@ -246,6 +253,7 @@ class NodeAdmin:
         figures = NodeFigures(uptime_ms, _uptime_text(uptime_ms),
                               str(self.face.config.data_directory))
         return jolokia_merge(asked, plan, answers, count=self.count, node=self.node,
+                             placement=self.placement,
                              figures=figures, timestamp=int(time.time()))
 
     async def jolokia_read(self, request: web.Request) -> web.Response:

@@ -16,8 +16,9 @@ same data directory removes every such directory whose lock nobody holds, and le
 those of a live node (the other node of a pair) alone.
 
 A store made with ``shards = 1`` has no ``shards.json`` and stays as it is. Which shard
-owns a destination depends on the count (core/shards.py), so a start with another count
-than the stores were made with would leave messages on shards that no longer own them:
+owns a destination depends on the count and the placement scheme (``hash``, recorded
+as its scheme's name, core/shards.py), so a start with another count or placement than
+the stores were made with would leave messages on shards that no longer own them:
 :func:`check_layout` refuses it with one line naming what to do, unless nothing is stored
 yet (a fresh directory, or shard directories without a store). Telling whether stored
 destinations would keep their owners needs reading every store, which the offline
@@ -43,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from meshmq.core.shards import HASH_NAME
+from meshmq.core.shards import HASH_NAME, PLACEMENTS, placement_word
 from meshmq.errors import MeshmqError
 
 __all__ = ["REBALANCE_FILE", "RUN_DIR", "SHARDS_FILE", "LayoutError", "NodeDatabase",
@@ -126,11 +127,11 @@ def _shards_holding_data(data: Path) -> list[Path]:
 
 
 def check_layout(data: Path, shards: int, node: str, plain_store: Path,
-                 *, persistent: bool = True) -> None:
-    """Refuse a start of ``shards`` shards on ``data`` whose stores were made for another
-    count; record the count on a node's first start. ``plain_store`` is where a store
-    made with ``shards = 1`` keeps its files. A memory store (``persistent`` False)
-    keeps nothing, so any count fits."""
+                 *, persistent: bool = True, placement: str = HASH_NAME) -> None:
+    """Refuse a start of ``shards`` shards placed by scheme ``placement`` on ``data``
+    whose stores were made for another count or scheme; record them on a node's first
+    start. ``plain_store`` is where a store made with ``shards = 1`` keeps its files. A
+    memory store (``persistent`` False) keeps nothing, so any layout fits."""
     if not persistent:
         return
     if (data / REBALANCE_FILE).exists():
@@ -141,10 +142,11 @@ def check_layout(data: Path, shards: int, node: str, plain_store: Path,
         return  # one broker process on its own store (or none yet): nothing changes
     recorded = read_shards_file(data)
     where = data / SHARDS_FILE
-    if recorded is not None and recorded.hash != HASH_NAME:
+    if recorded is not None and recorded.hash not in PLACEMENTS.values():
         raise LayoutError(f"{where} was made with shard hash {recorded.hash!r}, which "
-                          f"this meshmq does not know (it uses {HASH_NAME!r}): run the "
-                          "meshmq version that made it")
+                          f"this meshmq does not know (it knows "
+                          f"{', '.join(map(repr, PLACEMENTS.values()))}): run the meshmq "
+                          "version that made it")
     if shards == 1:
         if recorded is not None and recorded.shards > 1 and _shards_holding_data(data):
             raise LayoutError(
@@ -169,8 +171,16 @@ def check_layout(data: Path, shards: int, node: str, plain_store: Path,
                 f"--shards {recorded.shards} (or [broker] shards = {recorded.shards}), or "
                 f"move them first with 'meshmq shards rebalance --data {data} --to "
                 f"{shards}' (node stopped)")
-    if recorded is None or recorded.shards != shards:
-        _write_shards_file(data, NodeLayout(shards, HASH_NAME, node))
+    elif recorded.hash != placement and _shards_holding_data(data):
+        was, want = placement_word(recorded.hash), placement_word(placement)
+        raise LayoutError(
+            f"{data} holds the stores of a node placed by {was!r} ({where}); with "
+            f"[shards] placement = {want!r} stored destinations would change owner: "
+            f"set placement = {was!r}, or move them first with "
+            f"'meshmq shards rebalance --data {data} --to {shards} --placement {want}' "
+            "(node stopped)")
+    if recorded is None or recorded.shards != shards or recorded.hash != placement:
+        _write_shards_file(data, NodeLayout(shards, placement, node))
 
 
 def remove_shards_file(data: Path) -> None:
@@ -321,15 +331,16 @@ class NodeDatabase:
                    "another broker or node") + ": stop it, or give this node another "
                 "store.table_prefix")
 
-    def check(self, shards: int, node: str) -> None:
-        """Refuse ``shards`` on tables made for another count; record it otherwise."""
+    def check(self, shards: int, node: str, placement: str = HASH_NAME) -> None:
+        """Refuse ``shards`` (placed by scheme ``placement``) on tables made for another
+        count or scheme; record them otherwise."""
         import psycopg
 
         from meshmq.store.postgres import check_node_layout
 
         assert self._conn is not None
         try:
-            refusal = check_node_layout(self._conn, self.prefix, shards, node)
+            refusal = check_node_layout(self._conn, self.prefix, shards, node, placement)
         except psycopg.Error as exc:
             raise LayoutError(f"cannot check the node's PostgreSQL tables: {exc}") from None
         if refusal is not None:

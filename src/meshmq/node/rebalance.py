@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from meshmq.core.message import Message
-from meshmq.core.shards import HASH_NAME, MAX_SHARDS
+from meshmq.core.shards import HASH_NAME, MAX_SHARDS, PLACEMENTS, placement_word
 from meshmq.errors import StoreError
 from meshmq.ha.replica_node import NODE_STATE
 from meshmq.node.layout import (
@@ -89,6 +89,8 @@ class RebalanceReport:
     old: int
     new: int
     resumed: bool
+    # The placement schemes before and after, when the run changes it.
+    placements: tuple[str, str] | None = None
     seconds: float = 0.0
     # (source, target) -> [keys, messages]
     moved: dict[tuple[int, int], list[int]] = field(default_factory=dict)
@@ -101,13 +103,16 @@ class RebalanceReport:
                        f"destination(s), {msgs} message(s)")
         for key in self.dropped_records:
             out.append(f"kept the target's copy of {key}; the other was dropped")
-        if self.old == self.new and not self.moved:
+        if self.old == self.new and not self.moved and self.placements is None:
             return [f"the stores are already laid out for {self.new} shard(s): nothing "
                     "to move"]
         total = sum(m for _, m in self.moved.values())
         keys = sum(k for k, _ in self.moved.values())
         verb = "resumed and finished" if self.resumed else "done"
-        out.append(f"rebalance {self.old} -> {self.new} shard(s) {verb}: {keys} "
+        placed = "" if self.placements is None else (
+            f", placement {placement_word(self.placements[0])} -> "
+            f"{placement_word(self.placements[1])}")
+        out.append(f"rebalance {self.old} -> {self.new} shard(s){placed} {verb}: {keys} "
                    f"destination(s), {total} message(s) moved in {self.seconds:.2f} s")
         return out
 
@@ -120,8 +125,9 @@ class _Locations(Protocol):
     def where(self, loc: int) -> str: ...
     def exists(self, loc: int) -> bool: ...
     def make(self, loc: int) -> Store: ...
-    def layout(self) -> tuple[int, str | None]: ...  # the count, the recorded node name
-    def record(self, count: int, node: str) -> None: ...
+    # The count, the recorded node name and placement scheme.
+    def layout(self) -> tuple[int, str | None, str]: ...
+    def record(self, count: int, node: str, placement: str) -> None: ...
     def discard(self, loc: int) -> None: ...  # a store no shard uses any more
     def read_plan(self) -> dict[str, object] | None: ...
     def write_plan(self, body: dict[str, object] | None) -> None: ...
@@ -186,20 +192,20 @@ class _JournalLocations:
     def make(self, loc: int) -> Store:
         return JournalStore(self.path(loc))
 
-    def layout(self) -> tuple[int, str | None]:
+    def layout(self) -> tuple[int, str | None, str]:
         layout = read_shards_file(self.data)
         if layout is None:
-            return 1, None
-        if layout.hash != HASH_NAME:
+            return 1, None, HASH_NAME
+        if layout.hash not in PLACEMENTS.values():
             raise RebalanceError(f"{self.data / 'shards.json'} was made with shard hash "
                                  f"{layout.hash!r}, which this meshmq does not know")
-        return layout.shards, layout.node
+        return layout.shards, layout.node, layout.hash
 
-    def record(self, count: int, node: str) -> None:
+    def record(self, count: int, node: str, placement: str) -> None:
         if count == 1:
             remove_shards_file(self.data)
         else:
-            write_shards_file(self.data, NodeLayout(count, HASH_NAME, node))
+            write_shards_file(self.data, NodeLayout(count, placement, node))
 
     def discard(self, loc: int) -> None:
         shutil.rmtree(self.path(loc), ignore_errors=True)
@@ -289,22 +295,22 @@ class _PostgresLocations:
 
         return PostgresStore(self.dsn, table_prefix=self.table_prefix(loc), rebalancing=True)
 
-    def layout(self) -> tuple[int, str | None]:
+    def layout(self) -> tuple[int, str | None, str]:
         from meshmq.store.postgres import recorded_layout
 
         recorded = recorded_layout(self._conn, self.prefix)
         if recorded is None:
-            return 1, None
+            return 1, None, HASH_NAME
         shards, hash_name, node = recorded
-        if hash_name != HASH_NAME:
+        if hash_name not in PLACEMENTS.values():
             raise RebalanceError(f"{self.prefix}node was made with shard hash "
                                  f"{hash_name!r}, which this meshmq does not know")
-        return shards, node
+        return shards, node, hash_name
 
-    def record(self, count: int, node: str) -> None:
+    def record(self, count: int, node: str, placement: str) -> None:
         from meshmq.store.postgres import record_layout
 
-        record_layout(self._conn, self.prefix, count, node)
+        record_layout(self._conn, self.prefix, count, node, placement)
 
     def discard(self, loc: int) -> None:
         """Nothing to delete: every key of a store no shard uses has left it (its
@@ -326,12 +332,19 @@ class _PostgresLocations:
 
 class Rebalance:
     def __init__(self, data: Path, count: int, *, store_directory: Path | None = None,
-                 node: str = "meshmq", postgres: tuple[str, str] | None = None) -> None:
+                 node: str = "meshmq", postgres: tuple[str, str] | None = None,
+                 placement: str | None = None) -> None:
         if not 1 <= count <= MAX_SHARDS:
             raise RebalanceError(f"--to must be between 1 and {MAX_SHARDS}, not {count}")
+        if placement is not None and placement not in PLACEMENTS.values():
+            raise RebalanceError(f"unknown placement scheme {placement!r}")
         self.data = data
         self.count = count
         self.node = node
+        # The scheme to lay the stores out by; None: the one they have (hash for one
+        # process's store).
+        self._asked_placement = placement
+        self.placement = placement or HASH_NAME
         self._where: _Locations = (_JournalLocations(data, store_directory)
                                    if postgres is None else _PostgresLocations(*postgres))
         self._stores: dict[int, Store] = {}
@@ -375,15 +388,20 @@ class Rebalance:
         report.seconds = time.monotonic() - started
         return report
 
-    def _old_count(self) -> int:
-        count, node = self._where.layout()
+    def _old_layout(self) -> tuple[int, str]:
+        count, node, placement = self._where.layout()
         self.node = node or self.node
-        return count
+        self.placement = self._asked_placement or placement
+        return count, placement
 
     async def _start(self) -> RebalanceReport:
-        old = self._old_count()
+        old, was = self._old_layout()
         report = RebalanceReport(old, self.count, resumed=False)
-        if old == self.count:
+        # One shard owns everything, whatever the scheme.
+        changes_placement = was != self.placement and old > 1 and self.count > 1
+        if changes_placement:
+            report.placements = (was, self.placement)
+        if old == self.count and not changes_placement:
             return report  # nothing changes owner; nothing is written
         sources = [loc for loc in targets_of(old) if self._where.exists(loc)]
         locations = sorted(set(sources) | set(targets_of(self.count)))
@@ -391,10 +409,10 @@ class Rebalance:
         for loc in locations:
             if loc in sources or self._where.exists(loc):
                 stored[loc] = self._describe(loc)
-        the_plan = plan(stored, self.count, self.node)
+        the_plan = plan(stored, self.count, self.node, self.placement)
         self._write_journal({"from": old, "to": self.count, "node": self.node,
-                             "phase": "copy", "plan": _encode(the_plan),
-                             "sources": sources})
+                             "placement": self.placement, "phase": "copy",
+                             "plan": _encode(the_plan), "sources": sources})
         await self._finish(the_plan, old, sources, report)
         return report
 
@@ -405,6 +423,13 @@ class Rebalance:
                                  f"'meshmq shards rebalance --to {to}' to finish it first")
         old = int(str(journal["from"]))
         self.node = str(journal.get("node", self.node))
+        placement = str(journal.get("placement", HASH_NAME))
+        if self._asked_placement is not None and placement != self._asked_placement:
+            raise RebalanceError(
+                f"a rebalance to placement {placement_word(placement)!r} was interrupted: "
+                f"run 'meshmq shards rebalance --to {to} --placement "
+                f"{placement_word(placement)}' to finish it first")
+        self.placement = placement
         the_plan = _decode(journal["plan"])
         sources = [int(s) for s in journal["sources"]]  # type: ignore[attr-defined]
         report = RebalanceReport(old, self.count, resumed=True)
@@ -572,7 +597,7 @@ class Rebalance:
     async def _commit(self, old: int, sources: list[int]) -> None:
         """Record the new count, delete the stores no shard uses any more, and end the
         journal."""
-        self._where.record(self.count, self.node)
+        self._where.record(self.count, self.node, self.placement)
         keep = set(targets_of(self.count))
         gone = [loc for loc in sources if loc not in keep]
         for loc in gone:
@@ -651,9 +676,10 @@ def _sync_dir(path: Path) -> None:
 
 
 def rebalance(data: Path, count: int, *, store_directory: Path | None = None,
-              node: str = "meshmq", postgres: tuple[str, str] | None = None
-              ) -> RebalanceReport:
-    """Move ``data``'s node to ``count`` shards (``postgres``: the DSN and table prefix
-    of a node on PostgreSQL, whose stores are there instead)."""
+              node: str = "meshmq", postgres: tuple[str, str] | None = None,
+              placement: str | None = None) -> RebalanceReport:
+    """Move ``data``'s node to ``count`` shards placed by scheme ``placement`` (None:
+    the one the stores have); ``postgres``: the DSN and table prefix of a node on
+    PostgreSQL, whose stores are there instead."""
     return asyncio.run(Rebalance(data, count, store_directory=store_directory,
-                                 node=node, postgres=postgres).run())
+                                 node=node, postgres=postgres, placement=placement).run())

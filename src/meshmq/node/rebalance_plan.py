@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from meshmq.core.destinations import Destination, DestKind
-from meshmq.core.shards import client_owner, owner
+from meshmq.core.shards import HASH_NAME, client_owner, owner
 from meshmq.errors import MeshmqError
 from meshmq.store.base import DurableSubscription
 
@@ -116,7 +116,8 @@ def is_spread(record: DurableSubscription) -> bool:
     return len(patterns) > 1 or patterns[0].is_wildcard
 
 
-def home(stored: StoredKey, count: int, node: str, here: int) -> int | None:
+def home(stored: StoredKey, count: int, node: str, here: int,
+         placement: str = HASH_NAME) -> int | None:
     """The location ``stored`` belongs to under ``count`` shards, or None for a spread
     durable subscription (placed entry by entry)."""
     key = stored.key
@@ -128,11 +129,12 @@ def home(stored: StoredKey, count: int, node: str, here: int) -> int | None:
     if stored.durable is not None:
         if is_spread(stored.durable):
             return None
-        return _location(owner(_patterns(stored.durable)[0], count, node=node), count)
+        first = _patterns(stored.durable)[0]
+        return _location(owner(first, count, node=node, placement=placement), count)
     for prefix, kind in _PLACED_PREFIXES:
         if key.startswith(prefix):
             return _location(owner(Destination(kind, key[len(prefix):]), count,
-                                   node=node), count)
+                                   node=node, placement=placement), count)
     if key.startswith(SESSION_PREFIX):
         return _location(client_owner(key[len(SESSION_PREFIX):], count), count)
     try:
@@ -140,22 +142,25 @@ def home(stored: StoredKey, count: int, node: str, here: int) -> int | None:
     except MeshmqError:
         dest = None
     if dest is not None and not dest.is_wildcard:
-        return _location(owner(dest, count, node=node), count)
+        return _location(owner(dest, count, node=node, placement=placement), count)
     # A record or a key this meshmq does not place: kept in place.
     targets = targets_of(count)
     return here if here in targets else targets[0]
 
 
-def record_targets(record: DurableSubscription, count: int, node: str) -> list[int]:
+def record_targets(record: DurableSubscription, count: int, node: str,
+                   placement: str = HASH_NAME) -> list[int]:
     """Where a spread durable subscription's record must be: every target for a
     wildcard, the owners of its topics otherwise."""
     patterns = _patterns(record)
     if any(p.is_wildcard for p in patterns):
         return targets_of(count)
-    return sorted({_location(owner(p, count, node=node), count) for p in patterns})
+    return sorted({_location(owner(p, count, node=node, placement=placement), count)
+                   for p in patterns})
 
 
-def plan(stores: Mapping[int, Sequence[StoredKey]], count: int, node: str) -> Plan:
+def plan(stores: Mapping[int, Sequence[StoredKey]], count: int, node: str,
+         placement: str = HASH_NAME) -> Plan:
     """The moves that give every stored key its home under ``count`` shards.
     ``stores``: every existing store location (old ones and new ones) and its keys."""
     result = Plan()
@@ -166,7 +171,7 @@ def plan(stores: Mapping[int, Sequence[StoredKey]], count: int, node: str) -> Pl
     claimed: set[tuple[int, str]] = set()  # (target, key) a whole move fills
     for loc in sorted(stores):
         for stored in stores[loc]:
-            where = home(stored, count, node, loc)
+            where = home(stored, count, node, loc, placement)
             if where is None:
                 assert stored.durable is not None
                 spread_records.setdefault(stored.key, (loc, stored.durable))
@@ -177,7 +182,7 @@ def plan(stores: Mapping[int, Sequence[StoredKey]], count: int, node: str) -> Pl
                     except MeshmqError:
                         dest = None
                     to = loc if dest is None else _location(
-                        owner(dest, count, node=node), count)
+                        owner(dest, count, node=node, placement=placement), count)
                     if to == loc and loc not in targets:
                         to = targets[0]
                     if to != loc:
@@ -212,7 +217,7 @@ def plan(stores: Mapping[int, Sequence[StoredKey]], count: int, node: str) -> Pl
             claimed.add((where, stored.key))
             result.moves.append(move)
     for key, (source, record) in sorted(spread_records.items()):
-        for to in record_targets(record, count, node):
+        for to in record_targets(record, count, node, placement):
             there = held.get(to, {}).get(key)
             if there is None or there.durable is None:
                 result.record_copies.append(RecordCopy(key, source, to))

@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from meshmq.config.model import BrokerConfig, HaConfig
-from meshmq.core.shards import ShardIdentity
+from meshmq.core.shards import PLACEMENTS, ShardIdentity
 from meshmq.errors import ConfigError, MeshmqError
 from meshmq.ha.controller import HaController
 from meshmq.ha.replica_node import NodeElection, shard_ha
@@ -186,6 +186,9 @@ class Supervisor:
         self.log_level = log_level
         self.count = config.shards
         self.token = secrets.token_hex(16)  # this boot's shard-link secret
+        # The placement scheme the stores are laid out by (checked against the
+        # recorded one before any shard starts).
+        self.placement = PLACEMENTS[config.sharding.placement]
         self.shards = [_Shard(k) for k in range(self.count)]
         self.ports: NodePorts | None = None
         self.run_dir: Path | None = None
@@ -253,7 +256,8 @@ class Supervisor:
     def identity(self, index: int) -> ShardIdentity:
         assert self.run_dir is not None
         return ShardIdentity(index=index, count=self.count, node=self.config.broker_name,
-                             run_dir=str(self.run_dir), token=self.token)
+                             run_dir=str(self.run_dir), token=self.token,
+                             placement=self.placement)
 
     @property
     def addresses(self) -> dict[str, tuple[str, int]]:
@@ -288,10 +292,11 @@ class Supervisor:
         database's lock is taken here: a slave waits for the lease, not for it."""
         if self.database is not None:
             self.database.open()
-            self.database.check(self.count, self.config.broker_name)
+            self.database.check(self.count, self.config.broker_name, self.placement)
             return
         check_layout(self.config.data_directory, self.count, self.config.broker_name,
-                     self.config.store_directory, persistent=self.config.persistent)
+                     self.config.store_directory, persistent=self.config.persistent,
+                     placement=self.placement)
 
     async def start(self) -> None:
         if isinstance(self.ha, NodeElection):

@@ -56,7 +56,7 @@ import psycopg
 
 from meshmq.core import message_codec as codec
 from meshmq.core.message import Message
-from meshmq.core.shards import HASH_NAME
+from meshmq.core.shards import HASH_NAME, PLACEMENTS, placement_word
 from meshmq.errors import StoreError
 from meshmq.store.base import (
     AddMessage,
@@ -149,7 +149,7 @@ def tables_hold_data(conn: psycopg.Connection[Any], prefix: str) -> bool:
 
 
 def check_node_layout(conn: psycopg.Connection[Any], prefix: str, shards: int,
-                      node: str) -> str | None:
+                      node: str, placement: str = HASH_NAME) -> str | None:
     """Refuse ``shards`` shards (1: one broker process on ``prefix``'s own tables) on a
     database whose tables were made for another count: the refusal's one line, or None
     once the count is recorded in ``<prefix>node`` (removed again for one process).
@@ -169,30 +169,38 @@ def check_node_layout(conn: psycopg.Connection[Any], prefix: str, shards: int,
         conn.execute(f"CREATE TABLE IF NOT EXISTS {p}node (id integer PRIMARY KEY, "
                      f"shards integer NOT NULL, hash text NOT NULL, node text NOT NULL)")
         row = conn.execute(f"SELECT shards, hash FROM {p}node WHERE id = 1").fetchone()
-        recorded, hash_name = (int(row[0]), str(row[1])) if row else (None, HASH_NAME)
+        recorded, hash_name = (int(row[0]), str(row[1])) if row else (None, placement)
         where = f"the PostgreSQL store {p!r} ({p}node)"
-        if hash_name != HASH_NAME:
+        if hash_name not in PLACEMENTS.values():
             return (f"{where} was made with shard hash {hash_name!r}, which this meshmq "
-                    f"does not know (it uses {HASH_NAME!r}): run the meshmq version that "
-                    "made it")
+                    f"does not know (it knows {', '.join(map(repr, PLACEMENTS.values()))})"
+                    ": run the meshmq version that made it")
         rebalance = "or move them with 'meshmq shards rebalance --config FILE --to N'"
-        if recorded is not None and recorded != shards and any(
-                tables_hold_data(conn, shard_prefix(p, k)) for k in range(recorded)):
+        holding = recorded is not None and any(
+            tables_hold_data(conn, shard_prefix(p, k)) for k in range(recorded))
+        if recorded is not None and recorded != shards and holding:
             return (f"{where} holds the tables of a node of {recorded} shards; with "
                     f"{shards} shard{'s' if shards > 1 else ''} stored destinations would "
                     f"change owner: start with --shards {recorded} (or [broker] shards = "
                     f"{recorded}), give this broker another store.table_prefix, "
                     f"{rebalance}")
+        if shards > 1 and hash_name != placement and holding:
+            was, want = placement_word(hash_name), placement_word(placement)
+            return (f"{where} holds the tables of a node placed by {was!r}; with [shards] "
+                    f"placement = {want!r} stored destinations would change owner: set "
+                    f"placement = {was!r}, or move them with 'meshmq shards rebalance "
+                    f"--config FILE --to {shards} --placement {want}'")
         if recorded is None and shards > 1 and tables_hold_data(conn, p):
             return (f"the PostgreSQL store {p!r} holds a one-process store: start without "
                     f"--shards (shards = 1), give the node another store.table_prefix, "
                     f"{rebalance}")
         if shards == 1:
             conn.execute(f"DELETE FROM {p}node")
-        elif recorded != shards:
+        elif recorded != shards or hash_name != placement:
             conn.execute(f"INSERT INTO {p}node (id, shards, hash, node) VALUES (1, %s, %s, "
                          f"%s) ON CONFLICT (id) DO UPDATE SET shards = EXCLUDED.shards, "
-                         f"node = EXCLUDED.node", (shards, HASH_NAME, node))
+                         f"hash = EXCLUDED.hash, node = EXCLUDED.node",
+                         (shards, placement, node))
     return None
 
 
@@ -235,8 +243,9 @@ def recorded_layout(conn: psycopg.Connection[Any], prefix: str
 
 
 def record_layout(conn: psycopg.Connection[Any], prefix: str, shards: int,
-                  node: str) -> None:
-    """Record ``shards`` as the count the tables are laid out for (1: none recorded)."""
+                  node: str, placement: str = HASH_NAME) -> None:
+    """Record ``shards`` (placed by scheme ``placement``) as the layout of the tables
+    (1: none recorded)."""
     p = check_prefix(prefix)
     if shards == 1:
         if _table_exists(conn, f"{p}node"):
@@ -246,7 +255,7 @@ def record_layout(conn: psycopg.Connection[Any], prefix: str, shards: int,
                  f"shards integer NOT NULL, hash text NOT NULL, node text NOT NULL)")
     conn.execute(f"INSERT INTO {p}node (id, shards, hash, node) VALUES (1, %s, %s, %s) "
                  f"ON CONFLICT (id) DO UPDATE SET shards = EXCLUDED.shards, "
-                 f"hash = EXCLUDED.hash, node = EXCLUDED.node", (shards, HASH_NAME, node))
+                 f"hash = EXCLUDED.hash, node = EXCLUDED.node", (shards, placement, node))
 
 
 def read_rebalance(conn: psycopg.Connection[Any], prefix: str) -> dict[str, Any] | None:

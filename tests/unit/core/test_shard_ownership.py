@@ -8,14 +8,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from meshmq.config.model import SHARD_PLACEMENTS
 from meshmq.core.destinations import Destination, DestKind
 from meshmq.core.shards import (
     FRONT_SHARD,
     HASH_NAME,
+    NUMBERED_NAME,
+    PLACEMENTS,
     ShardIdentity,
     client_owner,
     jump_hash,
+    numbered_member,
     owner,
+    placement_word,
     temp_name,
     temp_shard,
 )
@@ -125,3 +130,97 @@ def test_a_shard_identity_knows_its_sockets_and_what_it_owns() -> None:
 def test_a_shard_identity_out_of_range_is_a_config_error(index: int, count: int) -> None:
     with pytest.raises(ConfigError):
         ShardIdentity(index=index, count=count, node="n", run_dir="/r", token="t")
+
+
+# --------------------------------------------------------------- numbered placement
+
+# Pinned as GOLDEN is, under NUMBERED_NAME: a change moves stored destinations.
+GOLDEN_NUMBERED = {
+    "queue://orders.0": [0, 1, 1, 1, 1, 5, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6],
+    "queue://orders.1": [0, 0, 2, 2, 2, 0, 0, 7, 7, 7, 7, 7, 7, 7, 7, 7],
+    "queue://orders.15": [0, 0, 1, 0, 1, 2, 0, 5, 3, 1, 10, 9, 8, 7, 6, 5],
+    "topic://sensors/7": [0, 0, 2, 0, 3, 0, 5, 4, 3, 2, 1, 0, 6, 5, 4, 3],
+}
+
+
+@pytest.mark.parametrize("uri", sorted(GOLDEN_NUMBERED))
+def test_numbered_owners_are_pinned_for_one_to_sixteen_shards(uri: str) -> None:
+    assert [owner(dest(uri), n, placement=NUMBERED_NAME)
+            for n in range(1, 17)] == GOLDEN_NUMBERED[uri]
+    assert NUMBERED_NAME == "jump-blake2b-numbered-1"
+
+
+families = st.text(st.characters(exclude_categories=["Cs", "Nd"], exclude_characters="*>"),
+                   max_size=20)
+
+
+@given(family=families, first=st.integers(0, 10**6), members=st.integers(1, 200),
+       count=st.integers(1, 64))
+def test_a_numbered_family_spreads_over_the_shards_within_one(
+        family: str, first: int, members: int, count: int) -> None:
+    per = collections.Counter(
+        owner(Destination(DestKind.QUEUE, f"{family}{n}"), count, placement=NUMBERED_NAME)
+        for n in range(first, first + members))
+    if members >= count:
+        assert len(per) == count
+    assert max(per.values()) - min(per.values()) <= 1
+    assert max(per.values()) == -(-members // count)
+
+
+def test_numbered_placement_gives_a_family_of_sixty_four_four_queues_a_shard() -> None:
+    """Where a hash of each name leaves the busiest of 16 shards about twice the mean."""
+    for family in ("bench.r1234x99.", "orders-", "q"):
+        per = collections.Counter(owner(dest(f"queue://{family}{n}"), 16,
+                                        placement=NUMBERED_NAME) for n in range(64))
+        assert sorted(per.values()) == [4] * 16
+    hashed = collections.Counter(owner(dest(f"queue://orders-{n}"), 16) for n in range(64))
+    assert max(hashed.values()) > 4
+
+
+@pytest.mark.parametrize("name", ["orders", "orders.eu", "q1234567890", "orders.\u0663",
+                                  "", "a.b-c"])
+def test_a_name_without_a_short_ascii_number_is_hashed_whole(name: str) -> None:
+    assert numbered_member(name) is None
+    if name:
+        for count in (2, 5, 16):
+            assert owner(Destination(DestKind.QUEUE, name), count,
+                         placement=NUMBERED_NAME) == owner(Destination(DestKind.QUEUE, name),
+                                                           count)
+
+
+def test_a_member_number_is_the_trailing_digits() -> None:
+    assert numbered_member("orders.007") == ("orders.", 7)
+    assert numbered_member("sensors/12") == ("sensors/", 12)
+    assert numbered_member("42") == ("", 42)
+    assert numbered_member("x999999999") == ("x", 999_999_999)
+
+
+def test_a_family_of_queues_and_one_of_topics_are_placed_apart() -> None:
+    starts = {(owner(dest(f"queue://f{i}.0"), 16, placement=NUMBERED_NAME),
+               owner(dest(f"topic://f{i}.0"), 16, placement=NUMBERED_NAME)) for i in range(50)}
+    assert any(q != t for q, t in starts)
+
+
+def test_numbered_placement_keeps_the_rules_for_temporary_and_advisory_topics() -> None:
+    name = temp_name("node-a", 3, "18c2f", "c-17", 4)
+    assert owner(Destination(DestKind.TEMP_QUEUE, name), 4, node="node-a",
+                 placement=NUMBERED_NAME) == 3
+    advisory = dest("topic://ActiveMQ.Advisory.Consumer.Queue.orders.5")
+    assert owner(advisory, 16, placement=NUMBERED_NAME) == owner(
+        dest("queue://orders.5"), 16, placement=NUMBERED_NAME)
+
+
+def test_a_shard_identity_owns_by_its_placement() -> None:
+    me = ShardIdentity(index=1, count=4, node="n", run_dir="/r", token="t",
+                       placement=NUMBERED_NAME)
+    owned = [n for n in range(8) if me.owns(dest(f"queue://jobs.{n}"))]
+    assert len(owned) == 2 and owned[1] - owned[0] == 4
+    with pytest.raises(ConfigError, match="placement"):
+        ShardIdentity(index=0, count=2, node="n", run_dir="/r", token="t", placement="x")
+
+
+def test_the_configuration_words_name_the_recorded_schemes() -> None:
+    assert tuple(PLACEMENTS) == SHARD_PLACEMENTS
+    assert PLACEMENTS["hash"] == HASH_NAME
+    assert [placement_word(PLACEMENTS[w]) for w in SHARD_PLACEMENTS] == list(SHARD_PLACEMENTS)
+    assert placement_word("other-9") == "other-9"

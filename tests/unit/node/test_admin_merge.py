@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from meshmq.core.destinations import Destination
-from meshmq.core.shards import owner, temp_name
+from meshmq.core.shards import NUMBERED_NAME, owner, temp_name
 from meshmq.node.admin_merge import (
     NO_ATTRIBUTE,
     Answer,
@@ -85,6 +85,25 @@ def test_a_temporary_destination_belongs_to_the_shard_its_name_says() -> None:
     assert destination_owner("queue", owned_by(1, "x"), 2, NODE) == 1
     assert destination_owner("queues", "x", 2, NODE) is None  # refused as one broker
     assert destination_owner("queue", "a.*", 2, NODE) is None
+
+
+def test_admin_requests_go_to_the_owner_under_the_node_s_placement() -> None:
+    """Under numbered placement jobs.0 ... jobs.7 alternate between two shards; a
+    request about one goes to its owner, which a hash of its name often is not."""
+    numbered = [destination_owner("queue", f"jobs.{n}", 2, NODE, NUMBERED_NAME)
+                for n in range(8)]
+    assert numbered == [(numbered[0] + n) % 2 for n in range(8)]
+    hashed = [destination_owner("queue", f"jobs.{n}", 2, NODE) for n in range(8)]
+    assert hashed == [owner(Destination.parse_uri(f"queue://jobs.{n}"), 2) for n in range(8)]
+    assert hashed != numbered
+    bean = ("org.apache.activemq:type=Broker,brokerName=n,destinationType=Queue,"
+            "destinationName=jobs.3")
+    assert jolokia_plan({"type": "read", "mbean": bean}, 2, NODE, NUMBERED_NAME) == \
+        JolokiaPlan(numbered[3])
+    rows = [Answer(k, 200, {"destinations": [{"type": "queue", "name": "jobs.3",
+                                              "depth": k}]}) for k in range(2)]
+    merged = merge_destinations(rows, 2, NODE, NUMBERED_NAME)
+    assert [(r["name"], r["shard"]) for r in merged] == [("jobs.3", numbered[3])]
 
 
 @pytest.mark.parametrize("shard,local", [(0, "c1"), (1, "c42"), (12, "c3")])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from meshmq.core.shards import HASH_NAME
+from meshmq.core.shards import HASH_NAME, NUMBERED_NAME
 from meshmq.node.layout import (
     LayoutError,
     NodeLayout,
@@ -105,6 +105,35 @@ def test_an_unknown_hash_is_refused(tmp_path: Path) -> None:
         {"shards": 2, "hash": "other-hash-9", "node": "n"}))
     with pytest.raises(LayoutError, match="other-hash-9"):
         check_layout(tmp_path, 2, "n", tmp_path / "journal")
+
+
+def test_a_fresh_node_records_its_placement(tmp_path: Path) -> None:
+    check_layout(tmp_path, 2, "n", tmp_path / "journal", placement=NUMBERED_NAME)
+    assert read_shards_file(tmp_path) == NodeLayout(2, NUMBERED_NAME, "n")
+    _store(shard_directory(tmp_path, 0) / "journal")
+    check_layout(tmp_path, 2, "n", tmp_path / "journal", placement=NUMBERED_NAME)
+    assert read_shards_file(tmp_path) == NodeLayout(2, NUMBERED_NAME, "n")
+
+
+@pytest.mark.parametrize(("made", "asked", "word"), [(HASH_NAME, NUMBERED_NAME, "numbered"),
+                                                     (NUMBERED_NAME, HASH_NAME, "hash")])
+def test_another_placement_over_stored_data_is_refused_naming_the_rebalance(
+        tmp_path: Path, made: str, asked: str, word: str) -> None:
+    check_layout(tmp_path, 2, "n", tmp_path / "journal", placement=made)
+    _store(shard_directory(tmp_path, 1) / "journal")
+    with pytest.raises(LayoutError) as err:
+        check_layout(tmp_path, 2, "n", tmp_path / "journal", placement=asked)
+    line = str(err.value)
+    assert "\n" not in line and f"placement = {word!r}" in line
+    assert f"--to 2 --placement {word}" in line
+    assert read_shards_file(tmp_path) == NodeLayout(2, made, "n")
+
+
+def test_another_placement_with_nothing_stored_is_recorded(tmp_path: Path) -> None:
+    check_layout(tmp_path, 2, "n", tmp_path / "journal")
+    shard_directory(tmp_path, 0).mkdir()  # made, never written
+    check_layout(tmp_path, 2, "n", tmp_path / "journal", placement=NUMBERED_NAME)
+    assert read_shards_file(tmp_path) == NodeLayout(2, NUMBERED_NAME, "n")
 
 
 def test_the_run_directory_is_private(tmp_path: Path) -> None:

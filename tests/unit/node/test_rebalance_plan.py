@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from meshmq.core.destinations import Destination
-from meshmq.core.shards import client_owner, owner
+from meshmq.core.shards import HASH_NAME, NUMBERED_NAME, client_owner, owner
 from meshmq.node.rebalance_plan import (
     PLAIN,
     SESSION_PREFIX,
@@ -120,6 +120,41 @@ def test_growing_by_one_moves_only_to_the_new_shard(
 def test_the_same_count_moves_nothing(layout: tuple[int, dict[int, list[StoredKey]]]) -> None:
     old, held = layout
     assert plan(held, old, NODE).empty
+
+
+numbered_names = st.tuples(names, st.integers(0, 40)).map(lambda t: f"{t[0]}{t[1]}")
+
+
+@st.composite
+def numbered_stores(draw: st.DrawFn) -> tuple[int, str, dict[int, list[StoredKey]]]:
+    """A node of ``old`` shards under either placement whose queues (many of them
+    numbered) sit on their owners."""
+    old = draw(st.integers(min_value=2, max_value=9))
+    was = draw(st.sampled_from([HASH_NAME, NUMBERED_NAME]))
+    queues = draw(st.sets(st.one_of(names, numbered_names), max_size=40))
+    held: dict[int, list[StoredKey]] = {loc: [] for loc in targets_of(old)}
+    for q in sorted(queues):
+        uri = f"queue://{q}"
+        held[owner(Destination.parse_uri(uri), old, node=NODE, placement=was)].append(
+            StoredKey(uri, 2))
+    return old, was, held
+
+
+@given(numbered_stores(), st.integers(min_value=1, max_value=9),
+       st.sampled_from([HASH_NAME, NUMBERED_NAME]))
+def test_every_key_ends_on_its_owner_under_the_new_placement(
+        layout: tuple[int, str, dict[int, list[StoredKey]]], new: int, placement: str) -> None:
+    old, was, held = layout
+    result = plan(held, new, NODE, placement)
+    where = {s.key: loc for loc, keys in held.items() for s in keys}
+    for move in result.moves:
+        assert where[move.key] == move.source
+        where[move.key] = move.target
+    for key, loc in where.items():
+        assert loc == _loc(owner(Destination.parse_uri(key), new, node=NODE,
+                                 placement=placement), new), key
+    if new == old and placement == was:
+        assert result.empty
 
 
 @given(st.integers(min_value=2, max_value=6), st.integers(min_value=1, max_value=6),
