@@ -7,10 +7,11 @@
 # the core count) and, packed, to $OUT when the device tool sets it.
 #
 #   bash bench/device-run.sh check      # the build imports, brokers run; under a minute
-#   bash bench/device-run.sh scaling    # bench/scaling.py 1..16 shards + bridge one hop
+#   bash bench/device-run.sh scaling    # bench/scaling.py 1..16 shards (hash placement,
+#                                       # then numbered) + bridge one hop
 #   bash bench/device-run.sh links      # bench/shard_links.py, STOMP and MQTT
 #
-# Each part keeps to about 6 minutes on 16 cores, inside the tool's 10 minutes a call.
+# Each part keeps to about 8 minutes on 16 cores, inside the tool's 10 minutes a call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 part=${1:-check}
@@ -37,6 +38,7 @@ case $part in
         run 90 bench/scaling.py --quick --shards 1 2 ;;
     scaling)
         run 200 bench/scaling.py --shards 1 2 4 8 16 --count 2000000
+        run 120 bench/scaling.py --shards 1 16 --count 3000000 --placement numbered
         run 150 bench/network_bench.py --only single-np 1hop-np --repeat 3 --rev worktree \
             --out "$(date +%F)-network-$(nproc)cores" ;;
     links)
