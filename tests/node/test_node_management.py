@@ -108,8 +108,10 @@ def test_a_missing_shard_is_shown_down_and_the_others_are_summed(tmp_path: Path)
         assert stat["connections"] == 3 and stat["destinations"][0]["depth"] == 3
         assert [s["state"] for s in stat["shards"]] == ["up", "down"]
         async with client.get(f"{url}/api/shards") as resp:
-            shards = (await resp.json())["shards"]
-        assert [(s["pid"], s["answering"]) for s in shards] == [(100, False), (101, False)]
+            doc = await resp.json()
+        assert (doc["count"], doc["placement"]) == (2, "hash")
+        assert [(s["pid"], s["answering"]) for s in doc["shards"]] == [(100, False),
+                                                                       (101, False)]
 
     _run(tmp_path, {0: _shard_app(3)}, scenario)
 

@@ -235,6 +235,7 @@ def test_numbered_placement_needs_a_rebalance_that_moves_each_queue_to_its_numbe
     try:
         kept = _destination_shards(node.ports["management"])
         assert {q: kept.get(q) for q in QUEUES} == expected
+        assert node.api("/api/shards")["placement"] == "numbered"
     finally:
         assert node.terminate() == 0
     _check_node(tmp_path, data, 2, NUMBERED)

@@ -109,4 +109,5 @@ async def shards_document(face: NodeManagement, request: web.Request) -> web.Res
     rows = [{**row, "management_socket": face.socket_of(row["shard"])}
             for row in shard_rows(face.rows(), answers, destinations, meter)]
     return reply({"broker": face.config.broker_name, "count": face.count,
+                  "placement": face.config.sharding.placement,
                   "shards": rows, "totals": shard_totals(rows)})
