@@ -52,10 +52,21 @@ GOLDEN = {
 }
 
 
-@pytest.mark.parametrize("uri", sorted(GOLDEN))
-def test_owners_are_pinned_for_one_to_sixteen_shards(uri: str) -> None:
-    assert [owner(dest(uri), n) for n in range(1, 17)] == GOLDEN[uri]
-    assert HASH_NAME == "jump-blake2b-1"
+# The same, under numbered placement (NUMBERED_NAME in shards.json).
+GOLDEN_NUMBERED = {
+    "queue://orders.0": [0, 1, 1, 1, 1, 5, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6],
+    "queue://orders.1": [0, 0, 2, 2, 2, 0, 0, 7, 7, 7, 7, 7, 7, 7, 7, 7],
+    "queue://orders.15": [0, 0, 1, 0, 1, 2, 0, 5, 3, 1, 10, 9, 8, 7, 6, 5],
+    "topic://sensors/7": [0, 0, 2, 0, 3, 0, 5, 4, 3, 2, 1, 0, 6, 5, 4, 3],
+}
+PINNED = {HASH_NAME: GOLDEN, NUMBERED_NAME: GOLDEN_NUMBERED}
+
+
+@pytest.mark.parametrize(("scheme", "uri"), [(scheme, uri) for scheme, table in PINNED.items()
+                                             for uri in sorted(table)])
+def test_owners_are_pinned_for_one_to_sixteen_shards(scheme: str, uri: str) -> None:
+    assert [owner(dest(uri), n, placement=scheme) for n in range(1, 17)] == PINNED[scheme][uri]
+    assert (HASH_NAME, NUMBERED_NAME) == ("jump-blake2b-1", "jump-blake2b-numbered-1")
 
 
 def test_a_queue_and_a_topic_of_one_name_are_owned_independently() -> None:
@@ -133,21 +144,6 @@ def test_a_shard_identity_out_of_range_is_a_config_error(index: int, count: int)
 
 
 # --------------------------------------------------------------- numbered placement
-
-# Pinned as GOLDEN is, under NUMBERED_NAME: a change moves stored destinations.
-GOLDEN_NUMBERED = {
-    "queue://orders.0": [0, 1, 1, 1, 1, 5, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6],
-    "queue://orders.1": [0, 0, 2, 2, 2, 0, 0, 7, 7, 7, 7, 7, 7, 7, 7, 7],
-    "queue://orders.15": [0, 0, 1, 0, 1, 2, 0, 5, 3, 1, 10, 9, 8, 7, 6, 5],
-    "topic://sensors/7": [0, 0, 2, 0, 3, 0, 5, 4, 3, 2, 1, 0, 6, 5, 4, 3],
-}
-
-
-@pytest.mark.parametrize("uri", sorted(GOLDEN_NUMBERED))
-def test_numbered_owners_are_pinned_for_one_to_sixteen_shards(uri: str) -> None:
-    assert [owner(dest(uri), n, placement=NUMBERED_NAME)
-            for n in range(1, 17)] == GOLDEN_NUMBERED[uri]
-    assert NUMBERED_NAME == "jump-blake2b-numbered-1"
 
 
 families = st.text(st.characters(exclude_categories=["Cs", "Nd"], exclude_characters="*>"),
