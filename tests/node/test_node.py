@@ -63,7 +63,7 @@ def test_connections_to_one_port_land_on_both_shards(node: NodeProcess) -> None:
                                check=False, capture_output=True, text=True, timeout=60)
         assert shown.returncode == 0, shown.stderr
         assert f"broker node  connections {CONNECTIONS}" in shown.stdout
-        assert "shards 2  up 2\n" in shown.stdout
+        assert "shards 2  up 2  placement hash\n" in shown.stdout
     finally:
         for s in socks:
             s.close()

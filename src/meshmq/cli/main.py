@@ -336,7 +336,9 @@ def cmd_stat(args: argparse.Namespace) -> int:
           f"{stat['memory']['used']}/{stat['memory']['limit']} ({stat['memory']['percent']}%)")
     if shards:  # which of them answered
         down = [str(s["shard"]) for s in shards if s.get("state") != "up"]
+        placement = node.get("placement")
         print(f"shards {len(shards)}  up {len(shards) - len(down)}"
+              + (f"  placement {placement}" if placement else "")
               + (f"  not answering: {', '.join(down)}" if down else ""))
         print(shard_tables(rows, node.get("totals")))
     _print_stat(stat)
