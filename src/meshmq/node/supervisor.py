@@ -326,9 +326,11 @@ class Supervisor:
 
     def _log_started(self) -> None:
         assert self.ports is not None
-        log.info("meshmq node %r started: %d shards on %s", self.config.broker_name,
-                 self.count, ", ".join(f"{lst.protocol}://{lst.host}:{lst.port}"
-                                       for lst in self.ports.listeners))
+        log.info("meshmq node %r started: %d shards on %s (placement %s)",
+                 self.config.broker_name, self.count,
+                 ", ".join(f"{lst.protocol}://{lst.host}:{lst.port}"
+                           for lst in self.ports.listeners),
+                 self.config.sharding.placement)
 
     async def _start_shards(self, *, raise_failure: bool = True) -> bool:
         """Start every shard and wait for their first start; a failure raises its
