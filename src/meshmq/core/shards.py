@@ -45,6 +45,7 @@ HASH_NAME = "jump-blake2b-1"
 NUMBERED_NAME = "jump-blake2b-numbered-1"
 # ``[shards] placement`` words and the scheme each records in a store's layout.
 PLACEMENTS: dict[str, str] = {"hash": HASH_NAME, "numbered": NUMBERED_NAME}
+SCHEMES = frozenset(PLACEMENTS.values())
 _NUMBER_DIGITS = 9  # a longer trailing number is a name's part, not a member number
 _ASCII_DIGITS = frozenset("0123456789")
 FRONT_SHARD = 0
@@ -90,6 +91,14 @@ def placement_word(scheme: str) -> str:
         if name == scheme:
             return word
     return scheme
+
+
+def unknown_scheme(where: object, scheme: str) -> str:
+    """The one-line refusal of a layout recorded (at ``where``) with a scheme this
+    meshmq does not know."""
+    known = ", ".join(repr(s) for s in PLACEMENTS.values())
+    return (f"{where} was made with shard hash {scheme!r}, which this meshmq does not "
+            f"know (it knows {known}): run the meshmq version that made it")
 
 
 def numbered_member(name: str) -> tuple[str, int] | None:
@@ -199,7 +208,7 @@ class ShardIdentity:
             raise ConfigError(f"shards must be between 1 and {MAX_SHARDS}, not {self.count}")
         if not 0 <= self.index < self.count:
             raise ConfigError(f"shard index {self.index} is outside 0..{self.count - 1}")
-        if self.placement not in PLACEMENTS.values():
+        if self.placement not in SCHEMES:
             raise ConfigError(f"unknown shard placement scheme {self.placement!r}")
 
     @property

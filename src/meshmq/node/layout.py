@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from meshmq.core.shards import HASH_NAME, PLACEMENTS, placement_word
+from meshmq.core.shards import HASH_NAME, SCHEMES, placement_word, unknown_scheme
 from meshmq.errors import MeshmqError
 
 __all__ = ["REBALANCE_FILE", "RUN_DIR", "SHARDS_FILE", "LayoutError", "NodeDatabase",
@@ -142,11 +142,8 @@ def check_layout(data: Path, shards: int, node: str, plain_store: Path,
         return  # one broker process on its own store (or none yet): nothing changes
     recorded = read_shards_file(data)
     where = data / SHARDS_FILE
-    if recorded is not None and recorded.hash not in PLACEMENTS.values():
-        raise LayoutError(f"{where} was made with shard hash {recorded.hash!r}, which "
-                          f"this meshmq does not know (it knows "
-                          f"{', '.join(map(repr, PLACEMENTS.values()))}): run the meshmq "
-                          "version that made it")
+    if recorded is not None and recorded.hash not in SCHEMES:
+        raise LayoutError(unknown_scheme(where, recorded.hash))
     if shards == 1:
         if recorded is not None and recorded.shards > 1 and _shards_holding_data(data):
             raise LayoutError(

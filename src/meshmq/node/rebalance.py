@@ -34,7 +34,13 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from meshmq.core.message import Message
-from meshmq.core.shards import HASH_NAME, MAX_SHARDS, PLACEMENTS, placement_word
+from meshmq.core.shards import (
+    HASH_NAME,
+    MAX_SHARDS,
+    SCHEMES,
+    placement_word,
+    unknown_scheme,
+)
 from meshmq.errors import StoreError
 from meshmq.ha.replica_node import NODE_STATE
 from meshmq.node.layout import (
@@ -196,9 +202,8 @@ class _JournalLocations:
         layout = read_shards_file(self.data)
         if layout is None:
             return 1, None, HASH_NAME
-        if layout.hash not in PLACEMENTS.values():
-            raise RebalanceError(f"{self.data / 'shards.json'} was made with shard hash "
-                                 f"{layout.hash!r}, which this meshmq does not know")
+        if layout.hash not in SCHEMES:
+            raise RebalanceError(unknown_scheme(self.data / "shards.json", layout.hash))
         return layout.shards, layout.node, layout.hash
 
     def record(self, count: int, node: str, placement: str) -> None:
@@ -302,9 +307,8 @@ class _PostgresLocations:
         if recorded is None:
             return 1, None, HASH_NAME
         shards, hash_name, node = recorded
-        if hash_name not in PLACEMENTS.values():
-            raise RebalanceError(f"{self.prefix}node was made with shard hash "
-                                 f"{hash_name!r}, which this meshmq does not know")
+        if hash_name not in SCHEMES:
+            raise RebalanceError(unknown_scheme(f"{self.prefix}node", hash_name))
         return shards, node, hash_name
 
     def record(self, count: int, node: str, placement: str) -> None:
@@ -336,7 +340,7 @@ class Rebalance:
                  placement: str | None = None) -> None:
         if not 1 <= count <= MAX_SHARDS:
             raise RebalanceError(f"--to must be between 1 and {MAX_SHARDS}, not {count}")
-        if placement is not None and placement not in PLACEMENTS.values():
+        if placement is not None and placement not in SCHEMES:
             raise RebalanceError(f"unknown placement scheme {placement!r}")
         self.data = data
         self.count = count

@@ -56,7 +56,7 @@ import psycopg
 
 from meshmq.core import message_codec as codec
 from meshmq.core.message import Message
-from meshmq.core.shards import HASH_NAME, PLACEMENTS, placement_word
+from meshmq.core.shards import HASH_NAME, SCHEMES, placement_word, unknown_scheme
 from meshmq.errors import StoreError
 from meshmq.store.base import (
     AddMessage,
@@ -171,10 +171,8 @@ def check_node_layout(conn: psycopg.Connection[Any], prefix: str, shards: int,
         row = conn.execute(f"SELECT shards, hash FROM {p}node WHERE id = 1").fetchone()
         recorded, hash_name = (int(row[0]), str(row[1])) if row else (None, placement)
         where = f"the PostgreSQL store {p!r} ({p}node)"
-        if hash_name not in PLACEMENTS.values():
-            return (f"{where} was made with shard hash {hash_name!r}, which this meshmq "
-                    f"does not know (it knows {', '.join(map(repr, PLACEMENTS.values()))})"
-                    ": run the meshmq version that made it")
+        if hash_name not in SCHEMES:
+            return unknown_scheme(where, hash_name)
         rebalance = "or move them with 'meshmq shards rebalance --config FILE --to N'"
         holding = recorded is not None and any(
             tables_hold_data(conn, shard_prefix(p, k)) for k in range(recorded))
