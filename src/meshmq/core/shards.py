@@ -46,6 +46,7 @@ NUMBERED_NAME = "jump-blake2b-numbered-1"
 # ``[shards] placement`` words and the scheme each records in a store's layout.
 PLACEMENTS: dict[str, str] = {"hash": HASH_NAME, "numbered": NUMBERED_NAME}
 SCHEMES = frozenset(PLACEMENTS.values())
+_WORDS = {scheme: word for word, scheme in PLACEMENTS.items()}
 _NUMBER_DIGITS = 9  # a longer trailing number is a name's part, not a member number
 _ASCII_DIGITS = frozenset("0123456789")
 FRONT_SHARD = 0
@@ -87,10 +88,7 @@ def canonical(dest: Destination) -> str:
 def placement_word(scheme: str) -> str:
     """The ``[shards] placement`` word of a recorded scheme name (``"hash"`` for
     ``HASH_NAME``); the name itself when this meshmq does not know it."""
-    for word, name in PLACEMENTS.items():
-        if name == scheme:
-            return word
-    return scheme
+    return _WORDS.get(scheme, scheme)
 
 
 def unknown_scheme(where: object, scheme: str) -> str:
