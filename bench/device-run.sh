@@ -10,6 +10,8 @@
 #   bash bench/device-run.sh scaling    # bench/scaling.py 1..16 shards (hash placement,
 #                                       # then numbered) + bridge one hop
 #   bash bench/device-run.sh links      # bench/shard_links.py, STOMP and MQTT
+#   bash bench/device-run.sh pinned     # bridge one hop with each broker and load worker
+#                                       # on a CPU of its own (bench/cpu_siblings.py)
 #
 # Each part keeps to about 8 minutes on 16 cores, inside the tool's 10 minutes a call.
 set -uo pipefail
@@ -45,7 +47,13 @@ case $part in
         run 170 bench/shard_links.py --shards 1 2 4 8 16 --handoff both --count 1000000
         run 170 bench/shard_links.py --shards 1 2 4 8 16 --handoff on --count 1000000 \
             --protocol mqtt ;;
-    *) echo "unknown part $part: check, scaling or links" >&2; exit 2 ;;
+    pinned)
+        run 60 bench/cpu_siblings.py
+        for r in 1 2; do
+            run 130 bench/network_bench.py --only single-np 1hop-np --repeat 6 --rev worktree \
+                --cpus auto --out "$(date +%F)-network-$(nproc)cores-pinned-r$r"
+        done ;;
+    *) echo "unknown part $part: check, scaling, links or pinned" >&2; exit 2 ;;
 esac
 # What this run wrote, packed (the tool brings back a few files, not folders).
 find bench/results -type f -newer "$stamp" -print0 | tar -czf "$out/results-$part.tgz" --null -T -

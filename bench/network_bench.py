@@ -70,6 +70,10 @@ PROFILE_NATIVE = False  # --profile-native: py-spy also samples compiled (mypyc)
 # message are counted, not timed (they do not move with the host's load).
 CALLGRIND = False
 CALLGRIND_SLOWDOWN = 10  # timeouts are this much longer under valgrind
+# --cpus: brokers A, B, C on the first three, the two load workers on the next two (the
+# same CPUs in every topology); the harness itself keeps to the others. Empty: the
+# scheduler places everything.
+PIN: list[int] = []
 
 
 def log(msg: str) -> None:
@@ -101,6 +105,7 @@ class Node:
     connect_to: list[Node] = field(default_factory=list)
     network_ttl: int = 1
     proc: subprocess.Popen[bytes] | None = None
+    cpu: int | None = None  # pinned to this CPU (--cpus), with every thread it starts
     stomp: int = 0
     tcp: int = 0
     mgmt: int = 0
@@ -136,6 +141,8 @@ class Node:
         with open(self.root / "broker.log", "ab") as out:
             wrap = ["valgrind", "--tool=callgrind",
                     f"--callgrind-out-file={self.root / 'callgrind.%p'}"] if CALLGRIND else []
+            if self.cpu is not None:
+                wrap = ["taskset", "-c", str(self.cpu), *wrap]
             self.proc = subprocess.Popen(
                 [*wrap, sys.executable, "-m", "meshmq.cli.main", "--log-level", "WARNING",
                  "broker", "--config", str(path)], stdout=out, stderr=subprocess.STDOUT,
@@ -232,14 +239,17 @@ TOPOLOGIES = {
 def build(topology: str, root: Path) -> list[Node]:
     """Start the brokers of ``topology``, receivers first so the first connect succeeds;
     returns them in forwarding order (producer's broker first)."""
+    def cpu(i: int) -> int | None:
+        return PIN[i] if PIN else None
+
     if topology == "single":
-        return [Node("A", root / "a").start()]
+        return [Node("A", root / "a", cpu=cpu(0)).start()]
     if topology == "1hop":
-        b = Node("B", root / "b").start()
-        return [Node("A", root / "a", [b]).start(), b]
-    c = Node("C", root / "c").start()
-    b = Node("B", root / "b", [c], network_ttl=2).start()
-    return [Node("A", root / "a", [b], network_ttl=2).start(), b, c]
+        b = Node("B", root / "b", cpu=cpu(1)).start()
+        return [Node("A", root / "a", [b], cpu=cpu(0)).start(), b]
+    c = Node("C", root / "c", cpu=cpu(2)).start()
+    b = Node("B", root / "b", [c], network_ttl=2, cpu=cpu(1)).start()
+    return [Node("A", root / "a", [b], network_ttl=2, cpu=cpu(0)).start(), b, c]
 
 
 # --------------------------------------------------------------------------- load
@@ -264,13 +274,15 @@ def _wait_demand(nodes: list[Node], queue: str, timeout: float) -> None:
 
 
 def run_split_load(prod: lg.LoadSpec, cons: lg.LoadSpec, gate: Callable[[], None],
-                   hard_timeout: float, on_end: Callable[[], None] | None = None
-                   ) -> lg.LoadResult:
+                   hard_timeout: float, on_end: Callable[[], None] | None = None,
+                   cpus: list[int] | None = None) -> lg.LoadResult:
     """bench/loadgen.py's ``run_load`` with producers and consumers on different brokers
     (``prod.port`` / ``cons.port``), ``gate()`` run after every worker connected and
     subscribed but before anything is sent, and ``on_end()`` when the last message
-    arrived (or the run gave up), before the workers stop. Uses loadgen's own worker
-    processes and its accounting, so the numbers read exactly as the matrix's."""
+    arrived (or the run gave up), before the workers stop; worker i is pinned to
+    ``cpus[i]`` when given (before it connects, so its threads inherit it). Uses
+    loadgen's own worker processes and its accounting, so the numbers read exactly as
+    the matrix's."""
     assert prod.name and prod.name == cons.name
     roles = lg._assign(prod)
     ctx = mp.get_context("spawn")
@@ -279,8 +291,10 @@ def run_split_load(prod: lg.LoadSpec, cons: lg.LoadSpec, gate: Callable[[], None
                     producers_done=ctx.Value("i", 0), stop=ctx.Event(), results=ctx.Queue())
     procs = [ctx.Process(target=lg._worker, args=(prod if r[0][0] == "p" else cons, r, sh, w),
                          daemon=True) for w, r in enumerate(roles)]
-    for p in procs:
+    for i, p in enumerate(procs):
         p.start()
+        if cpus:
+            psutil.Process(p.pid).cpu_affinity([cpus[i % len(cpus)]])
     result = lg.LoadResult()
     outs: list[dict[str, Any]] = []
     try:
@@ -456,7 +470,7 @@ def run_case(case: Case, root: Path, duration: float, profile: Path | None,
         t0 = time.monotonic()
         res = run_split_load(spec, cons, gate, hard_timeout=max(120.0, duration * 8) * (
                                  CALLGRIND_SLOWDOWN if CALLGRIND else 1),
-                             on_end=on_end)
+                             on_end=on_end, cpus=PIN[3:5])
         wall = time.monotonic() - t0
         if not cpu1:
             on_end()
@@ -646,6 +660,14 @@ def _extra(meta: dict[str, Any]) -> str:
     return "".join(f", but `{k} = {v}`" for k, v in extra.items())
 
 
+def _pinned(meta: dict[str, Any]) -> str:
+    pin = meta.get("pinned_cpus") or []
+    if not pin:
+        return ""
+    return (f" Brokers A, B, C pinned to CPUs {', '.join(map(str, pin[:3]))}, the load "
+            f"workers to {', '.join(map(str, pin[3:]))}, the harness to the others.")
+
+
 def write_markdown(path: Path, meta: dict[str, Any], summary: list[dict[str, Any]],
                    rows: list[dict[str, Any]]) -> None:
     target = meta.get("target", 0.8)
@@ -657,7 +679,7 @@ def write_markdown(path: Path, meta: dict[str, Any], summary: list[dict[str, Any
              "/ 1 consumer, 256 B; non-persistent = fire and forget with one receipt at the "
              "end, persistent = `persistent:true` with a receipt window of 100. Bridges use "
              "the connector defaults (`prefetch_size` 1000, `always_sync_send` true, conduit "
-             f"subscriptions){_extra(meta)}. Median of {meta['repeat']} interleaved "
+             f"subscriptions){_extra(meta)}.{_pinned(meta)} Median of {meta['repeat']} interleaved "
              "repetitions by e2e rate (all of them in the last column). Target: network >= "
              f"{target}x the single broker's e2e rate.", "",
              "| case | topology | e2e msg/s | send msg/s | p50 ms | p99 ms | received/expected "
@@ -709,6 +731,27 @@ def write_markdown(path: Path, meta: dict[str, Any], summary: list[dict[str, Any
     path.write_text("\n".join(lines) + "\n")
 
 
+def pin_cpus(spec: str, ap: argparse.ArgumentParser) -> list[int]:
+    """The five CPUs of ``--cpus``: listed, or probed (``auto``)."""
+    have = sorted(os.sched_getaffinity(0))
+    if spec == "auto":
+        import cpu_siblings
+        chosen, probes = cpu_siblings.independent(have, 5, 0.3, 1.25)
+        for p in probes:
+            log(f"cpu probe: {p}")
+        if len(chosen) < 5:
+            ap.error(f"--cpus auto: only {len(chosen)} CPU(s) keep their speed together "
+                     f"({chosen}); list five with --cpus")
+        return chosen
+    try:
+        cpus = [int(c) for c in spec.split(",")]
+    except ValueError:
+        ap.error(f"--cpus {spec!r}: expected auto or five CPU numbers such as 0,2,4,6,8")
+    if len(cpus) != 5 or not set(cpus) <= set(have):  # a CPU may be named twice: shared
+        ap.error(f"--cpus {spec!r}: name five of the CPUs {have[0]}-{have[-1]}")
+    return cpus
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -733,7 +776,18 @@ def main() -> None:
                     help="only rewrite the .md next to a results .json (no brokers run)")
     ap.add_argument("--rev", default="HEAD",
                     help="commit whose src/ the brokers run (default HEAD); 'worktree' = as is")
+    ap.add_argument("--cpus", default=None, metavar="auto|LIST",
+                    help="pin brokers A, B, C and the two load workers to these five CPUs "
+                         "(e.g. 0,2,4,6,8); auto = five found by bench/cpu_siblings.py not "
+                         "to slow each other (host hyperthreads on a virtual machine)")
     a = ap.parse_args()
+    if a.cpus is not None:
+        PIN[:] = pin_cpus(a.cpus, ap)
+        rest = set(os.sched_getaffinity(0)) - set(PIN)
+        if rest:
+            os.sched_setaffinity(0, rest)
+        log(f"pinned: brokers A, B, C on {PIN[:3]}, load workers on {PIN[3:]}, "
+            f"harness on {sorted(rest) or 'the same'}")
     if a.render is not None:
         data = json.loads(a.render.read_text())
         write_markdown(a.render.with_suffix(".md"), data["meta"], data["summary"], data["runs"])
@@ -796,9 +850,10 @@ def main() -> None:
     meta = {"date": dt.datetime.now().isoformat(timespec="seconds"), "git": measured,
             "python": platform.python_version(), "cpus": os.cpu_count(), "repeat": repeat,
             "duration_cap_s": duration, "quick": a.quick, "target": TARGET,
-            "connector_extra": CONNECTOR_EXTRA,
+            "connector_extra": CONNECTOR_EXTRA, "pinned_cpus": PIN,
             "command": "python bench/network_bench.py" + (" --quick" if a.quick else "")
-            + "".join(f" --connector {k}={v}" for k, v in CONNECTOR_EXTRA.items())}
+            + "".join(f" --connector {k}={v}" for k, v in CONNECTOR_EXTRA.items())
+            + (f" --cpus {a.cpus}" if a.cpus else "")}
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{stem}.json").write_text(json.dumps(
         {"meta": meta, "summary": summary, "runs": rows}, indent=1) + "\n")
