@@ -21,8 +21,14 @@ one message at a time does not let a whole read in per ack). So:
   (``usage.memory_limit``, producer flow control) and paging to the store bound;
 * a connection is never held by its own consumers (it could not ack, or read, while
   we do not read it);
-* a bridge's demand consumer holds nobody: the link's flow control bounds what it
-  holds, and the rest waits in the queue (across a bridge, push-back does not act);
+* a bridge's demand consumer counts as a client-ack consumer whose window is the
+  connector's ``prefetch_size`` of forwards the remote has not acknowledged: with it
+  full (or the link full, or the remote answering ``RETRY``) it has no room, but is no
+  stalled transport, so it holds the forwarding broker's producers only once the
+  backlog passes the bound. Otherwise a producer faster than the link would fill the
+  queue with the whole run: latency, memory, and more CPU per message for the
+  forwarding broker (a message that waits is collected by the garbage collector and
+  read back from cold memory);
 * on a node of shards, an owner's stand-in for another shard's consumer (a relayed
   consumer) counts as that consumer, its relay's window (what the consumer's shard has
   not yet written to its client) as its room; a stand-in paused because that window or
@@ -86,13 +92,12 @@ def _holds(queue: Queue, connection_id: str, held: bool) -> bool:
         if c.connection_id == connection_id:
             return False
         spec = c.spec
-        if spec.network_path is not None:
-            return False  # a bridge's demand consumer: its link bounds what it holds
         any_consumer = True
         if c.paused:
-            if spec.origin is not None:
-                # Another shard's consumer whose relay window (or link) is full: no
-                # room, but not a stalled transport of its own.
+            if spec.origin is not None or spec.network_path is not None:
+                # Another shard's consumer whose relay window (or link) is full, or a
+                # bridge's demand consumer whose link is full: no room, but not a
+                # stalled transport of its own.
                 all_paused = False
             continue
         all_paused = False
