@@ -74,6 +74,9 @@ CALLGRIND_SLOWDOWN = 10  # timeouts are this much longer under valgrind
 # same CPUs in every topology); the harness itself keeps to the others. Empty: the
 # scheduler places everything.
 PIN: list[int] = []
+# --perf DIR: `perf record` (software cpu-clock, call graphs) on every broker during the
+# load: native frames at full speed, compiled (mypyc) functions and CPython included.
+PERF: Path | None = None
 
 
 def log(msg: str) -> None:
@@ -442,6 +445,13 @@ def run_case(case: Case, root: Path, duration: float, profile: Path | None,
             t_gate = time.monotonic() - t
             for s in samplers:
                 s.reset()
+            if PERF is not None:
+                PERF.mkdir(parents=True, exist_ok=True)
+                for n in nodes:
+                    spies.append(subprocess.Popen(
+                        ["perf", "record", "-q", "-e", "cpu-clock", "-F", "1999", "-g",
+                         "-p", str(n.pid), "-o", str(PERF / f"{case.key}-r{rep}-{n.name}.data")],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             if profile is not None:
                 profile.mkdir(parents=True, exist_ok=True)
                 for n in nodes:
@@ -478,7 +488,7 @@ def run_case(case: Case, root: Path, duration: float, profile: Path | None,
         ksys = [b - a for a, b in zip(ksys0, ksys1, strict=False)]
         busy, total = _system_busy()
         for spy in spies:
-            spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+            spy.send_signal(signal.SIGINT)  # py-spy and perf write their output on SIGINT
         for spy in spies:
             try:
                 spy.wait(30)
@@ -780,6 +790,11 @@ def main() -> None:
                     help="pin brokers A, B, C and the two load workers to these five CPUs "
                          "(e.g. 0,2,4,6,8); auto = five found by bench/cpu_siblings.py not "
                          "to slow each other (host hyperthreads on a virtual machine)")
+    ap.add_argument("--perf", type=Path, default=None, metavar="DIR",
+                    help="perf record (cpu-clock, call graphs) on every broker into DIR "
+                         "(read with perf report -i); results not written")
+    ap.add_argument("--count", type=int, default=None,
+                    help="messages per non-persistent case (default 200000, quick 20000)")
     a = ap.parse_args()
     if a.cpus is not None:
         PIN[:] = pin_cpus(a.cpus, ap)
@@ -799,7 +814,10 @@ def main() -> None:
     if unknown:
         ap.error(f"--only: unknown case(s) {', '.join(unknown)}; cases: {', '.join(known)}")
     todo = [c for c in cases(a.quick) if not a.only or c.key in a.only]
-    global PROFILE_NATIVE, CALLGRIND
+    if a.count is not None:
+        todo = [replace(c, count=a.count) if not c.persistent else c for c in todo]
+    global PROFILE_NATIVE, CALLGRIND, PERF
+    PERF = a.perf
     PROFILE_NATIVE = a.profile_native
     CALLGRIND = a.callgrind
     if CALLGRIND and shutil.which("callgrind_control") is None:
@@ -842,8 +860,8 @@ def main() -> None:
     for s in summary:
         log(f"{s['case']:>12}: {s['e2e_rate']} msg/s, ratio {s['ratio']}, "
             f"target met {s['target_met']}")
-    if a.profile is not None:
-        log(f"profiles in {a.profile}; results not written (py-spy distorts them)")
+    if a.profile is not None or a.perf is not None:
+        log(f"profiles in {a.profile or a.perf}; results not written (profilers distort them)")
         return
     today = dt.date.today().isoformat()
     stem = a.out or f"{today}-network{'-quick' if a.quick else ''}"
