@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from meshmq.core.destinations import queue
+from meshmq.core.destinations import Destination, queue, topic
 from meshmq.transport.push_back import BACKLOG_LIMIT
 from tests.interop.stomp_helpers import uid
 from tests.interop.test_stomp_push_back import (
@@ -61,17 +61,30 @@ def stall(broker: ThreadBroker) -> threading.Event:
     return go
 
 
+def demand_on(broker: ThreadBroker, dest: Destination) -> int:
+    """Consumers of ``dest`` on ``broker`` that forward to another broker (demand)."""
+    assert broker.runtime is not None
+    core = broker.runtime.broker
+    return broker.run(lambda: sum(c.spec.network_path is not None
+                                  for q in core.waiting_queues(dest) for c in q.consumers))
+
+
+@pytest.mark.parametrize("kind", ["queue", "topic"])
 def test_a_producer_is_held_while_the_bridges_window_is_full(
-        brokers: tuple[ThreadBroker, ThreadBroker]) -> None:
+        brokers: tuple[ThreadBroker, ThreadBroker], kind: str) -> None:
+    """The remote consumes a queue (the bridge's demand consumer is the queue's one
+    consumer on A) or subscribes to a topic (the demand is a subscription of its own
+    on A, whose backlog is what holds the producer)."""
     a, b = brokers
     name = uid("bridged")
+    dest = queue(name) if kind == "queue" else topic(name)
     count, size = 20_000, 1024  # 20 MB: far more than the sockets on the way hold
-    consumer = Consumer(b, f"/queue/{name}")
-    poll(lambda: consumers_on(a, f"queue://{name}") == 1, what="the demand on A")
-    watch = BacklogWatch(a, queue(name))
+    consumer = Consumer(b, f"/{kind}/{name}")
+    poll(lambda: demand_on(a, dest) == 1, what="the demand on A")
+    watch = BacklogWatch(a, dest)
     go = stall(b)
     try:
-        producer = Producer(a, f"/queue/{name}", count, size).start()
+        producer = Producer(a, f"/{kind}/{name}", count, size).start()
         poll(lambda: held_producers(a) == 1, 30, "the producer held on A")
     finally:
         go.set()
