@@ -12,6 +12,8 @@
 #   bash bench/device-run.sh links      # bench/shard_links.py, STOMP and MQTT
 #   bash bench/device-run.sh pinned     # bridge one hop with each broker and load worker
 #                                       # on a CPU of its own (bench/cpu_siblings.py)
+#   bash bench/device-run.sh bridge-many  # bridge one hop, 40 interleaved repetitions:
+#                                       # the ratio with a 90 % interval (~5 min)
 #   bash bench/device-run.sh bridge-ab  # bridge one hop, this build against an earlier
 #                                       # one in .device/base (dev/device-prepare --keep-base)
 #
@@ -55,6 +57,9 @@ case $part in
             run 130 bench/network_bench.py --only single-np 1hop-np --repeat 6 --rev worktree \
                 --cpus auto --out "$(date +%F)-network-$(nproc)cores-pinned-r$r"
         done ;;
+    bridge-many)  # one run's ratio moves with the host's load: many pairs narrow it
+        run 420 bench/network_bench.py --only single-np 1hop-np --repeat 40 --rev worktree \
+            --out "$(date +%F)-network-$(nproc)cores-x40" ;;
     bridge-ab)  # alternating builds on one machine: the host's load hits both alike
         [ -d .device/base/lib/meshmq ] || { echo "no .device/base: dev/device-prepare --keep-base" | tee -a "$log"; exit 2; }
         base_rev="$(tr '\n' ' ' < .device/base/REV | sed 's/ $//')"
@@ -65,7 +70,7 @@ case $part in
             run 100 bench/network_bench.py --only single-np 1hop-np --repeat 4 --rev worktree \
                 --out "$(date +%F)-network-$(nproc)cores-ab-new-r$r"
         done ;;
-    *) echo "unknown part $part: check, scaling, links, pinned or bridge-ab" >&2; exit 2 ;;
+    *) echo "unknown part $part: check, scaling, links, pinned, bridge-many or bridge-ab" >&2; exit 2 ;;
 esac
 # What this run wrote, packed (the tool brings back a few files, not folders).
 find bench/results -type f -newer "$stamp" -print0 | tar -czf "$out/results-$part.tgz" --null -T -

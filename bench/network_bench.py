@@ -36,8 +36,10 @@ import json
 import multiprocessing as mp
 import os
 import platform
+import random
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -617,6 +619,27 @@ def cpu_costs(rows: list[dict[str, Any]], key: str) -> list[float | None]:
     return out
 
 
+def ratio_interval(rows: list[dict[str, Any]], key: str, base_key: str,
+                   level: float = 0.9, resamples: int = 2000) -> list[float] | None:
+    """A bootstrap interval (``level``, percentile method) for the ratio of the median
+    e2e rates of ``key`` and ``base_key``: how far the headline ratio could move with
+    other repetitions of the same runs. None with fewer than 4 clean repetitions of
+    either. Seeded: the same rows give the same interval."""
+    def rates(k: str) -> list[float]:
+        return [r["e2e_rate"] for r in rows
+                if r["case"] == k and r["status"] == "ok" and r.get("e2e_rate")]
+    mine, base = rates(key), rates(base_key)
+    if len(mine) < 4 or len(base) < 4:
+        return None
+    rng = random.Random(0)
+    ratios = sorted(statistics.median(rng.choices(mine, k=len(mine)))
+                    / statistics.median(rng.choices(base, k=len(base)))
+                    for _ in range(resamples))
+    tail = (1 - level) / 2
+    return [round(ratios[int(tail * resamples)], 2),
+            round(ratios[int((1 - tail) * resamples) - 1], 2)]
+
+
 def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for persistent in (False, True):
@@ -644,6 +667,8 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                         "p99_ms": r.get("p99_ms"), "received": r.get("received"),
                         "expected": r.get("expected"), "ratio": ratio,
                         "target_met": None if ratio is None else ratio >= TARGET,
+                        "ratio_interval": None if topology == "single"
+                        else ratio_interval(rows, key, base_key),
                         "all_e2e": [x.get("e2e_rate") for x in rows if x["case"] == key],
                         "cpu_us_per_delivery": costs,
                         "cpu_us_per_delivery_total": round(sum(known), 1) if known else None,
@@ -690,7 +715,8 @@ def write_markdown(path: Path, meta: dict[str, Any], summary: list[dict[str, Any
              "end, persistent = `persistent:true` with a receipt window of 100. Bridges use "
              "the connector defaults (`prefetch_size` 1000, `always_sync_send` true, conduit "
              f"subscriptions){_extra(meta)}.{_pinned(meta)} Median of {meta['repeat']} interleaved "
-             "repetitions by e2e rate (all of them in the last column). Target: network >= "
+             "repetitions by e2e rate (all of them in the last column; with 4 or more, *vs "
+             "single* gives a 90 % bootstrap interval of the ratio). Target: network >= "
              f"{target}x the single broker's e2e rate.", "",
              "| case | topology | e2e msg/s | send msg/s | p50 ms | p99 ms | received/expected "
              f"| vs single | target {target}x | peak RSS MB (A/B/C) | broker CPU % (A/B/C) "
@@ -711,6 +737,9 @@ def write_markdown(path: Path, meta: dict[str, Any], summary: list[dict[str, Any
         target = "—" if s["target_met"] is None else ("met" if s["target_met"] else "**missed**")
         status = "" if s["status"] == "ok" else f" ({s['status']})"
         ratio = "—" if s["ratio"] is None else f"{s['ratio']:.2f}x"
+        if s.get("ratio_interval"):
+            lo, hi = s["ratio_interval"]
+            ratio += f" ({lo:.2f}-{hi:.2f})"
         lines.append(
             f"| `{s['case']}`{status} | {TOPOLOGIES[s['topology']]} | {_fmt(s['e2e_rate'])} "
             f"| {_fmt(s['send_rate'])} | {_fmt(s['p50_ms'], 2)} | {_fmt(s['p99_ms'], 2)} "
