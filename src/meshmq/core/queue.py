@@ -51,7 +51,8 @@ DISPATCH_MARK_MIN_WINDOW: Final = 32
 
 
 class Entry:
-    __slots__ = ("consumer", "delivery_count", "message", "persisted", "queue", "seq", "state")
+    __slots__ = ("consumer", "delivery_count", "expiring", "message", "persisted", "queue",
+                 "seq", "size", "state")
 
     def __init__(self, queue: Queue, seq: int, message: Message, persisted: bool,
                  delivery_count: int = 0) -> None:
@@ -62,6 +63,11 @@ class Entry:
         self.delivery_count = delivery_count
         self.state = PENDING
         self.consumer: Consumer | None = None
+        # What Queue._charge counted for it, kept so that settling it later need not
+        # read the message again: on a bridge the acknowledgement comes milliseconds
+        # later, when the message has left the CPU's caches.
+        self.size = 0
+        self.expiring = False
 
     def __lt__(self, other: Entry) -> bool:  # heap tie-breaker; never reached in practice
         return self.seq < other.seq
@@ -365,17 +371,19 @@ class Queue:
         self._mark_dirty(self)
 
     def _charge(self, entry: Entry) -> None:
-        size = entry.message.size
+        message = entry.message
+        entry.size = size = message.size
         self._mem_bytes += size
         self._usage.charge(size)
-        if entry.message.expiration:
+        if message.expiration:
+            entry.expiring = True
             self._expiring += 1
 
     def _refund(self, entry: Entry) -> None:
-        size = entry.message.size
+        size = entry.size
         self._mem_bytes -= size
         self._usage.refund(size)
-        if entry.message.expiration:
+        if entry.expiring:
             self._expiring -= 1
 
     def _make_pending(self, entry: Entry) -> None:
