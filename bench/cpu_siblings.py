@@ -30,7 +30,7 @@ Probe = dict[str, Any]
 
 def _spin(cpu: int, start: Any, seconds: float, out: Any) -> None:
     os.sched_setaffinity(0, {cpu})
-    start.wait()
+    start.wait()  # every loop starts together, once all are pinned
     n = 0
     end = time.perf_counter() + seconds
     while True:
@@ -44,12 +44,10 @@ def _spin(cpu: int, start: Any, seconds: float, out: Any) -> None:
 def rates(cpus: list[int], seconds: float) -> dict[int, float]:
     """Busy-loop iterations per second on each of ``cpus``, all running at once."""
     ctx = mp.get_context("fork")
-    start, out = ctx.Event(), ctx.Queue()
+    start, out = ctx.Barrier(len(cpus)), ctx.Queue()
     procs = [ctx.Process(target=_spin, args=(c, start, seconds, out)) for c in cpus]
     for p in procs:
         p.start()
-    time.sleep(0.05)  # let every process reach the start line (not a readiness wait)
-    start.set()
     got = dict(out.get(timeout=seconds + 30) for _ in procs)
     for p in procs:
         p.join()

@@ -39,7 +39,6 @@ import platform
 import random
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -631,9 +630,12 @@ def ratio_interval(rows: list[dict[str, Any]], key: str, base_key: str,
     mine, base = rates(key), rates(base_key)
     if len(mine) < 4 or len(base) < 4:
         return None
+    def median(xs: list[float]) -> float:  # the lower middle one, as median_run's
+        return sorted(xs)[(len(xs) - 1) // 2]
+
     rng = random.Random(0)
-    ratios = sorted(statistics.median(rng.choices(mine, k=len(mine)))
-                    / statistics.median(rng.choices(base, k=len(base)))
+    ratios = sorted(median(rng.choices(mine, k=len(mine)))
+                    / median(rng.choices(base, k=len(base)))
                     for _ in range(resamples))
     tail = (1 - level) / 2
     return [round(ratios[int(tail * resamples)], 2),
@@ -851,6 +853,8 @@ def main() -> None:
     CALLGRIND = a.callgrind
     if CALLGRIND and shutil.which("callgrind_control") is None:
         ap.error("--callgrind needs valgrind (apt-get install valgrind)")
+    if PERF is not None and shutil.which("perf") is None:
+        ap.error("--perf needs perf (apt-get install linux-perf)")
     for item in a.connector:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():

@@ -100,10 +100,12 @@ def test_a_producer_is_held_while_the_bridges_window_is_full(
     poll(lambda: held_producers(a) == 0, 30, "the producer read again")
 
 
-def test_a_queue_with_a_local_consumer_taking_more_holds_nobody(
+def test_a_stalled_remote_leaves_the_run_to_a_local_consumer_with_room(
         brokers: tuple[ThreadBroker, ThreadBroker]) -> None:
-    """The bridge's window is full, but a consumer on A itself still has room: the
-    producer is read to its end, as with any queue that has a consumer with room."""
+    """The bridge's window fills and the remote acknowledges nothing, but a consumer on
+    A itself still has room: nothing waits for the bridge, so the producer is read to
+    its end (its last receipt comes while the remote is still stopped) and the local
+    consumer gets every message the bridge did not take, in order."""
     a, b = brokers
     name = uid("shared")
     count, size = 5 * BACKLOG_LIMIT, 256
