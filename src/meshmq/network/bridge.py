@@ -174,7 +174,8 @@ class Bridge(LinkEnd):
             self.remote_client_uris = action.client_uris
             self.remote_management_url = action.management_url
             self._start_halves(self.link, action.remote, again=action.again,
-                               refusals=action.refusals, ranges=action.ranges)
+                               refusals=action.refusals, ranges=action.ranges,
+                               holds=action.holds)
         elif isinstance(action, Teardown):
             self.teardown()
             self.link = None
@@ -278,7 +279,7 @@ class Bridge(LinkEnd):
         return link
 
     def _start_halves(self, link: WireLink, remote: str, *, again: bool,
-                      refusals: bool, ranges: bool) -> None:
+                      refusals: bool, ranges: bool, holds: bool = False) -> None:
         cfg = self.config
         self.forwarder = Forwarder(self.services.routes, link, cfg, remote,
                                    f"NC_{cfg.name}_{self.services.host.broker.name}_outbound_"
@@ -288,7 +289,8 @@ class Bridge(LinkEnd):
             self.receiver = Receiver(self.services.routes, link, remote,
                                      DestinationFilter.of(cfg), self.counters,
                                      resync_s=cfg.interest_resync_ms / 1000,
-                                     refusals=refusals, ack_ranges=ranges)
+                                     refusals=refusals, ack_ranges=ranges,
+                                     hold_notes=holds)
             self.receiver.start()
         if cfg.static_bridge or self.static:
             # No interest is needed for static demand; forward at once.
@@ -351,5 +353,6 @@ class Bridge(LinkEnd):
                 "attempts": self.attempts, "connects": self.connects,
                 "demand": len(fwd.demands) if fwd is not None else 0,
                 "inflight": fwd.inflight if fwd is not None else 0,
+                "held": sorted(map(str, fwd.held)) if fwd is not None else [],
                 "remote_client_uris": list(self.remote_client_uris),
                 **self.counters.as_dict()}

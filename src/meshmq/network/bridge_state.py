@@ -36,6 +36,7 @@ from meshmq.backoff import ReconnectPolicy, ReconnectSchedule
 from meshmq.network.endpoint import BYE_CAUSE, client_uris_of, management_url_of
 from meshmq.protocol.wire import (
     FEATURE_ACK_RANGES,
+    FEATURE_HOLDS,
     FEATURE_MESSAGES_AGAIN,
     FEATURE_REFUSALS,
     WIRE_VERSION,
@@ -142,6 +143,7 @@ class StartHalves:
     again: bool  # the remote takes MESSAGES_AGAIN
     refusals: bool  # the remote understands REFUSED
     ranges: bool  # the remote takes ACK_RANGES
+    holds: bool = False  # the remote takes INTEREST hold/release notes
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,7 +252,7 @@ class BridgeMachine:
             offered = features if isinstance(features, list) else []
             halves = StartHalves(remote, client_uris_of(body), management_url_of(body),
                                  FEATURE_MESSAGES_AGAIN in offered, FEATURE_REFUSALS in offered,
-                                 FEATURE_ACK_RANGES in offered)
+                                 FEATURE_ACK_RANGES in offered, FEATURE_HOLDS in offered)
             self.remote = remote
             out: list[Action] = [CancelTimer(HANDSHAKE_TIMER), halves]
             assert self.connected_to is not None

@@ -117,8 +117,9 @@ class LinkEnd:
                 raise RemoteProtocolError("INTEREST on a link that does not forward")
             body = decode_json(frame)
             op = body.get("op")
-            if op not in ("sync", "update"):
-                raise RemoteProtocolError(f"INTEREST op must be sync or update, not {op!r}")
+            if op not in ("sync", "update", "hold", "release"):
+                raise RemoteProtocolError(
+                    f"INTEREST op must be sync, update, hold or release, not {op!r}")
             first = not self.forwarder.synced
             self.forwarder.apply_interest(op, body)
             if first and op == "sync":

@@ -6,6 +6,13 @@ priorities, round-robin, redelivery when the link drops — applies to bridges t
 forwarded message is acknowledged locally only once the remote broker reports it
 stored (store-and-forward; ``always_sync_send``), so a crash on either side loses
 nothing that was persistent.
+
+The remote may ask it to hold a destination (an INTEREST ``hold`` note, to a peer that
+listed the ``holds`` feature): its consumers there cannot take more. The demand
+consumers fed by that destination here are paused until the ``release``, so what
+waits for the slow consumer waits here, where push-back holds the producers
+(transport/push_back.py) or, on the middle broker of a longer path, notes the hold on
+towards the broker before it.
 """
 
 from __future__ import annotations
@@ -16,10 +23,16 @@ from typing import TYPE_CHECKING, Final
 
 from meshmq.core.auth import Principal
 from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
+from meshmq.core.destinations import Destination
 from meshmq.core.message_codec import str_bytes
 from meshmq.core.network_view import has_durable
 from meshmq.core.queue import BrowseEnd, Delivery
-from meshmq.errors import AuthorizationError, MeshmqError, RemoteProtocolError
+from meshmq.errors import (
+    AuthorizationError,
+    DestinationError,
+    MeshmqError,
+    RemoteProtocolError,
+)
 from meshmq.network.inflight import InFlight
 from meshmq.network.interest import Demand, InterestItem, plan_demand
 from meshmq.network.stats import LinkCounters
@@ -28,7 +41,6 @@ from meshmq.protocol.wire import AckStatus, FrameType, RecordsBuilder
 if TYPE_CHECKING:
     from meshmq.config.model import NetworkConnectorConfig
     from meshmq.core.broker import Connection
-    from meshmq.core.destinations import Destination
     from meshmq.core.message import Message
     from meshmq.network.link import WireLink
     from meshmq.network.services import ForwarderServices
@@ -91,11 +103,17 @@ class Forwarder:
         # Destinations the remote refused for this link's user (AckStatus.REFUSED): not
         # forwarded until its next full interest sync, so a change of rights heals.
         self.refused: set[Destination] = set()
+        # Destinations the remote asked this link to hold (INTEREST hold/release): the
+        # demand consumers they feed take nothing until the release or the link drops.
+        self.held: set[Destination] = set()
         self.host.register(self)
         self.host.accepted(self)
 
     # ------------------------------------------------------------ interest
     def apply_interest(self, op: str, body: dict[str, object]) -> None:
+        if op in {"hold", "release"}:
+            self.hold(noted_destination(body), op == "hold")
+            return
         if op == "sync":
             self.items = {i.id: i for i in map(InterestItem.from_json, _list(body, "items"))}
             self.synced = True
@@ -153,11 +171,41 @@ class Forwarder:
                 continue
             consumer.net_filter = self._may_forward
             self.demands[key] = (demand, consumer)
+        if self.held:
+            self._apply_holds()  # a new demand for a held destination starts paused
         if changed:
             # A shorter route here may make another bridge's route redundant (or a
             # route that went away may bring one back).
             self.services.demand_changed(self)
         self.host.request_pump()
+
+    def hold(self, dest: Destination, held: bool) -> None:
+        """The remote asks to stop (``held``) or resume forwarding ``dest``."""
+        if held:
+            self.counters.holds_received += 1
+            self.held.add(dest)
+        elif dest in self.held:
+            self.held.discard(dest)
+        else:
+            return
+        self._apply_holds()
+        self.host.request_pump()
+
+    def _apply_holds(self) -> None:
+        """Pause each demand consumer that a held destination feeds (a queue's, or a
+        topic subscription's that matches it, a wildcard's included); resume the others
+        this link's state does not pause (its writes full, a RETRY pause, draining)."""
+        broker = self.broker
+        held_queues = {id(q) for dest in self.held for q in broker.waiting_queues(dest)}
+        link_paused = self.link.paused or self._retry_pause is not None
+        for _, consumer in self.demands.values():
+            if any(id(q) in held_queues for q in consumer.sources):
+                consumer.paused = True
+            elif consumer.paused and not link_paused and consumer not in self._draining \
+                    and not consumer.closed:
+                consumer.paused = False
+                for queue in consumer.sources:
+                    broker.mark_dirty(queue)
 
     def _close_demand(self, consumer: Consumer, drop_durable: str | None) -> None:
         conn = self.conn
@@ -306,6 +354,8 @@ class Forwarder:
             self.broker.set_paused(self.conn, False)
             for consumer in self._draining:
                 consumer.paused = True  # still draining: nothing new
+            if self.held:
+                self._apply_holds()  # held by the remote: still nothing new
             self.host.request_pump()
 
     def on_acks(self, acks: list[tuple[int, AckStatus]]) -> None:
@@ -440,6 +490,18 @@ class Forwarder:
         self.demands.clear()
         self._draining.clear()
         self._inflight.clear()
+        self.held.clear()
+
+
+def noted_destination(body: dict[str, object]) -> Destination:
+    """The destination a hold or release note names."""
+    dest = body.get("dest")
+    if not isinstance(dest, str) or not dest:
+        raise RemoteProtocolError("INTEREST hold and release need a destination")
+    try:
+        return Destination.parse_uri(dest)
+    except DestinationError as exc:
+        raise RemoteProtocolError(f"INTEREST hold names a bad destination: {exc}") from None
 
 
 def _list(body: dict[str, object], key: str) -> list[object]:

@@ -8,13 +8,14 @@ implements it structurally), and a test can host the network with a small fake.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from meshmq.config.model import BrokerConfig
     from meshmq.core.auth import Principal
     from meshmq.core.broker import Broker, Connection
+    from meshmq.core.destinations import Destination
     from meshmq.core.queue import BrowseEnd, Delivery
     from meshmq.tls import CertificateReloader
     from meshmq.transport.durability import Durability
@@ -33,6 +34,22 @@ class HostedSession(Protocol):
     def check_timeouts(self, now: float) -> None: ...
 
 
+class HoldPeer(Protocol):
+    """The receiving half of a link whose forwarder takes hold notes."""
+
+    def note_hold(self, dest: Destination, held: bool) -> None:
+        """Ask the forwarder to stop (``held``) or resume forwarding ``dest``."""
+
+
+class LinkHolds(Protocol):
+    """Push-back carried back over bridges (the runtime's, transport/push_back.py):
+    after each batch a link brought, the destinations it went to are looked at, and
+    while one is slow here its link is noted to hold it."""
+
+    def routed(self, peer: HoldPeer, dests: Iterable[Destination]) -> None: ...
+    def link_lost(self, peer: HoldPeer) -> None: ...
+
+
 class BrokerHost(Protocol):
     """The broker runtime, as the network sees it."""
 
@@ -49,6 +66,10 @@ class BrokerHost(Protocol):
     @property
     def durability(self) -> Durability:
         """The one "confirm only once durable" path (bridge ACKs use it)."""
+
+    @property
+    def link_holds(self) -> LinkHolds | None:
+        """Push-back over bridges, where the host has it."""
 
     def request_pump(self) -> None:
         """Deliver what the core has ready, soon (this loop turn's end)."""

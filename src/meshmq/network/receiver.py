@@ -6,6 +6,14 @@ destination it may not write here is not advertised, so the remote never forward
 this broker would refuse (docs/security.md). A message that arrives anyway (a wildcard
 demand covering destinations it may not write) is REFUSED, and stays on the remote.
 
+Push-back travels back over the link too, to a forwarder that listed the ``holds``
+feature: after each batch the runtime's ``LinkHolds`` looks at the destinations it
+went to, and while one is slow here (its consumers cannot take more and the bound
+waits; transport/push_back.py) this half sends an INTEREST ``hold`` for it, then
+``release``. The forwarder stops feeding that destination's demand meanwhile, so what
+waits for a slow consumer here waits on the forwarding broker, whose producers are
+held in turn, hop by hop.
+
 Interest goes out as explicit INTEREST frames — a full ``sync`` first, then ``update``s
 as consumers come and go, and a full ``sync`` again every ``interest_resync_ms`` so an
 update lost to a bug or a race heals by itself (anti-entropy) instead of leaving a
@@ -62,7 +70,7 @@ class Receiver:
     def __init__(self, services: ReceiverServices, link: WireLink, remote: str,
                  flt: DestinationFilter, counters: LinkCounters, *, resync_s: float,
                  refusals: bool = False, ack_ranges: bool = False,
-                 principal: Principal | None = None) -> None:
+                 hold_notes: bool = False, principal: Principal | None = None) -> None:
         self.services = services
         self.host = services.host
         self.broker = services.host.broker
@@ -76,6 +84,8 @@ class Receiver:
         # The sender takes ACK_RANGES (FEATURE_ACK_RANGES): a batch is settled in a
         # record per run of sequence numbers, not one per message.
         self.ack_ranges = ack_ranges
+        # The sender takes hold notes (FEATURE_HOLDS), and the host carries push-back.
+        self.holds = services.host.link_holds if hold_notes else None
         # The accepting side passes who authenticated the link; the dialing side acts
         # for its own connector.
         if principal is None:
@@ -180,6 +190,20 @@ class Receiver:
                                                   connector=self.link.peer)
             (after_sync if needs_sync else now_acks).append((seq, _STORED))
         self._answer(len(batch), now_acks, after_sync)
+        if self.holds is not None and dests:
+            self.holds.routed(self, dests)
+
+    def note_hold(self, dest: Destination, held: bool) -> None:
+        """Ask the forwarder to stop (``held``) or resume forwarding ``dest``: its
+        consumers here cannot take more (``LinkHolds``)."""
+        if self.closed:
+            return
+        if held:
+            self.counters.holds_sent += 1
+        log.debug("network link to %s: %s %s", self.remote,
+                  "hold" if held else "release", dest)
+        self.link.write(encode_json(FrameType.INTEREST, {
+            "op": "hold" if held else "release", "dest": str(dest)}))
 
     def _answer(self, received: int, now_acks: list[tuple[int, AckStatus]],
                 after_sync: list[tuple[int, AckStatus]]) -> None:
@@ -248,6 +272,8 @@ class Receiver:
         self.closed = True
         if self._resync is not None:
             self._resync.cancel()
+        if self.holds is not None:
+            self.holds.link_lost(self)
         self.broker.remove_listener(self._on_consumer_event)
         if self.node is not None and self._on_node_interest in self.node.listeners:
             self.node.listeners.remove(self._on_node_interest)

@@ -20,6 +20,7 @@ from meshmq.network.receiver import Receiver
 from meshmq.network.stats import LinkCounters
 from meshmq.protocol.wire import (
     FEATURE_ACK_RANGES,
+    FEATURE_HOLDS,
     FEATURE_MESSAGES_AGAIN,
     FEATURE_REFUSALS,
     FEATURES,
@@ -151,6 +152,7 @@ class Responder(LinkEnd):
                                  resync_s=config.interest_resync_ms / 1000,
                                  refusals=FEATURE_REFUSALS in features,
                                  ack_ranges=FEATURE_ACK_RANGES in features,
+                                 hold_notes=FEATURE_HOLDS in features,
                                  principal=principal)
         self.receiver.start()
         if self.duplex:
@@ -226,5 +228,6 @@ class Responder(LinkEnd):
                 "connected_to": self.link.peer if self.link else None,
                 "demand": len(fwd.demands) if fwd is not None else 0,
                 "inflight": fwd.inflight if fwd is not None else 0,
+                "held": sorted(map(str, fwd.held)) if fwd is not None else [],
                 "remote_client_uris": list(self.remote_client_uris),
                 **self.counters.as_dict()}

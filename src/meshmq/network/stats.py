@@ -39,6 +39,8 @@ class LinkCounters:
     refused: int = 0  # ... that the link's user may not send there (kept here)
     received: int = 0  # messages the remote broker forwarded to us
     received_duplicates: int = 0
+    holds_sent: int = 0  # times this broker asked the remote to hold a destination
+    holds_received: int = 0  # times the remote asked this broker to hold one
     forward_rate: RateMeter = field(default_factory=RateMeter)
     receive_rate: RateMeter = field(default_factory=RateMeter)
 
@@ -47,5 +49,6 @@ class LinkCounters:
                 "duplicates": self.duplicates, "dropped": self.dropped,
                 "refused": self.refused,
                 "received": self.received, "received_duplicates": self.received_duplicates,
+                "holds_sent": self.holds_sent, "holds_received": self.holds_received,
                 "forward_rate": self.forward_rate.rate(),
                 "receive_rate": self.receive_rate.rate()}

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from meshmq.core.consumer import AckMode
 
@@ -75,6 +75,8 @@ RECHECK_MAX_S = 0.05
 # producer, and enough that a consumer acking one message at a time does not stop and
 # start its producer on every ack.
 BACKLOG_LIMIT = 1000
+
+K = TypeVar("K")  # who a PeerHolds notes: a shard's index, a bridge's receiving half
 
 
 def _holds(queue: Queue, connection_id: str, held: bool) -> bool:
@@ -208,51 +210,60 @@ class ProducerHold:
         self._registry.held.discard(self)
 
 
-class ShardHolds:
-    """Push-back across the shards of a node (docs/shards.md), both sides of it.
-
-    As the owner: after each batch of sends another shard forwarded here, each
-    destination it went to is looked at as a session looks after a read
-    (:meth:`routed`); a slow one gets a ``ProducerHold`` of its own for that shard, and
-    ``note(shard, dest, True)`` asks the shard to hold its producers of it, until the
-    hold is released (the same hysteresis and wake-ups as a local producer's), which
-    ``note(shard, dest, False)`` says.
-
-    As the ingress shard: :meth:`noted` records what an owner asked, in
-    ``PushBack.held_by_owner``, which the sessions' holds read; a release wakes them.
-    A link that drops ends both sides' holds for that shard (a restarted owner notes
-    again what is still slow when the next sends arrive).
+class PeerHolds(Generic[K]):
+    """Push-back carried to a peer that sends here on its producers' behalf (another
+    shard of the node, or a broker forwarding over a bridge), the holding side: after
+    each batch a peer sent, each destination it went to is looked at as a session
+    looks after a read (:meth:`routed`); a slow one gets a ``ProducerHold`` of its own
+    for that peer, and ``note(peer, dest, True)`` asks the peer to hold what feeds it,
+    until the hold is released (the same hysteresis and wake-ups as a local
+    producer's), which ``note(peer, dest, False)`` says. A link that drops ends the
+    peer's holds (a peer that links again is noted again when its next sends arrive).
     """
 
-    def __init__(self, registry: PushBack,
-                 note: Callable[[int, Destination, bool], None]) -> None:
+    def __init__(self, registry: PushBack, note: Callable[[K, Destination, bool], None]) -> None:
         self._registry = registry
         self._note = note
-        self._holding: dict[tuple[int, Destination], ProducerHold] = {}
+        self._holding: dict[tuple[K, Destination], ProducerHold] = {}
 
     @property
     def holding(self) -> int:
-        """(Shard, destination) pairs this owner holds now (statistics, tests)."""
+        """(Peer, destination) pairs held now (statistics, tests)."""
         return len(self._holding)
 
-    def routed(self, shard: int, dests: Iterable[Destination]) -> None:
-        """Sends from ``shard`` to ``dests`` (owned here) were routed."""
+    def routed(self, peer: K, dests: Iterable[Destination]) -> None:
+        """Sends from ``peer`` to ``dests`` were routed here."""
         holding = self._holding
         registry = self._registry
         for dest in dests:
-            key = (shard, dest)
-            # No consumer here is the other shard's producer (""): its own consumers of
-            # ``dest`` are checked there, as it applies the note.
+            key = (peer, dest)
+            # No consumer here is the peer's producer (""): its own consumers of ``dest``
+            # are the peer's to look at, as it applies the note.
             if key in holding or not registry.slow(dest, ""):
                 continue
             hold = ProducerHold(registry, functools.partial(self._released, key))
             hold.check([dest], "")
             holding[key] = hold
-            self._note(shard, dest, True)
+            self._note(peer, dest, True)
 
-    def _released(self, key: tuple[int, Destination]) -> None:
+    def _released(self, key: tuple[K, Destination]) -> None:
         if self._holding.pop(key, None) is not None:
             self._note(key[0], key[1], False)
+
+    def link_lost(self, peer: K) -> None:
+        """The link to ``peer`` dropped: nothing is held for it any more."""
+        for key in [k for k in self._holding if k[0] == peer]:
+            self._holding.pop(key).end()
+
+
+class ShardHolds(PeerHolds[int]):
+    """Push-back across the shards of a node (docs/shards.md), both sides of it: as the
+    owner, :class:`PeerHolds` by shard index; as the ingress shard, :meth:`noted`
+    records what an owner asked, in ``PushBack.held_by_owner``, which the sessions'
+    holds read; a release wakes them. A link that drops ends both sides' holds for
+    that shard (a restarted owner notes again what is still slow when the next sends
+    arrive).
+    """
 
     def noted(self, owner: int, dest: Destination, held: bool) -> None:
         """Shard ``owner`` asks to hold (``held``) or release the producers here of
@@ -263,12 +274,11 @@ class ShardHolds:
         elif by_owner.pop(dest, None) is not None:
             self._registry.wake()
 
-    def link_lost(self, shard: int) -> None:
-        """The link to ``shard`` dropped: nothing is held for it or by it any more."""
-        for key in [k for k in self._holding if k[0] == shard]:
-            self._holding.pop(key).end()
+    def link_lost(self, peer: int) -> None:
+        """The link to shard ``peer`` dropped: nothing is held for it or by it any more."""
+        super().link_lost(peer)
         by_owner = self._registry.held_by_owner
-        lost = [dest for dest, owner in by_owner.items() if owner == shard]
+        lost = [dest for dest, owner in by_owner.items() if owner == peer]
         for dest in lost:
             del by_owner[dest]
         if lost:

@@ -40,7 +40,7 @@ from meshmq.transport.listeners import LISTENER_LABELS, Listeners, websocket_opt
 from meshmq.transport.mqtt_service import MqttService
 from meshmq.transport.paging import PageReader
 from meshmq.transport.pump import TIMER_INTERVAL, Pump
-from meshmq.transport.push_back import PushBack, ShardHolds
+from meshmq.transport.push_back import PeerHolds, PushBack, ShardHolds
 from meshmq.transport.stop_deadline import EXIT_STOP_OVERRAN, STOP_DEADLINE_S, StopDeadline
 from meshmq.transport.topology import Topology, push_families
 from meshmq.transport.trace_recorder import TraceRecorder
@@ -49,9 +49,11 @@ if TYPE_CHECKING:
     from prometheus_client import Histogram
 
     from meshmq.core.auth import Principal
+    from meshmq.core.destinations import Destination
     from meshmq.ha.controller import HaController
     from meshmq.ha.replication import ReplicatedHa
     from meshmq.management.server import ManagementServer
+    from meshmq.network.host import HoldPeer
     from meshmq.network.shards import ShardPeers
     from meshmq.store.fence import WriteFence
     from meshmq.transport.handoff import HandoffOffer, Handoffs
@@ -162,6 +164,9 @@ class BrokerRuntime:
         self.push_back = PushBack(self.broker)
         self.engine.push_back = self.push_back
         self.shard_holds: ShardHolds | None = None
+        # Push-back carried back over bridges: a link's receiving half notes its
+        # forwarder to hold a destination that is slow here (network/receiver.py).
+        self.link_holds: PeerHolds[HoldPeer] = PeerHolds(self.push_back, _note_hold)
         if self.shard_peers is not None:  # a client's session resumed on another shard
             self.shard_peers.clients.session_moved = self.mqtt.forget_session
             # Push-back across shards: owners hold other shards' producers by a note.
@@ -614,6 +619,10 @@ class BrokerRuntime:
 
     def mark_flush(self, session: Session) -> None:
         self.engine.mark_flush(session)
+
+
+def _note_hold(peer: HoldPeer, dest: Destination, held: bool) -> None:
+    peer.note_hold(dest, held)
 
 
 GC_YOUNG_THRESHOLD = 10_000

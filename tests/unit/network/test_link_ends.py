@@ -23,6 +23,7 @@ from meshmq.network.endpoint import (
     mirror_config,
     mirror_json,
 )
+from meshmq.network.forwarder import noted_destination
 from meshmq.protocol.wire import AckStatus, FrameType, WireFrame, encode_acks
 
 CUSTOM = NetworkConnectorConfig(
@@ -178,6 +179,29 @@ def test_only_the_first_full_sync_completes_the_handshake() -> None:
     assert [op for op, _ in end.forwarder.interest] == ["update", "sync", "sync"]
 
 
+def test_hold_notes_reach_the_forwarding_half_and_are_no_sync() -> None:
+    end = End(forwarding=True)
+    route(end, frame(FrameType.INTEREST, {"op": "hold", "dest": "queue://q"}))
+    route(end, frame(FrameType.INTEREST, {"op": "release", "dest": "queue://q"}))
+    assert end.synced_calls == 0
+    assert isinstance(end.forwarder, FakeForwarder)
+    assert [op for op, _ in end.forwarder.interest] == ["hold", "release"]
+
+
+@pytest.mark.parametrize(("body", "fragment"), [
+    ({"op": "hold"}, "INTEREST hold and release need a destination"),
+    ({"op": "hold", "dest": 5}, "INTEREST hold and release need a destination"),
+    ({"op": "release", "dest": ""}, "INTEREST hold and release need a destination"),
+    ({"op": "hold", "dest": "q"}, "INTEREST hold names a bad destination: not a destination"),
+    ({"op": "hold", "dest": "box://q"}, "unknown destination kind"),
+])
+def test_a_hold_note_without_a_good_destination_is_the_peers_protocol_error(
+        body: dict[str, object], fragment: str) -> None:
+    with pytest.raises(RemoteProtocolError, match=fragment):
+        noted_destination(body)
+    assert str(noted_destination({"op": "hold", "dest": "topic://a.b"})) == "topic://a.b"
+
+
 def test_acks_reach_the_forwarding_half() -> None:
     end = End(forwarding=True)
     route(end, WireFrame(FrameType.ACKS, encode_acks([(1, AckStatus.STORED),
@@ -217,7 +241,7 @@ def test_a_refusal_on_a_live_link_is_recorded_then_closes_it() -> None:
     (False, frame(FrameType.INTEREST, {"op": "sync"}),
      "INTEREST on a link that does not forward"),
     (True, frame(FrameType.INTEREST, {"op": "replace"}),
-     "INTEREST op must be sync or update, not 'replace'"),
+     "INTEREST op must be sync, update, hold or release, not 'replace'"),
     (True, frame(FrameType.HELLO, {}), "unexpected HELLO frame"),
     (True, frame(FrameType.WELCOME, {}), "unexpected WELCOME frame"),
 ])

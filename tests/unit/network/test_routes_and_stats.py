@@ -154,9 +154,10 @@ def test_a_rate_is_rounded_to_a_tenth() -> None:
 
 def test_link_counters_show_every_field_meshmq_stat_reads() -> None:
     counters = LinkCounters(forwarded=7, acknowledged=6, duplicates=1, dropped=2, refused=3,
-                            received=4, received_duplicates=1)
+                            received=4, received_duplicates=1, holds_sent=5,
+                            holds_received=6)
     shown = counters.as_dict()
     assert {k: v for k, v in shown.items() if not k.endswith("_rate")} == {
         "forwarded": 7, "acknowledged": 6, "duplicates": 1, "dropped": 2, "refused": 3,
-        "received": 4, "received_duplicates": 1}
+        "received": 4, "received_duplicates": 1, "holds_sent": 5, "holds_received": 6}
     assert shown["forward_rate"] == 0.0 and shown["receive_rate"] == 0.0

@@ -2,6 +2,7 @@
 
 from meshmq.protocol.wire.codec import (
     FEATURE_ACK_RANGES,
+    FEATURE_HOLDS,
     FEATURE_MESSAGES_AGAIN,
     FEATURE_REFUSALS,
     FEATURE_SHARD,
@@ -37,6 +38,7 @@ from meshmq.protocol.wire.codec import (
 __all__ = [
     "FEATURES",
     "FEATURE_ACK_RANGES",
+    "FEATURE_HOLDS",
     "FEATURE_MESSAGES_AGAIN",
     "FEATURE_REFUSALS",
     "FEATURE_SHARD",

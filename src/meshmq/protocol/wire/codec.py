@@ -44,7 +44,11 @@ FEATURE_MESSAGES_AGAIN: Final = "messages-again"
 FEATURE_REFUSALS: Final = "refusals"
 # The receiver may settle in ACK_RANGES frames (runs of sequence numbers) instead of ACKS.
 FEATURE_ACK_RANGES: Final = "ack-ranges"
-FEATURES: Final = (FEATURE_MESSAGES_AGAIN, FEATURE_REFUSALS, FEATURE_ACK_RANGES)
+# The forwarder takes INTEREST ``hold`` and ``release`` notes: the receiver asks it to
+# stop (and resume) forwarding a destination whose consumers there cannot keep up.
+FEATURE_HOLDS: Final = "holds"
+FEATURES: Final = (FEATURE_MESSAGES_AGAIN, FEATURE_REFUSALS, FEATURE_ACK_RANGES,
+                   FEATURE_HOLDS)
 # Two shards of one node (docs/design.md, "Shards"): the link carries DELIVER and SETTLE
 # and the HELLO a per-boot token instead of a user. Never listed by a network peer, and
 # not in FEATURES: a bridge never offers it.
