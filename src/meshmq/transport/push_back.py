@@ -29,6 +29,12 @@ one message at a time does not let a whole read in per ack). So:
   queue with the whole run: latency, memory, and more CPU per message for the
   forwarding broker (a message that waits is collected by the garbage collector and
   read back from cold memory);
+* a broker that receives over a bridge holds the forwarding broker the same way, by a
+  note: after each batch the link brought, the destinations it went to are looked at
+  (``PeerHolds``), and while one is slow here the link's forwarder is asked to hold it
+  (network/receiver.py); it pauses its demand consumers of it, and the rule above then
+  holds its producers, or, on the middle broker of a longer path, notes the broker
+  before it;
 * on a node of shards, an owner's stand-in for another shard's consumer (a relayed
   consumer) counts as that consumer, its relay's window (what the consumer's shard has
   not yet written to its client) as its room; a stand-in paused because that window or
