@@ -841,6 +841,9 @@ def main() -> None:
     repeat = a.repeat or (1 if a.quick else 3)
     duration = a.duration or (3.0 if a.quick else 15.0)
     known = [c.key for c in cases(a.quick)]
+    if a.out is not None and ("/" in a.out or a.out.endswith((".md", ".json"))):
+        ap.error(f"--out {a.out}: give a file stem, written under {RESULTS} as .md and "
+                 f".json (e.g. --out {Path(a.out).stem})")
     unknown = sorted(set(a.only or ()) - set(known))
     if unknown:
         ap.error(f"--only: unknown case(s) {', '.join(unknown)}; cases: {', '.join(known)}")
