@@ -225,3 +225,121 @@ def test_topic_messages_cross_both_ways_for_subscribers_on_either_shard(
             for sender in senders:
                 assert [b for b in got if b.startswith(f"{sender}-")] == [
                     f"{sender}-{i}" for i in range(5)], (own, got)
+
+
+def test_a_slow_consumer_on_the_node_holds_the_remote_brokers_producer(
+        remote_to_node: Clients) -> None:
+    """A consumer on the node takes 10 messages of a queue owned by shard 1 and acks
+    none; a producer on the remote broker sends 20,000. The owner holds the front
+    shard's sends of it (a shard note), the front shard asks the remote broker to hold
+    the queue (a link note), and the remote broker stops reading its producer; every
+    message arrives once, in order, once the consumer acks."""
+    from tests.interop.test_stomp_push_back import Producer, held_producers
+    from tests.network.helpers import bridges
+
+    clients = remote_to_node
+    remote = clients.remote
+    name = owned_by(1, "held")
+    count = 20_000
+    consumer = clients.on_node(1)
+    consumer.send_frame("SUBSCRIBE", [("destination", f"/queue/{name}"), ("id", "s"),
+                                      ("ack", "client-individual"),
+                                      ("activemq.prefetchSize", "10"), ("receipt", "sub")])
+    consumer.read_until_receipt("sub")
+    wait_demand(remote, name)
+    producer = Producer(remote, f"/queue/{name}", count, 1024).start()
+    clients.open.append(producer.client)
+    seen: list[int] = []
+
+    def take(n: int, *, ack: bool) -> list[str]:
+        acks = []
+        for _ in range(n):
+            frame, _ = consumer.read_until("MESSAGE", timeout=30)
+            seen.append(-1 if frame.body == b"end" else int(frame.body[1:9]))
+            acks.append(frame["ack"])
+            if ack:
+                consumer.send_frame("ACK", [("id", frame["ack"])])
+        return acks
+
+    first = take(10, ack=False)
+    poll(lambda: [b["held"] for b in bridges(remote)] == [[f"queue://{name}"]], 60,
+         "the node's hold on the remote broker")
+    poll(lambda: held_producers(remote) == 1, 30, "the producer held on the remote broker")
+    for tag in first:
+        consumer.send_frame("ACK", [("id", tag)])
+    take(count + 1 - 10, ack=True)
+    producer.wait_done(60)
+    assert seen == [*range(count), -1]
+    poll(lambda: [b["held"] for b in bridges(remote)] == [[]], 30, "the release")
+
+
+def test_a_slow_consumer_on_the_remote_holds_the_nodes_forwards_from_another_shard(
+        remote_to_node: Clients) -> None:
+    """The other way: a producer on shard 1 of the node sends 20,000 messages to a
+    queue shard 1 owns, whose consumer is on the remote broker (taking 10, acking
+    none). The front shard's demand for it is relayed from the owner; the remote's hold
+    pauses it, and what the owner still dispatches within its window waits on the
+    front shard unforwarded, so the owner's window fills, the run waits on the node
+    (whose owner then holds the producer) instead of in the remote broker's memory.
+    Every message arrives once, in order, once the consumer acks."""
+    import threading
+
+    from meshmq.core.destinations import queue
+    from tests.interop.test_stomp_push_back import BacklogWatch, _send
+
+    clients = remote_to_node
+    remote = clients.remote
+    name = owned_by(1, "out-held")
+    count = 20_000
+    consumer = clients.on_remote()
+    consumer.send_frame("SUBSCRIBE", [("destination", f"/queue/{name}"), ("id", "s"),
+                                      ("ack", "client-individual"),
+                                      ("activemq.prefetchSize", "10"), ("receipt", "sub")])
+    consumer.read_until_receipt("sub")
+    producer = clients.on_node(1)
+    # The node's demand for the remote consumer is there once a message crosses.
+    producer.send_frame("SEND", [("destination", f"/queue/{name}"), ("receipt", "first")],
+                        b"p-0000001")
+    producer.read_until_receipt("first")
+    frame, _ = consumer.read_until("MESSAGE", timeout=30)
+    consumer.send_frame("ACK", [("id", frame["ack"])])
+    on_remote = BacklogWatch(remote, queue(name))
+
+    def write() -> None:
+        for start in range(0, count, 64):
+            producer.send_bytes(b"".join(_send(f"/queue/{name}", i, 1024, [])
+                                         for i in range(start, min(count, start + 64))))
+        producer.send_frame("SEND", [("destination", f"/queue/{name}"), ("receipt", "end")],
+                            b"end")
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    seen: list[int] = []
+
+    def take(n: int, *, ack: bool) -> list[str]:
+        acks = []
+        for _ in range(n):
+            frame, _ = consumer.read_until("MESSAGE", timeout=30)
+            seen.append(-1 if frame.body == b"end" else int(frame.body[1:9]))
+            acks.append(frame["ack"])
+            if ack:
+                consumer.send_frame("ACK", [("id", frame["ack"])])
+        return acks
+
+    first = take(10, ack=False)
+    poll(lambda: any(b["holds_sent"] == 1 for b in bridges_of(remote)), 60,
+         "the remote broker's hold note")
+    for tag in first:
+        consumer.send_frame("ACK", [("id", tag)])
+    take(count + 1 - 10, ack=True)
+    writer.join(60)
+    producer.read_until_receipt("end", timeout=60)
+    peak = on_remote.stop()
+    assert seen == [*range(count), -1]
+    print(f"the remote broker's peak backlog {peak} (the run {count})")
+    assert peak < count // 4, peak
+
+
+def bridges_of(broker: ThreadBroker) -> list[dict[str, object]]:
+    from tests.network.helpers import bridges
+
+    return bridges(broker)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Final
 
 from meshmq.core.auth import Principal
 from meshmq.core.consumer import AckMode, Consumer, ConsumerSpec
-from meshmq.core.destinations import Destination
+from meshmq.core.destinations import Destination, matches
 from meshmq.core.message_codec import str_bytes
 from meshmq.core.network_view import has_durable
 from meshmq.core.queue import BrowseEnd, Delivery
@@ -106,6 +106,11 @@ class Forwarder:
         # Destinations the remote asked this link to hold (INTEREST hold/release): the
         # demand consumers they feed take nothing until the release or the link drops.
         self.held: set[Destination] = set()
+        self._held_consumers: set[Consumer] = set()  # the demand consumers they feed
+        # Deliveries of a held consumer that came anyway (a consumer relayed from
+        # another shard of this node: its owner dispatches, within the window): kept
+        # unforwarded and unsettled, so the owner's window fills, until the release.
+        self._deferred: list[Delivery] = []
         self.host.register(self)
         self.host.accepted(self)
 
@@ -193,19 +198,30 @@ class Forwarder:
 
     def _apply_holds(self) -> None:
         """Pause each demand consumer that a held destination feeds (a queue's, or a
-        topic subscription's that matches it, a wildcard's included); resume the others
-        this link's state does not pause (its writes full, a RETRY pause, draining)."""
-        broker = self.broker
-        held_queues = {id(q) for dest in self.held for q in broker.waiting_queues(dest)}
+        topic subscription's that matches it, a wildcard's included; on a node of
+        shards also one relayed from the destination's owner); resume the others this
+        link's state does not pause (its writes full, a RETRY pause, draining), and
+        forward what was deferred for them."""
+        held = self.held
+        held_consumers = self._held_consumers
+        held_consumers.clear()
         link_paused = self.link.paused or self._retry_pause is not None
         for _, consumer in self.demands.values():
-            if any(id(q) in held_queues for q in consumer.sources):
+            if any(matches(pattern, dest) for pattern in consumer.spec.destinations
+                   for dest in held):
                 consumer.paused = True
+                held_consumers.add(consumer)
             elif consumer.paused and not link_paused and consumer not in self._draining \
                     and not consumer.closed:
                 consumer.paused = False
                 for queue in consumer.sources:
-                    broker.mark_dirty(queue)
+                    self.broker.mark_dirty(queue)
+        if self._deferred:
+            deferred = self._deferred
+            self._deferred = [d for d in deferred if d.consumer in held_consumers]
+            for delivery in deferred:
+                if delivery.consumer not in held_consumers and not delivery.consumer.closed:
+                    self._queue_out(delivery)
 
     def _close_demand(self, consumer: Consumer, drop_durable: str | None) -> None:
         conn = self.conn
@@ -277,6 +293,12 @@ class Forwarder:
     def deliver(self, outcome: Delivery | BrowseEnd) -> None:
         if not isinstance(outcome, Delivery) or self.link.closed:
             return
+        if self._held_consumers and outcome.consumer in self._held_consumers:
+            self._deferred.append(outcome)
+            return
+        self._queue_out(outcome)
+
+    def _queue_out(self, outcome: Delivery) -> None:
         out = self._out
         if not out:
             # flush() empties the list, so a non-empty one is marked already.
@@ -491,6 +513,8 @@ class Forwarder:
         self._draining.clear()
         self._inflight.clear()
         self.held.clear()
+        self._held_consumers.clear()
+        self._deferred.clear()  # (unsettled: the core took them back with the connection)
 
 
 def noted_destination(body: dict[str, object]) -> Destination:
