@@ -434,15 +434,23 @@ def _print_stat(stat: dict[str, Any]) -> None:
         print(f"durable {sub['clientId']}:{sub['name']} on {sub['destination']} pending "
               f"{sub['pending']} {'active' if sub['active'] else 'offline'}")
     for b in stat.get("network", {}).get("bridges", []):
-        err = b.get("last_error") or {}
-        line = (f"bridge {b['name']} ({b['direction']}) {b['state']} remote "
-                f"{b.get('remote_broker') or '-'} forwarded {b['forwarded']} received "
-                f"{b['received']} rate {b['forward_rate']}/s demand {b['demand']}")
-        if b.get("refused"):
-            line += f" refused {b['refused']} (not authorized on {b.get('remote_broker')})"
-        if err and b["state"] != "forwarding":
-            line += f"  last error: {err.get('kind')}: {err.get('message')}"
-        print(line)
+        print(bridge_line(b))
+
+
+def bridge_line(b: dict[str, Any]) -> str:
+    """``meshmq stat``'s line for one bridge of ``/api/stat``'s ``network.bridges``."""
+    err = b.get("last_error") or {}
+    line = (f"bridge {b['name']} ({b['direction']}) {b['state']} remote "
+            f"{b.get('remote_broker') or '-'} forwarded {b['forwarded']} received "
+            f"{b['received']} rate {b['forward_rate']}/s demand {b['demand']}")
+    if b.get("refused"):
+        line += f" refused {b['refused']} (not authorized on {b.get('remote_broker')})"
+    if b.get("held"):
+        line += (f" held {','.join(b['held'])} (its consumers on "
+                 f"{b.get('remote_broker')} are behind)")
+    if err and b["state"] != "forwarding":
+        line += f"  last error: {err.get('kind')}: {err.get('message')}"
+    return line
 
 
 def cmd_audit(args: argparse.Namespace) -> int:

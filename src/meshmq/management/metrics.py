@@ -201,7 +201,18 @@ class BrokerCollector(Collector):
             "connects": CounterMetricFamily("meshmq_bridge_connects",
                                             "Links established (reconnects included)",
                                             labels=_BRIDGE_LABELS),
+            "holds_sent": CounterMetricFamily(
+                "meshmq_bridge_holds_sent",
+                "Times this broker asked the remote to hold a destination (push-back)",
+                labels=_BRIDGE_LABELS),
+            "holds_received": CounterMetricFamily(
+                "meshmq_bridge_holds_received",
+                "Times the remote asked this broker to hold a destination (push-back)",
+                labels=_BRIDGE_LABELS),
         }
+        held = GaugeMetricFamily("meshmq_bridge_held_destinations",
+                                 "Destinations the remote asks this broker not to forward now",
+                                 labels=_BRIDGE_LABELS)
         last_error = InfoMetricFamily("meshmq_bridge_last_error",
                                       "Kind of the bridge's last error",
                                       labels=_BRIDGE_LABELS)
@@ -221,11 +232,13 @@ class BrokerCollector(Collector):
                 state.add_metric((*key, name), 1 if name == current else 0)
             for field, family in figures.items():
                 family.add_metric(key, int(bridge.get(field, 0)))
+            held.add_metric(key, len(bridge.get("held") or ()))
             error = bridge.get("last_error")
             if error:
                 last_error.add_metric(key, {"kind": str(error.get("kind", ""))})
         yield state
         yield from figures.values()
+        yield held
         yield last_error
 
     def _store(self, store: Mapping[str, Any], refusing: object) -> Iterator[Metric]:

@@ -54,6 +54,11 @@ def bridge_document(status: dict[str, Any]) -> dict[str, Any]:
         "reconnects": max(status.get("attempts", 0) - 1, 0),
         "refused": status["refused"],
         "forward_rate": status["forward_rate"],
+        # Push-back over the link: destinations the remote asked this broker to stop
+        # forwarding for now, and how often either side asked.
+        "held": status.get("held", []),
+        "holds_sent": status.get("holds_sent", 0),
+        "holds_received": status.get("holds_received", 0),
     }
 
 

@@ -106,7 +106,13 @@ def test_a_forwarding_bridge_document() -> None:
         "direction": "outbound", "state": "forwarding",
         "state_since": "2023-11-14T22:13:20.500+00:00", "duplex": True, "last_error": None,
         "forwarded": 10, "acked": 9, "in_flight": 1, "received": 4, "reconnects": 0,
-        "refused": 0, "forward_rate": 2.5}
+        "refused": 0, "forward_rate": 2.5, "held": [], "holds_sent": 0, "holds_received": 0}
+
+
+def test_a_held_bridge_document_names_what_the_remote_holds() -> None:
+    doc = bridge_document(status(held=["queue://orders"], holds_sent=2, holds_received=3))
+    assert (doc["held"], doc["holds_sent"], doc["holds_received"]) == (
+        ["queue://orders"], 2, 3)
 
 
 def test_a_bridge_that_is_down_shows_its_targets_its_error_and_its_redials() -> None:

@@ -1,8 +1,9 @@
-"""``meshmq stat``'s high-availability line for each kind of status the brokers report."""
+"""``meshmq stat``'s high-availability line for each kind of status the brokers report,
+and its line per bridge."""
 
 from __future__ import annotations
 
-from meshmq.cli.main import ha_line
+from meshmq.cli.main import bridge_line, ha_line
 
 
 def test_no_high_availability_prints_no_line() -> None:
@@ -42,3 +43,14 @@ def test_the_shards_own_positions_come_with_their_commit() -> None:
                      {"up": False, "term": 2, "last": [2, 4]}]}
     assert ha_line(ha) == "role master  ha replicated  term 2  master a@x  shards 2  logs " \
         "s0 [2, 9] commit 9, s1 [2, 4] (not answering)"
+
+
+def test_a_bridge_line_names_what_the_remote_holds() -> None:
+    bridge = {"name": "out@b", "direction": "outbound", "state": "forwarding",
+              "remote_broker": "b", "forwarded": 10, "received": 0, "forward_rate": 1.5,
+              "demand": 1, "refused": 0, "held": [], "last_error": None}
+    assert bridge_line(bridge) == ("bridge out@b (outbound) forwarding remote b forwarded "
+                                   "10 received 0 rate 1.5/s demand 1")
+    bridge["held"] = ["queue://orders", "topic://prices"]
+    assert bridge_line(bridge).endswith(
+        " demand 1 held queue://orders,topic://prices (its consumers on b are behind)")

@@ -26,6 +26,7 @@ GAUGES = {"meshmq_uptime_seconds", "meshmq_connections", "meshmq_memory_used_byt
           "meshmq_destination_consumers", "meshmq_destination_producers",
           "meshmq_destination_inflight_messages", "meshmq_destination_memory_bytes",
           "meshmq_bridge_state", "meshmq_bridge_inflight_messages",
+          "meshmq_bridge_held_destinations",
           "meshmq_store_limit_bytes", "meshmq_store_refusing_persistent", "meshmq_ha_role",
           "meshmq_ha_epoch"}
 COUNTERS = {"meshmq_messages_enqueued", "meshmq_messages_dequeued", "meshmq_denied",
@@ -33,7 +34,8 @@ COUNTERS = {"meshmq_messages_enqueued", "meshmq_messages_dequeued", "meshmq_deni
             "meshmq_destination_dequeued", "meshmq_destination_dispatched",
             "meshmq_destination_expired", "meshmq_destination_dead_lettered",
             "meshmq_bridge_forwarded", "meshmq_bridge_acknowledged", "meshmq_bridge_received",
-            "meshmq_bridge_refused", "meshmq_bridge_connects", "meshmq_trace_events_written",
+            "meshmq_bridge_refused", "meshmq_bridge_connects", "meshmq_bridge_holds_sent",
+            "meshmq_bridge_holds_received", "meshmq_trace_events_written",
             "meshmq_trace_events_dropped"}
 
 
