@@ -5,6 +5,7 @@ listener and network connectors; the other shard is reached through it."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from meshmq.core.destinations import Destination
+from meshmq.core.destinations import queue as queue_named
 from meshmq.core.shards import owner
 from tests.interop.stomp_helpers import RawClient
-from tests.network.helpers import LINK_USER, connector, net_config, tcp_uri
+from tests.interop.test_stomp_push_back import BacklogWatch, Producer, _send, held_producers
+from tests.network.helpers import LINK_USER, bridges, connector, net_config, tcp_uri
 from tests.support.brokers import ThreadBroker, poll
 from tests.support.nodes import NodeProcess, stomp_on, write_node_toml
 
@@ -227,6 +230,34 @@ def test_topic_messages_cross_both_ways_for_subscribers_on_either_shard(
                     f"{sender}-{i}" for i in range(5)], (own, got)
 
 
+class SlowConsumer:
+    """A client-ack consumer of ``queue`` with a window of 10, read only when the test
+    says; ``seen`` has the numbers of the messages read (-1 for ``end``)."""
+
+    def __init__(self, client: RawClient, name: str) -> None:
+        self.client = client
+        client.send_frame("SUBSCRIBE", [("destination", f"/queue/{name}"), ("id", "s"),
+                                        ("ack", "client-individual"),
+                                        ("activemq.prefetchSize", "10"), ("receipt", "sub")])
+        client.read_until_receipt("sub")
+        self.seen: list[int] = []
+
+    def take(self, n: int, *, ack: bool) -> list[str]:
+        """Read ``n`` messages, acking each when ``ack``; their ack ids."""
+        tags = []
+        for _ in range(n):
+            frame, _ = self.client.read_until("MESSAGE", timeout=30)
+            self.seen.append(-1 if frame.body == b"end" else int(frame.body[1:9]))
+            tags.append(frame["ack"])
+            if ack:
+                self.client.send_frame("ACK", [("id", frame["ack"])])
+        return tags
+
+    def ack(self, tags: list[str]) -> None:
+        for tag in tags:
+            self.client.send_frame("ACK", [("id", tag)])
+
+
 def test_a_slow_consumer_on_the_node_holds_the_remote_brokers_producer(
         remote_to_node: Clients) -> None:
     """A consumer on the node takes 10 messages of a queue owned by shard 1 and acks
@@ -234,42 +265,22 @@ def test_a_slow_consumer_on_the_node_holds_the_remote_brokers_producer(
     shard's sends of it (a shard note), the front shard asks the remote broker to hold
     the queue (a link note), and the remote broker stops reading its producer; every
     message arrives once, in order, once the consumer acks."""
-    from tests.interop.test_stomp_push_back import Producer, held_producers
-    from tests.network.helpers import bridges
-
     clients = remote_to_node
     remote = clients.remote
     name = owned_by(1, "held")
     count = 20_000
-    consumer = clients.on_node(1)
-    consumer.send_frame("SUBSCRIBE", [("destination", f"/queue/{name}"), ("id", "s"),
-                                      ("ack", "client-individual"),
-                                      ("activemq.prefetchSize", "10"), ("receipt", "sub")])
-    consumer.read_until_receipt("sub")
+    consumer = SlowConsumer(clients.on_node(1), name)
     wait_demand(remote, name)
     producer = Producer(remote, f"/queue/{name}", count, 1024).start()
     clients.open.append(producer.client)
-    seen: list[int] = []
-
-    def take(n: int, *, ack: bool) -> list[str]:
-        acks = []
-        for _ in range(n):
-            frame, _ = consumer.read_until("MESSAGE", timeout=30)
-            seen.append(-1 if frame.body == b"end" else int(frame.body[1:9]))
-            acks.append(frame["ack"])
-            if ack:
-                consumer.send_frame("ACK", [("id", frame["ack"])])
-        return acks
-
-    first = take(10, ack=False)
+    first = consumer.take(10, ack=False)
     poll(lambda: [b["held"] for b in bridges(remote)] == [[f"queue://{name}"]], 60,
          "the node's hold on the remote broker")
     poll(lambda: held_producers(remote) == 1, 30, "the producer held on the remote broker")
-    for tag in first:
-        consumer.send_frame("ACK", [("id", tag)])
-    take(count + 1 - 10, ack=True)
+    consumer.ack(first)
+    consumer.take(count + 1 - 10, ack=True)
     producer.wait_done(60)
-    assert seen == [*range(count), -1]
+    assert consumer.seen == [*range(count), -1]
     poll(lambda: [b["held"] for b in bridges(remote)] == [[]], 30, "the release")
 
 
@@ -282,28 +293,19 @@ def test_a_slow_consumer_on_the_remote_holds_the_nodes_forwards_from_another_sha
     front shard unforwarded, so the owner's window fills, the run waits on the node
     (whose owner then holds the producer) instead of in the remote broker's memory.
     Every message arrives once, in order, once the consumer acks."""
-    import threading
-
-    from meshmq.core.destinations import queue
-    from tests.interop.test_stomp_push_back import BacklogWatch, _send
-
     clients = remote_to_node
     remote = clients.remote
     name = owned_by(1, "out-held")
     count = 20_000
-    consumer = clients.on_remote()
-    consumer.send_frame("SUBSCRIBE", [("destination", f"/queue/{name}"), ("id", "s"),
-                                      ("ack", "client-individual"),
-                                      ("activemq.prefetchSize", "10"), ("receipt", "sub")])
-    consumer.read_until_receipt("sub")
+    consumer = SlowConsumer(clients.on_remote(), name)
     producer = clients.on_node(1)
     # The node's demand for the remote consumer is there once a message crosses.
     producer.send_frame("SEND", [("destination", f"/queue/{name}"), ("receipt", "first")],
                         b"p-0000001")
     producer.read_until_receipt("first")
-    frame, _ = consumer.read_until("MESSAGE", timeout=30)
-    consumer.send_frame("ACK", [("id", frame["ack"])])
-    on_remote = BacklogWatch(remote, queue(name))
+    consumer.take(1, ack=True)
+    consumer.seen.clear()
+    on_remote = BacklogWatch(remote, queue_named(name))
 
     def write() -> None:
         for start in range(0, count, 64):
@@ -313,33 +315,14 @@ def test_a_slow_consumer_on_the_remote_holds_the_nodes_forwards_from_another_sha
                             b"end")
     writer = threading.Thread(target=write, daemon=True)
     writer.start()
-    seen: list[int] = []
-
-    def take(n: int, *, ack: bool) -> list[str]:
-        acks = []
-        for _ in range(n):
-            frame, _ = consumer.read_until("MESSAGE", timeout=30)
-            seen.append(-1 if frame.body == b"end" else int(frame.body[1:9]))
-            acks.append(frame["ack"])
-            if ack:
-                consumer.send_frame("ACK", [("id", frame["ack"])])
-        return acks
-
-    first = take(10, ack=False)
-    poll(lambda: any(b["holds_sent"] == 1 for b in bridges_of(remote)), 60,
+    first = consumer.take(10, ack=False)
+    poll(lambda: any(b["holds_sent"] == 1 for b in bridges(remote)), 60,
          "the remote broker's hold note")
-    for tag in first:
-        consumer.send_frame("ACK", [("id", tag)])
-    take(count + 1 - 10, ack=True)
+    consumer.ack(first)
+    consumer.take(count + 1 - 10, ack=True)
     writer.join(60)
     producer.read_until_receipt("end", timeout=60)
     peak = on_remote.stop()
-    assert seen == [*range(count), -1]
+    assert consumer.seen == [*range(count), -1]
     print(f"the remote broker's peak backlog {peak} (the run {count})")
     assert peak < count // 4, peak
-
-
-def bridges_of(broker: ThreadBroker) -> list[dict[str, object]]:
-    from tests.network.helpers import bridges
-
-    return bridges(broker)
