@@ -364,9 +364,11 @@ def test_stomp_over_wss(broker: ThreadBroker, tmp_path: Path) -> None:
     server_ctx.load_cert_chain(crt, key)
     runtime = broker.runtime
     assert runtime is not None
+    # The server's upgrade deadline as long as the client's: under a loaded suite the
+    # request can take longer than the default 10 s to follow the TLS handshake.
     server = broker.call(start_websocket_listener(
         broker.loop, "127.0.0.1", 0, {"v12.stomp": lambda: StompProtocol(runtime)},
-        ssl_context=server_ctx))
+        ssl_context=server_ctx, options=WebSocketOptions(handshake_timeout=TLS_OPEN_TIMEOUT)))
     port = server.sockets[0].getsockname()[1]
     try:
         client_ctx = ssl.create_default_context(cafile=str(crt))
