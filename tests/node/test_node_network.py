@@ -17,7 +17,14 @@ from meshmq.core.destinations import queue as queue_named
 from meshmq.core.shards import owner
 from tests.interop.stomp_helpers import RawClient
 from tests.interop.test_stomp_push_back import BacklogWatch, Producer, _send, held_producers
-from tests.network.helpers import LINK_USER, bridges, connector, net_config, tcp_uri
+from tests.network.helpers import (
+    LINK_USER,
+    bridges,
+    connector,
+    consumers_on,
+    net_config,
+    tcp_uri,
+)
 from tests.support.brokers import ThreadBroker, poll
 from tests.support.nodes import NodeProcess, stomp_on, write_node_toml
 
@@ -122,8 +129,6 @@ def bodies(client: RawClient, count: int, timeout: float = 30.0) -> list[str]:
 def wait_demand(remote: ThreadBroker, queue: str, consumers: int = 1) -> None:
     """Until the remote broker sees the node's demand for ``queue`` (its network
     consumer), so that what is sent there is forwarded rather than kept."""
-    from tests.network.helpers import consumers_on
-
     poll(lambda: consumers_on(remote, f"queue://{queue}") >= consumers, 30,
          f"the node's demand for {queue} to reach the remote broker")
 

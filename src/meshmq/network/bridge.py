@@ -279,7 +279,7 @@ class Bridge(LinkEnd):
         return link
 
     def _start_halves(self, link: WireLink, remote: str, *, again: bool,
-                      refusals: bool, ranges: bool, holds: bool = False) -> None:
+                      refusals: bool, ranges: bool, holds: bool) -> None:
         cfg = self.config
         self.forwarder = Forwarder(self.services.routes, link, cfg, remote,
                                    f"NC_{cfg.name}_{self.services.host.broker.name}_outbound_"

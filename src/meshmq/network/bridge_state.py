@@ -143,7 +143,7 @@ class StartHalves:
     again: bool  # the remote takes MESSAGES_AGAIN
     refusals: bool  # the remote understands REFUSED
     ranges: bool  # the remote takes ACK_RANGES
-    holds: bool = False  # the remote takes INTEREST hold/release notes
+    holds: bool  # the remote takes INTEREST hold/release notes
 
 
 @dataclass(frozen=True, slots=True)
