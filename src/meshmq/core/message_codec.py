@@ -66,6 +66,11 @@ _FIRST4: Final = tuple(
     for flags in (0, 1) for priority in range(_PRIORITIES) for kind in range(4))
 _TAILS: Final = tuple(struct.pack("<qqHH", 0, 0, props, path)
                       for props in range(16) for path in range(16))
+# The last (body length, timestamp, packed) of the fast path: at the rates where the
+# pack's cost shows, consecutive messages mostly share the millisecond and, from one
+# producer, the size. One tuple, replaced whole, so a reader in another thread never
+# sees one message's length with another's timestamp.
+_LAST_LEAD: Final[list[tuple[int, int, bytes]]] = [(-1, 0, b"")]
 _U32: Final = struct.Struct("<I")
 _I64: Final = struct.Struct("<q")
 _F64: Final = struct.Struct("<d")
@@ -222,7 +227,13 @@ def encode_into(out: list[bytes], msg: Message, path: bytes, path_len: int,
         if (flags <= _F_PERSISTENT and 0 <= priority < _PRIORITIES and nprops < 16
                 and path_len < 16 and msg.expiration == 0 and msg.group_seq == 0):
             out[start] = _FIRST4[(flags * _PRIORITIES + priority) * 4 + kind]
-            out[start + 1] = _LEAD.pack(len(body), msg.timestamp)
+            body_len = len(body)
+            timestamp = msg.timestamp
+            last_len, last_ts, lead = _LAST_LEAD[0]
+            if body_len != last_len or timestamp != last_ts:
+                lead = _LEAD.pack(body_len, timestamp)
+                _LAST_LEAD[0] = (body_len, timestamp, lead)
+            out[start + 1] = lead
             out[start + 2] = _TAILS[nprops * 16 + path_len]
         else:
             out[start] = _HEADER.pack(CODEC_VERSION, flags, priority, kind, len(body),
@@ -328,6 +339,18 @@ def _decode(buf: bytes) -> Message:
     size = len(buf)
     if size < HEADER_SIZE:
         raise CorruptStoreError("message encoding too short")
+    # Declared ints: struct hands back untyped values, and compiled code tests flags
+    # and counts generically (boxed) otherwise.
+    version: int
+    flags: int
+    priority: int
+    kind: int
+    body_len: int
+    timestamp: int
+    expiration: int
+    group_seq: int
+    n_props: int
+    n_path: int
     (version, flags, priority, kind, body_len, timestamp, expiration, group_seq,
      n_props, n_path) = _HEADER.unpack_from(buf, 0)
     if version != CODEC_VERSION:

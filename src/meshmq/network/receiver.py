@@ -155,14 +155,15 @@ class Receiver:
         not found in the duplicate window are stored flagged redelivered."""
         # ``_accept`` inlined for the usual message (new, routed without a refusal):
         # per message, only the loop check, the duplicate window and the core's send.
+        # Methods are called through their objects, not bound to locals: compiled, a
+        # call through the object is a direct C call, a bound method a generic one.
         broker = self.broker
         local = broker.name
-        check_and_add = broker.dedup.check_and_add
+        dedup = broker.dedup
         # Arrival times first, one call for the batch: routing may hand a message to a
         # bridge's consumer at once, and ``may_return`` reads its arrival time (a
         # duplicate's counts too, which only delays its return).
         self.services.arrived([msg.message_id for _, msg in batch])
-        send = broker.send
         conn = self.conn
         dests: dict[Destination, tuple[Destination, ...]] = {}
         now_acks: list[tuple[int, AckStatus]] = []
@@ -173,7 +174,7 @@ class Receiver:
                 now_acks.append((seq, _DROPPED))  # a topic message looping back
                 continue
             key = network_key(msg)
-            if check_and_add(key):
+            if dedup.check_and_add(key):
                 self.counters.received_duplicates += 1
                 (after_sync if msg.persistent else now_acks).append((seq, _DUPLICATE))
                 continue
@@ -181,7 +182,7 @@ class Receiver:
             if targets is None:
                 targets = dests[dest] = (dest,)
             try:
-                needs_sync = send(conn, targets, msg, redelivered=again)
+                needs_sync = broker.send(conn, targets, msg, redelivered=again)
             except MeshmqError as exc:
                 now_acks.append((seq, self._not_taken(msg, key, exc)))
                 continue

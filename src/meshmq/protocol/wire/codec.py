@@ -296,13 +296,17 @@ def decode_messages(frame: WireFrame) -> list[tuple[int, Message]]:
     data = frame.payload
     if len(data) < 4:
         raise RemoteProtocolError("MESSAGES frame too short")
-    (count,) = _COUNT.unpack_from(data, 0)
+    # Declared ints: struct hands back untyped values, and compiled code does generic
+    # (boxed) arithmetic and slicing on those.
+    count: int = _COUNT.unpack_from(data, 0)[0]
     pos = 4
     end = len(data)
     head = _MSG_HEAD.unpack_from
-    head_size = _MSG_HEAD.size
+    head_size: int = _MSG_HEAD.size
     known = _DESTINATIONS
     out: list[tuple[int, Message]] = []
+    seq: int
+    size: int
     for _ in range(count):
         if pos + head_size > end:
             raise RemoteProtocolError("MESSAGES frame truncated")
