@@ -23,10 +23,11 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from meshmq.core.queue import BrowseEnd, Delivery, Outcome, Queue
+from meshmq.core.queue import Outcome, Queue
 from meshmq.errors import StoreError
 from meshmq.management.metrics import sync_histogram
 from meshmq.store.base import Store
+from meshmq.transport.handout import hand_out
 from meshmq.transport.host import Session
 
 if TYPE_CHECKING:
@@ -242,18 +243,7 @@ class Pump:
             self.request_pump()  # after the loop has done I/O (and maybe paused writers)
 
     def _deliver(self, outcomes: list[Outcome]) -> None:
-        sessions = self.sessions
-        for outcome in outcomes:
-            session = sessions.get(outcome.consumer.connection_id)
-            if session is not None:
-                assert isinstance(outcome, Delivery | BrowseEnd)
-                try:
-                    session.deliver(outcome)
-                except Exception:
-                    # One connection's bug must not stall everyone's deliveries.
-                    log.exception("delivery to connection %s failed; closing it",
-                                  outcome.consumer.connection_id)
-                    session.close()
+        hand_out(self.sessions, outcomes)
 
     def _flush_sessions(self) -> None:
         if self._to_flush:
