@@ -39,6 +39,11 @@ _ESCAPE_RE: Final = re.compile(r"\\(.?)", re.DOTALL)
 # content-length beyond this many digits exceeds any sane frame limit; checking the
 # length first also keeps int() away from its huge-number ValueError.
 _MAX_CONTENT_LENGTH_DIGITS: Final = 18
+# content-length text -> its value, for texts seen before: producers send the same few
+# sizes over and over, and checking and converting the digits costs several times a
+# look-up. Only valid texts are kept; bounded (cleared when full).
+_LENGTHS: Final[dict[str, int]] = {}
+_LENGTHS_KEPT: Final = 1024
 # A body with a content-length at least this large is collected in its reads.
 LARGE_BODY: Final = 64 * 1024
 # A body at least this large is copied out of the buffer through a memoryview (one
@@ -411,10 +416,17 @@ class StompParser:
             raise RemoteProtocolError(f"invalid UTF-8 in header line {line}") from None
 
     def _content_length(self, value: str, head_size: int) -> int:
-        digits = value.strip()
-        if not (digits.isascii() and digits.isdigit()):
-            raise RemoteProtocolError(f"invalid content-length '{_show(value)}'")
-        if (len(digits) > _MAX_CONTENT_LENGTH_DIGITS
-                or head_size + int(digits) + 1 > self.max_frame_size):
+        length = _LENGTHS.get(value)
+        if length is None:
+            digits = value.strip()
+            if not (digits.isascii() and digits.isdigit()):
+                raise RemoteProtocolError(f"invalid content-length '{_show(value)}'")
+            if len(digits) > _MAX_CONTENT_LENGTH_DIGITS:
+                raise FrameTooLargeError(f"frame larger than {self.max_frame_size} bytes")
+            length = int(digits)
+            if len(_LENGTHS) >= _LENGTHS_KEPT:
+                _LENGTHS.clear()
+            _LENGTHS[value] = length
+        if head_size + length + 1 > self.max_frame_size:
             raise FrameTooLargeError(f"frame larger than {self.max_frame_size} bytes")
-        return int(digits)
+        return length
