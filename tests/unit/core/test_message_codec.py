@@ -78,6 +78,21 @@ def test_the_header_of_a_plain_message_is_the_documented_layout(
     assert fields(decode_message(encode_message(m))) == fields(m)
 
 
+def test_consecutive_messages_sharing_a_length_or_a_timestamp_keep_their_own() -> None:
+    """The encoder reuses the packed body length and timestamp of the message before
+    when both match: one that shares only one of them gets its own."""
+    def plain(body: bytes, timestamp: int) -> Message:
+        return Message(message_id="ID:1", destination=Destination(DestKind.QUEUE, "d"),
+                       body=body, timestamp=timestamp)
+
+    for body, timestamp in [(b"abc", 5), (b"abc", 5), (b"xyz", 6), (b"wxyz", 6),
+                            (b"", 6), (b"", 0), (b"abc", 5)]:
+        data = encode_message(plain(body, timestamp))
+        assert body_length(data) == len(body)
+        back = decode_message(data)
+        assert (back.body, back.timestamp) == (body, timestamp)
+
+
 def test_round_trip_every_field_and_special_values() -> None:
     m = full_msg(1)
     m.properties["nan"] = math.nan
