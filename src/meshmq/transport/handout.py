@@ -20,8 +20,9 @@ log = logging.getLogger("meshmq.runtime")
 
 
 def hand_out(sessions: dict[str, Session], outcomes: list[Outcome]) -> None:
-    """Give each outcome to the session of its consumer's connection (one that is gone
-    has no session: its outcome is dropped, as the core redelivers it elsewhere)."""
+    """Give each outcome to the session of its consumer's connection. A connection
+    with no session is being closed: its outcome is skipped, and closing it in the core
+    puts back what was dispatched to it."""
     for outcome in outcomes:
         session = sessions.get(outcome.consumer.connection_id)
         if session is None:
