@@ -23,7 +23,7 @@ class RecordingSession:
 
     def deliver(self, outcome: Delivery | BrowseEnd) -> None:
         if self.fail:
-            raise RuntimeError("a bug in this session")
+            raise RuntimeError("a bug in this connection's delivery")
         self.got.append(outcome)
 
     def flush(self) -> None:
