@@ -227,7 +227,7 @@ class Pump:
             if outcomes:
                 self._held.append((gate if hold else None, outcomes))
         else:
-            self._deliver(outcomes)
+            hand_out(self.sessions, outcomes)
         self._flush_sessions()
         push_back = self.push_back
         if push_back is not None and push_back.held:
@@ -241,9 +241,6 @@ class Pump:
             self.trace.write()
         if broker.has_deferred:
             self.request_pump()  # after the loop has done I/O (and maybe paused writers)
-
-    def _deliver(self, outcomes: list[Outcome]) -> None:
-        hand_out(self.sessions, outcomes)
 
     def _flush_sessions(self) -> None:
         if self._to_flush:
@@ -286,7 +283,7 @@ class Pump:
             if gate is not None and not gate.ready:
                 break
             held.popleft()
-            self._deliver(outcomes)
+            hand_out(self.sessions, outcomes)
         self._flush_sessions()
 
     # ------------------------------------------------------------ housekeeping
